@@ -1,0 +1,112 @@
+"""The attention problem: shape, dtype, seeded inputs, FLOP and minimum-byte counts.
+
+Layout is (B, H, N, D) contiguous for Q, K, V and O. With seqlen_q != seqlen_k the causal mask is
+aligned top-left (query i sees keys j <= i), as in PyTorch's `scaled_dot_product_attention`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+from lab.errors import LabError
+
+DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, "float64": 8}
+DTYPE_ALIASES = {"fp32": "float32", "float": "float32", "f32": "float32", "fp16": "float16",
+                 "half": "float16", "f16": "float16", "bf16": "bfloat16", "float32": "float32",
+                 "float16": "float16", "bfloat16": "bfloat16"}
+
+DEFAULT_SHAPE = "8,16,1024,64"
+
+
+@dataclass(frozen=True)
+class Problem:
+    batch: int
+    heads: int
+    seqlen_q: int
+    seqlen_k: int
+    head_dim: int
+    causal: bool = False
+    dtype: str = "float32"
+
+    def __post_init__(self):
+        for name in ("batch", "heads", "seqlen_q", "seqlen_k", "head_dim"):
+            if getattr(self, name) <= 0:
+                raise LabError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.dtype not in DTYPE_BYTES:
+            raise LabError(f"unknown dtype {self.dtype!r}; use float32, float16 or bfloat16")
+
+    @property
+    def shape_q(self) -> tuple[int, int, int, int]:
+        return (self.batch, self.heads, self.seqlen_q, self.head_dim)
+
+    @property
+    def shape_kv(self) -> tuple[int, int, int, int]:
+        return (self.batch, self.heads, self.seqlen_k, self.head_dim)
+
+    @property
+    def flops(self) -> float:
+        """Forward FLOPs, 4*B*H*Nq*Nk*D (two matmuls), halved for causal (the usual convention)."""
+        f = 4.0 * self.batch * self.heads * self.seqlen_q * self.seqlen_k * self.head_dim
+        return f / 2 if self.causal else f
+
+    @property
+    def min_bytes(self) -> int:
+        """Fewest DRAM bytes: Q, K, V read once and O written once."""
+        elems = self.batch * self.heads * self.head_dim * (2 * self.seqlen_q + 2 * self.seqlen_k)
+        return elems * DTYPE_BYTES[self.dtype]
+
+    @property
+    def arithmetic_intensity(self) -> float:
+        return self.flops / self.min_bytes
+
+    def label(self) -> str:
+        n = f"{self.seqlen_q}" if self.seqlen_q == self.seqlen_k else f"{self.seqlen_q}x{self.seqlen_k}"
+        return f"B{self.batch}-H{self.heads}-N{n}-D{self.head_dim}{'-causal' if self.causal else ''}-{self.dtype}"
+
+    def with_dtype(self, dtype: str) -> "Problem":
+        return Problem(self.batch, self.heads, self.seqlen_q, self.seqlen_k, self.head_dim, self.causal, dtype)
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d.update(flops=self.flops, min_bytes=self.min_bytes, label=self.label())
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Problem":
+        return cls(d["batch"], d["heads"], d["seqlen_q"], d["seqlen_k"], d["head_dim"],
+                   d.get("causal", False), d.get("dtype", "float32"))
+
+
+def normalize_dtype(name: str) -> str:
+    key = name.strip().lower().removeprefix("torch.")
+    if key not in DTYPE_ALIASES:
+        raise LabError(f"unknown dtype {name!r}; use float32, float16 or bfloat16")
+    return DTYPE_ALIASES[key]
+
+
+def parse_shape(spec: str, causal: bool = False, dtype: str = "float32",
+                seqlen_k: int | None = None) -> Problem:
+    """Parse `B,H,N,D` (or `B,H,Nq,Nk,D`) into a Problem."""
+    parts = [p.strip() for p in spec.replace("x", ",").split(",") if p.strip()]
+    try:
+        nums = [int(p) for p in parts]
+    except ValueError:
+        raise LabError(f"bad shape {spec!r}: expected integers B,H,N,D such as {DEFAULT_SHAPE}") from None
+    if len(nums) == 4:
+        b, h, n, d = nums
+        nk = n if seqlen_k is None else seqlen_k
+    elif len(nums) == 5:
+        b, h, n, nk, d = nums
+    else:
+        raise LabError(f"bad shape {spec!r}: expected B,H,N,D (or B,H,Nq,Nk,D), e.g. {DEFAULT_SHAPE}")
+    return Problem(b, h, n, nk, d, causal, normalize_dtype(dtype))
+
+
+def check_supported(variant, problem: Problem) -> None:
+    """Refuse (exit 2) a problem the rung cannot run, before anything touches the GPU."""
+    if problem.head_dim not in variant.head_dims:
+        raise LabError(f"{variant.id} supports head_dim {', '.join(map(str, variant.head_dims))}; "
+                       f"got {problem.head_dim}")
+    if problem.dtype not in variant.dtypes:
+        raise LabError(f"{variant.id} supports dtype {', '.join(variant.dtypes)}; got {problem.dtype}",
+                       hint=f"pass --dtype {variant.default_dtype}")

@@ -1,0 +1,190 @@
+"""The run store: profiles/<run-id>/ holds manifest.json, typed tables (Parquet) and raw artifacts.
+
+A run directory appears only when complete: everything is written into a hidden staging directory
+(`.<run-id>.partial`) that is renamed into place as the last step, so an interrupted run leaves
+nothing that `list_runs` would return. `list_runs` searches the store root and its `examples/`.
+
+Manifest (schema_version 1), the contract reports, comparisons and scripts read:
+  schema_version, run_id, created_utc, lab_version, git {commit, dirty},
+  variant {id, slug, title, source, source_sha256, changed, attacks, predicted_gain},
+  problem {batch, heads, seqlen_q, seqlen_k, head_dim, causal, dtype, flops, min_bytes, label},
+  device {name, compute_capability, sm_count, sm_clock_mhz, mem_clock_mhz, memory_bytes,
+          l2_bytes, driver, peaks {tensor_fp16_tflops, fp32_tflops, dram_tbps}},
+  software {python, torch, cuda, ncu, nsys},
+  build {flags, cache_key, ptxas [ {kernel, registers, smem_bytes, stack_bytes, spill_stores_bytes,
+         spill_loads_bytes} ]},
+  correctness {passed, max_abs_err, mean_abs_err, rel_err, tolerance, rule, shapes_checked},
+  timing {unit: "ms", median, mean, std, ci95_low, ci95_high, min, max, reps, warmup, l2_flush,
+          method, tflops, peak_memory_bytes},
+  baselines [ {name, dtype, status: "ok"|"unavailable", reason, median_ms, std_ms, ci95_low,
+               ci95_high, tflops, ratio (baseline time / ours; <1 means we are slower)} ],
+  profile {tool, command, section_set, report, error} | null,
+  timeline {source, reason, ...} | null,
+  findings_summary {bottleneck, count} | null,
+  tables {name: file}, artifacts {name: file}
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import tempfile
+from contextlib import contextmanager
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Iterator
+
+import pandas as pd
+
+from lab.errors import LabError
+
+SCHEMA_VERSION = 1
+REPO_ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_ROOT = REPO_ROOT / "profiles"
+MANIFEST = "manifest.json"
+
+
+def store_root() -> Path:
+    return Path(os.environ.get("LAB_PROFILES", DEFAULT_ROOT))
+
+
+def new_run_id(variant_id: str, problem_label: str, now: datetime | None = None) -> str:
+    now = now or datetime.now(timezone.utc)
+    return f"{now:%Y%m%d-%H%M%S}-{variant_id}-{problem_label}"
+
+
+_SAFE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+
+
+class RunWriter:
+    """Collects a run's files in a staging directory; `commit()` makes it appear atomically."""
+
+    def __init__(self, staging: Path, final: Path):
+        self.dir = staging
+        self.final = final
+        self.manifest: dict = {}
+        self._tables: dict[str, str] = {}
+        self._artifacts: dict[str, str] = {}
+
+    def add_table(self, name: str, df: pd.DataFrame) -> None:
+        fname = f"{name}.parquet"
+        df.to_parquet(self.dir / fname, index=False)
+        self._tables[name] = fname
+
+    def add_artifact(self, name: str, src: Path, move: bool = True) -> str:
+        dest = self.dir / src.name
+        (shutil.move if move else shutil.copy2)(str(src), dest)
+        self._artifacts[name] = src.name
+        return src.name
+
+    def artifact_path(self, filename: str) -> Path:
+        """A path inside the staging directory for a tool to write to directly."""
+        return self.dir / filename
+
+    def register_artifact(self, name: str, filename: str) -> None:
+        if not (self.dir / filename).exists():
+            raise FileNotFoundError(self.dir / filename)
+        self._artifacts[name] = filename
+
+    def commit(self) -> Path:
+        m = dict(self.manifest)
+        m["schema_version"] = SCHEMA_VERSION
+        m["run_id"] = self.final.name
+        m["tables"] = dict(self._tables)
+        m["artifacts"] = dict(self._artifacts)
+        _write_json_atomic(self.dir / MANIFEST, m)
+        os.replace(self.dir, self.final)  # atomic on one filesystem: the run appears whole
+        return self.final
+
+
+@contextmanager
+def create_run(run_id: str, root: Path | None = None) -> Iterator[RunWriter]:
+    """Stage a run; on any exception (Ctrl-C included) the staging directory is removed."""
+    root = Path(root or store_root())
+    if not _SAFE.match(run_id):
+        raise LabError(f"bad run id {run_id!r}")
+    root.mkdir(parents=True, exist_ok=True)
+    final = root / run_id
+    if final.exists():
+        raise LabError(f"run {run_id} already exists in {root}")
+    staging = Path(tempfile.mkdtemp(prefix=f".{run_id}.", suffix=".partial", dir=root))
+    writer = RunWriter(staging, final)
+    try:
+        yield writer
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    if staging.exists():  # caller did not commit: nothing appears
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+def _write_json_atomic(path: Path, obj) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(obj, indent=2, sort_keys=False, default=_json_default))
+    os.replace(tmp, path)
+
+
+def _json_default(o):
+    if hasattr(o, "item"):
+        return o.item()
+    if isinstance(o, Path):
+        return str(o)
+    raise TypeError(f"not JSON serializable: {type(o).__name__}")
+
+
+class Run:
+    """A stored, complete run (read side)."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        try:
+            self.manifest = json.loads((path / MANIFEST).read_text())
+        except (OSError, json.JSONDecodeError) as e:
+            raise LabError(f"{path} is not a lab run: cannot read {MANIFEST} ({e})") from None
+        if self.manifest.get("schema_version") != SCHEMA_VERSION:
+            raise LabError(f"{path}: manifest schema {self.manifest.get('schema_version')!r}, "
+                           f"this lab reads {SCHEMA_VERSION}")
+
+    @property
+    def id(self) -> str:
+        return self.manifest["run_id"]
+
+    def table(self, name: str) -> pd.DataFrame | None:
+        fname = self.manifest.get("tables", {}).get(name)
+        return pd.read_parquet(self.path / fname) if fname else None
+
+    def artifact(self, name: str) -> Path | None:
+        fname = self.manifest.get("artifacts", {}).get(name)
+        return self.path / fname if fname else None
+
+    def __repr__(self) -> str:
+        return f"Run({self.id})"
+
+
+def list_runs(root: Path | None = None) -> list[Run]:
+    """Complete runs under the store root and its examples/, oldest first. Staging dirs are skipped."""
+    root = Path(root or store_root())
+    runs: list[Run] = []
+    for base in (root, root / "examples"):
+        if not base.is_dir():
+            continue
+        for d in sorted(base.iterdir()):
+            if d.name.startswith(".") or not (d / MANIFEST).is_file():
+                continue
+            runs.append(Run(d))
+    runs.sort(key=lambda r: (r.manifest.get("created_utc", ""), r.id))
+    return runs
+
+
+def find_run(run_id: str, root: Path | None = None) -> Run:
+    p = Path(run_id)
+    if (p / MANIFEST).is_file():
+        return Run(p)
+    matches = [r for r in list_runs(root) if r.id == run_id or r.id.startswith(run_id)]
+    if not matches:
+        raise LabError(f"no stored run {run_id!r}", hint="`lab report` lists the stored runs")
+    if len(matches) > 1 and not any(r.id == run_id for r in matches):
+        raise LabError(f"run id {run_id!r} is ambiguous: {', '.join(r.id for r in matches[:5])}")
+    return next((r for r in matches if r.id == run_id), matches[0])

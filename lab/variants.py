@@ -1,0 +1,102 @@
+"""THE registry of kernel rungs. The CLI, tests, build, reports and README all read this list.
+
+Each rung lives in `kernels/<id>_<slug>.cu` and exports one C launcher named
+`lab_forward_<id>` with the signature in `kernels/common.cuh`. Adding a rung is one entry here
+plus its file; nothing else lists rungs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from lab.errors import LabError
+
+KERNELS_DIR = Path(__file__).resolve().parent.parent / "kernels"
+
+
+@dataclass(frozen=True)
+class Variant:
+    id: str                      # "v1"
+    slug: str                    # "naive"
+    title: str                   # one line for tables
+    dtypes: tuple[str, ...]      # torch dtype names the rung accepts: "float32", "float16", "bfloat16"
+    head_dims: tuple[int, ...]   # supported D
+    min_cc: tuple[int, int]      # minimum compute capability
+    changed: str                 # what changed since the previous rung
+    attacks: str                 # the bottleneck it attacks (with the previous rung's evidence)
+    predicted_gain: str          # written before it was measured
+    arch_flags: tuple[str, ...] = ()  # extra nvcc -gencode flags beyond the defaults (e.g. sm_90a)
+
+    @property
+    def source(self) -> Path:
+        return KERNELS_DIR / f"{self.id}_{self.slug}.cu"
+
+    @property
+    def launcher(self) -> str:
+        return f"lab_forward_{self.id}"
+
+    @property
+    def default_dtype(self) -> str:
+        return self.dtypes[0]
+
+    def label(self) -> str:
+        return f"{self.id}_{self.slug}"
+
+
+VARIANTS: tuple[Variant, ...] = (
+    Variant(
+        id="v1",
+        slug="naive",
+        title="Naive: fp32, one thread per query row, grid B x H",
+        dtypes=("float32",),
+        head_dims=(32, 64, 128),
+        min_cc=(7, 0),
+        changed="Starting point (flash-attention-minimal design): K/V tiles staged in shared memory, "
+        "online softmax with a running max and sum, one thread per query row, one CTA per (batch, head).",
+        attacks="None yet: the baseline every later rung is measured against.",
+        predicted_gain="Baseline; expected thousands of times slower than SDPA (grid of B*H CTAs, scalar loads).",
+    ),
+    Variant(
+        id="v2",
+        slug="float4",
+        title="float4: 16-byte vectorized global loads and stores",
+        dtypes=("float32",),
+        head_dims=(32, 64, 128),
+        min_cc=(7, 0),
+        changed="Global loads of Q, K, V and stores of O are 16-byte float4 accesses; the tile loads are "
+        "spread over the CTA's threads so that consecutive threads read consecutive 16-byte chunks.",
+        attacks="uncoalesced-global: v1 loads one 4-byte float per thread per instruction, so each warp "
+        "request uses few bytes of every 32-byte sector it touches.",
+        predicted_gain="1.2-2x on the load phase; the grid stays B*H CTAs, so small-grid remains.",
+    ),
+)
+
+
+def all_ids() -> list[str]:
+    return [v.id for v in VARIANTS]
+
+
+def get(variant_id: str) -> Variant:
+    """Look a rung up by id (`v2`) or label (`v2_float4`)."""
+    for v in VARIANTS:
+        if variant_id in (v.id, v.label()):
+            return v
+    raise LabError(f"unknown variant {variant_id!r}; known: {', '.join(all_ids())}",
+                   hint="`lab variants` lists the rungs")
+
+
+def select(spec: str) -> list[Variant]:
+    """Parse a CLI selection: `all`, `v2`, or `v1,v3`."""
+    spec = spec.strip()
+    if spec == "all":
+        return list(VARIANTS)
+    ids = [s.strip() for s in spec.split(",") if s.strip()]
+    if not ids:
+        raise LabError("no variant given; use an id such as v2, a list such as v1,v2, or all")
+    return [get(i) for i in ids]
+
+
+def previous(variant: Variant) -> Variant | None:
+    idx = VARIANTS.index(variant)
+    return VARIANTS[idx - 1] if idx > 0 else None

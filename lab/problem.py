@@ -110,3 +110,21 @@ def check_supported(variant, problem: Problem) -> None:
     if problem.dtype not in variant.dtypes:
         raise LabError(f"{variant.id} supports dtype {', '.join(variant.dtypes)}; got {problem.dtype}",
                        hint=f"pass --dtype {variant.default_dtype}")
+
+
+def make_inputs(problem: Problem, seed: int = 0, device: str = "cuda"):
+    """Seeded Q, K, V of the problem's dtype: standard normal plus 0.5, so the scores are not
+    zero-mean (zero-mean data hides some indexing bugs and can time faster than real data)."""
+    import torch
+
+    dtype = getattr(torch, problem.dtype)
+    gen = torch.Generator(device=device).manual_seed(seed)
+
+    def one(shape):
+        return (torch.randn(shape, generator=gen, device=device, dtype=torch.float32) + 0.5).to(dtype)
+
+    return one(problem.shape_q), one(problem.shape_kv), one(problem.shape_kv)
+
+
+def softmax_scale(problem: Problem) -> float:
+    return problem.head_dim ** -0.5

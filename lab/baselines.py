@@ -1,0 +1,95 @@
+"""The baselines a rung is timed beside: PyTorch SDPA with each backend pinned, in fp16 and fp32.
+
+A backend that cannot run a shape or dtype becomes a row saying why (PyTorch's own warning text),
+never a crash: flash has no fp32 kernel, math may run out of memory at long sequences.
+"""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import asdict, dataclass
+
+from lab.bench import Timing, peak_memory_bytes, time_cuda, tflops
+from lab.problem import Problem, make_inputs
+
+BACKENDS = ("cudnn", "flash", "efficient", "math")
+BASELINE_DTYPES = ("float16", "float32")
+
+
+@dataclass
+class Baseline:
+    name: str            # "sdpa-flash"
+    backend: str         # "flash"
+    dtype: str
+    status: str          # "ok" or "unavailable"
+    reason: str = ""
+    timing: Timing | None = None
+    tflops: float | None = None
+    peak_memory_bytes: int | None = None
+
+    def to_dict(self, ours_median_ms: float | None = None) -> dict:
+        d = asdict(self)
+        d.pop("timing")
+        t = self.timing
+        d.update(median_ms=t.median if t else None, std_ms=t.std if t else None,
+                 ci95_low=t.ci95_low if t else None, ci95_high=t.ci95_high if t else None,
+                 reps=t.reps if t else None)
+        # ratio > 1: the baseline takes longer than ours (we are faster)
+        d["ratio"] = (t.median / ours_median_ms) if (t and ours_median_ms) else None
+        return d
+
+
+def _sdpa_backend(name: str):
+    from torch.nn.attention import SDPBackend
+
+    return {"cudnn": SDPBackend.CUDNN_ATTENTION, "flash": SDPBackend.FLASH_ATTENTION,
+            "efficient": SDPBackend.EFFICIENT_ATTENTION, "math": SDPBackend.MATH}[name]
+
+
+def run_baseline(problem: Problem, backend: str, dtype: str, reps: int, warmup: int,
+                 seed: int = 0) -> Baseline:
+    import torch
+    import torch.nn.functional as F
+    from torch.nn.attention import sdpa_kernel
+
+    name = f"sdpa-{backend}"
+    p = problem.with_dtype(dtype)
+    try:
+        q, k, v = make_inputs(p, seed)
+    except torch.OutOfMemoryError:
+        return Baseline(name, backend, dtype, "unavailable", "out of memory allocating inputs")
+
+    def call():
+        with sdpa_kernel(_sdpa_backend(backend)):
+            return F.scaled_dot_product_attention(q, k, v, is_causal=problem.causal)
+
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            call()
+            torch.cuda.synchronize()
+    except (RuntimeError, torch.OutOfMemoryError) as e:
+        why = [str(w.message) for w in caught if "sdp" in str(w.message).lower() or "kernel" in str(w.message).lower()]
+        reason = " ".join(why)[:400] or str(e).splitlines()[0][:400]
+        torch.cuda.empty_cache()
+        return Baseline(name, backend, dtype, "unavailable", reason)
+    try:
+        timing = time_cuda(call, reps=reps, warmup=warmup)
+        peak = peak_memory_bytes(call)
+    except torch.OutOfMemoryError:
+        torch.cuda.empty_cache()
+        return Baseline(name, backend, dtype, "unavailable", "out of memory while timing")
+    finally:
+        del q, k, v
+    return Baseline(name, backend, dtype, "ok", "", timing, tflops(problem.flops, timing.median), peak)
+
+
+def run_baselines(problem: Problem, reps: int, warmup: int, backends=BACKENDS,
+                  dtypes=BASELINE_DTYPES, progress=None) -> list[Baseline]:
+    out = []
+    for dtype in dtypes:
+        for backend in backends:
+            if progress:
+                progress(f"baseline sdpa-{backend} {dtype}")
+            out.append(run_baseline(problem, backend, dtype, reps, warmup))
+    return out

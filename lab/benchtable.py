@@ -1,0 +1,88 @@
+"""`lab bench`: each rung checked, then timed beside the SDPA backends, as one side-by-side table.
+
+Correctness gates timing: a rung that fails its check on the benched shape is reported as failed
+and not timed. Baselines are timed once per problem shape (in fp16 and fp32), in the same process
+and run as the rungs, so the ratios are side by side.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from lab.errors import CheckFailed
+
+
+def bench_ladder(chosen, problems, reps: int, warmup: int, baselines: bool = True) -> dict:
+    from lab import build, check
+    from lab.baselines import run_baselines
+    from lab.bench import tflops
+    from lab.environment import device_info, git_info, require_gpu, software_info
+    from lab.pipeline import bench_variant
+
+    require_gpu("bench")
+    rows, base_by_shape, failed = [], {}, []
+    for variant, problem in zip(chosen, problems):
+        shape_key = problem.with_dtype("float32").label()
+        if baselines and shape_key not in base_by_shape:
+            print(f"[lab] baselines for {shape_key}", file=sys.stderr, flush=True)
+            base_by_shape[shape_key] = run_baselines(problem, reps, warmup)
+        built = build.build(variant)
+        result = check.check_variant(variant, problem=problem, extra_shapes=0, module=built.module)
+        row = {"variant": variant.id, "title": variant.title, "problem": problem.to_dict(),
+               "correct": result.passed, "correctness": result.to_dict()}
+        if not result.passed:
+            failed.append(variant.id)
+            rows.append(row)
+            continue
+        print(f"[lab] bench {variant.id} {problem.label()}", file=sys.stderr, flush=True)
+        timing, peak = bench_variant(variant, problem, built.module, reps, warmup)
+        row.update(timing=timing.to_dict(), tflops=tflops(problem.flops, timing.median), peak_memory_bytes=peak,
+                   baselines=[b.to_dict(timing.median) for b in base_by_shape.get(shape_key, [])])
+        rows.append(row)
+    for prev, row in zip(rows, rows[1:]):
+        if "timing" in prev and "timing" in row and prev["problem"]["label"].split("-")[:4] == row["problem"]["label"].split("-")[:4]:
+            row["speedup_vs_previous"] = prev["timing"]["median"] / row["timing"]["median"]
+    out = {"device": device_info(), "software": software_info(), "git": git_info(), "reps": reps,
+           "warmup": warmup, "rows": rows}
+    if failed:
+        print_ladder(out)
+        raise CheckFailed(f"wrong results from {', '.join(failed)}: not timed")
+    return out
+
+
+def print_ladder(result: dict) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    dev = result["device"]
+    console.print(f"{dev['name']} (cc {dev['compute_capability']}, {dev['sm_count']} SMs), "
+                  f"commit {(result['git']['commit'] or '?')[:10]}{' (dirty)' if result['git']['dirty'] else ''}, "
+                  f"median of {result['reps']} reps, L2 flushed")
+    t = Table()
+    for col in ("rung", "problem", "ok", "median ms", "± std", "TFLOP/s", "vs prev"):
+        t.add_column(col, justify="right" if col not in ("rung", "problem") else "left")
+    backends = []
+    for row in result["rows"]:
+        for b in row.get("baselines", []):
+            key = f"{b['backend']} {b['dtype'].replace('float', 'fp')}"
+            if key not in backends:
+                backends.append(key)
+    for key in backends:
+        t.add_column(f"x {key}", justify="right")
+    for row in result["rows"]:
+        cells = [row["variant"], row["problem"]["label"], "yes" if row["correct"] else "NO"]
+        if "timing" not in row:
+            t.add_row(*cells, *[""] * (4 + len(backends)))
+            continue
+        tm = row["timing"]
+        cells += [f"{tm['median']:.3f}", f"{tm['std']:.3f}", f"{row['tflops']:.2f}",
+                  f"{row['speedup_vs_previous']:.2f}x" if "speedup_vs_previous" in row else ""]
+        by_key = {f"{b['backend']} {b['dtype'].replace('float', 'fp')}": b for b in row["baselines"]}
+        for key in backends:
+            b = by_key.get(key)
+            cells.append("" if b is None else (f"{b['ratio']:.3f}" if b["status"] == "ok" else "n/a"))
+        t.add_row(*cells)
+    console.print(t)
+    console.print("x backend: the backend's median time / ours (> 1: ours is faster). n/a: the backend cannot "
+                  "run this shape or dtype (reason in --json).")

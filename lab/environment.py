@@ -1,0 +1,110 @@
+"""What a run was measured on: device and software facts for the manifest and `lab doctor`."""
+
+from __future__ import annotations
+
+import platform
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+from lab.errors import LabError
+from lab.gpu_specs import peaks_for
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+def _run(cmd: list[str], timeout: float = 20) -> str | None:
+    try:
+        return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def require_gpu(command: str) -> None:
+    """Refuse a GPU command on a machine without a CUDA GPU (exit 2, with the reason)."""
+    try:
+        import torch
+    except ImportError:
+        raise LabError(f"`lab {command}` needs PyTorch with CUDA; torch is not installed",
+                       hint="pip install torch (a CUDA build) on a machine with an NVIDIA GPU") from None
+    if not torch.cuda.is_available():
+        why = "this torch is a CPU-only build" if torch.version.cuda is None else "no CUDA GPU is visible"
+        raise LabError(f"`lab {command}` needs an NVIDIA GPU: {why} (torch {torch.__version__})",
+                       hint="`lab report` and `lab analyze` work without a GPU; `lab doctor` says what is missing")
+
+
+def device_info(index: int = 0) -> dict:
+    import torch
+
+    p = torch.cuda.get_device_properties(index)
+    info = {
+        "name": p.name,
+        "compute_capability": f"{p.major}.{p.minor}",
+        "sm_count": p.multi_processor_count,
+        "memory_bytes": p.total_memory,
+        "l2_bytes": getattr(p, "L2_cache_size", None),
+        "sm_clock_mhz": None,
+        "mem_clock_mhz": None,
+        "max_sm_clock_mhz": None,
+        "driver": None,
+    }
+    smi = _run(["nvidia-smi", f"--id={index}", "--query-gpu=driver_version,clocks.sm,clocks.mem,clocks.max.sm",
+                "--format=csv,noheader,nounits"])
+    if smi and smi.strip():
+        parts = [s.strip() for s in smi.strip().splitlines()[0].split(",")]
+        if len(parts) == 4:
+            info["driver"] = parts[0]
+            for key, val in zip(("sm_clock_mhz", "mem_clock_mhz", "max_sm_clock_mhz"), parts[1:]):
+                info[key] = int(val) if val.isdigit() else None
+    peaks = peaks_for(p.name)
+    info["peaks"] = peaks.to_dict() if peaks else None
+    return info
+
+
+def tool_version(exe: str, pattern: str = r"(\d{4}\.\d+\.\d+(?:\.\d+)?|\d+\.\d+(?:\.\d+)?)") -> str | None:
+    path = shutil.which(exe)
+    if not path:
+        return None
+    out = _run([path, "--version"]) or ""
+    m = re.search(pattern, out)
+    return m.group(1) if m else out.strip()[:60] or None
+
+
+def nvcc_version() -> str | None:
+    out = _run(["nvcc", "--version"]) if shutil.which("nvcc") else None
+    m = re.search(r"release (\d+\.\d+)", out or "")
+    return m.group(1) if m else None
+
+
+def software_info() -> dict:
+    info = {"python": platform.python_version(), "torch": None, "cuda": None, "cudnn": None,
+            "nvcc": nvcc_version(), "ncu": None, "nsys": None}
+    try:
+        import torch
+
+        info["torch"] = torch.__version__
+        info["cuda"] = torch.version.cuda
+        info["cudnn"] = torch.backends.cudnn.version() if torch.cuda.is_available() else None
+    except ImportError:
+        pass
+    try:
+        from lab.nsight.ncu import ncu_version
+
+        info["ncu"] = ncu_version()
+    except (ImportError, LabError):
+        pass
+    try:
+        from lab.nsight.nsys import nsys_status
+
+        st = nsys_status()
+        info["nsys"] = getattr(st, "version", None) if not isinstance(st, tuple) else st[2]
+    except (ImportError, LabError):
+        pass
+    return info
+
+
+def git_info() -> dict:
+    commit = _run(["git", "-C", str(REPO_ROOT), "rev-parse", "HEAD"])
+    dirty = _run(["git", "-C", str(REPO_ROOT), "status", "--porcelain", "--untracked-files=no"])
+    return {"commit": commit.strip() if commit else None, "dirty": bool(dirty and dirty.strip())}

@@ -1,0 +1,159 @@
+"""What `lab profile` does, in order: build -> check -> bench -> ncu -> timeline -> analyze -> store
+-> report. Correctness gates timing; timing gates profiling. Nothing is stored unless every step
+that ran finished: the run directory is staged and renamed into place last (lab.store).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import sys
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+
+from lab import __version__
+from lab.errors import CheckFailed, LabError
+from lab.problem import Problem, check_supported
+from lab.variants import Variant
+
+
+@dataclass
+class ProfileOptions:
+    reps: int = 30
+    warmup: int = 5
+    baselines: bool = True
+    ncu: bool = True
+    section_set: str | None = None   # None: the lab's default (<= 20 replay passes); "full" on request
+    timeline: bool = False
+    timeline_repeats: int = 20
+    report: bool = True
+    check_shapes: int = 4
+
+
+def _say(msg: str) -> None:
+    print(f"[lab] {msg}", file=sys.stderr, flush=True)
+
+
+def target_argv(variant: Variant, problem: Problem, repeat: int = 1) -> list[str]:
+    argv = [sys.executable, "-m", "lab.target", "--variant", variant.id,
+            "--shape", f"{problem.batch},{problem.heads},{problem.seqlen_q},{problem.head_dim}",
+            "--seqlen-k", str(problem.seqlen_k), "--dtype", problem.dtype, "--repeat", str(repeat)]
+    if problem.causal:
+        argv.append("--causal")
+    return argv
+
+
+def child_env() -> dict:
+    """The child must import this checkout's `lab` even when run from elsewhere."""
+    env = dict(os.environ)
+    root = str(Path(__file__).resolve().parent.parent)
+    env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    return env
+
+
+def bench_variant(variant: Variant, problem: Problem, module, reps: int, warmup: int):
+    """Time one rung on one problem; returns (Timing, peak_memory_bytes)."""
+    import torch
+
+    from lab.bench import peak_memory_bytes, time_cuda
+    from lab.problem import make_inputs, softmax_scale
+
+    q, k, v = make_inputs(problem, seed=0)
+    scale = softmax_scale(problem)
+
+    def call():
+        o = torch.empty_like(q)  # allocate like SDPA does, so the comparison is even
+        module.forward(q, k, v, o, problem.causal, scale)
+        return o
+
+    timing = time_cuda(call, reps=reps, warmup=warmup)
+    return timing, peak_memory_bytes(call)
+
+
+def profile(variant: Variant, problem: Problem, opts: ProfileOptions) -> Path:
+    from lab import build, check, store
+    from lab.baselines import run_baselines
+    from lab.bench import tflops
+    from lab.environment import device_info, git_info, require_gpu, software_info
+    from lab.target import range_name
+
+    check_supported(variant, problem)
+    require_gpu("profile")
+    if opts.ncu:
+        from lab.nsight import ncu
+        ncu.require_ncu()  # fail before minutes of work, not after
+
+    _say(f"build {variant.label()}")
+    built = build.build(variant)
+    _say(f"  {'compiled' if built.built_now else 'cached'} in {built.seconds:.1f} s")
+
+    _say(f"check {variant.id} against float64 on {problem.label()} and {opts.check_shapes} ragged shapes")
+    correctness = check.check_variant(variant, problem=problem, extra_shapes=opts.check_shapes, module=built.module)
+    if not correctness.passed:
+        raise CheckFailed(f"{variant.id} is wrong on {correctness.failed_shape}: {correctness.summary()}")
+
+    _say(f"bench {variant.id}: {opts.reps} reps after {opts.warmup} warm-up, L2 flushed")
+    timing, peak_mem = bench_variant(variant, problem, built.module, opts.reps, opts.warmup)
+    baselines = run_baselines(problem, opts.reps, opts.warmup, progress=_say) if opts.baselines else []
+
+    run_id = store.new_run_id(variant.id, problem.label())
+    source_sha = hashlib.sha256(variant.source.read_bytes()).hexdigest()
+    rng = range_name(variant.id, problem.label())
+    with store.create_run(run_id) as run:
+        profile_info = None
+        analyses = []
+        if opts.ncu:
+            _say(f"ncu: profiling the launch inside NVTX range '{rng}'")
+            report_path = run.artifact_path("profile.ncu-rep")
+            cmd = ncu.ncu_command(target_argv(variant, problem), report_path, rng, section_set=opts.section_set)
+            ncu.run_ncu(cmd, run.artifact_path("ncu.log"), env=child_env())
+            run.register_artifact("ncu_report", report_path.name)
+            run.register_artifact("ncu_log", "ncu.log")
+            profile_info = {"tool": "ncu", "command": cmd, "section_set": opts.section_set or ncu.DEFAULT_SECTION_SET,
+                            "report": report_path.name, "nvtx_range": rng}
+            from lab import analysis
+
+            analyses = analysis.analyze_report(report_path, problem=problem.to_dict())
+            run.add_table("metrics", analysis.metrics_frame(report_path))
+            run.add_table("findings", analysis.findings_frame(analyses))
+            run.add_table("ncu_rules", analysis.rules_frame(report_path))
+        timeline_info = None
+        if opts.timeline:
+            from lab.timeline import collect_timeline
+
+            _say(f"timeline: {opts.timeline_repeats} launches in range '{rng}'")
+            tl = collect_timeline(target_argv(variant, problem, opts.timeline_repeats), run.dir / "timeline",
+                                  rng, opts.timeline_repeats, env=child_env())
+            for name, df in tl.tables().items():
+                run.add_table(f"timeline_{name}", df)
+            for name, path in tl.artifacts.items():
+                rel = Path(path).relative_to(run.dir)
+                run.register_artifact(f"timeline_{name}", str(rel))
+            timeline_info = {"source": tl.source, "reason": tl.reason,
+                             "launch_overhead_ns": tl.launch_overhead_ns, "repeats": opts.timeline_repeats}
+
+        dev = device_info()
+        run.manifest.update({
+            "created_utc": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            "lab_version": __version__,
+            "git": git_info(),
+            "variant": {"id": variant.id, "slug": variant.slug, "title": variant.title,
+                        "source": f"kernels/{variant.source.name}", "source_sha256": source_sha,
+                        "changed": variant.changed, "attacks": variant.attacks,
+                        "predicted_gain": variant.predicted_gain},
+            "problem": problem.to_dict(),
+            "device": dev,
+            "software": software_info(),
+            "build": {"flags": built.flags, "cache_key": built.cache_key, "ptxas": built.ptxas},
+            "correctness": correctness.to_dict(),
+            "timing": {**timing.to_dict(), "tflops": tflops(problem.flops, timing.median),
+                       "peak_memory_bytes": peak_mem},
+            "baselines": [b.to_dict(timing.median) for b in baselines],
+            "profile": profile_info,
+            "timeline": timeline_info,
+            "findings_summary": ({"bottleneck": analyses[0].bottleneck, "count": sum(len(a.findings) for a in analyses)}
+                                 if analyses else None),
+        })
+        final = run.commit()
+    return final

@@ -1,0 +1,93 @@
+"""The child process a profiler runs: `python -m lab.target --variant v3 --shape B,H,N,D ...`.
+
+It builds nothing (the parent built the rung; loading the cached extension is all that happens
+here), warms up outside any range, then launches the rung `--repeat` times inside one NVTX range
+named by `range_name()`. ncu filters on that range (`--nvtx --nvtx-include "<name>/"`); the same
+child serves nsys, and with `--torch-profile` the torch.profiler fallback. A rung that crashes
+takes down only this process.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+
+def range_name(variant_id: str, problem_label: str) -> str:
+    # No '/' or '@': ncu's --nvtx-include syntax uses them as separators.
+    return f"lab {variant_id} {problem_label}"
+
+
+def _nvtx_range(name: str):
+    try:
+        import nvtx
+
+        return nvtx.annotate(name)
+    except ImportError:  # torch's own NVTX binding emits the same push/pop range
+        import contextlib
+
+        import torch
+
+        @contextlib.contextmanager
+        def rng():
+            torch.cuda.nvtx.range_push(name)
+            try:
+                yield
+            finally:
+                torch.cuda.nvtx.range_pop()
+
+        return rng()
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(prog="python -m lab.target", description=__doc__)
+    ap.add_argument("--variant", required=True)
+    ap.add_argument("--shape", required=True, help="B,H,N,D")
+    ap.add_argument("--seqlen-k", type=int, default=None)
+    ap.add_argument("--causal", action="store_true")
+    ap.add_argument("--dtype", default=None)
+    ap.add_argument("--warmup", type=int, default=3)
+    ap.add_argument("--repeat", type=int, default=1)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--torch-profile", type=Path, default=None,
+                    help="run the launches under torch.profiler and write its trace JSON here")
+    return ap.parse_args(argv)
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    import torch
+
+    from lab import build, variants
+    from lab.problem import check_supported, make_inputs, parse_shape, softmax_scale
+
+    variant = variants.get(args.variant)
+    problem = parse_shape(args.shape, args.causal, args.dtype or variant.default_dtype, args.seqlen_k)
+    check_supported(variant, problem)
+    module = build.load_cached(variant)
+    q, k, v = make_inputs(problem, args.seed)
+    o = torch.empty_like(q)
+    scale = softmax_scale(problem)
+
+    def launch():
+        module.forward(q, k, v, o, problem.causal, scale)
+
+    for _ in range(args.warmup):
+        launch()
+    torch.cuda.synchronize()
+    name = range_name(variant.id, problem.label())
+    if args.torch_profile is not None:
+        from lab.nsight.kineto import profile_launches
+
+        profile_launches(launch, args.repeat, args.torch_profile, name)
+    else:
+        with _nvtx_range(name):
+            for _ in range(args.repeat):
+                launch()
+            torch.cuda.synchronize()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

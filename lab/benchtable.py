@@ -13,13 +13,14 @@ from lab.errors import CheckFailed
 
 
 def bench_ladder(chosen, problems, reps: int, warmup: int, baselines: bool = True) -> dict:
+    from lab.environment import device_info, git_info, require_gpu, software_info
+
+    require_gpu("bench")  # before importing the build machinery: a clear refusal, fast
     from lab import build, check
     from lab.baselines import run_baselines
     from lab.bench import tflops
-    from lab.environment import device_info, git_info, require_gpu, software_info
     from lab.pipeline import bench_variant
 
-    require_gpu("bench")
     rows, base_by_shape, failed = [], {}, []
     for variant, problem in zip(chosen, problems):
         shape_key = problem.with_dtype("float32").label()

@@ -72,14 +72,15 @@ def bench_variant(variant: Variant, problem: Problem, module, reps: int, warmup:
 
 
 def profile(variant: Variant, problem: Problem, opts: ProfileOptions) -> Path:
+    from lab.environment import device_info, git_info, require_gpu, software_info
+
+    check_supported(variant, problem)
+    require_gpu("profile")  # before importing the build machinery: a clear refusal, fast
     from lab import build, check, store
     from lab.baselines import run_baselines
     from lab.bench import tflops
-    from lab.environment import device_info, git_info, require_gpu, software_info
     from lab.target import range_name
 
-    check_supported(variant, problem)
-    require_gpu("profile")
     if opts.ncu:
         from lab.nsight import ncu
         ncu.require_ncu()  # fail before minutes of work, not after

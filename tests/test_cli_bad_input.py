@@ -1,0 +1,60 @@
+"""Bad input: a clear message and exit code 2, no traceback, nothing stored."""
+
+import subprocess
+import sys
+
+import pytest
+
+try:
+    import torch
+    HAS_GPU = torch.cuda.is_available()
+except ImportError:
+    HAS_GPU = False
+
+
+def lab(*args, env=None):
+    return subprocess.run([sys.executable, "-m", "lab.cli", *args], capture_output=True, text=True, env=env)
+
+
+@pytest.mark.parametrize("args, message", [
+    (["profile", "--variant", "v99"], "unknown variant"),
+    (["bench", "--variant", "v1,nope"], "unknown variant"),
+    (["profile", "--variant", "v1", "--shape", "8,16,1024,96"], "head_dim"),
+    (["profile", "--variant", "v1", "--shape", "8,16,0,64"], "seqlen_q must be >= 1"),
+    (["profile", "--variant", "v1", "--shape", "0,16,128,64"], "batch must be >= 1"),
+    (["profile", "--variant", "v1", "--shape", "8,16,1024"], "bad shape"),
+    (["profile", "--variant", "v1", "--dtype", "bfloat16"], "dtype"),
+    (["profile", "--variant", "v1", "--dtype", "int8"], "unknown dtype"),
+    (["bench", "--variant", ""], "no variant"),
+])
+def test_bad_usage_exits_2_with_message(args, message, tmp_path):
+    import os
+
+    env = dict(os.environ, LAB_PROFILES=str(tmp_path))
+    res = lab(*args, env=env)
+    assert res.returncode == 2, res.stderr
+    assert message in res.stderr
+    assert "Traceback" not in res.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.skipif(HAS_GPU, reason="checks the no-GPU refusal; this machine has a GPU")
+@pytest.mark.parametrize("command", [["profile", "--variant", "v2"], ["bench", "--variant", "v1"]])
+def test_gpu_command_without_gpu_exits_2(command, tmp_path):
+    import os
+
+    res = lab(*command, env=dict(os.environ, LAB_PROFILES=str(tmp_path)))
+    assert res.returncode == 2, res.stderr
+    assert "needs an NVIDIA GPU" in res.stderr or "needs PyTorch" in res.stderr
+    assert "Traceback" not in res.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_variants_lists_every_rung():
+    import json
+
+    from lab.variants import VARIANTS
+
+    res = lab("variants", "--json")
+    assert res.returncode == 0
+    assert [v["id"] for v in json.loads(res.stdout)] == [v.id for v in VARIANTS]

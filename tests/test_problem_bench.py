@@ -1,0 +1,54 @@
+"""Problem arithmetic and timing statistics (no GPU needed)."""
+
+import pytest
+
+from lab.bench import median_ci95, summarize, tflops
+from lab.errors import LabError
+from lab.problem import Problem, check_supported, parse_shape
+from lab.variants import get
+
+
+def test_flops_and_min_bytes():
+    p = parse_shape("8,16,1024,64")
+    assert p.flops == 4 * 8 * 16 * 1024 * 1024 * 64
+    assert parse_shape("8,16,1024,64", causal=True).flops == p.flops / 2
+    assert p.min_bytes == 4 * 8 * 16 * 64 * (4 * 1024)  # fp32: Q, K, V read, O written
+    assert parse_shape("8,16,1024,64", dtype="fp16").min_bytes == p.min_bytes // 2
+
+
+def test_seqlen_k_may_differ():
+    p = parse_shape("2,4,100,300,64")
+    assert (p.seqlen_q, p.seqlen_k) == (100, 300)
+    assert p.flops == 4 * 2 * 4 * 100 * 300 * 64
+    assert "N100x300" in p.label()
+
+
+@pytest.mark.parametrize("spec", ["8,16,1024", "a,b,c,d", "8,16,0,64", "0,16,128,64", "8,-1,128,64", ""])
+def test_bad_shapes_are_refused(spec):
+    with pytest.raises(LabError):
+        parse_shape(spec)
+
+
+def test_rung_support_is_checked():
+    v1 = get("v1")
+    check_supported(v1, parse_shape("1,1,17,32"))
+    with pytest.raises(LabError, match="head_dim"):
+        check_supported(v1, parse_shape("1,1,17,96"))
+    with pytest.raises(LabError, match="dtype"):
+        check_supported(v1, parse_shape("1,1,17,64", dtype="bf16"))
+    with pytest.raises(LabError, match="dtype"):
+        Problem(1, 1, 1, 1, 64, dtype="int8")
+
+
+def test_summary_statistics():
+    samples = [float(x) for x in range(1, 32)]  # 1..31
+    t = summarize(samples, warmup=5, l2_flush=True)
+    assert t.median == 16 and t.min == 1 and t.max == 31 and t.reps == 31
+    assert t.ci95_low < t.median < t.ci95_high
+    lo, hi = median_ci95(sorted(samples))
+    assert (lo, hi) == (t.ci95_low, t.ci95_high)
+    assert 10 <= lo <= 12 and 20 <= hi <= 22  # order statistics around n/2 +- 1.96*sqrt(n)/2
+
+
+def test_tflops():
+    assert tflops(2e12, 1000.0) == pytest.approx(2.0)

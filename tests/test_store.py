@@ -1,0 +1,83 @@
+"""The run store: round trip, and a run appears only when complete (atomic, Ctrl-C safe)."""
+
+import json
+
+import pandas as pd
+import pytest
+
+from lab import store
+from lab.errors import LabError
+
+
+def _write_run(root, run_id="20261121-000000-v1-test", extra=None):
+    with store.create_run(run_id, root) as run:
+        run.manifest.update({"created_utc": "2026-11-21T00:00:00+00:00", "variant": {"id": "v1"}, **(extra or {})})
+        run.add_table("metrics", pd.DataFrame({"kernel": ["k"], "gpu__time_duration.sum": [1234.5],
+                                               "launch__grid_size": [12]}))
+        (run.artifact_path("profile.ncu-rep")).write_bytes(b"payload")
+        run.register_artifact("ncu_report", "profile.ncu-rep")
+        return run.commit()
+
+
+def test_round_trip_keeps_manifest_tables_and_types(tmp_path):
+    path = _write_run(tmp_path, extra={"timing": {"median": 1.5, "unit": "ms"}})
+    [run] = store.list_runs(tmp_path)
+    assert run.path == path
+    assert run.manifest["schema_version"] == store.SCHEMA_VERSION
+    assert run.manifest["timing"] == {"median": 1.5, "unit": "ms"}
+    df = run.table("metrics")
+    assert df["launch__grid_size"].dtype.kind == "i"  # typed columnar: ints stay ints
+    assert df["gpu__time_duration.sum"].iloc[0] == 1234.5
+    assert run.artifact("ncu_report").read_bytes() == b"payload"
+    assert run.table("absent") is None
+
+
+@pytest.mark.parametrize("interrupt", [RuntimeError("boom"), KeyboardInterrupt()])
+def test_interrupted_run_leaves_nothing(tmp_path, interrupt):
+    with pytest.raises(type(interrupt)):
+        with store.create_run("20261121-000000-v2-x", tmp_path) as run:
+            run.add_table("metrics", pd.DataFrame({"a": [1]}))
+            raise interrupt
+    assert list(tmp_path.iterdir()) == []
+    assert store.list_runs(tmp_path) == []
+
+
+def test_uncommitted_run_leaves_nothing(tmp_path):
+    with store.create_run("20261121-000000-v2-x", tmp_path) as run:
+        run.manifest["x"] = 1
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_list_skips_staging_dirs_and_reads_examples(tmp_path):
+    _write_run(tmp_path / "examples", "20261121-000000-v1-a")
+    staging = tmp_path / ".20261121-000001-v2-b.xyz.partial"
+    staging.mkdir()
+    (staging / "manifest.json").write_text(json.dumps({"schema_version": 1, "run_id": "x"}))
+    assert [r.id for r in store.list_runs(tmp_path)] == ["20261121-000000-v1-a"]
+
+
+def test_duplicate_and_bad_ids_are_refused(tmp_path):
+    _write_run(tmp_path)
+    with pytest.raises(LabError):
+        _write_run(tmp_path)
+    with pytest.raises(LabError):
+        with store.create_run("../escape", tmp_path):
+            pass
+
+
+def test_find_run_by_prefix_and_errors(tmp_path):
+    _write_run(tmp_path, "20261121-000000-v1-a")
+    _write_run(tmp_path, "20261121-000000-v1-b")
+    assert store.find_run("20261121-000000-v1-a", tmp_path).id.endswith("-a")
+    with pytest.raises(LabError, match="ambiguous"):
+        store.find_run("20261121-000000-v1", tmp_path)
+    with pytest.raises(LabError, match="no stored run"):
+        store.find_run("nope", tmp_path)
+
+
+def test_malformed_manifest_is_a_clear_error(tmp_path):
+    bad = tmp_path / "20261121-000000-v1-bad"
+    bad.mkdir()
+    (bad / "manifest.json").write_text("{not json")
+    with pytest.raises(LabError, match="not a lab run"):
+        store.list_runs(tmp_path)

@@ -47,10 +47,14 @@ def main():
 
 @main.command()
 @json_option
-def variants(as_json):
+@click.option("--markdown", is_flag=True, help="print the README's ladder table")
+def variants(as_json, markdown):
     """List the kernel rungs: id, title, dtypes, what changed, the bottleneck it attacks."""
-    from lab.variants import VARIANTS
+    from lab.variants import VARIANTS, markdown_table
 
+    if markdown:
+        click.echo(markdown_table())
+        return
     if as_json:
         click.echo(json.dumps([{"id": v.id, "slug": v.slug, "title": v.title, "source": str(v.source.name),
                                 "dtypes": list(v.dtypes), "head_dims": list(v.head_dims),

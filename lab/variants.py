@@ -100,3 +100,12 @@ def select(spec: str) -> list[Variant]:
 def previous(variant: Variant) -> Variant | None:
     idx = VARIANTS.index(variant)
     return VARIANTS[idx - 1] if idx > 0 else None
+
+
+def markdown_table() -> str:
+    """The README's ladder table, generated so that it cannot drift from this registry."""
+    lines = ["| rung | file | dtypes | what changed | bottleneck it attacks |", "| --- | --- | --- | --- | --- |"]
+    for v in VARIANTS:
+        cells = [f"**{v.id}** {v.title}", f"`kernels/{v.source.name}`", ", ".join(v.dtypes), v.changed, v.attacks]
+        lines.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
+    return "\n".join(lines)

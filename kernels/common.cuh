@@ -45,3 +45,83 @@ static inline cudaError_t lab_set_smem(Kernel kernel, size_t bytes) {
   if (bytes <= 48 * 1024) return cudaSuccess;
   return cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes);
 }
+
+// ---------------------------------------------------------------------------------------------
+// Tensor-core helpers (added for v5_mma; pure PTX wrappers, no state). Device-only: binding.cpp
+// includes this header through the host compiler, so the block is hidden from it.
+// Fragment layouts follow the PTX ISA's "Matrix fragments for mma.m16n8k16" tables.
+// ---------------------------------------------------------------------------------------------
+#if defined(__CUDACC__)
+#include <cuda_fp16.h>
+#include <cuda_bf16.h>
+
+// Shared-memory address as the 32-bit value ldmatrix and cp.async take.
+static __device__ __forceinline__ uint32_t lab_smem_addr(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+// 16-byte global -> shared copy that bypasses L1 (.cg). src_bytes < 16 zero-fills the rest, so
+// src_bytes = 0 writes 16 zero bytes: out-of-range rows become zeros without a branch.
+static __device__ __forceinline__ void lab_cp_async_16(uint32_t smem, const void* gmem, int src_bytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem), "l"(gmem), "r"(src_bytes));
+}
+static __device__ __forceinline__ void lab_cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+// Wait until at most `kPending` of this thread's committed groups are still in flight.
+template <int kPending>
+static __device__ __forceinline__ void lab_cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending));
+}
+
+// Four 8x8 b16 matrices; lanes 8i..8i+7 give the row addresses of matrix i, register i receives it.
+static __device__ __forceinline__ void lab_ldmatrix_x4(uint32_t (&r)[4], uint32_t smem) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(smem));
+}
+// Same, each matrix transposed on the way (row-major V tile -> column operand of P.V).
+static __device__ __forceinline__ void lab_ldmatrix_x4_trans(uint32_t (&r)[4], uint32_t smem) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(smem));
+}
+
+// D = A(16x16, row) * B(16x8, col) + D, fp32 accumulate. T is __half or __nv_bfloat16.
+template <typename T>
+static __device__ __forceinline__ void lab_mma_m16n8k16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,
+                                                        uint32_t b1);
+template <>
+__device__ __forceinline__ void lab_mma_m16n8k16<__half>(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,
+                                                         uint32_t b1) {
+  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+               "{%0,%1,%2,%3};\n"
+               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+template <>
+__device__ __forceinline__ void lab_mma_m16n8k16<__nv_bfloat16>(float (&d)[4], const uint32_t (&a)[4],
+                                                                uint32_t b0, uint32_t b1) {
+  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+               "{%0,%1,%2,%3};\n"
+               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// Two floats -> one register of two 16-bit values (lo in the low half), round to nearest.
+template <typename T>
+static __device__ __forceinline__ uint32_t lab_pack2(float lo, float hi);
+template <>
+__device__ __forceinline__ uint32_t lab_pack2<__half>(float lo, float hi) {
+  __half2 h = __floats2half2_rn(lo, hi);
+  return *reinterpret_cast<uint32_t*>(&h);
+}
+template <>
+__device__ __forceinline__ uint32_t lab_pack2<__nv_bfloat16>(float lo, float hi) {
+  __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<uint32_t*>(&h);
+}
+
+// 2^x on the SFU (MUFU.EX2), flushing denormals; ex2(-inf) = +0, which masked scores rely on.
+static __device__ __forceinline__ float lab_exp2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
+#endif  // __CUDACC__ (end of the v5_mma helper block)

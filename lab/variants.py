@@ -70,6 +70,23 @@ VARIANTS: tuple[Variant, ...] = (
         "request uses few bytes of every 32-byte sector it touches.",
         predicted_gain="1.2-2x on the load phase; the grid stays B*H CTAs, so small-grid remains.",
     ),
+    Variant(
+        id="v5",
+        slug="mma",
+        title="Tensor cores: FlashAttention-2 with mma.sync m16n8k16, fp16/bf16 in, fp32 accumulate",
+        dtypes=("float16", "bfloat16"),
+        head_dims=(64, 128),
+        min_cc=(8, 0),
+        changed="S = Q K^T and O += P V run on the tensor cores (mma.sync m16n8k16) instead of fp32 FFMA; "
+        "Q stays in registers as A-fragments, K/V stream through padded (conflict-free) shared memory in "
+        "a two-stage cp.async pipeline and are read with ldmatrix (.trans for V); the online softmax "
+        "runs on the accumulator fragments and P is re-packed in registers as the A operand of P V; "
+        "causal CTAs skip fully masked key tiles and mask only the diagonal ones.",
+        attacks="compute-bound on the FP32 pipe: v4's FFMA pipe is near its peak while the tensor pipe "
+        "is idle (fp32 ceiling ~67 TFLOP/s against ~790 for dense 16-bit matrix products on an H200).",
+        predicted_gain="~8-10x over the best fp32 rung: ~300 TFLOP/s fp16 at B=8,H=32,N=4096,D=64 and "
+        "~340 at D=128, the level of SDPA's flash backend (FA2), which uses the same design.",
+    ),
 )
 
 

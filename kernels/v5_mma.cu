@@ -1,0 +1,387 @@
+// v5_mma: FlashAttention-2 forward on tensor cores (mma.sync m16n8k16), fp16 and bf16 in, fp32 accumulate.
+//
+// What changed since v4: the two matrix products S = Q K^T and O += P V leave the fp32 CUDA cores
+//   (FFMA, one multiply-add per thread per instruction) for the tensor cores (HMMA: 2048 multiply-adds
+//   per warp instruction). Inputs are fp16/bf16 (half the bytes of fp32), Q stays in registers as
+//   mma A-fragments, K and V stream through shared memory with cp.async (two stages, XOR swizzle so
+//   that ldmatrix reads are free of bank conflicts), the online softmax runs on the accumulator
+//   fragments in registers, and P is re-packed in registers as the A operand of P V (no shared
+//   memory round trip).
+// Bottleneck it attacks: v4 is bound by the FP32 pipe (FFMA issue; sm__pipe_fma_cycles_active near
+//   its peak) while the tensor pipe sits idle; the fp32 ceiling is ~67 TFLOP/s on an H100/H200
+//   against ~790 measured for dense bf16 matrix products.
+// Predicted gain (written before measuring): ~300 TFLOP/s in fp16 at B=8,H=32,N=4096,D=64 and ~340 at
+//   B=8,H=16,N=4096,D=128 -- the level of SDPA's flash backend, which uses this same design -- i.e.
+//   roughly 8-10x over the best fp32 rung. The limit then moves to mma.sync issue rate, shared-memory
+//   bandwidth for the K/V fragments, and the fp32 softmax work (FFMA + MUFU.EX2 per score).
+// Measured: see benchmarks/v5_notes.md and benchmarks/RESULTS.md (device, date, numbers).
+// Profile it: lab profile --variant v5 --dtype float16
+//
+// Layout of one CTA (default D=64 config shown: 4 warps, BLOCK_M = 4 x 16 x MT query rows, BLOCK_N keys):
+//
+//            K_j^T (D x BLOCK_N, smem, ldmatrix)          V_j (BLOCK_N x D, smem, ldmatrix.trans)
+//            +----+----+-- ... --+----+                   +----+----+-- ... --+----+
+//            |n8  |n8  |         |n8  |                   |d8  |d8  |         |d8  |
+//  Q (regs)  +----+----+-- ... --+----+       P (regs)    +----+----+-- ... --+----+
+//  +------+  S = Q K^T, fp32 in registers     +------+    O += P V, fp32 in registers
+//  |warp 0|  [16*MT x BLOCK_N] per warp  -->  |warp 0| -> [16*MT x D] per warp
+//  |warp 1|  online softmax on the quad:      |warp 1|
+//  |warp 2|  row max/sum via shfl_xor 1,2     |warp 2|    each warp owns its query rows; every warp
+//  |warp 3|  exp2(s*scale*log2e - m*...)      |warp 3|    reads the whole K_j and V_j tile
+//  +------+                                   +------+
+//
+//  One m16n8k16 MMA: A = 16 query rows x 16 (d or keys), B = 16 x 8 (keys or d), C = 16 x 8 fp32.
+//  Thread `lane` holds C rows g = lane/4 and g+8, columns 2*(lane%4)+{0,1}: the four lanes of a quad
+//  share a row, so a row reduction is two shuffles. The S accumulator of key tiles 2k and 2k+1 is,
+//  re-packed to 16 bits, exactly the A fragment of k-step k of P V.
+//
+//  Shared memory: [stage 0: K | V][stage 1: K | V][Q] (Q aliases stage 1 when it lives in registers),
+//  rows of D 16-bit values padded by one 16-byte chunk: the eight rows one ldmatrix phase reads
+//  (same column, consecutive rows) land in eight different 16-byte bank groups, so no conflicts,
+//  and unlike an XOR swizzle every fragment address is a per-lane base plus an immediate.
+//
+//  Pipeline per key tile j (stage j%2): wait K_j -> barrier -> issue cp.async for K_{j+1}, V_{j+1}
+//  into the other stage -> S = Q K_j^T -> mask (ragged tail, causal diagonal) -> softmax -> wait V_j
+//  -> barrier -> O += P V_j. Causal CTAs stop at their diagonal tile (no fully masked tile is read)
+//  and are scheduled heaviest first.
+#include "common.cuh"
+
+#include <cmath>
+#include <cstdlib>
+
+namespace v5 {
+
+// Tile configuration. MT = m16 tiles per warp (16 or 32 query rows per warp); QREGS keeps Q's
+// A-fragments in registers for the whole kernel, otherwise they are re-read from shared memory for
+// every key tile (fewer registers, more shared-memory traffic).
+template <int D_, int WARPS_, int MT_, int BN_, bool QREGS_, int MIN_BLOCKS_>
+struct Config {
+  static constexpr int D = D_, kWarps = WARPS_, MT = MT_, BN = BN_, kMinBlocks = MIN_BLOCKS_;
+  static constexpr bool kQRegs = QREGS_;
+  static constexpr int kThreads = kWarps * 32;
+  static constexpr int kWarpRows = 16 * MT;
+  static constexpr int BM = kWarps * kWarpRows;
+  static constexpr int kChunks = D / 8;        // 16-byte chunks per row of D 16-bit values
+  static constexpr int kRowBytes = D * 2 + 16;  // row pitch in shared memory: one chunk of padding
+  static constexpr int kTileKVBytes = BN * kRowBytes;
+  static constexpr int kStageBytes = 2 * kTileKVBytes;  // K then V
+  static constexpr int kTileQBytes = BM * kRowBytes;
+  // Q in registers: its shared tile is dead after the prologue, so it (and later the O staging
+  // tile) reuses stage 1, which is first written after the barrier that follows the Q reads.
+  static constexpr int kQOffset = kQRegs ? kStageBytes : 2 * kStageBytes;
+  static constexpr int kSmemBytes =
+      kQRegs ? (kQOffset + kTileQBytes > 2 * kStageBytes ? kQOffset + kTileQBytes : 2 * kStageBytes)
+             : 2 * kStageBytes + kTileQBytes;
+  static_assert(D == 64 || D == 128, "head_dim 64 or 128");
+  static_assert(BN % 16 == 0, "key tile must be a whole number of k16 steps");
+};
+
+// Copy `ROWS` rows of a [*, D] tile into padded shared memory; rows >= valid_rows are zero-filled
+// (a zero V row times a zero probability stays zero, where garbage could be NaN).
+template <int ROWS, int D, int THREADS, typename T>
+__device__ __forceinline__ void load_tile(uint32_t dst, const T* __restrict__ src, int valid_rows, int tid) {
+  constexpr int kChunks = D / 8;
+  static_assert((ROWS * kChunks) % THREADS == 0, "tile must split evenly over the CTA");
+#pragma unroll
+  for (int i = 0; i < ROWS * kChunks / THREADS; ++i) {
+    const int idx = tid + i * THREADS;
+    const int r = idx / kChunks, c = idx % kChunks;
+    const bool ok = r < valid_rows;
+    lab_cp_async_16(dst + r * (D * 2 + 16) + c * 16, src + (size_t)(ok ? r : 0) * D + c * 8, ok ? 16 : 0);
+  }
+}
+
+template <class C, typename T, bool CAUSAL>
+__global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
+fwd_kernel(const T* __restrict__ q,  // [B*H, nq, D]
+           const T* __restrict__ k,  // [B*H, nk, D]
+           const T* __restrict__ v,  // [B*H, nk, D]
+           T* __restrict__ o,        // [B*H, nq, D]
+           int nq, int nk, float scale_log2) {
+  constexpr int D = C::D, BN = C::BN, MT = C::MT, RB = C::kRowBytes;
+  extern __shared__ __align__(1024) uint8_t smem[];
+
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  // Causal: the last query blocks see the most keys; launch them first so the tail is short ones.
+  const int m_block = CAUSAL ? (int)(gridDim.x - 1 - blockIdx.x) : (int)blockIdx.x;
+  const int m0 = m_block * C::BM;
+  const size_t bh = blockIdx.y;
+  q += (bh * nq + m0) * D;
+  o += (bh * nq + m0) * D;
+  k += bh * nk * D;
+  v += bh * nk * D;
+
+  const uint32_t s_base = lab_smem_addr(smem);
+  const uint32_t s_q = s_base + C::kQOffset;
+
+  // Per-lane ldmatrix row addresses (lanes 8i..8i+7 address the rows of matrix i). Every other
+  // offset -- the 16-column k-step, the 16-row block, the stage -- is a compile-time constant the
+  // compiler folds into the instruction's immediate: the padding keeps addresses linear.
+  // A operand (Q): matrices {rows 0-7, 8-15} x {cols 0-7, 8-15} -> a0..a3.
+  const uint32_t a_off = (warp * C::kWarpRows + (lane & 15)) * RB + (lane >> 4) * 16;
+  // B operand from K (non-transposed): {keys 0-7: d 0-7, d 8-15}, {keys 8-15: d 0-7, d 8-15}.
+  const uint32_t k_off = ((lane & 7) + ((lane >> 4) << 3)) * RB + ((lane >> 3) & 1) * 16;
+  // B operand from V (transposed): {keys 0-7, keys 8-15} x {d 0-7, d 8-15}.
+  const uint32_t v_off = ((lane & 7) + (((lane >> 3) & 1) << 3)) * RB + (lane >> 4) * 16;
+
+  const int row_end = CAUSAL ? min(nq, m0 + C::BM) : nq;  // last query row of this block + 1
+  const int n_end = CAUSAL ? min(nk, row_end) : nk;       // keys any row of this block can see
+  const int n_tiles = lab_cdiv(n_end, BN);
+
+  // Prologue: Q, then K_0 and V_0 in their own groups so S can start before V_0 lands.
+  load_tile<C::BM, D, C::kThreads>(s_q, q, min(C::BM, nq - m0), tid);
+  lab_cp_async_commit();
+  load_tile<BN, D, C::kThreads>(s_base, k, min(BN, nk), tid);
+  lab_cp_async_commit();
+  load_tile<BN, D, C::kThreads>(s_base + C::kTileKVBytes, v, min(BN, nk), tid);
+  lab_cp_async_commit();
+
+  uint32_t q_frag[C::kQRegs ? MT : 1][C::kQRegs ? D / 16 : 1][4];
+  if constexpr (C::kQRegs) {
+    lab_cp_async_wait<2>();  // Q landed (K_0, V_0 may be in flight)
+    __syncthreads();
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+      for (int kk = 0; kk < D / 16; ++kk)
+        lab_ldmatrix_x4(q_frag[mt][kk], s_q + a_off + kk * 32 + mt * 16 * RB);
+  }
+
+  float o_acc[MT][D / 8][4];
+  float row_max[MT][2], row_sum[MT][2];  // row_sum is this lane's partial sum; the quad adds at the end
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt) {
+#pragma unroll
+    for (int dt = 0; dt < D / 8; ++dt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) o_acc[mt][dt][e] = 0.f;
+    row_max[mt][0] = row_max[mt][1] = -INFINITY;
+    row_sum[mt][0] = row_sum[mt][1] = 0.f;
+  }
+
+  for (int j = 0; j < n_tiles; ++j) {
+    const int stage = j & 1;
+    const uint32_t s_k = s_base + stage * C::kStageBytes;
+    const uint32_t s_v = s_k + C::kTileKVBytes;
+
+    lab_cp_async_wait<1>();  // K_j landed; V_j may still be in flight
+    // K_j visible to every warp; every warp is done with the other stage (tile j-1) and with Q.
+    __syncthreads();
+    {
+      const int nxt = j + 1;
+      const uint32_t s_next = s_base + (stage ^ 1) * C::kStageBytes;
+      if (nxt < n_tiles) load_tile<BN, D, C::kThreads>(s_next, k + (size_t)nxt * BN * D, min(BN, nk - nxt * BN), tid);
+      lab_cp_async_commit();
+      if (nxt < n_tiles)
+        load_tile<BN, D, C::kThreads>(s_next + C::kTileKVBytes, v + (size_t)nxt * BN * D, min(BN, nk - nxt * BN), tid);
+      lab_cp_async_commit();
+    }
+
+    // S = Q K_j^T, fp32 accumulators [MT][BN/8 key tiles of 8][4].
+    float s[MT][BN / 8][4];
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+      for (int nt = 0; nt < BN / 8; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) s[mt][nt][e] = 0.f;
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk) {
+      uint32_t a[MT][4];
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt) {
+        if constexpr (C::kQRegs) {
+#pragma unroll
+          for (int e = 0; e < 4; ++e) a[mt][e] = q_frag[mt][kk][e];
+        } else {
+          lab_ldmatrix_x4(a[mt], s_q + a_off + kk * 32 + mt * 16 * RB);
+        }
+      }
+#pragma unroll
+      for (int p = 0; p < BN / 16; ++p) {
+        uint32_t b[4];
+        lab_ldmatrix_x4(b, s_k + k_off + kk * 32 + p * 16 * RB);
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) {
+          lab_mma_m16n8k16<T>(s[mt][2 * p], a[mt], b[0], b[1]);
+          lab_mma_m16n8k16<T>(s[mt][2 * p + 1], a[mt], b[2], b[3]);
+        }
+      }
+    }
+
+    // Mask only where needed: the ragged last tile (keys >= nk) and, causal, tiles crossing the
+    // diagonal of this query block (some key > some row). Uniform branch per CTA.
+    const int n0 = j * BN;
+    if (n0 + BN > nk || (CAUSAL && n0 + BN - 1 > m0)) {
+      const int row0 = m0 + warp * C::kWarpRows + (lane >> 2);
+      const int col0 = n0 + (lane & 3) * 2;
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+        for (int nt = 0; nt < BN / 8; ++nt)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int row = row0 + mt * 16 + (e >> 1) * 8;
+            const int col = col0 + nt * 8 + (e & 1);
+            if (col >= nk || (CAUSAL && col > row)) s[mt][nt][e] = -INFINITY;
+          }
+    }
+
+    // Online softmax on the fragments; P re-packed as the A operand of P V.
+    uint32_t p_frag[MT][BN / 16][4];
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {  // h = 0: row g, h = 1: row g + 8
+        float mx = row_max[mt][h];
+#pragma unroll
+        for (int nt = 0; nt < BN / 8; ++nt) mx = fmaxf(mx, fmaxf(s[mt][nt][2 * h], s[mt][nt][2 * h + 1]));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+        // Every row sees key 0 in tile 0, so mx is finite from tile 0 on; the guard keeps a row
+        // with no visible key at 0 instead of NaN all the same.
+        const float mx_scaled = (mx == -INFINITY) ? 0.f : mx * scale_log2;
+        const float alpha = lab_exp2(row_max[mt][h] * scale_log2 - mx_scaled);  // ex2(-inf) = 0 first time
+        row_max[mt][h] = mx;
+        float sum = 0.f;
+#pragma unroll
+        for (int nt = 0; nt < BN / 8; ++nt) {
+          const float p0 = lab_exp2(fmaf(s[mt][nt][2 * h], scale_log2, -mx_scaled));
+          const float p1 = lab_exp2(fmaf(s[mt][nt][2 * h + 1], scale_log2, -mx_scaled));
+          s[mt][nt][2 * h] = p0;
+          s[mt][nt][2 * h + 1] = p1;
+          sum += p0 + p1;
+        }
+        row_sum[mt][h] = row_sum[mt][h] * alpha + sum;
+#pragma unroll
+        for (int dt = 0; dt < D / 8; ++dt) {
+          o_acc[mt][dt][2 * h] *= alpha;
+          o_acc[mt][dt][2 * h + 1] *= alpha;
+        }
+      }
+#pragma unroll
+      for (int kk = 0; kk < BN / 16; ++kk) {
+        p_frag[mt][kk][0] = lab_pack2<T>(s[mt][2 * kk][0], s[mt][2 * kk][1]);
+        p_frag[mt][kk][1] = lab_pack2<T>(s[mt][2 * kk][2], s[mt][2 * kk][3]);
+        p_frag[mt][kk][2] = lab_pack2<T>(s[mt][2 * kk + 1][0], s[mt][2 * kk + 1][1]);
+        p_frag[mt][kk][3] = lab_pack2<T>(s[mt][2 * kk + 1][2], s[mt][2 * kk + 1][3]);
+      }
+    }
+
+    lab_cp_async_wait<2>();  // V_j landed (K_{j+1}, V_{j+1} may be in flight)
+    __syncthreads();
+
+    // O += P V_j.
+#pragma unroll
+    for (int kk = 0; kk < BN / 16; ++kk) {
+#pragma unroll
+      for (int dp = 0; dp < D / 16; ++dp) {
+        uint32_t b[4];
+        lab_ldmatrix_x4_trans(b, s_v + v_off + dp * 32 + kk * 16 * RB);
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) {
+          lab_mma_m16n8k16<T>(o_acc[mt][2 * dp], p_frag[mt][kk], b[0], b[1]);
+          lab_mma_m16n8k16<T>(o_acc[mt][2 * dp + 1], p_frag[mt][kk], b[2], b[3]);
+        }
+      }
+    }
+  }
+
+  // Epilogue: O / l, staged through shared memory (this warp's rows of the Q tile) so that the
+  // global stores are 16 bytes per lane and consecutive lanes write consecutive chunks of a row.
+  lab_cp_async_wait<0>();
+  __syncthreads();  // the Q tile may alias stage 1, which other warps may still be reading
+  uint8_t* s_o = smem + C::kQOffset;
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      float l = row_sum[mt][h];
+      l += __shfl_xor_sync(0xffffffffu, l, 1);
+      l += __shfl_xor_sync(0xffffffffu, l, 2);
+      const float inv = 1.f / l;
+      const int row = warp * C::kWarpRows + mt * 16 + (lane >> 2) + h * 8;
+#pragma unroll
+      for (int dt = 0; dt < D / 8; ++dt)
+        *reinterpret_cast<uint32_t*>(s_o + row * RB + dt * 16 + (lane & 3) * 4) =
+            lab_pack2<T>(o_acc[mt][dt][2 * h] * inv, o_acc[mt][dt][2 * h + 1] * inv);
+    }
+  __syncwarp();
+#pragma unroll
+  for (int i = 0; i < C::kWarpRows * C::kChunks / 32; ++i) {
+    const int idx = lane + i * 32;
+    const int row = warp * C::kWarpRows + idx / C::kChunks, c = idx % C::kChunks;
+    if (m0 + row < nq)
+      *reinterpret_cast<uint4*>(o + (size_t)row * D + c * 8) = *reinterpret_cast<const uint4*>(s_o + row * RB + c * 16);
+  }
+}
+
+template <class C, typename T, bool CAUSAL>
+const char* launch_one(const LabAttentionArgs* a, cudaStream_t stream) {
+  auto kernel = fwd_kernel<C, T, CAUSAL>;
+  static const cudaError_t attr = lab_set_smem(kernel, C::kSmemBytes);  // once per instantiation
+  if (attr != cudaSuccess) return cudaGetErrorString(attr);
+  const int bh = a->batch * a->heads;
+  if (bh > 65535) return "v5: batch*heads must be <= 65535 (grid y limit)";
+  const dim3 grid(lab_cdiv(a->seqlen_q, C::BM), bh);
+  const float scale_log2 = a->softmax_scale * 1.4426950408889634f;  // exp(x) = 2^(x log2 e)
+  kernel<<<grid, C::kThreads, C::kSmemBytes, stream>>>(
+      static_cast<const T*>(a->q), static_cast<const T*>(a->k), static_cast<const T*>(a->v),
+      static_cast<T*>(a->o), a->seqlen_q, a->seqlen_k, scale_log2);
+  return lab_last_launch_error();
+}
+
+template <class C, typename T>
+const char* launch_dtype(const LabAttentionArgs* a, cudaStream_t stream) {
+  return a->causal ? launch_one<C, T, true>(a, stream) : launch_one<C, T, false>(a, stream);
+}
+
+template <class C>
+const char* launch(const LabAttentionArgs* a, cudaStream_t stream) {
+  switch (a->dtype) {
+    case LAB_FLOAT16: return launch_dtype<C, __half>(a, stream);
+    case LAB_BFLOAT16: return launch_dtype<C, __nv_bfloat16>(a, stream);
+    default: return "v5 supports float16 and bfloat16 only (tensor-core rung); use --dtype float16";
+  }
+}
+
+// The configurations the launcher uses (picked by measurement; benchmarks/v5_notes.md says why).
+//                     D   warps MT  BN   Q in regs  min CTAs/SM
+using Default64 = Config<64, 4, 2, 64, true, 2>;
+using Default128 = Config<128, 4, 1, 64, true, 3>;
+
+#ifdef LAB_V5_TUNING
+// Tuning build only (benchmarks/ladder_dev.py --tune): LAB_V5_CONFIG picks a candidate, fp16 only.
+const char* launch_tuning(const LabAttentionArgs* a, cudaStream_t stream, int cfg) {
+  if (a->dtype != LAB_FLOAT16) return "v5 tuning build: float16 only";
+  if (a->head_dim == 64) {
+    switch (cfg) {
+      case 0: return launch_dtype<Config<64, 4, 2, 128, false, 2>, __half>(a, stream);  // FA2's 128x128
+      case 1: return launch_dtype<Config<64, 4, 2, 64, true, 2>, __half>(a, stream);
+      case 2: return launch_dtype<Config<64, 4, 1, 64, true, 3>, __half>(a, stream);
+      case 3: return launch_dtype<Config<64, 8, 1, 64, true, 2>, __half>(a, stream);
+      case 4: return launch_dtype<Config<64, 4, 1, 128, true, 3>, __half>(a, stream);
+      default: return "v5 tuning build: LAB_V5_CONFIG out of range for D=64 (0-4)";
+    }
+  }
+  switch (cfg) {
+    case 0: return launch_dtype<Config<128, 4, 2, 64, false, 2>, __half>(a, stream);  // FA2's 128x64
+    case 1: return launch_dtype<Config<128, 4, 1, 64, true, 3>, __half>(a, stream);
+    case 2: return launch_dtype<Config<128, 8, 1, 64, true, 1>, __half>(a, stream);
+    case 3: return launch_dtype<Config<128, 4, 1, 128, true, 2>, __half>(a, stream);
+    default: return "v5 tuning build: LAB_V5_CONFIG out of range for D=128 (0-3)";
+  }
+}
+#endif
+
+}  // namespace v5
+
+LAB_EXPORT const char* lab_forward_v5(const LabAttentionArgs* args, cudaStream_t stream) {
+  if (args->head_dim != 64 && args->head_dim != 128) return "v5 supports head_dim 64 and 128";
+  if (args->seqlen_q < 1 || args->seqlen_k < 1) return "v5 needs seqlen_q >= 1 and seqlen_k >= 1";
+#ifdef LAB_V5_TUNING
+  if (const char* env = std::getenv("LAB_V5_CONFIG"); env && *env && std::atoi(env) >= 0)
+    return v5::launch_tuning(args, stream, std::atoi(env));
+#endif
+  return args->head_dim == 64 ? v5::launch<v5::Default64>(args, stream) : v5::launch<v5::Default128>(args, stream);
+}

@@ -102,6 +102,112 @@ def _problem(variant, shape, causal, dtype, seqlen_k=None):
 
 
 @main.command()
+@click.option("--variant", "variant_spec", default="all", show_default=True, help="v2, v1,v2 or all")
+@click.option("--arch", default=None, metavar="sm_XY",
+              help="target arch, e.g. sm_90a or sm_80 (default: this GPU's; sm_90a with --ptxas-only and no GPU)")
+@click.option("--ptxas-only", is_flag=True, help="only compile each rung's .cu with ptxas -v: needs nvcc, no GPU")
+@click.option("--verbose", is_flag=True, help="show the compiler output of the extension build")
+@json_option
+def build(variant_spec, arch, ptxas_only, verbose, as_json):
+    """Build rungs as PyTorch extensions (cached by source hash); registers, shared memory, spills per kernel."""
+    from lab import build as builder
+    from lab import variants as registry
+
+    chosen = registry.select(variant_spec)
+    if arch:
+        builder.validate_arch(arch)
+    if not ptxas_only:
+        builder.require_cuda_torch("build")  # refuse before compiling anything
+    results = []
+    for v in chosen:
+        if ptxas_only:
+            r = builder.ptxas_report(v, arch)
+            results.append({"variant": v.id, "arch": r.arch, "cache_key": r.cache_key, "flags": r.flags,
+                            "build_dir": str(r.build_dir), "sass": str(r.sass_path) if r.sass_path else None,
+                            "built_now": r.compiled_now, "seconds": r.seconds,
+                            "ptxas": [rec.to_dict() for rec in r.records]})
+        else:
+            b = builder.build(v, arch, verbose=verbose)
+            results.append({"variant": v.id, "arch": b.arch, "cache_key": b.cache_key, "flags": b.flags,
+                            "build_dir": str(b.build_dir), "sass": str(b.sass_path) if b.sass_path else None,
+                            "built_now": b.built_now, "seconds": b.seconds, "ptxas": b.ptxas})
+    if as_json:
+        click.echo(json.dumps(results, indent=2))
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title="ptxas resource usage (static shared memory; dynamic is set at launch)")
+    for col in ("variant", "kernel", "arch"):
+        table.add_column(col, overflow="fold")
+    for col in ("registers", "smem B", "stack B", "spill stores B", "spill loads B"):
+        table.add_column(col, justify="right")
+    for r in results:
+        for rec in r["ptxas"]:
+            table.add_row(r["variant"], builder.short_kernel_name(rec["kernel"]), rec["arch"], str(rec["registers"]),
+                          str(rec["smem_bytes"]), str(rec["stack_bytes"]), str(rec["spill_stores_bytes"]),
+                          str(rec["spill_loads_bytes"]))
+    console = Console()
+    console.print(table)
+    for r in results:
+        what = "compiled" if r["built_now"] else "cached"
+        console.print(f"{r['variant']}: {what} in {r['seconds']:.1f} s -> {r['build_dir']}"
+                      + ("" if r["sass"] else " (no SASS: cuobjdump not found)"))
+
+
+@main.command()
+@click.option("--variant", "variant_spec", required=True, help="v1, v1,v2 or all")
+@click.option("--shapes", "shape_count", type=int, default=None,
+              help="seeded shapes to check (default: 24, or 0 extra when --shape is given)")
+@click.option("--seed", type=int, default=0, show_default=True, help="seed of the shape list and the inputs")
+@shape_option
+@causal_option
+@dtype_option
+@json_option
+def check(variant_spec, shape_count, seed, shape, causal, dtype, as_json):
+    """Check rungs against a float64 reference on seeded shapes; exit 1 if any output is wrong."""
+    from lab import check as gate
+    from lab import variants as registry
+
+    chosen = registry.select(variant_spec)
+    problems = {v.id: (_problem(v, shape, causal, dtype) if shape else None) for v in chosen}
+    if shape_count is None:
+        shape_count = 0 if shape else gate.DEFAULT_SHAPE_COUNT
+    if shape_count < 0:
+        raise LabError(f"--shapes must be >= 0, got {shape_count}")
+
+    def progress(s):
+        mark = "ok  " if s.passed else "FAIL"
+        click.echo(f"[lab] {mark} {s.problem.label()}  rel_err {s.rel_err:.3g}" + (f"  {s.error}" if s.error else ""),
+                   err=True)
+
+    results = [gate.check_variant(v, problem=problems[v.id], extra_shapes=shape_count, seed=seed,
+                                  progress=None if as_json else progress) for v in chosen]
+    if as_json:
+        click.echo(json.dumps([{"variant": r.variant_id, **r.to_dict(), "shapes": [s.to_dict() for s in r.shapes]}
+                               for r in results], indent=2))
+    else:
+        from rich.console import Console
+        from rich.table import Table
+
+        table = Table()
+        for col in ("variant", "shape", "rel_err", "max_abs_err", "mean_abs_err", "tolerance", "result"):
+            table.add_column(col, justify="right" if col.endswith(("err", "tolerance")) else "left")
+        for r in results:
+            for s in r.shapes:
+                cells = [f"{x:.3g}" for x in (s.rel_err, s.max_abs_err, s.mean_abs_err, s.tolerance)]
+                table.add_row(r.variant_id, s.problem.label(), *cells,
+                              "[green]pass[/]" if s.passed else f"[red]FAIL[/] {s.error or ''}".strip())
+        console = Console()
+        console.print(table)
+        for r in results:
+            console.print(f"{r.variant_id}: {'passed' if r.passed else 'FAILED'}: {r.summary()}; rule: {r.rule}")
+    failed = [r for r in results if not r.passed]
+    if failed:
+        raise CheckFailed("; ".join(f"{r.variant_id} is wrong on {r.failed_shape}" for r in failed))
+
+
+@main.command()
 @click.option("--variant", "variant_spec", default="all", show_default=True, help="v2, v1,v3 or all")
 @shape_option
 @causal_option

@@ -1,0 +1,445 @@
+"""Build one PyTorch extension per rung, cached by a hash of what goes into it, and keep ptxas's
+resource usage and the SASS beside it.
+
+A rung's extension is `kernels/<id>_<slug>.cu` plus `kernels/binding.cpp` (compiled with
+`-DLAB_LAUNCHER=lab_forward_<id>`), built by `torch.utils.cpp_extension.load` with ninja into
+`.lab-cache/build/<label>-<key>/`. The key hashes the rung's source, `common.cuh`, `binding.cpp`,
+the flags, and the torch, torch-CUDA and nvcc versions, so an unchanged rung is never rebuilt:
+a second build (in this process or another) imports the finished `.so` directly.
+
+The ptxas step compiles the rung's `.cu` on its own with `nvcc -c -Xptxas -v` for the same arch and
+parses the resource usage (registers, static shared memory, stack, spills) per kernel; it keeps the
+raw log and, where `cuobjdump` exists, the SASS. It needs nvcc but no GPU and no CUDA torch, so
+`lab build --ptxas-only` and the CPU tests use it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import os
+import re
+import shutil
+import subprocess
+import time
+from dataclasses import asdict, dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Sequence
+
+from lab.errors import LabError
+from lab.variants import KERNELS_DIR, Variant
+
+REPO_ROOT = KERNELS_DIR.parent
+BINDING = KERNELS_DIR / "binding.cpp"
+COMMON_HEADER = KERNELS_DIR / "common.cuh"
+
+# -lineinfo maps SASS back to source lines in Nsight Compute at no runtime cost.
+BASE_NVCC_FLAGS: tuple[str, ...] = ("-O3", "-lineinfo")
+BASE_CXX_FLAGS: tuple[str, ...] = ("-O3",)
+DEFAULT_PTXAS_ARCH = "sm_90a"  # the lab's GPU (H100/H200) when there is no device to ask
+
+_ARCH_RE = re.compile(r"^sm_(\d{2,3})([af]?)$")
+_BUILD_MARKER = "build.json"    # written last by a complete extension build
+_PTXAS_MARKER = "ptxas.json"    # written last by a complete ptxas step
+
+_loaded: dict[str, Any] = {}    # cache key -> imported module, once per process
+
+
+@dataclass(frozen=True)
+class PtxasRecord:
+    """ptxas's resource usage for one kernel (entry function) on one arch."""
+
+    kernel: str                  # demangled where c++filt is available
+    registers: int
+    smem_bytes: int              # static shared memory; dynamic shared memory is a launch argument
+    stack_bytes: int
+    spill_stores_bytes: int
+    spill_loads_bytes: int
+    arch: str
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass
+class PtxasReport:
+    variant_id: str
+    arch: str
+    flags: list[str]
+    cache_key: str
+    build_dir: Path
+    records: list[PtxasRecord]
+    sass_path: Path | None       # None where cuobjdump is missing
+    log_path: Path
+    compiled_now: bool
+    seconds: float
+
+
+@dataclass
+class BuildResult:
+    module: Any                  # the extension: module.forward(q, k, v, o, causal, softmax_scale)
+    variant_id: str
+    arch: str
+    cache_key: str
+    flags: list[str]
+    ptxas: list[dict]            # PtxasRecord.to_dict() per kernel, ready for the manifest
+    sass_path: Path | None
+    build_dir: Path
+    built_now: bool
+    seconds: float
+
+    def to_manifest(self) -> dict:
+        """The `build` section of a run manifest (lab.store)."""
+        return {"flags": self.flags, "cache_key": self.cache_key, "ptxas": self.ptxas}
+
+
+# ---------------------------------------------------------------------------------------------
+# Tools, arch and flags
+# ---------------------------------------------------------------------------------------------
+
+def cache_root() -> Path:
+    return Path(os.environ.get("LAB_CACHE", REPO_ROOT / ".lab-cache")) / "build"
+
+
+def find_nvcc() -> str:
+    found = shutil.which("nvcc")
+    if not found:
+        home = os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH")
+        candidate = Path(home) / "bin" / "nvcc" if home else None
+        found = str(candidate) if candidate and candidate.is_file() else None
+    if not found:
+        raise LabError("nvcc not found: building a rung needs the CUDA toolkit's compiler",
+                       hint="install the CUDA toolkit and put its bin/ on PATH (or set CUDA_HOME)")
+    return found
+
+
+def _find_cuda_tool(name: str, nvcc: str) -> str | None:
+    """cuobjdump and c++filt live beside nvcc or on PATH; nvcc itself may be a wrapper script."""
+    found = shutil.which(name)
+    if found:
+        return found
+    dirs = [Path(nvcc).resolve().parent]
+    for env in ("CUDA_HOME", "CUDA_PATH"):
+        if os.environ.get(env):
+            dirs.append(Path(os.environ[env]) / "bin")
+    dirs.append(Path("/usr/local/cuda/bin"))
+    for d in dirs:
+        if (d / name).is_file():
+            return str(d / name)
+    return None
+
+
+@lru_cache(maxsize=None)
+def nvcc_release(nvcc: str) -> str:
+    """`13.0.88` from `nvcc --version` ("... release 13.0, V13.0.88")."""
+    try:
+        out = subprocess.run([nvcc, "--version"], capture_output=True, text=True, timeout=60).stdout
+    except (OSError, subprocess.TimeoutExpired) as e:
+        raise LabError(f"{nvcc} --version failed: {e}", hint="check the CUDA toolkit install") from None
+    m = re.search(r"V(\d+\.\d+\.\d+)", out) or re.search(r"release (\d+\.\d+)", out)
+    if not m:
+        raise LabError(f"cannot read the version from `{nvcc} --version`: {out.strip()[:200]!r}")
+    return m.group(1)
+
+
+def validate_arch(arch: str) -> str:
+    if not _ARCH_RE.match(arch):
+        raise LabError(f"bad arch {arch!r}: expected sm_XY such as sm_80, sm_90a")
+    return arch
+
+
+def gencode(arch: str) -> str:
+    """sm_90a -> -gencode=arch=compute_90a,code=sm_90a (SASS for exactly that arch, no PTX)."""
+    m = _ARCH_RE.match(validate_arch(arch))
+    return f"-gencode=arch=compute_{m.group(1)}{m.group(2)},code={arch}"
+
+
+def device_arch(index: int = 0) -> str:
+    """The arch of the current GPU: sm_90a on compute capability 9.0 (wgmma and TMA need the
+    arch-specific target), sm_XY otherwise."""
+    import torch
+
+    major, minor = torch.cuda.get_device_capability(index)
+    return "sm_90a" if (major, minor) == (9, 0) else f"sm_{major}{minor}"
+
+
+def nvcc_flags(variant: Variant, arch: str) -> list[str]:
+    """Flags for the rung's .cu, in the order given; the rung's extra -gencode flags follow ours."""
+    flags = [*BASE_NVCC_FLAGS, gencode(arch)]
+    for f in variant.arch_flags:
+        if f not in flags:
+            flags.append(f)
+    return flags
+
+
+def _torch_nvcc_defines() -> list[str]:
+    """The defines torch's extension build passes to nvcc, so the standalone ptxas compile sees
+    the same code (e.g. -D__CUDA_NO_HALF_OPERATORS__ hides half operators from later rungs)."""
+    try:
+        from torch.utils.cpp_extension import COMMON_NVCC_FLAGS
+    except ImportError:
+        return []
+    return list(COMMON_NVCC_FLAGS)
+
+
+def versions() -> dict:
+    """What besides sources and flags changes the binary: torch (its headers and ABI), the CUDA
+    torch was built with, and the nvcc that compiles."""
+    try:
+        import torch
+
+        torch_version, torch_cuda = torch.__version__, torch.version.cuda
+    except ImportError:
+        torch_version = torch_cuda = None
+    return {"torch": torch_version, "torch_cuda": torch_cuda, "nvcc": nvcc_release(find_nvcc())}
+
+
+def sources_for(variant: Variant) -> list[Path]:
+    return [variant.source, COMMON_HEADER, BINDING]
+
+
+def cache_key(sources: Sequence[Path], flags: Sequence[str], versions_: dict) -> str:
+    """sha256 over each source's name and bytes, the flags in order, and the versions."""
+    h = hashlib.sha256()
+    for src in sources:
+        h.update(Path(src).name.encode() + b"\0")
+        h.update(Path(src).read_bytes() + b"\0")
+    h.update(json.dumps(list(flags)).encode() + b"\0")
+    h.update(json.dumps(versions_, sort_keys=True).encode())
+    return h.hexdigest()
+
+
+def _key_for(variant: Variant, arch: str) -> tuple[list[str], str]:
+    if not variant.source.is_file():
+        raise LabError(f"{variant.id}: source {variant.source} is missing")
+    flags = nvcc_flags(variant, arch)
+    # The C++ flags of the binding and the launcher symbol are part of what is built.
+    key_flags = flags + [f"cxx:{f}" for f in BASE_CXX_FLAGS] + [f"launcher:{variant.launcher}"]
+    return flags, cache_key(sources_for(variant), key_flags, versions())
+
+
+def build_dir_for(variant: Variant, key: str) -> Path:
+    return cache_root() / f"{variant.label()}-{key[:16]}"
+
+
+def _write_json_atomic(path: Path, obj) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(obj, indent=2, default=str))
+    os.replace(tmp, path)
+
+
+# ---------------------------------------------------------------------------------------------
+# ptxas resource usage
+# ---------------------------------------------------------------------------------------------
+
+_ENTRY_RE = re.compile(r"Compiling entry function '([^']+)' for '([^']+)'")
+_PROPS_RE = re.compile(r"Function properties for (\S+)")
+_FRAME_RE = re.compile(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads")
+_USED_RE = re.compile(r"Used (\d+) registers")
+_SMEM_RE = re.compile(r"(\d+) bytes smem")
+
+
+def parse_ptxas(log: str, demangle: bool = True) -> list[PtxasRecord]:
+    """Parse `nvcc -Xptxas -v` output into one record per (entry function, arch).
+
+    ptxas prints, per entry function: "Compiling entry function 'NAME' for 'sm_XY'", then
+    "Function properties for NAME" followed by the stack/spill line, then "Used N registers, ...
+    [M bytes smem, ...]". Non-entry device functions also get "Function properties" blocks; they
+    are not kernels and are skipped.
+    """
+    entries: list[dict] = []
+    current: dict | None = None
+    props_for: str | None = None
+    for line in log.splitlines():
+        if m := _ENTRY_RE.search(line):
+            current = {"mangled": m.group(1), "arch": m.group(2), "registers": None, "smem_bytes": 0,
+                       "stack_bytes": 0, "spill_stores_bytes": 0, "spill_loads_bytes": 0}
+            entries.append(current)
+            props_for = None
+        elif m := _PROPS_RE.search(line):
+            props_for = m.group(1)
+        elif (m := _FRAME_RE.search(line)) and current is not None and props_for == current["mangled"]:
+            current["stack_bytes"], current["spill_stores_bytes"], current["spill_loads_bytes"] = map(int, m.groups())
+            props_for = None
+        elif (m := _USED_RE.search(line)) and current is not None and current["registers"] is None:
+            current["registers"] = int(m.group(1))
+            if s := _SMEM_RE.search(line):
+                current["smem_bytes"] = int(s.group(1))
+    names = [e["mangled"] for e in entries]
+    pretty = dict(zip(names, _demangle(names))) if demangle else {}
+    return [PtxasRecord(kernel=pretty.get(e["mangled"], e["mangled"]), registers=e["registers"] or 0,
+                        smem_bytes=e["smem_bytes"], stack_bytes=e["stack_bytes"],
+                        spill_stores_bytes=e["spill_stores_bytes"], spill_loads_bytes=e["spill_loads_bytes"],
+                        arch=e["arch"])
+            for e in entries]
+
+
+def _demangle(names: list[str]) -> list[str]:
+    """Itanium names through c++filt (one process for all); unchanged where it is missing."""
+    tool = shutil.which("c++filt") or shutil.which("cu++filt")
+    if not names or not tool:
+        return names
+    try:
+        out = subprocess.run([tool], input="\n".join(names) + "\n", capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return names
+    lines = out.stdout.splitlines()
+    return lines if out.returncode == 0 and len(lines) == len(names) else names
+
+
+def ptxas_report(variant: Variant, arch: str | None = None) -> PtxasReport:
+    """Compile the rung's .cu alone for `arch` with ptxas -v; cached like the extension build.
+
+    No GPU is needed: without one, `arch` defaults to the lab's sm_90a.
+    """
+    started = time.perf_counter()
+    arch = validate_arch(arch or _default_arch())
+    nvcc = find_nvcc()
+    flags, key = _key_for(variant, arch)
+    bdir = build_dir_for(variant, key)
+    marker = bdir / _PTXAS_MARKER
+    if marker.is_file():
+        saved = json.loads(marker.read_text())
+        return PtxasReport(variant.id, arch, flags, key, bdir, [PtxasRecord(**r) for r in saved["records"]],
+                           Path(saved["sass"]) if saved.get("sass") else None, bdir / "ptxas.log",
+                           compiled_now=False, seconds=time.perf_counter() - started)
+
+    bdir.mkdir(parents=True, exist_ok=True)
+    obj = bdir / f"{variant.label()}.o"
+    tmp_obj = bdir / f".{variant.label()}.{os.getpid()}.o"
+    cmd = [nvcc, "-c", "-Xptxas", "-v", *_torch_nvcc_defines(), *flags, "-I", str(KERNELS_DIR),
+           "-o", str(tmp_obj), str(variant.source)]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    log = proc.stdout + proc.stderr
+    (bdir / "ptxas.log").write_text(" ".join(cmd) + "\n" + log)
+    if proc.returncode != 0:
+        tmp_obj.unlink(missing_ok=True)
+        raise LabError(f"nvcc failed to compile {variant.source.name} for {arch}:\n{_tail(log)}",
+                       hint=f"full log: {bdir / 'ptxas.log'}")
+    os.replace(tmp_obj, obj)
+    records = parse_ptxas(log)
+    if not records:
+        raise LabError(f"ptxas reported no kernels for {variant.source.name}; log: {bdir / 'ptxas.log'}")
+    sass = _dump_sass(nvcc, obj, bdir / f"{variant.label()}.sass")
+    _write_json_atomic(marker, {"cache_key": key, "arch": arch, "flags": flags,
+                                "records": [r.to_dict() for r in records], "sass": str(sass) if sass else None})
+    return PtxasReport(variant.id, arch, flags, key, bdir, records, sass, bdir / "ptxas.log",
+                       compiled_now=True, seconds=time.perf_counter() - started)
+
+
+def _dump_sass(nvcc: str, obj: Path, dest: Path) -> Path | None:
+    tool = _find_cuda_tool("cuobjdump", nvcc)
+    if not tool:
+        return None  # the report shows "no SASS (cuobjdump missing)" rather than failing the build
+    proc = subprocess.run([tool, "--dump-sass", str(obj)], capture_output=True, text=True)
+    if proc.returncode != 0:
+        return None
+    dest.write_text(proc.stdout)
+    return dest
+
+
+def _tail(text: str, lines: int = 30) -> str:
+    return "\n".join(text.strip().splitlines()[-lines:])
+
+
+def _default_arch() -> str:
+    try:
+        import torch
+
+        if torch.cuda.is_available():
+            return device_arch()
+    except ImportError:
+        pass
+    return DEFAULT_PTXAS_ARCH
+
+
+# ---------------------------------------------------------------------------------------------
+# The extension
+# ---------------------------------------------------------------------------------------------
+
+def require_cuda_torch(command: str = "build") -> None:
+    try:
+        import torch
+    except ImportError:
+        raise LabError(f"`lab {command}` needs PyTorch with CUDA; torch is not installed",
+                       hint="`lab build --ptxas-only` reports registers and spills with nvcc alone") from None
+    if not torch.cuda.is_available():
+        why = "this torch is a CPU-only build" if torch.version.cuda is None else "no CUDA GPU is visible"
+        raise LabError(f"no CUDA GPU: `lab {command}` needs one to build and load the extension ({why})",
+                       hint="`lab build --ptxas-only` reports registers, shared memory and spills without a GPU")
+
+
+def build(variant: Variant, arch: str | None = None, verbose: bool = False,
+          allow_compile: bool = True) -> BuildResult:
+    """Build (or load the cached build of) one rung; `allow_compile=False` refuses to compile."""
+    started = time.perf_counter()
+    require_cuda_torch()
+    arch = validate_arch(arch or device_arch())
+    flags, key = _key_for(variant, arch)
+    bdir = build_dir_for(variant, key)
+
+    if key in _loaded:
+        return _result(variant, arch, flags, key, bdir, _loaded[key], built_now=False, started=started)
+
+    marker = bdir / _BUILD_MARKER
+    if marker.is_file():
+        saved = json.loads(marker.read_text())
+        so_path = bdir / saved["library"]
+        if so_path.is_file():
+            module = _import_extension(saved["module_name"], so_path)
+            _loaded[key] = module
+            return _result(variant, arch, flags, key, bdir, module, built_now=False, started=started)
+
+    if not allow_compile:
+        raise LabError(f"{variant.id} is not built for {arch} with the current sources and flags",
+                       hint=f"run `lab build --variant {variant.id}` first")
+
+    ptxas_report(variant, arch)  # resource usage and SASS first: a compile error reads better from nvcc alone
+    module_name = f"lab_{variant.label()}_{key[:12]}"
+    from torch.utils.cpp_extension import load
+
+    try:
+        module = load(name=module_name, sources=[str(variant.source), str(BINDING)],
+                      extra_cflags=[*BASE_CXX_FLAGS, f"-DLAB_LAUNCHER={variant.launcher}"],
+                      extra_cuda_cflags=flags, extra_include_paths=[str(KERNELS_DIR)],
+                      build_directory=str(bdir), verbose=verbose)
+    except (RuntimeError, OSError, subprocess.CalledProcessError) as e:
+        raise LabError(f"building the {variant.id} extension failed: {_tail(str(e))}",
+                       hint="rerun with `lab build --verbose` to see the compiler output") from None
+    _write_json_atomic(marker, {"cache_key": key, "arch": arch, "flags": flags, "versions": versions(),
+                                "module_name": module.__name__, "library": Path(module.__file__).name,
+                                "seconds": time.perf_counter() - started})
+    _loaded[key] = module
+    return _result(variant, arch, flags, key, bdir, module, built_now=True, started=started)
+
+
+def load_cached(variant: Variant, arch: str | None = None):
+    """The rung's extension module, built earlier by the parent; compiles nothing."""
+    return build(variant, arch, allow_compile=False).module
+
+
+def _import_extension(module_name: str, so_path: Path):
+    """Import a finished extension .so, as torch.utils.cpp_extension does after a build."""
+    import torch  # noqa: F401  (loads libtorch, which the extension links against)
+
+    spec = importlib.util.spec_from_file_location(module_name, so_path)
+    if spec is None or spec.loader is None:
+        raise LabError(f"cannot import the cached extension {so_path}", hint=f"delete {so_path.parent} and rebuild")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _result(variant, arch, flags, key, bdir, module, built_now: bool, started: float) -> BuildResult:
+    report = ptxas_report(variant, arch)  # cached: reads ptxas.json
+    return BuildResult(module=module, variant_id=variant.id, arch=arch, cache_key=key, flags=flags,
+                       ptxas=[r.to_dict() for r in report.records], sass_path=report.sass_path,
+                       build_dir=bdir, built_now=built_now, seconds=time.perf_counter() - started)
+
+
+def short_kernel_name(kernel: str) -> str:
+    """`void attention_fwd_v1_kernel<128>(float const*, ...)` -> `attention_fwd_v1_kernel<128>`."""
+    name = kernel.split("(", 1)[0].strip()
+    return name[len("void "):] if name.startswith("void ") else name

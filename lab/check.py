@@ -1,0 +1,310 @@
+"""The correctness gate: a rung's output against a float64 reference on seeded shapes.
+
+Each shape gets fresh seeded inputs (`lab.problem.make_inputs`: standard normal + 0.5, so scores
+are not zero-mean), an output buffer poisoned with NaN before the launch (an element the kernel
+never writes stays NaN and fails the check), and a reference computed in float64 by torch.
+
+The rule depends on the rung's dtype:
+  float32:          rel_err = ||out - ref|| / ||ref|| <= FP32_REL_TOL
+  float16/bfloat16: rel_err <= LOW_PRECISION_FACTOR x the rel_err of torch SDPA in the same dtype
+Both norms are Frobenius norms over the whole output; max and mean absolute errors are reported
+beside rel_err. The rule and tolerance travel with the result, so reports show what was enforced.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import random
+import zlib
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Callable
+
+from lab.errors import LabError
+from lab.problem import Problem, check_supported
+from lab.variants import Variant
+
+FP32_REL_TOL = 1e-4
+"""Relative error (Frobenius) allowed for an fp32 rung against the float64 reference.
+
+fp32 carries 24 significant bits (unit roundoff 6e-8); a correct kernel differs from float64 only
+by rounding in its D-long dot products, its exp and its N-long running sums, which stays orders of
+magnitude below 1e-4 at the lengths we check. Real bugs (a dropped or repeated tile, a wrong mask
+boundary, a missed rescale of the running sum) move whole rows and give errors of 1e-3 and more.
+"""
+
+LOW_PRECISION_FACTOR = 2.0
+"""fp16/bf16 rungs may be at most this many times further from float64 than torch's own SDPA in
+the same dtype on the same inputs (the rule of sonnyli/flash_attention_from_scratch)."""
+
+FP32_RULE = f"rel_err = ||out - ref|| / ||ref|| <= {FP32_REL_TOL:g} against float64"
+LOW_PRECISION_RULE = (f"rel_err <= {LOW_PRECISION_FACTOR:g} x rel_err of torch SDPA in the same dtype, "
+                      "both against float64")
+
+CORNER_SEQLENS = (1, 17, 1000, 1023)
+"""Sequence lengths every full check covers: a single row, one ragged tile, and long sequences
+that end one row short of, or well inside, a tile boundary."""
+CORNER_BATCH, CORNER_HEADS = 2, 3       # more than one CTA, and batch != heads to catch swapped strides
+RANDOM_MAX_SEQLEN = 700                 # random ragged lengths in [1, 700]: cheap even for v1
+DEFAULT_SHAPE_COUNT = 24
+
+CPU_REFERENCE_MAX_SCORES = 1 << 20
+"""Shapes with at most this many attention scores (B*H*Nq*Nk) get their reference on the CPU:
+as fast as the GPU at that size, and it keeps the reference off the device under test."""
+REFERENCE_CHUNK_BYTES = 1 << 30
+"""The float64 reference materializes scores chunk by chunk (heads, then query rows) so that one
+chunk's scores stay under this many bytes, whatever the shape."""
+
+
+@dataclass
+class ShapeCheck:
+    problem: Problem
+    passed: bool
+    rel_err: float
+    max_abs_err: float
+    mean_abs_err: float
+    tolerance: float
+    nonfinite: int = 0          # NaN/inf elements of the output: unwritten (poison) or overflowed
+    numel: int = 0
+    error: str | None = None    # the launch raised instead of returning
+
+    def to_dict(self) -> dict:
+        return {"shape": self.problem.label(), "passed": self.passed, "rel_err": _finite(self.rel_err),
+                "max_abs_err": _finite(self.max_abs_err), "mean_abs_err": _finite(self.mean_abs_err),
+                "tolerance": self.tolerance, "nonfinite": self.nonfinite, "error": self.error}
+
+
+@dataclass
+class CheckResult:
+    variant_id: str
+    rule: str
+    shapes: list[ShapeCheck] = field(default_factory=list)
+
+    @property
+    def passed(self) -> bool:
+        return bool(self.shapes) and all(s.passed for s in self.shapes)
+
+    @property
+    def failed_shape(self) -> str | None:
+        return next((s.problem.label() for s in self.shapes if not s.passed), None)
+
+    @property
+    def worst(self) -> ShapeCheck | None:
+        """The shape closest to (or furthest past) its tolerance; failures with NaN count as worst."""
+        def margin(s: ShapeCheck) -> float:
+            if not s.passed and not math.isfinite(s.rel_err):
+                return math.inf
+            return s.rel_err / s.tolerance if s.tolerance > 0 else math.inf
+        return max(self.shapes, key=margin, default=None)
+
+    @property
+    def max_abs_err(self) -> float:
+        return max((s.max_abs_err for s in self.shapes), default=math.nan)
+
+    @property
+    def mean_abs_err(self) -> float:
+        """Mean absolute error over every output element of every shape."""
+        total = sum(s.numel for s in self.shapes)
+        return sum(s.mean_abs_err * s.numel for s in self.shapes) / total if total else math.nan
+
+    def summary(self) -> str:
+        w = self.worst
+        if w is None:
+            return "no shapes checked"
+        bad = [s for s in self.shapes if not s.passed]
+        head = (f"{len(bad)} of {len(self.shapes)} shapes failed" if bad
+                else f"{len(self.shapes)} shapes passed")
+        detail = (w.error if w.error else
+                  f"worst rel_err {_fmt(w.rel_err)} (tolerance {_fmt(w.tolerance)}) on {w.problem.label()}"
+                  + (f", {w.nonfinite} non-finite output elements" if w.nonfinite else ""))
+        return f"{head}; {detail}"
+
+    def to_dict(self) -> dict:
+        """The manifest's `correctness` section (lab.store); non-finite errors become null."""
+        w = self.worst
+        return {"passed": self.passed, "max_abs_err": _finite(self.max_abs_err),
+                "mean_abs_err": _finite(self.mean_abs_err), "rel_err": _finite(w.rel_err) if w else None,
+                "tolerance": w.tolerance if w else None, "rule": self.rule,
+                "shapes_checked": [s.problem.label() for s in self.shapes],
+                "failed_shape": self.failed_shape}
+
+
+def _finite(x: float) -> float | None:
+    return float(x) if math.isfinite(x) else None
+
+
+def _fmt(x: float) -> str:
+    return f"{x:.3g}" if math.isfinite(x) else str(x)
+
+
+def rule_for(dtype: str) -> str:
+    return FP32_RULE if dtype == "float32" else LOW_PRECISION_RULE
+
+
+# ---------------------------------------------------------------------------------------------
+# Shapes
+# ---------------------------------------------------------------------------------------------
+
+def check_shapes(variant: Variant, count: int = DEFAULT_SHAPE_COUNT, seed: int = 0) -> list[Problem]:
+    """`count` seeded shapes for the rung: first the corners (every N in CORNER_SEQLENS x every
+    head_dim x causal and not, ordered so that any prefix spreads over all three), then random
+    ragged ones (seqlen_q != seqlen_k about half of the time). Same (variant, count, seed), same list.
+    """
+    if count < 0:
+        raise LabError(f"the number of shapes must be >= 0, got {count}")
+    dtype = variant.default_dtype
+    corners = _spread(list(itertools.product(CORNER_SEQLENS, variant.head_dims, (False, True))))
+    shapes = [Problem(CORNER_BATCH, CORNER_HEADS, n, n, d, causal, dtype) for n, d, causal in corners][:count]
+    rng = random.Random(seed)
+    while len(shapes) < count:
+        seqlen_q = rng.randint(1, RANDOM_MAX_SEQLEN)
+        seqlen_k = seqlen_q if rng.random() < 0.5 else rng.randint(1, RANDOM_MAX_SEQLEN)
+        shapes.append(Problem(rng.randint(1, 3), rng.randint(1, 4), seqlen_q, seqlen_k,
+                              rng.choice(variant.head_dims), rng.random() < 0.5, dtype))
+    return shapes
+
+
+def _spread(combos: list[tuple]) -> list[tuple]:
+    """Order combinations greedily so each next one repeats the fewest values already used: the
+    first few shapes then cover every N, every D and both masks instead of one corner."""
+    seen: Counter = Counter()
+    out, remaining = [], list(combos)
+    while remaining:
+        best = min(remaining, key=lambda c: sum(seen[(i, x)] for i, x in enumerate(c)))
+        remaining.remove(best)
+        out.append(best)
+        seen.update((i, x) for i, x in enumerate(best))
+    return out
+
+
+def shape_seed(seed: int, problem: Problem) -> int:
+    """Inputs depend on the seed and the shape only, not on the order shapes are checked in."""
+    return zlib.crc32(f"{seed}:{problem.label()}".encode()) & 0x7FFFFFFF
+
+
+# ---------------------------------------------------------------------------------------------
+# Reference and comparison
+# ---------------------------------------------------------------------------------------------
+
+def reference_attention(q, k, v, causal: bool, softmax_scale: float, device=None,
+                        chunk_bytes: int = REFERENCE_CHUNK_BYTES):
+    """softmax(q k^T * scale [+ top-left causal mask]) v in float64, on `device` (default: q's).
+
+    Materializes the scores one chunk of (batch*head, query rows) at a time, each chunk under
+    `chunk_bytes`, so long sequences do not need B*H*Nq*Nk*8 bytes at once.
+    """
+    import torch
+
+    device = torch.device(device) if device is not None else q.device
+    b, h, nq, d = q.shape
+    nk = k.shape[2]
+    q64 = q.to(device=device, dtype=torch.float64).reshape(b * h, nq, d)
+    k64 = k.to(device=device, dtype=torch.float64).reshape(b * h, nk, d)
+    v64 = v.to(device=device, dtype=torch.float64).reshape(b * h, nk, d)
+    out = torch.empty((b * h, nq, d), dtype=torch.float64, device=device)
+    row_bytes = nk * 8
+    rows = max(1, min(nq, chunk_bytes // row_bytes))                     # query rows per chunk
+    heads = max(1, min(b * h, chunk_bytes // (row_bytes * rows)))        # heads per chunk
+    key_idx = torch.arange(nk, device=device)
+    for h0 in range(0, b * h, heads):
+        for r0 in range(0, nq, rows):
+            qc = q64[h0:h0 + heads, r0:r0 + rows]
+            scores = torch.matmul(qc, k64[h0:h0 + heads].transpose(1, 2)) * softmax_scale
+            if causal:  # top-left aligned: query i sees keys j <= i
+                q_idx = torch.arange(r0, r0 + qc.shape[1], device=device)
+                scores.masked_fill_(key_idx[None, :] > q_idx[:, None], float("-inf"))
+            out[h0:h0 + heads, r0:r0 + rows] = torch.matmul(torch.softmax(scores, dim=-1), v64[h0:h0 + heads])
+    return out.reshape(b, h, nq, d)
+
+
+def compare(out, ref) -> dict:
+    """Errors of `out` against the float64 `ref`: rel_err (Frobenius), max/mean abs, and the count
+    of non-finite elements (which make every error NaN, so a poisoned element can never pass)."""
+    import torch
+
+    out64 = out.to(device=ref.device, dtype=torch.float64)
+    diff = out64 - ref
+    nonfinite = int((~torch.isfinite(out64)).sum().item())
+    ref_norm = torch.linalg.vector_norm(ref).item()
+    rel = torch.linalg.vector_norm(diff).item() / ref_norm if ref_norm > 0 else math.nan
+    if nonfinite:
+        rel = math.nan
+    return {"rel_err": rel, "max_abs_err": diff.abs().max().item(), "mean_abs_err": diff.abs().mean().item(),
+            "nonfinite": nonfinite, "numel": diff.numel()}
+
+
+def judge(errors: dict, tolerance: float) -> bool:
+    return errors["nonfinite"] == 0 and math.isfinite(errors["rel_err"]) and errors["rel_err"] <= tolerance
+
+
+def _reference_device(problem: Problem, inputs_device):
+    scores = problem.batch * problem.heads * problem.seqlen_q * problem.seqlen_k
+    return "cpu" if scores <= CPU_REFERENCE_MAX_SCORES else inputs_device
+
+
+def _tolerance(problem: Problem, q, k, v, ref, scale: float) -> float:
+    if problem.dtype == "float32":
+        return FP32_REL_TOL
+    import torch.nn.functional as F
+
+    sdpa = F.scaled_dot_product_attention(q, k, v, is_causal=problem.causal, scale=scale)
+    return LOW_PRECISION_FACTOR * compare(sdpa, ref)["rel_err"]
+
+
+# ---------------------------------------------------------------------------------------------
+# Running the gate
+# ---------------------------------------------------------------------------------------------
+
+def check_problem(variant: Variant, problem: Problem, module, seed: int = 0) -> ShapeCheck:
+    """Run the rung once on `problem` into a NaN-poisoned output and judge it."""
+    import torch
+
+    from lab.problem import make_inputs, softmax_scale
+
+    scale = softmax_scale(problem)
+    try:
+        q, k, v = make_inputs(problem, shape_seed(seed, problem), device="cuda")
+        o = torch.full_like(q, float("nan"))  # poison: an element the kernel never writes stays NaN
+        module.forward(q, k, v, o, problem.causal, scale)
+        torch.cuda.synchronize()
+        ref = reference_attention(q, k, v, problem.causal, scale, device=_reference_device(problem, q.device))
+        tolerance = _tolerance(problem, q, k, v, ref, scale)
+        errors = compare(o, ref)
+    except RuntimeError as e:  # the launcher's refusal, a launch or memory error: this shape fails
+        message = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        return ShapeCheck(problem, False, math.nan, math.nan, math.nan, math.nan, error=message)
+    return ShapeCheck(problem, judge(errors, tolerance), errors["rel_err"], errors["max_abs_err"],
+                      errors["mean_abs_err"], tolerance, errors["nonfinite"], errors["numel"])
+
+
+def check_variant(variant: Variant, problem: Problem | None = None, extra_shapes: int = DEFAULT_SHAPE_COUNT,
+                  seed: int = 0, module=None,
+                  progress: Callable[[ShapeCheck], None] | None = None) -> CheckResult:
+    """Check a rung on `problem` (if given) followed by `extra_shapes` seeded shapes from
+    `check_shapes`. Bad input (unsupported D or dtype, no GPU) raises LabError before any launch."""
+    problems = ([problem] if problem is not None else []) + check_shapes(variant, extra_shapes, seed)
+    if not problems:
+        raise LabError("nothing to check: give a shape or a number of shapes >= 1")
+    for p in problems:
+        check_supported(variant, p)
+    from lab.environment import require_gpu
+
+    require_gpu("check")
+    import torch
+
+    cc = torch.cuda.get_device_capability()
+    if cc < tuple(variant.min_cc):
+        raise LabError(f"{variant.id} needs compute capability {'.'.join(map(str, variant.min_cc))}; "
+                       f"this GPU is {cc[0]}.{cc[1]}")
+    if module is None:
+        from lab.build import build
+
+        module = build(variant).module
+    result = CheckResult(variant.id, "; ".join(dict.fromkeys(rule_for(p.dtype) for p in problems)))
+    for p in problems:
+        shape = check_problem(variant, p, module, seed)
+        result.shapes.append(shape)
+        if progress:
+            progress(shape)
+    return result

@@ -264,5 +264,49 @@ def profile(variant_id, shape, causal, dtype, reps, section_set, no_ncu, timelin
         click.echo(f"report: {page}")
 
 
+@main.command()
+@click.option("--out", "out_dir", type=click.Path(path_type=Path), default=None,
+              help="where to write the HTML (default: reports/)")
+@click.option("--run", "run_id", default=None, help="render only this run's page (an id, a prefix or a run folder)")
+@click.option("--profiles", "profiles_dir", type=click.Path(path_type=Path), default=None, envvar="LAB_PROFILES",
+              help="the run store to read (default: profiles/, and its examples/)")
+@click.option("--open", "open_browser", is_flag=True, help="open the page in a web browser where one exists")
+def report(out_dir, run_id, profiles_dir, open_browser):
+    """Render reports/index.html and one HTML write-up per stored run; prints the index path."""
+    from lab.report import open_in_browser, render
+
+    done = render(out_dir, root=profiles_dir, run_id=run_id)
+    page = done.pages[next(iter(done.pages))] if run_id else done.index
+    click.echo(str(page))
+    if open_browser and not open_in_browser(page):
+        click.echo("no web browser found here; open the path above", err=True)
+
+
+@main.command()
+@click.argument("run_a")
+@click.argument("run_b")
+@click.option("--threshold", "threshold_pct", type=float, default=5.0, show_default=True,
+              help="percent of TFLOP/s that B may lose before a change beyond noise counts as a regression")
+@click.option("--out", "out_dir", type=click.Path(path_type=Path), default=None,
+              help="where to write compare-A-B.html (default: reports/)")
+@click.option("--profiles", "profiles_dir", type=click.Path(path_type=Path), default=None, envvar="LAB_PROFILES",
+              help="the run store to read (default: profiles/, and its examples/)")
+@json_option
+def compare(run_a, run_b, threshold_pct, out_dir, profiles_dir, as_json):
+    """Compare two stored runs side by side; exit 1 when B regresses beyond noise and the threshold."""
+    from lab.compare import compare_ids, text_lines
+    from lab.report import render_compare
+
+    result = compare_ids(run_a, run_b, threshold_pct, root=profiles_dir)
+    page = render_compare(result, out_dir)
+    if as_json:
+        click.echo(json.dumps({**result.to_json(), "html": str(page)}, indent=2))
+    else:
+        for line in text_lines(result):
+            click.echo(line)
+        click.echo(f"page: {page}")
+    sys.exit(1 if result.regression else 0)
+
+
 if __name__ == "__main__":
     main()

@@ -1,0 +1,280 @@
+"""Inline SVG charts for the HTML reports: roofline, horizontal bars, the ladder, a small timeline.
+
+Plain SVG strings, no JavaScript library, so that a page renders offline, in print and in a mail
+attachment. Every label that comes from data (kernel, backend and metric names) goes through
+`escape`; the functions return `Markup` so the autoescaping Jinja templates insert them as is.
+Colours are CSS classes (`.c-rung`, `.c-base`, ...) that the page's stylesheet defines, so one
+stylesheet serves screen and print.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from markupsafe import Markup, escape
+
+FONT_PX = 11          # label size; the stylesheet sets the family
+CHAR_PX = 6.2         # rough width of one label character at FONT_PX, to size the label gutter
+
+
+def _num(x: float) -> str:
+    """Compact coordinates: SVG does not need more than 0.1 px."""
+    return f"{x:.1f}".rstrip("0").rstrip(".")
+
+
+def fmt_si(value: float, digits: int = 3) -> str:
+    """3 significant digits with thousands separators for big numbers, for axis ticks and bar labels."""
+    if value is None or not math.isfinite(value):
+        return "n/a"
+    if value == 0:
+        return "0"
+    mag = abs(value)
+    if mag < 1e-4:            # errors such as 3e-06 read better in scientific notation
+        return f"{value:.{digits - 1}e}"
+    if mag >= 1000:
+        return f"{value:,.0f}"
+    decimals = max(0, digits - 1 - int(math.floor(math.log10(mag))))
+    return f"{value:.{decimals}f}"
+
+
+class LogScale:
+    """Maps [lo, hi] (positive, widened to whole decades) onto pixels [p0, p1] logarithmically."""
+
+    def __init__(self, lo: float, hi: float, p0: float, p1: float):
+        self.lo_exp = math.floor(math.log10(lo))
+        self.hi_exp = math.ceil(math.log10(hi))
+        if self.hi_exp == self.lo_exp:
+            self.hi_exp += 1
+        self.p0, self.p1 = p0, p1
+
+    @property
+    def lo(self) -> float:
+        return 10.0 ** self.lo_exp
+
+    @property
+    def hi(self) -> float:
+        return 10.0 ** self.hi_exp
+
+    def __call__(self, v: float) -> float:
+        t = (math.log10(v) - self.lo_exp) / (self.hi_exp - self.lo_exp)
+        return self.p0 + t * (self.p1 - self.p0)
+
+    def decades(self) -> list[float]:
+        return [10.0 ** e for e in range(self.lo_exp, self.hi_exp + 1)]
+
+
+# ---------------------------------------------------------------------------------------- roofline
+
+@dataclass(frozen=True)
+class RooflinePoint:
+    label: str
+    intensity_flop_per_byte: float
+    tflops: float
+    kind: str = "rung"            # "rung" (ours) or "base" (an SDPA backend)
+
+
+@dataclass(frozen=True)
+class Roof:
+    label: str
+    tflops: float
+    kind: str                     # "fp32" or "tensor"
+
+
+def roofline_svg(points: list[RooflinePoint], roofs: list[Roof], dram_tbps: float | None,
+                 width: int = 720, height: int = 380) -> Markup:
+    """Log-log roofline: the memory roof (DRAM TB/s x intensity) capped by each compute roof.
+
+    TB/s times FLOP/byte is TFLOP/s, so the memory roof is y = dram_tbps * x in these units.
+    """
+    pts = [p for p in points if p.intensity_flop_per_byte > 0 and p.tflops > 0]
+    if not pts:
+        return Markup("")
+    left, right, top, bottom = 64, 150, 14, 44
+    xs = [p.intensity_flop_per_byte for p in pts]
+    ys = [p.tflops for p in pts] + [r.tflops for r in roofs]
+    if dram_tbps:
+        xs += [r.tflops / dram_tbps for r in roofs]       # ridge points
+    x = LogScale(min(xs) / 3, max(xs) * 3, left, width - right)
+    y = LogScale(min(ys) / 3, max(ys) * 2, height - bottom, top)
+
+    out = [_svg_open(width, height, "Roofline: achieved TFLOP/s against arithmetic intensity")]
+    out += _log_grid(x, y, width - right, height - bottom, left, top)
+    out.append(_axis_titles("arithmetic intensity (FLOP/byte, log)", "TFLOP/s (log)", width - right,
+                            height, left, top, bottom))
+    for roof in sorted(roofs, key=lambda r: r.tflops):
+        ridge = roof.tflops / dram_tbps if dram_tbps else x.lo
+        x0 = max(ridge, x.lo)
+        out.append(f'<line class="roof roof-{escape(roof.kind)}" x1="{_num(x(x0))}" y1="{_num(y(roof.tflops))}" '
+                   f'x2="{_num(x(x.hi))}" y2="{_num(y(roof.tflops))}"/>')
+        out.append(f'<text class="roof-label" x="{_num(x(x.hi) + 4)}" y="{_num(y(roof.tflops) + 4)}">'
+                   f'{escape(roof.label)}</text>')
+    if dram_tbps:
+        top_roof = max((r.tflops for r in roofs), default=y.hi)
+        x_end = min(top_roof / dram_tbps, x.hi)
+        x_start = max(x.lo, y.lo / dram_tbps)
+        out.append(f'<line class="roof roof-dram" x1="{_num(x(x_start))}" y1="{_num(y(dram_tbps * x_start))}" '
+                   f'x2="{_num(x(x_end))}" y2="{_num(y(dram_tbps * x_end))}"/>')
+        lx = x_start * 1.6
+        out.append(f'<text class="roof-label" x="{_num(x(lx) + 4)}" y="{_num(y(dram_tbps * lx) - 6)}">'
+                   f'DRAM {escape(fmt_si(dram_tbps))} TB/s</text>')
+    for i, p in enumerate(pts):
+        px, py = x(p.intensity_flop_per_byte), y(p.tflops)
+        shape = (f'<rect class="pt c-{escape(p.kind)}" x="{_num(px - 5)}" y="{_num(py - 5)}" width="10" height="10"/>'
+                 if p.kind == "rung" else f'<circle class="pt c-{escape(p.kind)}" cx="{_num(px)}" cy="{_num(py)}" r="5"/>')
+        out.append(f'<g><title>{escape(p.label)}: {escape(fmt_si(p.tflops))} TFLOP/s at '
+                   f'{escape(fmt_si(p.intensity_flop_per_byte))} FLOP/byte</title>{shape}</g>')
+    out += _legend([(p.label, p.kind) for p in pts], width - right + 8, top + 110)
+    out.append("</svg>")
+    return Markup("".join(out))
+
+
+# ----------------------------------------------------------------------------------- bar charts
+
+@dataclass(frozen=True)
+class Bar:
+    label: str
+    value: float
+    kind: str = "base"            # CSS class suffix: rung, base, ref, warn
+    note: str = ""                # printed after the value (e.g. "x 1.6 of minimum")
+
+
+def hbar_svg(bars: list[Bar], unit: str, title: str, width: int = 720, log: bool = False) -> Markup:
+    """Horizontal bars, one per row, labelled on the left with the value on the right."""
+    bars = [b for b in bars if b.value is not None and math.isfinite(b.value) and (b.value > 0 or not log)]
+    if not bars:
+        return Markup("")
+    row, top = 22, 8
+    label_w = min(300, int(max(len(b.label) for b in bars) * CHAR_PX) + 12)
+    value_w = 200
+    height = top + row * len(bars) + 8
+    x0, x1 = label_w, width - value_w
+    vmax = max(b.value for b in bars)
+    if log:
+        scale = LogScale(min(b.value for b in bars) / 2, vmax, x0, x1)
+        length = lambda v: max(1.0, scale(v) - x0)  # noqa: E731
+    else:
+        length = lambda v: 0 if vmax <= 0 else (x1 - x0) * v / vmax  # noqa: E731
+    out = [_svg_open(width, height, title)]
+    for i, b in enumerate(bars):
+        yy = top + i * row
+        out.append(f'<text class="bar-label" x="{label_w - 6}" y="{yy + 14}" text-anchor="end">{escape(b.label)}</text>')
+        out.append(f'<rect class="bar c-{escape(b.kind)}" x="{x0}" y="{yy + 3}" width="{_num(length(b.value))}" height="{row - 7}">'
+                   f'<title>{escape(b.label)}: {escape(fmt_si(b.value))} {escape(unit)}</title></rect>')
+        text = f"{fmt_si(b.value)} {unit}" + (f" {b.note}" if b.note else "")
+        out.append(f'<text class="bar-value" x="{_num(x0 + length(b.value) + 5)}" y="{yy + 14}">{escape(text)}</text>')
+    out.append("</svg>")
+    return Markup("".join(out))
+
+
+def ladder_svg(bars: list[Bar], width: int = 720, height: int = 300) -> Markup:
+    """Vertical TFLOP/s bars on a log axis: the rungs beside the SDPA backends (spans of 1000x are usual)."""
+    bars = [b for b in bars if b.value and b.value > 0 and math.isfinite(b.value)]
+    if not bars:
+        return Markup("")
+    left, right, top, bottom = 64, 10, 14, 70
+    y = LogScale(min(b.value for b in bars) / 2, max(b.value for b in bars) * 1.5, height - bottom, top)
+    slot = (width - left - right) / len(bars)
+    bw = min(46.0, slot * 0.7)
+    out = [_svg_open(width, height, "Ladder: TFLOP/s of each rung beside the SDPA backends")]
+    for v in y.decades():
+        yy = y(v)
+        out.append(f'<line class="grid" x1="{left}" y1="{_num(yy)}" x2="{width - right}" y2="{_num(yy)}"/>')
+        out.append(f'<text class="tick" x="{left - 6}" y="{_num(yy + 4)}" text-anchor="end">{escape(fmt_si(v))}</text>')
+    out.append(f'<text class="axis-title" transform="translate(14 {_num((top + height - bottom) / 2)}) rotate(-90)" '
+               f'text-anchor="middle">TFLOP/s (log)</text>')
+    for i, b in enumerate(bars):
+        cx = left + slot * (i + 0.5)
+        yy = y(b.value)
+        out.append(f'<rect class="bar c-{escape(b.kind)}" x="{_num(cx - bw / 2)}" y="{_num(yy)}" width="{_num(bw)}" '
+                   f'height="{_num(height - bottom - yy)}"><title>{escape(b.label)}: {escape(fmt_si(b.value))} TFLOP/s'
+                   f'</title></rect>')
+        out.append(f'<text class="bar-value" x="{_num(cx)}" y="{_num(yy - 4)}" text-anchor="middle">'
+                   f'{escape(fmt_si(b.value))}</text>')
+        out.append(f'<text class="tick" transform="translate({_num(cx + 3)} {height - bottom + 10}) rotate(35)">'
+                   f'{escape(b.label)}</text>')
+    out.append("</svg>")
+    return Markup("".join(out))
+
+
+# ------------------------------------------------------------------------------------- timeline
+
+@dataclass(frozen=True)
+class Span:
+    lane: str                     # e.g. "kernels", "nvtx", "cuda api"
+    name: str
+    start_ns: float
+    end_ns: float
+
+
+def timeline_svg(spans: list[Span], width: int = 720, max_spans: int = 400) -> Markup:
+    """A small Gantt chart: one lane per kind of event, time from the first event in microseconds."""
+    spans = sorted((s for s in spans if s.end_ns >= s.start_ns), key=lambda s: s.start_ns)[:max_spans]
+    if not spans:
+        return Markup("")
+    lanes = list(dict.fromkeys(s.lane for s in spans))
+    t0 = min(s.start_ns for s in spans)
+    t1 = max(s.end_ns for s in spans)
+    total = max(t1 - t0, 1.0)
+    left, right, row, top = 90, 10, 24, 8
+    height = top + row * len(lanes) + 30
+    px = lambda t: left + (width - left - right) * (t - t0) / total  # noqa: E731
+    out = [_svg_open(width, height, "Timeline of the recorded events")]
+    for i, lane in enumerate(lanes):
+        yy = top + i * row
+        out.append(f'<text class="bar-label" x="{left - 6}" y="{yy + 15}" text-anchor="end">{escape(lane)}</text>')
+        out.append(f'<line class="grid" x1="{left}" y1="{yy + row - 2}" x2="{width - right}" y2="{yy + row - 2}"/>')
+    for s in spans:
+        yy = top + lanes.index(s.lane) * row
+        x0 = px(s.start_ns)
+        w = max(px(s.end_ns) - x0, 1.0)   # a 1 ns kernel must still be visible
+        out.append(f'<rect class="span lane-{lanes.index(s.lane) % 4}" x="{_num(x0)}" y="{yy + 4}" width="{_num(w)}" '
+                   f'height="{row - 10}"><title>{escape(s.name)}: {escape(fmt_si((s.end_ns - s.start_ns) / 1e3))} us'
+                   f'</title></rect>')
+    axis_y = top + row * len(lanes) + 14
+    for frac in (0, 0.25, 0.5, 0.75, 1.0):
+        t = t0 + frac * total
+        out.append(f'<text class="tick" x="{_num(px(t))}" y="{axis_y}" text-anchor="middle">'
+                   f'{escape(fmt_si((t - t0) / 1e3))} us</text>')
+    out.append("</svg>")
+    return Markup("".join(out))
+
+
+# -------------------------------------------------------------------------------------- helpers
+
+def _svg_open(width: int, height: int, title: str) -> str:
+    return (f'<svg class="chart" xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {width} {height}" '
+            f'width="{width}" height="{height}" role="img" aria-label="{escape(title)}" '
+            f'font-size="{FONT_PX}"><title>{escape(title)}</title>')
+
+
+def _log_grid(x: LogScale, y: LogScale, x_end: float, y_end: float, left: float, top: float) -> list[str]:
+    out = []
+    for v in x.decades():
+        xx = x(v)
+        out.append(f'<line class="grid" x1="{_num(xx)}" y1="{top}" x2="{_num(xx)}" y2="{_num(y_end)}"/>')
+        out.append(f'<text class="tick" x="{_num(xx)}" y="{_num(y_end + 14)}" text-anchor="middle">{escape(fmt_si(v))}</text>')
+    for v in y.decades():
+        yy = y(v)
+        out.append(f'<line class="grid" x1="{left}" y1="{_num(yy)}" x2="{_num(x_end)}" y2="{_num(yy)}"/>')
+        out.append(f'<text class="tick" x="{left - 6}" y="{_num(yy + 4)}" text-anchor="end">{escape(fmt_si(v))}</text>')
+    out.append(f'<rect class="frame" x="{left}" y="{top}" width="{_num(x_end - left)}" height="{_num(y_end - top)}"/>')
+    return out
+
+
+def _axis_titles(x_title: str, y_title: str, x_end: float, height: float, left: float, top: float,
+                 bottom: float) -> str:
+    return (f'<text class="axis-title" x="{_num((left + x_end) / 2)}" y="{_num(height - 8)}" text-anchor="middle">'
+            f'{escape(x_title)}</text>'
+            f'<text class="axis-title" transform="translate(14 {_num((top + height - bottom) / 2)}) rotate(-90)" '
+            f'text-anchor="middle">{escape(y_title)}</text>')
+
+
+def _legend(entries: list[tuple[str, str]], x0: float, y0: float) -> list[str]:
+    out = []
+    for i, (label, kind) in enumerate(entries):
+        yy = y0 + i * 16
+        mark = (f'<rect class="pt c-{escape(kind)}" x="{_num(x0)}" y="{_num(yy - 8)}" width="9" height="9"/>' if kind == "rung"
+                else f'<circle class="pt c-{escape(kind)}" cx="{_num(x0 + 4.5)}" cy="{_num(yy - 3.5)}" r="4.5"/>')
+        out.append(mark + f'<text class="legend" x="{_num(x0 + 14)}" y="{_num(yy)}">{escape(label)}</text>')
+    return out

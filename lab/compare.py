@@ -1,0 +1,179 @@
+"""Compare two stored runs: time and TFLOP/s with their noise, key ncu metrics, findings resolved
+and new, and a verdict that `lab compare` turns into its exit code (1 on a regression).
+
+A regression is B slower than A by more than the threshold AND beyond noise: the CI95 intervals of
+the two medians do not overlap. Throughput (TFLOP/s) is what is compared, so two runs of different
+shapes are still compared fairly; for the same shape it is the same test as on the times.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from lab.errors import LabError
+from lab.report import RunData, ci_overlap, first_metric, fmt_num, fmt_pct, load
+from lab.store import find_run
+
+DEFAULT_THRESHOLD_PCT = 5.0
+
+# The metrics an engineer reads first on Nsight Compute's Details page, in its own names.
+KEY_METRICS = (
+    ("gpu__time_duration.sum", "Duration (ns)"),
+    ("launch__grid_size", "Grid size"),
+    ("launch__block_size", "Block size"),
+    ("launch__registers_per_thread", "Registers per thread"),
+    ("launch__shared_mem_per_block", "Shared memory per block (B)"),
+    ("launch__waves_per_multiprocessor", "Waves per SM"),
+    ("sm__maximum_warps_per_active_cycle_pct", "Theoretical occupancy (%)"),
+    ("sm__warps_active.avg.pct_of_peak_sustained_active", "Achieved occupancy (%)"),
+    ("sm__throughput.avg.pct_of_peak_sustained_elapsed", "Compute (SM) throughput (%)"),
+    ("gpu__compute_memory_throughput.avg.pct_of_peak_sustained_elapsed", "Memory throughput (%)"),
+    ("dram__throughput.avg.pct_of_peak_sustained_elapsed", "DRAM throughput (%)"),
+    ("dram__bytes_read.sum", "DRAM bytes read"),
+    ("dram__bytes_write.sum", "DRAM bytes written"),
+    ("smsp__average_warp_latency_per_inst_issued.ratio", "Warp cycles per issued instruction"),
+    ("sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_active", "Tensor pipe active (%)"),
+)
+
+
+@dataclass
+class Throughput:
+    """TFLOP/s of one timing, with the interval its median's CI95 maps to."""
+
+    median_ms: float
+    tflops: float
+    low: float | None
+    high: float | None
+
+    @classmethod
+    def of(cls, flops: float, t: dict) -> "Throughput":
+        lo, hi = t.get("ci95_low"), t.get("ci95_high")
+        return cls(t["median"], flops / (t["median"] * 1e9),
+                   flops / (hi * 1e9) if hi else None, flops / (lo * 1e9) if lo else None)
+
+
+@dataclass
+class Comparison:
+    a: RunData
+    b: RunData
+    threshold_pct: float
+    a_tp: Throughput
+    b_tp: Throughput
+    change_pct: float                 # TFLOP/s of B against A: negative is slower
+    overlap: bool | None              # CI95 intervals overlap (None: a run has no CI stored)
+    regression: bool
+    verdict: str
+    warnings: list[str] = field(default_factory=list)
+    baselines: list[dict] = field(default_factory=list)
+    metrics: list[dict] = field(default_factory=list)
+    findings: dict = field(default_factory=dict)
+
+    def to_json(self) -> dict:
+        side = lambda rd, tp: {"run": rd.id, "variant": rd.variant_id, "problem": rd.problem.label(),  # noqa: E731
+                               "device": rd.device_name, "median_ms": tp.median_ms, "std_ms": rd.timing.get("std"),
+                               "ci95_low_ms": rd.timing.get("ci95_low"), "ci95_high_ms": rd.timing.get("ci95_high"),
+                               "tflops": tp.tflops, "bottleneck": rd.bottleneck}
+        return {"a": side(self.a, self.a_tp), "b": side(self.b, self.b_tp), "threshold_pct": self.threshold_pct,
+                "tflops_change_pct": self.change_pct, "ci95_overlap": self.overlap, "regression": self.regression,
+                "verdict": self.verdict, "warnings": self.warnings, "baselines": self.baselines,
+                "metrics": self.metrics, "findings": self.findings}
+
+
+def _pct_change(a: float | None, b: float | None) -> float | None:
+    return None if (a in (None, 0) or b is None) else 100.0 * (b - a) / a
+
+
+def _finding_classes(rd: RunData) -> dict[str, str]:
+    """class -> title of the run's findings (first title per class); the summary's bottleneck
+    where no findings table was stored."""
+    df = rd.table("findings")
+    if df is None:
+        return {rd.bottleneck: "(findings table not stored; summary only)"} if rd.bottleneck else {}
+    out: dict[str, str] = {}
+    for rec in df.to_dict("records"):
+        out.setdefault(str(rec.get("class")), str(rec.get("title") or ""))
+    return out
+
+
+def compare_runs(a: RunData, b: RunData, threshold_pct: float = DEFAULT_THRESHOLD_PCT) -> Comparison:
+    if threshold_pct < 0:
+        raise LabError(f"--threshold must be >= 0 (a percentage), got {threshold_pct}")
+    for rd in (a, b):
+        if not rd.median_ms:
+            raise LabError(f"run {rd.id} has no timing stored: nothing to compare")
+    warnings = []
+    if a.shape_key != b.shape_key or a.problem.dtype != b.problem.dtype:
+        warnings.append(f"different problems ({a.problem.label()} vs {b.problem.label()}): times measure different "
+                        f"work; the verdict compares TFLOP/s")
+    if a.device_name != b.device_name:
+        warnings.append(f"different devices ({a.device_name} vs {b.device_name})")
+    a_tp, b_tp = Throughput.of(a.problem.flops, a.timing), Throughput.of(b.problem.flops, b.timing)
+    change = _pct_change(a_tp.tflops, b_tp.tflops)
+    overlap = None
+    if None not in (a_tp.low, a_tp.high, b_tp.low, b_tp.high):
+        overlap = a_tp.low <= b_tp.high and b_tp.low <= a_tp.high
+    slower_beyond_threshold = change < -threshold_pct
+    regression = slower_beyond_threshold and overlap is not True
+    direction = "slower" if change < 0 else "faster"
+    noise = {True: "the CI95 intervals overlap (within noise)", False: "the CI95 intervals do not overlap",
+             None: "no CI95 stored for one run, so noise is unknown"}[overlap]
+    if regression:
+        verdict = (f"REGRESSION: {b.id} is {fmt_pct(abs(change))} {direction} than {a.id} in TFLOP/s, beyond the "
+                   f"{fmt_pct(threshold_pct)} threshold; {noise}.")
+    else:
+        why = ("within the threshold" if not slower_beyond_threshold else "within noise") if change < 0 else "not slower"
+        verdict = (f"no regression: {b.id} is {fmt_pct(abs(change))} {direction} than {a.id} in TFLOP/s ({why}; "
+                   f"{noise}).")
+
+    baselines = []
+    b_by_key = {(x.get("backend") or x.get("name"), x.get("dtype")): x for x in b.ok_baselines()}
+    for x in a.ok_baselines():
+        key = (x.get("backend") or x.get("name"), x.get("dtype"))
+        y = b_by_key.get(key)
+        if y is None:
+            continue
+        baselines.append({"name": f"SDPA {key[0]}", "dtype": key[1], "a_ms": x["median_ms"], "b_ms": y["median_ms"],
+                          "change_pct": _pct_change(x["median_ms"], y["median_ms"]), "ci95_overlap": ci_overlap(x, y)})
+    drifted = [r for r in baselines if r["ci95_overlap"] is False and a.shape_key == b.shape_key]
+    if drifted:
+        warnings.append("SDPA baselines also moved beyond noise between the runs ("
+                        + ", ".join(f"{r['name']} {r['dtype']} {fmt_num(r['change_pct'])}% in time" for r in drifted)
+                        + "): part of the difference may be the machine, not the kernel")
+
+    metrics = []
+    ka, kb = a.primary_kernel, b.primary_kernel
+    if ka or kb:
+        for name, label in KEY_METRICS:
+            _, va = first_metric(ka, name)
+            _, vb = first_metric(kb, name)
+            if va is None and vb is None:
+                continue
+            metrics.append({"metric": name, "label": label, "a": va, "b": vb, "change_pct": _pct_change(va, vb)})
+    fa, fb = _finding_classes(a), _finding_classes(b)
+    findings = {"resolved": [{"class": c, "title": t} for c, t in fa.items() if c not in fb],
+                "new": [{"class": c, "title": t} for c, t in fb.items() if c not in fa],
+                "kept": [{"class": c, "a_title": fa[c], "b_title": fb[c]} for c in fa if c in fb],
+                "kernels": {"a": ka["kernel"] if ka else None, "b": kb["kernel"] if kb else None}}
+    return Comparison(a, b, threshold_pct, a_tp, b_tp, change, overlap, regression, verdict, warnings,
+                      baselines, metrics, findings)
+
+
+def compare_ids(a_id: str, b_id: str, threshold_pct: float = DEFAULT_THRESHOLD_PCT, root=None) -> Comparison:
+    return compare_runs(load(find_run(a_id, root)), load(find_run(b_id, root)), threshold_pct)
+
+
+def text_lines(c: Comparison) -> list[str]:
+    """The terminal summary `lab compare` prints."""
+    t = lambda rd, tp: (f"{rd.id}: {fmt_num(tp.median_ms, 4)} ms +- {fmt_num(rd.timing.get('std'))}"  # noqa: E731
+                        f" (CI95 {fmt_num(rd.timing.get('ci95_low'), 4)}-{fmt_num(rd.timing.get('ci95_high'), 4)}),"
+                        f" {fmt_num(tp.tflops)} TFLOP/s, bottleneck {rd.bottleneck or 'n/a'}")
+    out = [f"A  {t(c.a, c.a_tp)}", f"B  {t(c.b, c.b_tp)}"]
+    out += [f"warning: {w}" for w in c.warnings]
+    for m in c.metrics:
+        ch = f"{fmt_num(m['change_pct'])}%" if m["change_pct"] is not None else "n/a"
+        out.append(f"  {m['label']:<38} {fmt_num(m['a']):>14} -> {fmt_num(m['b']):>14}  ({ch})")
+    for kind in ("resolved", "new"):
+        for f in c.findings[kind]:
+            out.append(f"  finding {kind}: {f['class']}: {f['title']}")
+    out.append(c.verdict)
+    return out

@@ -1,0 +1,363 @@
+"""HTML reports: run pages, index, comparisons, `lab report` and `lab compare` on the CLI.
+
+Runs are built here with lab.store.create_run from manifests this file writes (every device and
+tool name says "test-made"); the metrics tables hold plain numbers under ncu metric names. They are
+not Nsight output and are not used as such: the real recorded runs in profiles/examples/ are
+rendered by the tests at the bottom once they exist.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from html.parser import HTMLParser
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from lab import report
+from lab.compare import compare_runs
+from lab.problem import Problem
+from lab.store import REPO_ROOT, create_run, list_runs
+
+EXAMPLES = REPO_ROOT / "profiles" / "examples"
+EVIL = '<script>alert("x")</script>&'   # a kernel name no page may interpret as markup
+DEVICE = "Test GPU (test-made manifest)"
+
+
+def make_run(root: Path, variant: str = "v1", median: float = 10.0, spread: float = 0.1, *,
+             shape=(2, 4, 256, 64), causal: bool = False, kernel: str = "lab_v1_kernel",
+             metrics: bool = True, findings: list[dict] | None = None, baselines: bool = True,
+             timeline: bool = False, created: str = "2026-01-01T00:00:00+00:00", run_id: str | None = None,
+             peaks: bool = True) -> Path:
+    """Store one test-made run; times in ms, `spread` is the half-width of its CI95."""
+    b, h, n, d = shape
+    prob = Problem(b, h, n, n, d, causal, "float32")
+    run_id = run_id or f"{created[:10].replace('-', '')}-{variant}-{prob.label()}"
+    with create_run(run_id, root) as w:
+        if metrics:
+            w.add_table("metrics", pd.DataFrame([{
+                "kernel": kernel, "gpu__time_duration.sum": median * 1e6, "launch__grid_size": b * h,
+                "launch__block_size": 64, "launch__sm_count": 132, "launch__waves_per_multiprocessor": b * h / 132 / 8,
+                "launch__registers_per_thread": 40, "launch__occupancy_limit_registers": 24,
+                "launch__occupancy_limit_shared_mem": 8, "launch__occupancy_limit_warps": 32,
+                "launch__occupancy_limit_blocks": 32, "sm__maximum_warps_per_active_cycle_pct": 25.0,
+                "sm__warps_active.avg.pct_of_peak_sustained_active": 6.1,
+                "dram__bytes_read.sum": prob.min_bytes * 3.0, "dram__bytes_write.sum": prob.min_bytes / 4,
+                "lts__t_sectors.sum": prob.min_bytes / 8.0,
+                "smsp__average_warps_issue_stalled_long_scoreboard_per_issue_active.ratio": 7.5,
+                "smsp__average_warps_issue_stalled_barrier_per_issue_active.ratio": 2.25,
+                "smsp__average_warps_issue_stalled_math_pipe_throttle_per_issue_active.ratio": 0.5,
+            }]))
+            w.add_table("ncu_rules", pd.DataFrame([{"rule": "LaunchConfiguration", "section": "LaunchStats",
+                                                    "type": "WARNING", "message": "The grid is too small: " + EVIL,
+                                                    "est_speedup_pct": 90.0}]))
+        if findings is not None:
+            w.add_table("findings", pd.DataFrame([{"kernel": kernel, "severity": "high", "est_speedup_pct": None,
+                                                   "source": "lab", "advice": f"do not {f['class']}",
+                                                   **f, "evidence": json.dumps(f.get("evidence", {}))}
+                                                  for f in findings]))
+        if timeline:
+            w.add_table("timeline_kernels", pd.DataFrame([{"name": kernel, "instances": 3, "total_ns": 30.0,
+                                                           "avg_ns": 10.0, "med_ns": 10.0, "min_ns": 9.0, "max_ns": 11.0}]))
+            w.add_table("timeline_events", pd.DataFrame([{"name": kernel, "kind": "kernel", "start_ns": 100.0 * i,
+                                                          "end_ns": 100.0 * i + 10} for i in range(3)]))
+        (w.dir / "profile.ncu-rep").write_bytes(b"test-made placeholder, not an ncu report")
+        w.register_artifact("ncu_report", "profile.ncu-rep")
+        w.manifest.update({
+            "created_utc": created, "lab_version": "test", "git": {"commit": "0" * 40, "dirty": False},
+            "variant": {"id": variant, "slug": "test", "title": f"{variant} test rung", "source": f"kernels/{variant}.cu",
+                        "predicted_gain": "1.5x predicted by the test"},
+            "problem": prob.to_dict(),
+            "device": {"name": DEVICE, "compute_capability": "9.0", "sm_count": 132, "l2_bytes": 50_000_000,
+                       "memory_bytes": 80_000_000_000, "sm_clock_mhz": 1980, "mem_clock_mhz": 2619, "driver": "test",
+                       "peaks": {"tensor_fp16_tflops": 1000.0, "fp32_tflops": 60.0, "dram_tbps": 3.0} if peaks else None},
+            "software": {"torch": "test", "cuda": "test", "ncu": "test", "python": "3"},
+            "correctness": {"passed": True, "max_abs_err": 3e-6, "mean_abs_err": 4e-7, "tolerance": 1e-4,
+                            "rule": "relative error <= 1e-4 against float64"},
+            "timing": {"unit": "ms", "median": median, "mean": median, "std": spread / 2, "ci95_low": median - spread,
+                       "ci95_high": median + spread, "min": median - spread, "max": median + spread, "reps": 30,
+                       "warmup": 5, "l2_flush": True, "method": "cuda-events", "tflops": prob.flops / (median * 1e9)},
+            "baselines": [
+                {"name": "sdpa-flash", "backend": "flash", "dtype": "float16", "status": "ok", "reason": "",
+                 "median_ms": median / 1000, "std_ms": 0.0001, "ci95_low": median / 1000 * 0.99,
+                 "ci95_high": median / 1000 * 1.01, "tflops": prob.flops / (median / 1000 * 1e9), "ratio": 1 / 1000},
+                {"name": "sdpa-flash", "backend": "flash", "dtype": "float32", "status": "unavailable",
+                 "reason": "No available kernel: " + EVIL, "median_ms": None},
+            ] if baselines else [],
+            "profile": {"tool": "ncu", "command": ["ncu", "--nvtx", "--kernel-name", EVIL], "section_set": "test"},
+            "timeline": ({"source": "test-made", "reason": "made by the test", "launch_overhead_ns": 4500.0}
+                         if timeline else None),
+            "findings_summary": {"bottleneck": findings[0]["class"], "count": len(findings)} if findings else None,
+        })
+        return w.commit()
+
+
+class Parsed(HTMLParser):
+    """Collects visible text, element ids and script bodies: the page as a reader (or browser) gets it."""
+
+    def __init__(self, html: str):
+        super().__init__()
+        self.text, self.ids, self.scripts, self._in = [], set(), [], None
+        self.feed(html)
+
+    def handle_starttag(self, tag, attrs):
+        self._in = tag if tag in ("script", "style") else None
+        for k, v in attrs:
+            if k == "id":
+                self.ids.add(v)
+
+    def handle_endtag(self, tag):
+        self._in = None
+
+    def handle_data(self, data):
+        if self._in == "script":
+            self.scripts.append(data)
+        elif self._in is None:
+            self.text.append(data)
+
+    @property
+    def visible(self) -> str:
+        return re.sub(r"\s+", " ", " ".join(self.text))
+
+
+RUN_SECTIONS = ("environment", "protocol", "problem", "performance", "correctness", "roofline", "stalls",
+                "occupancy", "memory", "bottleneck", "timeline", "appendix")
+
+
+def lab(*args, env_root: Path | None = None) -> subprocess.CompletedProcess:
+    env = dict(os.environ)
+    if env_root is not None:
+        env["LAB_PROFILES"] = str(env_root)
+    return subprocess.run([sys.executable, "-m", "lab.cli", *args], capture_output=True, text=True, env=env,
+                          timeout=120)
+
+
+# --------------------------------------------------------------------------------- run pages
+
+def test_run_page_has_every_section_and_the_stored_numbers(tmp_path):
+    root = tmp_path / "store"
+    make_run(root, "v1", median=12.5, kernel=EVIL,
+             findings=[{"class": "small-grid", "title": "8 CTAs on 132 SMs: 0.06 waves",
+                        "evidence": {"launch__grid_size": 8}, "est_speedup_pct": 93.9},
+                       {"class": "latency-bound", "title": "long scoreboard stalls"}], timeline=True)
+    done = report.render(tmp_path / "out", root=root)
+    page = next(iter(done.pages.values()))
+    html = page.read_text()
+    doc = Parsed(html)
+    assert set(RUN_SECTIONS) <= doc.ids
+    text = doc.visible
+    rd = report.load(list_runs(root)[0])
+    # numbers on the page are the stored ones, formatted
+    assert report.fmt_ms(12.5) in text and report.fmt_num(rd.tflops) in text
+    assert f"{report.fmt_num(rd.problem.flops)}" in text
+    # % of the FP32 peak for a float32 rung: tflops / 60 (the test manifest's fp32 peak)
+    assert report.fmt_pct(100 * rd.tflops / 60.0) in text
+    # occupancy limiter is the smallest block limit (shared memory: 8 < 24, 32, 32)
+    assert "limited by shared memory: 8 block(s) per SM" in text
+    # stall reasons ranked, the largest named
+    assert "long_scoreboard" in text and text.index("long_scoreboard") < text.index("math_pipe_throttle")
+    # memory: DRAM 3.25x of the minimum
+    assert "3.25x" in text
+    # findings with evidence, secondary, and the next rung of the registry
+    assert "8 CTAs on 132 SMs: 0.06 waves" in text and "launch__grid_size = 8" in text
+    assert "Secondary bottlenecks" in text and "long scoreboard stalls" in text
+    assert "The ladder's next rung is v2" in text
+    # timeline source, reason and launch overhead
+    assert "test-made" in text and "made by the test" in text and f"{report.fmt_num(4500 / 1000)} µs" in text
+    # the unavailable backend is a cell with its reason
+    assert "unavailable: No available kernel:" in text
+    # charts are inline SVG; no external resource
+    assert html.count("<svg") >= 4
+    assert not re.search(r'(src|href)="(https?:)?//', html)
+
+
+def test_strings_from_data_are_escaped(tmp_path):
+    root = tmp_path / "store"
+    make_run(root, "v1", kernel=EVIL, findings=[{"class": "small-grid", "title": EVIL}])
+    done = report.render(tmp_path / "out", root=root)
+    for path in [*done.pages.values(), done.index]:
+        html = path.read_text()
+        assert "<script>alert" not in html, path.name
+        doc = Parsed(html)
+        assert all("alert" not in s for s in doc.scripts), path.name
+    html = next(iter(done.pages.values())).read_text()
+    assert "&lt;script&gt;alert(" in html
+
+
+def test_missing_tables_are_said_plainly(tmp_path):
+    root = tmp_path / "store"
+    make_run(root, "v1", metrics=False, findings=None, baselines=False, peaks=False)
+    text = Parsed(next(iter(report.render(tmp_path / "out", root=root).pages.values())).read_text()).visible
+    assert "No Nsight Compute metrics were stored with this run" in text
+    assert "No findings were stored with this run" in text
+    assert "No timeline was recorded with this run" in text
+    assert "this lab knows no datasheet peaks for" in text
+    assert "No memory-traffic metrics were stored" in text
+
+
+def test_previous_rung_gain_is_measured_from_the_stored_runs(tmp_path):
+    root = tmp_path / "store"
+    make_run(root, "v1", median=30.0, created="2026-01-01T00:00:00+00:00")
+    make_run(root, "v2", median=12.0, created="2026-01-02T00:00:00+00:00")
+    make_run(root, "v2", median=12.0, shape=(1, 1, 64, 64), created="2026-01-03T00:00:00+00:00")
+    done = report.render(tmp_path / "out", root=root)
+    v2_same = next(p for rid, p in done.pages.items() if "-v2-" in rid and "N256" in rid)
+    v2_other = next(p for rid, p in done.pages.items() if "-v2-" in rid and "N64" in rid)
+    text = Parsed(v2_same.read_text()).visible
+    assert f"measured gain {report.fmt_times(30.0 / 12.0)}" in text and "1.5x predicted by the test" in text
+    assert "the CI95 intervals do not overlap" in text
+    assert "No stored run of the previous rung, v1" in Parsed(v2_other.read_text()).visible
+    # the comparison page of the pair was rendered and is linked
+    assert len(done.comparisons) == 1 and done.comparisons[0].name in v2_same.read_text()
+
+
+def test_index_lists_runs_with_filters_ladder_and_history(tmp_path):
+    root = tmp_path / "store"
+    make_run(root, "v1", median=30.0, created="2026-01-01T00:00:00+00:00")
+    make_run(root, "v2", median=12.0, created="2026-01-02T00:00:00+00:00",
+             findings=[{"class": "small-grid", "title": "grid too small"}])
+    index = report.render(tmp_path / "out", root=root).index.read_text()
+    doc = Parsed(index)
+    assert {"runs", "ladder", "runs-table", "ladder-select"} <= doc.ids
+    assert index.count('data-rung="v1"') == 1 and index.count('data-rung="v2"') == 1
+    assert f"{report.fmt_times(30.0 / 12.0)} over v1" in doc.visible   # v2's measured gain in the history
+    assert "grid too small" not in doc.visible and "small-grid" in doc.visible
+    assert "SDPA flash float16" in index     # a baseline bar beside the rungs
+
+
+# ---------------------------------------------------------------------------------- charts
+
+def test_roofline_places_points_by_their_numbers():
+    from lab.charts import Roof, RooflinePoint, roofline_svg
+
+    svg = roofline_svg([RooflinePoint("slow", 10.0, 0.1), RooflinePoint("fast", 10.0, 10.0, "base")],
+                       [Roof("FP32", 60.0, "fp32")], dram_tbps=3.0)
+    ys = [float(v) for v in re.findall(r'<rect class="pt c-rung" x="[\d.]+" y="([\d.]+)"', svg)]
+    cy = [float(v) for v in re.findall(r'<circle class="pt c-base" cx="[\d.]+" cy="([\d.]+)"', svg)]
+    assert ys and cy and cy[0] < ys[0] - 5  # the faster point is drawn higher (smaller y)
+    assert "DRAM 3.00 TB/s" in svg and "FP32" in svg
+
+
+# ------------------------------------------------------------------------------- comparisons
+
+def test_compare_flags_a_regression_only_beyond_noise_and_threshold(tmp_path):
+    root = tmp_path / "store"
+    fast = report.load(report.Run(make_run(root, "v2", median=10.0, spread=0.1, run_id="fast",
+                                           findings=[{"class": "small-grid", "title": "grid"}])))
+    slow = report.load(report.Run(make_run(root, "v2", median=12.0, spread=0.1, run_id="slow",
+                                           findings=[{"class": "latency-bound", "title": "stalls"}])))
+    noisy = report.load(report.Run(make_run(root, "v2", median=12.0, spread=3.0, run_id="noisy")))
+    c = compare_runs(fast, slow, threshold_pct=5.0)
+    assert c.regression and c.overlap is False
+    assert [f["class"] for f in c.findings["resolved"]] == ["small-grid"]
+    assert [f["class"] for f in c.findings["new"]] == ["latency-bound"]
+    assert not compare_runs(fast, slow, threshold_pct=25.0).regression      # within the threshold
+    assert not compare_runs(fast, noisy, threshold_pct=5.0).regression      # within noise
+    assert not compare_runs(slow, fast, threshold_pct=5.0).regression       # an improvement
+    d = c.to_json()
+    assert d["a"]["run"] == "fast" and d["regression"] is True
+    assert d["tflops_change_pct"] == pytest.approx(100 * (10.0 / 12.0 - 1))
+
+
+def test_lab_compare_exit_codes_and_json(tmp_path):
+    root = tmp_path / "store"
+    make_run(root, "v2", median=10.0, run_id="fast")
+    make_run(root, "v2", median=12.0, run_id="slow")
+    out = tmp_path / "out"
+    r = lab("compare", "fast", "slow", "--json", "--out", str(out), env_root=root)
+    assert r.returncode == 1, r.stderr
+    d = json.loads(r.stdout)
+    assert d["regression"] is True and Path(d["html"]).is_file()
+    assert "REGRESSION" in Parsed(Path(d["html"]).read_text()).visible
+    r = lab("compare", "slow", "fast", "--out", str(out), env_root=root)
+    assert r.returncode == 0 and "no regression" in r.stdout
+    for bad in (("nope", "fast"), ("fast", "slow", "--threshold", "-1")):
+        r = lab("compare", *bad, "--out", str(out), env_root=root)
+        assert r.returncode == 2 and "error:" in r.stderr and "Traceback" not in r.stderr
+
+
+# ------------------------------------------------------------------------- lab report on the CLI
+
+def test_lab_report_prints_the_index_and_renders_every_run(tmp_path):
+    root = tmp_path / "store"
+    make_run(root, "v1", created="2026-01-01T00:00:00+00:00")
+    make_run(root, "v2", created="2026-01-02T00:00:00+00:00")
+    out = tmp_path / "out"
+    r = lab("report", "--out", str(out), env_root=root)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == str(out / "index.html")
+    assert len(list(out.glob("2026*.html"))) == 2
+    r = lab("report", "--out", str(out), "--run", "20260102", env_root=root)
+    assert r.returncode == 0 and r.stdout.strip().endswith("-v2-B2-H4-N256-D64-float32.html")
+
+
+def test_lab_report_bad_input_exits_2_with_a_message(tmp_path):
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    r = lab("report", "--out", str(tmp_path / "o"), env_root=empty)
+    assert r.returncode == 2 and "no stored runs in" in r.stderr and "Traceback" not in r.stderr
+    root = tmp_path / "store"
+    make_run(root, "v1")
+    r = lab("report", "--out", str(tmp_path / "o"), "--run", "does-not-exist", env_root=root)
+    assert r.returncode == 2 and "no stored run" in r.stderr
+    not_a_dir = tmp_path / "file"
+    not_a_dir.write_text("x")
+    r = lab("report", "--out", str(tmp_path / "o"), env_root=not_a_dir)
+    assert r.returncode == 2 and "not a run store directory" in r.stderr
+    for damage in ('{"schema_version": 1, "run_id": "x"', '{"schema_version": 1, "run_id": "x", "variant": {"id": "v1"}, '
+                   '"problem": {"batch": 0, "heads": 1, "seqlen_q": 1, "seqlen_k": 1, "head_dim": 64}}',
+                   '{"schema_version": 1, "run_id": "x", "variant": {"id": "v1"}, "problem": {"batch": 1, "heads": 1, '
+                   '"seqlen_q": 1, "seqlen_k": 1, "head_dim": 64}, "timing": {"median": "fast"}}'):
+        bad_root = tmp_path / f"bad{abs(hash(damage))}"
+        shutil.copytree(root, bad_root)
+        (next(bad_root.glob("2026*")) / "manifest.json").write_text(damage)
+        r = lab("report", "--out", str(tmp_path / "o"), env_root=bad_root)
+        assert r.returncode == 2, (damage, r.stdout, r.stderr)
+        assert "error:" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_lab_report_renders_50_runs_in_under_2_seconds(tmp_path):
+    root = tmp_path / "store"
+    first = make_run(root, "v1", findings=[{"class": "small-grid", "title": "grid"}], timeline=True)
+    for i in range(49):
+        dest = root / f"{first.name}-copy{i:02d}"
+        shutil.copytree(first, dest)
+        m = json.loads((dest / "manifest.json").read_text())
+        m["run_id"] = dest.name
+        (dest / "manifest.json").write_text(json.dumps(m))
+    assert len(list_runs(root)) == 50
+    out = tmp_path / "out"
+    t0 = time.perf_counter()
+    r = lab("report", "--out", str(out), env_root=root)
+    seconds = time.perf_counter() - t0
+    assert r.returncode == 0, r.stderr
+    assert len(list(out.glob("2026*.html"))) == 50
+    assert seconds < 2.0, f"lab report over 50 runs took {seconds:.2f} s"
+
+
+# ------------------------------------------------------------------- the shipped example runs
+
+EXAMPLE_RUNS = list_runs(EXAMPLES.parent) if EXAMPLES.is_dir() else []
+EXAMPLE_RUNS = [r for r in EXAMPLE_RUNS if r.path.parent == EXAMPLES]
+
+
+@pytest.mark.skipif(not EXAMPLE_RUNS, reason="no recorded runs in profiles/examples/ yet")
+def test_example_runs_render(tmp_path):
+    shutil.copytree(EXAMPLES, tmp_path / "store" / "examples")
+    done = report.render(tmp_path / "out", root=tmp_path / "store")
+    assert len(done.pages) == len(EXAMPLE_RUNS)
+    for run in EXAMPLE_RUNS:
+        rd = report.load(run)
+        doc = Parsed(done.pages[run.id].read_text())
+        assert set(RUN_SECTIONS) <= doc.ids
+        assert report.fmt_num(rd.median_ms, 4) in doc.visible
+        assert rd.device_name in doc.visible
+        if rd.kernels:
+            assert rd.primary_kernel["kernel"][:40] in doc.visible

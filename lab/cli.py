@@ -308,5 +308,28 @@ def compare(run_a, run_b, threshold_pct, out_dir, profiles_dir, as_json):
     sys.exit(1 if result.regression else 0)
 
 
+@main.command()
+@click.argument("file", type=click.Path(path_type=Path))
+@click.option("--range", "range_name", default=None, metavar="NAME",
+              help="NVTX range (or torch.profiler record_function) whose launch overhead to report")
+@click.option("--launches", type=int, default=None,
+              help="launches inside each instance of --range (default: the kernels counted in it)")
+@click.option("--top", type=int, default=15, show_default=True, help="rows per table without --json")
+@json_option
+def timeline(file, range_name, launches, top, as_json):
+    """Read a timeline: nsys SQLite export, .nsys-rep, `nsys stats --format csv`, or torch.profiler trace."""
+    from lab.timeline import read_any, renderables
+
+    tl = read_any(file, range_name=range_name, launches_per_range=launches)
+    if as_json:
+        click.echo(json.dumps(tl.to_json(), indent=2))
+        return
+    from rich.console import Console
+
+    console = Console()
+    for item in renderables(tl, top=top):
+        console.print(item)
+
+
 if __name__ == "__main__":
     main()

@@ -24,7 +24,7 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, Sequence
 
 import pandas as pd
 
@@ -165,30 +165,35 @@ def require_ncu() -> str:
 
 # ----------------------------------------------------------------------------- profiling
 
-def ncu_command(target_argv: Iterable[str], report_path: str | os.PathLike, nvtx_range: str | None = None,
-                section_set: str | None = None, extra_args: Iterable[str] = (), exe: str | None = None) -> list[str]:
+def ncu_command(target_argv: Iterable[str], report_path: str | os.PathLike,
+                nvtx_range: str | Sequence[str] | None = None, section_set: str | None = None,
+                extra_args: Iterable[str] = (), exe: str | None = None) -> list[str]:
     """The ncu command line that profiles `target_argv` into `report_path`.
 
-    `nvtx_range` names a push/pop range of the default NVTX domain; only kernels launched inside it
-    are profiled. ncu's filter syntax separates nested push/pop ranges with '/' and a domain with '@',
-    and marks a push/pop range (rather than a start/end one) by a trailing '/', so the name must
-    contain neither character.
+    `nvtx_range` names a push/pop range of the default NVTX domain (or several: a kernel inside any
+    of them is profiled); kernels launched outside are not. ncu's filter syntax separates nested
+    push/pop ranges with '/' and a domain with '@', and marks a push/pop range (rather than a
+    start/end one) by a trailing '/', so a name must contain neither character.
     """
-    if nvtx_range is not None and ("/" in nvtx_range or "@" in nvtx_range or not nvtx_range.strip()):
-        raise LabError(f"NVTX range name {nvtx_range!r} cannot be filtered on",
-                       hint="ncu's --nvtx-include uses '/' for nested ranges and '@' for domains; name the range "
-                            "without them (lab.target.range_name does)")
+    ranges = [nvtx_range] if isinstance(nvtx_range, str) else list(nvtx_range or [])
+    for r in ranges:
+        if "/" in r or "@" in r or not r.strip():
+            raise LabError(f"NVTX range name {r!r} cannot be filtered on",
+                           hint="ncu's --nvtx-include uses '/' for nested ranges and '@' for domains; name the "
+                                "range without them (lab.target.range_name does)")
     cmd = [exe or "ncu", "--target-processes", "all"]
-    if nvtx_range is not None:
-        cmd += ["--nvtx", "--nvtx-include", f"{nvtx_range}/"]
+    if ranges:
+        cmd.append("--nvtx")
+        for r in ranges:
+            cmd += ["--nvtx-include", f"{r}/"]
     cmd += ["--clock-control", "none"]  # the GPU's own boost behaviour, as the timings saw it
     cmd += section_args(section_set)
     cmd += ["--import-source", "no", *extra_args, "-f", "-o", str(report_path)]
     return cmd + [str(a) for a in target_argv]
 
 
-def _nvtx_filter(cmd: list[str]) -> str | None:
-    return cmd[cmd.index("--nvtx-include") + 1] if "--nvtx-include" in cmd else None
+def _nvtx_filters(cmd: list[str]) -> list[str]:
+    return [cmd[i + 1] for i, a in enumerate(cmd[:-1]) if a == "--nvtx-include"]
 
 
 def _report_written(report_path: Path) -> Path | None:
@@ -226,8 +231,8 @@ def run_ncu(cmd: list[str], log_path: str | os.PathLike, env: dict | None = None
                             "NVreg_RestrictProfilingToAdminUsers=0` (then reload the driver); see "
                             "https://developer.nvidia.com/ERR_NVGPUCTRPERM")
     if "No kernels were profiled" in text:
-        flt = _nvtx_filter(cmd)
-        where = f" inside NVTX range filter --nvtx-include {flt!r}" if flt else ""
+        flt = _nvtx_filters(cmd)
+        where = (" inside the NVTX filter " + " ".join(f"--nvtx-include {f!r}" for f in flt)) if flt else ""
         raise LabError(f"ncu profiled no kernels{where}" + detail + f" (log: {log_path})",
                        hint="check that the target pushes exactly that range in the default NVTX domain and "
                             "launches its kernel inside it" if flt else "check that the target launches a kernel")
@@ -510,7 +515,7 @@ def _main(argv: list[str] | None = None) -> int:
     pr = sub.add_parser("profile")
     pr.add_argument("--report", required=True)
     pr.add_argument("--log", required=True)
-    pr.add_argument("--nvtx-range", default=None)
+    pr.add_argument("--nvtx-range", action="append", default=None, help="repeat for several ranges")
     pr.add_argument("--set", dest="section_set", default=None)
     pr.add_argument("target", nargs=argparse.REMAINDER)
     sub.add_parser("command").add_argument("target", nargs=argparse.REMAINDER)
@@ -521,9 +526,9 @@ def _main(argv: list[str] | None = None) -> int:
 
         print(shlex.join(ncu_command(target, "REPORT.ncu-rep")))
         return 0
-    cmd = ncu_command(target, args.report, args.nvtx_range, args.section_set, exe=find_ncu())
-    print(" ".join(cmd), flush=True)
     try:
+        cmd = ncu_command(target, args.report, args.nvtx_range, args.section_set, exe=find_ncu())
+        print(" ".join(cmd), flush=True)
         path = run_ncu(cmd, args.log)
     except LabError as e:
         print(f"error: {e}" + (f"\nhint: {e.hint}" if e.hint else ""), file=sys.stderr)

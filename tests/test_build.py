@@ -1,0 +1,241 @@
+"""lab.build on the CPU: the cache key, arch flags, and ptxas resource records parsed from real nvcc
+output of our own kernels (skipped with a reason where nvcc is missing). The extension build
+itself needs a GPU: tests/test_check_gpu.py covers it."""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from lab import build
+from lab.errors import LabError
+from lab.variants import VARIANTS, get
+
+NVCC = shutil.which("nvcc")
+needs_nvcc = pytest.mark.skipif(NVCC is None, reason="nvcc not on PATH: the ptxas tests compile real kernels")
+try:
+    import torch
+
+    HAS_GPU = torch.cuda.is_available()
+except ImportError:
+    HAS_GPU = False
+
+VERSIONS = {"torch": "2.13.0", "torch_cuda": "13.0", "nvcc": "13.0.88"}
+OWN_RUNGS = [get("v1"), get("v2")]   # the rungs this suite holds to zero spills
+
+
+# ----------------------------------------------------------------------------------------------
+# cache key
+# ----------------------------------------------------------------------------------------------
+
+@pytest.fixture
+def source_copies(tmp_path):
+    """Copies of v1's sources, so a test can change a byte without touching kernels/."""
+    paths = []
+    for src in build.sources_for(get("v1")):
+        dst = tmp_path / src.name
+        dst.write_bytes(src.read_bytes())
+        paths.append(dst)
+    return paths
+
+
+def test_cache_key_is_stable(source_copies):
+    flags = build.nvcc_flags(get("v1"), "sm_90a")
+    first = build.cache_key(source_copies, flags, VERSIONS)
+    assert build.cache_key(source_copies, list(flags), dict(VERSIONS)) == first
+    assert build.cache_key(build.sources_for(get("v1")), flags, VERSIONS) == first  # same bytes, other dir
+
+
+@pytest.mark.parametrize("which", ["v1_naive.cu", "common.cuh", "binding.cpp"])
+def test_cache_key_changes_with_any_source(source_copies, which):
+    flags = build.nvcc_flags(get("v1"), "sm_90a")
+    before = build.cache_key(source_copies, flags, VERSIONS)
+    path = next(p for p in source_copies if p.name == which)
+    path.write_text(path.read_text() + "\n// one more line\n")
+    assert build.cache_key(source_copies, flags, VERSIONS) != before
+
+
+def test_cache_key_changes_with_flags_and_versions(source_copies):
+    flags = build.nvcc_flags(get("v1"), "sm_90a")
+    key = build.cache_key(source_copies, flags, VERSIONS)
+    assert build.cache_key(source_copies, build.nvcc_flags(get("v1"), "sm_80"), VERSIONS) != key
+    assert build.cache_key(source_copies, flags + ["-G"], VERSIONS) != key
+    assert build.cache_key(source_copies, list(reversed(flags)), VERSIONS) != key
+    for field in VERSIONS:
+        assert build.cache_key(source_copies, flags, {**VERSIONS, field: "other"}) != key, field
+
+
+def test_rungs_get_different_keys_and_dirs():
+    flags = build.nvcc_flags(get("v1"), "sm_90a")
+    keys = {v.id: build.cache_key(build.sources_for(v), flags, VERSIONS) for v in VARIANTS}
+    assert len(set(keys.values())) == len(VARIANTS)
+    dirs = {build.build_dir_for(v, keys[v.id]) for v in VARIANTS}
+    assert len(dirs) == len(VARIANTS)
+
+
+# ----------------------------------------------------------------------------------------------
+# arch and flags
+# ----------------------------------------------------------------------------------------------
+
+def test_gencode_and_flags():
+    assert build.gencode("sm_90a") == "-gencode=arch=compute_90a,code=sm_90a"
+    assert build.gencode("sm_80") == "-gencode=arch=compute_80,code=sm_80"
+    flags = build.nvcc_flags(get("v1"), "sm_90a")
+    assert "-O3" in flags and "-lineinfo" in flags and "-gencode=arch=compute_90a,code=sm_90a" in flags
+
+
+@pytest.mark.parametrize("arch", ["sm9", "90a", "sm_9", "compute_90", "sm_90b", ""])
+def test_bad_arch_is_a_lab_error(arch):
+    with pytest.raises(LabError, match="bad arch"):
+        build.validate_arch(arch)
+
+
+def test_missing_nvcc_is_a_lab_error_with_the_fix(monkeypatch, tmp_path):
+    monkeypatch.setenv("PATH", str(tmp_path))
+    monkeypatch.delenv("CUDA_HOME", raising=False)
+    monkeypatch.delenv("CUDA_PATH", raising=False)
+    with pytest.raises(LabError, match="nvcc not found") as err:
+        build.find_nvcc()
+    assert "CUDA toolkit" in err.value.hint
+
+
+# ----------------------------------------------------------------------------------------------
+# ptxas on real nvcc output
+# ----------------------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def lab_cache(tmp_path_factory):
+    """A private cache, so these tests compile for real instead of reading .lab-cache/."""
+    root = tmp_path_factory.mktemp("lab-cache")
+    old = os.environ.get("LAB_CACHE")
+    os.environ["LAB_CACHE"] = str(root)
+    yield root
+    if old is None:
+        os.environ.pop("LAB_CACHE", None)
+    else:
+        os.environ["LAB_CACHE"] = old
+
+
+@needs_nvcc
+@pytest.mark.parametrize("variant", VARIANTS, ids=lambda v: v.id)
+def test_every_rung_compiles_and_ptxas_reports_its_kernels(variant, lab_cache):
+    report = build.ptxas_report(variant, "sm_90a")
+    assert report.compiled_now
+    assert report.build_dir.is_relative_to(lab_cache)
+    assert report.records, f"no kernels in {report.log_path}"
+    for rec in report.records:
+        assert rec.arch == "sm_90a"
+        assert 0 < rec.registers <= 255
+        assert rec.smem_bytes >= 0 and rec.stack_bytes >= 0
+
+    again = build.ptxas_report(variant, "sm_90a")
+    assert not again.compiled_now, "a second ptxas step with nothing changed must come from the cache"
+    assert again.records == report.records and again.cache_key == report.cache_key
+
+
+@needs_nvcc
+@pytest.mark.parametrize("variant", OWN_RUNGS, ids=lambda v: v.id)
+def test_own_rungs_have_one_spill_free_kernel_per_head_dim(variant, lab_cache):
+    for arch in ("sm_90a", "sm_80"):
+        report = build.ptxas_report(variant, arch)
+        names = [build.short_kernel_name(r.kernel) for r in report.records]
+        demangled = shutil.which("c++filt") is not None
+        for d in variant.head_dims:
+            want = f"attention_fwd_{variant.id}_kernel<{d}>" if demangled else f"attention_fwd_{variant.id}_kernelILi{d}E"
+            assert any(want in n for n in names), f"{want} not among {names}"
+        spilled = [(r.kernel, r.spill_stores_bytes, r.spill_loads_bytes, r.stack_bytes) for r in report.records
+                   if r.spill_stores_bytes or r.spill_loads_bytes or r.stack_bytes]
+        assert not spilled, f"{variant.id} spills on {arch}: {spilled}"
+
+
+def _nvcc_log(*args) -> str:
+    proc = subprocess.run([NVCC, "-c", "-Xptxas", "-v", *args], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout + proc.stderr
+
+
+REGISTER_PRESSURE_CU = """
+__global__ void register_pressure(const float* in, float* out, int n) {
+  float acc[64];
+#pragma unroll
+  for (int i = 0; i < 64; ++i) acc[i] = in[threadIdx.x + i * n];
+#pragma unroll
+  for (int j = 1; j < 8; ++j)
+#pragma unroll
+    for (int i = 0; i < 64; ++i) acc[i] = acc[i] * acc[(i + j) % 64] + 1.f;
+  float s = 0.f;
+#pragma unroll
+  for (int i = 0; i < 64; ++i) s += acc[i];
+  out[threadIdx.x] = s;
+}
+"""
+
+
+@needs_nvcc
+def test_parser_reads_spills_when_ptxas_reports_them(tmp_path):
+    """The zero-spill test above is only worth something if spills are parsed: 64 live floats
+    under a 24-register cap make ptxas spill, and the parser must say so. (Our rungs carry
+    __launch_bounds__, which overrides -maxrregcount, so a small kernel of its own is used.)"""
+    src = tmp_path / "register_pressure.cu"
+    src.write_text(REGISTER_PRESSURE_CU)
+    log = _nvcc_log("-O3", "-maxrregcount=24", build.gencode("sm_90a"), "-o", str(tmp_path / "p.o"), str(src))
+    (rec,) = build.parse_ptxas(log)
+    assert rec.registers <= 24
+    assert rec.spill_stores_bytes > 0 and rec.spill_loads_bytes > 0 and rec.stack_bytes > 0, log
+
+
+@needs_nvcc
+def test_parser_reads_static_smem_and_every_arch(tmp_path):
+    src = tmp_path / "static_smem.cu"
+    src.write_text("__global__ void tile_copy(float* out) {\n"
+                   "  __shared__ float tile[256];\n"
+                   "  tile[threadIdx.x] = out[threadIdx.x];\n"
+                   "  __syncthreads();\n"
+                   "  out[threadIdx.x] = tile[255 - threadIdx.x];\n"
+                   "}\n")
+    log = _nvcc_log(build.gencode("sm_90a"), build.gencode("sm_80"), "-o", str(tmp_path / "s.o"), str(src))
+    records = build.parse_ptxas(log)
+    assert sorted(r.arch for r in records) == ["sm_80", "sm_90a"]
+    for r in records:
+        assert r.smem_bytes == 256 * 4
+        assert r.kernel.startswith("tile_copy") or r.kernel == "_Z9tile_copyPf"
+
+
+@needs_nvcc
+def test_lab_build_ptxas_only_json(lab_cache):
+    env = dict(os.environ, LAB_CACHE=str(lab_cache))
+    res = subprocess.run([sys.executable, "-m", "lab.cli", "build", "--variant", "v1,v2", "--ptxas-only",
+                          "--arch", "sm_80", "--json"], capture_output=True, text=True, env=env)
+    assert res.returncode == 0, res.stderr
+    out = json.loads(res.stdout)
+    assert [r["variant"] for r in out] == ["v1", "v2"]
+    for r in out:
+        assert r["arch"] == "sm_80" and "-gencode=arch=compute_80,code=sm_80" in r["flags"]
+        assert {"kernel", "registers", "smem_bytes", "stack_bytes", "spill_stores_bytes",
+                "spill_loads_bytes"} <= set(r["ptxas"][0])
+        assert Path(r["build_dir"]).is_relative_to(lab_cache)
+
+
+def _lab(*args):
+    return subprocess.run([sys.executable, "-m", "lab.cli", *args], capture_output=True, text=True)
+
+
+@pytest.mark.parametrize("args, message", [
+    (["build", "--variant", "v99", "--ptxas-only"], "unknown variant"),
+    (["build", "--arch", "sm9", "--ptxas-only"], "bad arch"),
+])
+def test_build_bad_input_exits_2(args, message):
+    res = _lab(*args)
+    assert res.returncode == 2, res.stderr
+    assert message in res.stderr and "Traceback" not in res.stderr
+
+
+@pytest.mark.skipif(HAS_GPU, reason="checks the no-GPU refusal; this machine has a GPU")
+def test_build_without_gpu_exits_2_and_names_ptxas_only():
+    res = _lab("build", "--variant", "v1")
+    assert res.returncode == 2, res.stderr
+    assert "no CUDA GPU" in res.stderr and "--ptxas-only" in res.stderr and "Traceback" not in res.stderr

@@ -82,7 +82,7 @@ class Roof:
 
 
 def roofline_svg(points: list[RooflinePoint], roofs: list[Roof], dram_tbps: float | None,
-                 width: int = 720, height: int = 380) -> Markup:
+                 width: int = 760, height: int = 380) -> Markup:
     """Log-log roofline: the memory roof (DRAM TB/s x intensity) capped by each compute roof.
 
     TB/s times FLOP/byte is TFLOP/s, so the memory roof is y = dram_tbps * x in these units.
@@ -90,7 +90,7 @@ def roofline_svg(points: list[RooflinePoint], roofs: list[Roof], dram_tbps: floa
     pts = [p for p in points if p.intensity_flop_per_byte > 0 and p.tflops > 0]
     if not pts:
         return Markup("")
-    left, right, top, bottom = 64, 150, 14, 44
+    left, right, top, bottom = 64, 175, 14, 44
     xs = [p.intensity_flop_per_byte for p in pts]
     ys = [p.tflops for p in pts] + [r.tflops for r in roofs]
     if dram_tbps:
@@ -107,8 +107,8 @@ def roofline_svg(points: list[RooflinePoint], roofs: list[Roof], dram_tbps: floa
         x0 = max(ridge, x.lo)
         out.append(f'<line class="roof roof-{escape(roof.kind)}" x1="{_num(x(x0))}" y1="{_num(y(roof.tflops))}" '
                    f'x2="{_num(x(x.hi))}" y2="{_num(y(roof.tflops))}"/>')
-        out.append(f'<text class="roof-label" x="{_num(x(x.hi) + 4)}" y="{_num(y(roof.tflops) + 4)}">'
-                   f'{escape(roof.label)}</text>')
+        out.append(f'<text class="roof-label" x="{_num(x(x.hi) - 4)}" y="{_num(y(roof.tflops) - 5)}" '
+                   f'text-anchor="end">{escape(roof.label)} TFLOP/s</text>')
     if dram_tbps:
         top_roof = max((r.tflops for r in roofs), default=y.hi)
         x_end = min(top_roof / dram_tbps, x.hi)
@@ -124,7 +124,7 @@ def roofline_svg(points: list[RooflinePoint], roofs: list[Roof], dram_tbps: floa
                  if p.kind == "rung" else f'<circle class="pt c-{escape(p.kind)}" cx="{_num(px)}" cy="{_num(py)}" r="5"/>')
         out.append(f'<g><title>{escape(p.label)}: {escape(fmt_si(p.tflops))} TFLOP/s at '
                    f'{escape(fmt_si(p.intensity_flop_per_byte))} FLOP/byte</title>{shape}</g>')
-    out += _legend([(p.label, p.kind) for p in pts], width - right + 8, top + 110)
+    out += _legend([(p.label, p.kind) for p in pts], width - right + 8, top + 10)
     out.append("</svg>")
     return Markup("".join(out))
 
@@ -216,7 +216,7 @@ def timeline_svg(spans: list[Span], width: int = 720, max_spans: int = 400) -> M
     t0 = min(s.start_ns for s in spans)
     t1 = max(s.end_ns for s in spans)
     total = max(t1 - t0, 1.0)
-    left, right, row, top = 90, 10, 24, 8
+    left, right, row, top = 90, 36, 24, 8
     height = top + row * len(lanes) + 30
     px = lambda t: left + (width - left - right) * (t - t0) / total  # noqa: E731
     out = [_svg_open(width, height, "Timeline of the recorded events")]

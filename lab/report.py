@@ -363,7 +363,7 @@ def stall_reasons(k: dict | None) -> tuple[list[tuple[str, float]], str, str]:
                 found.append((m.group(1), float(v)))
         if found:
             found.sort(key=lambda t: -t[1])
-            return found, unit, rx.pattern.replace("\\", "").replace("(w+?)", "<reason>")
+            return found, unit, rx.pattern.strip("^$").replace("\\", "").replace("(w+?)", "<reason>")
     return [], "", ""
 
 

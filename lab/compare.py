@@ -86,11 +86,11 @@ def _pct_change(a: float | None, b: float | None) -> float | None:
 def _finding_classes(rd: RunData) -> dict[str, str]:
     """class -> title of the run's findings (first title per class); the summary's bottleneck
     where no findings table was stored."""
-    df = rd.table("findings")
-    if df is None:
+    found = rd.table("findings")
+    if found is None:
         return {rd.bottleneck: "(findings table not stored; summary only)"} if rd.bottleneck else {}
     out: dict[str, str] = {}
-    for rec in df.to_dict("records"):
+    for rec in found.rows:
         out.setdefault(str(rec.get("class")), str(rec.get("title") or ""))
     return out
 

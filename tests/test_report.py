@@ -323,6 +323,14 @@ def test_lab_report_bad_input_exits_2_with_a_message(tmp_path):
         assert "error:" in r.stderr and "Traceback" not in r.stderr
 
 
+def test_an_unreadable_table_is_bad_input(tmp_path):
+    root = tmp_path / "store"
+    run = make_run(root, "v1")
+    (run / "metrics.parquet").write_bytes(b"not parquet")
+    r = lab("report", "--out", str(tmp_path / "o"), env_root=root)
+    assert r.returncode == 2 and "table 'metrics' cannot be read" in r.stderr and "Traceback" not in r.stderr
+
+
 def test_lab_report_renders_50_runs_in_under_2_seconds(tmp_path):
     root = tmp_path / "store"
     first = make_run(root, "v1", findings=[{"class": "small-grid", "title": "grid"}], timeline=True)

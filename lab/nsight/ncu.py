@@ -34,24 +34,28 @@ from lab.errors import LabError
 
 DEFAULT_SECTION_SET = "default-lab"
 
-# What lab/analysis.py reads, and nothing it does not: the replay passes of a kernel are the cost of
-# a profile (ncu 2025.3 on an H200: `--set basic` 10 passes, `detailed` 20, `full` 38). Left out
-# against `full`: the roofline charts (FLOPs come from InstructionStats' per-opcode counts instead),
-# PM sampling, NVLink/NUMA topology and WorkloadDistribution.
-LAB_SECTIONS: tuple[str, ...] = (
+# The replay passes of a kernel are the cost of a profile: ncu 2025.3 on an H200 needs 10 for
+# `--set basic`, 20 for `detailed`, 38 for `full`, and 34 for all ten sections below together
+# (measured 2026-11-21, tests/planted/record.sh). The lab's sets are subsets of these sections,
+# named in SECTION_SETS; `default-lab` is the richest one that costs at most 20 passes.
+_CORE = (
     "SpeedOfLight",                   # compute vs memory throughput, with their breakdowns
     "LaunchStats",                    # grid, block, registers, shared memory, waves
     "Occupancy",                      # theoretical/achieved occupancy and each limiter
     "ComputeWorkloadAnalysis",        # pipe utilization (FMA, tensor, ...)
     "MemoryWorkloadAnalysis",         # memory throughput per unit
-    "MemoryWorkloadAnalysis_Tables",  # shared-memory bank conflicts, sectors per request, DRAM bytes
-    "WarpStateStats",                 # stall reasons per issued instruction
-    "SourceCounters",                 # sampled stall reasons, uncoalesced-access and divergence rules
-    "InstructionStats",               # per-opcode SASS counts: FLOPs, tensor instructions
-    "SchedulerStats",                 # eligible/issued warps per scheduler
+    "WarpStateStats",                 # stall reasons per issued instruction; thread-divergence rule
 )
-# Counters named explicitly so that the DRAM-vs-minimum and FP32 FLOP/s judgements never depend on
-# which section happens to collect them in a given ncu version.
+_TABLES = ("MemoryWorkloadAnalysis_Tables",)  # bank conflicts, bytes per sector, access-pattern rules
+_INSTRUCTIONS = ("InstructionStats",          # per-opcode SASS counts: FP32, FP16 and tensor FLOPs
+                 "SchedulerStats")            # eligible/issued warps per scheduler
+# SourceCounters (per-PC sampling and SASS-patched counters) repeats what the tables' rules say about
+# coalescing and bank conflicts, costs passes, and stores whole SASS modules (a torch SDPA report
+# grows to ~4 MB per kernel): it is in `full` and in lab-all, not in the lab's default.
+_SOURCE = ("SourceCounters",)
+
+# Counters named explicitly so that DRAM bytes vs the minimum, FP32 FLOP/s, bank conflicts and
+# coalescing never depend on which section collects them in a given ncu version.
 LAB_METRICS: tuple[str, ...] = (
     "dram__bytes_read.sum",
     "dram__bytes_write.sum",
@@ -59,18 +63,38 @@ LAB_METRICS: tuple[str, ...] = (
     "smsp__sass_thread_inst_executed_op_fadd_pred_on.sum",
     "smsp__sass_thread_inst_executed_op_fmul_pred_on.sum",
 )
-NCU_SETS = ("basic", "detailed", "full", "roofline", "nvlink", "pmsampling")
+_TABLE_METRICS: tuple[str, ...] = (
+    "l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum",
+    "l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_st.sum",
+    "l1tex__data_pipe_lsu_wavefronts_mem_shared_op_ld.sum",
+    "l1tex__data_pipe_lsu_wavefronts_mem_shared_op_st.sum",
+    "smsp__sass_average_data_bytes_per_sector_mem_global_op_ld.ratio",
+    "smsp__sass_average_data_bytes_per_sector_mem_global_op_st.ratio",
+)
+
+# name -> (sections, explicit metrics); richest first. record.sh counts each one's passes.
+SECTION_SETS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
+    "lab-all": (_CORE + _TABLES + _SOURCE + _INSTRUCTIONS, LAB_METRICS),
+    "lab-tables": (_CORE + _TABLES + _INSTRUCTIONS, LAB_METRICS),
+    "lab-lean": (_CORE + _INSTRUCTIONS, LAB_METRICS + _TABLE_METRICS),
+    "lab-minimal": (_CORE, LAB_METRICS + _TABLE_METRICS),
+}
+DEFAULT_IS = "lab-tables"
 
 
 def section_args(section_set: str | None = None) -> list[str]:
-    """ncu arguments selecting what to collect: the lab's set by default, or one of ncu's own sets
-    (`full`, `detailed`, `basic`, ...) by name, or a comma-separated list of section identifiers."""
+    """ncu arguments selecting what to collect: the lab's default set, a lab set by name
+    (SECTION_SETS), one of ncu's own sets (`full`, `detailed`, `basic`, ...), or a comma-separated
+    list of section identifiers."""
     name = section_set or DEFAULT_SECTION_SET
     if name == DEFAULT_SECTION_SET:
+        name = DEFAULT_IS
+    if name in SECTION_SETS:
+        sections, metrics = SECTION_SETS[name]
         args = []
-        for s in LAB_SECTIONS:
+        for s in sections:
             args += ["--section", s]
-        return args + ["--metrics", ",".join(LAB_METRICS)]
+        return args + ["--metrics", ",".join(metrics)]
     if "," in name:
         args = []
         for s in (x.strip() for x in name.split(",")):
@@ -519,12 +543,28 @@ def _main(argv: list[str] | None = None) -> int:
     pr.add_argument("--set", dest="section_set", default=None)
     pr.add_argument("target", nargs=argparse.REMAINDER)
     sub.add_parser("command").add_argument("target", nargs=argparse.REMAINDER)
+    pa = sub.add_parser("passes", help="profile the first matching kernel once and print the replay passes")
+    pa.add_argument("--set", dest="section_set", default=None)
+    pa.add_argument("--kernel", default=None, help="regex on the kernel name")
+    pa.add_argument("target", nargs=argparse.REMAINDER)
     args = ap.parse_args(argv)
     target = args.target[1:] if args.target[:1] == ["--"] else args.target
     if args.cmd == "command":
         import shlex
 
         print(shlex.join(ncu_command(target, "REPORT.ncu-rep")))
+        return 0
+    if args.cmd == "passes":
+        with tempfile.TemporaryDirectory() as tmp:
+            extra = ["-c", "1"] + (["-k", f"regex:{args.kernel}"] if args.kernel else [])
+            try:
+                cmd = ncu_command(target, Path(tmp) / "p.ncu-rep", None, args.section_set, extra, exe=find_ncu())
+                rep = run_ncu(cmd, Path(tmp) / "p.log")
+                passes = load_report(rep)["profiler__replayer_passes"].iloc[0]
+            except (LabError, KeyError) as e:
+                print(f"{args.section_set or DEFAULT_SECTION_SET}\t?\t{e}")
+                return 2
+        print(f"{args.section_set or DEFAULT_SECTION_SET}\t{int(passes)}")
         return 0
     try:
         cmd = ncu_command(target, args.report, args.nvtx_range, args.section_set, exe=find_ncu())

@@ -5,10 +5,11 @@
 #   tests/planted/record.sh --build-only   compile planted.cu only (works without a GPU)
 #
 # Writes to OUT_DIR: planted.ncu-rep.xz (the eight planted kernels), sdpa.ncu-rep.xz (torch SDPA
-# flash/efficient/cudnn/math at fp16 B=4 H=16 N=2048 D=128), none.ncu-rep.xz if ncu writes a report
-# when its NVTX filter matches nothing, the ncu logs and record.log (versions, replay passes).
-# Profiles with the lab's own default section set and --clock-control none, through
-# `python -m lab.nsight.ncu profile`, the same command line `lab profile` uses.
+# flash/efficient/cudnn/math at fp16 B=4 H=16 N=2048 D=128), the ncu logs, passes.log (replay passes
+# of each lab set, of ncu's sets and of each section alone) and record.log (versions, choices).
+# Profiles through `python -m lab.nsight.ncu profile`, the command line `lab profile` uses, with
+# --clock-control none and the richest lab set (lab.nsight.ncu.SECTION_SETS) that costs at most
+# 20 replay passes here; record.log names it, and lab.nsight.ncu.DEFAULT_IS must match it.
 set -uo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -54,14 +55,30 @@ profile() {  # name, then extra profile args, then -- target...
   return $rc
 }
 
-# If the lab's section set were refused by this ncu, still record something to learn from.
-profile planted -- "$bin" || profile planted-detailed --set detailed -- "$bin"
-profile sdpa --nvtx-range "lab sdpa-flash B4-H16-N2048-D128-float16" \
+# Count replay passes: each lab set on two kernels, ncu's own sets and each section alone on one.
+passes() { timeout 60 python3 -m lab.nsight.ncu passes --set "$1" --kernel "$2" -- "$bin" 2>>"$log" | tee -a "$out/passes.log"; }
+echo "== replay passes (set, passes)" | tee -a "$log"
+chosen=""
+for s in lab-tables lab-lean lab-minimal; do
+  a=$(passes "$s" planted_local_memory | cut -f2); b=$(passes "$s" planted_bank_conflicts | cut -f2)
+  if [[ -z "$chosen" && "$a" =~ ^[0-9]+$ && "$b" =~ ^[0-9]+$ && $a -le 20 && $b -le 20 ]]; then chosen=$s; fi
+done
+for s in lab-all detailed basic full SpeedOfLight, LaunchStats, Occupancy, ComputeWorkloadAnalysis, \
+         MemoryWorkloadAnalysis, MemoryWorkloadAnalysis_Tables, WarpStateStats, SourceCounters, InstructionStats, \
+         SchedulerStats,; do
+  passes "$s" planted_local_memory >/dev/null
+done
+chosen=${chosen:-detailed}
+echo "== chosen section set: $chosen" | tee -a "$log"
+
+profile planted --set "$chosen" -- "$bin"
+profile sdpa --set "$chosen" \
+             --nvtx-range "lab sdpa-flash B4-H16-N2048-D128-float16" \
              --nvtx-range "lab sdpa-efficient B4-H16-N2048-D128-float16" \
              --nvtx-range "lab sdpa-cudnn B4-H16-N2048-D128-float16" \
              --nvtx-range "lab sdpa-math B4-H16-N2048-D128-float16" -- python3 "$here/sdpa.py"
 # An NVTX filter that matches nothing: the lab must say so (exit 2); keep a report if ncu writes one.
-profile none --nvtx-range "lab no such range" -- "$bin"
+profile none --set "$chosen" --nvtx-range "lab no such range" -- "$bin"
 echo "   (exit 2 expected above: no kernels profiled)" | tee -a "$log"
 
 for f in "$out"/*.ncu-rep; do

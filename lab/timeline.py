@@ -63,9 +63,10 @@ class Timeline:
 
     def to_json(self) -> dict:
         """The `lab timeline --json` document (a JSON-ready dict)."""
-        kernels_by_range = {}
-        for key, grp in self.nvtx_kernels.groupby(["range", "style"], sort=False):
-            kernels_by_range[key] = _records(grp, ["name", "instances", "nvtx_instances", *STAT_COLUMNS])
+        kernels_by_range: dict[tuple, list[dict]] = {}
+        for rec in _records(self.nvtx_kernels, ["range", "style", "name", "instances", "nvtx_instances", *STAT_COLUMNS]):
+            key = (rec.pop("range"), rec.pop("style"))
+            kernels_by_range.setdefault(key, []).append(rec)
         nvtx = []
         for row in _records(self.nvtx, ["range", "style", "domain", "instances", *STAT_COLUMNS, "time_pct"]):
             row["kernels"] = kernels_by_range.pop((row["range"], row.get("style")), [])
@@ -101,8 +102,10 @@ def _py(v):
 
 
 def _records(df: pd.DataFrame, columns: list[str]) -> list[dict]:
+    """Rows as dicts with every schema column; one the source lacks (Med in a 2021 CSV) is null."""
     cols = [c for c in columns if c in df.columns]
-    return [{c: _py(v) for c, v in zip(cols, row)} for row in df[cols].itertuples(index=False, name=None)]
+    missing = {c: None for c in columns if c not in df.columns}
+    return [{**{c: _py(v) for c, v in zip(cols, row)}, **missing} for row in df[cols].itertuples(index=False, name=None)]
 
 
 # --------------------------------------------------------------------------------- summaries

@@ -14,6 +14,7 @@ Nothing here imports torch: `lab timeline FILE` runs on a machine without a GPU.
 from __future__ import annotations
 
 import csv
+import functools
 import glob
 import os
 import re
@@ -108,6 +109,7 @@ def find_importer(nsys: Path) -> Path | None:
     return Path(on_path) if on_path else None
 
 
+@functools.lru_cache(maxsize=None)
 def nsys_version(nsys: Path) -> str:
     try:
         out = subprocess.run([str(nsys), "--version"], capture_output=True, text=True, timeout=60)
@@ -127,7 +129,8 @@ def _status_of(nsys: Path) -> NsysStatus:
     importer = find_importer(nsys)
     if importer is None:
         return NsysStatus(True, False, version,
-                          f"nsys {version} at {nsys} writes .qdstrm but no .nsys-rep: its QdstrmImporter is missing")
+                          f"nsys {version} at {nsys} writes .qdstrm but no .nsys-rep: its QdstrmImporter is missing "
+                          "(none in host-linux-*/ beside it, nor on PATH)")
     return NsysStatus(True, True, version, f"nsys {version} at {nsys} (importer {importer})")
 
 
@@ -135,6 +138,9 @@ def nsys_status() -> NsysStatus:
     """Is there an nsys that can write reports? Probed without a capture (on the lab's GPU machine
     a capture by the importer-less copy writes a 2 GB .qdstrm), by running `nsys --version` and
     looking for the QdstrmImporter the capture needs. Set LAB_NSYS to choose a binary."""
+    explicit = os.environ.get("LAB_NSYS")
+    if explicit and not (Path(explicit).is_file() and os.access(explicit, os.X_OK)):
+        return NsysStatus(False, False, None, f"LAB_NSYS={explicit} is not an executable file")
     candidates = _candidates()
     if not candidates:
         return NsysStatus(False, False, None,
@@ -175,8 +181,9 @@ def profile(target_argv: list[str], output_stem: Path, range_name: str, env: dic
             timeout_s: float = 900, log_path: Path | None = None) -> Path:
     """Run the child under nsys, capturing only the NVTX range; returns the .nsys-rep.
 
-    Raises NoReport when nsys ran but left no report (a .qdstrm without importer), LabError when the
-    child or nsys failed outright (falling back would fail the same way)."""
+    Raises NoReport, with nsys's own words, when nsys ran but left no report (a .qdstrm without
+    importer, a range that never opened, nsys failing): the caller falls back to torch.profiler and
+    records why. Raises LabError when a report exists but the child failed, or nsys hung."""
     nsys = find_nsys()
     if nsys is None:
         raise NoReport("nsys not on PATH")
@@ -186,29 +193,36 @@ def profile(target_argv: list[str], output_stem: Path, range_name: str, env: dic
     # nsys matches --nvtx-capture against registered NVTX strings only, unless told otherwise;
     # torch.cuda.nvtx.range_push does not register its strings.
     child_env["NSYS_NVTX_PROFILER_REGISTER_ONLY"] = "0"
+    # nsys stages its .qdstrm under TMPDIR before importing it: keep it where we can find and delete it
+    scratch = output_stem.parent / f"{output_stem.name}.nsys-tmp"
+    scratch.mkdir(parents=True, exist_ok=True)
+    child_env["TMPDIR"] = str(scratch)
     try:
-        out = subprocess.run(cmd, capture_output=True, text=True, env=child_env, timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        raise LabError(f"nsys profile ran past {timeout_s:.0f} s: {' '.join(cmd)}")
-    text = out.stdout + out.stderr
-    if log_path is not None:
-        Path(log_path).write_text(" ".join(cmd) + "\n\n" + text)
-    rep = output_stem.with_name(output_stem.name + ".nsys-rep")
-    if rep.is_file():
+        try:
+            out = subprocess.run(cmd, capture_output=True, text=True, env=child_env, timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            raise LabError(f"nsys profile ran past {timeout_s:.0f} s: {' '.join(cmd)}")
+        text = out.stdout + out.stderr
+        if log_path is not None:
+            Path(log_path).write_text(" ".join(cmd) + "\n\n" + text)
+        rep = output_stem.with_name(output_stem.name + ".nsys-rep")
+        if rep.is_file():
+            if out.returncode != 0:
+                raise LabError(f"the profiled child failed under nsys (exit {out.returncode}): {_tail(text)}")
+            return rep
+        streams = [Path(p) for p in glob.glob(f"{glob.escape(str(output_stem))}*.qdstrm")] + list(scratch.rglob("*.qdstrm"))
+        if streams:
+            size = sum(p.stat().st_size for p in streams)
+            for p in streams:  # gigabytes nobody can open without the importer: keep them out of the run
+                p.unlink()
+            raise NoReport(f"nsys at {nsys} wrote .qdstrm ({size / 1e9:.2f} GB, deleted) but no .nsys-rep: "
+                           f"its QdstrmImporter is missing or failed ({_tail(text, 200)})")
         if out.returncode != 0:
-            raise LabError(f"the profiled child failed under nsys (exit {out.returncode}): {_tail(text)}")
-        return rep
-    streams = [Path(p) for p in glob.glob(f"{glob.escape(str(output_stem))}*.qdstrm")]
-    if streams:
-        size = sum(p.stat().st_size for p in streams)
-        for p in streams:  # gigabytes nobody can open without the importer: do not keep them in the run
-            p.unlink()
-        raise NoReport(f"nsys {nsys_version(nsys)} wrote .qdstrm ({size / 1e9:.1f} GB, deleted) but no .nsys-rep: "
-                       "its QdstrmImporter is missing")
-    if out.returncode != 0:
-        raise LabError(f"nsys profile failed (exit {out.returncode}): {_tail(text)}")
-    raise LabError(f"nsys captured nothing: the NVTX range {range_name!r} never opened in the child "
-                   f"(command: {' '.join(cmd)}): {_tail(text)}")
+            raise NoReport(f"nsys profile failed (exit {out.returncode}): {_tail(text, 300)}")
+        raise NoReport(f"nsys captured nothing: the NVTX range {range_name!r} never opened under nsys "
+                       f"({_tail(text, 300)})")
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
 
 
 def export_sqlite(rep: Path, out: Path | None = None, timeout_s: float = 600) -> Path:
@@ -555,8 +569,9 @@ def parse_stats_csv(text: str, report_hint: str | None = None) -> StatsCsv:
                 break
             rows.append(row)
             i += 1
-        blocks.append(CsvBlock(current or report_hint, [f.strip() for f in fields], rows))
-        current = None
+        if rows:   # a header-like line with no rows under it is prose quoting a header, not a table
+            blocks.append(CsvBlock(current or report_hint, [f.strip() for f in fields], rows))
+            current = None
     return StatsCsv(blocks, skipped)
 
 

@@ -229,13 +229,13 @@ def timeline_svg(spans: list[Span], width: int = 720, max_spans: int = 400) -> M
         x0 = px(s.start_ns)
         w = max(px(s.end_ns) - x0, 1.0)   # a 1 ns kernel must still be visible
         out.append(f'<rect class="span lane-{lanes.index(s.lane) % 4}" x="{_num(x0)}" y="{yy + 4}" width="{_num(w)}" '
-                   f'height="{row - 10}"><title>{escape(s.name)}: {escape(fmt_si((s.end_ns - s.start_ns) / 1e3))} us'
+                   f'height="{row - 10}"><title>{escape(s.name)}: {escape(fmt_si((s.end_ns - s.start_ns) / 1e3))} µs'
                    f'</title></rect>')
     axis_y = top + row * len(lanes) + 14
     for frac in (0, 0.25, 0.5, 0.75, 1.0):
         t = t0 + frac * total
         out.append(f'<text class="tick" x="{_num(px(t))}" y="{axis_y}" text-anchor="middle">'
-                   f'{escape(fmt_si((t - t0) / 1e3))} us</text>')
+                   f'{escape(fmt_si((t - t0) / 1e3))} µs</text>')
     out.append("</svg>")
     return Markup("".join(out))
 

@@ -537,32 +537,43 @@ def findings_context(rd: RunData, primary: dict | None) -> dict:
     return out
 
 
+# The timeline tables lab.timeline stores (`timeline_<name>`), named after the nsys stats reports
+# they mirror; the *_events tables hold one row per event and feed the chart only.
+TIMELINE_SUMMARIES = (("kernels", "Kernel summary (as cuda_gpu_kern_sum)"), ("nvtx", "NVTX ranges (as nvtx_sum)"),
+                      ("nvtx_kernels", "Kernels per NVTX range (as nvtx_kern_sum)"),
+                      ("memory", "Memory operations (as cuda_gpu_mem_time_sum)"), ("api", "CUDA API (as cuda_api_sum)"))
+TIMELINE_EVENTS = (("nvtx_events", "nvtx"), ("api_events", "cuda api"), ("kernel_events", "kernels"),
+                   ("events", "events"))
+
+
 def timeline_context(rd: RunData) -> dict:
     info = rd.manifest.get("timeline")
     info = info if isinstance(info, dict) else None
-    tables = {name: rd.table(f"timeline_{name}") for name in ("kernels", "events", "nvtx")}
-    present = {k: v for k, v in tables.items() if v is not None}
-    spans = []
-    for lane_default, t in (("kernels", tables["events"]), ("nvtx", tables["nvtx"])):
-        if t is None or not t.rows:
+    summaries = [(title, _table_view(t)) for name, title in TIMELINE_SUMMARIES
+                 if (t := rd.table(f"timeline_{name}")) is not None]
+    spans, event_counts = [], []
+    for name, lane_default in TIMELINE_EVENTS:
+        t = rd.table(f"timeline_{name}")
+        if t is None:
             continue
+        event_counts.append((name, len(t.rows)))
         cols = set(t.columns)
-        start = next((c for c in ("start_ns", "start", "ts_ns") if c in cols), None)
-        end = next((c for c in ("end_ns", "end") if c in cols), None)
-        dur = next((c for c in ("duration_ns", "dur_ns") if c in cols), None)
-        name = next((c for c in ("name", "kernel", "text") if c in cols), None)
-        lane = next((c for c in ("kind", "category", "lane", "type") if c in cols), None)
+        start = "start_ns" if "start_ns" in cols else None
+        end = "end_ns" if "end_ns" in cols else None
+        dur = "duration_ns" if "duration_ns" in cols else None
+        label = next((c for c in ("name", "operation", "kernel") if c in cols), None)
+        lane = next((c for c in ("kind", "lane") if c in cols), None)
         if not start or not (end or dur):
             continue
         for rec in t.rows[:2000]:
-            s = rec[start]
-            e = rec[end] if end else (s + rec[dur] if s is not None and rec[dur] is not None else None)
+            s = rec.get(start)
+            e = rec.get(end) if end else (s + rec[dur] if s is not None and rec.get(dur) is not None else None)
             if s is None or e is None:
                 continue
-            spans.append(charts.Span(str(rec[lane]) if lane else lane_default, str(rec[name]) if name else "",
+            spans.append(charts.Span(str(rec[lane]) if lane else lane_default, str(rec[label]) if label else "",
                                      float(s), float(e)))
-    return {"info": info, "tables": {k: _table_view(v) for k, v in present.items()},
-            "svg": charts.timeline_svg(spans), "recorded": bool(info or present)}
+    return {"info": info, "summaries": summaries, "events": event_counts, "svg": charts.timeline_svg(spans),
+            "recorded": bool(info or summaries or event_counts)}
 
 
 def _table_view(t: Table, max_rows: int = 50) -> dict:

@@ -66,8 +66,10 @@ def make_run(root: Path, variant: str = "v1", median: float = 10.0, spread: floa
         if timeline:
             w.add_table("timeline_kernels", pd.DataFrame([{"name": kernel, "instances": 3, "total_ns": 30.0,
                                                            "avg_ns": 10.0, "med_ns": 10.0, "min_ns": 9.0, "max_ns": 11.0}]))
-            w.add_table("timeline_events", pd.DataFrame([{"name": kernel, "kind": "kernel", "start_ns": 100.0 * i,
-                                                          "end_ns": 100.0 * i + 10} for i in range(3)]))
+            w.add_table("timeline_kernel_events", pd.DataFrame([{"name": kernel, "start_ns": 100 * i + 5,
+                                                                 "end_ns": 100 * i + 15} for i in range(3)]))
+            w.add_table("timeline_nvtx_events", pd.DataFrame([{"name": "v1 range", "start_ns": 100 * i,
+                                                               "end_ns": 100 * i + 20} for i in range(3)]))
         (w.dir / "profile.ncu-rep").write_bytes(b"test-made placeholder, not an ncu report")
         w.register_artifact("ncu_report", "profile.ncu-rep")
         w.manifest.update({

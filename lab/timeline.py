@@ -389,8 +389,11 @@ def collect_timeline(target_argv: list[str], out_dir: Path, range_name: str, rep
             try:
                 rep = nsys.profile(argv, out_dir / "timeline", range_name, env=env, timeout_s=timeout_s, log_path=log)
                 db = nsys.export_sqlite(rep)
-                tl = from_events(nsys.read_sqlite(db), input_format="nsys-rep", range_name=range_name,
+                events = nsys.read_sqlite(db)
+                tl = from_events(events, input_format="nsys-rep", range_name=range_name,
                                  launches_per_range=repeats, artifacts={"nsys_rep": rep, "sqlite": db, "log": log})
+                if tl.launch_overhead is None:
+                    tl.launch_overhead = capture_window_overhead(events, repeats)
                 return _require_range(tl, range_name)
             except nsys.NoReport as e:
                 reason = str(e)
@@ -408,6 +411,29 @@ def collect_timeline(target_argv: list[str], out_dir: Path, range_name: str, rep
     tl = from_events(kineto.read_trace(trace), reason=reason, input_format="torch.profiler trace",
                      range_name=range_name, launches_per_range=repeats, artifacts={"trace": trace, "log": log})
     return _require_range(tl, range_name)
+
+
+def capture_window_overhead(ev: EventTables, launches: int) -> dict | None:
+    """Launch overhead over the whole capture, for an nsys capture limited to the range
+    (--capture-range=nvtx) whose export lacks the range itself: from the first launch call to the
+    last kernel end, minus the time covered by kernels. Labelled as such, never as the range."""
+    if ev.kernels.empty or ev.runtime.empty:
+        return None
+    k = ev.kernels[["process_id", "correlation_id", "start_ns", "end_ns"]].dropna().astype("int64")
+    calls = ev.runtime[["process_id", "correlation_id", "start_ns"]].dropna().astype("int64")
+    launched = calls.merge(k[["process_id", "correlation_id"]], on=["process_id", "correlation_id"])
+    if launched.empty:
+        return None
+    one = pd.DataFrame({"range_row": 0, "kernel_row": range(len(k))})
+    window = EventTables(ev.source, k.reset_index(drop=True), ev.runtime,
+                         pd.DataFrame({"name": ["(capture window)"], "style": [""], "domain": [""],
+                                       "start_ns": [int(launched["start_ns"].min())],
+                                       "end_ns": [int(k["end_ns"].max())], "process_id": [0], "thread_id": [0]}),
+                         ev.memory)
+    over = launch_overhead(_nvtx_events(window, one), "(capture window)", launches)
+    if over is not None:
+        over["range"] = "(nsys capture window: the range itself is not in the export)"
+    return over
 
 
 def _require_range(tl: Timeline, range_name: str) -> Timeline:

@@ -423,3 +423,19 @@ def test_collect_timeline_reports_a_failing_child(tmp_path):
     with pytest.raises(LabError, match="exit 3.*child refuses"):
         collect_timeline(argv, tmp_path / "tl", "lab test range", repeats=2, use_nsys=False)
     assert (tmp_path / "tl" / "torch_profiler.log").is_file()
+
+
+def test_capture_window_overhead_equals_sql():
+    """Where an nsys capture lacks its range, the window from the first launch call to the last
+    kernel end stands in, and says so."""
+    from lab.timeline import capture_window_overhead
+
+    path = next(p for p in SQLITE if "cuda-perf-sandbox" in p.name)
+    con = ro(path)
+    rows = con.execute("SELECT r.start, k.start, k.end FROM CUPTI_ACTIVITY_KIND_RUNTIME r JOIN "
+                       "CUPTI_ACTIVITY_KIND_KERNEL k ON k.correlationId = r.correlationId").fetchall()
+    assert len(rows) == 1   # one vector-add launch in this capture
+    call_start, k_start, k_end = rows[0]
+    over = capture_window_overhead(nsys.read_sqlite(path), launches=1)
+    assert over["launch_overhead_ns"] == (k_end - call_start) - (k_end - k_start)
+    assert "capture window" in over["range"]

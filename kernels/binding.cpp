@@ -24,7 +24,7 @@ static LabDtype to_lab_dtype(at::ScalarType t) {
 
 void forward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, at::Tensor& o,
              bool causal, double softmax_scale) {
-  for (const at::Tensor* t : {&q, &k, &v, &o}) {
+  for (const at::Tensor* t : std::initializer_list<const at::Tensor*>{&q, &k, &v, &o}) {
     TORCH_CHECK(t->is_cuda(), "q, k, v and o must be CUDA tensors");
     TORCH_CHECK(t->is_contiguous(), "q, k, v and o must be contiguous (B, H, N, D)");
     TORCH_CHECK(t->dim() == 4, "q, k, v and o must be 4-D (B, H, N, D)");

@@ -54,10 +54,12 @@ namespace v5 {
 // Tile configuration. MT = m16 tiles per warp (16 or 32 query rows per warp); QREGS keeps Q's
 // A-fragments in registers for the whole kernel, otherwise they are re-read from shared memory for
 // every key tile (fewer registers, more shared-memory traffic).
-template <int D_, int WARPS_, int MT_, int BN_, bool QREGS_, int MIN_BLOCKS_>
+// LAZY: rescale O only when some row's max grew by more than 2^kLazyLog2 (see the softmax step).
+template <int D_, int WARPS_, int MT_, int BN_, bool QREGS_, int MIN_BLOCKS_, bool LAZY_ = false>
 struct Config {
   static constexpr int D = D_, kWarps = WARPS_, MT = MT_, BN = BN_, kMinBlocks = MIN_BLOCKS_;
-  static constexpr bool kQRegs = QREGS_;
+  static constexpr bool kQRegs = QREGS_, kLazy = LAZY_;
+  static constexpr float kLazyLog2 = 8.f;  // P <= 2^8: exact enough in fp16/bf16 and fp32 sums
   static constexpr int kThreads = kWarps * 32;
   static constexpr int kWarpRows = 16 * MT;
   static constexpr int BM = kWarps * kWarpRows;
@@ -148,7 +150,9 @@ fwd_kernel(const T* __restrict__ q,  // [B*H, nq, D]
   }
 
   float o_acc[MT][D / 8][4];
-  float row_max[MT][2], row_sum[MT][2];  // row_sum is this lane's partial sum; the quad adds at the end
+  // row_max is the running max already multiplied by scale*log2(e) (the offset every exponent
+  // uses); row_sum is this lane's partial sum; the quad adds its four at the end.
+  float row_max[MT][2], row_sum[MT][2];
 #pragma unroll
   for (int mt = 0; mt < MT; ++mt) {
 #pragma unroll
@@ -228,36 +232,67 @@ fwd_kernel(const T* __restrict__ q,  // [B*H, nq, D]
     }
 
     // Online softmax on the fragments; P re-packed as the A operand of P V.
-    uint32_t p_frag[MT][BN / 16][4];
+    // Tile row max (scaled), reduced over the quad that shares the row.
+    float tile_max[MT][2];
 #pragma unroll
-    for (int mt = 0; mt < MT; ++mt) {
+    for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
       for (int h = 0; h < 2; ++h) {  // h = 0: row g, h = 1: row g + 8
-        float mx = row_max[mt][h];
+        float mx = -INFINITY;
 #pragma unroll
         for (int nt = 0; nt < BN / 8; ++nt) mx = fmaxf(mx, fmaxf(s[mt][nt][2 * h], s[mt][nt][2 * h + 1]));
         mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
         mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-        // Every row sees key 0 in tile 0, so mx is finite from tile 0 on; the guard keeps a row
-        // with no visible key at 0 instead of NaN all the same.
-        const float mx_scaled = (mx == -INFINITY) ? 0.f : mx * scale_log2;
-        const float alpha = lab_exp2(row_max[mt][h] * scale_log2 - mx_scaled);  // ex2(-inf) = 0 first time
-        row_max[mt][h] = mx;
+        tile_max[mt][h] = mx * scale_log2;  // scale > 0 (the launcher checks), so the max commutes
+      }
+    // Rescale O and the sums when the running max moves. Lazy: keep the old offset while every
+    // row of the warp stays within 2^kLazyLog2 of it (P then lies in [0, 2^8], still exact to
+    // fp16/bf16 rounding); one warp vote keeps the branch uniform. The first tile always rescales
+    // (the offset starts at -inf).
+    bool rescale = true;
+    if constexpr (C::kLazy) {
+      bool grow = false;
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) grow |= tile_max[mt][h] > row_max[mt][h] + C::kLazyLog2;
+      rescale = __any_sync(0xffffffffu, grow);
+    }
+    if (rescale) {
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          // Every row sees key 0 in tile 0, so the max is finite from tile 0 on; the guard keeps a
+          // row with no visible key at 0 instead of NaN all the same.
+          float m_new = fmaxf(row_max[mt][h], tile_max[mt][h]);
+          m_new = (m_new == -INFINITY) ? 0.f : m_new;
+          const float alpha = lab_exp2(row_max[mt][h] - m_new);  // ex2(-inf) = 0 on the first tile
+          row_max[mt][h] = m_new;
+          row_sum[mt][h] *= alpha;
+#pragma unroll
+          for (int dt = 0; dt < D / 8; ++dt) {
+            o_acc[mt][dt][2 * h] *= alpha;
+            o_acc[mt][dt][2 * h + 1] *= alpha;
+          }
+        }
+    }
+    uint32_t p_frag[MT][BN / 16][4];
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const float m_off = row_max[mt][h];
         float sum = 0.f;
 #pragma unroll
         for (int nt = 0; nt < BN / 8; ++nt) {
-          const float p0 = lab_exp2(fmaf(s[mt][nt][2 * h], scale_log2, -mx_scaled));
-          const float p1 = lab_exp2(fmaf(s[mt][nt][2 * h + 1], scale_log2, -mx_scaled));
+          const float p0 = lab_exp2(fmaf(s[mt][nt][2 * h], scale_log2, -m_off));
+          const float p1 = lab_exp2(fmaf(s[mt][nt][2 * h + 1], scale_log2, -m_off));
           s[mt][nt][2 * h] = p0;
           s[mt][nt][2 * h + 1] = p1;
           sum += p0 + p1;
         }
-        row_sum[mt][h] = row_sum[mt][h] * alpha + sum;
-#pragma unroll
-        for (int dt = 0; dt < D / 8; ++dt) {
-          o_acc[mt][dt][2 * h] *= alpha;
-          o_acc[mt][dt][2 * h + 1] *= alpha;
-        }
+        row_sum[mt][h] += sum;
       }
 #pragma unroll
       for (int kk = 0; kk < BN / 16; ++kk) {
@@ -348,28 +383,30 @@ const char* launch(const LabAttentionArgs* a, cudaStream_t stream) {
 // The configurations the launcher uses (picked by measurement; benchmarks/v5_notes.md says why).
 //                     D   warps MT  BN   Q in regs  min CTAs/SM
 using Default64 = Config<64, 4, 2, 64, true, 2>;
-using Default128 = Config<128, 4, 1, 64, true, 3>;
+using Default128 = Config<128, 4, 2, 64, false, 2>;
 
 #ifdef LAB_V5_TUNING
 // Tuning build only (benchmarks/ladder_dev.py --tune): LAB_V5_CONFIG picks a candidate, fp16 only.
+// Keep the names in ladder_dev.py's TUNE_CONFIGS in step with these cases.
 const char* launch_tuning(const LabAttentionArgs* a, cudaStream_t stream, int cfg) {
   if (a->dtype != LAB_FLOAT16) return "v5 tuning build: float16 only";
   if (a->head_dim == 64) {
     switch (cfg) {
-      case 0: return launch_dtype<Config<64, 4, 2, 128, false, 2>, __half>(a, stream);  // FA2's 128x128
-      case 1: return launch_dtype<Config<64, 4, 2, 64, true, 2>, __half>(a, stream);
-      case 2: return launch_dtype<Config<64, 4, 1, 64, true, 3>, __half>(a, stream);
-      case 3: return launch_dtype<Config<64, 8, 1, 64, true, 2>, __half>(a, stream);
-      case 4: return launch_dtype<Config<64, 4, 1, 128, true, 3>, __half>(a, stream);
+      case 0: return launch_dtype<Config<64, 4, 2, 64, true, 2>, __half>(a, stream);
+      case 1: return launch_dtype<Config<64, 4, 2, 64, true, 2, true>, __half>(a, stream);
+      case 2: return launch_dtype<Config<64, 8, 2, 64, true, 1>, __half>(a, stream);
+      case 3: return launch_dtype<Config<64, 8, 2, 64, true, 1, true>, __half>(a, stream);
+      case 4: return launch_dtype<Config<64, 4, 2, 128, false, 2, true>, __half>(a, stream);
       default: return "v5 tuning build: LAB_V5_CONFIG out of range for D=64 (0-4)";
     }
   }
   switch (cfg) {
-    case 0: return launch_dtype<Config<128, 4, 2, 64, false, 2>, __half>(a, stream);  // FA2's 128x64
-    case 1: return launch_dtype<Config<128, 4, 1, 64, true, 3>, __half>(a, stream);
-    case 2: return launch_dtype<Config<128, 8, 1, 64, true, 1>, __half>(a, stream);
-    case 3: return launch_dtype<Config<128, 4, 1, 128, true, 2>, __half>(a, stream);
-    default: return "v5 tuning build: LAB_V5_CONFIG out of range for D=128 (0-3)";
+    case 0: return launch_dtype<Config<128, 4, 2, 64, false, 2>, __half>(a, stream);
+    case 1: return launch_dtype<Config<128, 4, 2, 64, false, 2, true>, __half>(a, stream);
+    case 2: return launch_dtype<Config<128, 8, 2, 64, false, 1>, __half>(a, stream);
+    case 3: return launch_dtype<Config<128, 8, 2, 64, false, 1, true>, __half>(a, stream);
+    case 4: return launch_dtype<Config<128, 4, 2, 32, false, 2, true>, __half>(a, stream);
+    default: return "v5 tuning build: LAB_V5_CONFIG out of range for D=128 (0-4)";
   }
 }
 #endif
@@ -379,6 +416,8 @@ const char* launch_tuning(const LabAttentionArgs* a, cudaStream_t stream, int cf
 LAB_EXPORT const char* lab_forward_v5(const LabAttentionArgs* args, cudaStream_t stream) {
   if (args->head_dim != 64 && args->head_dim != 128) return "v5 supports head_dim 64 and 128";
   if (args->seqlen_q < 1 || args->seqlen_k < 1) return "v5 needs seqlen_q >= 1 and seqlen_k >= 1";
+  // The row max is taken on raw scores and scaled afterwards, which needs a positive scale.
+  if (!(args->softmax_scale > 0.f)) return "v5 needs softmax_scale > 0";
 #ifdef LAB_V5_TUNING
   if (const char* env = std::getenv("LAB_V5_CONFIG"); env && *env && std::atoi(env) >= 0)
     return v5::launch_tuning(args, stream, std::atoi(env));

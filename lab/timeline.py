@@ -139,7 +139,7 @@ def _memory_summary(memory: pd.DataFrame) -> pd.DataFrame:
 
 
 def kernels_in_ranges(ev: EventTables) -> pd.DataFrame:
-    """Pairs (NVTX range instance, kernel) where the runtime call that launched the kernel starts
+    """(The event tables are positionally indexed, 0..n-1: row labels are positions.) Pairs (NVTX range instance, kernel) where the runtime call that launched the kernel starts
     and ends inside the range on the same thread, as nvtx_kern_sum matches them. A kernel inside
     nested ranges pairs with each of them. Columns: range_row, kernel_row (indexes into ev.nvtx
     and ev.kernels)."""
@@ -191,7 +191,6 @@ def _nvtx_kernel_summary(ev: EventTables, pairs: pd.DataFrame) -> pd.DataFrame:
     out = summarize(joined, keys)
     inst = joined.groupby(keys)["range_row"].nunique().rename("nvtx_instances")
     out = out.merge(inst, left_on=keys, right_index=True, how="left")
-    # within a range, by the range's share first: the order nvtx_kern_sum prints
     return out[[*keys, "nvtx_instances", "instances", *STAT_COLUMNS, "time_pct"]]
 
 

@@ -243,7 +243,7 @@ class RunData:
                 except (OSError, pa.ArrowException) as e:   # a missing or unreadable file
                     raise _bad(self.run, f"table {name!r} cannot be read ({e})") from None
                 self._tables[name] = Table(t.column_names, [{k: _plain(v) for k, v in r.items()}
-                                                            for r in t.to_pylist()])
+                                                            for r in t.to_pylist()], _pandas_attrs(t))
         return self._tables[name]
 
     @cached_property
@@ -261,6 +261,13 @@ class RunData:
         rows.sort(key=lambda r: -(r.get(DURATION) or 0) if isinstance(r.get(DURATION), (int, float)) else 0)
         return rows
 
+    @cached_property
+    def units(self) -> dict[str, str]:
+        """ncu's unit of each metric column, where the metrics table carries them."""
+        t = self.table("metrics")
+        units = t.attrs.get("units") if t is not None else None
+        return units if isinstance(units, dict) else {}
+
     @property
     def primary_kernel(self) -> dict | None:
         return self.kernels[0] if self.kernels else None
@@ -270,6 +277,17 @@ class RunData:
 class Table:
     columns: list[str]
     rows: list[dict]
+    attrs: dict = field(default_factory=dict)   # DataFrame.attrs as pandas stored them, e.g. {"units": {...}}
+
+
+def _pandas_attrs(t: "pa.Table") -> dict:
+    """pandas keeps DataFrame.attrs (lab.nsight.ncu puts metric units there) in the Parquet schema."""
+    raw = (t.schema.metadata or {}).get(b"PANDAS_ATTRS")
+    try:
+        attrs = json.loads(raw) if raw else {}
+    except ValueError:
+        return {}
+    return attrs if isinstance(attrs, dict) else {}
 
 
 def _plain(v):
@@ -513,7 +531,8 @@ def roofline(rd: RunData, kernel: dict | None) -> dict:
 def findings_context(rd: RunData, primary: dict | None) -> dict:
     found = rd.table("findings")
     rules = rd.table("ncu_rules")
-    out = {"recorded": found is not None, "findings": [], "rules": [], "rules_recorded": rules is not None}
+    out = {"recorded": found is not None, "findings": [], "rules": [], "other_rules": [],
+           "rules_recorded": rules is not None}
     if found is not None:
         for rec in found.rows:
             rec = dict(rec)
@@ -531,7 +550,14 @@ def findings_context(rd: RunData, primary: dict | None) -> dict:
     if rules is not None:
         recs = list(rules.rows)
         recs.sort(key=lambda r: -(r.get("est_speedup_pct") or 0))
-        out["rules"] = recs
+        # the slowest kernel's rules in the table; the other kernels' (ncu repeats them per kernel) folded
+        key = "kernel_index" if primary and "kernel_index" in rules.columns and "kernel_index" in primary else None
+        if key:
+            out["rules"] = [r for r in recs if r.get(key) == primary[key]]
+            out["other_rules"] = [r for r in recs if r.get(key) != primary[key]]
+        else:
+            out["rules"], out["other_rules"] = recs, []
+    out["rule_kernels"] = len({r.get("kernel") for r in out["rules"]})
     out["primary"] = out["findings"][0] if out["findings"] else None
     out["secondary"] = out["findings"][1:]
     return out
@@ -589,17 +615,18 @@ def _cell(v) -> str:
     return "" if v is None else str(v)
 
 
-def raw_metrics_html(kernels: list[dict]) -> Markup:
+def raw_metrics_html(kernels: list[dict], units: dict[str, str]) -> Markup:
     """The metrics table transposed (metric x kernel), built as one string: a full-set report has
     thousands of rows and this is ~50x faster than a template loop."""
     if not kernels:
         return Markup("")
     names = sorted({n for k in kernels for n in k if n != "kernel"})[:RAW_METRIC_ROWS_MAX]
     head = "".join(f"<th>{escape(k['kernel'])}</th>" for k in kernels)
-    body = "".join(f"<tr><td class=metric>{escape(n)}</td>"
+    body = "".join(f"<tr><td class=metric>{escape(n)}</td><td>{escape(units.get(n, ''))}</td>"
                    + "".join(f"<td class=num>{escape(_cell(k.get(n)))}</td>" for k in kernels) + "</tr>"
                    for n in names)
-    return Markup(f'<table class="raw"><thead><tr><th>metric</th>{head}</tr></thead><tbody>{body}</tbody></table>')
+    return Markup(f'<table class="raw"><thead><tr><th>metric</th><th>unit</th>{head}</tr></thead>'
+                  f'<tbody>{body}</tbody></table>')
 
 
 def headline(rd: RunData, perf: list[dict], fctx: dict) -> list[str]:
@@ -669,7 +696,7 @@ def run_context(rd: RunData, runs: list[RunData], out_dir: Path) -> dict:
         "roofline": roofline(rd, k), "stalls": stalls, "stall_unit": stall_unit, "stall_family": stall_family,
         "stall_svg": stall_svg, "occupancy": occupancy(k, rd.device), "memory": mem, "memory_svg": mem_svg,
         "f": fctx, "timeline": timeline_context(rd), "artifacts": artifacts,
-        "raw_metrics": raw_metrics_html(rd.kernels),
+        "raw_metrics": raw_metrics_html(rd.kernels, rd.units), "units": rd.units,
         "manifest_json": json.dumps(rd.manifest, indent=2, default=str),
         "ptxas": (rd.manifest.get("build") or {}).get("ptxas") or [],
     }

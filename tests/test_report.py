@@ -234,6 +234,44 @@ def test_index_lists_runs_with_filters_ladder_and_history(tmp_path):
     assert "SDPA flash float16" in index     # a baseline bar beside the rungs
 
 
+NCU_FIXTURE = REPO_ROOT.parent / "shared" / "fixtures" / "ncu-public" / "LakshyaSingh354__CudaCode__gemm_reps_naive.ncu-rep"
+
+
+@pytest.mark.skipif(not NCU_FIXTURE.exists(), reason="../shared/fixtures/ncu-public/ is not beside this checkout")
+def test_page_from_a_real_ncu_report(tmp_path):
+    """Metrics and rule results of a real public report (a naive sgemm on a GTX 1660 SUPER), read with
+    lab.nsight.ncu, stored under a test-made manifest: the page reads ncu's own column names."""
+    from lab.nsight import ncu
+
+    metrics = ncu.load_report(NCU_FIXTURE)
+    rules = pd.DataFrame(ncu.rule_results(NCU_FIXTURE)).drop(columns=["focus_metrics"])
+    root = tmp_path / "store"
+    run = make_run(root, "v1", metrics=False)
+    m = json.loads((run / "manifest.json").read_text())
+    metrics.to_parquet(run / "metrics.parquet", index=False)
+    rules.to_parquet(run / "ncu_rules.parquet", index=False)
+    m["tables"] = {"metrics": "metrics.parquet", "ncu_rules": "ncu_rules.parquet"}
+    (run / "manifest.json").write_text(json.dumps(m))
+
+    rd = report.load(list_runs(root)[0])
+    k = rd.primary_kernel
+    assert k["kernel"] == metrics["kernel"].iloc[int(metrics["gpu__time_duration.sum"].idxmax())]
+    limits = {name: k[name] for name in ("launch__occupancy_limit_registers", "launch__occupancy_limit_shared_mem",
+                                         "launch__occupancy_limit_warps", "launch__occupancy_limit_blocks")}
+    lowest = min(limits.values())
+    text = Parsed(next(iter(report.render(tmp_path / "out", root=root).pages.values())).read_text()).visible
+    assert f"{report.fmt_num(lowest)} block(s) per SM" in text
+    if limits["launch__occupancy_limit_registers"] == lowest:
+        assert "limited by registers" in text
+    # the top stall reason is the largest smsp__average_warps_issue_stalled_*_per_issue_active.ratio
+    stalls = {c: k[c] for c in k if c.startswith("smsp__average_warps_issue_stalled_") and c.endswith("_per_issue_active.ratio")}
+    top = max(stalls, key=stalls.get).removeprefix("smsp__average_warps_issue_stalled_").removesuffix("_per_issue_active.ratio")
+    assert f"The top reason, {top} ," in text or f"The top reason, {top}," in text
+    dram = k["dram__bytes_read.sum"] + k["dram__bytes_write.sum"]
+    assert report.fmt_bytes(dram) in text
+    assert rules["rule_name"].iloc[0] in text and "ns" in rd.units.get("gpu__time_duration.sum", "")
+
+
 # ---------------------------------------------------------------------------------- charts
 
 def test_roofline_places_points_by_their_numbers():

@@ -97,8 +97,7 @@ def software_info() -> dict:
     try:
         from lab.nsight.nsys import nsys_status
 
-        st = nsys_status()
-        info["nsys"] = getattr(st, "version", None) if not isinstance(st, tuple) else st[2]
+        info["nsys"] = nsys_status().version
     except (ImportError, LabError):
         pass
     return info

@@ -131,8 +131,9 @@ def profile(variant: Variant, problem: Problem, opts: ProfileOptions) -> Path:
             for name, path in tl.artifacts.items():
                 rel = Path(path).relative_to(run.dir)
                 run.register_artifact(f"timeline_{name}", str(rel))
-            timeline_info = {"source": tl.source, "reason": tl.reason,
-                             "launch_overhead_ns": tl.launch_overhead_ns, "repeats": opts.timeline_repeats}
+            timeline_info = {"source": tl.source, "reason": tl.reason, "input_format": tl.input_format,
+                             "launch_overhead_ns": tl.launch_overhead_ns, "launch_overhead": tl.launch_overhead,
+                             "repeats": opts.timeline_repeats}
 
         dev = device_info()
         run.manifest.update({

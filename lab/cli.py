@@ -276,6 +276,8 @@ def report(out_dir, run_id, profiles_dir, open_browser):
     from lab.report import open_in_browser, render
 
     done = render(out_dir, root=profiles_dir, run_id=run_id)
+    if done.empty_message():
+        click.echo(done.empty_message(), err=True)
     page = done.pages[next(iter(done.pages))] if run_id else done.index
     click.echo(str(page))
     if open_browser and not open_in_browser(page):

@@ -823,6 +823,13 @@ class Rendered:
     index: Path
     pages: dict[str, Path]
     comparisons: list[Path]
+    empty_store: Path | None = None   # set when the store held no run: the index says so
+
+    def empty_message(self) -> str | None:
+        if self.empty_store is None:
+            return None
+        return (f"no stored runs in {self.empty_store} (nor in {self.empty_store / 'examples'}); "
+                f"`lab profile --variant v1` records one on a GPU machine")
 
 
 def render(out: Path | None = None, root: Path | None = None, run_id: str | None = None) -> Rendered:
@@ -838,12 +845,12 @@ def render(out: Path | None = None, root: Path | None = None, run_id: str | None
             found = load(wanted)
             runs.append(found)
         selected = [found]
-    if not runs:
-        raise LabError(f"no stored runs in {root} (nor in {root / 'examples'})",
-                       hint="`lab profile --variant v1` records one on a GPU machine; the shipped examples "
-                            "live in profiles/examples/")
     out_dir = _out_dir(out)
     env = environment()
+    if not runs:   # not an error: an index that says so, and a message from the CLI
+        index = out_dir / "index.html"
+        _write(index, env.get_template("index.html").render(**index_context([]), store=root))
+        return Rendered(index, {}, [], empty_store=root)
     page_t = env.get_template("run.html")
     pages, comparisons = {}, []
     from lab.compare import compare_runs   # compare imports this module's helpers
@@ -856,7 +863,7 @@ def render(out: Path | None = None, root: Path | None = None, run_id: str | None
         if ctx["gain"]:
             comparisons.append(render_compare(compare_runs(ctx["gain"]["prev"], rd), out_dir))
     index = out_dir / "index.html"
-    _write(index, env.get_template("index.html").render(**index_context(runs)))
+    _write(index, env.get_template("index.html").render(**index_context(runs), store=root))
     return Rendered(index, pages, comparisons)
 
 

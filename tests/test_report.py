@@ -175,6 +175,9 @@ def test_run_page_has_every_section_and_the_stored_numbers(tmp_path):
     assert "test-made" in text and "made by the test" in text and f"{report.fmt_num(4500 / 1000)} µs" in text
     # the unavailable backend is a cell with its reason
     assert "unavailable: No available kernel:" in text
+    # the appendix links the stored .ncu-rep relative to the page, and the link resolves
+    href = re.search(r'<a href="([^"]+)">profile.ncu-rep</a>', html).group(1)
+    assert not href.startswith("/") and (page.parent / href).resolve() == (list_runs(root)[0].path / "profile.ncu-rep").resolve()
     # charts are inline SVG; no external resource
     assert html.count("<svg") >= 4
     assert not re.search(r'(src|href)="(https?:)?//', html)
@@ -338,11 +341,24 @@ def test_lab_report_prints_the_index_and_renders_every_run(tmp_path):
     assert r.returncode == 0 and r.stdout.strip().endswith("-v2-B2-H4-N256-D64-float32.html")
 
 
-def test_lab_report_bad_input_exits_2_with_a_message(tmp_path):
+def test_lab_report_open_hands_the_index_to_the_browser(tmp_path):
+    root = tmp_path / "store"
+    make_run(root, "v1")
+    opened = tmp_path / "opened.txt"
+    fake_browser = f"{sys.executable} -c 'import sys; open(sys.argv[2], \"w\").write(sys.argv[1])' %s {opened}"
+    env = {**os.environ, "LAB_PROFILES": str(root), "BROWSER": fake_browser}
+    r = subprocess.run([sys.executable, "-m", "lab.cli", "report", "--out", str(tmp_path / "o"), "--open"],
+                       capture_output=True, text=True, env=env, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert opened.read_text() == (tmp_path / "o" / "index.html").resolve().as_uri()
+
+
+def test_lab_report_empty_store_and_bad_input(tmp_path):
     empty = tmp_path / "empty"
     empty.mkdir()
-    r = lab("report", "--out", str(tmp_path / "o"), env_root=empty)
-    assert r.returncode == 2 and "no stored runs in" in r.stderr and "Traceback" not in r.stderr
+    r = lab("report", "--out", str(tmp_path / "o"), env_root=empty)   # nothing to render is not an error
+    assert r.returncode == 0 and "no stored runs in" in r.stderr and "Traceback" not in r.stderr
+    assert "No stored runs in" in Parsed((tmp_path / "o" / "index.html").read_text()).visible
     root = tmp_path / "store"
     make_run(root, "v1")
     r = lab("report", "--out", str(tmp_path / "o"), "--run", "does-not-exist", env_root=root)

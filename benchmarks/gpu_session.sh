@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# One batched call on the GPU machine: install the carried wheels, then run the steps named in
+# $STEPS (default: all) and write every log under $OUT, printing a short table last.
+#   STEPS="doctor build gputests profile bench" bash benchmarks/gpu_session.sh
+set -uo pipefail
+OUT=${OUT:-/tmp/lab-out}; mkdir -p "$OUT"
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+  && export PYTHONPATH=/tmp/site:$PWD${PYTHONPATH:+:$PYTHONPATH} || exit 1
+python3 -m pip install -q --no-deps --no-build-isolation -e . >"$OUT/install.log" 2>&1 || echo "editable install failed (see install.log)"
+export PATH=$PATH:/opt/nvidia/nsight-compute/2025.3.1 PYTHONUNBUFFERED=1
+STEPS=${STEPS:-"doctor build gputests profile bench"}
+declare -A RC
+step() { local name=$1; shift; local t0=$SECONDS; "$@" >"$OUT/$name.log" 2>&1; RC[$name]="rc=$? $((SECONDS-t0))s"; }
+for s in $STEPS; do
+  case $s in
+    doctor)   step doctor lab doctor ;;
+    build)    step build lab build --variant "${VARIANTS:-all}" ;;
+    gputests) step gputests python3 -m pytest -m gpu -rs -q -x ${GPU_TESTS:-} ;;
+    profile)  for v in ${PROFILE_VARIANTS:-v1 v2}; do
+                step "profile_$v" env LAB_PROFILES=$PWD/profiles/examples lab profile --variant $v ${PROFILE_ARGS:-} --no-report
+              done ;;
+    bench)    step bench lab bench --variant "${BENCH_VARIANTS:-all}" ${BENCH_ARGS:-} ;;
+  esac
+done
+(cd profiles && tar cJf "$OUT/examples.tar.xz" examples) 2>/dev/null
+echo "== step  result"; for k in "${!RC[@]}"; do echo "$k ${RC[$k]}"; done | sort
+for f in "$OUT"/*.log; do echo "== tail $(basename $f)"; tail -n ${TAIL:-6} "$f"; done

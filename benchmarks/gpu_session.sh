@@ -15,7 +15,7 @@ for s in $STEPS; do
   case $s in
     doctor)   step doctor lab doctor ;;
     build)    step build lab build --variant "${VARIANTS:-all}" ;;
-    gputests) step gputests python3 -m pytest -m gpu -rs -q -x ${GPU_TESTS:-} ;;
+    gputests) step gputests python3 -m pytest -m gpu -rs -q ${GPU_TESTS:-} ;;
     profile)  for v in ${PROFILE_VARIANTS:-v1 v2}; do
                 step "profile_$v" env LAB_PROFILES=$PWD/profiles/examples lab profile --variant $v ${PROFILE_ARGS:-} --no-report
               done ;;

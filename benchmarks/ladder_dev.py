@@ -33,10 +33,8 @@ ROOT = Path(__file__).resolve().parent.parent
 DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16}
 # Candidate tile configs compiled into the tuning build (kernels/v5_mma.cu, launch_tuning), per D.
 TUNE_CONFIGS = {
-    64: ["W4 MT2 BN64 Qregs", "W4 MT2 BN64 Qregs lazy", "W8 MT2 BN64 Qregs", "W8 MT2 BN64 Qregs lazy",
-         "W4 MT2 BN128 Qsmem lazy"],
-    128: ["W4 MT2 BN64 Qsmem", "W4 MT2 BN64 Qsmem lazy", "W8 MT2 BN64 Qsmem", "W8 MT2 BN64 Qsmem lazy",
-          "W4 MT2 BN32 Qsmem lazy"],
+    64: ["W4 MT2 BN64 Qregs lazy", "W8 MT2 BN64 Qregs lazy", "W4 MT2 BN64 Qregs", "W4 MT2 BN128 Qsmem lazy"],
+    128: ["W8 MT2 BN64 Qsmem lazy", "W4 MT2 BN64 Qsmem lazy", "W4 MT2 BN32 Qsmem lazy", "W8 MT2 BN32 Qsmem lazy"],
 }
 BENCH_SHAPES = [(8, 32, 4096, 64), (8, 16, 4096, 128)]  # (B, H, N, D), fp16, causal and not
 
@@ -149,26 +147,40 @@ def check_suite(mod, dtypes=("float16", "bfloat16"), head_dims=(64, 128), quick=
 
 
 class Timer:
-    """CUDA-event timing with an L2 flush before each repetition (the flush is outside the events)."""
+    """CUDA-event timing with an L2 flush before each repetition (the flush is outside the events).
+
+    The candidates of one shape are timed round-robin (rep 1 of each, then rep 2 of each, ...), so
+    clock and temperature drift over the run hit all of them alike instead of favouring whichever
+    ran first.
+    """
 
     def __init__(self, reps: int, warmup: int):
         self.reps, self.warmup = reps, warmup
         l2 = torch.cuda.get_device_properties(0).L2_cache_size
-        self.flush_buf = torch.empty(4 * l2 // 4, dtype=torch.int32, device="cuda")
+        self.flush_buf = torch.empty(l2, dtype=torch.int32, device="cuda")  # 4x the L2 in bytes
 
-    def __call__(self, fn) -> dict:
-        for _ in range(self.warmup):
-            fn()
-        starts = [torch.cuda.Event(enable_timing=True) for _ in range(self.reps)]
-        ends = [torch.cuda.Event(enable_timing=True) for _ in range(self.reps)]
-        for s, e in zip(starts, ends):
-            self.flush_buf.zero_()
-            s.record()
-            fn()
-            e.record()
+    def __call__(self, entries: dict) -> dict:
+        """entries: name -> (prepare, fn); prepare runs on the host before the start event."""
+        for prepare, fn in entries.values():
+            prepare()
+            for _ in range(self.warmup):
+                fn()
+        events = {name: [] for name in entries}
+        for _ in range(self.reps):
+            for name, (prepare, fn) in entries.items():
+                prepare()
+                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                self.flush_buf.zero_()
+                start.record()
+                fn()
+                end.record()
+                events[name].append((start, end))
         torch.cuda.synchronize()
-        ms = sorted(s.elapsed_time(e) for s, e in zip(starts, ends))
-        return dict(median_ms=statistics.median(ms), min_ms=ms[0], p90_ms=ms[int(0.9 * (len(ms) - 1))])
+        out = {}
+        for name, pairs in events.items():
+            ms = sorted(s.elapsed_time(e) for s, e in pairs)
+            out[name] = dict(median_ms=statistics.median(ms), min_ms=ms[0], max_ms=ms[-1])
+        return out
 
 
 def sdpa_fn(backend, q, k, v, causal):
@@ -179,28 +191,34 @@ def sdpa_fn(backend, q, k, v, causal):
 
 
 def bench(mod, timer: Timer, configs: dict[int, list[int | None]], rows: list) -> None:
+    nothing = lambda: None
     for (b, h, n, d), causal in itertools.product(BENCH_SHAPES, (False, True)):
         q, k, v = inputs(b, h, n, n, d, torch.float16, seed=1234)
         flops = 4.0 * b * h * n * n * d / (2 if causal else 1)
         label = f"B{b} H{h} N{n} D{d}{' causal' if causal else ''}"
-        results = {}
+        entries = {}
         for name, backend in (("flash", SDPBackend.FLASH_ATTENTION), ("cudnn", SDPBackend.CUDNN_ATTENTION)):
+            fn = sdpa_fn(backend, q, k, v, causal)
             try:
-                results[name] = timer(sdpa_fn(backend, q, k, v, causal))["median_ms"]
+                fn()
+                entries[name] = (nothing, fn)
             except RuntimeError as e:  # a backend that cannot run this shape becomes an empty cell
                 print(f"  {label}: SDPA {name} unavailable: {str(e).splitlines()[0]}")
         out = torch.empty_like(q)
         for cfg in configs[d]:
-            select_config(cfg)
             cname = "v5" if cfg is None else f"v5[{cfg}] {TUNE_CONFIGS[d][cfg]}"
-            results[cname] = timer(lambda: run_v5(mod, q, k, v, causal, out))["median_ms"]
+            entries[cname] = (lambda cfg=cfg: select_config(cfg), lambda: run_v5(mod, q, k, v, causal, out))
+        results = timer(entries)
         select_config(None)
-        flash = results.get("flash")
-        for name, ms in results.items():
+        flash = results.get("flash", {}).get("median_ms")
+        for name, r in results.items():
+            ms = r["median_ms"]
             tflops = flops / ms / 1e9
             ratio = f"{flash / ms:5.2f}x" if flash else "   - "
+            spread = f"[{r['min_ms']:.3f}-{r['max_ms']:.3f}]"
             rows.append((label, name, ms, tflops, ratio))
-            print(f"  {label:24s} {name:34s} {ms:8.3f} ms {tflops:7.1f} TFLOP/s  vs flash {ratio}", flush=True)
+            print(f"  {label:24s} {name:30s} {ms:8.3f} ms {spread:17s} {tflops:7.1f} TFLOP/s  vs flash {ratio}",
+                  flush=True)
 
 
 def main() -> int:
@@ -254,9 +272,9 @@ def main() -> int:
 
     rows: list = []
     bench(mod, Timer(args.reps, args.warmup), configs, rows)
-    print(f"\n{'shape':24s} {'kernel':34s} {'ms':>8s} {'TFLOP/s':>8s} {'vs flash':>8s}")
+    print(f"\n{'shape':24s} {'kernel':30s} {'ms':>8s} {'TFLOP/s':>8s} {'vs flash':>8s}")
     for label, name, ms, tflops, ratio in rows:
-        print(f"{label:24s} {name:34s} {ms:8.3f} {tflops:8.1f} {ratio:>8s}")
+        print(f"{label:24s} {name:30s} {ms:8.3f} {tflops:8.1f} {ratio:>8s}")
     return 0 if ok else 1
 
 

@@ -65,6 +65,10 @@ static __device__ __forceinline__ uint32_t lab_smem_addr(const void* p) {
 static __device__ __forceinline__ void lab_cp_async_16(uint32_t smem, const void* gmem, int src_bytes) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem), "l"(gmem), "r"(src_bytes));
 }
+// Same without the size operand: always 16 bytes (full tiles, no predicate or size register).
+static __device__ __forceinline__ void lab_cp_async_16(uint32_t smem, const void* gmem) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(smem), "l"(gmem));
+}
 static __device__ __forceinline__ void lab_cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 // Wait until at most `kPending` of this thread's committed groups are still in flight.
 template <int kPending>
@@ -102,6 +106,27 @@ __device__ __forceinline__ void lab_mma_m16n8k16<__nv_bfloat16>(float (&d)[4], c
                "{%0,%1,%2,%3};\n"
                : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
                : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// D = A * B with a zero accumulator (C = 0 costs no register moves: the first k-step of a product).
+template <typename T>
+static __device__ __forceinline__ void lab_mma_m16n8k16_zero_acc(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,
+                                                                 uint32_t b1);
+template <>
+__device__ __forceinline__ void lab_mma_m16n8k16_zero_acc<__half>(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,
+                                                                  uint32_t b1) {
+  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+               "{%10,%10,%10,%10};\n"
+               : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1), "f"(0.f));
+}
+template <>
+__device__ __forceinline__ void lab_mma_m16n8k16_zero_acc<__nv_bfloat16>(float (&d)[4], const uint32_t (&a)[4],
+                                                                         uint32_t b0, uint32_t b1) {
+  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+               "{%10,%10,%10,%10};\n"
+               : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1), "f"(0.f));
 }
 
 // Two floats -> one register of two 16-bit values (lo in the low half), round to nearest.

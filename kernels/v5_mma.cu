@@ -78,20 +78,39 @@ struct Config {
   static_assert(BN % 16 == 0, "key tile must be a whole number of k16 steps");
 };
 
-// Copy `ROWS` rows of a [*, D] tile into padded shared memory; rows >= valid_rows are zero-filled
-// (a zero V row times a zero probability stays zero, where garbage could be NaN).
-template <int ROWS, int D, int THREADS, typename T>
-__device__ __forceinline__ void load_tile(uint32_t dst, const T* __restrict__ src, int valid_rows, int tid) {
-  constexpr int kChunks = D / 8;
-  static_assert((ROWS * kChunks) % THREADS == 0, "tile must split evenly over the CTA");
+// This thread's share of copying a [ROWS, D] tile into padded shared memory: chunk tid % (D/8) of
+// rows tid / (D/8) + i * kRowStep. The offsets are computed once per kernel; per tile only the
+// tile's base moves and every copy is base + immediate. Rows >= valid_rows are zero-filled (a zero
+// V row times a zero probability stays zero, where garbage could be NaN); full tiles skip the
+// predicate entirely.
+template <int D, int THREADS>
+struct CopyPlan {
+  static constexpr int kChunks = D / 8, kRowStep = THREADS / kChunks, kRowBytes = D * 2 + 16;
+  static_assert(THREADS % kChunks == 0, "a CTA must cover whole rows per step");
+  int row0;        // first row this thread copies
+  uint32_t s_off;  // its byte offset in a shared tile
+  int g_off;       // its element offset in a global tile
+
+  __device__ __forceinline__ explicit CopyPlan(int tid)
+      : row0(tid / kChunks), s_off(row0 * kRowBytes + (tid % kChunks) * 16), g_off(row0 * D + (tid % kChunks) * 8) {}
+
+  template <int ROWS, typename T>
+  __device__ __forceinline__ void copy(uint32_t s_tile, const T* __restrict__ g_tile, int valid_rows) const {
+    static_assert(ROWS % kRowStep == 0, "tile rows must split evenly over the CTA");
+    const uint32_t dst = s_tile + s_off;
+    const T* src = g_tile + g_off;
+    if (valid_rows >= ROWS) {
 #pragma unroll
-  for (int i = 0; i < ROWS * kChunks / THREADS; ++i) {
-    const int idx = tid + i * THREADS;
-    const int r = idx / kChunks, c = idx % kChunks;
-    const bool ok = r < valid_rows;
-    lab_cp_async_16(dst + r * (D * 2 + 16) + c * 16, src + (size_t)(ok ? r : 0) * D + c * 8, ok ? 16 : 0);
+      for (int i = 0; i < ROWS / kRowStep; ++i) lab_cp_async_16(dst + i * kRowStep * kRowBytes, src + i * kRowStep * D);
+    } else {
+#pragma unroll
+      for (int i = 0; i < ROWS / kRowStep; ++i) {
+        const bool ok = row0 + i * kRowStep < valid_rows;
+        lab_cp_async_16(dst + i * kRowStep * kRowBytes, ok ? src + i * kRowStep * D : g_tile, ok ? 16 : 0);
+      }
+    }
   }
-}
+};
 
 template <class C, typename T, bool CAUSAL>
 __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
@@ -131,12 +150,17 @@ fwd_kernel(const T* __restrict__ q,  // [B*H, nq, D]
   const int n_tiles = lab_cdiv(n_end, BN);
 
   // Prologue: Q, then K_0 and V_0 in their own groups so S can start before V_0 lands.
-  load_tile<C::BM, D, C::kThreads>(s_q, q, min(C::BM, nq - m0), tid);
+  const CopyPlan<D, C::kThreads> plan(tid);
+  plan.template copy<C::BM>(s_q, q, nq - m0);
   lab_cp_async_commit();
-  load_tile<BN, D, C::kThreads>(s_base, k, min(BN, nk), tid);
+  plan.template copy<BN>(s_base, k, nk);
   lab_cp_async_commit();
-  load_tile<BN, D, C::kThreads>(s_base + C::kTileKVBytes, v, min(BN, nk), tid);
+  plan.template copy<BN>(s_base + C::kTileKVBytes, v, nk);
   lab_cp_async_commit();
+
+  // Causal: this warp's rows; a key tile entirely right of them is skipped by the warp (it still
+  // takes part in the copies and barriers), one crossing them is masked.
+  const int warp_row_lo = m0 + warp * C::kWarpRows, warp_row_hi = warp_row_lo + C::kWarpRows - 1;
 
   uint32_t q_frag[C::kQRegs ? MT : 1][C::kQRegs ? D / 16 : 1][4];
   if constexpr (C::kQRegs) {
@@ -174,21 +198,18 @@ fwd_kernel(const T* __restrict__ q,  // [B*H, nq, D]
     {
       const int nxt = j + 1;
       const uint32_t s_next = s_base + (stage ^ 1) * C::kStageBytes;
-      if (nxt < n_tiles) load_tile<BN, D, C::kThreads>(s_next, k + (size_t)nxt * BN * D, min(BN, nk - nxt * BN), tid);
+      if (nxt < n_tiles) plan.template copy<BN>(s_next, k + (size_t)nxt * BN * D, nk - nxt * BN);
       lab_cp_async_commit();
-      if (nxt < n_tiles)
-        load_tile<BN, D, C::kThreads>(s_next + C::kTileKVBytes, v + (size_t)nxt * BN * D, min(BN, nk - nxt * BN), tid);
+      if (nxt < n_tiles) plan.template copy<BN>(s_next + C::kTileKVBytes, v + (size_t)nxt * BN * D, nk - nxt * BN);
       lab_cp_async_commit();
     }
+    const int n0 = j * BN;
+    const bool warp_active = !CAUSAL || n0 <= warp_row_hi;
+    uint32_t p_frag[MT][BN / 16][4];
+    if (warp_active) {
 
-    // S = Q K_j^T, fp32 accumulators [MT][BN/8 key tiles of 8][4].
+    // S = Q K_j^T, fp32 accumulators [MT][BN/8 key tiles of 8][4]; k-step 0 starts from zero.
     float s[MT][BN / 8][4];
-#pragma unroll
-    for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-      for (int nt = 0; nt < BN / 8; ++nt)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) s[mt][nt][e] = 0.f;
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk) {
       uint32_t a[MT][4];
@@ -207,17 +228,21 @@ fwd_kernel(const T* __restrict__ q,  // [B*H, nq, D]
         lab_ldmatrix_x4(b, s_k + k_off + kk * 32 + p * 16 * RB);
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt) {
-          lab_mma_m16n8k16<T>(s[mt][2 * p], a[mt], b[0], b[1]);
-          lab_mma_m16n8k16<T>(s[mt][2 * p + 1], a[mt], b[2], b[3]);
+          if (kk == 0) {
+            lab_mma_m16n8k16_zero_acc<T>(s[mt][2 * p], a[mt], b[0], b[1]);
+            lab_mma_m16n8k16_zero_acc<T>(s[mt][2 * p + 1], a[mt], b[2], b[3]);
+          } else {
+            lab_mma_m16n8k16<T>(s[mt][2 * p], a[mt], b[0], b[1]);
+            lab_mma_m16n8k16<T>(s[mt][2 * p + 1], a[mt], b[2], b[3]);
+          }
         }
       }
     }
 
     // Mask only where needed: the ragged last tile (keys >= nk) and, causal, tiles crossing the
-    // diagonal of this query block (some key > some row). Uniform branch per CTA.
-    const int n0 = j * BN;
-    if (n0 + BN > nk || (CAUSAL && n0 + BN - 1 > m0)) {
-      const int row0 = m0 + warp * C::kWarpRows + (lane >> 2);
+    // diagonal of this warp's rows (some key > some row). Uniform branch per warp.
+    if (n0 + BN > nk || (CAUSAL && n0 + BN - 1 > warp_row_lo)) {
+      const int row0 = warp_row_lo + (lane >> 2);
       const int col0 = n0 + (lane & 3) * 2;
 #pragma unroll
       for (int mt = 0; mt < MT; ++mt)
@@ -238,9 +263,9 @@ fwd_kernel(const T* __restrict__ q,  // [B*H, nq, D]
     for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
       for (int h = 0; h < 2; ++h) {  // h = 0: row g, h = 1: row g + 8
-        float mx = -INFINITY;
+        float mx = fmaxf(s[mt][0][2 * h], s[mt][0][2 * h + 1]);
 #pragma unroll
-        for (int nt = 0; nt < BN / 8; ++nt) mx = fmaxf(mx, fmaxf(s[mt][nt][2 * h], s[mt][nt][2 * h + 1]));
+        for (int nt = 1; nt < BN / 8; ++nt) mx = fmaxf(mx, fmaxf(s[mt][nt][2 * h], s[mt][nt][2 * h + 1]));
         mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
         mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
         tile_max[mt][h] = mx * scale_log2;  // scale > 0 (the launcher checks), so the max commutes
@@ -277,22 +302,22 @@ fwd_kernel(const T* __restrict__ q,  // [B*H, nq, D]
           }
         }
     }
-    uint32_t p_frag[MT][BN / 16][4];
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt) {
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         const float m_off = row_max[mt][h];
-        float sum = 0.f;
+        float sum0 = 0.f, sum1 = 0.f;  // two chains: half the dependent FADD latency
 #pragma unroll
         for (int nt = 0; nt < BN / 8; ++nt) {
           const float p0 = lab_exp2(fmaf(s[mt][nt][2 * h], scale_log2, -m_off));
           const float p1 = lab_exp2(fmaf(s[mt][nt][2 * h + 1], scale_log2, -m_off));
           s[mt][nt][2 * h] = p0;
           s[mt][nt][2 * h + 1] = p1;
-          sum += p0 + p1;
+          sum0 += p0;
+          sum1 += p1;
         }
-        row_sum[mt][h] += sum;
+        row_sum[mt][h] += sum0 + sum1;
       }
 #pragma unroll
       for (int kk = 0; kk < BN / 16; ++kk) {
@@ -303,10 +328,13 @@ fwd_kernel(const T* __restrict__ q,  // [B*H, nq, D]
       }
     }
 
+    }  // warp_active (S, mask, softmax)
+
     lab_cp_async_wait<2>();  // V_j landed (K_{j+1}, V_{j+1} may be in flight)
     __syncthreads();
 
     // O += P V_j.
+    if (warp_active) {
 #pragma unroll
     for (int kk = 0; kk < BN / 16; ++kk) {
 #pragma unroll
@@ -320,6 +348,7 @@ fwd_kernel(const T* __restrict__ q,  // [B*H, nq, D]
         }
       }
     }
+    }  // warp_active (P V)
   }
 
   // Epilogue: O / l, staged through shared memory (this warp's rows of the Q tile) so that the
@@ -366,47 +395,46 @@ const char* launch_one(const LabAttentionArgs* a, cudaStream_t stream) {
   return lab_last_launch_error();
 }
 
-template <class C, typename T>
-const char* launch_dtype(const LabAttentionArgs* a, cudaStream_t stream) {
-  return a->causal ? launch_one<C, T, true>(a, stream) : launch_one<C, T, false>(a, stream);
-}
-
-template <class C>
+template <class C, bool CAUSAL>
 const char* launch(const LabAttentionArgs* a, cudaStream_t stream) {
   switch (a->dtype) {
-    case LAB_FLOAT16: return launch_dtype<C, __half>(a, stream);
-    case LAB_BFLOAT16: return launch_dtype<C, __nv_bfloat16>(a, stream);
+    case LAB_FLOAT16: return launch_one<C, __half, CAUSAL>(a, stream);
+    case LAB_BFLOAT16: return launch_one<C, __nv_bfloat16, CAUSAL>(a, stream);
     default: return "v5 supports float16 and bfloat16 only (tensor-core rung); use --dtype float16";
   }
 }
 
-// The configurations the launcher uses (picked by measurement; benchmarks/v5_notes.md says why).
-//                     D   warps MT  BN   Q in regs  min CTAs/SM
-using Default64 = Config<64, 4, 2, 64, true, 2>;
-using Default128 = Config<128, 4, 2, 64, false, 2>;
+// The configurations the launcher uses, per head_dim and mask (picked by measurement;
+// benchmarks/v5_notes.md has the runs).   D  warps MT  BN  Q in regs  min CTAs/SM  lazy rescale
+using Default64 = Config<64, 4, 2, 64, true, 2, true>;
+using Default64Causal = Config<64, 4, 2, 64, true, 2, true>;
+using Default128 = Config<128, 8, 2, 64, false, 1, true>;
+using Default128Causal = Config<128, 8, 2, 64, false, 1, true>;
 
 #ifdef LAB_V5_TUNING
 // Tuning build only (benchmarks/ladder_dev.py --tune): LAB_V5_CONFIG picks a candidate, fp16 only.
 // Keep the names in ladder_dev.py's TUNE_CONFIGS in step with these cases.
+template <class C>
+const char* launch_fp16(const LabAttentionArgs* a, cudaStream_t stream) {
+  return a->causal ? launch_one<C, __half, true>(a, stream) : launch_one<C, __half, false>(a, stream);
+}
 const char* launch_tuning(const LabAttentionArgs* a, cudaStream_t stream, int cfg) {
   if (a->dtype != LAB_FLOAT16) return "v5 tuning build: float16 only";
   if (a->head_dim == 64) {
     switch (cfg) {
-      case 0: return launch_dtype<Config<64, 4, 2, 64, true, 2>, __half>(a, stream);
-      case 1: return launch_dtype<Config<64, 4, 2, 64, true, 2, true>, __half>(a, stream);
-      case 2: return launch_dtype<Config<64, 8, 2, 64, true, 1>, __half>(a, stream);
-      case 3: return launch_dtype<Config<64, 8, 2, 64, true, 1, true>, __half>(a, stream);
-      case 4: return launch_dtype<Config<64, 4, 2, 128, false, 2, true>, __half>(a, stream);
-      default: return "v5 tuning build: LAB_V5_CONFIG out of range for D=64 (0-4)";
+      case 0: return launch_fp16<Config<64, 4, 2, 64, true, 2, true>>(a, stream);
+      case 1: return launch_fp16<Config<64, 8, 2, 64, true, 1, true>>(a, stream);
+      case 2: return launch_fp16<Config<64, 4, 2, 64, true, 2, false>>(a, stream);
+      case 3: return launch_fp16<Config<64, 4, 2, 128, false, 2, true>>(a, stream);
+      default: return "v5 tuning build: LAB_V5_CONFIG out of range for D=64 (0-3)";
     }
   }
   switch (cfg) {
-    case 0: return launch_dtype<Config<128, 4, 2, 64, false, 2>, __half>(a, stream);
-    case 1: return launch_dtype<Config<128, 4, 2, 64, false, 2, true>, __half>(a, stream);
-    case 2: return launch_dtype<Config<128, 8, 2, 64, false, 1>, __half>(a, stream);
-    case 3: return launch_dtype<Config<128, 8, 2, 64, false, 1, true>, __half>(a, stream);
-    case 4: return launch_dtype<Config<128, 4, 2, 32, false, 2, true>, __half>(a, stream);
-    default: return "v5 tuning build: LAB_V5_CONFIG out of range for D=128 (0-4)";
+    case 0: return launch_fp16<Config<128, 8, 2, 64, false, 1, true>>(a, stream);
+    case 1: return launch_fp16<Config<128, 4, 2, 64, false, 2, true>>(a, stream);
+    case 2: return launch_fp16<Config<128, 4, 2, 32, false, 2, true>>(a, stream);
+    case 3: return launch_fp16<Config<128, 8, 2, 32, false, 1, true>>(a, stream);
+    default: return "v5 tuning build: LAB_V5_CONFIG out of range for D=128 (0-3)";
   }
 }
 #endif
@@ -422,5 +450,9 @@ LAB_EXPORT const char* lab_forward_v5(const LabAttentionArgs* args, cudaStream_t
   if (const char* env = std::getenv("LAB_V5_CONFIG"); env && *env && std::atoi(env) >= 0)
     return v5::launch_tuning(args, stream, std::atoi(env));
 #endif
-  return args->head_dim == 64 ? v5::launch<v5::Default64>(args, stream) : v5::launch<v5::Default128>(args, stream);
+  if (args->head_dim == 64)
+    return args->causal ? v5::launch<v5::Default64Causal, true>(args, stream)
+                        : v5::launch<v5::Default64, false>(args, stream);
+  return args->causal ? v5::launch<v5::Default128Causal, true>(args, stream)
+                      : v5::launch<v5::Default128, false>(args, stream);
 }

@@ -333,5 +333,30 @@ def timeline(file, range_name, launches, top, as_json):
         console.print(item)
 
 
+@main.command()
+@click.argument("report_path", metavar="REPORT", type=click.Path(path_type=Path))
+@click.option("--kernel", "kernel_regex", default=None, metavar="REGEX",
+              help="only kernels whose name matches this regex (Python re.search)")
+@click.option("--shape", default=None, metavar="B,H,N,D",
+              help="the attention problem the report profiled: adds DRAM bytes vs the Q,K,V,O minimum and TFLOP/s")
+@causal_option
+@click.option("--dtype", default="float32", show_default=True, help="the problem's dtype (with --shape)")
+@json_option
+def analyze(report_path, kernel_regex, shape, causal, dtype, as_json):
+    """Name each kernel's bottleneck in an Nsight Compute report (.ncu-rep, or .xz/.gz of one): the
+    evidence, Nsight's estimated gain and the next step. Needs no GPU."""
+    from lab import analysis
+    from lab.problem import parse_shape
+
+    problem = parse_shape(shape, causal, dtype).to_dict() if shape else None
+    analyses = analysis.analyze_report(report_path, problem=problem, kernel_regex=kernel_regex)
+    if as_json:
+        click.echo(json.dumps([a.to_dict() for a in analyses], indent=2))
+        return
+    if problem and not analysis.problem_applies(analyses):
+        click.echo("note: --shape ignored: the report holds several different kernels; pick one with --kernel", err=True)
+    analysis.render(analyses)
+
+
 if __name__ == "__main__":
     main()

@@ -34,10 +34,16 @@ from lab.errors import LabError
 
 DEFAULT_SECTION_SET = "default-lab"
 
-# The replay passes of a kernel are the cost of a profile: ncu 2025.3 on an H200 needs 10 for
-# `--set basic`, 20 for `detailed`, 38 for `full`, and 34 for all ten sections below together
-# (measured 2026-11-21, tests/planted/record.sh). The lab's sets are subsets of these sections,
-# named in SECTION_SETS; `default-lab` is the richest one that costs at most 20 passes.
+# The replay passes of a kernel are the cost of a profile; the lab's budget is 20. Measured with ncu
+# 2025.3.1 on an H200 (2026-11-21, tests/planted/record.sh): `--set detailed` 20 passes, lab-all
+# (below) 34; DEVICE.md saw `basic` 10 and `full` 38. So the lab's default is ncu's own `detailed`
+# set, which in 2025.3 holds SpeedOfLight (with its breakdowns), LaunchStats, Occupancy,
+# ComputeWorkloadAnalysis, MemoryWorkloadAnalysis (+ chart), SourceCounters (sampled stall reasons
+# and the SASS-level coalescing, bank-conflict and thread counts lab/analysis.py falls back on),
+# the roofline chart and WorkloadDistribution. The lab-* sets below trade passes for WarpStateStats,
+# the memory tables and per-opcode statistics; pass counts of lab-tables, lab-lean and lab-minimal
+# are not measured yet (`python -m lab.nsight.ncu passes --set NAME -- TARGET` counts them).
+DEFAULT_IS = "detailed"
 _CORE = (
     "SpeedOfLight",                   # compute vs memory throughput, with their breakdowns
     "LaunchStats",                    # grid, block, registers, shared memory, waves
@@ -51,7 +57,7 @@ _INSTRUCTIONS = ("InstructionStats",          # per-opcode SASS counts: FP32, FP
                  "SchedulerStats")            # eligible/issued warps per scheduler
 # SourceCounters (per-PC sampling and SASS-patched counters) repeats what the tables' rules say about
 # coalescing and bank conflicts, costs passes, and stores whole SASS modules (a torch SDPA report
-# grows to ~4 MB per kernel): it is in `full` and in lab-all, not in the lab's default.
+# grows to ~4 MB per kernel).
 _SOURCE = ("SourceCounters",)
 
 # Counters named explicitly so that DRAM bytes vs the minimum, FP32 FLOP/s, bank conflicts and
@@ -72,14 +78,13 @@ _TABLE_METRICS: tuple[str, ...] = (
     "smsp__sass_average_data_bytes_per_sector_mem_global_op_st.ratio",
 )
 
-# name -> (sections, explicit metrics); richest first. record.sh counts each one's passes.
+# name -> (sections, explicit metrics), richest first; opt in with `lab profile --set NAME`.
 SECTION_SETS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "lab-all": (_CORE + _TABLES + _SOURCE + _INSTRUCTIONS, LAB_METRICS),
     "lab-tables": (_CORE + _TABLES + _INSTRUCTIONS, LAB_METRICS),
     "lab-lean": (_CORE + _INSTRUCTIONS, LAB_METRICS + _TABLE_METRICS),
     "lab-minimal": (_CORE, LAB_METRICS + _TABLE_METRICS),
 }
-DEFAULT_IS = "lab-tables"
 
 
 def section_args(section_set: str | None = None) -> list[str]:
@@ -167,7 +172,14 @@ def find_ncu_report_module():
         return ncu_report
     except ImportError:
         pass
+    crashed = []
     for d in _ncu_python_dirs():
+        # The copy inside an ncu install is built for that install's Python; loaded into another one
+        # it has crashed the whole process (a segfault on the GPU machine, Python 3.12 + ncu 2025.3.1),
+        # so it is first tried in a child process.
+        if not _loads_safely(d):
+            crashed.append(str(d))
+            continue
         sys.path.insert(0, str(d))
         try:
             import ncu_report
@@ -175,9 +187,19 @@ def find_ncu_report_module():
             return ncu_report
         except ImportError:
             sys.path.remove(str(d))
-    raise LabError("NVIDIA's ncu_report Python module was not found",
+    found = f" ({', '.join(crashed)} crashed this Python when loaded)" if crashed else ""
+    raise LabError("NVIDIA's ncu_report Python module was not found" + found,
                    hint="pip install ncu-report (reads reports without a GPU), or install Nsight Compute, "
                         "whose extras/python folder holds the module")
+
+
+def _loads_safely(d: Path) -> bool:
+    probe = ("import sys; sys.path.insert(0, sys.argv[1]); import ncu_report\n"
+             "try:\n    ncu_report.load_report('/nonexistent/probe.ncu-rep')\nexcept Exception:\n    pass")
+    try:
+        return subprocess.run([sys.executable, "-c", probe, str(d)], capture_output=True, timeout=120).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
 
 
 def require_ncu() -> str:

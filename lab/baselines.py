@@ -6,6 +6,7 @@ never a crash: flash has no fp32 kernel, math may run out of memory at long sequ
 
 from __future__ import annotations
 
+import re
 import warnings
 from dataclasses import asdict, dataclass
 
@@ -39,6 +40,22 @@ class Baseline:
         return d
 
 
+_TRIGGERED = re.compile(r"\s*\(Triggered internally at [^)]*\)\.?")
+
+
+def _unavailable_reason(messages: list[str]) -> str:
+    """PyTorch explains a refused backend in warnings, interleaved with headers ("... not used
+    because:") and notes about the backends we disabled on purpose; keep only the explanations."""
+    reasons = []
+    for msg in messages:
+        text = _TRIGGERED.sub("", msg).strip()
+        if not text or text.endswith("because:") or "has been runtime disabled" in text:
+            continue
+        if text not in reasons:
+            reasons.append(text)
+    return "; ".join(reasons)[:400]
+
+
 def _sdpa_backend(name: str):
     from torch.nn.attention import SDPBackend
 
@@ -69,8 +86,7 @@ def run_baseline(problem: Problem, backend: str, dtype: str, reps: int, warmup: 
             call()
             torch.cuda.synchronize()
     except (RuntimeError, torch.OutOfMemoryError) as e:
-        why = [str(w.message) for w in caught if "sdp" in str(w.message).lower() or "kernel" in str(w.message).lower()]
-        reason = " ".join(why)[:400] or str(e).splitlines()[0][:400]
+        reason = _unavailable_reason([str(w.message) for w in caught]) or str(e).splitlines()[0][:400]
         torch.cuda.empty_cache()
         return Baseline(name, backend, dtype, "unavailable", reason)
     try:

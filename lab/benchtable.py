@@ -13,9 +13,11 @@ from lab.errors import CheckFailed
 
 
 def bench_ladder(chosen, problems, reps: int, warmup: int, baselines: bool = True) -> dict:
-    from lab.environment import device_info, git_info, require_gpu, software_info
+    from lab.environment import device_info, git_info, require_compute_capability, require_gpu, software_info
 
     require_gpu("bench")  # before importing the build machinery: a clear refusal, fast
+    for variant in chosen:
+        require_compute_capability(variant)
     from lab import build, check
     from lab.baselines import run_baselines
     from lab.bench import tflops

@@ -34,6 +34,16 @@ def require_gpu(command: str) -> None:
                        hint="`lab report` and `lab analyze` work without a GPU; `lab doctor` says what is missing")
 
 
+def require_compute_capability(variant, index: int = 0) -> None:
+    """Refuse a rung the GPU cannot run (e.g. a Hopper-only rung on an Ampere card), exit 2."""
+    import torch
+
+    cc = torch.cuda.get_device_capability(index)
+    if tuple(cc) < tuple(variant.min_cc):
+        raise LabError(f"{variant.id} needs compute capability {'.'.join(map(str, variant.min_cc))}; "
+                       f"{torch.cuda.get_device_name(index)} is {cc[0]}.{cc[1]}")
+
+
 def device_info(index: int = 0) -> dict:
     import torch
 

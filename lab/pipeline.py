@@ -72,10 +72,11 @@ def bench_variant(variant: Variant, problem: Problem, module, reps: int, warmup:
 
 
 def profile(variant: Variant, problem: Problem, opts: ProfileOptions) -> Path:
-    from lab.environment import device_info, git_info, require_gpu, software_info
+    from lab.environment import device_info, git_info, require_compute_capability, require_gpu, software_info
 
     check_supported(variant, problem)
     require_gpu("profile")  # before importing the build machinery: a clear refusal, fast
+    require_compute_capability(variant)
     from lab import build, check, store
     from lab.baselines import run_baselines
     from lab.bench import tflops

@@ -358,5 +358,46 @@ def analyze(report_path, kernel_regex, shape, causal, dtype, as_json):
     analysis.render(analyses)
 
 
+@main.command()
+@click.argument("run_ids", nargs=-1, required=True)
+@click.option("--format", "fmt", type=click.Choice(["csv", "json"]), default="csv", show_default=True)
+@click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), default=Path("export"),
+              show_default=True)
+def export(run_ids, fmt, out_dir):
+    """Write stored runs' manifest and tables (metrics, findings, timeline) as CSV or JSON lines."""
+    from lab.export import export_run
+    from lab.store import find_run
+
+    for run_id in run_ids:
+        for path in export_run(find_run(run_id), out_dir, fmt):
+            click.echo(path)
+
+
+@main.command()
+@click.option("--variant", "variant_spec", default="all", show_default=True)
+@click.option("--shape", "shapes", multiple=True, required=True, metavar="B,H,N,D",
+              help="repeat for each shape of the sweep")
+@causal_option
+@dtype_option
+@click.option("--reps", default=30, show_default=True)
+@click.option("--no-baselines", is_flag=True)
+@json_option
+def sweep(variant_spec, shapes, causal, dtype, reps, no_baselines, as_json):
+    """`lab bench` over several shapes: one side-by-side table per shape."""
+    from lab import variants as registry
+    from lab.benchtable import bench_ladder, print_ladder
+
+    chosen = registry.select(variant_spec)
+    plans = [(shape, [_problem(v, shape, causal, dtype) for v in chosen]) for shape in shapes]  # validate all first
+    results = []
+    for shape, problems in plans:
+        result = bench_ladder(chosen, problems, reps, 5, baselines=not no_baselines)
+        results.append(result)
+        if not as_json:
+            print_ladder(result)
+    if as_json:
+        click.echo(json.dumps(results, indent=2))
+
+
 if __name__ == "__main__":
     main()

@@ -52,3 +52,13 @@ def test_summary_statistics():
 
 def test_tflops():
     assert tflops(2e12, 1000.0) == pytest.approx(2.0)
+
+
+def test_refused_backend_reason_keeps_explanations_only():
+    from lab.baselines import _unavailable_reason
+
+    msgs = ["Flash attention kernel not used because: (Triggered internally at /a/sdp_utils.cpp:1.)",
+            "Memory Efficient attention has been runtime disabled. (Triggered internally at /b.h:2.)",
+            "Flash attention only supports dtypes float16 and bfloat16 (Triggered internally at /c.cpp:3.)"]
+    assert _unavailable_reason(msgs) == "Flash attention only supports dtypes float16 and bfloat16"
+    assert _unavailable_reason(msgs[:2]) == ""

@@ -712,8 +712,15 @@ def _lab_findings(c: _Ctx) -> list[Finding]:
                 ev = {"dram__bytes_read.sum": rd, "dram__bytes_write.sum": wr,
                       "lab__min_bytes_qkvo": c.problem["min_bytes"], "lab__dram_bytes_x_min": _r(ratio),
                       "gpu__dram_throughput.avg.pct_of_peak_sustained_elapsed": _r(dram_pct)}
-                out.append(Finding("memory-bound", f"DRAM traffic is {ratio:.1f}x the minimum for Q, K, V and O", "", est,
-                                    ev, advice["memory-bound"], "lab", est))
+                excess = Finding("memory-bound", f"DRAM traffic is {ratio:.1f}x the minimum for Q, K, V and O", "",
+                                 est, ev, advice["memory-bound"], "lab", est)
+                bound = next((f for f in out if f.cls == "memory-bound"), None)
+                if bound is None:
+                    out.append(excess)
+                else:   # one finding: the saturated unit, with the gain of moving only the minimum
+                    bound.title += f"; {excess.title[0].lower()}{excess.title[1:]}"
+                    bound.est_speedup_pct = est
+                    bound.evidence.update(ev)
     return out
 
 
@@ -942,3 +949,58 @@ def render(analyses: list[KernelAnalysis], console=None) -> None:
             console.print(Text("       evidence: ", style="dim") + Text(ev), highlight=False)
             console.print(Text("       next: ", style="dim") + Text(f.advice), highlight=False)
         console.print()
+
+
+# ----------------------------------------------------------------------------- tables for the store
+
+def findings_frame(analyses: list[KernelAnalysis]) -> pd.DataFrame:
+    """One row per finding, most important first within each kernel; evidence as a JSON string."""
+    rows = []
+    for a in analyses:
+        for rank, f in enumerate(a.findings):
+            d = f.to_dict()
+            rows.append({"kernel_index": a.kernel_index, "kernel": a.kernel, "rank": rank, "class": d["class"],
+                         "title": d["title"], "severity": d["severity"], "est_speedup_pct": d["est_speedup_pct"],
+                         "source": d["source"], "advice": d["advice"], "evidence": json.dumps(d["evidence"])})
+    cols = ["kernel_index", "kernel", "rank", "class", "title", "severity", "est_speedup_pct", "source", "advice",
+            "evidence"]
+    df = pd.DataFrame(rows, columns=cols)
+    df["est_speedup_pct"] = df["est_speedup_pct"].astype("float64")
+    return df
+
+
+def metrics_frame(report: str | os.PathLike | pd.DataFrame) -> pd.DataFrame:
+    """The report's metrics, one row per kernel, one column per metric (numbers as float64, text as
+    str), for the run store's Parquet table; units in df.attrs["units"]."""
+    from lab.nsight import ncu
+
+    df = report if isinstance(report, pd.DataFrame) else ncu.load_report(report)
+    cols = {}
+    for col in df.columns:
+        vals = [_plain(v) for v in df[col]]
+        if any(isinstance(v, str) for v in vals):
+            cols[col] = pd.Series([None if v is None else str(v) for v in vals], index=df.index, dtype="object")
+        else:
+            cols[col] = pd.to_numeric(pd.Series(vals, index=df.index, dtype="object"), errors="coerce").astype("float64")
+    out = pd.DataFrame(cols)
+    out["kernel_index"] = out["kernel_index"].astype("int64")
+    out.attrs = dict(df.attrs)
+    return out
+
+
+def rules_frame(path: str | os.PathLike) -> pd.DataFrame:
+    """Nsight's rule results, one row each, with the lab class each maps to (None where dropped)."""
+    from lab.nsight import ncu
+
+    rows = []
+    for r in ncu.rule_results(path):
+        rows.append({"kernel_index": r["kernel_index"], "kernel": r["kernel"], "rule_id": r["rule_id"],
+                     "rule_name": r["rule_name"], "section": r["section"], "type": r["type"], "title": r["title"],
+                     "message": r["message"], "est_speedup_pct": r["est_speedup_pct"],
+                     "speedup_type": r["speedup_type"], "lab_class": map_rule(r),
+                     "focus_metrics": json.dumps(r["focus_metrics"])})
+    cols = ["kernel_index", "kernel", "rule_id", "rule_name", "section", "type", "title", "message",
+            "est_speedup_pct", "speedup_type", "lab_class", "focus_metrics"]
+    df = pd.DataFrame(rows, columns=cols)
+    df["est_speedup_pct"] = df["est_speedup_pct"].astype("float64")
+    return df

@@ -39,7 +39,6 @@ import math
 import os
 import re
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Iterable
 
 import pandas as pd
@@ -488,6 +487,17 @@ def _lowered(evidence: dict) -> bool:
     return any(v is None for v in evidence.values())
 
 
+def _rung(rung_id: str) -> str:
+    """A rung named as the ladder has it ("v2: float4"), or just its planned id if not built yet.
+    The plan: v2 16-byte loads, v3 query split across CTAs, v4 cp.async double buffering, v5 mma."""
+    try:
+        from lab.variants import VARIANTS
+    except Exception:   # the registry is optional context here, never a reason to fail an analysis
+        return rung_id
+    v = next((v for v in VARIANTS if v.id == rung_id), None)
+    return f"{rung_id}: {v.slug}" if v else rung_id
+
+
 def _rung_advice(c: _Ctx) -> dict[str, str]:
     """Advice per class: the next step, naming the rung of the ladder where one applies."""
     M = c.M
@@ -496,9 +506,9 @@ def _rung_advice(c: _Ctx) -> dict[str, str]:
     top_stall = c.stalls[0][0] if c.stalls else None
     grid_is_bh = bh is not None and c.ctas is not None and int(c.ctas) == int(bh)
     small = (f"The grid of B*H = {int(bh)} CTAs leaves SMs idle: split the query dimension across CTAs "
-             "(one CTA per query tile per head; the v3 rung)." if grid_is_bh else
+             f"(one CTA per query tile per head; the {_rung('v3')} rung)." if grid_is_bh else
              "Launch at least as many CTAs as SMs (better several waves): split independent work across "
-             "CTAs; for attention, split the query dimension across CTAs (v3).")
+             f"CTAs; for attention, split the query dimension across CTAs ({_rung('v3')}).")
     lim, lim_blocks, _ = occupancy_limiter(M)
     occ = ("Raise occupancy: " + {
         "registers": "fewer live registers per thread (__launch_bounds__, smaller per-thread tiles)",
@@ -511,12 +521,12 @@ def _rung_advice(c: _Ctx) -> dict[str, str]:
         (f" (now {lim} allows {int(lim_blocks)} block(s) per SM)." if lim and lim_blocks is not None else "."))
     lat = {
         "long_scoreboard": "Warps wait on global/local loads: keep more loads in flight, e.g. cp.async double "
-                           "buffering of the K/V tiles (v4), or more independent loads per thread.",
+                           f"buffering of the K/V tiles ({_rung('v4')}), or more independent loads per thread.",
         "barrier": "Warps wait at __syncthreads: fewer barriers per tile, or more independent warps per SM.",
         "wait": "Dependent instruction chains: more instruction-level parallelism (unroll, independent accumulators).",
         "short_scoreboard": "Waits on shared memory or special functions: fewer shared loads per FLOP; check bank conflicts.",
         "mio_throttle": "The shared-memory/MIO queue is full: fewer, wider shared accesses; check bank conflicts.",
-        "lg_throttle": "The global/local load queue is full: fewer, wider (16-byte, v2) loads.",
+        "lg_throttle": f"The global/local load queue is full: fewer, wider (16-byte, {_rung('v2')}) loads.",
         "no_instruction": "Instruction-cache misses: a smaller unrolled loop body.",
         "math_pipe_throttle": "A math pipe is saturated: see compute-bound.",
         "membar": "Memory barriers: fewer fences.",
@@ -529,7 +539,8 @@ def _rung_advice(c: _Ctx) -> dict[str, str]:
             mem += "; compare the bytes moved with the minimum for Q, K, V and O"
         mem += "."
     elif mem_unit.startswith("L1TEX") or mem_unit in ("LSU pipe", "MIO (shared memory / special function queue)"):
-        mem = (f"{mem_unit} is the limit: fewer, wider memory instructions (16-byte vectorized loads, v2) and more "
+        mem = (f"{mem_unit} is the limit: fewer, wider memory instructions (16-byte vectorized loads, {_rung('v2')}) "
+               "and more "
                "reuse from registers.")
     else:
         mem = f"{mem_unit} is the limit: improve locality so fewer sectors reach it (tiling, reuse from shared memory)."
@@ -545,7 +556,7 @@ def _rung_advice(c: _Ctx) -> dict[str, str]:
         no_tensor = not mma
     if top_pipe == "FMA pipe" and c.has_tensor_cores and no_tensor:
         comp = ("FP32 FFMA-bound on a GPU with tensor cores: move the two matrix products to tensor cores "
-                "(mma.sync, the v5 rung).")
+                f"(mma.sync, the {_rung('v5')} rung).")
     elif top_pipe in ("tensor pipe", "FP16+tensor pipe") and uses_wgmma:
         comp = ("Already on warpgroup wgmma and the tensor pipe is the limit: overlap the softmax with the next "
                 "tile's matrix products (warp specialization, ping-pong between warpgroups), or use FP8.")
@@ -565,7 +576,7 @@ def _rung_advice(c: _Ctx) -> dict[str, str]:
         "memory-bound": mem,
         "compute-bound": comp,
         "uncoalesced-global": "Make consecutive threads read consecutive 16-byte chunks: 16-byte vectorized "
-                              "(float4) loads spread over the CTA's threads (v2).",
+                              f"(float4) loads spread over the CTA's threads ({_rung('v2')}).",
         "bank-conflicts": "Pad each shared-memory row (e.g. +1 or +4 elements) or swizzle the layout so that the "
                           "32 lanes of a warp hit 32 different banks.",
         "local-memory": "Keep per-thread arrays in registers: index them only with compile-time constants "
@@ -619,8 +630,10 @@ def _lab_findings(c: _Ctx) -> list[Finding]:
     if cpct is not None or mpct is not None:
         if top < BOUND_PCT:
             est = (100.0 - top) * c.busy_fraction
-            ev = {"compute_pct_of_peak": _r(cpct), "memory_pct_of_peak": _r(mpct),
-                  "smsp__average_warp_latency_per_inst_issued.ratio": _r(M.num("smsp__average_warp_latency_per_inst_issued.ratio"))}
+            ev = {"compute_pct_of_peak": _r(cpct), "memory_pct_of_peak": _r(mpct)}
+            lat_cycles = M.num("smsp__average_warp_latency_per_inst_issued.ratio")
+            if lat_cycles is not None:   # WarpStateStats only; the stall shares below carry the judgement
+                ev["smsp__average_warp_latency_per_inst_issued.ratio"] = _r(lat_cycles)
             for reason, v, share in c.stalls[:3]:
                 ev[f"stall:{reason} (% of stalls)"] = _r(share, 1)
             if not c.stalls:

@@ -5,8 +5,6 @@ tests/fixtures/ncu/ (recorded on the lab's H200 by tests/planted/record.sh). Val
 against what ncu_report itself reads, never against numbers typed here.
 """
 
-import shutil
-import subprocess
 import sys
 from pathlib import Path
 

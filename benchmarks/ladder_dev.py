@@ -33,8 +33,8 @@ ROOT = Path(__file__).resolve().parent.parent
 DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16}
 # Candidate tile configs compiled into the tuning build (kernels/v5_mma.cu, launch_tuning), per D.
 TUNE_CONFIGS = {
-    64: ["W4 MT2 BN64 Qregs lazy", "W8 MT2 BN64 Qregs lazy", "W4 MT2 BN64 Qregs", "W4 MT2 BN128 Qsmem lazy"],
-    128: ["W8 MT2 BN64 Qsmem lazy", "W4 MT2 BN64 Qsmem lazy", "W4 MT2 BN32 Qsmem lazy", "W8 MT2 BN32 Qsmem lazy"],
+    64: ["W4 MT2 BN64 Qregs", "W4 MT2 BN64 Qregs lazy", "W4 MT2 BN128 Qsmem lazy", "W4 MT2 BN128 Qsmem"],
+    128: ["W4 MT2 BN64 Qsmem lazy", "W4 MT2 BN64 Qsmem", "W4 MT2 BN64 Qsmem lazy light-first"],
 }
 BENCH_SHAPES = [(8, 32, 4096, 64), (8, 16, 4096, 128)]  # (B, H, N, D), fp16, causal and not
 
@@ -230,7 +230,8 @@ def main() -> int:
     ap.add_argument("--verbose-build", action="store_true")
     ap.add_argument("--launch-only", type=int, metavar="D", choices=(64, 128),
                     help="no check or timing: warm up, then launch v5 once at the benchmark shape with this D "
-                         "(fp16, non-causal) for a profiler; LAB_V5_CONFIG picks a tuning config")
+                         "(fp16) for a profiler; LAB_V5_CONFIG picks a tuning config")
+    ap.add_argument("--causal", action="store_true", help="with --launch-only: the causal kernel")
     args = ap.parse_args()
     if not torch.cuda.is_available():
         print("error: no CUDA device; run this on the GPU machine", file=sys.stderr)
@@ -248,8 +249,8 @@ def main() -> int:
         q, k, v = inputs(b, h, n, n, d, torch.float16, seed=1234)
         out = torch.empty_like(q)
         for _ in range(3):  # warm-up launches; a profiler skips these (--launch-skip 3)
-            run_v5(mod, q, k, v, False, out)
-        run_v5(mod, q, k, v, False, out)
+            run_v5(mod, q, k, v, args.causal, out)
+        run_v5(mod, q, k, v, args.causal, out)
         torch.cuda.synchronize()
         return 0
     select_config(None)

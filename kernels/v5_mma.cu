@@ -55,10 +55,12 @@ namespace v5 {
 // A-fragments in registers for the whole kernel, otherwise they are re-read from shared memory for
 // every key tile (fewer registers, more shared-memory traffic).
 // LAZY: rescale O only when some row's max grew by more than 2^kLazyLog2 (see the softmax step).
-template <int D_, int WARPS_, int MT_, int BN_, bool QREGS_, int MIN_BLOCKS_, bool LAZY_ = false>
+// HEAVY_FIRST (causal): launch the query blocks that see the most keys first.
+template <int D_, int WARPS_, int MT_, int BN_, bool QREGS_, int MIN_BLOCKS_, bool LAZY_ = false,
+          bool HEAVY_FIRST_ = true>
 struct Config {
   static constexpr int D = D_, kWarps = WARPS_, MT = MT_, BN = BN_, kMinBlocks = MIN_BLOCKS_;
-  static constexpr bool kQRegs = QREGS_, kLazy = LAZY_;
+  static constexpr bool kQRegs = QREGS_, kLazy = LAZY_, kHeavyFirst = HEAVY_FIRST_;
   static constexpr float kLazyLog2 = 8.f;  // P <= 2^8: exact enough in fp16/bf16 and fp32 sums
   static constexpr int kThreads = kWarps * 32;
   static constexpr int kWarpRows = 16 * MT;
@@ -124,7 +126,7 @@ fwd_kernel(const T* __restrict__ q,  // [B*H, nq, D]
 
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   // Causal: the last query blocks see the most keys; launch them first so the tail is short ones.
-  const int m_block = CAUSAL ? (int)(gridDim.x - 1 - blockIdx.x) : (int)blockIdx.x;
+  const int m_block = (CAUSAL && C::kHeavyFirst) ? (int)(gridDim.x - 1 - blockIdx.x) : (int)blockIdx.x;
   const int m0 = m_block * C::BM;
   const size_t bh = blockIdx.y;
   q += (bh * nq + m0) * D;
@@ -288,11 +290,10 @@ fwd_kernel(const T* __restrict__ q,  // [B*H, nq, D]
       for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
-          // Every row sees key 0 in tile 0, so the max is finite from tile 0 on; the guard keeps a
-          // row with no visible key at 0 instead of NaN all the same.
-          float m_new = fmaxf(row_max[mt][h], tile_max[mt][h]);
-          m_new = (m_new == -INFINITY) ? 0.f : m_new;
-          const float alpha = lab_exp2(row_max[mt][h] - m_new);  // ex2(-inf) = 0 on the first tile
+          // A row with no visible key yet keeps max -inf and alpha 1 (nothing to rescale); every
+          // row sees key 0 in tile 0, so this only guards against NaN from -inf - -inf.
+          const float m_new = fmaxf(row_max[mt][h], tile_max[mt][h]);
+          const float alpha = (m_new == -INFINITY) ? 1.f : lab_exp2(row_max[mt][h] - m_new);
           row_max[mt][h] = m_new;
           row_sum[mt][h] *= alpha;
 #pragma unroll
@@ -306,7 +307,7 @@ fwd_kernel(const T* __restrict__ q,  // [B*H, nq, D]
     for (int mt = 0; mt < MT; ++mt) {
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
-        const float m_off = row_max[mt][h];
+        const float m_off = (row_max[mt][h] == -INFINITY) ? 0.f : row_max[mt][h];  // masked: ex2(-inf) = 0
         float sum0 = 0.f, sum1 = 0.f;  // two chains: half the dependent FADD latency
 #pragma unroll
         for (int nt = 0; nt < BN / 8; ++nt) {
@@ -406,10 +407,10 @@ const char* launch(const LabAttentionArgs* a, cudaStream_t stream) {
 
 // The configurations the launcher uses, per head_dim and mask (picked by measurement;
 // benchmarks/v5_notes.md has the runs).   D  warps MT  BN  Q in regs  min CTAs/SM  lazy rescale
-using Default64 = Config<64, 4, 2, 64, true, 2, true>;
-using Default64Causal = Config<64, 4, 2, 64, true, 2, true>;
-using Default128 = Config<128, 8, 2, 64, false, 1, true>;
-using Default128Causal = Config<128, 8, 2, 64, false, 1, true>;
+using Default64 = Config<64, 4, 2, 64, true, 2, false>;
+using Default64Causal = Config<64, 4, 2, 128, false, 2, true>;
+using Default128 = Config<128, 4, 2, 64, false, 2, true>;
+using Default128Causal = Config<128, 4, 2, 64, false, 2, true>;
 
 #ifdef LAB_V5_TUNING
 // Tuning build only (benchmarks/ladder_dev.py --tune): LAB_V5_CONFIG picks a candidate, fp16 only.
@@ -422,19 +423,18 @@ const char* launch_tuning(const LabAttentionArgs* a, cudaStream_t stream, int cf
   if (a->dtype != LAB_FLOAT16) return "v5 tuning build: float16 only";
   if (a->head_dim == 64) {
     switch (cfg) {
-      case 0: return launch_fp16<Config<64, 4, 2, 64, true, 2, true>>(a, stream);
-      case 1: return launch_fp16<Config<64, 8, 2, 64, true, 1, true>>(a, stream);
-      case 2: return launch_fp16<Config<64, 4, 2, 64, true, 2, false>>(a, stream);
-      case 3: return launch_fp16<Config<64, 4, 2, 128, false, 2, true>>(a, stream);
+      case 0: return launch_fp16<Config<64, 4, 2, 64, true, 2, false>>(a, stream);
+      case 1: return launch_fp16<Config<64, 4, 2, 64, true, 2, true>>(a, stream);
+      case 2: return launch_fp16<Config<64, 4, 2, 128, false, 2, true>>(a, stream);
+      case 3: return launch_fp16<Config<64, 4, 2, 128, false, 2, false>>(a, stream);
       default: return "v5 tuning build: LAB_V5_CONFIG out of range for D=64 (0-3)";
     }
   }
   switch (cfg) {
-    case 0: return launch_fp16<Config<128, 8, 2, 64, false, 1, true>>(a, stream);
-    case 1: return launch_fp16<Config<128, 4, 2, 64, false, 2, true>>(a, stream);
-    case 2: return launch_fp16<Config<128, 4, 2, 32, false, 2, true>>(a, stream);
-    case 3: return launch_fp16<Config<128, 8, 2, 32, false, 1, true>>(a, stream);
-    default: return "v5 tuning build: LAB_V5_CONFIG out of range for D=128 (0-3)";
+    case 0: return launch_fp16<Config<128, 4, 2, 64, false, 2, true>>(a, stream);
+    case 1: return launch_fp16<Config<128, 4, 2, 64, false, 2, false>>(a, stream);
+    case 2: return launch_fp16<Config<128, 4, 2, 64, false, 2, true, false>>(a, stream);
+    default: return "v5 tuning build: LAB_V5_CONFIG out of range for D=128 (0-2)";
   }
 }
 #endif

@@ -72,6 +72,21 @@ class RooflinePoint:
     intensity_flop_per_byte: float
     tflops: float
     kind: str = "rung"            # "rung" (ours) or "base" (an SDPA backend)
+    series: int = 0               # colour of a baseline (one per backend): CSS class .s<N>
+    shape: str = "circle"         # baselines: circle, diamond or triangle (one per dtype); rungs are squares
+
+
+def _marker(p: RooflinePoint, cx: float, cy: float, r: float) -> str:
+    cls = f"pt c-{escape(p.kind)}" + (f" s{p.series % 8}" if p.kind != "rung" else "")
+    if p.kind == "rung":
+        return f'<rect class="{cls}" x="{_num(cx - r)}" y="{_num(cy - r)}" width="{_num(2 * r)}" height="{_num(2 * r)}"/>'
+    if p.shape == "diamond":
+        pts = f"{_num(cx)},{_num(cy - r * 1.3)} {_num(cx + r * 1.3)},{_num(cy)} {_num(cx)},{_num(cy + r * 1.3)} {_num(cx - r * 1.3)},{_num(cy)}"
+        return f'<polygon class="{cls}" points="{pts}"/>'
+    if p.shape == "triangle":
+        pts = f"{_num(cx)},{_num(cy - r * 1.3)} {_num(cx + r * 1.2)},{_num(cy + r)} {_num(cx - r * 1.2)},{_num(cy + r)}"
+        return f'<polygon class="{cls}" points="{pts}"/>'
+    return f'<circle class="{cls}" cx="{_num(cx)}" cy="{_num(cy)}" r="{_num(r)}"/>'
 
 
 @dataclass(frozen=True)
@@ -118,13 +133,14 @@ def roofline_svg(points: list[RooflinePoint], roofs: list[Roof], dram_tbps: floa
         lx = x_start * 1.6
         out.append(f'<text class="roof-label" x="{_num(x(lx) + 4)}" y="{_num(y(dram_tbps * lx) - 6)}">'
                    f'DRAM {escape(fmt_si(dram_tbps))} TB/s</text>')
-    for i, p in enumerate(pts):
+    for p in sorted(pts, key=lambda p: p.kind == "rung"):   # ours drawn last, on top
         px, py = x(p.intensity_flop_per_byte), y(p.tflops)
-        shape = (f'<rect class="pt c-{escape(p.kind)}" x="{_num(px - 5)}" y="{_num(py - 5)}" width="10" height="10"/>'
-                 if p.kind == "rung" else f'<circle class="pt c-{escape(p.kind)}" cx="{_num(px)}" cy="{_num(py)}" r="5"/>')
         out.append(f'<g><title>{escape(p.label)}: {escape(fmt_si(p.tflops))} TFLOP/s at '
-                   f'{escape(fmt_si(p.intensity_flop_per_byte))} FLOP/byte</title>{shape}</g>')
-    out += _legend([(p.label, p.kind) for p in pts], width - right + 8, top + 10)
+                   f'{escape(fmt_si(p.intensity_flop_per_byte))} FLOP/byte</title>{_marker(p, px, py, 5)}</g>')
+    for i, p in enumerate(pts):
+        yy = top + 10 + i * 16
+        out.append(_marker(p, width - right + 12.5, yy - 3.5, 4.5)
+                   + f'<text class="legend" x="{_num(width - right + 22)}" y="{_num(yy)}">{escape(p.label)}</text>')
     out.append("</svg>")
     return Markup("".join(out))
 
@@ -268,13 +284,3 @@ def _axis_titles(x_title: str, y_title: str, x_end: float, height: float, left: 
             f'{escape(x_title)}</text>'
             f'<text class="axis-title" transform="translate(14 {_num((top + height - bottom) / 2)}) rotate(-90)" '
             f'text-anchor="middle">{escape(y_title)}</text>')
-
-
-def _legend(entries: list[tuple[str, str]], x0: float, y0: float) -> list[str]:
-    out = []
-    for i, (label, kind) in enumerate(entries):
-        yy = y0 + i * 16
-        mark = (f'<rect class="pt c-{escape(kind)}" x="{_num(x0)}" y="{_num(yy - 8)}" width="9" height="9"/>' if kind == "rung"
-                else f'<circle class="pt c-{escape(kind)}" cx="{_num(x0 + 4.5)}" cy="{_num(yy - 3.5)}" r="4.5"/>')
-        out.append(mark + f'<text class="legend" x="{_num(x0 + 14)}" y="{_num(yy)}">{escape(label)}</text>')
-    return out

@@ -490,6 +490,21 @@ def performance_rows(rd: RunData) -> list[dict]:
     return rows
 
 
+SASS_FP32 = ("smsp__sass_thread_inst_executed_op_ffma_pred_on.sum", "smsp__sass_thread_inst_executed_op_fadd_pred_on.sum",
+             "smsp__sass_thread_inst_executed_op_fmul_pred_on.sum")
+
+
+def sass_fp32_flops(k: dict | None) -> float | None:
+    """FP32 operations the kernel executed, from ncu's per-thread SASS counts (an FFMA is two)."""
+    if not k or not all(isinstance(k.get(n), (int, float)) for n in SASS_FP32):
+        return None
+    ffma, fadd, fmul = (float(k[n]) for n in SASS_FP32)
+    return 2 * ffma + fadd + fmul
+
+
+DTYPE_MARKERS = {"float16": "circle", "bfloat16": "triangle", "float32": "diamond"}
+
+
 def roofline(rd: RunData, kernel: dict | None) -> dict:
     """Points and roofs for the chart, and notes on what each coordinate rests on."""
     flops = rd.problem.flops
@@ -506,13 +521,16 @@ def roofline(rd: RunData, kernel: dict | None) -> dict:
                          f"intensity (Q, K, V read once, O written once).")
         points.append(charts.RooflinePoint(f"{rd.variant_id} (ours, {rd.problem.dtype})", ai, rd.tflops, "rung"))
     base_pts = []
+    backends = sorted({str(b.get("backend") or b.get("name")) for b in rd.ok_baselines()})
     for b in rd.ok_baselines():
         dtype = b.get("dtype")
         if dtype not in DTYPE_BYTES:
             continue
+        backend = str(b.get("backend") or b.get("name"))
         tfl = b.get("tflops") or flops / (b["median_ms"] * 1e9)
         ai = flops / rd.problem.with_dtype(dtype).min_bytes
-        base_pts.append(charts.RooflinePoint(f"SDPA {b.get('backend') or b.get('name')} ({dtype})", ai, tfl, "base"))
+        base_pts.append(charts.RooflinePoint(f"SDPA {backend} ({dtype})", ai, tfl, "base", backends.index(backend),
+                                             DTYPE_MARKERS.get(dtype, "circle")))
     if base_pts:
         notes.append("SDPA backends: their DRAM traffic was not profiled, so each is placed at the minimum-bytes "
                      "intensity of its dtype; achieved FLOP/s = problem FLOPs / median time.")
@@ -522,6 +540,12 @@ def roofline(rd: RunData, kernel: dict | None) -> dict:
     if rd.peaks.get("tensor_fp16_tflops"):
         roofs.append(charts.Roof(f"FP16/BF16 tensor {charts.fmt_si(rd.peaks['tensor_fp16_tflops'])}",
                                  rd.peaks["tensor_fp16_tflops"], "tensor"))
+    executed = sass_fp32_flops(kernel)
+    if executed and flops:
+        duration = kernel.get(DURATION)
+        rate = f", {fmt_num(executed / duration / 1e3)} TFLOP/s over ncu's kernel duration" if duration else ""
+        notes.append(f"ncu counted {fmt_num(executed)} FP32 operations executed (2 x FFMA + FADD + FMUL, per thread): "
+                     f"{fmt_times(executed / flops)} the problem's FLOPs{rate}.")
     if not rd.peaks:
         notes.append(f"No peak rates are known for {rd.device_name}, so the chart has no roofs.")
     svg = charts.roofline_svg(points + base_pts, roofs, rd.peaks.get("dram_tbps"))

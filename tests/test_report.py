@@ -283,7 +283,7 @@ def test_roofline_places_points_by_their_numbers():
     svg = roofline_svg([RooflinePoint("slow", 10.0, 0.1), RooflinePoint("fast", 10.0, 10.0, "base")],
                        [Roof("FP32", 60.0, "fp32")], dram_tbps=3.0)
     ys = [float(v) for v in re.findall(r'<rect class="pt c-rung" x="[\d.]+" y="([\d.]+)"', svg)]
-    cy = [float(v) for v in re.findall(r'<circle class="pt c-base" cx="[\d.]+" cy="([\d.]+)"', svg)]
+    cy = [float(v) for v in re.findall(r'<circle class="pt c-base[^"]*" cx="[\d.]+" cy="([\d.]+)"', svg)]
     assert ys and cy and cy[0] < ys[0] - 5  # the faster point is drawn higher (smaller y)
     assert "DRAM 3.00 TB/s" in svg and "FP32" in svg
 
@@ -414,14 +414,28 @@ EXAMPLE_RUNS = [r for r in EXAMPLE_RUNS if r.path.parent == EXAMPLES]
 
 @pytest.mark.skipif(not EXAMPLE_RUNS, reason="no recorded runs in profiles/examples/ yet")
 def test_example_runs_render(tmp_path):
+    """The runs recorded on the GPU machine: every page renders, and its numbers are the stored ones."""
     shutil.copytree(EXAMPLES, tmp_path / "store" / "examples")
     done = report.render(tmp_path / "out", root=tmp_path / "store")
     assert len(done.pages) == len(EXAMPLE_RUNS)
-    for run in EXAMPLE_RUNS:
-        rd = report.load(run)
-        doc = Parsed(done.pages[run.id].read_text())
+    runs = [report.load(r) for r in EXAMPLE_RUNS]
+    for rd in runs:
+        html = done.pages[rd.id].read_text()
+        doc = Parsed(html)
         assert set(RUN_SECTIONS) <= doc.ids
-        assert report.fmt_num(rd.median_ms, 4) in doc.visible
-        assert rd.device_name in doc.visible
+        text = doc.visible
+        assert report.fmt_ms(rd.median_ms) in text and rd.device_name in text
         if rd.kernels:
-            assert rd.primary_kernel["kernel"][:40] in doc.visible
+            assert rd.primary_kernel["kernel"] in text
+        found = rd.table("findings")
+        if found is not None and found.rows:
+            assert found.rows[0]["title"] in text
+        executed = report.sass_fp32_flops(rd.primary_kernel)
+        if executed:
+            assert f"ncu counted {report.fmt_num(executed)} FP32 operations executed" in text
+        prev_id, prev = report._ladder_neighbour(rd, runs, -1)
+        if prev is not None:   # the gain over the previous rung is computed from the two stored medians
+            assert f"measured gain {report.fmt_times(prev.median_ms / rd.median_ms)}" in text
+            assert report.compare_filename(prev.id, rd.id) in [p.name for p in done.comparisons]
+    index = Parsed(done.index.read_text()).visible
+    assert all(rd.id in index for rd in runs)

@@ -469,6 +469,8 @@ class _Ctx:
     sms: float | None
     ctas: float | None
     busy_fraction: float           # share of SMs with work (1 unless the grid is smaller than the GPU)
+    fill: float                    # share of one full wave of resident CTAs the grid provides (at most 1)
+    waves: float | None            # launch__waves_per_multiprocessor
     stalls: list
     stall_family: str | None
     local_share: float | None
@@ -642,19 +644,29 @@ def _lab_findings(c: _Ctx) -> list[Finding]:
             out.append(Finding("latency-bound", f"Latency-bound: compute at {cpct or 0:.0f}%, memory at {mpct or 0:.0f}% "
                                f"of peak{top_txt}", "", est, ev, advice["latency-bound"], "lab", est))
 
-    # small grid
-    if c.ctas is not None and c.sms and c.ctas < c.sms:
-        est = 100.0 * (1.0 - c.ctas / c.sms)
+    # small grid: idle SMs, or less than one wave of the CTAs the SMs could hold at once
+    if c.ctas is not None and c.sms and (c.ctas < c.sms or c.fill < 1.0):
+        idle_sms = 100.0 * (1.0 - c.ctas / c.sms) if c.ctas < c.sms else 0.0
+        # SMs that hold fewer CTAs than they could hide less latency: the unused share of the wave
+        # times the distance to the nearest roof
+        unfilled = (1.0 - c.fill) * (100.0 - top)
+        est = max(idle_sms, unfilled)
+        _, per_sm, _ = occupancy_limiter(M)
         ev = {"launch__grid_size": int(c.ctas), "device__attribute_multiprocessor_count": int(c.sms),
-              "launch__waves_per_multiprocessor": _r(M.num("launch__waves_per_multiprocessor"), 3)}
-        out.append(Finding("small-grid", f"Small grid: {int(c.ctas)} CTAs on {int(c.sms)} SMs", "", est, ev,
-                           advice["small-grid"], "lab", est))
+              "launch__waves_per_multiprocessor": _r(c.waves, 3), "launch__block_size": M.num("launch__block_size")}
+        title = f"Small grid: {int(c.ctas)} CTAs on {int(c.sms)} SMs"
+        if unfilled > idle_sms:
+            title += (f", {c.fill:.2f} of one wave ({int(per_sm) if per_sm else '?'} CTAs of "
+                      f"{int(M.num('launch__block_size') or 0)} threads fit per SM)")
+        if est >= 1.0:
+            out.append(Finding("small-grid", title, "", est, ev, advice["small-grid"], "lab", est))
 
     # occupancy
     theo = M.num("sm__maximum_warps_per_active_cycle_pct")
     if theo is not None and theo <= 50.0 and top < BOUND_PCT:
         lim, blocks, limits = occupancy_limiter(M)
-        est = (100.0 - top) * c.busy_fraction * (1.0 - theo / 100.0)
+        # raising the limit helps only as far as the grid fills it
+        est = (100.0 - top) * c.busy_fraction * (1.0 - theo / 100.0) * c.fill
         ev = {"sm__maximum_warps_per_active_cycle_pct": _r(theo),
               "sm__warps_active.avg.pct_of_peak_sustained_active": _r(M.num("sm__warps_active.avg.pct_of_peak_sustained_active")),
               **{k: v for k, v in limits.items()},
@@ -775,6 +787,10 @@ def _rule_findings(c: _Ctx, rules: list[dict], advice: dict[str, str]) -> list[F
             continue
         est = r.get("est_speedup_pct")
         weight = LOCAL_WEIGHT if r.get("speedup_type") == "local" else 1.0
+        if cls == "latency-bound":
+            weight *= c.busy_fraction   # latency hiding acts only on the SMs that have work
+        elif cls == "occupancy-limited":
+            weight *= c.busy_fraction * c.fill   # a grid below one wave never reaches the limit
         rank = (est or 0.0) * weight
         name = r.get("rule_name") or r.get("rule_id")
         title = f"{name}: {r['title']}" if r.get("title") else name
@@ -808,10 +824,8 @@ def _merge(findings: list[Finding]) -> list[Finding]:
 def _order(findings: list[Finding], c: _Ctx) -> list[Finding]:
     top = max(v for v in (c.tp["compute_pct"], c.tp["memory_pct"], 0.0) if v is not None)
     for f in findings:
-        if f.cls in ("latency-bound", "occupancy-limited"):
-            f.rank *= c.busy_fraction if f.source != "lab" else 1.0   # the lab's model already has it
-            if top >= BOUND_PCT:
-                f.rank = min(f.rank, 100.0 - top)
+        if f.cls in ("latency-bound", "occupancy-limited") and top >= BOUND_PCT:
+            f.rank = min(f.rank, 100.0 - top)
     ranks = {f.cls: f.rank for f in findings}
     for f in findings:
         causes = [ranks[x] for x in _CAUSES.get(f.cls, ()) if x in ranks]
@@ -837,8 +851,11 @@ def analyze_kernel(row: dict, rules: list[dict], problem: dict | None = None) ->
     sms = M.num("device__attribute_multiprocessor_count", "launch__sm_count")
     ctas = M.num("launch__grid_size")
     busy = min(1.0, ctas / sms) if (ctas and sms) else 1.0
+    waves = M.num("launch__waves_per_multiprocessor")
+    fill = min(1.0, waves) if waves is not None else busy
     stalls, fam = stall_reasons(M)
-    c = _Ctx(M, tp, sms, ctas, busy, stalls, fam, local_share(M)[0], problem, device, _has_tensor_cores(M, device))
+    c = _Ctx(M, tp, sms, ctas, busy, fill, waves, stalls, fam, local_share(M)[0], problem, device,
+             _has_tensor_cores(M, device))
     advice = _rung_advice(c)
     findings = _order(_merge(_lab_findings(c) + _rule_findings(c, rules, advice)), c)
     metrics = {k: _plain(row[k]) for k in KEY_METRICS if k in row and _plain(row[k]) is not None}
@@ -916,7 +933,7 @@ def problem_applies(analyses_or_df) -> bool:
 
 def _fmt(v) -> str:
     if isinstance(v, float):
-        return f"{v:,.4g}" if abs(v) < 1e6 else f"{v:,.0f}"
+        return f"{v:.4g}" if abs(v) < 1e4 else f"{v:,.0f}"
     if isinstance(v, int) and not isinstance(v, bool):
         return f"{v:,}"
     return "n/a" if v is None else str(v)

@@ -301,3 +301,26 @@ def test_analyze_is_fast():
     assert res.returncode == 0, res.stderr
     assert len(json.loads(res.stdout)) == 8
     assert elapsed < 3.0, f"{elapsed:.2f} s"
+
+
+# ----------------------------------------------------------------------------- the lab's own rungs
+
+def _example_run(variant_id: str):
+    runs = sorted((REPO / "profiles" / "examples").glob(f"*-{variant_id}-*/manifest.json"))
+    for m in runs:
+        man = json.loads(m.read_text())
+        rep = m.parent / (man.get("artifacts") or {}).get("ncu_report", "profile.ncu-rep")
+        if rep.exists():
+            return man, rep
+    pytest.skip(f"no stored {variant_id} example run with an ncu report under profiles/examples/")
+
+
+def test_v1_grid_of_b_times_h_is_sent_to_the_query_split():
+    # v1 launches one CTA per (batch, head): with the run's problem the lab must say so and name the
+    # next step of the ladder, not an occupancy limit the grid never reaches.
+    man, rep = _example_run("v1")
+    (a,) = analysis.analyze_report(rep, problem=man["problem"])
+    p = man["problem"]
+    assert a.metrics["launch__grid_size"] == p["batch"] * p["heads"]
+    assert a.bottleneck == "small-grid", [(f.cls, round(f.rank, 1)) for f in a.findings]
+    assert "B*H" in a.findings[0].advice and "v3" in a.findings[0].advice

@@ -183,12 +183,16 @@ def hbar_svg(bars: list[Bar], unit: str, title: str, width: int = 720, log: bool
     return Markup("".join(out))
 
 
-def ladder_svg(bars: list[Bar], width: int = 720, height: int = 300) -> Markup:
+def ladder_svg(bars: list[Bar], width: int = 760, height: int = 300) -> Markup:
     """Vertical TFLOP/s bars on a log axis: the rungs beside the SDPA backends (spans of 1000x are usual)."""
     bars = [b for b in bars if b.value and b.value > 0 and math.isfinite(b.value)]
     if not bars:
         return Markup("")
-    left, right, top, bottom = 64, 10, 14, 70
+    # rotated labels (35 degrees) need room below the axis and, for the last bar, to its right
+    longest = max(len(b.label) for b in bars) * CHAR_PX
+    left, right, top = 64, max(10, int(longest * 0.82) - 20), 14
+    bottom = int(longest * 0.58) + 24
+    height = max(height, bottom + 200)
     y = LogScale(min(b.value for b in bars) / 2, max(b.value for b in bars) * 1.5, height - bottom, top)
     slot = (width - left - right) / len(bars)
     bw = min(46.0, slot * 0.7)

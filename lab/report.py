@@ -89,6 +89,13 @@ def fmt_times(x: float | None) -> str:
     return "n/a" if _missing(x) else f"{charts.fmt_si(x)}x"
 
 
+def fmt_change(v) -> str:
+    """A relative change in percent with its sign; changes under 0.01% read as 0%."""
+    if _missing(v):
+        return "n/a"
+    return "0%" if abs(v) < 0.005 else f"{v:+.2f}%" if abs(v) < 10 else f"{v:+,.0f}%" if abs(v) >= 100 else f"{v:+.1f}%"
+
+
 def fmt_shell(v) -> str:
     """A stored command line (a list of arguments) as one copy-pasteable shell line."""
     return shlex.join(str(a) for a in v) if isinstance(v, (list, tuple)) else str(v)
@@ -804,7 +811,8 @@ def environment() -> jinja2.Environment:
         raise LabError(f"report templates not found in {TEMPLATES_DIR}", hint="reinstall with `pip install -e .`")
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(TEMPLATES_DIR)), autoescape=True,
                              undefined=jinja2.ChainableUndefined, trim_blocks=True, lstrip_blocks=True)
-    env.filters.update(num=fmt_num, pct=fmt_pct, bytes=fmt_bytes, ms=fmt_ms, times=fmt_times, shell=fmt_shell)
+    env.filters.update(num=fmt_num, pct=fmt_pct, bytes=fmt_bytes, ms=fmt_ms, times=fmt_times, shell=fmt_shell,
+                       change=fmt_change)
     env.tests["given"] = lambda v: not _missing(v)   # stored and not None: `{% if x is given %}`
     env.globals.update(speed_phrase=speed_phrase, version=_lab_version())
     return env

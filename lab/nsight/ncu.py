@@ -38,8 +38,9 @@ DEFAULT_SECTION_SET = "default-lab"
 # 2025.3.1 on an H200 (2026-11-21): `--set detailed` 20 passes and lab-all (below) 34 in
 # tests/planted/record.sh, lab-tables 33 in the v1/v2 runs under profiles/examples/; DEVICE.md saw
 # `basic` 10 and `full` 38. So the lab's default is ncu's own `detailed` set, which in 2025.3
-# holds SpeedOfLight (with its breakdowns), LaunchStats, Occupancy, ComputeWorkloadAnalysis, MemoryWorkloadAnalysis (+ chart), SourceCounters (sampled stall reasons
-# and the SASS-level coalescing, bank-conflict and thread counts lab/analysis.py falls back on),
+# holds SpeedOfLight (with its breakdowns), LaunchStats, Occupancy, ComputeWorkloadAnalysis,
+# MemoryWorkloadAnalysis (+ chart), SourceCounters (sampled stall reasons and the SASS-level
+# coalescing, bank-conflict and thread counts lab/analysis.py falls back on),
 # the roofline chart and WorkloadDistribution. The lab-* sets below trade passes for WarpStateStats,
 # the memory tables and per-opcode statistics; lab-lean and lab-minimal are not measured yet
 # (`python -m lab.nsight.ncu passes --set NAME -- TARGET` counts them).

@@ -34,7 +34,7 @@ DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16}
 # Candidate tile configs compiled into the tuning build (kernels/v5_mma.cu, launch_tuning), per D.
 TUNE_CONFIGS = {
     64: ["W4 MT2 BN64 Qregs", "W4 MT2 BN64 Qregs lazy", "W4 MT2 BN128 Qsmem lazy", "W4 MT2 BN128 Qsmem"],
-    128: ["W4 MT2 BN64 Qsmem lazy", "W4 MT2 BN64 Qsmem", "W4 MT2 BN64 Qsmem lazy light-first"],
+    128: ["W4 MT2 BN64 Qsmem lazy", "W4 MT2 BN64 Qsmem", "W4 MT2 BN64 Qsmem lazy 2-D order"],
 }
 BENCH_SHAPES = [(8, 32, 4096, 64), (8, 16, 4096, 128)]  # (B, H, N, D), fp16, causal and not
 
@@ -125,10 +125,14 @@ def check_suite(mod, dtypes=("float16", "bfloat16"), head_dims=(64, 128), quick=
     pairs = [(n, n) for n in ns] + [(17, 100), (100, 17), (1000, 1), (1, 1000), (1023, 1000), (100, 1023)]
     if quick:
         pairs = [(17, 17), (1000, 1000), (100, 1023), (1023, 100), (1, 17)]
+    # (B, H): 2x3 for most shapes; 5x14 = 70 heads spans more than one causal head group (32) and
+    # leaves a partial last group.
+    cases = [((2, 3), p) for p in pairs] + [((5, 14), (300, 257))]
     fails, worst, count = [], 0.0, 0
-    for seed, ((nq, nk), d, causal, dt) in enumerate(itertools.product(pairs, head_dims, (False, True), dtypes)):
+    for seed, (((b, h), (nq, nk)), d, causal, dt) in enumerate(
+            itertools.product(cases, head_dims, (False, True), dtypes)):
         try:
-            r = check_shape(mod, 2, 3, nq, nk, d, dt, causal, seed)
+            r = check_shape(mod, b, h, nq, nk, d, dt, causal, seed)
         except RuntimeError as e:  # the launcher's message (unsupported config, launch error)
             r = dict(shape=f"Nq{nq} Nk{nk} D{d} {dt}", err=float("inf"), sdpa_err=float("nan"),
                      tol=0.0, ok=False, error=str(e).splitlines()[0])

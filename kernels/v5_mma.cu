@@ -61,6 +61,10 @@ template <int D_, int WARPS_, int MT_, int BN_, bool QREGS_, int MIN_BLOCKS_, bo
 struct Config {
   static constexpr int D = D_, kWarps = WARPS_, MT = MT_, BN = BN_, kMinBlocks = MIN_BLOCKS_;
   static constexpr bool kQRegs = QREGS_, kLazy = LAZY_, kHeavyFirst = HEAVY_FIRST_;
+  // Causal heavy-first order runs over groups of this many heads at a time: enough work per group
+  // (32 heads x a triangle of blocks) that a group's heaviest block never forms the kernel's tail,
+  // few enough that the ~8 CTAs of one head in flight still share its K/V tiles in L2.
+  static constexpr int kHeadGroup = 32;
   static constexpr float kLazyLog2 = 8.f;  // P <= 2^8: exact enough in fp16/bf16 and fp32 sums
   static constexpr int kThreads = kWarps * 32;
   static constexpr int kWarpRows = 16 * MT;
@@ -120,15 +124,29 @@ fwd_kernel(const T* __restrict__ q,  // [B*H, nq, D]
            const T* __restrict__ k,  // [B*H, nk, D]
            const T* __restrict__ v,  // [B*H, nk, D]
            T* __restrict__ o,        // [B*H, nq, D]
-           int nq, int nk, float scale_log2) {
+           int nq, int nk, int bh_total, float scale_log2) {
   constexpr int D = C::D, BN = C::BN, MT = C::MT, RB = C::kRowBytes;
   extern __shared__ __align__(1024) uint8_t smem[];
 
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   // Causal: the last query blocks see the most keys; launch them first so the tail is short ones.
-  const int m_block = (CAUSAL && C::kHeavyFirst) ? (int)(gridDim.x - 1 - blockIdx.x) : (int)blockIdx.x;
+  int m_block, bh_index;
+  if constexpr (CAUSAL && C::kHeavyFirst) {
+    // 1-D grid: within a group of heads, every head's heaviest query block first, then the next
+    // heaviest of every head, ... (longest-processing-time-first), so the tail is light blocks.
+    const int m_blocks = lab_cdiv(nq, C::BM);
+    const int group = blockIdx.x / (m_blocks * C::kHeadGroup);
+    const int within = blockIdx.x - group * m_blocks * C::kHeadGroup;
+    const int heads = min(C::kHeadGroup, bh_total - group * C::kHeadGroup);
+    const int rank = within / heads;
+    m_block = m_blocks - 1 - rank;
+    bh_index = group * C::kHeadGroup + (within - rank * heads);
+  } else {
+    m_block = blockIdx.x;
+    bh_index = blockIdx.y;
+  }
   const int m0 = m_block * C::BM;
-  const size_t bh = blockIdx.y;
+  const size_t bh = bh_index;
   q += (bh * nq + m0) * D;
   o += (bh * nq + m0) * D;
   k += bh * nk * D;
@@ -387,12 +405,18 @@ const char* launch_one(const LabAttentionArgs* a, cudaStream_t stream) {
   static const cudaError_t attr = lab_set_smem(kernel, C::kSmemBytes);  // once per instantiation
   if (attr != cudaSuccess) return cudaGetErrorString(attr);
   const int bh = a->batch * a->heads;
-  if (bh > 65535) return "v5: batch*heads must be <= 65535 (grid y limit)";
-  const dim3 grid(lab_cdiv(a->seqlen_q, C::BM), bh);
+  const int m_blocks = lab_cdiv(a->seqlen_q, C::BM);
+  dim3 grid(m_blocks, bh);
+  if (CAUSAL && C::kHeavyFirst) {
+    if ((long long)m_blocks * bh > 0x7fffffffLL) return "v5: too many query blocks for one launch";
+    grid = dim3(m_blocks * bh);
+  } else if (bh > 65535) {
+    return "v5: batch*heads must be <= 65535 (grid y limit)";
+  }
   const float scale_log2 = a->softmax_scale * 1.4426950408889634f;  // exp(x) = 2^(x log2 e)
   kernel<<<grid, C::kThreads, C::kSmemBytes, stream>>>(
       static_cast<const T*>(a->q), static_cast<const T*>(a->k), static_cast<const T*>(a->v),
-      static_cast<T*>(a->o), a->seqlen_q, a->seqlen_k, scale_log2);
+      static_cast<T*>(a->o), a->seqlen_q, a->seqlen_k, bh, scale_log2);
   return lab_last_launch_error();
 }
 

@@ -36,7 +36,10 @@ def _cases(count: int = 120, seed: int = 2024) -> list[tuple]:
         pick = lambda: rng.choice(EDGE_LENGTHS) if rng.random() < 0.5 else rng.randint(1, 1100)
         nq = pick()
         nk = nq if rng.random() < 0.3 else pick()
-        cases.append((rng.randint(1, 3), rng.randint(1, 4), nq, nk, (64, 128)[i % 2], bool((i // 2) % 2),
+        # Every 8th case has 5 x 14 = 70 heads: causal launches walk heads in groups of 32, so this
+        # covers several groups and a partial last one.
+        b, h = (5, 14) if i % 8 == 7 else (rng.randint(1, 3), rng.randint(1, 4))
+        cases.append((b, h, nq, nk, (64, 128)[i % 2], bool((i // 2) % 2),
                       ("float16", "bfloat16")[(i // 4) % 2], seed + i))
     return cases
 
@@ -100,6 +103,7 @@ def test_v5_case_list_covers_the_issue():
     assert any(c[2] != c[3] for c in cases) and any(c[5] for c in cases) and any(not c[5] for c in cases)
     assert {c[4] for c in cases} == {64, 128} and {c[6] for c in cases} == set(DTYPES)
     assert any(c[2] % 16 for c in cases) and any(c[3] == 1 for c in cases)
+    assert any(c[0] * c[1] > 64 and c[5] for c in cases)  # causal across several head groups
 
 
 def test_v5_rejects_unsupported_head_dim(v5):

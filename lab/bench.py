@@ -29,6 +29,8 @@ class Timing:
     warmup: int
     l2_flush: bool
     method: str = "cuda-events"
+    sync: str = ("a CUDA event pair around each launch on the current stream; one device "
+                 "synchronize after the last repetition, before the events are read")
 
     def to_dict(self) -> dict:
         return asdict(self)

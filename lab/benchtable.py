@@ -89,3 +89,40 @@ def print_ladder(result: dict) -> None:
     console.print(t)
     console.print("x backend: the backend's median time / ours (> 1: ours is faster). n/a: the backend cannot "
                   "run this shape or dtype (reason in --json).")
+
+
+def markdown_ladder(result: dict, title: str | None = None) -> str:
+    """The side-by-side table as Markdown, headed by device, date and commit (for RESULTS.md)."""
+    from datetime import datetime, timezone
+
+    dev, git = result["device"], result["git"]
+    commit = (git["commit"] or "?")[:10] + (" (with uncommitted changes)" if git["dirty"] else "")
+    lines = [f"### {title or 'lab bench'}", "",
+             f"{dev['name']} (cc {dev['compute_capability']}, {dev['sm_count']} SMs, SM clock "
+             f"{dev.get('sm_clock_mhz') or '?'} MHz), driver {dev.get('driver') or '?'}, torch "
+             f"{result['software'].get('torch')}, {datetime.now(timezone.utc):%Y-%m-%d}, commit {commit}. "
+             f"Median of {result['reps']} repetitions after {result['warmup']} warm-up, L2 flushed before each; "
+             "every rung passed its float64 check on this shape first.", ""]
+    backends = []
+    for row in result["rows"]:
+        for b in row.get("baselines", []):
+            if (b["backend"], b["dtype"]) not in backends:
+                backends.append((b["backend"], b["dtype"]))
+    head = ["rung", "problem", "median ms (± std)", "TFLOP/s", "vs previous"]
+    head += [f"SDPA {b} {d.replace('float', 'fp')} ms" for b, d in backends]
+    head += [f"speed-up vs SDPA {b} {d.replace('float', 'fp')}" for b, d in backends]
+    lines += ["| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
+    for row in result["rows"]:
+        if "timing" not in row:
+            lines.append(f"| {row['variant']} | {row['problem']['label']} | FAILED its check |" + " |" * (len(head) - 3))
+            continue
+        tm = row["timing"]
+        by = {(b["backend"], b["dtype"]): b for b in row["baselines"]}
+        cells = [row["variant"], row["problem"]["label"], f"{tm['median']:.4g} (± {tm['std']:.2g})",
+                 f"{row['tflops']:.3g}", f"{row['speedup_vs_previous']:.2f}x" if "speedup_vs_previous" in row else ""]
+        cells += [f"{by[k]['median_ms']:.4g}" if k in by and by[k]["status"] == "ok" else "n/a" for k in backends]
+        cells += [f"{by[k]['ratio']:.3g}x" if k in by and by[k]["status"] == "ok" else "n/a" for k in backends]
+        lines.append("| " + " | ".join(cells) + " |")
+    lines += ["", "speed-up vs SDPA = the backend's median time / the rung's (above 1: the rung is faster); "
+              "n/a = the backend cannot run this shape or dtype.", ""]
+    return "\n".join(lines)

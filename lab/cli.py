@@ -215,8 +215,10 @@ def check(variant_spec, shape_count, seed, shape, causal, dtype, as_json):
 @click.option("--reps", default=30, show_default=True, help="timed repetitions (>= 30 for a CI95 worth reading)")
 @click.option("--warmup", default=5, show_default=True)
 @click.option("--no-baselines", is_flag=True, help="skip the SDPA backends")
+@click.option("--markdown", "markdown_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="also append the table as Markdown (device, date, commit) to this file")
 @json_option
-def bench(variant_spec, shape, causal, dtype, reps, warmup, no_baselines, as_json):
+def bench(variant_spec, shape, causal, dtype, reps, warmup, no_baselines, markdown_path, as_json):
     """Time rungs beside the SDPA backends (cudnn, flash, efficient, math) in fp16 and fp32."""
     from lab import variants as registry
     from lab.benchtable import bench_ladder, print_ladder
@@ -226,6 +228,12 @@ def bench(variant_spec, shape, causal, dtype, reps, warmup, no_baselines, as_jso
     if reps < 2:
         raise LabError("--reps must be at least 2")
     result = bench_ladder(chosen, problems, reps, warmup, baselines=not no_baselines)
+    if markdown_path:
+        from lab.benchtable import markdown_ladder
+
+        with open(markdown_path, "a") as fh:
+            fh.write(markdown_ladder(result, f"lab bench --variant {variant_spec} --shape {shape or 'default'}"
+                                             f"{' --causal' if causal else ''}{f' --dtype {dtype}' if dtype else ''}") + "\n")
     if as_json:
         click.echo(json.dumps(result, indent=2))
     else:

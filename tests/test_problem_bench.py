@@ -62,3 +62,21 @@ def test_refused_backend_reason_keeps_explanations_only():
             "Flash attention only supports dtypes float16 and bfloat16 (Triggered internally at /c.cpp:3.)"]
     assert _unavailable_reason(msgs) == "Flash attention only supports dtypes float16 and bfloat16"
     assert _unavailable_reason(msgs[:2]) == ""
+
+
+def test_markdown_ladder_marks_unavailable_backends_and_failed_rungs():
+    from lab.benchtable import markdown_ladder
+
+    ok = {"backend": "flash", "dtype": "float16", "status": "ok", "median_ms": 1.0, "ratio": 0.5}
+    refused = {"backend": "flash", "dtype": "float32", "status": "unavailable", "median_ms": None, "ratio": None}
+    result = {"device": {"name": "GPU", "compute_capability": "9.0", "sm_count": 132},
+              "git": {"commit": "0123456789abcdef", "dirty": True}, "software": {"torch": "2.11"},
+              "reps": 30, "warmup": 5,
+              "rows": [{"variant": "v1", "problem": {"label": "B1-H1-N17-D64-float32"},
+                        "timing": {"median": 2.0, "std": 0.1}, "tflops": 1.0, "baselines": [ok, refused]},
+                       {"variant": "v2", "problem": {"label": "B1-H1-N17-D64-float32"}}]}
+    text = markdown_ladder(result)
+    assert "commit 0123456789 (with uncommitted changes)" in text
+    v1_row = next(line for line in text.splitlines() if line.startswith("| v1"))
+    assert "| 0.5x | n/a |" in v1_row
+    assert "FAILED its check" in text

@@ -35,10 +35,23 @@ from lab.store import REPO_ROOT, Run, find_run, list_runs, store_root
 TEMPLATES_DIR = REPO_ROOT / "templates"
 DEFAULT_OUT = REPO_ROOT / "reports"
 SECTOR_BYTES = 32          # an L1/L2/DRAM sector, the unit ncu counts memory traffic in
-RAW_METRIC_ROWS_MAX = 3000  # a full-set report has ~2,000 metrics per kernel; beyond that it is not a table to read
 
 KERNEL_COLUMNS = ("kernel", "kernel_name", "Kernel Name", "name", "demangled_name", "function")
 DURATION = "gpu__time_duration.sum"
+
+# The ncu metrics a page (and a comparison) reads: launch and occupancy, stall reasons, bytes per
+# memory level, SASS FP32 counts, throughputs. A detailed-set report stores ~1,400 columns per kernel
+# and a full set ~2,000; reading only these keeps `lab report` over many runs fast.
+PAGE_METRICS = re.compile(
+    r"^(" + "|".join(re.escape(c) for c in KERNEL_COLUMNS) + r"|kernel_index|device__attribute_multiprocessor_count"
+    r"|launch__\w+"
+    r"|gpu__time_duration\.sum|gpu__compute_memory_throughput\.avg\.pct_of_peak_sustained_elapsed"
+    r"|sm__(maximum_warps_per_active_cycle_pct|warps_active\.avg\.pct_of_peak_sustained_active"
+    r"|throughput\.avg\.pct_of_peak_sustained_elapsed|pipe_tensor_cycles_active\.avg\.pct_of_peak_sustained_active)"
+    r"|smsp__average_warps_issue_stalled_\w+_per_issue_active\.ratio|smsp__average_warp_latency\w*(\.ratio|\.pct|\.sum)?"
+    r"|smsp__pcsamp_warps_issue_stalled_\w+|smsp__sass_thread_inst_executed_op_f(add|mul|fma)_pred_on\.sum"
+    r"|dram__(bytes|sectors)(_read|_write)?\.sum|dram__throughput\.avg\.pct_of_peak_sustained_elapsed"
+    r"|lts__t_(bytes|sectors)\.sum|l1tex__t_(bytes|sectors)_pipe_lsu_mem_(global|local)_op_(ld|st)\.sum)$")
 
 
 # ------------------------------------------------------------------------------- formatting
@@ -237,26 +250,34 @@ class RunData:
         return fs.get("bottleneck") if isinstance(fs, dict) else None
 
     # tables ---------------------------------------------------------------------------
-    def table(self, name: str) -> "Table | None":
-        """A stored table as plain rows, read straight from its Parquet file with pyarrow: a page
-        needs rows, not a DataFrame, and skipping pandas halves the time of `lab report`."""
-        if name not in self._tables:
+    def table(self, name: str, columns: re.Pattern | None = None) -> "Table | None":
+        """A stored table as plain rows, read straight from its Parquet file with pyarrow (a page
+        needs rows, not a DataFrame); with `columns`, only the columns whose names match."""
+        key = (name, columns.pattern if columns else None)
+        if key not in self._tables:
             fname = (self.manifest.get("tables") or {}).get(name)
             if not fname:
-                self._tables[name] = None
+                self._tables[key] = None
             else:
                 try:
-                    t = pq.ParquetFile(self.run.path / fname).read()
+                    pf = pq.ParquetFile(self.run.path / fname)
+                    names = pf.schema_arrow.names
+                    t = pf.read(columns=[n for n in names if columns.match(n)] if columns else None)
                 except (OSError, pa.ArrowException) as e:   # a missing or unreadable file
                     raise _bad(self.run, f"table {name!r} cannot be read ({e})") from None
-                self._tables[name] = Table(t.column_names, [{k: _plain(v) for k, v in r.items()}
-                                                            for r in t.to_pylist()], _pandas_attrs(t))
-        return self._tables[name]
+                self._tables[key] = Table(t.column_names, [{k: _plain(v) for k, v in r.items()}
+                                                           for r in t.to_pylist()], _pandas_attrs(t), len(names))
+        return self._tables[key]
+
+    @property
+    def stored_metric_count(self) -> int:
+        t = self.table("metrics", PAGE_METRICS)
+        return t.stored_columns if t is not None else 0
 
     @cached_property
     def kernels(self) -> list[dict]:
         """One dict per profiled kernel: {'kernel': name, metric: value}, the longest first."""
-        t = self.table("metrics")
+        t = self.table("metrics", PAGE_METRICS)
         if t is None or not t.rows:
             return []
         name_col = next((c for c in KERNEL_COLUMNS if c in t.columns), None)
@@ -271,7 +292,7 @@ class RunData:
     @cached_property
     def units(self) -> dict[str, str]:
         """ncu's unit of each metric column, where the metrics table carries them."""
-        t = self.table("metrics")
+        t = self.table("metrics", PAGE_METRICS)
         units = t.attrs.get("units") if t is not None else None
         return units if isinstance(units, dict) else {}
 
@@ -285,6 +306,7 @@ class Table:
     columns: list[str]
     rows: list[dict]
     attrs: dict = field(default_factory=dict)   # DataFrame.attrs as pandas stored them, e.g. {"units": {...}}
+    stored_columns: int = 0                     # columns in the file, read or not
 
 
 def _pandas_attrs(t: "pa.Table") -> dict:
@@ -647,11 +669,11 @@ def _cell(v) -> str:
 
 
 def raw_metrics_html(kernels: list[dict], units: dict[str, str]) -> Markup:
-    """The metrics table transposed (metric x kernel), built as one string: a full-set report has
-    thousands of rows and this is ~50x faster than a template loop."""
+    """The metrics the page read, transposed (metric x kernel) at full precision, built as one
+    string (a template loop over hundreds of rows per run is the slowest part of a render)."""
     if not kernels:
         return Markup("")
-    names = sorted({n for k in kernels for n in k if n != "kernel"})[:RAW_METRIC_ROWS_MAX]
+    names = sorted({n for k in kernels for n in k if n != "kernel"})
     head = "".join(f"<th>{escape(k['kernel'])}</th>" for k in kernels)
     body = "".join(f"<tr><td class=metric>{escape(n)}</td><td>{escape(units.get(n, ''))}</td>"
                    + "".join(f"<td class=num>{escape(_cell(k.get(n)))}</td>" for k in kernels) + "</tr>"
@@ -728,6 +750,7 @@ def run_context(rd: RunData, runs: list[RunData], out_dir: Path) -> dict:
         "stall_svg": stall_svg, "occupancy": occupancy(k, rd.device), "memory": mem, "memory_svg": mem_svg,
         "f": fctx, "timeline": timeline_context(rd), "artifacts": artifacts,
         "raw_metrics": raw_metrics_html(rd.kernels, rd.units), "units": rd.units,
+        "stored_metric_count": rd.stored_metric_count,
         "manifest_json": json.dumps(rd.manifest, indent=2, default=str),
         "ptxas": (rd.manifest.get("build") or {}).get("ptxas") or [],
     }

@@ -668,6 +668,13 @@ def _cell(v) -> str:
     return "" if v is None else str(v)
 
 
+def _raw_cell(v) -> str:
+    """As stored, to 10 significant digits: the appendix is for checking the rounded numbers above."""
+    if isinstance(v, float):
+        return f"{v:.10g}"
+    return "" if v is None else str(v)
+
+
 def raw_metrics_html(kernels: list[dict], units: dict[str, str]) -> Markup:
     """The metrics the page read, transposed (metric x kernel) at full precision, built as one
     string (a template loop over hundreds of rows per run is the slowest part of a render)."""
@@ -676,7 +683,7 @@ def raw_metrics_html(kernels: list[dict], units: dict[str, str]) -> Markup:
     names = sorted({n for k in kernels for n in k if n != "kernel"})
     head = "".join(f"<th>{escape(k['kernel'])}</th>" for k in kernels)
     body = "".join(f"<tr><td class=metric>{escape(n)}</td><td>{escape(units.get(n, ''))}</td>"
-                   + "".join(f"<td class=num>{escape(_cell(k.get(n)))}</td>" for k in kernels) + "</tr>"
+                   + "".join(f"<td class=num>{escape(_raw_cell(k.get(n)))}</td>" for k in kernels) + "</tr>"
                    for n in names)
     return Markup(f'<table class="raw"><thead><tr><th>metric</th><th>unit</th>{head}</tr></thead>'
                   f'<tbody>{body}</tbody></table>')

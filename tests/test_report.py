@@ -357,6 +357,20 @@ def test_lab_report_prints_the_index_and_renders_every_run(tmp_path):
     assert r.returncode == 0 and r.stdout.strip().endswith("-v2-B2-H4-N256-D64-float32.html")
 
 
+def test_lab_report_and_compare_need_no_torch(tmp_path):
+    """Run with `import torch` made to fail: rendering reads only the store."""
+    root = tmp_path / "store"
+    make_run(root, "v1", median=30.0, run_id="a", created="2026-01-01T00:00:00+00:00")
+    make_run(root, "v2", median=12.0, run_id="b", created="2026-01-02T00:00:00+00:00")
+    code = ("import sys; sys.modules['torch'] = None\n"
+            "from lab.cli import main\n"
+            "main(sys.argv[1:])")
+    env = {**os.environ, "LAB_PROFILES": str(root)}
+    for args in (["report", "--out", str(tmp_path / "o")], ["compare", "a", "b", "--out", str(tmp_path / "o")]):
+        r = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, env=env, timeout=120)
+        assert r.returncode == 0, r.stderr
+
+
 def test_lab_report_open_hands_the_index_to_the_browser(tmp_path):
     root = tmp_path / "store"
     make_run(root, "v1")

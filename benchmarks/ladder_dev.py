@@ -33,8 +33,10 @@ ROOT = Path(__file__).resolve().parent.parent
 DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16}
 # Candidate tile configs compiled into the tuning build (kernels/v5_mma.cu, launch_tuning), per D.
 TUNE_CONFIGS = {
-    64: ["W4 MT2 BN64 Qregs", "W4 MT2 BN64 Qregs lazy", "W4 MT2 BN128 Qsmem lazy", "W4 MT2 BN128 Qsmem"],
-    128: ["W4 MT2 BN64 Qsmem lazy", "W4 MT2 BN64 Qsmem", "W4 MT2 BN64 Qsmem lazy 2-D order"],
+    64: ["W4 MT2 BN64 Qregs split", "W4 MT2 BN64 Qregs lazy split", "W4 MT2 BN128 Qsmem lazy split",
+         "W4 MT2 BN128 Qsmem lazy", "W4 MT2 BN64 Qregs"],
+    128: ["W4 MT2 BN64 Qsmem lazy split", "W4 MT2 BN64 Qsmem split", "W4 MT2 BN64 Qsmem lazy",
+          "W4 MT2 BN64 Qsmem"],
 }
 BENCH_SHAPES = [(8, 32, 4096, 64), (8, 16, 4096, 128)]  # (B, H, N, D), fp16, causal and not
 

@@ -48,6 +48,7 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <type_traits>
 
 namespace v5 {
 
@@ -56,11 +57,12 @@ namespace v5 {
 // every key tile (fewer registers, more shared-memory traffic).
 // LAZY: rescale O only when some row's max grew by more than 2^kLazyLog2 (see the softmax step).
 // HEAVY_FIRST (causal): launch the query blocks that see the most keys first.
+// SPLIT: run the tiles that need no mask in their own loop (see tile_step).
 template <int D_, int WARPS_, int MT_, int BN_, bool QREGS_, int MIN_BLOCKS_, bool LAZY_ = false,
-          bool HEAVY_FIRST_ = true>
+          bool HEAVY_FIRST_ = true, bool SPLIT_ = true>
 struct Config {
   static constexpr int D = D_, kWarps = WARPS_, MT = MT_, BN = BN_, kMinBlocks = MIN_BLOCKS_;
-  static constexpr bool kQRegs = QREGS_, kLazy = LAZY_, kHeavyFirst = HEAVY_FIRST_;
+  static constexpr bool kQRegs = QREGS_, kLazy = LAZY_, kHeavyFirst = HEAVY_FIRST_, kSplit = SPLIT_;
   // Causal heavy-first order runs over groups of this many heads at a time: enough work per group
   // (32 heads x a triangle of blocks) that a group's heaviest block never forms the kernel's tail,
   // few enough that the ~8 CTAs of one head in flight still share its K/V tiles in L2.
@@ -207,7 +209,12 @@ fwd_kernel(const T* __restrict__ q,  // [B*H, nq, D]
     row_sum[mt][0] = row_sum[mt][1] = 0.f;
   }
 
-  for (int j = 0; j < n_tiles; ++j) {
+  // One key tile. kMasked = false is the steady state: a full tile that every row of the CTA sees
+  // whole, so no mask and no per-warp skip, and the compiler schedules it like the non-causal
+  // loop (it sinks the exponentials past the V barrier to overlap the P V products). The masked
+  // variant handles the ragged last tile and, causal, the tiles crossing the diagonal.
+  auto tile_step = [&](const int j, auto masked_tag) {
+    constexpr bool kMasked = decltype(masked_tag)::value;
     const int stage = j & 1;
     const uint32_t s_k = s_base + stage * C::kStageBytes;
     const uint32_t s_v = s_k + C::kTileKVBytes;
@@ -224,7 +231,7 @@ fwd_kernel(const T* __restrict__ q,  // [B*H, nq, D]
       lab_cp_async_commit();
     }
     const int n0 = j * BN;
-    const bool warp_active = !CAUSAL || n0 <= warp_row_hi;
+    const bool warp_active = !kMasked || !CAUSAL || n0 <= warp_row_hi;
     uint32_t p_frag[MT][BN / 16][4];
     if (warp_active) {
 
@@ -261,7 +268,7 @@ fwd_kernel(const T* __restrict__ q,  // [B*H, nq, D]
 
     // Mask only where needed: the ragged last tile (keys >= nk) and, causal, tiles crossing the
     // diagonal of this warp's rows (some key > some row). Uniform branch per warp.
-    if (n0 + BN > nk || (CAUSAL && n0 + BN - 1 > warp_row_lo)) {
+    if (kMasked && (n0 + BN > nk || (CAUSAL && n0 + BN - 1 > warp_row_lo))) {
       const int row0 = warp_row_lo + (lane >> 2);
       const int col0 = n0 + (lane & 3) * 2;
 #pragma unroll
@@ -368,7 +375,14 @@ fwd_kernel(const T* __restrict__ q,  // [B*H, nq, D]
       }
     }
     }  // warp_active (P V)
-  }
+  };
+
+  // Tiles [0, n_full) need no mask for any row of this CTA: inside the keys (n0 + BN <= nk) and,
+  // causal, left of the block's first row (n0 + BN - 1 <= m0).
+  const int n_full = !C::kSplit ? 0 : min(n_tiles, CAUSAL ? min(nk / BN, (m0 + 1) / BN) : nk / BN);
+  int j = 0;
+  for (; j < n_full; ++j) tile_step(j, std::false_type{});
+  for (; j < n_tiles; ++j) tile_step(j, std::true_type{});
 
   // Epilogue: O / l, staged through shared memory (this warp's rows of the Q tile) so that the
   // global stores are 16 bytes per lane and consecutive lanes write consecutive chunks of a row.
@@ -450,15 +464,17 @@ const char* launch_tuning(const LabAttentionArgs* a, cudaStream_t stream, int cf
       case 0: return launch_fp16<Config<64, 4, 2, 64, true, 2, false>>(a, stream);
       case 1: return launch_fp16<Config<64, 4, 2, 64, true, 2, true>>(a, stream);
       case 2: return launch_fp16<Config<64, 4, 2, 128, false, 2, true>>(a, stream);
-      case 3: return launch_fp16<Config<64, 4, 2, 128, false, 2, false>>(a, stream);
-      default: return "v5 tuning build: LAB_V5_CONFIG out of range for D=64 (0-3)";
+      case 3: return launch_fp16<Config<64, 4, 2, 128, false, 2, true, true, false>>(a, stream);
+      case 4: return launch_fp16<Config<64, 4, 2, 64, true, 2, false, true, false>>(a, stream);
+      default: return "v5 tuning build: LAB_V5_CONFIG out of range for D=64 (0-4)";
     }
   }
   switch (cfg) {
     case 0: return launch_fp16<Config<128, 4, 2, 64, false, 2, true>>(a, stream);
     case 1: return launch_fp16<Config<128, 4, 2, 64, false, 2, false>>(a, stream);
-    case 2: return launch_fp16<Config<128, 4, 2, 64, false, 2, true, false>>(a, stream);
-    default: return "v5 tuning build: LAB_V5_CONFIG out of range for D=128 (0-2)";
+    case 2: return launch_fp16<Config<128, 4, 2, 64, false, 2, true, true, false>>(a, stream);
+    case 3: return launch_fp16<Config<128, 4, 2, 64, false, 2, false, true, false>>(a, stream);
+    default: return "v5 tuning build: LAB_V5_CONFIG out of range for D=128 (0-3)";
   }
 }
 #endif

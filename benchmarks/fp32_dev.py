@@ -33,10 +33,21 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 LIB_DIR = ROOT / "build" / "fp32_dev"
 RUNGS = {"v3": "v3_unrolled.cu", "v4": "v4_double_buffer.cu"}
-# Candidate D=64 configs in each rung's launch_tuning(), by index: keep in step with the .cu files.
-TUNE_CONFIGS = ["TM8 TN4 T128 min3", "TM8 TN4 T128 min2", "TM8 TN4 T128 min2 unroll4,2", "TM8 TN8 T128 min2",
-                "TM4 TN8 T256 min2", "TM4 TN4 T256 min2", "TM4 TN4 T128 min4"]
-BENCH_SHAPES = [(8, 16, 1024, 64), (8, 16, 2048, 64)]  # (B, H, N, D): the default shape and the SDPA target
+# Candidate configs in each rung's launch_tuning(), per head_dim, by index: keep in step with the
+# .cu files (tests/test_ladder_fp32_gpu.py compares them). TM x TN thread tile, threads per CTA,
+# __launch_bounds__ min CTAs/SM, unroll factors of the d loop and the key loop.
+TUNE_CONFIGS = {
+    "v3": {64: ["TM8 TN8 T128 min2 u1,1", "TM8 TN8 T128 min2 u2,1", "TM8 TN8 T128 min2 u1,2", "TM8 TN4 T128 min2 u4,2",
+                "TM8 TN4 T128 min3 u1,1", "TM4 TN4 T256 min2 u4,2"],
+           32: ["TM8 TN8 T128 min2 u1,1", "TM8 TN8 T128 min2 u4,2", "TM8 TN4 T128 min3 u1,1"],
+           128: ["TM4 TN4 T128 min2 u1,1", "TM4 TN4 T128 min2 u4,2", "TM4 TN8 T128 min1 u1,1", "TM4 TN4 T256 min1 u1,1"]},
+    "v4": {64: ["TM8 TN4 T128 min2 u4,2", "TM8 TN4 T128 min2 u2,2", "TM8 TN4 T128 min2 u4,1", "TM8 TN4 T128 min2 u8,2",
+                "TM8 TN4 T128 min2 u4,4", "TM4 TN4 T256 min2 u4,2", "TM8 TN4 T128 min2 u1,1"],
+           32: ["TM8 TN8 T128 min2 u1,1", "TM8 TN8 T128 min2 u4,2", "TM8 TN4 T128 min3 u4,2"],
+           128: ["TM4 TN4 T128 min2 u1,1", "TM4 TN4 T128 min2 u4,2", "TM4 TN4 T256 min1 u1,1"]},
+}
+# (B, H, N, D): the default shape and the SDPA target at D=64, causal and not; D=32 and D=128 at N=2048.
+BENCH_SHAPES = [(8, 16, 1024, 64), (8, 16, 2048, 64), (8, 16, 2048, 32), (8, 16, 2048, 128)]
 FP32_FFMA_PEAK_TFLOPS = 66.9  # H100/H200 SXM datasheet: 132 SMs x 128 FFMA/clk x 2 x 1.98 GHz
 
 
@@ -86,6 +97,7 @@ class Rung:
         self.config.restype = ctypes.c_char_p
 
     def launch(self, q, k, v, o, causal: bool, config: int | None = None) -> None:
+        """config None: the rung's default for this head_dim; else an index into TUNE_CONFIGS[vid][D]."""
         import torch
 
         b, h, nq, d = q.shape
@@ -98,11 +110,11 @@ class Rung:
             raise RuntimeError(err.decode())
 
 
-def name_of(vid: str, config: int | None) -> str:
-    return f"{vid} default" if config is None else f"{vid} c{config} ({TUNE_CONFIGS[config]})"
+def name_of(vid: str, config: int | None, head_dim: int = 64) -> str:
+    return f"{vid} default" if config is None else f"{vid} c{config} ({TUNE_CONFIGS[vid][head_dim][config]})"
 
 
-def check(rung: Rung, config: int | None, shapes) -> tuple[bool, float]:
+def check(rung: Rung, config: int | None, shapes, head_dim: int = 64) -> tuple[bool, float]:
     import torch
 
     from lab import check as gate
@@ -116,14 +128,14 @@ def check(rung: Rung, config: int | None, shapes) -> tuple[bool, float]:
             rung.launch(q, k, v, o, p.causal, config)
             torch.cuda.synchronize()
         except RuntimeError as e:
-            print(f"  {name_of(rung.vid, config)} {p.label()}: {e}")
+            print(f"  {name_of(rung.vid, config, head_dim)} {p.label()}: {e}")
             return False, float("nan")
         ref = gate.reference_attention(q, k, v, p.causal, softmax_scale(p), device="cpu" if p.seqlen_q < 1200 else None)
         err = gate.compare(o, ref)
         good = gate.judge(err, gate.FP32_REL_TOL)
         worst = max(worst, err["rel_err"]) if good else float("nan")
         if not good:
-            print(f"  FAIL {name_of(rung.vid, config)} {p.label()}: rel_err {err['rel_err']:.3e}, "
+            print(f"  FAIL {name_of(rung.vid, config, head_dim)} {p.label()}: rel_err {err['rel_err']:.3e}, "
                   f"{err['nonfinite']} non-finite")
             ok = False
     return ok, worst
@@ -176,22 +188,27 @@ def run(args) -> int:
     print(f"device: {props.name}, {props.multi_processor_count} SMs; torch {torch.__version__}", flush=True)
     rungs = {vid: Rung(vid) for vid in args.rungs.split(",")}
 
-    # Correctness gates timing: defaults on every D, candidates on D=64.
+    # Correctness gates timing: defaults on every D, each candidate on its own D.
     passed = {}
     t0 = time.perf_counter()
     for vid, rung in rungs.items():
-        for config in [None, *range(len(TUNE_CONFIGS))]:
-            shapes = dev_shapes((32, 64, 128) if config is None else (64,))
-            ok, worst = check(rung, config, shapes)
-            passed[(vid, config)] = ok
-            print(f"check {name_of(vid, config)}: {'ok' if ok else 'FAILED'} on {len(shapes)} shapes, "
-                  f"worst rel_err {worst:.2e}", flush=True)
+        ok, worst = check(rung, None, dev_shapes((32, 64, 128)))
+        passed[(vid, None)] = ok
+        print(f"check {vid} default: {'ok' if ok else 'FAILED'}, worst rel_err {worst:.2e}", flush=True)
+        for d, configs in TUNE_CONFIGS[vid].items():
+            for config in range(len(configs)):
+                ok, worst = check(rung, config, dev_shapes((d,)), d)
+                passed[(vid, d, config)] = ok
+                print(f"check {name_of(vid, config, d)} D={d}: {'ok' if ok else 'FAILED'}, worst rel_err {worst:.2e}",
+                      flush=True)
     print(f"checks took {time.perf_counter() - t0:.1f} s", flush=True)
     if args.check_only:
         return 0 if all(passed.values()) else 1
 
     timer = Timer(args.reps, args.warmup)
     for (b, h, n, d), causal in itertools.product(BENCH_SHAPES, (False, True)):
+        if d != 64 and causal:
+            continue  # D=32/128: non-causal only, to choose their defaults
         p = Problem(b, h, n, n, d, causal)
         q, k, v = make_inputs(p, seed=1234, device="cuda")
         o = torch.empty_like(q)
@@ -202,9 +219,10 @@ def run(args) -> int:
                     F.scaled_dot_product_attention(q, k, v, is_causal=causal)
             entries["sdpa efficient fp32"] = sdpa
             for vid, rung in rungs.items():
-                for config in [None, *range(len(TUNE_CONFIGS))]:
-                    if passed[(vid, config)]:
-                        entries[name_of(vid, config)] = (lambda r=rung, c=config, t=(q, k, v, o): r.launch(*t, causal, c))
+                for config in [None, *range(len(TUNE_CONFIGS[vid][d]))]:
+                    if passed[(vid, None) if config is None else (vid, d, config)]:
+                        entries[name_of(vid, config, d)] = (
+                            lambda r=rung, c=config, t=(q, k, v, o): r.launch(*t, causal, c))
             times = timer(entries)
         sdpa_ms = statistics.median(times["sdpa efficient fp32"])
         print(f"\n{p.label()}  ({p.flops / 1e9:.1f} GFLOP)", flush=True)

@@ -279,7 +279,7 @@ namespace v3 {
 // decides CTAs per SM). benchmarks/fp32_notes.md has the measurements behind the choice.
 //                                  D  TM TN threads minCTAs   BM x BN  regs  smem     CTAs/SM
 using Default32 = V3Config<32, 8, 8, 128, 2>;   // 128 x 64  244   71.0 KB  2 (registers)
-using Default64 = V3Config<64, 8, 4, 128, 3>;   // 128 x 32  168   70.5 KB  3
+using Default64 = V3Config<64, 8, 8, 128, 2>;   // 128 x 64  254  103.0 KB  2
 using Default128 = V3Config<128, 4, 4, 128, 2>; //  64 x 32  219   75.5 KB  2
 
 template <class C>
@@ -295,19 +295,36 @@ const char* launch(const LabAttentionArgs* args, cudaStream_t stream) {
 }
 
 #ifdef LAB_V3_TUNING
-// Tuning build only (benchmarks/fp32_dev.py): candidate configs for D=64, picked by index.
-// Keep the names in fp32_dev.py's TUNE_CONFIGS in step with these cases.
+// Tuning build only (benchmarks/fp32_dev.py): candidate configs per head_dim, picked by index.
+// Keep fp32_dev.py's TUNE_CONFIGS in step with these cases (tests/test_ladder_fp32_gpu.py checks).
 const char* launch_tuning(const LabAttentionArgs* args, cudaStream_t stream, int config) {
-  if (args->head_dim != 64) return "v3 tuning build: head_dim 64 only";
-  switch (config) {
-    case 0: return launch<V3Config<64, 8, 4, 128, 3>>(args, stream);
-    case 1: return launch<V3Config<64, 8, 4, 128, 2>>(args, stream);
-    case 2: return launch<V3Config<64, 8, 4, 128, 2, 4, 2>>(args, stream);
-    case 3: return launch<V3Config<64, 8, 8, 128, 2>>(args, stream);
-    case 4: return launch<V3Config<64, 4, 8, 256, 2>>(args, stream);
-    case 5: return launch<V3Config<64, 4, 4, 256, 2>>(args, stream);
-    case 6: return launch<V3Config<64, 4, 4, 128, 4>>(args, stream);
-    default: return "v3 tuning build: config out of range (0-6)";
+  switch (args->head_dim) {
+    case 32:
+      switch (config) {
+        case 0: return launch<V3Config<32, 8, 8, 128, 2, 1, 1>>(args, stream);
+        case 1: return launch<V3Config<32, 8, 8, 128, 2, 4, 2>>(args, stream);
+        case 2: return launch<V3Config<32, 8, 4, 128, 3, 1, 1>>(args, stream);
+        default: return "v3 tuning build: config out of range for head_dim 32 (0-2)";
+      }
+    case 64:
+      switch (config) {
+        case 0: return launch<V3Config<64, 8, 8, 128, 2, 1, 1>>(args, stream);
+        case 1: return launch<V3Config<64, 8, 8, 128, 2, 2, 1>>(args, stream);
+        case 2: return launch<V3Config<64, 8, 8, 128, 2, 1, 2>>(args, stream);
+        case 3: return launch<V3Config<64, 8, 4, 128, 2, 4, 2>>(args, stream);
+        case 4: return launch<V3Config<64, 8, 4, 128, 3, 1, 1>>(args, stream);
+        case 5: return launch<V3Config<64, 4, 4, 256, 2, 4, 2>>(args, stream);
+        default: return "v3 tuning build: config out of range for head_dim 64 (0-5)";
+      }
+    case 128:
+      switch (config) {
+        case 0: return launch<V3Config<128, 4, 4, 128, 2, 1, 1>>(args, stream);
+        case 1: return launch<V3Config<128, 4, 4, 128, 2, 4, 2>>(args, stream);
+        case 2: return launch<V3Config<128, 4, 8, 128, 1, 1, 1>>(args, stream);
+        case 3: return launch<V3Config<128, 4, 4, 256, 1, 1, 1>>(args, stream);
+        default: return "v3 tuning build: config out of range for head_dim 128 (0-3)";
+      }
+    default: return "v3 tuning build: head_dim 32, 64 or 128";
   }
 }
 #endif

@@ -300,7 +300,8 @@ namespace v4 {
 // decides CTAs per SM). benchmarks/fp32_notes.md has the measurements behind the choice.
 //                                  D  TM TN threads minCTAs   BM x BN  regs  smem     CTAs/SM
 using Default32 = V4Config<32, 8, 8, 128, 2>;   // 128 x 64  246   88.0 KB  2
-using Default64 = V4Config<64, 8, 4, 128, 2>;   // 128 x 32  200   87.0 KB  2 (v3's 3rd CTA no longer fits)
+using Default64 = V4Config<64, 8, 4, 128, 2, 4, 2>;  // 128 x 32  220   87.0 KB  2 (v3's 128 x 64 tile:
+                                                  // 136 KB, 1 CTA/SM; unrolled d by 4, keys by 2)
 using Default128 = V4Config<128, 4, 4, 128, 2>; //  64 x 32  168  108.0 KB  2
 
 template <class C>
@@ -316,19 +317,36 @@ const char* launch(const LabAttentionArgs* args, cudaStream_t stream) {
 }
 
 #ifdef LAB_V4_TUNING
-// Tuning build only (benchmarks/fp32_dev.py): candidate configs for D=64, picked by index.
-// Keep the names in fp32_dev.py's TUNE_CONFIGS in step with these cases.
+// Tuning build only (benchmarks/fp32_dev.py): candidate configs per head_dim, picked by index.
+// Keep fp32_dev.py's TUNE_CONFIGS in step with these cases (tests/test_ladder_fp32_gpu.py checks).
 const char* launch_tuning(const LabAttentionArgs* args, cudaStream_t stream, int config) {
-  if (args->head_dim != 64) return "v4 tuning build: head_dim 64 only";
-  switch (config) {
-    case 0: return launch<V4Config<64, 8, 4, 128, 3>>(args, stream);
-    case 1: return launch<V4Config<64, 8, 4, 128, 2>>(args, stream);
-    case 2: return launch<V4Config<64, 8, 4, 128, 2, 4, 2>>(args, stream);
-    case 3: return launch<V4Config<64, 8, 8, 128, 2>>(args, stream);
-    case 4: return launch<V4Config<64, 4, 8, 256, 2>>(args, stream);
-    case 5: return launch<V4Config<64, 4, 4, 256, 2>>(args, stream);
-    case 6: return launch<V4Config<64, 4, 4, 128, 4>>(args, stream);
-    default: return "v4 tuning build: config out of range (0-6)";
+  switch (args->head_dim) {
+    case 32:
+      switch (config) {
+        case 0: return launch<V4Config<32, 8, 8, 128, 2, 1, 1>>(args, stream);
+        case 1: return launch<V4Config<32, 8, 8, 128, 2, 4, 2>>(args, stream);
+        case 2: return launch<V4Config<32, 8, 4, 128, 3, 4, 2>>(args, stream);
+        default: return "v4 tuning build: config out of range for head_dim 32 (0-2)";
+      }
+    case 64:
+      switch (config) {
+        case 0: return launch<V4Config<64, 8, 4, 128, 2, 4, 2>>(args, stream);
+        case 1: return launch<V4Config<64, 8, 4, 128, 2, 2, 2>>(args, stream);
+        case 2: return launch<V4Config<64, 8, 4, 128, 2, 4, 1>>(args, stream);
+        case 3: return launch<V4Config<64, 8, 4, 128, 2, 8, 2>>(args, stream);
+        case 4: return launch<V4Config<64, 8, 4, 128, 2, 4, 4>>(args, stream);
+        case 5: return launch<V4Config<64, 4, 4, 256, 2, 4, 2>>(args, stream);
+        case 6: return launch<V4Config<64, 8, 4, 128, 2, 1, 1>>(args, stream);
+        default: return "v4 tuning build: config out of range for head_dim 64 (0-6)";
+      }
+    case 128:
+      switch (config) {
+        case 0: return launch<V4Config<128, 4, 4, 128, 2, 1, 1>>(args, stream);
+        case 1: return launch<V4Config<128, 4, 4, 128, 2, 4, 2>>(args, stream);
+        case 2: return launch<V4Config<128, 4, 4, 256, 1, 1, 1>>(args, stream);
+        default: return "v4 tuning build: config out of range for head_dim 128 (0-2)";
+      }
+    default: return "v4 tuning build: head_dim 32, 64 or 128";
   }
 }
 #endif

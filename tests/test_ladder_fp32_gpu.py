@@ -58,16 +58,19 @@ def _load_dev_script():
 @pytest.mark.parametrize("vid", RUNGS)
 def test_tuning_list_matches_the_kernel_cases(vid):
     """fp32_dev.py times candidates by index; a case added to the .cu but not to the list (or the
-    reverse) would be mislabelled in every table the script prints."""
+    reverse, or a changed tile) would be mislabelled in every table the script prints."""
     dev = _load_dev_script()
     source = get(vid).source.read_text()
     tuning = source[source.index("const char* launch_tuning("):]
     tuning = tuning[:tuning.index("#endif")]
-    cases = re.findall(r"case (\d+): return launch<V\dConfig<64, (\d+), (\d+), (\d+), (\d+)(?:, (\d+), (\d+))?>>", tuning)
-    assert [int(c[0]) for c in cases] == list(range(len(dev.TUNE_CONFIGS)))
-    for (_, tm, tn, threads, min_ctas, unroll_d, unroll_n), label in zip(cases, dev.TUNE_CONFIGS):
-        assert label.startswith(f"TM{tm} TN{tn} T{threads} min{min_ctas}"), (label, tm, tn, threads, min_ctas)
-        assert ("unroll" in label) == bool(unroll_d), label
+    in_kernel: dict[int, list[str]] = {}
+    for index, d, tm, tn, threads, min_ctas, unroll_d, unroll_n in re.findall(
+            r"case (\d+): return launch<V\dConfig<(\d+), (\d+), (\d+), (\d+), (\d+), (\d+), (\d+)>>", tuning):
+        labels = in_kernel.setdefault(int(d), [])
+        assert int(index) == len(labels), f"{vid} D={d}: case {index} out of order"
+        labels.append(f"TM{tm} TN{tn} T{threads} min{min_ctas} u{unroll_d},{unroll_n}")
+    assert in_kernel == dev.TUNE_CONFIGS[vid]
+    assert set(in_kernel) == set(get(vid).head_dims)
 
 
 # ----------------------------------------------------------------------------------------------

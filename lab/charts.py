@@ -227,14 +227,18 @@ class Span:
     end_ns: float
 
 
-def timeline_svg(spans: list[Span], width: int = 720, max_spans: int = 400) -> Markup:
-    """A small Gantt chart: one lane per kind of event, time from the first event in microseconds."""
-    spans = sorted((s for s in spans if s.end_ns >= s.start_ns), key=lambda s: s.start_ns)[:max_spans]
+def timeline_svg(spans: list[Span], width: int = 720, enclosing_lane: str = "nvtx") -> tuple[Markup, int]:
+    """A small Gantt chart: one lane per kind of event, time from the first event in microseconds.
+    Returns the SVG and how many bars were cut at the right edge."""
+    spans = sorted((s for s in spans if s.end_ns >= s.start_ns), key=lambda s: s.start_ns)
     if not spans:
-        return Markup("")
+        return Markup(""), 0
     lanes = list(dict.fromkeys(s.lane for s in spans))
     t0 = min(s.start_ns for s in spans)
-    t1 = max(s.end_ns for s in spans)
+    # The time axis ends with the last event that is not an enclosing range: an NVTX range around a
+    # whole program would otherwise squeeze every kernel into a pixel. Longer bars are cut at the edge.
+    inner = [s.end_ns for s in spans if s.lane != enclosing_lane] or [s.end_ns for s in spans]
+    t1 = max(inner)
     total = max(t1 - t0, 1.0)
     left, right, row, top = 90, 36, 24, 8
     height = top + row * len(lanes) + 30
@@ -247,7 +251,7 @@ def timeline_svg(spans: list[Span], width: int = 720, max_spans: int = 400) -> M
     for s in spans:
         yy = top + lanes.index(s.lane) * row
         x0 = px(s.start_ns)
-        w = max(px(s.end_ns) - x0, 1.0)   # a 1 ns kernel must still be visible
+        w = max(px(min(s.end_ns, t1)) - x0, 1.0)   # a 1 ns kernel must still be visible
         out.append(f'<rect class="span lane-{lanes.index(s.lane) % 4}" x="{_num(x0)}" y="{yy + 4}" width="{_num(w)}" '
                    f'height="{row - 10}"><title>{escape(s.name)}: {escape(fmt_si((s.end_ns - s.start_ns) / 1e3))} µs'
                    f'</title></rect>')
@@ -257,7 +261,7 @@ def timeline_svg(spans: list[Span], width: int = 720, max_spans: int = 400) -> M
         out.append(f'<text class="tick" x="{_num(px(t))}" y="{axis_y}" text-anchor="middle">'
                    f'{escape(fmt_si((t - t0) / 1e3))} µs</text>')
     out.append("</svg>")
-    return Markup("".join(out))
+    return Markup("".join(out)), sum(s.end_ns > t1 for s in spans)
 
 
 # -------------------------------------------------------------------------------------- helpers

@@ -625,6 +625,9 @@ TIMELINE_EVENTS = (("nvtx_events", "nvtx"), ("api_events", "cuda api"), ("kernel
                    ("events", "events"))
 
 
+TIMELINE_SPANS_MAX = 400   # beyond a few hundred bars a 720-px chart is a smear; the earliest are drawn
+
+
 def timeline_context(rd: RunData) -> dict:
     info = rd.manifest.get("timeline")
     info = info if isinstance(info, dict) else None
@@ -644,18 +647,21 @@ def timeline_context(rd: RunData) -> dict:
         lane = next((c for c in ("kind", "lane") if c in cols), None)
         if not start or not (end or dur):
             continue
-        for rec in t.rows[:2000]:
+        for rec in t.rows:
             s = rec.get(start)
             e = rec.get(end) if end else (s + rec[dur] if s is not None and rec.get(dur) is not None else None)
             if s is None or e is None:
                 continue
             spans.append(charts.Span(str(rec[lane]) if lane else lane_default, str(rec[label]) if label else "",
                                      float(s), float(e)))
-    return {"info": info, "summaries": summaries, "events": event_counts, "svg": charts.timeline_svg(spans),
-            "recorded": bool(info or summaries or event_counts)}
+    spans.sort(key=lambda sp: sp.start_ns)
+    shown = spans[:TIMELINE_SPANS_MAX]
+    svg, cut = charts.timeline_svg(shown)
+    return {"info": info, "summaries": summaries, "events": event_counts, "svg": svg, "cut": cut,
+            "spans_shown": len(shown), "spans_total": len(spans), "recorded": bool(info or summaries or event_counts)}
 
 
-def _table_view(t: Table, max_rows: int = 50) -> dict:
+def _table_view(t: Table, max_rows: int = 20) -> dict:
     rows = [[_cell(r.get(c)) for c in t.columns] for r in t.rows[:max_rows]]
     return {"columns": t.columns, "rows": rows, "total": len(t.rows)}
 

@@ -275,6 +275,37 @@ def test_page_from_a_real_ncu_report(tmp_path):
     assert rules["rule_name"].iloc[0] in text and "ns" in rd.units.get("gpu__time_duration.sum", "")
 
 
+NSYS_FIXTURE = REPO_ROOT.parent / "shared" / "fixtures" / "nsys-public" / "Sh1mwww__llama3-inference__real_inference_simulation.sqlite"
+
+
+@pytest.mark.skipif(not NSYS_FIXTURE.exists(), reason="../shared/fixtures/nsys-public/ is not beside this checkout")
+def test_timeline_section_from_a_real_nsys_export(tmp_path):
+    """The tables lab.timeline makes from a real public nsys export, stored as `lab profile --timeline`
+    stores them, under a test-made manifest."""
+    from lab.timeline import read_any
+
+    tl = read_any(NSYS_FIXTURE)
+    root = tmp_path / "store"
+    run = make_run(root, "v1")
+    m = json.loads((run / "manifest.json").read_text())
+    for name, df in tl.tables().items():
+        df.to_parquet(run / f"timeline_{name}.parquet", index=False)
+        m["tables"][f"timeline_{name}"] = f"timeline_{name}.parquet"
+    m["timeline"] = {"source": tl.source, "reason": tl.reason, "launch_overhead_ns": tl.launch_overhead_ns}
+    (run / "manifest.json").write_text(json.dumps(m))
+    html = next(iter(report.render(tmp_path / "out", root=root).pages.values())).read_text()
+    text = Parsed(html).visible
+    section = text[text.index("Timeline Source:"):text.index("Appendix Nsight Compute command")]
+    assert f"Source: {tl.source}" in section
+    top = tl.kernels.sort_values("total_ns", ascending=False).iloc[0]
+    assert "Kernel summary (as cuda_gpu_kern_sum)" in section and str(top["name"]) in section
+    assert "NVTX ranges (as nvtx_sum)" in section and "CUDA API (as cuda_api_sum)" in section
+    events = sum(len(tl.tables()[n]) for n in ("nvtx_events", "api_events", "kernel_events"))
+    assert f"The first {report.TIMELINE_SPANS_MAX} of {report.fmt_num(events)} recorded events" in section
+    svg = html[html.index('aria-label="Timeline of the recorded events"'):]
+    assert svg[:svg.index("</svg>")].count('<rect class="span') == report.TIMELINE_SPANS_MAX
+
+
 def test_pages_read_every_metric_they_cite():
     """A page reads only PAGE_METRICS from a stored metrics table: each metric the report and the
     comparison look up must be among them, or it would silently read as absent."""

@@ -402,6 +402,16 @@ def test_lab_report_and_compare_need_no_torch(tmp_path):
         assert r.returncode == 0, r.stderr
 
 
+def test_render_run_page_as_lab_profile_calls_it(tmp_path):
+    root = tmp_path / "store"
+    make_run(root, "v1", created="2026-01-01T00:00:00+00:00")
+    run_dir = make_run(root, "v2", created="2026-01-02T00:00:00+00:00")
+    page = report.render_run_page(run_dir, tmp_path / "out")
+    assert page == tmp_path / "out" / f"{run_dir.name}.html" and page.is_file()
+    assert (tmp_path / "out" / "index.html").is_file()
+    assert not (tmp_path / "out" / f"{run_dir.name.replace('-v2-', '-v1-')}.html").exists()   # only the asked run
+
+
 def test_lab_report_open_hands_the_index_to_the_browser(tmp_path):
     root = tmp_path / "store"
     make_run(root, "v1")

@@ -238,6 +238,9 @@ def main() -> int:
                     help="no check or timing: warm up, then launch v5 once at the benchmark shape with this D "
                          "(fp16) for a profiler; LAB_V5_CONFIG picks a tuning config")
     ap.add_argument("--causal", action="store_true", help="with --launch-only: the causal kernel")
+    ap.add_argument("--sanitize", action="store_true",
+                    help="no check or timing: launch v5 on three small ragged shapes (fp16 and bf16, causal and "
+                         "not), for compute-sanitizer memcheck/racecheck")
     args = ap.parse_args()
     if not torch.cuda.is_available():
         print("error: no CUDA device; run this on the GPU machine", file=sys.stderr)
@@ -250,6 +253,14 @@ def main() -> int:
           f"CUDA {torch.version.cuda}, {time.strftime('%Y-%m-%d %H:%M')}", flush=True)
 
     mod = build(tuning=args.tune, verbose=args.verbose_build)
+    if args.sanitize:
+        for (b, h, nq, nk, d), causal, dt in itertools.product(
+                [(1, 2, 100, 77, 64), (2, 1, 17, 130, 128), (1, 3, 129, 129, 64)], (False, True), DTYPES):
+            q, k, v = inputs(b, h, nq, nk, d, DTYPES[dt], seed=nq + nk)
+            run_v5(mod, q, k, v, causal)
+        torch.cuda.synchronize()
+        print("sanitize launches done", flush=True)
+        return 0
     if args.launch_only:
         b, h, n, d = next(shape for shape in BENCH_SHAPES if shape[3] == args.launch_only)
         q, k, v = inputs(b, h, n, n, d, torch.float16, seed=1234)

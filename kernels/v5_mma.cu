@@ -443,12 +443,11 @@ const char* launch(const LabAttentionArgs* a, cudaStream_t stream) {
   }
 }
 
-// The configurations the launcher uses, per head_dim and mask (picked by measurement;
-// benchmarks/v5_notes.md has the runs).   D  warps MT  BN  Q in regs  min CTAs/SM  lazy rescale
-using Default64 = Config<64, 4, 2, 64, true, 2, false>;
-using Default64Causal = Config<64, 4, 2, 128, false, 2, true>;
+// The configurations the launcher uses (picked by measurement; benchmarks/v5_notes.md has the
+// runs): 4 warps x 32 query rows, 64-key tiles, lazy rescale, split key loop, causal longest-first.
+//                     D  warps MT  BN  Q in regs  min CTAs/SM  lazy rescale
+using Default64 = Config<64, 4, 2, 64, true, 2, true>;
 using Default128 = Config<128, 4, 2, 64, false, 2, true>;
-using Default128Causal = Config<128, 4, 2, 64, false, 2, true>;
 
 #ifdef LAB_V5_TUNING
 // Tuning build only (benchmarks/ladder_dev.py --tune): LAB_V5_CONFIG picks a candidate, fp16 only.
@@ -491,8 +490,6 @@ LAB_EXPORT const char* lab_forward_v5(const LabAttentionArgs* args, cudaStream_t
     return v5::launch_tuning(args, stream, std::atoi(env));
 #endif
   if (args->head_dim == 64)
-    return args->causal ? v5::launch<v5::Default64Causal, true>(args, stream)
-                        : v5::launch<v5::Default64, false>(args, stream);
-  return args->causal ? v5::launch<v5::Default128Causal, true>(args, stream)
-                      : v5::launch<v5::Default128, false>(args, stream);
+    return args->causal ? v5::launch<v5::Default64, true>(args, stream) : v5::launch<v5::Default64, false>(args, stream);
+  return args->causal ? v5::launch<v5::Default128, true>(args, stream) : v5::launch<v5::Default128, false>(args, stream);
 }

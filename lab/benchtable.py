@@ -96,7 +96,8 @@ def markdown_ladder(result: dict, title: str | None = None) -> str:
     from datetime import datetime, timezone
 
     dev, git = result["device"], result["git"]
-    commit = (git["commit"] or "?")[:10] + (" (with uncommitted changes)" if git["dirty"] else "")
+    commit = (git["commit"] or "?")[:10] + {True: " (with uncommitted changes)", None: " (tree copied without .git)",
+                                             False: ""}[git["dirty"]]
     lines = [f"### {title or 'lab bench'}", "",
              f"{dev['name']} (cc {dev['compute_capability']}, {dev['sm_count']} SMs, SM clock "
              f"{dev.get('sm_clock_mhz') or '?'} MHz), driver {dev.get('driver') or '?'}, torch "

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import platform
 import re
 import shutil
@@ -113,7 +114,15 @@ def software_info() -> dict:
     return info
 
 
+_SHA = re.compile(r"^[0-9a-f]{40}$")
+
+
 def git_info() -> dict:
-    commit = _run(["git", "-C", str(REPO_ROOT), "rev-parse", "HEAD"])
-    dirty = _run(["git", "-C", str(REPO_ROOT), "status", "--porcelain", "--untracked-files=no"])
-    return {"commit": commit.strip() if commit else None, "dirty": bool(dirty and dirty.strip())}
+    """The checkout's commit. Where the tree is a copy without .git (a remote GPU machine), the
+    commit comes from LAB_GIT_COMMIT if the caller set it, and `dirty` is unknown (None)."""
+    commit = (_run(["git", "-C", str(REPO_ROOT), "rev-parse", "HEAD"]) or "").strip()
+    if _SHA.match(commit):
+        dirty = _run(["git", "-C", str(REPO_ROOT), "status", "--porcelain", "--untracked-files=no"])
+        return {"commit": commit, "dirty": bool(dirty and dirty.strip())}
+    env_commit = os.environ.get("LAB_GIT_COMMIT", "").strip()
+    return {"commit": env_commit if _SHA.match(env_commit) else None, "dirty": None}

@@ -112,7 +112,9 @@ def profile(variant: Variant, problem: Problem, opts: ProfileOptions) -> Path:
             ncu.run_ncu(cmd, run.artifact_path("ncu.log"), env=child_env())
             run.register_artifact("ncu_report", report_path.name)
             run.register_artifact("ncu_log", "ncu.log")
-            profile_info = {"tool": "ncu", "command": cmd, "section_set": opts.section_set or ncu.DEFAULT_SECTION_SET,
+            # as the user would rerun it: the report path as stored, not the staging directory's
+            stored_cmd = [report_path.name if a == str(report_path) else a for a in cmd]
+            profile_info = {"tool": "ncu", "command": stored_cmd, "section_set": opts.section_set or ncu.DEFAULT_SECTION_SET,
                             "report": report_path.name, "nvtx_range": rng}
             from lab import analysis
 

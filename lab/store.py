@@ -34,9 +34,10 @@ import tempfile
 from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Iterator
+from typing import TYPE_CHECKING, Iterator
 
-import pandas as pd
+if TYPE_CHECKING:  # pandas is imported where a table is read or written: `lab report` starts faster
+    import pandas as pd
 
 from lab.errors import LabError
 
@@ -68,7 +69,7 @@ class RunWriter:
         self._tables: dict[str, str] = {}
         self._artifacts: dict[str, str] = {}
 
-    def add_table(self, name: str, df: pd.DataFrame) -> None:
+    def add_table(self, name: str, df: "pd.DataFrame") -> None:
         fname = f"{name}.parquet"
         df.to_parquet(self.dir / fname, index=False)
         self._tables[name] = fname
@@ -151,7 +152,9 @@ class Run:
     def id(self) -> str:
         return self.manifest["run_id"]
 
-    def table(self, name: str) -> pd.DataFrame | None:
+    def table(self, name: str) -> "pd.DataFrame | None":
+        import pandas as pd
+
         fname = self.manifest.get("tables", {}).get(name)
         return pd.read_parquet(self.path / fname) if fname else None
 

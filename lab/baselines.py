@@ -95,8 +95,6 @@ def run_baseline(problem: Problem, backend: str, dtype: str, reps: int, warmup: 
     except torch.OutOfMemoryError:
         torch.cuda.empty_cache()
         return Baseline(name, backend, dtype, "unavailable", "out of memory while timing")
-    finally:
-        del q, k, v
     return Baseline(name, backend, dtype, "ok", "", timing, tflops(problem.flops, timing.median), peak)
 
 

@@ -30,7 +30,8 @@ def bench_ladder(chosen, problems, reps: int, warmup: int, baselines: bool = Tru
             print(f"[lab] baselines for {shape_key}", file=sys.stderr, flush=True)
             base_by_shape[shape_key] = run_baselines(problem, reps, warmup)
         built = build.build(variant)
-        result = check.check_variant(variant, problem=problem, extra_shapes=0, module=built.module)
+        # correctness gates timing: the benched shape and a few ragged ones, causal and not
+        result = check.check_variant(variant, problem=problem, extra_shapes=4, module=built.module)
         row = {"variant": variant.id, "title": variant.title, "problem": problem.to_dict(),
                "correct": result.passed, "correctness": result.to_dict()}
         if not result.passed:

@@ -292,15 +292,10 @@ def check_variant(variant: Variant, problem: Problem | None = None, extra_shapes
         raise LabError("nothing to check: give a shape or a number of shapes >= 1")
     for p in problems:
         check_supported(variant, p)
-    from lab.environment import require_gpu
+    from lab.environment import require_compute_capability, require_gpu
 
     require_gpu("check")
-    import torch
-
-    cc = torch.cuda.get_device_capability()
-    if cc < tuple(variant.min_cc):
-        raise LabError(f"{variant.id} needs compute capability {'.'.join(map(str, variant.min_cc))}; "
-                       f"this GPU is {cc[0]}.{cc[1]}")
+    require_compute_capability(variant)
     if module is None:
         from lab.build import build
 

@@ -13,7 +13,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from lab import __version__
-from lab.errors import CheckFailed, LabError
+from lab.errors import CheckFailed
 from lab.problem import Problem, check_supported
 from lab.variants import Variant
 

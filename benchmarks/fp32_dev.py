@@ -35,16 +35,21 @@ LIB_DIR = ROOT / "build" / "fp32_dev"
 RUNGS = {"v3": "v3_unrolled.cu", "v4": "v4_double_buffer.cu"}
 # Candidate configs in each rung's launch_tuning(), per head_dim, by index: keep in step with the
 # .cu files (tests/test_ladder_fp32_gpu.py compares them). TM x TN thread tile, threads per CTA,
-# __launch_bounds__ min CTAs/SM, unroll factors of the d loop and the key loop.
+# __launch_bounds__ min CTAs/SM, unroll factors of the d loop and the key loop, and (p16) P staged
+# in shared memory 16 keys at a time instead of the whole key tile.
 TUNE_CONFIGS = {
-    "v3": {64: ["TM8 TN8 T128 min2 u1,1", "TM8 TN8 T128 min2 u2,1", "TM8 TN8 T128 min2 u1,2", "TM8 TN4 T128 min2 u4,2",
-                "TM8 TN4 T128 min3 u1,1", "TM4 TN4 T256 min2 u4,2"],
-           32: ["TM8 TN8 T128 min2 u1,1", "TM8 TN8 T128 min2 u4,2", "TM8 TN4 T128 min3 u1,1"],
-           128: ["TM4 TN4 T128 min2 u1,1", "TM4 TN4 T128 min2 u4,2", "TM4 TN8 T128 min1 u1,1", "TM4 TN4 T256 min1 u1,1"]},
-    "v4": {64: ["TM8 TN4 T128 min2 u4,2", "TM8 TN4 T128 min2 u2,2", "TM8 TN4 T128 min2 u4,1", "TM8 TN4 T128 min2 u8,2",
-                "TM8 TN4 T128 min2 u4,4", "TM4 TN4 T256 min2 u4,2", "TM8 TN4 T128 min2 u1,1"],
-           32: ["TM8 TN8 T128 min2 u1,1", "TM8 TN8 T128 min2 u4,2", "TM8 TN4 T128 min3 u4,2"],
-           128: ["TM4 TN4 T128 min2 u1,1", "TM4 TN4 T128 min2 u4,2", "TM4 TN4 T256 min1 u1,1"]},
+    "v3": {
+        32: ["TM8 TN8 T128 min2 u4,2", "TM8 TN8 T128 min2 u1,1", "TM8 TN8 T128 min2 u2,2"],
+        64: ["TM8 TN8 T128 min2 u1,2", "TM8 TN8 T128 min2 u2,1", "TM8 TN8 T128 min2 u2,2",
+             "TM8 TN8 T128 min2 u1,2 p16", "TM8 TN8 T128 min2 u1,1", "TM8 TN4 T128 min2 u4,2"],
+        128: ["TM4 TN4 T128 min2 u4,2", "TM4 TN4 T128 min2 u1,1", "TM4 TN4 T128 min2 u2,2"],
+    },
+    "v4": {
+        32: ["TM8 TN8 T128 min2 u4,2", "TM8 TN8 T128 min2 u1,1", "TM8 TN8 T128 min2 u2,2"],
+        64: ["TM8 TN8 T128 min2 u1,2 p16", "TM8 TN8 T128 min2 u1,1 p16", "TM8 TN8 T128 min2 u2,1 p16",
+             "TM8 TN8 T128 min2 u1,4 p16", "TM8 TN8 T128 min2 u2,2 p16", "TM8 TN4 T128 min2 u4,2"],
+        128: ["TM4 TN4 T128 min2 u4,2", "TM4 TN4 T128 min2 u1,1", "TM4 TN4 T128 min2 u2,2"],
+    },
 }
 # (B, H, N, D): the default shape and the SDPA target at D=64, causal and not; D=32 and D=128 at N=2048.
 BENCH_SHAPES = [(8, 16, 1024, 64), (8, 16, 2048, 64), (8, 16, 2048, 32), (8, 16, 2048, 128)]

@@ -14,8 +14,9 @@
 //     TM = 8 that is 16 FFMA per 16-byte load instead of v2's one FFMA per 4-byte load.
 //   - Shared layouts: sQ and sK rows padded to D+4 floats (the 4 rows a warp's lanes read for one
 //     i are consecutive, 16 bytes apart in bank terms: one wavefront; the 8 K rows of one j
-//     likewise); sP (probabilities, [BM][BN+8]) padded so the scalar stores of a warp hit 32
-//     different banks (row step 8 banks, column step 1) and its 16-byte loads stay conflict-free.
+//     likewise); sP (probabilities, [BM][BN+8], or [BM][kPChunk+8] when P is staged kPChunk keys
+//     at a time) padded so the scalar stores of a warp hit 32 different banks (row step 8 or 24
+//     banks, column step 1) and its 16-byte loads stay conflict-free.
 //     v2's per-thread rows in shared memory ([row][d], pitch a multiple of 32 words) are gone.
 //   - Q is scaled by softmax_scale*log2(e) once, on its way into shared memory, so the softmax
 //     runs on exp2 of the scores with no per-score multiply. Row sums are kept per thread and
@@ -49,7 +50,8 @@
 // One tile configuration. The CTA is kThreadsY x kThreadsX threads; thread (ty, tx) = (tid / 8,
 // tid % 8), so warp w holds ty = 4w..4w+3 and every query row of the tile belongs to one warp:
 // row reductions are shuffles among the 8 lanes of a row, and the P a warp writes it reads back.
-template <int D_, int TM_, int TN_, int THREADS_, int MIN_BLOCKS_, int D_UNROLL_ = 1, int N_UNROLL_ = 1>
+template <int D_, int TM_, int TN_, int THREADS_, int MIN_BLOCKS_, int D_UNROLL_ = 1, int N_UNROLL_ = 1,
+          int P_CHUNK_ = 0>
 struct V3Config {
   static constexpr int D = D_;
   static constexpr int TM = TM_;              // query rows per thread (strided by kThreadsY)
@@ -67,13 +69,15 @@ struct V3Config {
   static constexpr int QP = D + 4;            // sQ pitch (floats): consecutive rows 4 banks apart
   static constexpr int KP = D + 4;            // sK pitch: the same for the 8 rows of one j
   static constexpr int VP = D;                // sV pitch: lanes read 8 consecutive float4 of one row
-  static constexpr int PP = BN + 8;           // sP pitch: row step 8 banks, so scalar stores of a warp
-                                              // (4 rows x 8 columns) hit 32 distinct banks
+  static constexpr int kPChunk = P_CHUNK_ ? P_CHUNK_ : BN;  // keys of P staged in shared memory at a time
+  static constexpr int PP = kPChunk + 8;      // sP pitch: row step 8 (or 24) banks, so the scalar stores of
+                                              // a warp (4 rows x 8 columns) hit 32 distinct banks
   static constexpr size_t kSmemFloats = (size_t)BM * QP + (size_t)BN * KP + (size_t)BN * VP + (size_t)BM * PP;
   static constexpr size_t kSmemBytes = kSmemFloats * sizeof(float);
   static_assert(kThreads % 32 == 0 && kThreadsY % 4 == 0, "whole warps of 4 row groups");
   static_assert(D % 32 == 0, "D must be 32, 64 or 128");
   static_assert(QP % 4 == 0 && KP % 4 == 0 && VP % 4 == 0 && PP % 4 == 0, "16-byte aligned rows");
+  static_assert(kPChunk % 16 == 0 && BN % kPChunk == 0, "P chunks of 16, 32 or 64 keys that tile BN");
 };
 
 namespace v3 {
@@ -216,39 +220,50 @@ attention_fwd_v3_kernel(const float* __restrict__ q,  // [B, H, seqlen_q, D]
       float tile_sum = 0.f;
 #pragma unroll
       for (int j = 0; j < TN; ++j) {
-        const float p = exp2f(s[i][j] - new_max);
-        tile_sum += p;
-        sP[(ty + TY * i) * C::PP + tx + 8 * j] = p;
+        s[i][j] = exp2f(s[i][j] - new_max);  // the score becomes its probability, in place
+        tile_sum += s[i][j];
       }
       row_sum[i] = row_sum[i] * rescale + tile_sum;
 #pragma unroll
       for (int c = 0; c < 4 * G; ++c) acc_o[i][c] *= rescale;
     }
-    __syncwarp();  // this warp's P rows are written before its lanes read each other's
+    // O += P V. P goes through shared memory (each warp its own rows: a row's probabilities are
+    // spread over its 8 lanes, and every lane needs all of them), kPChunk keys at a time.
+#pragma unroll
+    for (int c0 = 0; c0 < BN; c0 += C::kPChunk) {
+#pragma unroll
+      for (int i = 0; i < TM; ++i)
+#pragma unroll
+        for (int j = c0 / 8; j < (c0 + C::kPChunk) / 8; ++j)
+          sP[(ty + TY * i) * C::PP + tx + 8 * j - c0] = s[i][j];
+      __syncwarp();  // this warp's P rows are written before its lanes read each other's
 
-    // O += P V: four keys per step, one 16-byte load of P per row and of V per column group.
+      // Four keys per step: one 16-byte load of P per row and of V per column group.
 #pragma unroll C::kUnrollN
-    for (int n = 0; n < BN; n += 4) {
-      float4 pf[TM];
+      for (int n = 0; n < C::kPChunk; n += 4) {
+        float4 pf[TM];
 #pragma unroll
-      for (int i = 0; i < TM; ++i) pf[i] = *reinterpret_cast<const float4*>(sP + (ty + TY * i) * C::PP + n);
+        for (int i = 0; i < TM; ++i) pf[i] = *reinterpret_cast<const float4*>(sP + (ty + TY * i) * C::PP + n);
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        float4 vf[G];
+        for (int e = 0; e < 4; ++e) {
+          float4 vf[G];
 #pragma unroll
-        for (int g = 0; g < G; ++g) vf[g] = *reinterpret_cast<const float4*>(sV + (n + e) * C::VP + 32 * g + 4 * tx);
+          for (int g = 0; g < G; ++g)
+            vf[g] = *reinterpret_cast<const float4*>(sV + (c0 + n + e) * C::VP + 32 * g + 4 * tx);
 #pragma unroll
-        for (int i = 0; i < TM; ++i) {
-          const float p = v3::component(pf[i], e);
+          for (int i = 0; i < TM; ++i) {
+            const float p = v3::component(pf[i], e);
 #pragma unroll
-          for (int g = 0; g < G; ++g) {
-            acc_o[i][4 * g + 0] = fmaf(p, vf[g].x, acc_o[i][4 * g + 0]);
-            acc_o[i][4 * g + 1] = fmaf(p, vf[g].y, acc_o[i][4 * g + 1]);
-            acc_o[i][4 * g + 2] = fmaf(p, vf[g].z, acc_o[i][4 * g + 2]);
-            acc_o[i][4 * g + 3] = fmaf(p, vf[g].w, acc_o[i][4 * g + 3]);
+            for (int g = 0; g < G; ++g) {
+              acc_o[i][4 * g + 0] = fmaf(p, vf[g].x, acc_o[i][4 * g + 0]);
+              acc_o[i][4 * g + 1] = fmaf(p, vf[g].y, acc_o[i][4 * g + 1]);
+              acc_o[i][4 * g + 2] = fmaf(p, vf[g].z, acc_o[i][4 * g + 2]);
+              acc_o[i][4 * g + 3] = fmaf(p, vf[g].w, acc_o[i][4 * g + 3]);
+            }
           }
         }
       }
+      if (c0 + C::kPChunk < BN) __syncwarp();  // the chunk is read before the next one overwrites it
     }
     // The next tile's P stores come after the barrier at the top of the loop, so no second fence.
   }
@@ -278,9 +293,9 @@ namespace v3 {
 // The configurations the launcher uses, per head_dim (ptxas for sm_90a: registers; shared memory
 // decides CTAs per SM). benchmarks/fp32_notes.md has the measurements behind the choice.
 //                                  D  TM TN threads minCTAs   BM x BN  regs  smem     CTAs/SM
-using Default32 = V3Config<32, 8, 8, 128, 2>;   // 128 x 64  244   71.0 KB  2 (registers)
-using Default64 = V3Config<64, 8, 8, 128, 2>;   // 128 x 64  254  103.0 KB  2
-using Default128 = V3Config<128, 4, 4, 128, 2>; //  64 x 32  219   75.5 KB  2
+using Default32 = V3Config<32, 8, 8, 128, 2, 4, 2>;   // 128 x 64  254   71.0 KB  2 (registers)
+using Default64 = V3Config<64, 8, 8, 128, 2, 1, 2>;   // 128 x 64  254  103.0 KB  2
+using Default128 = V3Config<128, 4, 4, 128, 2, 4, 2>; //  64 x 32  226   75.5 KB  2
 
 template <class C>
 const char* launch(const LabAttentionArgs* args, cudaStream_t stream) {
@@ -301,28 +316,27 @@ const char* launch_tuning(const LabAttentionArgs* args, cudaStream_t stream, int
   switch (args->head_dim) {
     case 32:
       switch (config) {
-        case 0: return launch<V3Config<32, 8, 8, 128, 2, 1, 1>>(args, stream);
-        case 1: return launch<V3Config<32, 8, 8, 128, 2, 4, 2>>(args, stream);
-        case 2: return launch<V3Config<32, 8, 4, 128, 3, 1, 1>>(args, stream);
+        case 0: return launch<V3Config<32, 8, 8, 128, 2, 4, 2>>(args, stream);
+        case 1: return launch<V3Config<32, 8, 8, 128, 2, 1, 1>>(args, stream);
+        case 2: return launch<V3Config<32, 8, 8, 128, 2, 2, 2>>(args, stream);
         default: return "v3 tuning build: config out of range for head_dim 32 (0-2)";
       }
     case 64:
       switch (config) {
-        case 0: return launch<V3Config<64, 8, 8, 128, 2, 1, 1>>(args, stream);
+        case 0: return launch<V3Config<64, 8, 8, 128, 2, 1, 2>>(args, stream);
         case 1: return launch<V3Config<64, 8, 8, 128, 2, 2, 1>>(args, stream);
-        case 2: return launch<V3Config<64, 8, 8, 128, 2, 1, 2>>(args, stream);
-        case 3: return launch<V3Config<64, 8, 4, 128, 2, 4, 2>>(args, stream);
-        case 4: return launch<V3Config<64, 8, 4, 128, 3, 1, 1>>(args, stream);
-        case 5: return launch<V3Config<64, 4, 4, 256, 2, 4, 2>>(args, stream);
+        case 2: return launch<V3Config<64, 8, 8, 128, 2, 2, 2>>(args, stream);
+        case 3: return launch<V3Config<64, 8, 8, 128, 2, 1, 2, 16>>(args, stream);
+        case 4: return launch<V3Config<64, 8, 8, 128, 2, 1, 1>>(args, stream);
+        case 5: return launch<V3Config<64, 8, 4, 128, 2, 4, 2>>(args, stream);
         default: return "v3 tuning build: config out of range for head_dim 64 (0-5)";
       }
     case 128:
       switch (config) {
-        case 0: return launch<V3Config<128, 4, 4, 128, 2, 1, 1>>(args, stream);
-        case 1: return launch<V3Config<128, 4, 4, 128, 2, 4, 2>>(args, stream);
-        case 2: return launch<V3Config<128, 4, 8, 128, 1, 1, 1>>(args, stream);
-        case 3: return launch<V3Config<128, 4, 4, 256, 1, 1, 1>>(args, stream);
-        default: return "v3 tuning build: config out of range for head_dim 128 (0-3)";
+        case 0: return launch<V3Config<128, 4, 4, 128, 2, 4, 2>>(args, stream);
+        case 1: return launch<V3Config<128, 4, 4, 128, 2, 1, 1>>(args, stream);
+        case 2: return launch<V3Config<128, 4, 4, 128, 2, 2, 2>>(args, stream);
+        default: return "v3 tuning build: config out of range for head_dim 128 (0-2)";
       }
     default: return "v3 tuning build: head_dim 32, 64 or 128";
   }

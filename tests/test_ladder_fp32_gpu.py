@@ -64,11 +64,12 @@ def test_tuning_list_matches_the_kernel_cases(vid):
     tuning = source[source.index("const char* launch_tuning("):]
     tuning = tuning[:tuning.index("#endif")]
     in_kernel: dict[int, list[str]] = {}
-    for index, d, tm, tn, threads, min_ctas, unroll_d, unroll_n in re.findall(
-            r"case (\d+): return launch<V\dConfig<(\d+), (\d+), (\d+), (\d+), (\d+), (\d+), (\d+)>>", tuning):
+    for index, d, tm, tn, threads, min_ctas, unroll_d, unroll_n, p_chunk in re.findall(
+            r"case (\d+): return launch<V\dConfig<(\d+), (\d+), (\d+), (\d+), (\d+), (\d+), (\d+)(?:, (\d+))?>>",
+            tuning):
         labels = in_kernel.setdefault(int(d), [])
         assert int(index) == len(labels), f"{vid} D={d}: case {index} out of order"
-        labels.append(f"TM{tm} TN{tn} T{threads} min{min_ctas} u{unroll_d},{unroll_n}")
+        labels.append(f"TM{tm} TN{tn} T{threads} min{min_ctas} u{unroll_d},{unroll_n}" + (f" p{p_chunk}" if p_chunk else ""))
     assert in_kernel == dev.TUNE_CONFIGS[vid]
     assert set(in_kernel) == set(get(vid).head_dims)
 

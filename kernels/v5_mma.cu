@@ -2,11 +2,13 @@
 //
 // What changed since v4: the two matrix products S = Q K^T and O += P V leave the fp32 CUDA cores
 //   (FFMA, one multiply-add per thread per instruction) for the tensor cores (HMMA: 2048 multiply-adds
-//   per warp instruction). Inputs are fp16/bf16 (half the bytes of fp32), Q stays in registers as
-//   mma A-fragments, K and V stream through shared memory with cp.async (two stages, XOR swizzle so
-//   that ldmatrix reads are free of bank conflicts), the online softmax runs on the accumulator
-//   fragments in registers, and P is re-packed in registers as the A operand of P V (no shared
-//   memory round trip).
+//   per warp instruction). Inputs are fp16/bf16 (half the bytes of fp32); Q's A-fragments come from
+//   ldmatrix (kept in registers at D=64, re-read per key tile at D=128); K and V stream through
+//   shared memory with cp.async (two stages, rows padded by 16 bytes so ldmatrix is free of bank
+//   conflicts); the online softmax runs on the accumulator fragments in registers, rescaling O only
+//   when a row max grows by more than 2^8 (warp vote); P is re-packed in registers as the A operand
+//   of P V. The key loop is split: a mask-free steady state, then the ragged/diagonal tiles, where a
+//   warp skips tiles entirely right of its rows. Causal blocks run longest-first.
 // Bottleneck it attacks: v4 is bound by the FP32 pipe (FFMA issue; sm__pipe_fma_cycles_active near
 //   its peak) while the tensor pipe sits idle; the fp32 ceiling is ~67 TFLOP/s on an H100/H200
 //   against ~790 measured for dense bf16 matrix products.
@@ -14,10 +16,17 @@
 //   B=8,H=16,N=4096,D=128 -- the level of SDPA's flash backend, which uses this same design -- i.e.
 //   roughly 8-10x over the best fp32 rung. The limit then moves to mma.sync issue rate, shared-memory
 //   bandwidth for the K/V fragments, and the fp32 softmax work (FFMA + MUFU.EX2 per score).
-// Measured: see benchmarks/v5_notes.md and benchmarks/RESULTS.md (device, date, numbers).
+// Measured (NVIDIA H200, 1980 MHz, torch 2.11 + CUDA 13.0, 2026-11-21, commit 723c393; fp16, median
+//   of 50 with L2 flushed, round-robin with SDPA; benchmarks/ladder_dev.py), TFLOP/s and vs SDPA flash:
+//     B8 H32 N4096 D64:          333.6  1.12x  (flash 298.6, cuDNN 473.8)
+//     B8 H32 N4096 D64 causal:   309.1  1.11x  (flash 279.0, cuDNN 425.0)
+//     B8 H16 N4096 D128:         342.4  1.04x  (flash 330.7, cuDNN 658.8)
+//     B8 H16 N4096 D128 causal:  323.6  1.06x  (flash 305.3, cuDNN 571.8)
+//   About 50% of the tensor pipe (ncu: 52-60% hmma cycles active); cuDNN (wgmma, Hopper-only) is
+//   1.5-2x faster still. The iteration log, predictions and misses: benchmarks/v5_notes.md.
 // Profile it: lab profile --variant v5 --dtype float16
 //
-// Layout of one CTA (default D=64 config shown: 4 warps, BLOCK_M = 4 x 16 x MT query rows, BLOCK_N keys):
+// Layout of one CTA (defaults: 4 warps, MT = 2, so BLOCK_M = 4 x 16 x MT = 128 query rows; BLOCK_N = 64 keys):
 //
 //            K_j^T (D x BLOCK_N, smem, ldmatrix)          V_j (BLOCK_N x D, smem, ldmatrix.trans)
 //            +----+----+-- ... --+----+                   +----+----+-- ... --+----+
@@ -41,9 +50,9 @@
 //  and unlike an XOR swizzle every fragment address is a per-lane base plus an immediate.
 //
 //  Pipeline per key tile j (stage j%2): wait K_j -> barrier -> issue cp.async for K_{j+1}, V_{j+1}
-//  into the other stage -> S = Q K_j^T -> mask (ragged tail, causal diagonal) -> softmax -> wait V_j
-//  -> barrier -> O += P V_j. Causal CTAs stop at their diagonal tile (no fully masked tile is read)
-//  and are scheduled heaviest first.
+//  into the other stage -> S = Q K_j^T -> mask (ragged tail, causal diagonal only) -> softmax ->
+//  wait V_j -> barrier -> O += P V_j. Causal CTAs stop at their diagonal tile (no fully masked tile
+//  is read) and are launched longest-first.
 #include "common.cuh"
 
 #include <cmath>

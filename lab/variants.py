@@ -114,11 +114,10 @@ VARIANTS: tuple[Variant, ...] = (
         head_dims=(64, 128),
         min_cc=(8, 0),
         changed="S = Q K^T and O += P V run on the tensor cores (mma.sync m16n8k16) instead of fp32 FFMA; "
-        "4 warps x 32 query rows per CTA; K/V stream through padded (conflict-free) shared memory in a "
-        "two-stage cp.async pipeline and are read with ldmatrix (.trans for V); the online softmax runs "
-        "on the accumulator fragments (O rescaled only when a row max grows by > 2^8) and P is re-packed "
-        "in registers as the A operand of P V; a mask-free steady loop, masking only on ragged/diagonal "
-        "tiles; causal CTAs skip fully masked tiles and run longest-first.",
+        "Q stays in registers as A-fragments, K/V stream through padded (conflict-free) shared memory in "
+        "a two-stage cp.async pipeline and are read with ldmatrix (.trans for V); the online softmax "
+        "runs on the accumulator fragments and P is re-packed in registers as the A operand of P V; "
+        "causal CTAs skip fully masked key tiles and mask only the diagonal ones.",
         attacks="compute-bound on the FP32 pipe: v4's FFMA pipe is near its peak while the tensor pipe "
         "is idle (fp32 ceiling ~67 TFLOP/s against ~790 for dense 16-bit matrix products on an H200).",
         predicted_gain="~8-10x over the best fp32 rung: ~300 TFLOP/s fp16 at B=8,H=32,N=4096,D=64 and "

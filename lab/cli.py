@@ -246,7 +246,9 @@ def bench(variant_spec, shape, causal, dtype, reps, warmup, no_baselines, markdo
 @causal_option
 @dtype_option
 @click.option("--reps", default=30, show_default=True)
-@click.option("--set", "section_set", default=None, help="ncu section set: default (<= 20 passes) or full")
+@click.option("--set", "section_set", default=None,
+              help="ncu sections: default (ncu's `detailed`, 20 replay passes), full, a lab set "
+                   "(lab-tables, lab-lean, ...) or section names separated by commas")
 @click.option("--no-ncu", is_flag=True, help="skip Nsight Compute (store timing only)")
 @click.option("--timeline", is_flag=True, help="also record a timeline (nsys, or torch.profiler where nsys cannot)")
 @click.option("--no-baselines", is_flag=True)
@@ -258,8 +260,10 @@ def profile(variant_id, shape, causal, dtype, reps, section_set, no_ncu, timelin
 
     variant = registry.get(variant_id)
     problem = _problem(variant, shape, causal, dtype)
-    if section_set not in (None, "default", "full"):
-        raise LabError(f"--set must be default or full, got {section_set!r}")
+    if section_set is not None:
+        from lab.nsight.ncu import section_args
+
+        section_args(section_set)  # a bad name is refused now, not after the build and bench
     opts = ProfileOptions(reps=reps, ncu=not no_ncu, section_set=None if section_set == "default" else section_set,
                           timeline=timeline, baselines=not no_baselines, report=not no_report)
     run_dir = run_profile(variant, problem, opts)

@@ -40,14 +40,14 @@ RUNGS = {"v3": "v3_unrolled.cu", "v4": "v4_double_buffer.cu"}
 TUNE_CONFIGS = {
     "v3": {
         32: ["TM8 TN8 T128 min2 u4,2", "TM8 TN8 T128 min2 u1,1", "TM8 TN8 T128 min2 u2,2"],
-        64: ["TM8 TN8 T128 min2 u1,2", "TM8 TN8 T128 min2 u2,1", "TM8 TN8 T128 min2 u2,2",
-             "TM8 TN8 T128 min2 u1,2 p16", "TM8 TN8 T128 min2 u1,1", "TM8 TN4 T128 min2 u4,2"],
+        64: ["TM8 TN8 T128 min2 u1,2", "TM8 TN8 T128 min2 u2,2", "TM8 TN8 T256 min1 u1,2",
+             "TM8 TN8 T128 min2 u2,1"],
         128: ["TM4 TN4 T128 min2 u4,2", "TM4 TN4 T128 min2 u1,1", "TM4 TN4 T128 min2 u2,2"],
     },
     "v4": {
         32: ["TM8 TN8 T128 min2 u4,2", "TM8 TN8 T128 min2 u1,1", "TM8 TN8 T128 min2 u2,2"],
-        64: ["TM8 TN8 T128 min2 u1,2 p16", "TM8 TN8 T128 min2 u1,1 p16", "TM8 TN8 T128 min2 u2,1 p16",
-             "TM8 TN8 T128 min2 u1,4 p16", "TM8 TN8 T128 min2 u2,2 p16", "TM8 TN4 T128 min2 u4,2"],
+        64: ["TM8 TN8 T256 min1 u1,2", "TM8 TN8 T256 min1 u2,2", "TM8 TN8 T256 min1 u1,2 p16",
+             "TM8 TN8 T128 min2 u1,4 p16", "TM8 TN4 T128 min2 u4,2", "TM8 TN8 T128 min2 u1,2 p16"],
         128: ["TM4 TN4 T128 min2 u4,2", "TM4 TN4 T128 min2 u1,1", "TM4 TN4 T128 min2 u2,2"],
     },
 }
@@ -212,6 +212,8 @@ def run(args) -> int:
 
     timer = Timer(args.reps, args.warmup)
     for (b, h, n, d), causal in itertools.product(BENCH_SHAPES, (False, True)):
+        if d not in args.head_dims:
+            continue
         if d != 64 and causal:
             continue  # D=32/128: non-causal only, to choose their defaults
         p = Problem(b, h, n, n, d, causal)
@@ -251,6 +253,8 @@ def main() -> int:
     r.add_argument("--reps", type=int, default=15)
     r.add_argument("--warmup", type=int, default=3)
     r.add_argument("--check-only", action="store_true")
+    r.add_argument("--head-dims", type=lambda t: [int(x) for x in t.split(",")], default=[32, 64, 128],
+                   help="time only these head_dims (all are checked)")
     args = ap.parse_args()
     if args.cmd == "compile":
         compile_libs(args.arch)

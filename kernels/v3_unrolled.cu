@@ -324,12 +324,10 @@ const char* launch_tuning(const LabAttentionArgs* args, cudaStream_t stream, int
     case 64:
       switch (config) {
         case 0: return launch<V3Config<64, 8, 8, 128, 2, 1, 2>>(args, stream);
-        case 1: return launch<V3Config<64, 8, 8, 128, 2, 2, 1>>(args, stream);
-        case 2: return launch<V3Config<64, 8, 8, 128, 2, 2, 2>>(args, stream);
-        case 3: return launch<V3Config<64, 8, 8, 128, 2, 1, 2, 16>>(args, stream);
-        case 4: return launch<V3Config<64, 8, 8, 128, 2, 1, 1>>(args, stream);
-        case 5: return launch<V3Config<64, 8, 4, 128, 2, 4, 2>>(args, stream);
-        default: return "v3 tuning build: config out of range for head_dim 64 (0-5)";
+        case 1: return launch<V3Config<64, 8, 8, 128, 2, 2, 2>>(args, stream);
+        case 2: return launch<V3Config<64, 8, 8, 256, 1, 1, 2>>(args, stream);
+        case 3: return launch<V3Config<64, 8, 8, 128, 2, 2, 1>>(args, stream);
+        default: return "v3 tuning build: config out of range for head_dim 64 (0-3)";
       }
     case 128:
       switch (config) {

@@ -317,8 +317,8 @@ namespace v4 {
 // decides CTAs per SM). benchmarks/fp32_notes.md has the measurements behind the choice.
 //                                  D  TM TN threads minCTAs   BM x BN  regs  smem     CTAs/SM
 using Default32 = V4Config<32, 8, 8, 128, 2, 4, 2>;       // 128 x 64  254   88.0 KB  2
-using Default64 = V4Config<64, 8, 8, 128, 2, 1, 2, 16>;   // 128 x 64  255  112.0 KB  2 (P in 16-key chunks:
-                                                          // with v3's whole-tile P, 136 KB and 1 CTA/SM)
+using Default64 = V4Config<64, 8, 4, 128, 2, 4, 2>;       // 128 x 32  220   87.0 KB  2 (v3's 128 x 64 tile
+                                                          // needs P chunks to fit twice: slower, run 3)
 using Default128 = V4Config<128, 4, 4, 128, 2, 4, 2>;     //  64 x 32  240  108.0 KB  2
 
 template <class C>

@@ -36,7 +36,15 @@
 //   a register, and shared loads are 16-byte and conflict-free. What should remain: the K/V tile
 //   loads are synchronous (global -> register -> shared between two barriers), hidden only by the
 //   other CTAs on the SM; that is v4's target.
-// Measured: not yet measured.
+// Measured (NVIDIA H200, 2026-11-21, `lab bench`: median of 30, L2 flushed; details and every
+//   tuning run in benchmarks/fp32_notes.md): B=8,H=16,N=1024,D=64: 0.844 ms, 40.7 TFLOP/s (61% of
+//   the FFMA peak), 77.2x v2 (65.13 ms), 1.22x SDPA's efficient kernel in fp32. The issue's target
+//   shape N=2048: 3.308 ms, 41.6 TFLOP/s, 1.19x SDPA efficient fp32 (causal: 1.938 ms, 1.12x).
+//   D=32 (N=2048): 1.83x SDPA; D=128 (N=2048): 7.833 ms, 0.77x SDPA (below it). Far above the
+//   prediction: the 64-256 independent accumulators per thread hide the shared-load latency that
+//   I expected to dominate. The default D=64 tile was picked by measurement: 128 x 64, TM8 TN8
+//   (254 registers, 103 KB, 2 CTAs/SM), key loop unrolled by 2. ncu: compute-bound, FMA pipe 64%,
+//   issue slots 73%, stall samples: dispatch 12.5%, short scoreboard 8%, long scoreboard 1.9%.
 // Profile: lab profile --variant v3
 //
 // Layout: Q, K, V, O are (B, H, N, D) contiguous fp32 with 16-byte aligned base pointers (the

@@ -9,10 +9,10 @@
 //   v3's synchronous float4 copy (it is scaled on the way in, which cp.async cannot do), issued
 //   after the first K/V tile's copies so the two overlap. Thread layout, padded shared layouts
 //   and the compute are v3's, so `diff v3_unrolled.cu v4_double_buffer.cu` shows the pipeline.
-//   One knob differs at D=64 (kPChunk, already in v3): the second stage costs 33 KB, and v3's
-//   128 x 64 tile with two stages and a whole-tile P buffer needs 136 KB, 1 CTA per SM (measured
-//   13% slower than 2 CTAs); staging P through shared memory 16 keys at a time ([BM][16+8]
-//   instead of [BM][64+8], four __syncwarp'd chunks per tile) brings it to 112 KB, 2 CTAs per SM.
+//   The D=64 tile differs: v3's 128 x 64 tile with two stages needs 136 KB, 1 CTA per SM
+//   (measured 13% slower), so v4 runs 128 x 32 (TM8 TN4, d loop unrolled by 4, key loop by 2:
+//   87 KB, 2 CTAs/SM). kPChunk (P staged 16 keys at a time, 112 KB) fits 128 x 64 twice; measured
+//   0.97x, it stays a tuning candidate.
 // Bottleneck attacked: in v3 every K/V tile is loaded between two barriers (global -> register ->
 //   shared), so all warps of a CTA stall on the load (long scoreboard) and then on the barrier,
 //   once per tile; only the other CTAs on the SM (2-3 in v3) can issue meanwhile. Here the load of
@@ -21,7 +21,16 @@
 // Predicted gain (written before the first timing): 1.1-1.3x over v3 at B=8,H=16,N=1024,D=64.
 //   Not more: v3 already overlaps one CTA's loads with the others' compute, and the second stage
 //   costs 17 KB of shared memory per CTA at D=64, which may cost one CTA per SM (v3's 3 -> 2).
-// Measured: not yet measured.
+// Measured (NVIDIA H200, 2026-11-21, `lab bench`: median of 30, L2 flushed; benchmarks/fp32_notes.md):
+//   B=8,H=16,N=1024,D=64: 0.852 ms, 40.3 TFLOP/s, 0.99x v3 -- the prediction (1.1-1.3x) missed, and
+//   this rung is NOT faster than v3 on the default shape. N=2048: 3.348 ms, 0.99x v3, 1.18x SDPA
+//   efficient fp32; causal 1.00x v3. D=32: 1.03x v3; D=128: 1.04x v3. Why (ncu, both defaults):
+//   v3 is not waiting on its loads -- long-scoreboard stalls are 1.9% of its samples, issue slots
+//   73% used, FMA pipe 64%. The pipeline halves them (0.9%) and cuts short-scoreboard 8.0% -> 6.2%,
+//   but the 128 x 32 tile issues 4% more instructions (25% more shared loads per FFMA) than v3's
+//   128 x 64, and every other v4 tile measured costs as much: 128 x 64 with P chunks 0.97x, one
+//   8-warp CTA of 256 x 64 1.00x (0.9x causal). At equal tile the pipeline gains 6-7% (128 x 32:
+//   0.854 ms vs v3's 0.912). Next: the FFMA pipe is the wall (lab analyze: compute-bound) -> v5.
 // Profile: lab profile --variant v4
 //
 // Layout: Q, K, V, O are (B, H, N, D) contiguous fp32 with 16-byte aligned base pointers (the

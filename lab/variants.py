@@ -99,7 +99,8 @@ VARIANTS: tuple[Variant, ...] = (
         changed="sK and sV get a second stage: tile j+1 is copied global -> shared with cp.async.cg "
         "(16 bytes per thread, no registers, rows past seqlen_k zero-filled by the copy) while tile j is "
         "computed; each thread waits (cp.async.wait_group 1) only for the tile it is about to use. "
-        "Tiles, thread layout and compute are v3's.",
+        "Thread layout and compute are v3's; at D=64 the tile is 128 x 32 (TM8 TN4, unrolled), since v3's "
+        "128 x 64 tile twice would leave 1 CTA per SM.",
         attacks="latency-bound on the tile loads in v3: every K/V tile is loaded global -> register -> shared "
         "between two barriers, so a CTA's warps wait on the load (long scoreboard) and then the barrier, "
         "hidden only by the other 2-3 CTAs on the SM.",

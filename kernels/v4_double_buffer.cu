@@ -1,4 +1,4 @@
-// v4_double_buffer: v3 plus a two-stage cp.async pipeline for the K/V tiles; nothing else changed.
+// v4_double_buffer: v3 plus a two-stage cp.async pipeline for the K/V tiles (and, at D=64 only, a smaller tile).
 //
 // What changed: sK and sV have two stages. While the CTA computes S = Q K_j^T, the softmax and
 //   O += P V_j on stage j % 2, the copy engine of the LSU (cp.async.cg, 16 bytes per thread per

@@ -15,6 +15,7 @@ for s in $STEPS; do
   case $s in
     doctor)   step doctor lab doctor ;;
     build)    step build lab build --variant "${VARIANTS:-all}" ;;
+    rebuild)  step rebuild lab build --variant "${VARIANTS:-all}" ;;   # a second build: everything cached
     gputests) step gputests python3 -m pytest -m gpu -rs -q ${GPU_TESTS:-} ;;
     profile)  for v in ${PROFILE_VARIANTS:-v1 v2}; do
                 step "profile_$v" env LAB_PROFILES=$PWD/profiles/examples lab profile --variant $v ${PROFILE_ARGS:-} --no-report

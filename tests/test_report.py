@@ -21,10 +21,10 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from lab import report
+from lab import formatting, report, rundata
 from lab.compare import compare_runs
 from lab.problem import Problem
-from lab.store import REPO_ROOT, create_run, list_runs
+from lab.store import REPO_ROOT, Run, create_run, list_runs
 
 EXAMPLES = REPO_ROOT / "profiles" / "examples"
 EVIL = '<script>alert("x")</script>&'   # a kernel name no page may interpret as markup
@@ -155,12 +155,12 @@ def test_run_page_has_every_section_and_the_stored_numbers(tmp_path):
     doc = Parsed(html)
     assert set(RUN_SECTIONS) <= doc.ids
     text = doc.visible
-    rd = report.load(list_runs(root)[0])
+    rd = rundata.load(list_runs(root)[0])
     # numbers on the page are the stored ones, formatted
-    assert report.fmt_ms(12.5) in text and report.fmt_num(rd.tflops) in text
-    assert f"{report.fmt_num(rd.problem.flops)}" in text
+    assert formatting.fmt_ms(12.5) in text and formatting.fmt_num(rd.tflops) in text
+    assert f"{formatting.fmt_num(rd.problem.flops)}" in text
     # % of the FP32 peak for a float32 rung: tflops / 60 (the test manifest's fp32 peak)
-    assert report.fmt_pct(100 * rd.tflops / 60.0) in text
+    assert formatting.fmt_pct(100 * rd.tflops / 60.0) in text
     # occupancy limiter is the smallest block limit (shared memory: 8 < 24, 32, 32)
     assert "limited by shared memory: 8 block(s) per SM" in text
     # stall reasons ranked, the largest named
@@ -172,7 +172,7 @@ def test_run_page_has_every_section_and_the_stored_numbers(tmp_path):
     assert "Secondary bottlenecks" in text and "long scoreboard stalls" in text
     assert "The ladder's next rung is v2" in text
     # timeline source, reason and launch overhead
-    assert "test-made" in text and "made by the test" in text and f"{report.fmt_num(4500 / 1000)} µs" in text
+    assert "test-made" in text and "made by the test" in text and f"{formatting.fmt_num(4500 / 1000)} µs" in text
     # the unavailable backend is a cell with its reason
     assert "unavailable: No available kernel:" in text
     # the appendix links the stored .ncu-rep relative to the page, and the link resolves
@@ -216,7 +216,7 @@ def test_previous_rung_gain_is_measured_from_the_stored_runs(tmp_path):
     v2_same = next(p for rid, p in done.pages.items() if "-v2-" in rid and "N256" in rid)
     v2_other = next(p for rid, p in done.pages.items() if "-v2-" in rid and "N64" in rid)
     text = Parsed(v2_same.read_text()).visible
-    assert f"measured gain {report.fmt_times(30.0 / 12.0)}" in text and "1.5x predicted by the test" in text
+    assert f"measured gain {formatting.fmt_times(30.0 / 12.0)}" in text and "1.5x predicted by the test" in text
     assert "the CI95 intervals do not overlap" in text
     assert "No stored run of the previous rung, v1" in Parsed(v2_other.read_text()).visible
     # the comparison page of the pair was rendered and is linked
@@ -232,7 +232,7 @@ def test_index_lists_runs_with_filters_ladder_and_history(tmp_path):
     doc = Parsed(index)
     assert {"runs", "ladder", "runs-table", "ladder-select"} <= doc.ids
     assert index.count('data-rung="v1"') == 1 and index.count('data-rung="v2"') == 1
-    assert f"{report.fmt_times(30.0 / 12.0)} over v1" in doc.visible   # v2's measured gain in the history
+    assert f"{formatting.fmt_times(30.0 / 12.0)} over v1" in doc.visible   # v2's measured gain in the history
     assert "grid too small" not in doc.visible and "small-grid" in doc.visible
     assert "SDPA flash float16" in index     # a baseline bar beside the rungs
 
@@ -256,14 +256,14 @@ def test_page_from_a_real_ncu_report(tmp_path):
     m["tables"] = {"metrics": "metrics.parquet", "ncu_rules": "ncu_rules.parquet"}
     (run / "manifest.json").write_text(json.dumps(m))
 
-    rd = report.load(list_runs(root)[0])
+    rd = rundata.load(list_runs(root)[0])
     k = rd.primary_kernel
     assert k["kernel"] == metrics["kernel"].iloc[int(metrics["gpu__time_duration.sum"].idxmax())]
     limits = {name: k[name] for name in ("launch__occupancy_limit_registers", "launch__occupancy_limit_shared_mem",
                                          "launch__occupancy_limit_warps", "launch__occupancy_limit_blocks")}
     lowest = min(limits.values())
     text = Parsed(next(iter(report.render(tmp_path / "out", root=root).pages.values())).read_text()).visible
-    assert f"{report.fmt_num(lowest)} block(s) per SM" in text
+    assert f"{formatting.fmt_num(lowest)} block(s) per SM" in text
     if limits["launch__occupancy_limit_registers"] == lowest:
         assert "limited by registers" in text
     # the top stall reason is the largest smsp__average_warps_issue_stalled_*_per_issue_active.ratio
@@ -271,7 +271,7 @@ def test_page_from_a_real_ncu_report(tmp_path):
     top = max(stalls, key=stalls.get).removeprefix("smsp__average_warps_issue_stalled_").removesuffix("_per_issue_active.ratio")
     assert f"The top reason, {top} ," in text or f"The top reason, {top}," in text
     dram = k["dram__bytes_read.sum"] + k["dram__bytes_write.sum"]
-    assert report.fmt_bytes(dram) in text
+    assert formatting.fmt_bytes(dram) in text
     assert rules["rule_name"].iloc[0] in text and "ns" in rd.units.get("gpu__time_duration.sum", "")
 
 
@@ -301,7 +301,7 @@ def test_timeline_section_from_a_real_nsys_export(tmp_path):
     assert "Kernel summary (as cuda_gpu_kern_sum)" in section and str(top["name"]) in section
     assert "NVTX ranges (as nvtx_sum)" in section and "CUDA API (as cuda_api_sum)" in section
     events = sum(len(tl.tables()[n]) for n in ("nvtx_events", "api_events", "kernel_events"))
-    assert f"The first {report.TIMELINE_SPANS_MAX} of {report.fmt_num(events)} recorded events" in section
+    assert f"The first {report.TIMELINE_SPANS_MAX} of {formatting.fmt_num(events)} recorded events" in section
     svg = html[html.index('aria-label="Timeline of the recorded events"'):]
     assert svg[:svg.index("</svg>")].count('<rect class="span') == report.TIMELINE_SPANS_MAX
 
@@ -311,15 +311,15 @@ def test_pages_read_every_metric_they_cite():
     comparison look up must be among them, or it would silently read as absent."""
     from lab.compare import KEY_METRICS
 
-    cited = [n for n, _ in KEY_METRICS] + [n for _, n in report.OCCUPANCY_LIMITS] + list(report.SASS_FP32)
+    cited = [n for n, _ in KEY_METRICS] + [n for _, n in rundata.OCCUPANCY_LIMITS] + list(rundata.SASS_FP32)
     cited += ["launch__grid_size", "launch__sm_count", "launch__waves_per_multiprocessor", "dram__bytes_read.sum",
               "lts__t_sectors.sum", "l1tex__t_sectors_pipe_lsu_mem_global_op_ld.sum", "kernel",
               "smsp__average_warps_issue_stalled_long_scoreboard_per_issue_active.ratio",
               "smsp__pcsamp_warps_issue_stalled_long_scoreboard"]
-    for level, options in report.MEMORY_LEVELS:
+    for level, options in rundata.MEMORY_LEVELS:
         for names, _, _ in options or ():
             cited += list(names)
-    assert [n for n in cited if not report.PAGE_METRICS.match(n)] == []
+    assert [n for n in cited if not rundata.PAGE_METRICS.match(n)] == []
 
 
 # ---------------------------------------------------------------------------------- charts
@@ -339,11 +339,11 @@ def test_roofline_places_points_by_their_numbers():
 
 def test_compare_flags_a_regression_only_beyond_noise_and_threshold(tmp_path):
     root = tmp_path / "store"
-    fast = report.load(report.Run(make_run(root, "v2", median=10.0, spread=0.1, run_id="fast",
-                                           findings=[{"class": "small-grid", "title": "grid"}])))
-    slow = report.load(report.Run(make_run(root, "v2", median=12.0, spread=0.1, run_id="slow",
-                                           findings=[{"class": "latency-bound", "title": "stalls"}])))
-    noisy = report.load(report.Run(make_run(root, "v2", median=12.0, spread=3.0, run_id="noisy")))
+    fast = rundata.load(Run(make_run(root, "v2", median=10.0, spread=0.1, run_id="fast",
+                                     findings=[{"class": "small-grid", "title": "grid"}])))
+    slow = rundata.load(Run(make_run(root, "v2", median=12.0, spread=0.1, run_id="slow",
+                                     findings=[{"class": "latency-bound", "title": "stalls"}])))
+    noisy = rundata.load(Run(make_run(root, "v2", median=12.0, spread=3.0, run_id="noisy")))
     c = compare_runs(fast, slow, threshold_pct=5.0)
     assert c.regression and c.overlap is False
     assert [f["class"] for f in c.findings["resolved"]] == ["small-grid"]
@@ -495,24 +495,24 @@ def test_example_runs_render(tmp_path):
     shutil.copytree(EXAMPLES, tmp_path / "store" / "examples")
     done = report.render(tmp_path / "out", root=tmp_path / "store")
     assert len(done.pages) == len(EXAMPLE_RUNS)
-    runs = [report.load(r) for r in EXAMPLE_RUNS]
+    runs = [rundata.load(r) for r in EXAMPLE_RUNS]
     for rd in runs:
         html = done.pages[rd.id].read_text()
         doc = Parsed(html)
         assert set(RUN_SECTIONS) <= doc.ids
         text = doc.visible
-        assert report.fmt_ms(rd.median_ms) in text and rd.device_name in text
+        assert formatting.fmt_ms(rd.median_ms) in text and rd.device_name in text
         if rd.kernels:
             assert rd.primary_kernel["kernel"] in text
         found = rd.table("findings")
         if found is not None and found.rows:
             assert found.rows[0]["title"] in text
-        executed = report.sass_fp32_flops(rd.primary_kernel)
+        executed = rundata.sass_fp32_flops(rd.primary_kernel)
         if executed:
-            assert f"ncu counted {report.fmt_num(executed)} FP32 operations executed" in text
-        prev_id, prev = report._ladder_neighbour(rd, runs, -1)
+            assert f"ncu counted {formatting.fmt_num(executed)} FP32 operations executed" in text
+        prev_id, prev = rundata.ladder_neighbour(rd, runs, -1)
         if prev is not None:   # the gain over the previous rung is computed from the two stored medians
-            assert f"measured gain {report.fmt_times(prev.median_ms / rd.median_ms)}" in text
+            assert f"measured gain {formatting.fmt_times(prev.median_ms / rd.median_ms)}" in text
             assert report.compare_filename(prev.id, rd.id) in [p.name for p in done.comparisons]
     index = Parsed(done.index.read_text()).visible
     assert all(rd.id in index for rd in runs)

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from lab import report
+from lab import formatting, report, rundata
 from lab.store import REPO_ROOT, list_runs
 
 CHROMIUM = Path("/usr/bin/chromium")
@@ -100,7 +100,7 @@ def rendered(tmp_path_factory):
         make_run(store, "v2", median=12.0, created="2026-01-02T00:00:00+00:00",
                  findings=[{"class": "latency-bound", "title": "long scoreboard stalls"}])
     done = report.render(tmp / "out", root=store)
-    runs = [report.load(r) for r in list_runs(store)]
+    runs = [rundata.load(r) for r in list_runs(store)]
     return done, runs, tmp, bool(examples)
 
 
@@ -121,8 +121,8 @@ def test_run_pages_load_clean_with_their_sections_and_numbers(rendered):
         for section in ("environment", "protocol", "problem", "performance", "correctness", "roofline", "stalls",
                         "occupancy", "memory", "bottleneck", "timeline", "appendix"):
             assert f'id="{section}"' in dom, (page.name, section)
-        assert report.fmt_ms(rd.median_ms) in dom
-        assert report.fmt_num(rd.tflops) in dom
+        assert formatting.fmt_ms(rd.median_ms) in dom
+        assert formatting.fmt_num(rd.tflops) in dom
         if i == 0 or keep:
             screenshot(page, tmp, keep)
 

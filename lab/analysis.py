@@ -30,12 +30,15 @@ model where it has one, and null for a saturated unit (being at the roof is not 
 
 A metric the report lacks (a basic-set report has no stall reasons) leaves its evidence null and
 lowers the finding's severity one step; it never raises.
+
+This module judges and orders; the pieces it judges from live beside it: lab.derived_metrics
+(what the raw metrics say: busiest units, stalls, occupancy limiter, FLOPs, bytes per sector, ...),
+lab.ncu_rules (Nsight's rule results onto CLASSES) and lab.advice (the next step per class).
 """
 
 from __future__ import annotations
 
 import json
-import math
 import os
 import re
 from dataclasses import dataclass, field
@@ -43,7 +46,11 @@ from typing import Any, Iterable
 
 import pandas as pd
 
-from lab.gpu_specs import peaks_for
+from lab.advice import advice_by_class
+from lab.derived_metrics import (SECTOR_BYTES, KernelFacts, bank_conflict_nway, flop_rates, global_bytes_per_sector,
+                                 kernel_facts, local_share, occupancy_limiter, plain, rounded, sum_or_none,
+                                 threads_per_instruction, unit_name)
+from lab.ncu_rules import map_rule
 
 CLASSES = ("small-grid", "occupancy-limited", "latency-bound", "memory-bound", "compute-bound",
            "uncoalesced-global", "bank-conflicts", "local-memory", "divergence", "launch-bound")
@@ -60,11 +67,6 @@ _TIE_ORDER = ("small-grid", "uncoalesced-global", "bank-conflicts", "local-memor
 BOUND_PCT = 60.0        # ncu's SpeedOfLight rule: above 60% of a unit's peak is throughput-bound territory
 LOCAL_WEIGHT = 0.5      # a `local` Nsight estimate (one unit's efficiency) counts half toward the rank
 LAUNCH_OVERHEAD_NS = 3000.0  # typical CUDA launch-to-launch gap; a kernel near it is launch-bound
-SECTOR_BYTES = 32.0
-
-# Rules that are noise for this lab: advice every report carries, or information with no action.
-_DROPPED_RULES = {"MemoryL2Compression", "SOLFPRoofline", "SOLDPRoofline", "NumaAffinity", "NvlinkTopology",
-                  "MemoryApertureUsage", "PmSamplingOverflow", "HierarchicalRoofline"}
 
 # The curated metrics of each kernel (`metrics` in the JSON), in Nsight's own names; present ones only.
 KEY_METRICS = (
@@ -136,348 +138,7 @@ class KernelAnalysis:
                 "findings": [f.to_dict() for f in self.findings]}
 
 
-# ----------------------------------------------------------------------------- metric access
-
-def _plain(v):
-    if hasattr(v, "item") and not isinstance(v, (str, bytes)):
-        v = v.item()
-    if isinstance(v, float) and math.isnan(v):
-        return None
-    return v
-
-
-class _Metrics:
-    """One kernel's metrics by ncu name; `num` gives a float or None (missing, NaN or text)."""
-
-    def __init__(self, row: dict):
-        self.row = row
-
-    def raw(self, name: str):
-        return _plain(self.row.get(name))
-
-    def num(self, *names: str) -> float | None:
-        for n in names:
-            v = self.raw(n)
-            if isinstance(v, (int, float)) and not isinstance(v, bool):
-                return float(v)
-        return None
-
-    def text(self, name: str) -> str | None:
-        v = self.raw(name)
-        return v if isinstance(v, str) else None
-
-    def matching(self, pattern: re.Pattern) -> dict[str, float]:
-        out = {}
-        for k in self.row:
-            m = pattern.match(k)
-            if m:
-                v = self.num(k)
-                if v is not None:
-                    out[m.group(1)] = v
-        return out
-
-
-def _sum(*vals: float | None) -> float | None:
-    return None if any(v is None for v in vals) else float(sum(vals))
-
-
-def _r(v: float | None, nd: int = 2):
-    return None if v is None else round(float(v), nd)
-
-
-# ----------------------------------------------------------------------------- what the metrics say
-
-# Components of sm__throughput's breakdown that are memory instructions being issued, not math.
-_MEMORY_ISSUE = re.compile(r"pipe_lsu|mio|lsu|pipe_tex|l1tex|tma")
-
-
-def _unit_name(metric: str) -> str:
-    m = metric.split(".")[0]
-    if m.startswith(("dram__", "fbpa__", "gpu__dram")):
-        return "DRAM"
-    if m.startswith("lts__"):
-        return "L2"
-    if m.startswith("l1tex__"):
-        return "L1TEX (shared memory)" if ("shared" in m or "data_bank" in m) else "L1TEX"
-    for key, name in (("pipe_lsu", "LSU pipe"), ("mio", "MIO (shared memory / special function queue)"),
-                      ("tensor", "tensor pipe"), ("fma", "FMA pipe"), ("alu", "ALU pipe"), ("fp64", "FP64 pipe"),
-                      ("xu", "XU (transcendental) pipe"), ("fp16", "FP16 pipe"), ("pipe_shared", "FP16+tensor pipe"),
-                      ("uniform", "uniform pipe"), ("adu", "ADU pipe"), ("cbu", "branch unit"),
-                      ("issue_active", "instruction issue"), ("inst_executed", "instruction issue"),
-                      ("inst_issued", "instruction issue")):
-        if key in m:
-            return name
-    return m
-
-
-def _breakdown(M: _Metrics, name: str) -> dict[str, float]:
-    txt = M.text(f"breakdown:{name}")
-    if not txt:
-        return {}
-    out = {}
-    for part in txt.split(","):
-        v = M.num(part.strip())
-        if v is not None:
-            out[part.strip()] = v
-    return out
-
-
-def throughput(M: _Metrics) -> dict:
-    """The busiest compute and memory units, from SpeedOfLight's breakdowns (falling back to the
-    top-level percentages). sm__throughput mixes math pipes with memory-instruction issue (LSU,
-    MIO); the memory-side parts count as memory here."""
-    sm = _breakdown(M, "sm__throughput.avg.pct_of_peak_sustained_elapsed")
-    mem = _breakdown(M, "gpu__compute_memory_throughput.avg.pct_of_peak_sustained_elapsed")
-    compute = {k: v for k, v in sm.items() if not _MEMORY_ISSUE.search(k)}
-    memory = dict(mem, **{k: v for k, v in sm.items() if _MEMORY_ISSUE.search(k)})
-    out = {"compute_pct": None, "compute_metric": None, "memory_pct": None, "memory_metric": None,
-           "math_pct": None, "math_metric": None, "from_breakdown": bool(sm or mem)}
-    if compute:
-        k = max(compute, key=compute.get)
-        out.update(compute_pct=compute[k], compute_metric=k)
-        pipes = {k: v for k, v in compute.items() if "pipe" in k}   # the busiest math pipe, issue aside
-        if pipes:
-            k = max(pipes, key=pipes.get)
-            out.update(math_pct=pipes[k], math_metric=k)
-    else:
-        v = M.num("sm__throughput.avg.pct_of_peak_sustained_elapsed")
-        out.update(compute_pct=v, compute_metric="sm__throughput.avg.pct_of_peak_sustained_elapsed" if v is not None else None)
-    if memory:
-        k = max(memory, key=memory.get)
-        out.update(memory_pct=memory[k], memory_metric=k)
-    else:
-        cands = {n: M.num(n) for n in ("gpu__compute_memory_throughput.avg.pct_of_peak_sustained_elapsed",
-                                      "dram__throughput.avg.pct_of_peak_sustained_elapsed",
-                                      "gpu__dram_throughput.avg.pct_of_peak_sustained_elapsed",
-                                      "lts__throughput.avg.pct_of_peak_sustained_elapsed",
-                                      "l1tex__throughput.avg.pct_of_peak_sustained_elapsed")}
-        cands = {k: v for k, v in cands.items() if v is not None}
-        if cands:
-            k = max(cands, key=cands.get)
-            out.update(memory_pct=cands[k], memory_metric=k)
-    return out
-
-
-_STALL_FAMILIES = (
-    re.compile(r"^smsp__average_warps_issue_stalled_(\w+?)_per_issue_active\.ratio$"),
-    re.compile(r"^smsp__average_warp_latency_issue_stalled_(\w+?)\.ratio$"),
-    re.compile(r"^smsp__pcsamp_warps_issue_stalled_(\w+)$"),
-)
-_NOT_STALLS = {"selected"}  # issuing, not waiting
-
-
-def stall_reasons(M: _Metrics) -> tuple[list[tuple[str, float, float]], str | None]:
-    """[(reason, value, share of all stalls in %)] most first, from whichever family the report has
-    (WarpStateStats averages, else sampled PCs), and the family's metric pattern."""
-    for fam in _STALL_FAMILIES:
-        vals = {k: v for k, v in M.matching(fam).items() if k not in _NOT_STALLS and not k.endswith("_not_issued")}
-        total = sum(vals.values())
-        if vals and total > 0:
-            ranked = sorted(((k, v, 100.0 * v / total) for k, v in vals.items()), key=lambda t: -t[1])
-            return ranked, fam.pattern
-    return [], None
-
-
-_OCC_LIMITERS = (("launch__occupancy_limit_registers", "registers"),
-                 ("launch__occupancy_limit_shared_mem", "shared memory"),
-                 ("launch__occupancy_limit_warps", "warps per block (block size)"),
-                 ("launch__occupancy_limit_blocks", "blocks per SM"),
-                 ("launch__occupancy_limit_barriers", "barriers"))
-
-
-def occupancy_limiter(M: _Metrics) -> tuple[str | None, float | None, dict]:
-    """The resource that allows the fewest blocks per SM, its block count, and all limits."""
-    limits = {m: M.num(m) for m, _ in _OCC_LIMITERS}
-    present = [(v, name, m) for m, name in _OCC_LIMITERS if (v := limits[m]) is not None]
-    if not present:
-        return None, None, limits
-    v, name, _ = min(present, key=lambda t: t[0])
-    return name, v, limits
-
-
-_FP32_OPS = {"FFMA": 2, "FADD": 1, "FMUL": 1, "FFMA2": 4, "FADD2": 2, "FMUL2": 2}
-_FP16_OPS = {"HFMA2": 4, "HADD2": 2, "HMUL2": 2}
-_HMMA = re.compile(r"^HMMA\.(16)(8)(\d+)")          # m16n8kK, one warp: 2*m*n*k FLOPs
-_HGMMA = re.compile(r"^HGMMA\.(\d+)x(\d+)x(\d+)")    # warpgroup MxNxK, counted once per warp of the four
-_OPCODE_COL = re.compile(r"^sass__thread_inst_executed_true_per_opcode\[(\w+)\]$")
-_MOD_COL = re.compile(r"^sass__inst_executed_per_opcode_with_modifier_all\[([\w.]+)\]$")
-
-
-def flops(M: _Metrics) -> dict:
-    """FLOPs the kernel executed, counted from SASS: FP32 (FFMA counts 2), FP16x2, and tensor-core
-    instructions with their shapes (HMMA.16816: 2*16*8*16 per warp; HGMMA.64xNx16: 2*64*N*16 per
-    warpgroup, i.e. per 4 warp-level executions)."""
-    out = {"fp32": None, "fp16": None, "tensor": None}
-    ffma = M.num("smsp__sass_thread_inst_executed_op_ffma_pred_on.sum")
-    fadd = M.num("smsp__sass_thread_inst_executed_op_fadd_pred_on.sum")
-    fmul = M.num("smsp__sass_thread_inst_executed_op_fmul_pred_on.sum")
-    per_op = {m.group(1): M.num(k) for k in M.row if (m := _OPCODE_COL.match(k))}
-    per_op = {k: v for k, v in per_op.items() if v is not None}
-    if ffma is not None and fadd is not None and fmul is not None:
-        out["fp32"] = 2 * ffma + fadd + fmul
-    elif per_op:
-        out["fp32"] = sum(per_op.get(op, 0.0) * n for op, n in _FP32_OPS.items())
-    if per_op:
-        out["fp16"] = sum(per_op.get(op, 0.0) * n for op, n in _FP16_OPS.items())
-    mods = {m.group(1): M.num(k) for k in M.row if (m := _MOD_COL.match(k))}
-    if mods:
-        t = 0.0
-        for name, count in mods.items():
-            if not count:
-                continue
-            if (h := _HMMA.match(name)):
-                t += count * 2 * int(h.group(1)) * int(h.group(2)) * int(h.group(3))
-            elif (g := _HGMMA.match(name)):
-                t += count * 2 * int(g.group(1)) * int(g.group(2)) * int(g.group(3)) / 4
-        out["tensor"] = t
-    return out
-
-
-
-def threads_per_instruction(M: _Metrics) -> tuple[float | None, str | None]:
-    """Active threads per executed warp instruction (32 = no divergence): WarpStateStats' ratio, else
-    the SASS counts (thread-level predicated-on over warp-level) that SourceCounters and
-    InstructionStats carry."""
-    v = M.num("smsp__thread_inst_executed_per_inst_executed.ratio")
-    if v is not None:
-        return v, "smsp__thread_inst_executed_per_inst_executed.ratio"
-    thr, warp = M.num("sass__thread_inst_executed_true_per_opcode"), M.num("sass__inst_executed_per_opcode")
-    if thr is not None and warp:
-        return thr / warp, "sass__thread_inst_executed_true_per_opcode / sass__inst_executed_per_opcode"
-    return None, None
-
-
-def local_share(M: _Metrics) -> tuple[float | None, dict]:
-    """Share of L1 traffic that is thread-local, from the finest counters the report has."""
-    for loc_names, glob_names in (
-            (("l1tex__t_sectors_pipe_lsu_mem_local_op_ld.sum", "l1tex__t_sectors_pipe_lsu_mem_local_op_st.sum"),
-             ("l1tex__t_sectors_pipe_lsu_mem_global_op_ld.sum", "l1tex__t_sectors_pipe_lsu_mem_global_op_st.sum")),
-            (("memory_l2_theoretical_sectors_local",), ("memory_l2_theoretical_sectors_global",)),
-            (("sass__inst_executed_local_loads", "sass__inst_executed_local_stores"),
-             ("sass__inst_executed_global_loads", "sass__inst_executed_global_stores"))):
-        loc = _sum(*(M.num(n) for n in loc_names))
-        glob_ = _sum(*(M.num(n) for n in glob_names))
-        if loc is not None and glob_ is not None:
-            ev = {n: M.num(n) for n in loc_names + glob_names}
-            return (loc / (loc + glob_) if loc + glob_ > 0 else 0.0), ev
-    return None, {}
-
-
-def bank_conflict_nway(M: _Metrics) -> list[tuple[str, float, dict]]:
-    """[(what, n-way, evidence)]: shared-memory wavefronts per ideal wavefront, per loads/stores from
-    the L1 counters, else for all shared accesses from SourceCounters' wavefront totals."""
-    out = []
-    for op, what in (("ld", "loads"), ("st", "stores")):
-        w = M.num(f"l1tex__data_pipe_lsu_wavefronts_mem_shared_op_{op}.sum")
-        k = M.num(f"l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_{op}.sum")
-        if w and k is not None and w > k:
-            out.append((what, w / (w - k), {f"l1tex__data_pipe_lsu_wavefronts_mem_shared_op_{op}.sum": w,
-                                            f"l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_{op}.sum": k}))
-    if not out:
-        w, ideal = M.num("memory_l1_wavefronts_shared"), M.num("memory_l1_wavefronts_shared_ideal")
-        if w and ideal:
-            out.append(("accesses", w / ideal, {"memory_l1_wavefronts_shared": w, "memory_l1_wavefronts_shared_ideal": ideal}))
-    return out
-
-
-def global_bytes_per_sector(M: _Metrics) -> list[tuple[str, float, dict]]:
-    """[(what, bytes used per 32-byte sector, evidence)] for global loads and stores, else for all
-    global accesses from SourceCounters' ideal vs actual L2 sectors."""
-    out = []
-    for op, what in (("ld", "loads"), ("st", "stores")):
-        name = f"smsp__sass_average_data_bytes_per_sector_mem_global_op_{op}.ratio"
-        b = M.num(name)
-        if b is not None and b > 0:
-            out.append((what, b, {name: _r(b)}))
-    if not out:
-        act, ideal = M.num("memory_l2_theoretical_sectors_global"), M.num("memory_l2_theoretical_sectors_global_ideal")
-        if act and ideal is not None:
-            out.append(("accesses", SECTOR_BYTES * ideal / act,
-                        {"memory_l2_theoretical_sectors_global": act, "memory_l2_theoretical_sectors_global_ideal": ideal}))
-    return out
-
-
-# ----------------------------------------------------------------------------- Nsight rule mapping
-
-def _stall_class(text: str) -> str:
-    t = text.lower()
-    if "math pipe" in t or "not selected" in t or "dispatch" in t:
-        return "compute-bound"
-    if "lg throttle" in t or "tex throttle" in t or "drain" in t:
-        return "memory-bound"
-    if "mio throttle" in t or "short scoreboard" in t:
-        return "memory-bound"
-    if "branch resolving" in t:
-        return "divergence"
-    return "latency-bound"   # long scoreboard, barrier, wait, membar, sleeping, no instruction, ...
-
-
-def map_rule(rule: dict) -> str | None:
-    """The lab class of one Nsight rule result, or None to drop it."""
-    rid, title, msg = rule.get("rule_id") or "", rule.get("title") or "", rule.get("message") or ""
-    if rid in _DROPPED_RULES:
-        return None
-    if rule.get("type") not in ("OPT", "WARNING"):
-        return None
-    t = title.lower()
-    if rid == "SOLBottleneck":
-        return {"latency issue": "latency-bound", "small grid": "small-grid"}.get(t)  # throughput: the lab's model
-    if rid in ("IssueSlotUtilization",):
-        return "latency-bound"
-    if rid == "CPIStall":
-        return _stall_class(title or msg)
-    if rid in ("AchievedOccupancy", "TheoreticalOccupancy"):
-        return "occupancy-limited"
-    if rid == "HighPipeUtilization":
-        return "latency-bound" if "low" in t else "compute-bound"
-    if rid in ("FPInstructions", "SlowPipelineFP64"):
-        return "compute-bound"
-    if rid == "MemoryCacheAccessPattern":
-        if "local" in t:
-            return "local-memory"
-        if "shared" in t:
-            return "bank-conflicts"
-        return "uncoalesced-global"
-    if rid in ("SharedMemoryConflicts", "UncoalescedSharedAccess"):
-        return "bank-conflicts"
-    if rid == "UncoalescedGlobalAccess":
-        return "uncoalesced-global"
-    if rid in ("ThreadDivergence", "BranchDivergence"):
-        return "divergence"
-    if rid == "LaunchConfiguration":
-        if "block size" in t or "registers" in t or "shared" in t:
-            return "occupancy-limited"
-        return "small-grid"   # "Small Grid", "Tail Effect": CTAs against SMs and waves
-    if rid == "WorkloadImbalance":
-        return "memory-bound" if re.search(r"l2|dram|slice", t + msg.lower()) else "small-grid"
-    # A rule this lab does not know yet: classify by its words, else drop it.
-    text = f"{rid} {title} {msg}".lower()
-    for pat, cls in ((r"bank conflict", "bank-conflicts"), (r"coalesc|bytes transmitted per sector", "uncoalesced-global"),
-                     (r"local memory|spill", "local-memory"), (r"occupancy", "occupancy-limited"),
-                     (r"diverg", "divergence"), (r"\bgrid\b|waves?\b|tail", "small-grid")):
-        if re.search(pat, text):
-            return cls
-    return None
-
-
 # ----------------------------------------------------------------------------- the judgement
-
-@dataclass
-class _Ctx:
-    M: _Metrics
-    tp: dict
-    sms: float | None
-    ctas: float | None
-    busy_fraction: float           # share of SMs with work (1 unless the grid is smaller than the GPU)
-    fill: float                    # share of one full wave of resident CTAs the grid provides (at most 1)
-    waves: float | None            # launch__waves_per_multiprocessor
-    stalls: list
-    stall_family: str | None
-    local_share: float | None
-    problem: dict | None
-    device: str | None
-    has_tensor_cores: bool
-
 
 def _severity(rank: float, lowered: bool) -> str:
     levels = ("high", "medium", "low")
@@ -489,142 +150,32 @@ def _lowered(evidence: dict) -> bool:
     return any(v is None for v in evidence.values())
 
 
-def _rung(rung_id: str) -> str:
-    """A rung named as the ladder has it ("v2: float4"), or just its planned id if not built yet.
-    The plan: v2 16-byte loads, v3 query split across CTAs, v4 cp.async double buffering, v5 mma."""
-    try:
-        from lab.variants import VARIANTS
-    except Exception:   # the registry is optional context here, never a reason to fail an analysis
-        return rung_id
-    v = next((v for v in VARIANTS if v.id == rung_id), None)
-    return f"{rung_id}: {v.slug}" if v else rung_id
-
-
-def _rung_advice(c: _Ctx) -> dict[str, str]:
-    """Advice per class: the next step, naming the rung of the ladder where one applies."""
-    M = c.M
-    p = c.problem
-    bh = p["batch"] * p["heads"] if p and "batch" in p and "heads" in p else None
-    top_stall = c.stalls[0][0] if c.stalls else None
-    grid_is_bh = bh is not None and c.ctas is not None and int(c.ctas) == int(bh)
-    small = (f"The grid of B*H = {int(bh)} CTAs leaves SMs idle: split the query dimension across CTAs "
-             f"(one CTA per query tile per head; the {_rung('v3')} rung)." if grid_is_bh else
-             "Launch at least as many CTAs as SMs (better several waves): split independent work across "
-             f"CTAs; for attention, split the query dimension across CTAs ({_rung('v3')}).")
-    lim, lim_blocks, _ = occupancy_limiter(M)
-    occ = ("Raise occupancy: " + {
-        "registers": "fewer live registers per thread (__launch_bounds__, smaller per-thread tiles)",
-        "shared memory": "less shared memory per block (smaller tiles, or reuse one buffer), or more warps per "
-                         "block to share it",
-        "warps per block (block size)": "a block size that fits the SM's warp slots",
-        "blocks per SM": "bigger blocks (more warps per block)",
-        "barriers": "fewer named barriers per block",
-    }.get(lim or "", "find the limiting resource in the Occupancy section") +
-        (f" (now {lim} allows {int(lim_blocks)} block(s) per SM)." if lim and lim_blocks is not None else "."))
-    lat = {
-        "long_scoreboard": "Warps wait on global/local loads: keep more loads in flight, e.g. cp.async double "
-                           f"buffering of the K/V tiles ({_rung('v4')}), or more independent loads per thread.",
-        "barrier": "Warps wait at __syncthreads: fewer barriers per tile, or more independent warps per SM.",
-        "wait": "Dependent instruction chains: more instruction-level parallelism (unroll, independent accumulators).",
-        "short_scoreboard": "Waits on shared memory or special functions: fewer shared loads per FLOP; check bank conflicts.",
-        "mio_throttle": "The shared-memory/MIO queue is full: fewer, wider shared accesses; check bank conflicts.",
-        "lg_throttle": f"The global/local load queue is full: fewer, wider (16-byte, {_rung('v2')}) loads.",
-        "no_instruction": "Instruction-cache misses: a smaller unrolled loop body.",
-        "math_pipe_throttle": "A math pipe is saturated: see compute-bound.",
-        "membar": "Memory barriers: fewer fences.",
-    }.get(top_stall or "", "Hide latency with more warps per SM or more independent work per warp (ILP).")
-    mem_unit = _unit_name(c.tp["memory_metric"] or "")
-    if mem_unit == "DRAM":
-        mem = ("DRAM bandwidth is the limit: move fewer bytes (reuse K/V tiles from shared memory across more "
-               "queries, keep intermediates on chip)")
-        if p and p.get("min_bytes"):
-            mem += "; compare the bytes moved with the minimum for Q, K, V and O"
-        mem += "."
-    elif mem_unit.startswith("L1TEX") or mem_unit in ("LSU pipe", "MIO (shared memory / special function queue)"):
-        mem = (f"{mem_unit} is the limit: fewer, wider memory instructions (16-byte vectorized loads, {_rung('v2')}) "
-               "and more "
-               "reuse from registers.")
-    else:
-        mem = f"{mem_unit} is the limit: improve locality so fewer sectors reach it (tiling, reuse from shared memory)."
-    top_pipe = _unit_name(c.tp["compute_metric"] or "")
-    if c.tp["math_pct"] is not None and c.tp["compute_pct"] and c.tp["math_pct"] >= 0.7 * c.tp["compute_pct"]:
-        top_pipe = _unit_name(c.tp["math_metric"])   # issue is busy because one math pipe is
-    mma = tensor_instructions(c.M)
-    uses_wgmma = bool(mma) and any(op.endswith("GMMA") for op in mma)
-    if mma is None:   # no per-opcode counts: the pipe metric (HFMA2.MMA moves alone reach a few %)
-        tensor = c.M.num("sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_active")
-        no_tensor = tensor is None or tensor < 5.0
-    else:
-        no_tensor = not mma
-    if top_pipe == "FMA pipe" and c.has_tensor_cores and no_tensor:
-        comp = ("FP32 FFMA-bound on a GPU with tensor cores: move the two matrix products to tensor cores "
-                f"(mma.sync, the {_rung('v5')} rung).")
-    elif top_pipe in ("tensor pipe", "FP16+tensor pipe") and uses_wgmma:
-        comp = ("Already on warpgroup wgmma and the tensor pipe is the limit: overlap the softmax with the next "
-                "tile's matrix products (warp specialization, ping-pong between warpgroups), or use FP8.")
-    elif top_pipe in ("tensor pipe", "FP16+tensor pipe"):
-        comp = ("The tensor pipe is the limit: on Hopper, warpgroup wgmma fed by TMA (beyond mma.sync); elsewhere "
-                "fewer non-matmul instructions per tile (softmax, rescaling).")
-    elif top_pipe == "XU (transcendental) pipe":
-        comp = "Transcendentals (exp) are the limit: exp2f on pre-scaled logits, fewer rescalings."
-    elif top_pipe in ("ALU pipe", "instruction issue", "uniform pipe"):
-        comp = "Instruction issue is the limit: fewer index/address instructions per FLOP (hoist, vectorize, unroll)."
-    else:
-        comp = f"The {top_pipe} is the limit: fewer instructions on it, or move the work to a faster pipe."
-    return {
-        "small-grid": small,
-        "occupancy-limited": occ,
-        "latency-bound": lat,
-        "memory-bound": mem,
-        "compute-bound": comp,
-        "uncoalesced-global": "Make consecutive threads read consecutive 16-byte chunks: 16-byte vectorized "
-                              f"(float4) loads spread over the CTA's threads ({_rung('v2')}).",
-        "bank-conflicts": "Pad each shared-memory row (e.g. +1 or +4 elements) or swizzle the layout so that the "
-                          "32 lanes of a warp hit 32 different banks.",
-        "local-memory": "Keep per-thread arrays in registers: index them only with compile-time constants "
-                        "(fully unrolled loops); for spills, fewer live registers or __launch_bounds__.",
-        "divergence": "Make branch conditions uniform across each warp (assign work per warp, not per lane), "
-                      "or predicate short branches.",
-        "launch-bound": "The kernel is as short as a launch: fuse it with its neighbours, give each launch more "
-                        "work, or capture the sequence in a CUDA graph.",
-    }
-
-
-def tensor_instructions(M: _Metrics) -> dict[str, float] | None:
-    """Tensor-core instructions executed, by opcode (HMMA, HGMMA, IMMA, ...), or None when the report
-    has no per-opcode counts. HFMA2.MMA (an FP16 FMA issued to the MMA pipe) is not one."""
-    ops = {k[len("sass__inst_executed_per_opcode["):-1]: M.num(k) for k in M.row
-           if k.startswith("sass__inst_executed_per_opcode[")}
-    if not ops:
-        return None
-    return {op: v for op, v in ops.items() if op.endswith("MMA") and v}
-
-
-def _lab_findings(c: _Ctx) -> list[Finding]:
+def _lab_findings(c: KernelFacts) -> list[Finding]:
     M, tp = c.M, c.tp
     out: list[Finding] = []
-    advice = _rung_advice(c)
+    advice = advice_by_class(c)
     cpct, mpct = tp["compute_pct"], tp["memory_pct"]
     top = max(v for v in (cpct, mpct, 0.0) if v is not None)
 
     # saturated units
     if mpct is not None and mpct >= BOUND_PCT:
-        unit = _unit_name(tp["memory_metric"])
-        ev = {tp["memory_metric"]: _r(mpct),
+        unit = unit_name(tp["memory_metric"])
+        ev = {tp["memory_metric"]: rounded(mpct),
               "gpu__compute_memory_throughput.avg.pct_of_peak_sustained_elapsed":
-                  _r(M.num("gpu__compute_memory_throughput.avg.pct_of_peak_sustained_elapsed"))}
+                  rounded(M.num("gpu__compute_memory_throughput.avg.pct_of_peak_sustained_elapsed"))}
         out.append(Finding("memory-bound", f"Memory-bound: {unit} at {mpct:.0f}% of its peak", "", None, ev,
                            advice["memory-bound"], "lab", mpct))
     if cpct is not None and cpct >= BOUND_PCT:
-        unit = _unit_name(tp["compute_metric"])
+        unit = unit_name(tp["compute_metric"])
         if tp["math_pct"] is not None and tp["math_pct"] >= 0.7 * cpct and tp["math_metric"] != tp["compute_metric"]:
-            unit = f"{_unit_name(tp['math_metric'])} at {tp['math_pct']:.0f}%, {unit}"
-        ev = {tp["compute_metric"]: _r(cpct), **({tp["math_metric"]: _r(tp["math_pct"])} if tp["math_metric"] else {}),
+            unit = f"{unit_name(tp['math_metric'])} at {tp['math_pct']:.0f}%, {unit}"
+        ev = {tp["compute_metric"]: rounded(cpct),
+              **({tp["math_metric"]: rounded(tp["math_pct"])} if tp["math_metric"] else {}),
               "sm__throughput.avg.pct_of_peak_sustained_elapsed":
-              _r(M.num("sm__throughput.avg.pct_of_peak_sustained_elapsed")),
+              rounded(M.num("sm__throughput.avg.pct_of_peak_sustained_elapsed")),
               "sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_active":
-              _r(M.num("sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_active"))}
-        ev.update({k: v for k, v in _flop_evidence(c).items()})
+              rounded(M.num("sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_active"))}
+        ev.update({k: v for k, v in flop_rates(c).items()})
         out.append(Finding("compute-bound", f"Compute-bound: {unit} at {cpct:.0f}% of its peak", "", None, ev,
                            advice["compute-bound"], "lab", cpct))
 
@@ -632,12 +183,12 @@ def _lab_findings(c: _Ctx) -> list[Finding]:
     if cpct is not None or mpct is not None:
         if top < BOUND_PCT:
             est = (100.0 - top) * c.busy_fraction
-            ev = {"compute_pct_of_peak": _r(cpct), "memory_pct_of_peak": _r(mpct)}
+            ev = {"compute_pct_of_peak": rounded(cpct), "memory_pct_of_peak": rounded(mpct)}
             lat_cycles = M.num("smsp__average_warp_latency_per_inst_issued.ratio")
             if lat_cycles is not None:   # WarpStateStats only; the stall shares below carry the judgement
-                ev["smsp__average_warp_latency_per_inst_issued.ratio"] = _r(lat_cycles)
+                ev["smsp__average_warp_latency_per_inst_issued.ratio"] = rounded(lat_cycles)
             for reason, v, share in c.stalls[:3]:
-                ev[f"stall:{reason} (% of stalls)"] = _r(share, 1)
+                ev[f"stall:{reason} (% of stalls)"] = rounded(share, 1)
             if not c.stalls:
                 ev["stall reasons (WarpStateStats)"] = None
             top_txt = f"; top stall: {c.stalls[0][0].replace('_', ' ')} ({c.stalls[0][2]:.0f}%)" if c.stalls else ""
@@ -653,7 +204,8 @@ def _lab_findings(c: _Ctx) -> list[Finding]:
         est = max(idle_sms, unfilled)
         _, per_sm, _ = occupancy_limiter(M)
         ev = {"launch__grid_size": int(c.ctas), "device__attribute_multiprocessor_count": int(c.sms),
-              "launch__waves_per_multiprocessor": _r(c.waves, 3), "launch__block_size": M.num("launch__block_size")}
+              "launch__waves_per_multiprocessor": rounded(c.waves, 3),
+              "launch__block_size": M.num("launch__block_size")}
         title = f"Small grid: {int(c.ctas)} CTAs on {int(c.sms)} SMs"
         if unfilled > idle_sms:
             title += (f", {c.fill:.2f} of one wave ({int(per_sm) if per_sm else '?'} CTAs of "
@@ -667,8 +219,9 @@ def _lab_findings(c: _Ctx) -> list[Finding]:
         lim, blocks, limits = occupancy_limiter(M)
         # raising the limit helps only as far as the grid fills it
         est = (100.0 - top) * c.busy_fraction * (1.0 - theo / 100.0) * c.fill
-        ev = {"sm__maximum_warps_per_active_cycle_pct": _r(theo),
-              "sm__warps_active.avg.pct_of_peak_sustained_active": _r(M.num("sm__warps_active.avg.pct_of_peak_sustained_active")),
+        ev = {"sm__maximum_warps_per_active_cycle_pct": rounded(theo),
+              "sm__warps_active.avg.pct_of_peak_sustained_active":
+                  rounded(M.num("sm__warps_active.avg.pct_of_peak_sustained_active")),
               **{k: v for k, v in limits.items()},
               "launch__shared_mem_per_block_dynamic": M.num("launch__shared_mem_per_block_dynamic"),
               "launch__registers_per_thread": M.num("launch__registers_per_thread")}
@@ -681,7 +234,8 @@ def _lab_findings(c: _Ctx) -> list[Finding]:
     for what, b, ev in global_bytes_per_sector(M):
         if b < SECTOR_BYTES - 1:
             est = (1.0 - b / SECTOR_BYTES) * busy_mem
-            ev = dict(ev, lab__global_bytes_used_per_sector=_r(b), **{c.tp["memory_metric"] or "memory_pct_of_peak": _r(mpct)})
+            ev = dict(ev, lab__global_bytes_used_per_sector=rounded(b),
+                      **{c.tp["memory_metric"] or "memory_pct_of_peak": rounded(mpct)})
             out.append(Finding("uncoalesced-global", f"Global {what} use {b:.1f} of 32 bytes per sector", "", est, ev,
                                advice["uncoalesced-global"], "lab", est))
 
@@ -691,8 +245,9 @@ def _lab_findings(c: _Ctx) -> list[Finding]:
         if nway >= 1.5:
             util = shared_util if shared_util is not None else busy_mem
             est = (1.0 - 1.0 / nway) * util
-            ev = dict(ev, lab__shared_bank_conflict_nway=_r(nway, 1),
-                      **{"l1tex__data_pipe_lsu_wavefronts_mem_shared.sum.pct_of_peak_sustained_elapsed": _r(shared_util)})
+            ev = dict(ev, lab__shared_bank_conflict_nway=rounded(nway, 1),
+                      **{"l1tex__data_pipe_lsu_wavefronts_mem_shared.sum.pct_of_peak_sustained_elapsed":
+                         rounded(shared_util)})
             out.append(Finding("bank-conflicts", f"{nway:.1f}-way shared-memory bank conflicts on {what}", "", est, ev,
                                advice["bank-conflicts"], "lab", est))
 
@@ -700,7 +255,7 @@ def _lab_findings(c: _Ctx) -> list[Finding]:
     if c.local_share is not None and c.local_share >= 0.01:
         wait = sum(share for reason, _, share in c.stalls if reason in ("long_scoreboard", "lg_throttle"))
         est = c.local_share * max(busy_mem, wait, M.num("lts__throughput.avg.pct_of_peak_sustained_elapsed") or 0.0)
-        ev = dict(local_share(M)[1], lab__local_share_pct=_r(100 * c.local_share, 1))
+        ev = dict(local_share(M)[1], lab__local_share_pct=rounded(100 * c.local_share, 1))
         out.append(Finding("local-memory", f"Local memory: {100 * c.local_share:.0f}% of global+local traffic is "
                            "thread-local (spills or a dynamically indexed array)", "", est, ev, advice["local-memory"],
                            "lab", est))
@@ -712,7 +267,7 @@ def _lab_findings(c: _Ctx) -> list[Finding]:
     # must fall further before it is called divergence.
     if t is not None and 0 < t < (30.0 if exact else 24.0):
         est = 100.0 * (1.0 - t / 32.0)
-        ev = {t_src: _r(t)}
+        ev = {t_src: rounded(t)}
         what = "active" if exact else "active and predicated on"
         out.append(Finding("divergence", f"Divergence: {t:.1f} of 32 threads {what} per warp instruction", "", est, ev,
                            advice["divergence"], "lab", est))
@@ -728,15 +283,15 @@ def _lab_findings(c: _Ctx) -> list[Finding]:
     # attention: DRAM bytes against the minimum for Q, K, V and O
     if c.problem and c.problem.get("min_bytes"):
         rd, wr = M.num("dram__bytes_read.sum"), M.num("dram__bytes_write.sum")
-        moved = _sum(rd, wr)
+        moved = sum_or_none(rd, wr)
         dram_pct = M.num("gpu__dram_throughput.avg.pct_of_peak_sustained_elapsed", "dram__throughput.avg.pct_of_peak_sustained_elapsed")
         if moved and dram_pct is not None:
             ratio = moved / float(c.problem["min_bytes"])
             if ratio > 1.5 and dram_pct >= 30.0:
                 est = (1.0 - 1.0 / ratio) * dram_pct
                 ev = {"dram__bytes_read.sum": rd, "dram__bytes_write.sum": wr,
-                      "lab__min_bytes_qkvo": c.problem["min_bytes"], "lab__dram_bytes_x_min": _r(ratio),
-                      "gpu__dram_throughput.avg.pct_of_peak_sustained_elapsed": _r(dram_pct)}
+                      "lab__min_bytes_qkvo": c.problem["min_bytes"], "lab__dram_bytes_x_min": rounded(ratio),
+                      "gpu__dram_throughput.avg.pct_of_peak_sustained_elapsed": rounded(dram_pct)}
                 excess = Finding("memory-bound", f"DRAM traffic is {ratio:.1f}x the minimum for Q, K, V and O", "",
                                  est, ev, advice["memory-bound"], "lab", est)
                 bound = next((f for f in out if f.cls == "memory-bound"), None)
@@ -749,37 +304,7 @@ def _lab_findings(c: _Ctx) -> list[Finding]:
     return out
 
 
-def _flop_evidence(c: _Ctx) -> dict:
-    """Achieved FLOP/s against the device's FP32 and tensor peaks (SASS counts; the problem's FLOPs
-    when the lab made the report)."""
-    M = c.M
-    d = M.num("gpu__time_duration.sum")
-    if not d:
-        return {}
-    f = flops(M)
-    peaks = peaks_for(c.device)
-    ev = {}
-    if f["fp32"] is not None:
-        tf = f["fp32"] / d / 1e3
-        ev["lab__fp32_tflops"] = _r(tf, 3)
-        if peaks:
-            ev["lab__fp32_pct_of_peak"] = _r(100 * tf / peaks.fp32_tflops, 1)
-    if f["tensor"]:
-        tf = f["tensor"] / d / 1e3
-        ev["lab__tensor_tflops"] = _r(tf, 2)
-        if peaks:
-            ev["lab__tensor_pct_of_fp16_peak"] = _r(100 * tf / peaks.tensor_fp16_tflops, 1)
-    if c.problem and c.problem.get("flops"):
-        tf = float(c.problem["flops"]) / d / 1e3
-        ev["lab__problem_tflops"] = _r(tf, 2)
-        if peaks:
-            dt = c.problem.get("dtype", "float32")
-            peak = peaks.fp32_tflops if dt == "float32" else peaks.tensor_fp16_tflops
-            ev[f"lab__problem_pct_of_{'fp32' if dt == 'float32' else 'tensor'}_peak"] = _r(100 * tf / peak, 2)
-    return ev
-
-
-def _rule_findings(c: _Ctx, rules: list[dict], advice: dict[str, str]) -> list[Finding]:
+def _rule_findings(c: KernelFacts, rules: list[dict], advice: dict[str, str]) -> list[Finding]:
     out = []
     for r in rules:
         cls = map_rule(r)
@@ -796,7 +321,7 @@ def _rule_findings(c: _Ctx, rules: list[dict], advice: dict[str, str]) -> list[F
         title = f"{name}: {r['title']}" if r.get("title") else name
         if r.get("speedup_type") == "local":
             title += " [local estimate]"
-        ev = {fm["name"]: _r(fm["value"], 3) if isinstance(fm.get("value"), (int, float)) else fm.get("value")
+        ev = {fm["name"]: rounded(fm["value"], 3) if isinstance(fm.get("value"), (int, float)) else fm.get("value")
               for fm in r.get("focus_metrics") or [] if fm.get("name")}
         adv = advice[cls]
         if r.get("rule_id") == "AchievedOccupancy":
@@ -821,7 +346,7 @@ def _merge(findings: list[Finding]) -> list[Finding]:
     return list(by.values())
 
 
-def _order(findings: list[Finding], c: _Ctx) -> list[Finding]:
+def _order(findings: list[Finding], c: KernelFacts) -> list[Finding]:
     top = max(v for v in (c.tp["compute_pct"], c.tp["memory_pct"], 0.0) if v is not None)
     for f in findings:
         if f.cls in ("latency-bound", "occupancy-limited") and top >= BOUND_PCT:
@@ -837,38 +362,23 @@ def _order(findings: list[Finding], c: _Ctx) -> list[Finding]:
     return [f for f in findings if f.rank >= 1.0 or f.est_speedup_pct is None and f.rank > 0]
 
 
-def _has_tensor_cores(M: _Metrics, device: str | None) -> bool:
-    major = M.num("device__attribute_compute_capability_major")
-    if major is None:
-        return False
-    return major >= 7 and not (device and re.search(r"GTX 16|MX\d", device))   # Turing TU11x lacks them
-
-
 def analyze_kernel(row: dict, rules: list[dict], problem: dict | None = None) -> KernelAnalysis:
-    M = _Metrics(row)
-    device = M.text("device__attribute_display_name") or _plain(row.get("device"))
-    tp = throughput(M)
-    sms = M.num("device__attribute_multiprocessor_count", "launch__sm_count")
-    ctas = M.num("launch__grid_size")
-    busy = min(1.0, ctas / sms) if (ctas and sms) else 1.0
-    waves = M.num("launch__waves_per_multiprocessor")
-    fill = min(1.0, waves) if waves is not None else busy
-    stalls, fam = stall_reasons(M)
-    c = _Ctx(M, tp, sms, ctas, busy, fill, waves, stalls, fam, local_share(M)[0], problem, device,
-             _has_tensor_cores(M, device))
-    advice = _rung_advice(c)
+    c = kernel_facts(row, problem)
+    M, tp = c.M, c.tp
+    advice = advice_by_class(c)
     findings = _order(_merge(_lab_findings(c) + _rule_findings(c, rules, advice)), c)
-    metrics = {k: _plain(row[k]) for k in KEY_METRICS if k in row and _plain(row[k]) is not None}
-    derived = {"compute_pct_of_peak": _r(tp["compute_pct"]), "compute_unit": _unit_name(tp["compute_metric"] or ""),
-               "memory_pct_of_peak": _r(tp["memory_pct"]), "memory_unit": _unit_name(tp["memory_metric"] or ""),
-               "stalls": [(r, _r(v, 3), _r(s, 1)) for r, v, s in stalls[:5]], "stall_metric_family": fam,
-               "occupancy_limiter": occupancy_limiter(M)[0], "local_share": _r(c.local_share, 4),
-               "threads_per_instruction": _r(threads_per_instruction(M)[0]),
-               **_flop_evidence(c)}
-    kernel = _plain(row.get("kernel")) or _plain(row.get("kernel_function")) or "?"
-    return KernelAnalysis(kernel=kernel, duration_ns=M.num("gpu__time_duration.sum"), device=device, metrics=metrics,
+    metrics = {k: plain(row[k]) for k in KEY_METRICS if k in row and plain(row[k]) is not None}
+    derived = {"compute_pct_of_peak": rounded(tp["compute_pct"]), "compute_unit": unit_name(tp["compute_metric"] or ""),
+               "memory_pct_of_peak": rounded(tp["memory_pct"]), "memory_unit": unit_name(tp["memory_metric"] or ""),
+               "stalls": [(r, rounded(v, 3), rounded(s, 1)) for r, v, s in c.stalls[:5]],
+               "stall_metric_family": c.stall_family,
+               "occupancy_limiter": occupancy_limiter(M)[0], "local_share": rounded(c.local_share, 4),
+               "threads_per_instruction": rounded(threads_per_instruction(M)[0]),
+               **flop_rates(c)}
+    kernel = plain(row.get("kernel")) or plain(row.get("kernel_function")) or "?"
+    return KernelAnalysis(kernel=kernel, duration_ns=M.num("gpu__time_duration.sum"), device=c.device, metrics=metrics,
                           bottleneck=findings[0].cls if findings else None, findings=findings,
-                          kernel_index=int(_plain(row.get("kernel_index")) or 0), nvtx=_plain(row.get("nvtx")),
+                          kernel_index=int(plain(row.get("kernel_index")) or 0), nvtx=plain(row.get("nvtx")),
                           derived=derived, rules=rules)
 
 
@@ -891,7 +401,7 @@ def analyze_frame(df: pd.DataFrame, rules: Iterable[dict], problem: dict | None 
     use_problem = problem if (problem and _problem_applies(df)) else None
     out = []
     for pos, row in enumerate(df.to_dict("records")):
-        idx = int(_plain(row.get("kernel_index")) if row.get("kernel_index") is not None else pos)
+        idx = int(plain(row.get("kernel_index")) if row.get("kernel_index") is not None else pos)
         out.append(analyze_kernel(row, [r for r in rules if r.get("kernel_index") == idx], use_problem))
     return out
 
@@ -1007,7 +517,7 @@ def metrics_frame(report: str | os.PathLike | pd.DataFrame) -> pd.DataFrame:
     df = report if isinstance(report, pd.DataFrame) else ncu.load_report(report)
     cols = {}
     for col in df.columns:
-        vals = [_plain(v) for v in df[col]]
+        vals = [plain(v) for v in df[col]]
         if any(isinstance(v, str) for v in vals):
             cols[col] = pd.Series([None if v is None else str(v) for v in vals], index=df.index, dtype="object")
         else:

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from lab import analysis
+from lab import analysis, derived_metrics, ncu_rules
 from lab.cli import main
 from lab.nsight import ncu
 from lab.problem import Problem
@@ -122,9 +122,9 @@ def test_json_contract_and_values_equal_ncu_report(tmp_path):
 def test_noise_rules_are_dropped_and_mapped_rules_kept():
     rules = ncu.rule_results(DOT)
     assert any(r["rule_id"] == "MemoryL2Compression" for r in rules)      # Nsight emits it on every kernel
-    assert all(analysis.map_rule(r) is None for r in rules if r["rule_id"] == "MemoryL2Compression")
+    assert all(ncu_rules.map_rule(r) is None for r in rules if r["rule_id"] == "MemoryL2Compression")
     for r in rules:
-        cls = analysis.map_rule(r)
+        cls = ncu_rules.map_rule(r)
         assert cls is None or cls in analysis.CLASSES
         if r["type"] == "INFO":
             assert cls is None
@@ -185,11 +185,12 @@ def test_planted_evidence_is_quantified():
     # 32 lanes on one bank: ~32-way (the init stores are conflict-free, pulling the mean a little down)
     bank = next(f for f in res["planted_bank_conflicts"].findings if f.cls == "bank-conflicts")
     assert res["planted_bank_conflicts"].derived["stalls"], "stall reasons from PC sampling"
-    nway = analysis.bank_conflict_nway(analysis._Metrics(ncu.load_report(path).iloc[1].to_dict()))
+    nway = derived_metrics.bank_conflict_nway(derived_metrics.KernelMetrics(ncu.load_report(path).iloc[1].to_dict()))
     assert nway and 24 <= nway[0][1] <= 32
     assert bank.rank > 50
     # 4-byte loads with lanes 128 bytes apart: ~4 of 32 bytes used per sector
-    (_, used, _), = analysis.global_bytes_per_sector(analysis._Metrics(ncu.load_report(path).iloc[0].to_dict()))
+    row = ncu.load_report(path).iloc[0].to_dict()
+    (_, used, _), = derived_metrics.global_bytes_per_sector(derived_metrics.KernelMetrics(row))
     assert 3.5 <= used <= 6
     # the smem kernel's limiter is shared memory, one 128-thread block per SM: 4 of 64 warps
     occ = res["planted_occupancy_smem"]
@@ -239,7 +240,7 @@ def test_tensor_flops_counted_from_sass_equal_the_attention_flops(backend):
     df, rules = _sdpa()
     one = _backend(df, backend)
     assert len(one) == 1, "fused backends launch one kernel"
-    counted = analysis.flops(analysis._Metrics(one.iloc[0].to_dict()))["tensor"]
+    counted = derived_metrics.flops(derived_metrics.KernelMetrics(one.iloc[0].to_dict()))["tensor"]
     assert counted == pytest.approx(SDPA_PROBLEM.flops, rel=0.01)
 
 

@@ -1,0 +1,375 @@
+"""Derived metrics: what one kernel's raw Nsight Compute metrics say, computed the same way
+whichever section set the report was taken with.
+
+Each function reads the finest counters the report has and falls back to coarser ones
+(WarpStateStats' stall averages, else sampled PCs; the L1 counters, else SourceCounters' totals),
+and gives None or an empty list where the report has none of them, so a finding built on it lowers
+its severity instead of failing. Names follow Nsight's sections:
+SpeedOfLight (throughput), WarpStateStats (stall_reasons, threads_per_instruction), Occupancy
+(occupancy_limiter), InstructionStats / SASS counts (flops, tensor_instructions) and
+MemoryWorkloadAnalysis (global_bytes_per_sector, bank_conflict_nway, local_share). The values the
+lab adds to a finding's evidence are named `lab__*`, beside Nsight's own metric names.
+
+`KernelFacts` bundles them with the attention problem and the device: what lab.analysis judges and
+lab.advice words its next steps from.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+
+from lab.gpu_specs import peaks_for
+
+SECTOR_BYTES = 32.0     # an L1/L2/DRAM sector, the unit ncu counts memory traffic in
+
+
+# ----------------------------------------------------------------------------- metric access
+
+def plain(v):
+    """numpy scalars to Python values, NaN (ncu_report's missing value in a frame) to None."""
+    if hasattr(v, "item") and not isinstance(v, (str, bytes)):
+        v = v.item()
+    if isinstance(v, float) and math.isnan(v):
+        return None
+    return v
+
+
+class KernelMetrics:
+    """One kernel's metrics by ncu name; `num` gives a float or None (missing, NaN or text)."""
+
+    def __init__(self, row: dict):
+        self.row = row
+
+    def raw(self, name: str):
+        return plain(self.row.get(name))
+
+    def num(self, *names: str) -> float | None:
+        for n in names:
+            v = self.raw(n)
+            if isinstance(v, (int, float)) and not isinstance(v, bool):
+                return float(v)
+        return None
+
+    def text(self, name: str) -> str | None:
+        v = self.raw(name)
+        return v if isinstance(v, str) else None
+
+    def matching(self, pattern: re.Pattern) -> dict[str, float]:
+        out = {}
+        for k in self.row:
+            m = pattern.match(k)
+            if m:
+                v = self.num(k)
+                if v is not None:
+                    out[m.group(1)] = v
+        return out
+
+
+def sum_or_none(*vals: float | None) -> float | None:
+    """The sum, or None when any part is missing: half of a ld+st pair is not the traffic."""
+    return None if any(v is None for v in vals) else float(sum(vals))
+
+
+def rounded(v: float | None, nd: int = 2):
+    """Evidence values as a reader wants them, None kept: the JSON carries them rounded."""
+    return None if v is None else round(float(v), nd)
+
+
+# ----------------------------------------------------------------------------- what the metrics say
+
+# Components of sm__throughput's breakdown that are memory instructions being issued, not math.
+_MEMORY_ISSUE = re.compile(r"pipe_lsu|mio|lsu|pipe_tex|l1tex|tma")
+
+
+def unit_name(metric: str) -> str:
+    """The hardware unit a throughput metric measures: DRAM, L2, L1TEX, a pipe, instruction issue."""
+    m = metric.split(".")[0]
+    if m.startswith(("dram__", "fbpa__", "gpu__dram")):
+        return "DRAM"
+    if m.startswith("lts__"):
+        return "L2"
+    if m.startswith("l1tex__"):
+        return "L1TEX (shared memory)" if ("shared" in m or "data_bank" in m) else "L1TEX"
+    for key, name in (("pipe_lsu", "LSU pipe"), ("mio", "MIO (shared memory / special function queue)"),
+                      ("tensor", "tensor pipe"), ("fma", "FMA pipe"), ("alu", "ALU pipe"), ("fp64", "FP64 pipe"),
+                      ("xu", "XU (transcendental) pipe"), ("fp16", "FP16 pipe"), ("pipe_shared", "FP16+tensor pipe"),
+                      ("uniform", "uniform pipe"), ("adu", "ADU pipe"), ("cbu", "branch unit"),
+                      ("issue_active", "instruction issue"), ("inst_executed", "instruction issue"),
+                      ("inst_issued", "instruction issue")):
+        if key in m:
+            return name
+    return m
+
+
+def _breakdown(M: KernelMetrics, name: str) -> dict[str, float]:
+    txt = M.text(f"breakdown:{name}")
+    if not txt:
+        return {}
+    out = {}
+    for part in txt.split(","):
+        v = M.num(part.strip())
+        if v is not None:
+            out[part.strip()] = v
+    return out
+
+
+def throughput(M: KernelMetrics) -> dict:
+    """The busiest compute and memory units, from SpeedOfLight's breakdowns (falling back to the
+    top-level percentages). sm__throughput mixes math pipes with memory-instruction issue (LSU,
+    MIO); the memory-side parts count as memory here."""
+    sm = _breakdown(M, "sm__throughput.avg.pct_of_peak_sustained_elapsed")
+    mem = _breakdown(M, "gpu__compute_memory_throughput.avg.pct_of_peak_sustained_elapsed")
+    compute = {k: v for k, v in sm.items() if not _MEMORY_ISSUE.search(k)}
+    memory = dict(mem, **{k: v for k, v in sm.items() if _MEMORY_ISSUE.search(k)})
+    out = {"compute_pct": None, "compute_metric": None, "memory_pct": None, "memory_metric": None,
+           "math_pct": None, "math_metric": None, "from_breakdown": bool(sm or mem)}
+    if compute:
+        k = max(compute, key=compute.get)
+        out.update(compute_pct=compute[k], compute_metric=k)
+        pipes = {k: v for k, v in compute.items() if "pipe" in k}   # the busiest math pipe, issue aside
+        if pipes:
+            k = max(pipes, key=pipes.get)
+            out.update(math_pct=pipes[k], math_metric=k)
+    else:
+        v = M.num("sm__throughput.avg.pct_of_peak_sustained_elapsed")
+        out.update(compute_pct=v, compute_metric="sm__throughput.avg.pct_of_peak_sustained_elapsed" if v is not None else None)
+    if memory:
+        k = max(memory, key=memory.get)
+        out.update(memory_pct=memory[k], memory_metric=k)
+    else:
+        cands = {n: M.num(n) for n in ("gpu__compute_memory_throughput.avg.pct_of_peak_sustained_elapsed",
+                                      "dram__throughput.avg.pct_of_peak_sustained_elapsed",
+                                      "gpu__dram_throughput.avg.pct_of_peak_sustained_elapsed",
+                                      "lts__throughput.avg.pct_of_peak_sustained_elapsed",
+                                      "l1tex__throughput.avg.pct_of_peak_sustained_elapsed")}
+        cands = {k: v for k, v in cands.items() if v is not None}
+        if cands:
+            k = max(cands, key=cands.get)
+            out.update(memory_pct=cands[k], memory_metric=k)
+    return out
+
+
+_STALL_FAMILIES = (
+    re.compile(r"^smsp__average_warps_issue_stalled_(\w+?)_per_issue_active\.ratio$"),
+    re.compile(r"^smsp__average_warp_latency_issue_stalled_(\w+?)\.ratio$"),
+    re.compile(r"^smsp__pcsamp_warps_issue_stalled_(\w+)$"),
+)
+_NOT_STALLS = {"selected"}  # issuing, not waiting
+
+
+def stall_reasons(M: KernelMetrics) -> tuple[list[tuple[str, float, float]], str | None]:
+    """[(reason, value, share of all stalls in %)] most first, from whichever family the report has
+    (WarpStateStats averages, else sampled PCs), and the family's metric pattern."""
+    for fam in _STALL_FAMILIES:
+        vals = {k: v for k, v in M.matching(fam).items() if k not in _NOT_STALLS and not k.endswith("_not_issued")}
+        total = sum(vals.values())
+        if vals and total > 0:
+            ranked = sorted(((k, v, 100.0 * v / total) for k, v in vals.items()), key=lambda t: -t[1])
+            return ranked, fam.pattern
+    return [], None
+
+
+_OCC_LIMITERS = (("launch__occupancy_limit_registers", "registers"),
+                 ("launch__occupancy_limit_shared_mem", "shared memory"),
+                 ("launch__occupancy_limit_warps", "warps per block (block size)"),
+                 ("launch__occupancy_limit_blocks", "blocks per SM"),
+                 ("launch__occupancy_limit_barriers", "barriers"))
+
+
+def occupancy_limiter(M: KernelMetrics) -> tuple[str | None, float | None, dict]:
+    """The resource that allows the fewest blocks per SM, its block count, and all limits."""
+    limits = {m: M.num(m) for m, _ in _OCC_LIMITERS}
+    present = [(v, name, m) for m, name in _OCC_LIMITERS if (v := limits[m]) is not None]
+    if not present:
+        return None, None, limits
+    v, name, _ = min(present, key=lambda t: t[0])
+    return name, v, limits
+
+
+_FP32_OPS = {"FFMA": 2, "FADD": 1, "FMUL": 1, "FFMA2": 4, "FADD2": 2, "FMUL2": 2}
+_FP16_OPS = {"HFMA2": 4, "HADD2": 2, "HMUL2": 2}
+_HMMA = re.compile(r"^HMMA\.(16)(8)(\d+)")          # m16n8kK, one warp: 2*m*n*k FLOPs
+_HGMMA = re.compile(r"^HGMMA\.(\d+)x(\d+)x(\d+)")    # warpgroup MxNxK, counted once per warp of the four
+_OPCODE_COL = re.compile(r"^sass__thread_inst_executed_true_per_opcode\[(\w+)\]$")
+_MOD_COL = re.compile(r"^sass__inst_executed_per_opcode_with_modifier_all\[([\w.]+)\]$")
+
+
+def flops(M: KernelMetrics) -> dict:
+    """FLOPs the kernel executed, counted from SASS: FP32 (FFMA counts 2), FP16x2, and tensor-core
+    instructions with their shapes (HMMA.16816: 2*16*8*16 per warp; HGMMA.64xNx16: 2*64*N*16 per
+    warpgroup, i.e. per 4 warp-level executions)."""
+    out = {"fp32": None, "fp16": None, "tensor": None}
+    ffma = M.num("smsp__sass_thread_inst_executed_op_ffma_pred_on.sum")
+    fadd = M.num("smsp__sass_thread_inst_executed_op_fadd_pred_on.sum")
+    fmul = M.num("smsp__sass_thread_inst_executed_op_fmul_pred_on.sum")
+    per_op = {m.group(1): M.num(k) for k in M.row if (m := _OPCODE_COL.match(k))}
+    per_op = {k: v for k, v in per_op.items() if v is not None}
+    if ffma is not None and fadd is not None and fmul is not None:
+        out["fp32"] = 2 * ffma + fadd + fmul
+    elif per_op:
+        out["fp32"] = sum(per_op.get(op, 0.0) * n for op, n in _FP32_OPS.items())
+    if per_op:
+        out["fp16"] = sum(per_op.get(op, 0.0) * n for op, n in _FP16_OPS.items())
+    mods = {m.group(1): M.num(k) for k in M.row if (m := _MOD_COL.match(k))}
+    if mods:
+        t = 0.0
+        for name, count in mods.items():
+            if not count:
+                continue
+            if (h := _HMMA.match(name)):
+                t += count * 2 * int(h.group(1)) * int(h.group(2)) * int(h.group(3))
+            elif (g := _HGMMA.match(name)):
+                t += count * 2 * int(g.group(1)) * int(g.group(2)) * int(g.group(3)) / 4
+        out["tensor"] = t
+    return out
+
+
+
+def threads_per_instruction(M: KernelMetrics) -> tuple[float | None, str | None]:
+    """Active threads per executed warp instruction (32 = no divergence): WarpStateStats' ratio, else
+    the SASS counts (thread-level predicated-on over warp-level) that SourceCounters and
+    InstructionStats carry."""
+    v = M.num("smsp__thread_inst_executed_per_inst_executed.ratio")
+    if v is not None:
+        return v, "smsp__thread_inst_executed_per_inst_executed.ratio"
+    thr, warp = M.num("sass__thread_inst_executed_true_per_opcode"), M.num("sass__inst_executed_per_opcode")
+    if thr is not None and warp:
+        return thr / warp, "sass__thread_inst_executed_true_per_opcode / sass__inst_executed_per_opcode"
+    return None, None
+
+
+def local_share(M: KernelMetrics) -> tuple[float | None, dict]:
+    """Share of L1 traffic that is thread-local, from the finest counters the report has."""
+    for loc_names, glob_names in (
+            (("l1tex__t_sectors_pipe_lsu_mem_local_op_ld.sum", "l1tex__t_sectors_pipe_lsu_mem_local_op_st.sum"),
+             ("l1tex__t_sectors_pipe_lsu_mem_global_op_ld.sum", "l1tex__t_sectors_pipe_lsu_mem_global_op_st.sum")),
+            (("memory_l2_theoretical_sectors_local",), ("memory_l2_theoretical_sectors_global",)),
+            (("sass__inst_executed_local_loads", "sass__inst_executed_local_stores"),
+             ("sass__inst_executed_global_loads", "sass__inst_executed_global_stores"))):
+        loc = sum_or_none(*(M.num(n) for n in loc_names))
+        glob_ = sum_or_none(*(M.num(n) for n in glob_names))
+        if loc is not None and glob_ is not None:
+            ev = {n: M.num(n) for n in loc_names + glob_names}
+            return (loc / (loc + glob_) if loc + glob_ > 0 else 0.0), ev
+    return None, {}
+
+
+def bank_conflict_nway(M: KernelMetrics) -> list[tuple[str, float, dict]]:
+    """[(what, n-way, evidence)]: shared-memory wavefronts per ideal wavefront, per loads/stores from
+    the L1 counters, else for all shared accesses from SourceCounters' wavefront totals."""
+    out = []
+    for op, what in (("ld", "loads"), ("st", "stores")):
+        w = M.num(f"l1tex__data_pipe_lsu_wavefronts_mem_shared_op_{op}.sum")
+        k = M.num(f"l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_{op}.sum")
+        if w and k is not None and w > k:
+            out.append((what, w / (w - k), {f"l1tex__data_pipe_lsu_wavefronts_mem_shared_op_{op}.sum": w,
+                                            f"l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_{op}.sum": k}))
+    if not out:
+        w, ideal = M.num("memory_l1_wavefronts_shared"), M.num("memory_l1_wavefronts_shared_ideal")
+        if w and ideal:
+            out.append(("accesses", w / ideal, {"memory_l1_wavefronts_shared": w, "memory_l1_wavefronts_shared_ideal": ideal}))
+    return out
+
+
+def global_bytes_per_sector(M: KernelMetrics) -> list[tuple[str, float, dict]]:
+    """[(what, bytes used per 32-byte sector, evidence)] for global loads and stores, else for all
+    global accesses from SourceCounters' ideal vs actual L2 sectors."""
+    out = []
+    for op, what in (("ld", "loads"), ("st", "stores")):
+        name = f"smsp__sass_average_data_bytes_per_sector_mem_global_op_{op}.ratio"
+        b = M.num(name)
+        if b is not None and b > 0:
+            out.append((what, b, {name: rounded(b)}))
+    if not out:
+        act, ideal = M.num("memory_l2_theoretical_sectors_global"), M.num("memory_l2_theoretical_sectors_global_ideal")
+        if act and ideal is not None:
+            out.append(("accesses", SECTOR_BYTES * ideal / act,
+                        {"memory_l2_theoretical_sectors_global": act, "memory_l2_theoretical_sectors_global_ideal": ideal}))
+    return out
+
+
+def tensor_instructions(M: KernelMetrics) -> dict[str, float] | None:
+    """Tensor-core instructions executed, by opcode (HMMA, HGMMA, IMMA, ...), or None when the report
+    has no per-opcode counts. HFMA2.MMA (an FP16 FMA issued to the MMA pipe) is not one."""
+    ops = {k[len("sass__inst_executed_per_opcode["):-1]: M.num(k) for k in M.row
+           if k.startswith("sass__inst_executed_per_opcode[")}
+    if not ops:
+        return None
+    return {op: v for op, v in ops.items() if op.endswith("MMA") and v}
+
+
+def has_tensor_cores(M: KernelMetrics, device: str | None) -> bool:
+    """Compute capability 7.0 and up, except the Turing parts without them."""
+    major = M.num("device__attribute_compute_capability_major")
+    if major is None:
+        return False
+    return major >= 7 and not (device and re.search(r"GTX 16|MX\d", device))   # Turing TU11x lacks them
+
+
+# ----------------------------------------------------------------------------- one kernel's facts
+
+@dataclass
+class KernelFacts:
+    """What the findings and their advice rest on for one kernel; built by `kernel_facts`."""
+
+    M: KernelMetrics               # the raw metrics, by ncu name
+    tp: dict                       # `throughput(M)`: the busiest compute and memory units
+    sms: float | None
+    ctas: float | None
+    busy_fraction: float           # share of SMs with work (1 unless the grid is smaller than the GPU)
+    fill: float                    # share of one full wave of resident CTAs the grid provides (at most 1)
+    waves: float | None            # launch__waves_per_multiprocessor
+    stalls: list
+    stall_family: str | None
+    local_share: float | None
+    problem: dict | None
+    device: str | None
+    has_tensor_cores: bool
+
+
+def kernel_facts(row: dict, problem: dict | None = None) -> KernelFacts:
+    """The facts of one kernel (a row of a `lab.nsight.ncu.load_report` frame); `problem` is the
+    lab's problem dict (`Problem.to_dict()`) where it applies to this kernel, else None."""
+    M = KernelMetrics(row)
+    device = M.text("device__attribute_display_name") or plain(row.get("device"))
+    tp = throughput(M)
+    sms = M.num("device__attribute_multiprocessor_count", "launch__sm_count")
+    ctas = M.num("launch__grid_size")
+    busy = min(1.0, ctas / sms) if (ctas and sms) else 1.0
+    waves = M.num("launch__waves_per_multiprocessor")
+    fill = min(1.0, waves) if waves is not None else busy
+    stalls, fam = stall_reasons(M)
+    return KernelFacts(M, tp, sms, ctas, busy, fill, waves, stalls, fam, local_share(M)[0], problem, device,
+                       has_tensor_cores(M, device))
+
+
+def flop_rates(c: KernelFacts) -> dict:
+    """Achieved FLOP/s against the device's FP32 and tensor peaks (SASS counts; the problem's FLOPs
+    when the lab made the report)."""
+    M = c.M
+    d = M.num("gpu__time_duration.sum")
+    if not d:
+        return {}
+    f = flops(M)
+    peaks = peaks_for(c.device)
+    ev = {}
+    if f["fp32"] is not None:
+        tf = f["fp32"] / d / 1e3
+        ev["lab__fp32_tflops"] = rounded(tf, 3)
+        if peaks:
+            ev["lab__fp32_pct_of_peak"] = rounded(100 * tf / peaks.fp32_tflops, 1)
+    if f["tensor"]:
+        tf = f["tensor"] / d / 1e3
+        ev["lab__tensor_tflops"] = rounded(tf, 2)
+        if peaks:
+            ev["lab__tensor_pct_of_fp16_peak"] = rounded(100 * tf / peaks.tensor_fp16_tflops, 1)
+    if c.problem and c.problem.get("flops"):
+        tf = float(c.problem["flops"]) / d / 1e3
+        ev["lab__problem_tflops"] = rounded(tf, 2)
+        if peaks:
+            dt = c.problem.get("dtype", "float32")
+            peak = peaks.fp32_tflops if dt == "float32" else peaks.tensor_fp16_tflops
+            ev[f"lab__problem_pct_of_{'fp32' if dt == 'float32' else 'tensor'}_peak"] = rounded(100 * tf / peak, 2)
+    return ev

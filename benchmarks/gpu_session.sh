@@ -21,6 +21,13 @@ for s in $STEPS; do
                 step "profile_$v" env LAB_PROFILES=$PWD/profiles/examples lab profile --variant $v ${PROFILE_ARGS:-} --no-report
               done ;;
     bench)    step bench lab bench --variant "${BENCH_VARIANTS:-all}" ${BENCH_ARGS:-} ;;
+    results)  # the side-by-side tables behind benchmarks/RESULTS.md, appended as Markdown
+              md=$OUT/RESULTS.part.md
+              step results_ladder lab bench --variant all --markdown "$md"
+              step results_fp32 lab bench --variant v3,v4 --shape 8,16,2048,64 --markdown "$md"
+              for shape in 8,32,4096,64 8,16,4096,128; do for mask in --no-causal --causal; do
+                step "results_v5_${shape//,/x}${mask}" lab bench --variant v5 --shape $shape $mask --markdown "$md"
+              done; done ;;
   esac
 done
 (cd profiles && tar cJf "$OUT/examples.tar.xz" examples) 2>/dev/null

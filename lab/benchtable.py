@@ -111,8 +111,7 @@ def markdown_ladder(result: dict, title: str | None = None) -> str:
             if (b["backend"], b["dtype"]) not in backends:
                 backends.append((b["backend"], b["dtype"]))
     head = ["rung", "problem", "median ms (± std)", "TFLOP/s", "vs previous"]
-    head += [f"SDPA {b} {d.replace('float', 'fp')} ms" for b, d in backends]
-    head += [f"speed-up vs SDPA {b} {d.replace('float', 'fp')}" for b, d in backends]
+    head += [f"SDPA {b} {d.replace('float', 'fp')}: ms (speed-up)" for b, d in backends]
     lines += ["| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
     for row in result["rows"]:
         if "timing" not in row:
@@ -122,9 +121,9 @@ def markdown_ladder(result: dict, title: str | None = None) -> str:
         by = {(b["backend"], b["dtype"]): b for b in row["baselines"]}
         cells = [row["variant"], row["problem"]["label"], f"{tm['median']:.4g} (± {tm['std']:.2g})",
                  f"{row['tflops']:.3g}", f"{row['speedup_vs_previous']:.2f}x" if "speedup_vs_previous" in row else ""]
-        cells += [f"{by[k]['median_ms']:.4g}" if k in by and by[k]["status"] == "ok" else "n/a" for k in backends]
-        cells += [f"{by[k]['ratio']:.3g}x" if k in by and by[k]["status"] == "ok" else "n/a" for k in backends]
+        cells += [f"{by[k]['median_ms']:.4g} ({by[k]['ratio']:.3g}x)" if k in by and by[k]["status"] == "ok" else "n/a"
+                  for k in backends]
         lines.append("| " + " | ".join(cells) + " |")
-    lines += ["", "speed-up vs SDPA = the backend's median time / the rung's (above 1: the rung is faster); "
+    lines += ["", "speed-up = the backend's median time / the rung's (above 1: the rung is faster); "
               "n/a = the backend cannot run this shape or dtype.", ""]
     return "\n".join(lines)

@@ -78,5 +78,5 @@ def test_markdown_ladder_marks_unavailable_backends_and_failed_rungs():
     text = markdown_ladder(result)
     assert "commit 0123456789 (with uncommitted changes)" in text
     v1_row = next(line for line in text.splitlines() if line.startswith("| v1"))
-    assert "| 0.5x | n/a |" in v1_row
+    assert "| 1 (0.5x) | n/a |" in v1_row
     assert "FAILED its check" in text

@@ -323,5 +323,10 @@ def test_v1_grid_of_b_times_h_is_sent_to_the_query_split():
     (a,) = analysis.analyze_report(rep, problem=man["problem"])
     p = man["problem"]
     assert a.metrics["launch__grid_size"] == p["batch"] * p["heads"]
-    assert a.bottleneck == "small-grid", [(f.cls, round(f.rank, 1)) for f in a.findings]
-    assert "B*H" in a.findings[0].advice and "v3" in a.findings[0].advice
+    # Nsight's own estimate for v1's 21-way shared-store bank conflicts (80%) may outrank the lab's
+    # small-grid model (the unfilled wave times the distance to the roof); the grid must still be
+    # named, near the top, with the ladder's next step -- the rule the planted kernels follow too.
+    ranked = [f.cls for f in a.findings]
+    assert "small-grid" in ranked[:2], [(f.cls, round(f.rank, 1)) for f in a.findings]
+    grid = a.findings[ranked.index("small-grid")]
+    assert "B*H" in grid.advice and "v3" in grid.advice

@@ -360,15 +360,10 @@ def _default_arch() -> str:
 # ---------------------------------------------------------------------------------------------
 
 def require_cuda_torch(command: str = "build") -> None:
-    try:
-        import torch
-    except ImportError:
-        raise LabError(f"`lab {command}` needs PyTorch with CUDA; torch is not installed",
-                       hint="`lab build --ptxas-only` reports registers and spills with nvcc alone") from None
-    if not torch.cuda.is_available():
-        why = "this torch is a CPU-only build" if torch.version.cuda is None else "no CUDA GPU is visible"
-        raise LabError(f"no CUDA GPU: `lab {command}` needs one to build and load the extension ({why})",
-                       hint="`lab build --ptxas-only` reports registers, shared memory and spills without a GPU")
+    """Building and loading the extension needs CUDA torch and a GPU; the ptxas report does not."""
+    from lab.environment import require_gpu
+
+    require_gpu(command, hint="`lab build --ptxas-only` reports registers, shared memory and spills without a GPU")
 
 
 def build(variant: Variant, arch: str | None = None, verbose: bool = False,

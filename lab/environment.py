@@ -22,17 +22,18 @@ def _run(cmd: list[str], timeout: float = 20) -> str | None:
         return None
 
 
-def require_gpu(command: str) -> None:
+_NO_GPU_HINT = "`lab report` and `lab analyze` work without a GPU; `lab doctor` says what is missing"
+
+
+def require_gpu(command: str, hint: str = _NO_GPU_HINT) -> None:
     """Refuse a GPU command on a machine without a CUDA GPU (exit 2, with the reason)."""
     try:
         import torch
     except ImportError:
-        raise LabError(f"`lab {command}` needs PyTorch with CUDA; torch is not installed",
-                       hint="pip install torch (a CUDA build) on a machine with an NVIDIA GPU") from None
+        raise LabError(f"`lab {command}` needs PyTorch with CUDA; torch is not installed", hint=hint) from None
     if not torch.cuda.is_available():
         why = "this torch is a CPU-only build" if torch.version.cuda is None else "no CUDA GPU is visible"
-        raise LabError(f"`lab {command}` needs an NVIDIA GPU: {why} (torch {torch.__version__})",
-                       hint="`lab report` and `lab analyze` work without a GPU; `lab doctor` says what is missing")
+        raise LabError(f"`lab {command}` needs an NVIDIA GPU: {why} (torch {torch.__version__})", hint=hint)
 
 
 def require_compute_capability(variant, index: int = 0) -> None:

@@ -238,4 +238,4 @@ def test_build_bad_input_exits_2(args, message):
 def test_build_without_gpu_exits_2_and_names_ptxas_only():
     res = _lab("build", "--variant", "v1")
     assert res.returncode == 2, res.stderr
-    assert "no CUDA GPU" in res.stderr and "--ptxas-only" in res.stderr and "Traceback" not in res.stderr
+    assert "needs an NVIDIA GPU" in res.stderr and "--ptxas-only" in res.stderr and "Traceback" not in res.stderr

@@ -224,16 +224,24 @@ def _nvtx_events(ev: EventTables, pairs: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
-def launch_overhead(nvtx_events: pd.DataFrame, range_name: str, launches_per_range: int | None = None) -> dict | None:
+def launch_overhead(nvtx_events: pd.DataFrame, range_name: str, launches_per_range: int | None = None,
+                    kernel_events: pd.DataFrame | None = None) -> dict | None:
     """Per launch, the range's time not covered by its kernels: (span - GPU busy) / launches, median
     over the range's instances. Launches per instance: `launches_per_range` (the child's --repeat),
-    else the kernels counted in it. Near the kernels' own time, the rung is launch-bound."""
+    else the kernels counted in it. Near the kernels' own time, the rung is launch-bound.
+
+    With the kernel events, the total is split in two, because they mean different things: the
+    delay from the range's start to its first kernel (one-off: the first launch, and under
+    torch.profiler the profiler's own start-up) and the median idle gap between consecutive kernels
+    (the steady-state cost of a launch, which is what a launch-bound kernel pays every time)."""
     inst = nvtx_events[(nvtx_events["name"] == range_name) & (nvtx_events["kernels"] > 0)]
     if inst.empty:
         return None
     launches = inst["kernels"] if not launches_per_range else pd.Series(launches_per_range, index=inst.index)
     per_launch = (inst["span_ns"] - inst["kernel_busy_ns"]) / launches
-    return {"range": range_name, "instances": int(len(inst)),
+    split = _overhead_split(inst, kernel_events[kernel_events["nvtx_range"] == range_name]
+                            if kernel_events is not None and "nvtx_range" in kernel_events else None)
+    return {"range": range_name, "instances": int(len(inst)), **split,
             "launches_per_instance": int(launches_per_range) if launches_per_range else None,
             "kernels_per_instance_median": float(inst["kernels"].median()),
             "span_ns_median": float(inst["span_ns"].median()),
@@ -241,6 +249,18 @@ def launch_overhead(nvtx_events: pd.DataFrame, range_name: str, launches_per_ran
             "launch_overhead_ns": float(per_launch.median()),
             "launch_overhead_ns_min": float(per_launch.min()),
             "launch_overhead_ns_max": float(per_launch.max())}
+
+
+def _overhead_split(instances: pd.DataFrame, kernels: pd.DataFrame | None) -> dict:
+    if kernels is None or kernels.empty:
+        return {}
+    starts = kernels["start_ns"].to_numpy()
+    delays = [int(starts[(starts >= r.start_ns) & (starts <= r.end_ns)].min()) - int(r.start_ns)
+              for r in instances.itertuples() if ((starts >= r.start_ns) & (starts <= r.end_ns)).any()]
+    ordered = kernels.sort_values("start_ns")
+    gaps = (ordered["start_ns"].to_numpy()[1:] - ordered["end_ns"].to_numpy()[:-1]).clip(min=0)
+    return {"first_kernel_delay_ns_median": float(pd.Series(delays).median()) if delays else None,
+            "kernel_gap_ns_median": float(pd.Series(gaps).median()) if len(gaps) else None}
 
 
 def from_events(ev: EventTables, reason: str | None = None, input_format: str = "",
@@ -255,7 +275,7 @@ def from_events(ev: EventTables, reason: str | None = None, input_format: str = 
     nvtx_events = _nvtx_events(ev, pairs)
     innermost = _innermost_range(ev, pairs)
     kernel_events = ev.kernels.assign(duration_ns=ev.kernels["end_ns"] - ev.kernels["start_ns"], nvtx_range=innermost)
-    overhead = launch_overhead(nvtx_events, range_name, launches_per_range) if range_name else None
+    overhead = launch_overhead(nvtx_events, range_name, launches_per_range, kernel_events) if range_name else None
     return Timeline(
         source=ev.source, reason=reason,
         kernels=summarize(ev.kernels, ["name"]),

@@ -439,3 +439,20 @@ def test_capture_window_overhead_equals_sql():
     over = capture_window_overhead(nsys.read_sqlite(path), launches=1)
     assert over["launch_overhead_ns"] == (k_end - call_start) - (k_end - k_start)
     assert "capture window" in over["range"]
+
+
+def test_launch_overhead_splits_first_kernel_delay_from_steady_gaps():
+    """Arithmetic of the split on a hand-made event list (not a stand-in for an nsys file): one range
+    of 3 launches starting 1000 ns before the first kernel, kernels 100 ns long and 10/30 ns apart."""
+    import pandas as pd
+
+    from lab.timeline import launch_overhead
+
+    nvtx = pd.DataFrame({"name": ["r"], "start_ns": [0], "end_ns": [1500], "kernels": [3],
+                         "kernel_busy_ns": [300], "span_ns": [1340]})
+    kernels = pd.DataFrame({"nvtx_range": ["r"] * 3, "start_ns": [1000, 1110, 1240], "end_ns": [1100, 1210, 1340]})
+    lo = launch_overhead(nvtx, "r", 3, kernels)
+    assert lo["launch_overhead_ns"] == (1340 - 300) / 3
+    assert lo["first_kernel_delay_ns_median"] == 1000
+    assert lo["kernel_gap_ns_median"] == 20  # gaps 10 and 30
+    assert "kernel_gap_ns_median" not in launch_overhead(nvtx, "r", 3)

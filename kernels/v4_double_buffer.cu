@@ -1,36 +1,41 @@
-// v4_double_buffer: v3 plus a two-stage cp.async pipeline for the K/V tiles (and, at D=64 only, a smaller tile).
+// v4_double_buffer: v3 plus cp.async K/V loads that run under the compute: at D=64 FlashAttention-2's
+// interleaved K/V schedule on v3's own tile and buffers, at D=32/128 two stages of K and V.
 //
-// What changed: sK and sV have two stages. While the CTA computes S = Q K_j^T, the softmax and
-//   O += P V_j on stage j % 2, the copy engine of the LSU (cp.async.cg, 16 bytes per thread per
-//   instruction, global -> shared without passing through registers or L1) is already filling
-//   stage (j + 1) % 2 with tile j + 1. Each thread commits one cp.async group per tile and waits
-//   (cp.async.wait_group 1) only for the tile it is about to use; rows past seqlen_k are zero-filled
-//   by the copy itself (src-size 0), as v3's loads wrote zeros. The Q tile is still loaded by
-//   v3's synchronous float4 copy (it is scaled on the way in, which cp.async cannot do), issued
-//   after the first K/V tile's copies so the two overlap. Thread layout, padded shared layouts
-//   and the compute are v3's, so `diff v3_unrolled.cu v4_double_buffer.cu` shows the pipeline.
-//   The D=64 tile differs: v3's 128 x 64 tile with two stages needs 136 KB, 1 CTA per SM
-//   (measured 13% slower), so v4 runs 128 x 32 (TM8 TN4, d loop unrolled by 4, key loop by 2:
-//   87 KB, 2 CTAs/SM). kPChunk (P staged 16 keys at a time, 112 KB) fits 128 x 64 twice; measured
-//   0.97x, it stays a tuning candidate.
-// Bottleneck attacked: in v3 every K/V tile is loaded between two barriers (global -> register ->
-//   shared), so all warps of a CTA stall on the load (long scoreboard) and then on the barrier,
-//   once per tile; only the other CTAs on the SM (2-3 in v3) can issue meanwhile. Here the load of
-//   tile j + 1 overlaps the compute of tile j inside each CTA, and the load no longer needs
-//   registers or issue slots for the shared stores.
-// Predicted gain (written before the first timing): 1.1-1.3x over v3 at B=8,H=16,N=1024,D=64.
-//   Not more: v3 already overlaps one CTA's loads with the others' compute, and the second stage
-//   costs 17 KB of shared memory per CTA at D=64, which may cost one CTA per SM (v3's 3 -> 2).
+// What changed: K and V tiles are copied global -> shared with cp.async.cg (16 bytes per thread per
+//   instruction, through neither registers nor L1) instead of v3's LDG + STS pairs between two
+//   barriers, and each copy is issued a whole matrix product before its data is needed. Rows past
+//   seqlen_k are zero-filled by the copy itself (src-size 0), as v3's loads wrote zeros; full tiles
+//   use the form without the size operand. The Q tile keeps v3's synchronous float4 copy (it is
+//   scaled on the way in, which cp.async cannot do), issued after the first K copy so they overlap.
+//   Two schedules (V4Config's kStages), the thread layout, padded layouts and compute are v3's:
+//   - kStages = 1, interleaved (FlashAttention-2's load order), the D=64 default: v3's exact tile
+//     (128 x 64, TM8 TN8), single sK and sV and v3's 103 KB, so the same 2 CTAs per SM. Before the
+//     loop K(0) is issued; in iteration j: wait for K(j), barrier, issue V(j) into sV, compute
+//     S = Q K(j)^T and the softmax; wait for V(j), barrier (every warp is done reading sK), issue
+//     K(j+1) into sK, compute O += P V(j); the next iteration's first barrier comes before V(j+1)
+//     overwrites sV. Two barriers per tile, as in v3, and one cp.async group in flight at a time.
+//   - kStages = 2, double-buffered, the D=32/128 default: sK and sV have two stages; while tile j
+//     is computed, tile j+1 fills the other stage (cp.async.wait_group 1 waits only for tile j).
+//     At D=64 it does not fit v3's tile twice at 2 CTAs/SM (136 KB: 1 CTA/SM, 13% slower), and the
+//     tiles that fit (128 x 32, P in chunks, one 256 x 64 CTA) cost as much as it saved (0.97-1.00x).
+// Bottleneck attacked (v3's profile, profiles/examples/*-v3-B8-H16-N1024-D64-float32, H200): v3 is
+//   issue-bound (73% of issue slots, FMA pipe 64%), and every K/V tile is loaded global -> register
+//   -> shared between two barriers, so a CTA's warps stall on the load (long scoreboard: 1.9% of
+//   stall samples) and the barrier (1.5%) once per tile while only the other CTA on the SM issues;
+//   the copies also take issue slots (16 LDG + 16 STS per thread per tile plus the zero-fill
+//   selects). Here no warp waits on a load it did not hide under a matrix product, and the copies
+//   issue 16 LDGSTS per tile per thread with no register staging.
+// Predicted gain: first two-stage design (written before its first timing): 1.1-1.3x over v3 at
+//   B=8,H=16,N=1024,D=64. Interleaved schedule at D=64 (written before its first timing, run 6):
+//   1.01-1.03x over v3 there (0.82-0.835 ms against 0.844): at most the 1.9% long-scoreboard stalls
+//   and the ~0.4% of issued instructions the LDG/STS pairs cost; the barrier stalls stay (same two
+//   barriers per tile) and the inner loops are v3's, so the FMA pipe (64%) cannot move much.
 // Measured (NVIDIA H200, 2026-11-21, `lab bench`: median of 30, L2 flushed; benchmarks/fp32_notes.md):
-//   B=8,H=16,N=1024,D=64: 0.852 ms, 40.3 TFLOP/s, 0.99x v3 -- the prediction (1.1-1.3x) missed, and
-//   this rung is NOT faster than v3 on the default shape. N=2048: 3.348 ms, 0.99x v3, 1.18x SDPA
-//   efficient fp32; causal 1.00x v3. D=32: 1.03x v3; D=128: 1.04x v3. Why (ncu, both defaults):
-//   v3 is not waiting on its loads -- long-scoreboard stalls are 1.9% of its samples, issue slots
-//   73% used, FMA pipe 64%. The pipeline halves them (0.9%) and cuts short-scoreboard 8.0% -> 6.2%,
-//   but the 128 x 32 tile issues 4% more instructions (25% more shared loads per FFMA) than v3's
-//   128 x 64, and every other v4 tile measured costs as much: 128 x 64 with P chunks 0.97x, one
-//   8-warp CTA of 256 x 64 1.00x (0.9x causal). At equal tile the pipeline gains 6-7% (128 x 32:
-//   0.854 ms vs v3's 0.912). Next: the FFMA pipe is the wall (lab analyze: compute-bound) -> v5.
+//   two-stage design (run 5): B=8,H=16,N=1024,D=64 with a 128 x 32 tile: 0.852 ms, 0.99x v3 -- NOT
+//   faster than v3 there; D=32: 1.03x v3; D=128: 1.04x v3. ncu: the pipeline halved v3's
+//   long-scoreboard stalls (1.9% -> 0.9%) but the 128 x 32 tile issued 4% more instructions (25% more
+//   shared loads per FFMA) than v3's 128 x 64. At equal tile the pipeline gained 6-7% (128 x 32:
+//   0.854 ms vs v3's 0.912). Interleaved schedule at D=64 (run 6): pending.
 // Profile: lab profile --variant v4
 //
 // Layout: Q, K, V, O are (B, H, N, D) contiguous fp32 with 16-byte aligned base pointers (the
@@ -45,7 +50,7 @@
 // tid % 8), so warp w holds ty = 4w..4w+3 and every query row of the tile belongs to one warp:
 // row reductions are shuffles among the 8 lanes of a row, and the P a warp writes it reads back.
 template <int D_, int TM_, int TN_, int THREADS_, int MIN_BLOCKS_, int D_UNROLL_ = 1, int N_UNROLL_ = 1,
-          int P_CHUNK_ = 0>
+          int P_CHUNK_ = 0, int KV_STAGES_ = 1>
 struct V4Config {
   static constexpr int D = D_;
   static constexpr int TM = TM_;              // query rows per thread (strided by kThreadsY)
@@ -66,7 +71,9 @@ struct V4Config {
   static constexpr int kPChunk = P_CHUNK_ ? P_CHUNK_ : BN;  // keys of P staged in shared memory at a time
   static constexpr int PP = kPChunk + 8;      // sP pitch: row step 8 (or 24) banks, so the scalar stores of
                                               // a warp (4 rows x 8 columns) hit 32 distinct banks
-  static constexpr int kStages = 2;           // K/V tiles in flight: the one in use and the next
+  // 1: FlashAttention-2's schedule on v3's single sK and sV (V(j) flies under S = Q K(j)^T, K(j+1)
+  // under O += P V(j)); 2: two stages of each (tile j+1 flies under all of tile j's compute).
+  static constexpr int kStages = KV_STAGES_;
   static constexpr size_t kSmemFloats =
       (size_t)BM * QP + kStages * ((size_t)BN * KP + (size_t)BN * VP) + (size_t)BM * PP;
   static constexpr size_t kSmemBytes = kSmemFloats * sizeof(float);
@@ -74,6 +81,7 @@ struct V4Config {
   static_assert(D % 32 == 0, "D must be 32, 64 or 128");
   static_assert(QP % 4 == 0 && KP % 4 == 0 && VP % 4 == 0 && PP % 4 == 0, "16-byte aligned rows");
   static_assert(kPChunk % 16 == 0 && BN % kPChunk == 0, "P chunks of 16, 32 or 64 keys that tile BN");
+  static_assert(kStages == 1 || kStages == 2, "K/V stages: 1 (interleaved) or 2 (double-buffered)");
 };
 
 namespace v4 {
@@ -111,13 +119,24 @@ __device__ __forceinline__ void load_tile(float* __restrict__ dst, const float* 
 
 // The same tile (ROWS rows of D floats, `valid` in range) copied with cp.async: 16 bytes per thread
 // per instruction, straight into shared memory. Rows >= valid are zero-filled by the copy (src-size
-// 0 reads nothing; the source address stays the tile's first row, which is always in range).
+// 0 reads nothing; the source address stays the tile's first row, which is always in range). Full
+// tiles (all but a ragged last one; `valid` is uniform, so the branch is too) take the form without
+// the size operand: no per-chunk compare and select, which count in a kernel bound by issue slots.
 template <int ROWS, int D, int PITCH, int THREADS>
 __device__ __forceinline__ void load_tile_async(float* __restrict__ dst, const float* __restrict__ src, int valid,
                                                 int tid) {
   constexpr int kChunksPerRow = D / 4;
   constexpr int kChunks = ROWS * kChunksPerRow;
   static_assert(kChunks % THREADS == 0, "every thread copies the same number of chunks");
+  if (valid >= ROWS) {
+#pragma unroll
+    for (int it = 0; it < kChunks / THREADS; ++it) {
+      const int c = it * THREADS + tid;
+      const int row = c / kChunksPerRow, col4 = c % kChunksPerRow;
+      lab_cp_async_16(lab_smem_addr(dst + row * PITCH + col4 * 4), src + 4 * c);
+    }
+    return;
+  }
 #pragma unroll
   for (int it = 0; it < kChunks / THREADS; ++it) {
     const int c = it * THREADS + tid;
@@ -141,8 +160,8 @@ attention_fwd_v4_kernel(const float* __restrict__ q,  // [B, H, seqlen_q, D]
   constexpr int TY = C::kThreadsY;
   extern __shared__ __align__(16) float smem[];
   float* sQ = smem;                          // [BM][QP]  this CTA's query rows, scaled by softmax_scale*log2(e)
-  float* sK_stages = sQ + BM * C::QP;        // [2][BN][KP]  key tiles j and j + 1
-  float* sV_stages = sK_stages + C::kStages * BN * C::KP;  // [2][BN][VP]  value tiles j and j + 1
+  float* sK_stages = sQ + BM * C::QP;        // [kStages][BN][KP]  key tile j (and j + 1)
+  float* sV_stages = sK_stages + C::kStages * BN * C::KP;  // [kStages][BN][VP]  value tile j (and j + 1)
   float* sP = sV_stages + C::kStages * BN * C::VP;         // [BM][PP]  probabilities of tile j (each warp its rows)
 
   const int tid = threadIdx.x;
@@ -159,9 +178,10 @@ attention_fwd_v4_kernel(const float* __restrict__ q,  // [B, H, seqlen_q, D]
   // Under causal masking no key past the tile's last query row is visible, so stop there.
   const int kv_end = causal ? min(seqlen_k, q0 + BM) : seqlen_k;
   const int num_kv_tiles = lab_cdiv(kv_end, BN);
-  // Tile 0's copies go out first, so that they overlap the synchronous Q load below.
+  // Tile 0's copies go out first, so that they overlap the synchronous Q load below (interleaved:
+  // K(0) only; V(0) goes out at the top of the first iteration, like every V).
   v4::load_tile_async<BN, D, C::KP, C::kThreads>(sK_stages, k_bh, seqlen_k, tid);
-  v4::load_tile_async<BN, D, C::VP, C::kThreads>(sV_stages, v_bh, seqlen_k, tid);
+  if constexpr (C::kStages == 2) v4::load_tile_async<BN, D, C::VP, C::kThreads>(sV_stages, v_bh, seqlen_k, tid);
   lab_cp_async_commit();
   // The barrier at the top of the K/V loop orders these writes before any read of sQ.
   v4::load_tile<BM, D, C::QP, C::kThreads>(sQ, q_bh + (size_t)q0 * D, seqlen_q - q0, tid,
@@ -180,9 +200,16 @@ attention_fwd_v4_kernel(const float* __restrict__ q,  // [B, H, seqlen_q, D]
 
   for (int tile = 0; tile < num_kv_tiles; ++tile) {
     const int k0 = tile * BN;
-    const float* sK = sK_stages + (tile % 2) * BN * C::KP;
-    const float* sV = sV_stages + (tile % 2) * BN * C::VP;
-    if (tile + 1 < num_kv_tiles) {
+    float* sK = sK_stages + (C::kStages == 2 ? (tile % 2) * BN * C::KP : 0);
+    float* sV = sV_stages + (C::kStages == 2 ? (tile % 2) * BN * C::VP : 0);
+    if constexpr (C::kStages == 1) {
+      // Interleaved (FlashAttention-2): one cp.async group is in flight at a time, K(tile) here.
+      lab_cp_async_wait<0>();  // this thread's copies of K(tile) have landed
+      __syncthreads();  // everyone's K(tile) (and, on the first, sQ) is visible, and every warp is done
+                        // reading V(tile - 1) and its P rows, so sV may be refilled
+      v4::load_tile_async<BN, D, C::VP, C::kThreads>(sV, v_bh + (size_t)k0 * D, seqlen_k - k0, tid);
+      lab_cp_async_commit();  // V(tile) flies while S = Q K(tile)^T and the softmax run
+    } else if (tile + 1 < num_kv_tiles) {
       // Prefetch tile + 1 into the other stage: the barrier at the end of the previous iteration
       // guarantees every warp is done reading it.
       const int next_k0 = k0 + BN;
@@ -192,10 +219,11 @@ attention_fwd_v4_kernel(const float* __restrict__ q,  // [B, H, seqlen_q, D]
                                                     v_bh + (size_t)next_k0 * D, seqlen_k - next_k0, tid);
       lab_cp_async_commit();
       lab_cp_async_wait<1>();  // this thread's copies of `tile` have landed; tile + 1 may still fly
+      __syncthreads();  // every thread's copies of `tile` (and, on the first, sQ) are visible
     } else {
       lab_cp_async_wait<0>();
+      __syncthreads();
     }
-    __syncthreads();  // every thread's copies of `tile` (and, on the first, sQ) are visible
 
     // S = Q K^T for this thread's TM x TN scores, four d at a time from 16-byte shared loads.
     float s[TM][TN];
@@ -259,6 +287,15 @@ attention_fwd_v4_kernel(const float* __restrict__ q,  // [B, H, seqlen_q, D]
 #pragma unroll
       for (int c = 0; c < 4 * G; ++c) acc_o[i][c] *= rescale;
     }
+    if constexpr (C::kStages == 1) {
+      lab_cp_async_wait<0>();  // this thread's copies of V(tile) have landed
+      __syncthreads();  // everyone's V(tile) is visible, and every warp is done reading K(tile)
+      if (tile + 1 < num_kv_tiles) {
+        const int next_k0 = k0 + BN;
+        v4::load_tile_async<BN, D, C::KP, C::kThreads>(sK, k_bh + (size_t)next_k0 * D, seqlen_k - next_k0, tid);
+        lab_cp_async_commit();  // K(tile + 1) flies while O += P V(tile) runs
+      }
+    }
     // O += P V. P goes through shared memory (each warp its own rows: a row's probabilities are
     // spread over its 8 lanes, and every lane needs all of them), kPChunk keys at a time.
 #pragma unroll
@@ -297,7 +334,8 @@ attention_fwd_v4_kernel(const float* __restrict__ q,  // [B, H, seqlen_q, D]
       }
       if (c0 + C::kPChunk < BN) __syncwarp();  // the chunk is read before the next one overwrites it
     }
-    __syncthreads();  // every warp is done with this stage (and its P) before it is refilled
+    // Interleaved: the barrier at the top of the next iteration fences sV and sP before V(tile + 1).
+    if constexpr (C::kStages == 2) __syncthreads();  // every warp is done with this stage (and its P)
   }
 
   // Every row saw key 0, so its sum is >= 1 after the reduction over its 8 lanes.
@@ -323,12 +361,12 @@ attention_fwd_v4_kernel(const float* __restrict__ q,  // [B, H, seqlen_q, D]
 namespace v4 {
 
 // The configurations the launcher uses, per head_dim (ptxas for sm_90a: registers; shared memory
-// decides CTAs per SM). benchmarks/fp32_notes.md has the measurements behind the choice.
-//                                  D  TM TN threads minCTAs   BM x BN  regs  smem     CTAs/SM
-using Default32 = V4Config<32, 8, 8, 128, 2, 4, 2>;       // 128 x 64  254   88.0 KB  2
-using Default64 = V4Config<64, 8, 4, 128, 2, 4, 2>;       // 128 x 32  220   87.0 KB  2 (v3's 128 x 64 tile
-                                                          // needs P chunks to fit twice: slower, run 3)
-using Default128 = V4Config<128, 4, 4, 128, 2, 4, 2>;     //  64 x 32  240  108.0 KB  2
+// decides CTAs per SM). benchmarks/fp32_notes.md has the measurements behind the choice. Stages 1:
+// v3's tile and footprint with K and V interleaved; 2: two stages of each.
+//                                  D  TM TN threads minCTAs        BM x BN  stages  regs  smem     CTAs/SM
+using Default32 = V4Config<32, 8, 8, 128, 2, 4, 2, 0, 2>;   // 128 x 64  2       254   88.0 KB  2
+using Default64 = V4Config<64, 8, 8, 128, 2, 1, 2>;         // 128 x 64  1       254  103.0 KB  2 (v3's)
+using Default128 = V4Config<128, 4, 4, 128, 2, 4, 2, 0, 2>; //  64 x 32  2       240  108.0 KB  2
 
 template <class C>
 const char* launch(const LabAttentionArgs* args, cudaStream_t stream) {
@@ -349,27 +387,25 @@ const char* launch_tuning(const LabAttentionArgs* args, cudaStream_t stream, int
   switch (args->head_dim) {
     case 32:
       switch (config) {
-        case 0: return launch<V4Config<32, 8, 8, 128, 2, 4, 2>>(args, stream);
-        case 1: return launch<V4Config<32, 8, 8, 128, 2, 1, 1>>(args, stream);
-        case 2: return launch<V4Config<32, 8, 8, 128, 2, 2, 2>>(args, stream);
-        default: return "v4 tuning build: config out of range for head_dim 32 (0-2)";
+        case 0: return launch<V4Config<32, 8, 8, 128, 2, 4, 2, 0, 2>>(args, stream);
+        case 1: return launch<V4Config<32, 8, 8, 128, 2, 4, 2>>(args, stream);
+        default: return "v4 tuning build: config out of range for head_dim 32 (0-1)";
       }
     case 64:
       switch (config) {
-        case 0: return launch<V4Config<64, 8, 8, 256, 1, 1, 2>>(args, stream);
-        case 1: return launch<V4Config<64, 8, 8, 256, 1, 2, 2>>(args, stream);
-        case 2: return launch<V4Config<64, 8, 8, 256, 1, 1, 2, 16>>(args, stream);
-        case 3: return launch<V4Config<64, 8, 8, 128, 2, 1, 4, 16>>(args, stream);
+        case 0: return launch<V4Config<64, 8, 8, 128, 2, 1, 2>>(args, stream);
+        case 1: return launch<V4Config<64, 8, 8, 128, 2, 2, 2>>(args, stream);
+        case 2: return launch<V4Config<64, 8, 8, 128, 2, 2, 1>>(args, stream);
+        case 3: return launch<V4Config<64, 8, 8, 128, 2, 1, 1>>(args, stream);
         case 4: return launch<V4Config<64, 8, 4, 128, 2, 4, 2>>(args, stream);
-        case 5: return launch<V4Config<64, 8, 8, 128, 2, 1, 2, 16>>(args, stream);
+        case 5: return launch<V4Config<64, 8, 4, 128, 2, 4, 2, 0, 2>>(args, stream);
         default: return "v4 tuning build: config out of range for head_dim 64 (0-5)";
       }
     case 128:
       switch (config) {
-        case 0: return launch<V4Config<128, 4, 4, 128, 2, 4, 2>>(args, stream);
-        case 1: return launch<V4Config<128, 4, 4, 128, 2, 1, 1>>(args, stream);
-        case 2: return launch<V4Config<128, 4, 4, 128, 2, 2, 2>>(args, stream);
-        default: return "v4 tuning build: config out of range for head_dim 128 (0-2)";
+        case 0: return launch<V4Config<128, 4, 4, 128, 2, 4, 2, 0, 2>>(args, stream);
+        case 1: return launch<V4Config<128, 4, 4, 128, 2, 4, 2>>(args, stream);
+        default: return "v4 tuning build: config out of range for head_dim 128 (0-1)";
       }
     default: return "v4 tuning build: head_dim 32, 64 or 128";
   }

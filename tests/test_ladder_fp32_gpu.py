@@ -64,12 +64,14 @@ def test_tuning_list_matches_the_kernel_cases(vid):
     tuning = source[source.index("const char* launch_tuning("):]
     tuning = tuning[:tuning.index("#endif")]
     in_kernel: dict[int, list[str]] = {}
-    for index, d, tm, tn, threads, min_ctas, unroll_d, unroll_n, p_chunk in re.findall(
-            r"case (\d+): return launch<V\dConfig<(\d+), (\d+), (\d+), (\d+), (\d+), (\d+), (\d+)(?:, (\d+))?>>",
-            tuning):
+    for index, d, tm, tn, threads, min_ctas, unroll_d, unroll_n, p_chunk, stages in re.findall(
+            r"case (\d+): return launch<V\dConfig<(\d+), (\d+), (\d+), (\d+), (\d+), (\d+), (\d+)(?:, (\d+))?"
+            r"(?:, (\d+))?>>", tuning):
         labels = in_kernel.setdefault(int(d), [])
         assert int(index) == len(labels), f"{vid} D={d}: case {index} out of order"
-        labels.append(f"TM{tm} TN{tn} T{threads} min{min_ctas} u{unroll_d},{unroll_n}" + (f" p{p_chunk}" if p_chunk else ""))
+        labels.append(f"TM{tm} TN{tn} T{threads} min{min_ctas} u{unroll_d},{unroll_n}"
+                      + (f" p{int(p_chunk)}" if p_chunk and int(p_chunk) else "")
+                      + (f" s{stages}" if stages and int(stages) != 1 else ""))
     assert in_kernel == dev.TUNE_CONFIGS[vid]
     assert set(in_kernel) == set(get(vid).head_dims)
 

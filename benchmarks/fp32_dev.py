@@ -37,7 +37,8 @@ RUNGS = {"v3": "v3_unrolled.cu", "v4": "v4_double_buffer.cu"}
 # .cu files (tests/test_ladder_fp32_gpu.py compares them). TM x TN thread tile, threads per CTA,
 # __launch_bounds__ min CTAs/SM, unroll factors of the d loop and the key loop, (p16) P staged in
 # shared memory 16 keys at a time instead of the whole key tile, and (v4 only) the K/V schedule:
-# none named = one sK and one sV with K and V interleaved (FlashAttention-2), s2 = two stages of each.
+# none named = one sK and one sV with K and V interleaved (FlashAttention-2), s2 = two stages of each,
+# mb = the interleaved buffers and copy order synchronized by split-phase mbarriers.
 TUNE_CONFIGS = {
     "v3": {
         32: ["TM8 TN8 T128 min2 u4,2", "TM8 TN8 T128 min2 u1,1", "TM8 TN8 T128 min2 u2,2"],
@@ -46,10 +47,10 @@ TUNE_CONFIGS = {
         128: ["TM4 TN4 T128 min2 u4,2", "TM4 TN4 T128 min2 u1,1", "TM4 TN4 T128 min2 u2,2"],
     },
     "v4": {
-        32: ["TM8 TN8 T128 min2 u4,2 s2", "TM8 TN8 T128 min2 u4,2"],
-        64: ["TM8 TN8 T128 min2 u1,2", "TM8 TN8 T128 min2 u2,2", "TM8 TN8 T128 min2 u2,1",
-             "TM8 TN8 T128 min2 u1,1", "TM8 TN4 T128 min2 u4,2", "TM8 TN4 T128 min2 u4,2 s2"],
-        128: ["TM4 TN4 T128 min2 u4,2 s2", "TM4 TN4 T128 min2 u4,2"],
+        32: ["TM8 TN8 T128 min2 u4,2 s2", "TM8 TN8 T128 min2 u4,2", "TM8 TN8 T128 min2 u1,2 mb"],
+        64: ["TM8 TN8 T128 min2 u2,2 mb", "TM8 TN8 T128 min2 u1,2 mb", "TM8 TN8 T128 min2 u2,1 mb",
+             "TM8 TN8 T128 min2 u2,2", "TM8 TN8 T128 min2 u1,2", "TM8 TN4 T128 min2 u4,2 s2"],
+        128: ["TM4 TN4 T128 min2 u4,2", "TM4 TN4 T128 min2 u4,2 s2", "TM4 TN4 T128 min2 u4,2 mb"],
     },
 }
 # (B, H, N, D): the default shape and the SDPA target at D=64, causal and not; D=32 and D=128 at N=2048.

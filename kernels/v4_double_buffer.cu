@@ -50,7 +50,7 @@
 // tid % 8), so warp w holds ty = 4w..4w+3 and every query row of the tile belongs to one warp:
 // row reductions are shuffles among the 8 lanes of a row, and the P a warp writes it reads back.
 template <int D_, int TM_, int TN_, int THREADS_, int MIN_BLOCKS_, int D_UNROLL_ = 1, int N_UNROLL_ = 1,
-          int P_CHUNK_ = 0, int KV_STAGES_ = 1>
+          int P_CHUNK_ = 0, int KV_SCHEDULE_ = 1>
 struct V4Config {
   static constexpr int D = D_;
   static constexpr int TM = TM_;              // query rows per thread (strided by kThreadsY)
@@ -71,23 +71,64 @@ struct V4Config {
   static constexpr int kPChunk = P_CHUNK_ ? P_CHUNK_ : BN;  // keys of P staged in shared memory at a time
   static constexpr int PP = kPChunk + 8;      // sP pitch: row step 8 (or 24) banks, so the scalar stores of
                                               // a warp (4 rows x 8 columns) hit 32 distinct banks
-  // 1: FlashAttention-2's schedule on v3's single sK and sV (V(j) flies under S = Q K(j)^T, K(j+1)
-  // under O += P V(j)); 2: two stages of each (tile j+1 flies under all of tile j's compute).
-  static constexpr int kStages = KV_STAGES_;
+  // How the K/V copies overlap the compute (v4::kInterleaved, kTwoStage, kSplitPhase; the header
+  // describes each). Only the two-stage schedule has a second sK and sV.
+  static constexpr int kSchedule = KV_SCHEDULE_;
+  static constexpr int kStages = kSchedule == 2 ? 2 : 1;
+  static constexpr bool kSplit = kSchedule == 3;
+  static constexpr int kHalves = kSplit ? 2 : 1;  // the split schedule issues its copies mid-product
   static constexpr size_t kSmemFloats =
       (size_t)BM * QP + kStages * ((size_t)BN * KP + (size_t)BN * VP) + (size_t)BM * PP;
-  static constexpr size_t kSmemBytes = kSmemFloats * sizeof(float);
+  static constexpr int kBarriers = kSplit ? 4 : 0;  // mbarriers after sP: K full, V full, K free, V free
+  static constexpr size_t kSmemBytes = kSmemFloats * sizeof(float) + kBarriers * sizeof(uint64_t);
   static_assert(kThreads % 32 == 0 && kThreadsY % 4 == 0, "whole warps of 4 row groups");
   static_assert(D % 32 == 0, "D must be 32, 64 or 128");
   static_assert(QP % 4 == 0 && KP % 4 == 0 && VP % 4 == 0 && PP % 4 == 0, "16-byte aligned rows");
   static_assert(kPChunk % 16 == 0 && BN % kPChunk == 0, "P chunks of 16, 32 or 64 keys that tile BN");
-  static_assert(kStages == 1 || kStages == 2, "K/V stages: 1 (interleaved) or 2 (double-buffered)");
+  static_assert(kSchedule >= 1 && kSchedule <= 3, "K/V schedule: 1 interleaved, 2 two-stage, 3 split-phase");
+  static_assert(!kSplit || (kPChunk == BN && D % 8 == 0 && BN % 8 == 0), "split-phase: whole-tile P, halves of 4-steps");
 };
 
 namespace v4 {
 
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr unsigned kFullMask = 0xffffffffu;
+// K/V schedules (V4Config's kSchedule).
+constexpr int kInterleaved = 1;  // FlashAttention-2: one sK, one sV, two CTA barriers per tile
+constexpr int kTwoStage = 2;     // two sK and two sV, one barrier at each end of a tile
+constexpr int kSplitPhase = 3;   // kInterleaved's buffers and copy order, synchronized by mbarriers
+// The split-phase schedule's mbarriers: K(j)/V(j) landed (one asynchronous arrival per thread, when
+// its copies complete), and sK/sV free (one arrival per thread, when it is done reading the tile).
+enum Barrier : int { kKFull = 0, kVFull = 1, kKFree = 2, kVFree = 3 };
+
+// mbarrier wrappers (sm_80+). The "memory" clobbers keep the compiler from moving shared loads of a
+// tile across the wait that makes it visible or the arrival that frees it.
+__device__ __forceinline__ void mbarrier_init(uint64_t* bar, unsigned count) {
+  asm volatile("mbarrier.init.shared.b64 [%0], %1;\n" ::"r"(lab_smem_addr(bar)), "r"(count) : "memory");
+}
+__device__ __forceinline__ void mbarrier_arrive(uint64_t* bar) {
+  asm volatile("{\n.reg .b64 state;\nmbarrier.arrive.shared.b64 state, [%0];\n}\n" ::"r"(lab_smem_addr(bar))
+               : "memory");
+}
+// Arrive on `bar` once this thread's earlier cp.async copies have landed (.noinc: the arrival is one
+// of the count the barrier was initialized with).
+__device__ __forceinline__ void cp_async_mbarrier_arrive(uint64_t* bar) {
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared.b64 [%0];\n" ::"r"(lab_smem_addr(bar)) : "memory");
+}
+// Wait until the phase with this parity has completed (phase j of every barrier here has parity j & 1;
+// no barrier can run two phases ahead of a thread that still waits on it).
+__device__ __forceinline__ void mbarrier_wait(uint64_t* bar, int parity) {
+  uint32_t done;
+  do {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.shared.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
+                 : "=r"(done) : "r"(lab_smem_addr(bar)), "r"(parity) : "memory");
+#else
+    asm volatile("{\n.reg .pred p;\nmbarrier.test_wait.parity.shared.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
+                 : "=r"(done) : "r"(lab_smem_addr(bar)), "r"(parity) : "memory");
+#endif
+  } while (!done);
+}
 
 __device__ __forceinline__ float component(const float4& v, int e) {
   return e == 0 ? v.x : e == 1 ? v.y : e == 2 ? v.z : v.w;  // e is a compile-time constant after unrolling
@@ -163,6 +204,7 @@ attention_fwd_v4_kernel(const float* __restrict__ q,  // [B, H, seqlen_q, D]
   float* sK_stages = sQ + BM * C::QP;        // [kStages][BN][KP]  key tile j (and j + 1)
   float* sV_stages = sK_stages + C::kStages * BN * C::KP;  // [kStages][BN][VP]  value tile j (and j + 1)
   float* sP = sV_stages + C::kStages * BN * C::VP;         // [BM][PP]  probabilities of tile j (each warp its rows)
+  uint64_t* bars = reinterpret_cast<uint64_t*>(sP + BM * C::PP);  // [kBarriers]  split-phase only
 
   const int tid = threadIdx.x;
   const int tx = tid % C::kThreadsX;
@@ -178,14 +220,29 @@ attention_fwd_v4_kernel(const float* __restrict__ q,  // [B, H, seqlen_q, D]
   // Under causal masking no key past the tile's last query row is visible, so stop there.
   const int kv_end = causal ? min(seqlen_k, q0 + BM) : seqlen_k;
   const int num_kv_tiles = lab_cdiv(kv_end, BN);
+  if constexpr (C::kSplit) {
+    if (tid == 0) {
+#pragma unroll
+      for (int b = 0; b < C::kBarriers; ++b) v4::mbarrier_init(&bars[b], C::kThreads);
+    }
+    __syncthreads();  // the barriers are initialized before anyone arrives on them
+  }
   // Tile 0's copies go out first, so that they overlap the synchronous Q load below (interleaved:
-  // K(0) only; V(0) goes out at the top of the first iteration, like every V).
+  // K(0) only; V(0) goes out at the top of the first iteration, like every V; split-phase: both).
   v4::load_tile_async<BN, D, C::KP, C::kThreads>(sK_stages, k_bh, seqlen_k, tid);
-  if constexpr (C::kStages == 2) v4::load_tile_async<BN, D, C::VP, C::kThreads>(sV_stages, v_bh, seqlen_k, tid);
-  lab_cp_async_commit();
-  // The barrier at the top of the K/V loop orders these writes before any read of sQ.
+  if constexpr (C::kSplit) {
+    v4::cp_async_mbarrier_arrive(&bars[v4::kKFull]);
+    v4::load_tile_async<BN, D, C::VP, C::kThreads>(sV_stages, v_bh, seqlen_k, tid);
+    v4::cp_async_mbarrier_arrive(&bars[v4::kVFull]);
+  } else {
+    if constexpr (C::kStages == 2) v4::load_tile_async<BN, D, C::VP, C::kThreads>(sV_stages, v_bh, seqlen_k, tid);
+    lab_cp_async_commit();
+  }
+  // The barrier at the top of the K/V loop (split-phase: the one below) orders these writes before
+  // any read of sQ.
   v4::load_tile<BM, D, C::QP, C::kThreads>(sQ, q_bh + (size_t)q0 * D, seqlen_q - q0, tid,
                                            softmax_scale * v4::kLog2e);
+  if constexpr (C::kSplit) __syncthreads();
 
   float acc_o[TM][4 * G];   // O rows ty + TY*i, columns 32*g + 4*tx + e at [i][4*g + e]
   float row_max[TM];        // running max of the (log2-scaled) scores of each row
@@ -202,7 +259,9 @@ attention_fwd_v4_kernel(const float* __restrict__ q,  // [B, H, seqlen_q, D]
     const int k0 = tile * BN;
     float* sK = sK_stages + (C::kStages == 2 ? (tile % 2) * BN * C::KP : 0);
     float* sV = sV_stages + (C::kStages == 2 ? (tile % 2) * BN * C::VP : 0);
-    if constexpr (C::kStages == 1) {
+    if constexpr (C::kSplit) {
+      v4::mbarrier_wait(&bars[v4::kKFull], tile & 1);  // everyone's copies of K(tile) have landed
+    } else if constexpr (C::kStages == 1) {
       // Interleaved (FlashAttention-2): one cp.async group is in flight at a time, K(tile) here.
       lab_cp_async_wait<0>();  // this thread's copies of K(tile) have landed
       __syncthreads();  // everyone's K(tile) (and, on the first, sQ) is visible, and every warp is done
@@ -231,23 +290,37 @@ attention_fwd_v4_kernel(const float* __restrict__ q,  // [B, H, seqlen_q, D]
     for (int i = 0; i < TM; ++i)
 #pragma unroll
       for (int j = 0; j < TN; ++j) s[i][j] = 0.f;
+#pragma unroll
+    for (int half = 0; half < C::kHalves; ++half) {
 #pragma unroll C::kUnrollD
-    for (int d = 0; d < D; d += 4) {
-      float4 kf[TN];
+      for (int d = half * (D / C::kHalves); d < (half + 1) * (D / C::kHalves); d += 4) {
+        float4 kf[TN];
 #pragma unroll
-      for (int j = 0; j < TN; ++j) kf[j] = *reinterpret_cast<const float4*>(sK + (tx + 8 * j) * C::KP + d);
+        for (int j = 0; j < TN; ++j) kf[j] = *reinterpret_cast<const float4*>(sK + (tx + 8 * j) * C::KP + d);
 #pragma unroll
-      for (int i = 0; i < TM; ++i) {
-        const float4 qf = *reinterpret_cast<const float4*>(sQ + (ty + TY * i) * C::QP + d);
+        for (int i = 0; i < TM; ++i) {
+          const float4 qf = *reinterpret_cast<const float4*>(sQ + (ty + TY * i) * C::QP + d);
 #pragma unroll
-        for (int j = 0; j < TN; ++j) {
-          s[i][j] = fmaf(qf.x, kf[j].x, s[i][j]);
-          s[i][j] = fmaf(qf.y, kf[j].y, s[i][j]);
-          s[i][j] = fmaf(qf.z, kf[j].z, s[i][j]);
-          s[i][j] = fmaf(qf.w, kf[j].w, s[i][j]);
+          for (int j = 0; j < TN; ++j) {
+            s[i][j] = fmaf(qf.x, kf[j].x, s[i][j]);
+            s[i][j] = fmaf(qf.y, kf[j].y, s[i][j]);
+            s[i][j] = fmaf(qf.z, kf[j].z, s[i][j]);
+            s[i][j] = fmaf(qf.w, kf[j].w, s[i][j]);
+          }
+        }
+      }
+      if constexpr (C::kSplit) {
+        // Split-phase: V(tile) goes out half-way through S, once every thread is done reading
+        // V(tile - 1); the wait comes a quarter of a tile after this thread's own arrival, so a
+        // warp waits only for a straggler that is that far behind, not for the slowest at a barrier.
+        if (half == 0 && tile > 0) {
+          v4::mbarrier_wait(&bars[v4::kVFree], (tile - 1) & 1);
+          v4::load_tile_async<BN, D, C::VP, C::kThreads>(sV, v_bh + (size_t)k0 * D, seqlen_k - k0, tid);
+          v4::cp_async_mbarrier_arrive(&bars[v4::kVFull]);
         }
       }
     }
+    if constexpr (C::kSplit) v4::mbarrier_arrive(&bars[v4::kKFree]);  // this thread is done reading sK
 
     // Mask keys past seqlen_k (ragged last tile) and, causal, keys after the row; only tiles that
     // reach past the end or past the tile's first query row need it.
@@ -287,7 +360,9 @@ attention_fwd_v4_kernel(const float* __restrict__ q,  // [B, H, seqlen_q, D]
 #pragma unroll
       for (int c = 0; c < 4 * G; ++c) acc_o[i][c] *= rescale;
     }
-    if constexpr (C::kStages == 1) {
+    if constexpr (C::kSplit) {
+      __syncwarp();  // this warp's lanes are done reading P(tile - 1) before P(tile) overwrites it
+    } else if constexpr (C::kStages == 1) {
       lab_cp_async_wait<0>();  // this thread's copies of V(tile) have landed
       __syncthreads();  // everyone's V(tile) is visible, and every warp is done reading K(tile)
       if (tile + 1 < num_kv_tiles) {
@@ -306,34 +381,49 @@ attention_fwd_v4_kernel(const float* __restrict__ q,  // [B, H, seqlen_q, D]
         for (int j = c0 / 8; j < (c0 + C::kPChunk) / 8; ++j)
           sP[(ty + TY * i) * C::PP + tx + 8 * j - c0] = s[i][j];
       __syncwarp();  // this warp's P rows are written before its lanes read each other's
+      if constexpr (C::kSplit) v4::mbarrier_wait(&bars[v4::kVFull], tile & 1);  // everyone's V(tile) landed
 
       // Four keys per step: one 16-byte load of P per row and of V per column group.
+#pragma unroll
+      for (int half = 0; half < C::kHalves; ++half) {
 #pragma unroll C::kUnrollN
-      for (int n = 0; n < C::kPChunk; n += 4) {
-        float4 pf[TM];
+        for (int n = half * (C::kPChunk / C::kHalves); n < (half + 1) * (C::kPChunk / C::kHalves); n += 4) {
+          float4 pf[TM];
 #pragma unroll
-        for (int i = 0; i < TM; ++i) pf[i] = *reinterpret_cast<const float4*>(sP + (ty + TY * i) * C::PP + n);
+          for (int i = 0; i < TM; ++i) pf[i] = *reinterpret_cast<const float4*>(sP + (ty + TY * i) * C::PP + n);
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          float4 vf[G];
+          for (int e = 0; e < 4; ++e) {
+            float4 vf[G];
 #pragma unroll
-          for (int g = 0; g < G; ++g)
-            vf[g] = *reinterpret_cast<const float4*>(sV + (c0 + n + e) * C::VP + 32 * g + 4 * tx);
+            for (int g = 0; g < G; ++g)
+              vf[g] = *reinterpret_cast<const float4*>(sV + (c0 + n + e) * C::VP + 32 * g + 4 * tx);
 #pragma unroll
-          for (int i = 0; i < TM; ++i) {
-            const float p = v4::component(pf[i], e);
+            for (int i = 0; i < TM; ++i) {
+              const float p = v4::component(pf[i], e);
 #pragma unroll
-            for (int g = 0; g < G; ++g) {
-              acc_o[i][4 * g + 0] = fmaf(p, vf[g].x, acc_o[i][4 * g + 0]);
-              acc_o[i][4 * g + 1] = fmaf(p, vf[g].y, acc_o[i][4 * g + 1]);
-              acc_o[i][4 * g + 2] = fmaf(p, vf[g].z, acc_o[i][4 * g + 2]);
-              acc_o[i][4 * g + 3] = fmaf(p, vf[g].w, acc_o[i][4 * g + 3]);
+              for (int g = 0; g < G; ++g) {
+                acc_o[i][4 * g + 0] = fmaf(p, vf[g].x, acc_o[i][4 * g + 0]);
+                acc_o[i][4 * g + 1] = fmaf(p, vf[g].y, acc_o[i][4 * g + 1]);
+                acc_o[i][4 * g + 2] = fmaf(p, vf[g].z, acc_o[i][4 * g + 2]);
+                acc_o[i][4 * g + 3] = fmaf(p, vf[g].w, acc_o[i][4 * g + 3]);
+              }
             }
+          }
+        }
+        if constexpr (C::kSplit) {
+          // Split-phase: K(tile + 1) goes out half-way through P V, once every thread is done
+          // reading K(tile) (arrived after its S, a softmax and half a P V ago).
+          if (half == 0 && tile + 1 < num_kv_tiles) {
+            const int next_k0 = k0 + BN;
+            v4::mbarrier_wait(&bars[v4::kKFree], tile & 1);
+            v4::load_tile_async<BN, D, C::KP, C::kThreads>(sK, k_bh + (size_t)next_k0 * D, seqlen_k - next_k0, tid);
+            v4::cp_async_mbarrier_arrive(&bars[v4::kKFull]);
           }
         }
       }
       if (c0 + C::kPChunk < BN) __syncwarp();  // the chunk is read before the next one overwrites it
     }
+    if constexpr (C::kSplit) v4::mbarrier_arrive(&bars[v4::kVFree]);  // this thread is done reading sV
     // Interleaved: the barrier at the top of the next iteration fences sV and sP before V(tile + 1).
     if constexpr (C::kStages == 2) __syncthreads();  // every warp is done with this stage (and its P)
   }
@@ -361,12 +451,12 @@ attention_fwd_v4_kernel(const float* __restrict__ q,  // [B, H, seqlen_q, D]
 namespace v4 {
 
 // The configurations the launcher uses, per head_dim (ptxas for sm_90a: registers; shared memory
-// decides CTAs per SM). benchmarks/fp32_notes.md has the measurements behind the choice. Stages 1:
-// v3's tile and footprint with K and V interleaved; 2: two stages of each.
-//                                  D  TM TN threads minCTAs        BM x BN  stages  regs  smem     CTAs/SM
-using Default32 = V4Config<32, 8, 8, 128, 2, 4, 2, 0, 2>;   // 128 x 64  2       254   88.0 KB  2
-using Default64 = V4Config<64, 8, 8, 128, 2, 1, 2>;         // 128 x 64  1       254  103.0 KB  2 (v3's)
-using Default128 = V4Config<128, 4, 4, 128, 2, 4, 2, 0, 2>; //  64 x 32  2       240  108.0 KB  2
+// decides CTAs per SM). benchmarks/fp32_notes.md has the measurements behind the choice. The last
+// parameter is the K/V schedule: 1 interleaved, 2 two-stage, 3 split-phase (none given: 1).
+//                                  D  TM TN threads minCTAs            BM x BN  schedule  regs  smem     CTAs/SM
+using Default32 = V4Config<32, 8, 8, 128, 2, 4, 2, 0, 2>;       // 128 x 64  2         254   88.0 KB  2
+using Default64 = V4Config<64, 8, 8, 128, 2, 2, 2, 0, 3>;       // 128 x 64  3         254  103.0 KB  2 (v3's)
+using Default128 = V4Config<128, 4, 4, 128, 2, 4, 2>;           //  64 x 32  1         236   75.5 KB  2 (v3's)
 
 template <class C>
 const char* launch(const LabAttentionArgs* args, cudaStream_t stream) {
@@ -389,23 +479,25 @@ const char* launch_tuning(const LabAttentionArgs* args, cudaStream_t stream, int
       switch (config) {
         case 0: return launch<V4Config<32, 8, 8, 128, 2, 4, 2, 0, 2>>(args, stream);
         case 1: return launch<V4Config<32, 8, 8, 128, 2, 4, 2>>(args, stream);
-        default: return "v4 tuning build: config out of range for head_dim 32 (0-1)";
+        case 2: return launch<V4Config<32, 8, 8, 128, 2, 1, 2, 0, 3>>(args, stream);
+        default: return "v4 tuning build: config out of range for head_dim 32 (0-2)";
       }
     case 64:
       switch (config) {
-        case 0: return launch<V4Config<64, 8, 8, 128, 2, 1, 2>>(args, stream);
-        case 1: return launch<V4Config<64, 8, 8, 128, 2, 2, 2>>(args, stream);
-        case 2: return launch<V4Config<64, 8, 8, 128, 2, 2, 1>>(args, stream);
-        case 3: return launch<V4Config<64, 8, 8, 128, 2, 1, 1>>(args, stream);
-        case 4: return launch<V4Config<64, 8, 4, 128, 2, 4, 2>>(args, stream);
+        case 0: return launch<V4Config<64, 8, 8, 128, 2, 2, 2, 0, 3>>(args, stream);
+        case 1: return launch<V4Config<64, 8, 8, 128, 2, 1, 2, 0, 3>>(args, stream);
+        case 2: return launch<V4Config<64, 8, 8, 128, 2, 2, 1, 0, 3>>(args, stream);
+        case 3: return launch<V4Config<64, 8, 8, 128, 2, 2, 2>>(args, stream);
+        case 4: return launch<V4Config<64, 8, 8, 128, 2, 1, 2>>(args, stream);
         case 5: return launch<V4Config<64, 8, 4, 128, 2, 4, 2, 0, 2>>(args, stream);
         default: return "v4 tuning build: config out of range for head_dim 64 (0-5)";
       }
     case 128:
       switch (config) {
-        case 0: return launch<V4Config<128, 4, 4, 128, 2, 4, 2, 0, 2>>(args, stream);
-        case 1: return launch<V4Config<128, 4, 4, 128, 2, 4, 2>>(args, stream);
-        default: return "v4 tuning build: config out of range for head_dim 128 (0-1)";
+        case 0: return launch<V4Config<128, 4, 4, 128, 2, 4, 2>>(args, stream);
+        case 1: return launch<V4Config<128, 4, 4, 128, 2, 4, 2, 0, 2>>(args, stream);
+        case 2: return launch<V4Config<128, 4, 4, 128, 2, 4, 2, 0, 3>>(args, stream);
+        default: return "v4 tuning build: config out of range for head_dim 128 (0-2)";
       }
     default: return "v4 tuning build: head_dim 32, 64 or 128";
   }

@@ -71,7 +71,7 @@ def test_tuning_list_matches_the_kernel_cases(vid):
         assert int(index) == len(labels), f"{vid} D={d}: case {index} out of order"
         labels.append(f"TM{tm} TN{tn} T{threads} min{min_ctas} u{unroll_d},{unroll_n}"
                       + (f" p{int(p_chunk)}" if p_chunk and int(p_chunk) else "")
-                      + (f" s{stages}" if stages and int(stages) != 1 else ""))
+                      + {"": "", "1": "", "2": " s2", "3": " mb"}[stages])
     assert in_kernel == dev.TUNE_CONFIGS[vid]
     assert set(in_kernel) == set(get(vid).head_dims)
 

@@ -48,9 +48,10 @@ TUNE_CONFIGS = {
     },
     "v4": {
         32: ["TM8 TN8 T128 min2 u4,2 s2", "TM8 TN8 T128 min2 u4,2", "TM8 TN8 T128 min2 u1,2 mb"],
-        64: ["TM8 TN8 T128 min2 u2,2 mb", "TM8 TN8 T128 min2 u1,2 mb", "TM8 TN8 T128 min2 u2,1 mb",
-             "TM8 TN8 T128 min2 u2,2", "TM8 TN8 T128 min2 u1,2", "TM8 TN4 T128 min2 u4,2 s2"],
-        128: ["TM4 TN4 T128 min2 u4,2", "TM4 TN4 T128 min2 u4,2 s2", "TM4 TN4 T128 min2 u4,2 mb"],
+        64: ["TM8 TN8 T128 min2 u2,2", "TM8 TN8 T128 min2 u2,4", "TM8 TN8 T128 min2 u4,2",
+             "TM8 TN8 T128 min2 u1,4", "TM8 TN8 T128 min2 u1,2",
+             "TM8 TN8 T128 min2 u2,2 mb", "TM8 TN4 T128 min2 u4,2 s2"],
+        128: ["TM4 TN4 T128 min2 u4,2 mb", "TM4 TN4 T128 min2 u4,2", "TM4 TN4 T128 min2 u4,2 s2"],
     },
 }
 # (B, H, N, D): the default shape and the SDPA target at D=64, causal and not; D=32 and D=128 at N=2048.

@@ -455,8 +455,8 @@ namespace v4 {
 // parameter is the K/V schedule: 1 interleaved, 2 two-stage, 3 split-phase (none given: 1).
 //                                  D  TM TN threads minCTAs            BM x BN  schedule  regs  smem     CTAs/SM
 using Default32 = V4Config<32, 8, 8, 128, 2, 4, 2, 0, 2>;       // 128 x 64  2         254   88.0 KB  2
-using Default64 = V4Config<64, 8, 8, 128, 2, 2, 2, 0, 3>;       // 128 x 64  3         254  103.0 KB  2 (v3's)
-using Default128 = V4Config<128, 4, 4, 128, 2, 4, 2>;           //  64 x 32  1         236   75.5 KB  2 (v3's)
+using Default64 = V4Config<64, 8, 8, 128, 2, 2, 2>;             // 128 x 64  1         254  103.0 KB  2 (v3's)
+using Default128 = V4Config<128, 4, 4, 128, 2, 4, 2, 0, 3>;     //  64 x 32  3         222   75.5 KB  2 (v3's)
 
 template <class C>
 const char* launch(const LabAttentionArgs* args, cudaStream_t stream) {
@@ -484,19 +484,20 @@ const char* launch_tuning(const LabAttentionArgs* args, cudaStream_t stream, int
       }
     case 64:
       switch (config) {
-        case 0: return launch<V4Config<64, 8, 8, 128, 2, 2, 2, 0, 3>>(args, stream);
-        case 1: return launch<V4Config<64, 8, 8, 128, 2, 1, 2, 0, 3>>(args, stream);
-        case 2: return launch<V4Config<64, 8, 8, 128, 2, 2, 1, 0, 3>>(args, stream);
-        case 3: return launch<V4Config<64, 8, 8, 128, 2, 2, 2>>(args, stream);
+        case 0: return launch<V4Config<64, 8, 8, 128, 2, 2, 2>>(args, stream);
+        case 1: return launch<V4Config<64, 8, 8, 128, 2, 2, 4>>(args, stream);
+        case 2: return launch<V4Config<64, 8, 8, 128, 2, 4, 2>>(args, stream);
+        case 3: return launch<V4Config<64, 8, 8, 128, 2, 1, 4>>(args, stream);
         case 4: return launch<V4Config<64, 8, 8, 128, 2, 1, 2>>(args, stream);
-        case 5: return launch<V4Config<64, 8, 4, 128, 2, 4, 2, 0, 2>>(args, stream);
-        default: return "v4 tuning build: config out of range for head_dim 64 (0-5)";
+        case 5: return launch<V4Config<64, 8, 8, 128, 2, 2, 2, 0, 3>>(args, stream);
+        case 6: return launch<V4Config<64, 8, 4, 128, 2, 4, 2, 0, 2>>(args, stream);
+        default: return "v4 tuning build: config out of range for head_dim 64 (0-6)";
       }
     case 128:
       switch (config) {
-        case 0: return launch<V4Config<128, 4, 4, 128, 2, 4, 2>>(args, stream);
-        case 1: return launch<V4Config<128, 4, 4, 128, 2, 4, 2, 0, 2>>(args, stream);
-        case 2: return launch<V4Config<128, 4, 4, 128, 2, 4, 2, 0, 3>>(args, stream);
+        case 0: return launch<V4Config<128, 4, 4, 128, 2, 4, 2, 0, 3>>(args, stream);
+        case 1: return launch<V4Config<128, 4, 4, 128, 2, 4, 2>>(args, stream);
+        case 2: return launch<V4Config<128, 4, 4, 128, 2, 4, 2, 0, 2>>(args, stream);
         default: return "v4 tuning build: config out of range for head_dim 128 (0-2)";
       }
     default: return "v4 tuning build: head_dim 32, 64 or 128";

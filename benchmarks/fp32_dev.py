@@ -8,7 +8,9 @@ Two halves, so that no GPU time goes into compiling:
 `compile` builds each rung's .cu with -DLAB_V<n>_TUNING into a plain shared library (static cudart,
 sm_90a SASS, the flags of lab/build.py); `run` loads it with ctypes and calls the C launchers of
 kernels/common.cuh directly on torch tensors and torch's current stream: `lab_forward_v<n>` (the
-rung's default configs, every D) and `lab_forward_v<n>_config` (a D=64 candidate by index).
+rung's default configs, every D) and `lab_forward_v<n>_config` (a candidate of that head_dim, by
+index). `--candidates v4` tunes only v4 (the other rungs run their defaults); `--twice` times each
+default twice, so the spread of one kernel's two medians shows the noise floor.
 
 Correctness first: every candidate and every default config is checked against lab.check's float64
 reference (rel_err <= 1e-4, output poisoned with NaN) on ragged, causal and seqlen_q != seqlen_k

@@ -1,41 +1,57 @@
-// v4_double_buffer: v3 plus cp.async K/V loads that run under the compute: at D=64 FlashAttention-2's
-// interleaved K/V schedule on v3's own tile and buffers, at D=32/128 two stages of K and V.
+// v4_double_buffer: v3 plus cp.async K/V loads that run under the compute: FlashAttention-2's
+// interleaved K/V schedule on v3's own D=64 tile and buffers (two stages at D=32, mbarriers at D=128).
 //
 // What changed: K and V tiles are copied global -> shared with cp.async.cg (16 bytes per thread per
 //   instruction, through neither registers nor L1) instead of v3's LDG + STS pairs between two
-//   barriers, and each copy is issued a whole matrix product before its data is needed. Rows past
+//   barriers, and each copy is issued a matrix product before its data is needed. Rows past
 //   seqlen_k are zero-filled by the copy itself (src-size 0), as v3's loads wrote zeros; full tiles
 //   use the form without the size operand. The Q tile keeps v3's synchronous float4 copy (it is
 //   scaled on the way in, which cp.async cannot do), issued after the first K copy so they overlap.
-//   Two schedules (V4Config's kStages), the thread layout, padded layouts and compute are v3's:
-//   - kStages = 1, interleaved (FlashAttention-2's load order), the D=64 default: v3's exact tile
-//     (128 x 64, TM8 TN8), single sK and sV and v3's 103 KB, so the same 2 CTAs per SM. Before the
-//     loop K(0) is issued; in iteration j: wait for K(j), barrier, issue V(j) into sV, compute
-//     S = Q K(j)^T and the softmax; wait for V(j), barrier (every warp is done reading sK), issue
-//     K(j+1) into sK, compute O += P V(j); the next iteration's first barrier comes before V(j+1)
-//     overwrites sV. Two barriers per tile, as in v3, and one cp.async group in flight at a time.
-//   - kStages = 2, double-buffered, the D=32/128 default: sK and sV have two stages; while tile j
-//     is computed, tile j+1 fills the other stage (cp.async.wait_group 1 waits only for tile j).
-//     At D=64 it does not fit v3's tile twice at 2 CTAs/SM (136 KB: 1 CTA/SM, 13% slower), and the
-//     tiles that fit (128 x 32, P in chunks, one 256 x 64 CTA) cost as much as it saved (0.97-1.00x).
+//   Thread layout, padded layouts and compute are v3's; three K/V schedules (V4Config's kSchedule),
+//   each the default where it measured fastest:
+//   - 1, interleaved (FlashAttention-2's load order), the D=64 default: v3's tile (128 x 64, TM8 TN8,
+//     d and key loops unrolled by 2 instead of v3's 1 and 2), single sK and sV and v3's 103 KB, so
+//     the same 2 CTAs per SM. K(0) is issued before the loop; in iteration j: wait for K(j),
+//     barrier, issue V(j) into sV, compute S = Q K(j)^T and the softmax; wait for V(j), barrier
+//     (every warp is done reading sK), issue K(j+1) into sK, compute O += P V(j); the next
+//     iteration's first barrier comes before V(j+1) overwrites sV. Two barriers per tile, as in v3.
+//   - 2, two stages of sK and sV, the D=32 default: while tile j is computed, tile j+1 fills the
+//     other stage (cp.async.wait_group 1 waits only for tile j); one barrier at each end of a tile.
+//     At D=64 v3's tile twice needs 136 KB (1 CTA/SM, 13% slower); the tiles that fit measured
+//     0.97-0.98x v3.
+//   - 3, split-phase, the D=128 default: schedule 1's buffers and copy order, but no CTA barrier in
+//     the loop: "K(j)/V(j) landed" are mbarriers each thread's copies arrive on when they complete
+//     (cp.async.mbarrier.arrive.noinc), "sK/sV free" are mbarriers each thread arrives on when done
+//     reading, and V(j) / K(j+1) go out half-way through S(j) / P V(j), so a warp waits for the data
+//     and for stragglers a quarter of a tile behind, not for the slowest warp at a barrier.
 // Bottleneck attacked (v3's profile, profiles/examples/*-v3-B8-H16-N1024-D64-float32, H200): v3 is
 //   issue-bound (73% of issue slots, FMA pipe 64%), and every K/V tile is loaded global -> register
-//   -> shared between two barriers, so a CTA's warps stall on the load (long scoreboard: 1.9% of
-//   stall samples) and the barrier (1.5%) once per tile while only the other CTA on the SM issues;
-//   the copies also take issue slots (16 LDG + 16 STS per thread per tile plus the zero-fill
+//   -> shared between two barriers, so a CTA's warps stall on the load (long scoreboard: 1.7-1.9% of
+//   stall samples) and the barrier (1.5-1.7%) once per tile while only the other CTA on the SM
+//   issues; the copies also take issue slots (16 LDG + 16 STS per thread per tile and the zero-fill
 //   selects). Here no warp waits on a load it did not hide under a matrix product, and the copies
 //   issue 16 LDGSTS per tile per thread with no register staging.
-// Predicted gain: first two-stage design (written before its first timing): 1.1-1.3x over v3 at
-//   B=8,H=16,N=1024,D=64. Interleaved schedule at D=64 (written before its first timing, run 6):
-//   1.01-1.03x over v3 there (0.82-0.835 ms against 0.844): at most the 1.9% long-scoreboard stalls
-//   and the ~0.4% of issued instructions the LDG/STS pairs cost; the barrier stalls stay (same two
-//   barriers per tile) and the inner loops are v3's, so the FMA pipe (64%) cannot move much.
-// Measured (NVIDIA H200, 2026-11-21, `lab bench`: median of 30, L2 flushed; benchmarks/fp32_notes.md):
-//   two-stage design (run 5): B=8,H=16,N=1024,D=64 with a 128 x 32 tile: 0.852 ms, 0.99x v3 -- NOT
-//   faster than v3 there; D=32: 1.03x v3; D=128: 1.04x v3. ncu: the pipeline halved v3's
-//   long-scoreboard stalls (1.9% -> 0.9%) but the 128 x 32 tile issued 4% more instructions (25% more
-//   shared loads per FFMA) than v3's 128 x 64. At equal tile the pipeline gained 6-7% (128 x 32:
-//   0.854 ms vs v3's 0.912). Interleaved schedule at D=64 (run 6): pending.
+// Predicted gain: two-stage design (written before its first timing): 1.1-1.3x over v3 at
+//   B=8,H=16,N=1024,D=64. Interleaved schedule (run 6, before its first timing): 1.01-1.03x there,
+//   at most v3's 1.9% long-scoreboard stalls and the ~0.5% of instructions the LDG/STS pairs cost.
+//   Split-phase (run 7): 1.00-1.015x.
+// Measured (NVIDIA H200, 2026-11-21; benchmarks/fp32_notes.md runs 5-8; `lab bench`, median of 30,
+//   L2 flushed, run 8): B=8,H=16,N=1024,D=64: v4 0.847 ms (40.6 TFLOP/s) vs v3 0.842: 0.99x -- v4 is
+//   NOT faster than v3 on the default shape, and every prediction above missed. Same run: causal
+//   1.01x, N=2048 1.00x (3.319 vs 3.309 ms; 1.18x SDPA efficient fp32), N=2048 causal 1.01x, D=32
+//   1.02x, D=128 1.06x (7.356 vs 7.827 ms). fp32_dev (30 reps, round-robin, each default timed
+//   twice: same-kernel spread <= 0.2%): D=64 interleaved u2,2 0.996-1.004x v3 on the four D=64
+//   shapes; with v3's exact unroll (u1,2) 0.98-0.99x; split-phase at D=64 0.99-1.00x; run 5's
+//   two-stage 128 x 32 tile 0.98x. So v4 is at parity with v3 at D=64, ahead at D=32/128 (where
+//   v3's tiles leave room for the schedules at no cost). Why parity, from ncu (lab profile, both
+//   defaults, B8 H16 N1024 D64): the schedule does what it should -- long-scoreboard samples
+//   1,802 -> 1,100, global loads 1.11M -> 0.07M instructions (LDGSTS: 1.05M), shared stores -20%,
+//   wait and short-scoreboard samples down -- but the kernel is issue-bound: issued instructions
+//   fall only 0.2% (638.6M -> 637.4M), and the freed cycles go to dispatch (12.9k -> 13.9k),
+//   mio-throttle (0.4k -> 1.1k) and math-pipe-throttle (0.6k -> 1.2k) stalls; issue active stays
+//   at 72-73%, FMA pipe at 64%. Hiding 2% of stalls cannot speed up a kernel whose warps, when one
+//   stalls, have another ready to issue; the unroll factors move it more (1-2%) than any K/V schedule.
+//   Next: the FFMA pipe and the issue slots are the wall (lab analyze: compute-bound) -> v5.
 // Profile: lab profile --variant v4
 //
 // Layout: Q, K, V, O are (B, H, N, D) contiguous fp32 with 16-byte aligned base pointers (the

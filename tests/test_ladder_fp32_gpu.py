@@ -4,7 +4,7 @@ GPU tests (`-m gpu`, skipped with a reason where torch.cuda.is_available() is Fa
 correct (rel_err <= 1e-4 against float64) on >= 100 seeded shapes plus shapes that sit on its tile
 edges, the NaN poison catching a truncated launch, the launchers' refusals, and compute-sanitizer
 memcheck and racecheck clean on 3 shapes per rung (ragged query and key tiles, causal, several
-K/V tiles so v4's second stage is refilled).
+K/V tiles so v4's K/V buffers are refilled under each of its schedules).
 CPU tests (no marker): the tuning list of benchmarks/fp32_dev.py names as many configs as each
 rung's launch_tuning() has cases.
 """
@@ -64,14 +64,14 @@ def test_tuning_list_matches_the_kernel_cases(vid):
     tuning = source[source.index("const char* launch_tuning("):]
     tuning = tuning[:tuning.index("#endif")]
     in_kernel: dict[int, list[str]] = {}
-    for index, d, tm, tn, threads, min_ctas, unroll_d, unroll_n, p_chunk, stages in re.findall(
+    for index, d, tm, tn, threads, min_ctas, unroll_d, unroll_n, p_chunk, schedule in re.findall(
             r"case (\d+): return launch<V\dConfig<(\d+), (\d+), (\d+), (\d+), (\d+), (\d+), (\d+)(?:, (\d+))?"
             r"(?:, (\d+))?>>", tuning):
         labels = in_kernel.setdefault(int(d), [])
         assert int(index) == len(labels), f"{vid} D={d}: case {index} out of order"
         labels.append(f"TM{tm} TN{tn} T{threads} min{min_ctas} u{unroll_d},{unroll_n}"
                       + (f" p{int(p_chunk)}" if p_chunk and int(p_chunk) else "")
-                      + {"": "", "1": "", "2": " s2", "3": " mb"}[stages])
+                      + {"": "", "1": "", "2": " s2", "3": " mb"}[schedule])  # v4's K/V schedule
     assert in_kernel == dev.TUNE_CONFIGS[vid]
     assert set(in_kernel) == set(get(vid).head_dims)
 
@@ -172,8 +172,9 @@ SANITIZER_SCRIPT = textwrap.dedent("""
     from lab import build, variants
     from lab.problem import Problem, make_inputs, softmax_scale
 
-    # One row; two ragged query tiles over 4 ragged key tiles, causal; D=128 (64-row query tiles)
-    # with seqlen_q < seqlen_k and 5 key tiles, so v4 refills both stages more than once.
+    # One row; two ragged 128-row query tiles over two ragged 64-key tiles, causal (v4's D=64
+    # interleaved schedule refills sK and sV); D=128 (64 x 32 tiles) with seqlen_q < seqlen_k and 5
+    # key tiles, so v4's D=128 split-phase schedule refills them 4 times, its mbarriers through 5 phases.
     shapes = [Problem(1, 1, 1, 1, 32), Problem(1, 2, 150, 100, 64, True), Problem(2, 1, 70, 130, 128)]
     launches = 0
     for vid in {rungs!r}:
@@ -195,7 +196,7 @@ SANITIZER_SCRIPT = textwrap.dedent("""
 def test_compute_sanitizer_is_clean(tool, built, tmp_path):
     """memcheck: no out-of-bounds or misaligned global access (cp.async included) on ragged tiles
     (torch's caching allocator is off, so every tensor is its own allocation and an overrun is
-    visible); racecheck: the shared-memory tiles, v4's two stages and each warp's P rows are fenced
+    visible); racecheck: the shared-memory tiles, v4's K/V buffers and each warp's P rows are fenced
     by the barriers."""
     sanitizer = shutil.which("compute-sanitizer") or _beside_nvcc("compute-sanitizer")
     if sanitizer is None:

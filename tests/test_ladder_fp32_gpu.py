@@ -172,10 +172,11 @@ SANITIZER_SCRIPT = textwrap.dedent("""
     from lab import build, variants
     from lab.problem import Problem, make_inputs, softmax_scale
 
-    # One row; two ragged 128-row query tiles over two ragged 64-key tiles, causal (v4's D=64
-    # interleaved schedule refills sK and sV); D=128 (64 x 32 tiles) with seqlen_q < seqlen_k and 5
-    # key tiles, so v4's D=128 split-phase schedule refills them 4 times, its mbarriers through 5 phases.
-    shapes = [Problem(1, 1, 1, 1, 32), Problem(1, 2, 150, 100, 64, True), Problem(2, 1, 70, 130, 128)]
+    # One query row over 4 ragged 64-key tiles at D=32 (v4's two stages refilled); two ragged 128-row
+    # query tiles over two ragged 64-key tiles, causal (v4's D=64 interleaved schedule refills sK and
+    # sV); D=128 (64 x 32 tiles) with seqlen_q < seqlen_k and 5 key tiles, so v4's D=128 split-phase
+    # schedule refills them 4 times, its mbarriers through 5 phases.
+    shapes = [Problem(1, 1, 1, 200, 32), Problem(1, 2, 150, 100, 64, True), Problem(2, 1, 70, 130, 128)]
     launches = 0
     for vid in {rungs!r}:
         module = build.load_cached(variants.get(vid))

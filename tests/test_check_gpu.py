@@ -1,10 +1,11 @@
-"""The correctness gate (lab.check) and the first two rungs on it.
+"""The correctness gate (lab.check) and every fp32 rung of the registry on it.
 
 CPU tests (no marker): the seeded shape list, the float64 reference against torch's own SDPA in
 float64, the NaN rule of the comparison, the manifest fields, and the no-GPU refusal.
-GPU tests (`-m gpu`, skipped with a reason where torch.cuda.is_available() is False): v1 and v2
-correct on >= 50 seeded shapes, the NaN poison catching a truncated launch, the launchers' refusals,
-the build cache, and compute-sanitizer memcheck and racecheck clean on both rungs.
+GPU tests (`-m gpu`, skipped with a reason where torch.cuda.is_available() is False): each fp32 rung
+correct on >= 100 seeded shapes, the NaN poison catching a truncated launch, the launchers'
+refusals, the build cache, and compute-sanitizer memcheck and racecheck clean on ragged shapes.
+(v3/v4's tile-edge shapes and tuning list: tests/test_ladder_fp32_gpu.py; v5: tests/test_v5_gpu.py.)
 """
 
 from __future__ import annotations
@@ -24,13 +25,15 @@ torch = pytest.importorskip("torch", reason="torch is not installed")
 
 from lab import check  # noqa: E402
 from lab.problem import Problem  # noqa: E402
-from lab.variants import get  # noqa: E402
+from lab.variants import VARIANTS, get  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 HAS_GPU = torch.cuda.is_available()
 needs_gpu = pytest.mark.skipif(not HAS_GPU, reason="needs a CUDA GPU (torch.cuda.is_available() is False)")
-RUNGS = ["v1", "v2"]
-GPU_SHAPES = 56  # >= 50: the 24 corners (N in {1, 17, 1000, 1023} x D x causal) and 32 random ragged
+RUNGS = [v.id for v in VARIANTS if v.dtypes == ("float32",)]  # every fp32 rung, from the one registry
+GPU_SHAPES = 104  # >= 100: the 24 corners (N in {1, 17, 1000, 1023} x D x causal) and 80 random ragged
+FLOAT4_RUNGS = {"v2", "v3", "v4"}   # 16-byte loads: misaligned pointers are refused
+GRID_Y_RUNGS = {"v3", "v4"}         # batch * heads on grid.y: more than 65535 is refused
 
 
 # ----------------------------------------------------------------------------------------------
@@ -147,7 +150,7 @@ def built():
 @pytest.mark.parametrize("vid", RUNGS)
 def test_rung_is_correct_on_seeded_shapes(vid, built):
     result = check.check_variant(get(vid), extra_shapes=GPU_SHAPES, seed=1234, module=built[vid].module)
-    assert len(result.shapes) >= 50
+    assert len(result.shapes) >= 100
     failures = [s.to_dict() for s in result.shapes if not s.passed]
     assert not failures, f"{vid} failed {len(failures)} shapes, first: {failures[:3]}"
     assert result.passed and result.to_dict()["rel_err"] <= check.FP32_REL_TOL
@@ -200,11 +203,15 @@ def test_launcher_refuses_what_it_cannot_run(vid, built):
     h = torch.randn(1, 1, 16, 64, device="cuda", dtype=torch.float16)
     with pytest.raises(RuntimeError, match="float32 only"):
         module.forward(h, h, h, torch.empty_like(h), False, 1.0)
-    if vid == "v2":  # float4 loads need 16-byte alignment; a view 4 bytes into a buffer is refused
+    if vid in FLOAT4_RUNGS:  # float4 loads need 16-byte alignment; a view 4 bytes into a buffer is refused
         buf = torch.randn(16 * 64 + 1, device="cuda")
         odd = buf[1:].view(1, 1, 16, 64)
         with pytest.raises(RuntimeError, match="16-byte aligned"):
             module.forward(odd, odd, odd, torch.empty_like(odd), False, 1.0)
+    if vid in GRID_Y_RUNGS:
+        wide = torch.randn(1, 65536, 1, 32, device="cuda")
+        with pytest.raises(RuntimeError, match="65535"):
+            module.forward(wide, wide, wide, torch.empty_like(wide), False, 1.0)
 
 
 @pytest.mark.gpu
@@ -232,9 +239,13 @@ SANITIZER_SCRIPT = textwrap.dedent("""
     from lab import build, variants
     from lab.problem import Problem, make_inputs, softmax_scale
 
-    # Ragged tiles in every direction: one row, one partial tile, seqlen_q < and > seqlen_k, causal.
+    # Ragged tiles in every direction: one row, one partial tile, seqlen_q < and > seqlen_k, causal;
+    # and shapes with several key tiles, so that v4's K/V buffers are refilled under each of its
+    # schedules: 4 ragged 64-key tiles at D=32 (two stages), two 128-row query tiles over two
+    # 64-key tiles, causal, at D=64 (interleaved), 5 key tiles at D=128 (mbarrier phases).
     shapes = [Problem(1, 1, 1, 1, 32), Problem(1, 2, 17, 17, 64, True), Problem(2, 1, 33, 70, 128, True),
-              Problem(1, 1, 70, 33, 32, True), Problem(1, 1, 40, 5, 64), Problem(1, 1, 64, 64, 128)]
+              Problem(1, 1, 70, 33, 32, True), Problem(1, 1, 40, 5, 64), Problem(1, 1, 64, 64, 128),
+              Problem(1, 1, 1, 200, 32), Problem(1, 2, 150, 100, 64, True), Problem(2, 1, 70, 130, 128)]
     launches = 0
     for vid in {rungs!r}:
         module = build.load_cached(variants.get(vid))
@@ -265,7 +276,7 @@ def test_compute_sanitizer_is_clean(tool, built, tmp_path):
     res = subprocess.run([sanitizer, "--tool", tool, "--error-exitcode", "3", sys.executable, str(script)],
                          capture_output=True, text=True, cwd=ROOT, env=env, timeout=420)
     out = res.stdout + res.stderr
-    assert f"sanitized launches: {len(RUNGS) * 6}" in out, out[-4000:]
+    assert f"sanitized launches: {len(RUNGS) * 9}" in out, out[-4000:]
     assert res.returncode == 0, out[-4000:]
     assert re.search(r"ERROR SUMMARY: 0 errors|RACECHECK SUMMARY: 0 hazards displayed \(0 errors", out), out[-4000:]
     assert not re.search(r"ERROR SUMMARY: [1-9]", out), out[-4000:]

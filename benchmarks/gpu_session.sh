@@ -28,8 +28,15 @@ for s in $STEPS; do
               for shape in 8,32,4096,64 8,16,4096,128; do for mask in --no-causal --causal; do
                 step "results_v5_${shape//,/x}${mask}" lab bench --variant v5 --shape $shape $mask --markdown "$md"
               done; done ;;
+    fullset)  # a 6-kernel `--set full` report, to time `lab analyze` on the kind of file issue 3 names
+              r="lab v5 B8-H16-N1024-D64-float16"
+              step fullset ncu --set full --clock-control none --nvtx --nvtx-include "$r/" -f -o "$OUT/v5-full-6k" \
+                python3 -m lab.target --variant v5 --shape 8,16,1024,64 --dtype float16 --repeat 6
+              xz -T0 -f "$OUT/v5-full-6k.ncu-rep" ;;
   esac
 done
 (cd profiles && tar cJf "$OUT/examples.tar.xz" examples) 2>/dev/null
 echo "== step  result"; for k in "${!RC[@]}"; do echo "$k ${RC[$k]}"; done | sort
 for f in "$OUT"/*.log; do echo "== tail $(basename $f)"; tail -n ${TAIL:-6} "$f"; done
+# at most 8 files come back: the logs travel as one archive
+(cd "$OUT" && tar cJf logs.tar.xz *.log && rm -f *.log)

@@ -330,3 +330,18 @@ def test_v1_grid_of_b_times_h_is_sent_to_the_query_split():
     assert "small-grid" in ranked[:2], [(f.cls, round(f.rank, 1)) for f in a.findings]
     grid = a.findings[ranked.index("small-grid")]
     assert "B*H" in grid.advice and "v3" in grid.advice
+
+
+def test_six_kernel_full_set_report_is_analyzed_whole():
+    """The 6-kernel `--set full` report of v5 (tests/fixtures/ncu/v5-full.ncu-rep.xz): every kernel
+    is analyzed, each into the fixed vocabulary. (Its timing is a benchmark: benchmarks/RESULTS.md.)"""
+    path = Path(__file__).resolve().parent / "fixtures" / "ncu" / "v5-full.ncu-rep.xz"
+    if not path.exists():
+        pytest.skip("v5-full.ncu-rep.xz not recorded")
+    analyses = analysis.analyze_report(path)
+    assert len(analyses) == 6
+    assert len({a.duration_ns for a in analyses}) > 1  # six real launches, not one row repeated
+    for a in analyses:
+        assert a.bottleneck in analysis.CLASSES
+        assert all(f.cls in analysis.CLASSES for f in a.findings)
+        assert a.metrics["launch__grid_size"] == 8 * 128  # (N / 128 query rows) x (B * H)

@@ -22,6 +22,8 @@
 //     B8 H32 N4096 D64 causal:   309.1  1.11x  (flash 279.0, cuDNN 425.0)
 //     B8 H16 N4096 D128:         342.4  1.04x  (flash 330.7, cuDNN 658.8)
 //     B8 H16 N4096 D128 causal:  323.6  1.06x  (flash 305.3, cuDNN 571.8)
+//   `lab bench` (benchmarks/RESULTS.md; median of 30, L2 flushed, side by side), two runs the same
+//   day: 1.08-1.14x, 1.11-1.13x, 1.05-1.09x and 1.13-1.14x SDPA flash on the same four shapes.
 //   About 50% of the tensor pipe (ncu: 52-60% hmma cycles active); cuDNN (wgmma, Hopper-only) is
 //   1.5-2x faster still. The iteration log, predictions and misses: benchmarks/v5_notes.md.
 // Profile it: lab profile --variant v5 --dtype float16

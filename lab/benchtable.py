@@ -18,10 +18,10 @@ def bench_ladder(chosen, problems, reps: int, warmup: int, baselines: bool = Tru
     require_gpu("bench")  # before importing the build machinery: a clear refusal, fast
     for variant in chosen:
         require_compute_capability(variant)
-    from lab import build, check
+    from lab import build
     from lab.baselines import run_baselines
     from lab.bench import tflops
-    from lab.pipeline import bench_variant
+    from lab.pipeline import bench_variant, check_in_child
 
     rows, base_by_shape, failed = [], {}, []
     for variant, problem in zip(chosen, problems):
@@ -30,11 +30,15 @@ def bench_ladder(chosen, problems, reps: int, warmup: int, baselines: bool = Tru
             print(f"[lab] baselines for {shape_key}", file=sys.stderr, flush=True)
             base_by_shape[shape_key] = run_baselines(problem, reps, warmup)
         built = build.build(variant)
-        # correctness gates timing: the benched shape and a few ragged ones, causal and not
-        result = check.check_variant(variant, problem=problem, extra_shapes=4, module=built.module)
+        # correctness gates timing: the benched shape and a few ragged ones, causal and not, in a
+        # child process so that a crashing rung cannot take the table down with it
+        try:
+            correctness = check_in_child(variant, problem, extra_shapes=4)
+        except CheckFailed as crash:
+            correctness = {"passed": False, "error": str(crash)}
         row = {"variant": variant.id, "title": variant.title, "problem": problem.to_dict(),
-               "correct": result.passed, "correctness": result.to_dict()}
-        if not result.passed:
+               "correct": correctness["passed"], "correctness": correctness}
+        if not correctness["passed"]:
             failed.append(variant.id)
             rows.append(row)
             continue

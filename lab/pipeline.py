@@ -6,7 +6,10 @@ that ran finished: the run directory is staged and renamed into place last (lab.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
+import signal
+import subprocess
 import sys
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -52,6 +55,37 @@ def child_env() -> dict:
     return env
 
 
+CHECK_TIMEOUT_S = 900
+
+
+def check_in_child(variant: Variant, problem: Problem, extra_shapes: int) -> dict:
+    """The correctness gate in a child process (`lab check --json`), so that a rung that crashes
+    (a segfault, an illegal address that poisons the CUDA context) takes down only that child. Returns
+    the check's manifest dict (lab.check.CheckResult.to_dict()); a crash raises CheckFailed."""
+    shape = f"{problem.batch},{problem.heads},{problem.seqlen_q},{problem.seqlen_k},{problem.head_dim}"
+    argv = [sys.executable, "-m", "lab.cli", "check", "--variant", variant.id, "--shape", shape,
+            "--dtype", problem.dtype, "--shapes", str(extra_shapes), "--json"]
+    if problem.causal:
+        argv.append("--causal")
+    try:
+        res = subprocess.run(argv, capture_output=True, text=True, env=child_env(), timeout=CHECK_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        raise CheckFailed(f"{variant.id}'s check did not finish in {CHECK_TIMEOUT_S} s (a hang?)") from None
+    try:
+        [result] = json.loads(res.stdout)
+    except (json.JSONDecodeError, ValueError):
+        result = None
+    if res.returncode not in (0, 1) or result is None:
+        how = (f"killed by {signal.Signals(-res.returncode).name}" if res.returncode < 0
+               else f"exit code {res.returncode}")
+        tail = " | ".join(res.stderr.strip().splitlines()[-3:])
+        raise CheckFailed(f"{variant.id} crashed in its child process ({how}) while being checked on "
+                          f"{problem.label()}: {tail or 'no output'}")
+    result.pop("variant", None)
+    result.pop("shapes", None)
+    return result
+
+
 def bench_variant(variant: Variant, problem: Problem, module, reps: int, warmup: int):
     """Time one rung on one problem; returns (Timing, peak_memory_bytes)."""
     import torch
@@ -77,7 +111,7 @@ def profile(variant: Variant, problem: Problem, opts: ProfileOptions) -> Path:
     check_supported(variant, problem)
     require_gpu("profile")  # before importing the build machinery: a clear refusal, fast
     require_compute_capability(variant)
-    from lab import build, check, store
+    from lab import build, store
     from lab.baselines import run_baselines
     from lab.bench import tflops
     from lab.target import range_name
@@ -91,9 +125,10 @@ def profile(variant: Variant, problem: Problem, opts: ProfileOptions) -> Path:
     _say(f"  {'compiled' if built.built_now else 'cached'} in {built.seconds:.1f} s")
 
     _say(f"check {variant.id} against float64 on {problem.label()} and {opts.check_shapes} ragged shapes")
-    correctness = check.check_variant(variant, problem=problem, extra_shapes=opts.check_shapes, module=built.module)
-    if not correctness.passed:
-        raise CheckFailed(f"{variant.id} is wrong on {correctness.failed_shape}: {correctness.summary()}")
+    correctness = check_in_child(variant, problem, opts.check_shapes)
+    if not correctness["passed"]:
+        raise CheckFailed(f"{variant.id} is wrong on {correctness['failed_shape']}: rel_err "
+                          f"{correctness['rel_err']}, tolerance {correctness['tolerance']} ({correctness['rule']})")
 
     _say(f"bench {variant.id}: {opts.reps} reps after {opts.warmup} warm-up, L2 flushed")
     timing, peak_mem = bench_variant(variant, problem, built.module, opts.reps, opts.warmup)
@@ -151,7 +186,7 @@ def profile(variant: Variant, problem: Problem, opts: ProfileOptions) -> Path:
             "device": dev,
             "software": software_info(),
             "build": {"flags": built.flags, "cache_key": built.cache_key, "ptxas": built.ptxas},
-            "correctness": correctness.to_dict(),
+            "correctness": correctness,
             "timing": {**timing.to_dict(), "tflops": tflops(problem.flops, timing.median),
                        "peak_memory_bytes": peak_mem},
             "baselines": [b.to_dict(timing.median) for b in baselines],

@@ -48,7 +48,8 @@ def bench_ladder(chosen, problems, reps: int, warmup: int, baselines: bool = Tru
                    baselines=[b.to_dict(timing.median) for b in base_by_shape.get(shape_key, [])])
         rows.append(row)
     for prev, row in zip(rows, rows[1:]):
-        if "timing" in prev and "timing" in row and prev["problem"]["label"].split("-")[:4] == row["problem"]["label"].split("-")[:4]:
+        # the same problem up to dtype (the ladder's fp32 -> fp16 step is a gain we want to show)
+        if "timing" in prev and "timing" in row and _shape_key(prev["problem"]) == _shape_key(row["problem"]):
             row["speedup_vs_previous"] = prev["timing"]["median"] / row["timing"]["median"]
     out = {"device": device_info(), "software": software_info(), "git": git_info(), "reps": reps,
            "warmup": warmup, "rows": rows}
@@ -56,6 +57,10 @@ def bench_ladder(chosen, problems, reps: int, warmup: int, baselines: bool = Tru
         print_ladder(out)
         raise CheckFailed(f"wrong results from {', '.join(failed)}: not timed")
     return out
+
+
+def _shape_key(problem: dict) -> tuple:
+    return tuple(problem[k] for k in ("batch", "heads", "seqlen_q", "seqlen_k", "head_dim", "causal"))
 
 
 def print_ladder(result: dict) -> None:

@@ -80,3 +80,12 @@ def test_markdown_ladder_marks_unavailable_backends_and_failed_rungs():
     v1_row = next(line for line in text.splitlines() if line.startswith("| v1"))
     assert "| 1 (0.5x) | n/a |" in v1_row
     assert "FAILED its check" in text
+
+
+def test_vs_previous_compares_the_same_problem_up_to_dtype():
+    from lab.benchtable import _shape_key
+
+    plain = parse_shape("8,16,1024,64").to_dict()
+    assert _shape_key(plain) == _shape_key(parse_shape("8,16,1024,64", dtype="fp16").to_dict())
+    assert _shape_key(plain) != _shape_key(parse_shape("8,16,1024,64", causal=True).to_dict())
+    assert _shape_key(plain) != _shape_key(parse_shape("8,16,1024,2048,64").to_dict())

@@ -14,7 +14,6 @@ import re
 import shutil
 import subprocess
 import sys
-import time
 from html.parser import HTMLParser
 from pathlib import Path
 
@@ -458,9 +457,9 @@ def test_an_unreadable_table_is_bad_input(tmp_path):
     assert r.returncode == 2 and "table 'metrics' cannot be read" in r.stderr and "Traceback" not in r.stderr
 
 
-def test_lab_report_renders_50_runs_in_under_2_seconds(tmp_path):
+def test_lab_report_renders_50_runs(tmp_path):
     """50 copies of a recorded example run (its metrics table has ~1,400 columns), or of a test-made
-    run before examples exist; timed end to end as a user runs it, interpreter start included."""
+    run before examples exist. Its speed target (< 2 s) is measured by benchmarks/cpu_speed.py."""
     root = tmp_path / "store"
     if EXAMPLE_RUNS:
         first = root / EXAMPLE_RUNS[-1].id
@@ -475,12 +474,9 @@ def test_lab_report_renders_50_runs_in_under_2_seconds(tmp_path):
         (dest / "manifest.json").write_text(json.dumps(m))
     assert len(list_runs(root)) == 50
     out = tmp_path / "out"
-    t0 = time.perf_counter()
     r = lab("report", "--out", str(out), env_root=root)
-    seconds = time.perf_counter() - t0
     assert r.returncode == 0, r.stderr
     assert len([p for p in out.glob("*.html") if not p.name.startswith(("index", "compare-"))]) == 50
-    assert seconds < 2.0, f"lab report over 50 runs took {seconds:.2f} s"
 
 
 # ------------------------------------------------------------------- the shipped example runs

@@ -40,7 +40,7 @@ def analyze_seconds(tmp: Path) -> list[float]:
 def report_seconds(tmp: Path) -> list[float]:
     import os
 
-    from lab.store import list_runs
+    from lab.store.runs import list_runs
 
     example = list_runs(ROOT / "profiles")[-1]
     store = tmp / "store"

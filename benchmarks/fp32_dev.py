@@ -6,13 +6,13 @@ Two halves, so that no GPU time goes into compiling:
     python benchmarks/fp32_dev.py run                # GPU machine: check every candidate, then time them
 
 `compile` builds each rung's .cu with -DLAB_V<n>_TUNING into a plain shared library (static cudart,
-sm_90a SASS, the flags of lab/build.py); `run` loads it with ctypes and calls the C launchers of
+sm_90a SASS, the flags of lab/ladder/build.py); `run` loads it with ctypes and calls the C launchers of
 kernels/common.cuh directly on torch tensors and torch's current stream: `lab_forward_v<n>` (the
 rung's default configs, every D) and `lab_forward_v<n>_config` (a candidate of that head_dim, by
 index). `--candidates v4` tunes only v4 (the other rungs run their defaults); `--twice` times each
 default twice, so the spread of one kernel's two medians shows the noise floor.
 
-Correctness first: every candidate and every default config is checked against lab.check's float64
+Correctness first: every candidate and every default config is checked against lab.measure.check's float64
 reference (rel_err <= 1e-4, output poisoned with NaN) on ragged, causal and seqlen_q != seqlen_k
 shapes; a candidate that fails is not timed. Timing: CUDA events around each launch, an L2 flush
 before each repetition, warm-up first, candidates round-robin (rep 1 of each, rep 2 of each, ...)
@@ -127,8 +127,8 @@ def name_of(vid: str, config: int | None, head_dim: int = 64) -> str:
 def check(rung: Rung, config: int | None, shapes, head_dim: int = 64) -> tuple[bool, float]:
     import torch
 
-    from lab import check as gate
-    from lab.problem import make_inputs, softmax_scale
+    from lab.measure import check as gate
+    from lab.measure.problem import make_inputs, softmax_scale
 
     worst, ok = 0.0, True
     for p in shapes:
@@ -152,7 +152,7 @@ def check(rung: Rung, config: int | None, shapes, head_dim: int = 64) -> tuple[b
 
 
 def dev_shapes(head_dims):
-    from lab.problem import Problem
+    from lab.measure.problem import Problem
 
     pairs = [(1, 1), (17, 17), (100, 100), (129, 129), (1000, 1000), (1023, 1023), (17, 300), (300, 17),
              (1023, 1000), (130, 1023), (1, 700), (700, 1)]
@@ -190,7 +190,7 @@ def run(args) -> int:
     import torch.nn.functional as F
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
-    from lab.problem import Problem, make_inputs
+    from lab.measure.problem import Problem, make_inputs
 
     if not torch.cuda.is_available():
         sys.exit("run needs a CUDA GPU")

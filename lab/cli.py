@@ -50,7 +50,7 @@ def main():
 @click.option("--markdown", is_flag=True, help="print the README's ladder table")
 def variants(as_json, markdown):
     """List the kernel rungs: id, title, dtypes, what changed, the bottleneck it attacks."""
-    from lab.variants import VARIANTS, markdown_table
+    from lab.ladder.registry import VARIANTS, markdown_table
 
     if markdown:
         click.echo(markdown_table())
@@ -94,7 +94,7 @@ def doctor(no_probe, as_json):
 
 
 def _problem(variant, shape, causal, dtype, seqlen_k=None):
-    from lab.problem import DEFAULT_SHAPE, check_supported, parse_shape
+    from lab.measure.problem import DEFAULT_SHAPE, check_supported, parse_shape
 
     problem = parse_shape(shape or DEFAULT_SHAPE, causal, dtype or variant.default_dtype, seqlen_k)
     check_supported(variant, problem)
@@ -110,9 +110,8 @@ def _problem(variant, shape, causal, dtype, seqlen_k=None):
 @json_option
 def build(variant_spec, arch, ptxas_only, verbose, as_json):
     """Build rungs as PyTorch extensions (cached by source hash); registers, shared memory, spills per kernel."""
-    from lab import build as builder
-    from lab import variants as registry
-
+    from lab.ladder import build as builder
+    from lab.ladder import registry
     chosen = registry.select(variant_spec)
     if arch:
         builder.validate_arch(arch)
@@ -166,9 +165,8 @@ def build(variant_spec, arch, ptxas_only, verbose, as_json):
 @json_option
 def check(variant_spec, shape_count, seed, shape, causal, dtype, as_json):
     """Check rungs against a float64 reference on seeded shapes; exit 1 if any output is wrong."""
-    from lab import check as gate
-    from lab import variants as registry
-
+    from lab.measure import check as gate
+    from lab.ladder import registry
     chosen = registry.select(variant_spec)
     problems = {v.id: (_problem(v, shape, causal, dtype) if shape else None) for v in chosen}
     if shape_count is None:
@@ -220,8 +218,8 @@ def check(variant_spec, shape_count, seed, shape, causal, dtype, as_json):
 @json_option
 def bench(variant_spec, shape, causal, dtype, reps, warmup, no_baselines, markdown_path, as_json):
     """Time rungs beside the SDPA backends (cudnn, flash, efficient, math) in fp16 and fp32."""
-    from lab import variants as registry
-    from lab.benchtable import bench_ladder, print_ladder
+    from lab.ladder import registry
+    from lab.measure.benchtable import bench_ladder, print_ladder
 
     chosen = registry.select(variant_spec)
     problems = [_problem(v, shape, causal, dtype) for v in chosen]
@@ -229,7 +227,7 @@ def bench(variant_spec, shape, causal, dtype, reps, warmup, no_baselines, markdo
         raise LabError("--reps must be at least 2")
     result = bench_ladder(chosen, problems, reps, warmup, baselines=not no_baselines)
     if markdown_path:
-        from lab.benchtable import markdown_ladder
+        from lab.measure.benchtable import markdown_ladder
 
         with open(markdown_path, "a") as fh:
             fh.write(markdown_ladder(result, f"lab bench --variant {variant_spec} --shape {shape or 'default'}"
@@ -255,13 +253,13 @@ def bench(variant_spec, shape, causal, dtype, reps, warmup, no_baselines, markdo
 @click.option("--no-report", is_flag=True, help="do not render the HTML page")
 def profile(variant_id, shape, causal, dtype, reps, section_set, no_ncu, timeline, no_baselines, no_report):
     """Build (cached) -> check -> bench -> ncu -> store -> report; prints the run id and its HTML page."""
-    from lab import variants as registry
+    from lab.ladder import registry
     from lab.pipeline import ProfileOptions, profile as run_profile
 
     variant = registry.get(variant_id)
     problem = _problem(variant, shape, causal, dtype)
     if section_set is not None:
-        from lab.nsight.ncu import section_args
+        from lab.profilers.ncu import section_args
 
         section_args(section_set)  # a bad name is refused now, not after the build and bench
     opts = ProfileOptions(reps=reps, ncu=not no_ncu, section_set=None if section_set == "default" else section_set,
@@ -270,7 +268,7 @@ def profile(variant_id, shape, causal, dtype, reps, section_set, no_ncu, timelin
     click.echo(f"run: {run_dir.name}")
     click.echo(f"stored: {run_dir}")
     if opts.report:
-        from lab.report import render_run_page
+        from lab.report.pages import render_run_page
 
         page = render_run_page(run_dir)
         click.echo(f"report: {page}")
@@ -285,7 +283,7 @@ def profile(variant_id, shape, causal, dtype, reps, section_set, no_ncu, timelin
 @click.option("--open", "open_browser", is_flag=True, help="open the page in a web browser where one exists")
 def report(out_dir, run_id, profiles_dir, open_browser):
     """Render reports/index.html and one HTML write-up per stored run; prints the index path."""
-    from lab.report import open_in_browser, render
+    from lab.report.pages import open_in_browser, render
 
     done = render(out_dir, root=profiles_dir, run_id=run_id)
     if done.empty_message():
@@ -308,8 +306,8 @@ def report(out_dir, run_id, profiles_dir, open_browser):
 @json_option
 def compare(run_a, run_b, threshold_pct, out_dir, profiles_dir, as_json):
     """Compare two stored runs side by side; exit 1 when B regresses beyond noise and the threshold."""
-    from lab.compare import compare_ids, text_lines
-    from lab.report import render_compare
+    from lab.report.compare import compare_ids, text_lines
+    from lab.report.pages import render_compare
 
     result = compare_ids(run_a, run_b, threshold_pct, root=profiles_dir)
     page = render_compare(result, out_dir)
@@ -332,7 +330,7 @@ def compare(run_a, run_b, threshold_pct, out_dir, profiles_dir, as_json):
 @json_option
 def timeline(file, range_name, launches, top, as_json):
     """Read a timeline: nsys SQLite export, .nsys-rep, `nsys stats --format csv`, or torch.profiler trace."""
-    from lab.timeline import read_any, renderables
+    from lab.profilers.timeline import read_any, renderables
 
     tl = read_any(file, range_name=range_name, launches_per_range=launches)
     if as_json:
@@ -357,8 +355,8 @@ def timeline(file, range_name, launches, top, as_json):
 def analyze(report_path, kernel_regex, shape, causal, dtype, as_json):
     """Name each kernel's bottleneck in an Nsight Compute report (.ncu-rep, or .xz/.gz of one): the
     evidence, Nsight's estimated gain and the next step. Needs no GPU."""
-    from lab import analysis
-    from lab.problem import parse_shape
+    from lab.analysis import findings as analysis
+    from lab.measure.problem import parse_shape
 
     problem = parse_shape(shape, causal, dtype).to_dict() if shape else None
     analyses = analysis.analyze_report(report_path, problem=problem, kernel_regex=kernel_regex)
@@ -377,8 +375,8 @@ def analyze(report_path, kernel_regex, shape, causal, dtype, as_json):
               show_default=True)
 def export(run_ids, fmt, out_dir):
     """Write stored runs' manifest and tables (metrics, findings, timeline) as CSV or JSON lines."""
-    from lab.export import export_run
-    from lab.store import find_run
+    from lab.store.export import export_run
+    from lab.store.runs import find_run
 
     for run_id in run_ids:
         for path in export_run(find_run(run_id), out_dir, fmt):
@@ -396,8 +394,8 @@ def export(run_ids, fmt, out_dir):
 @json_option
 def sweep(variant_spec, shapes, causal, dtype, reps, no_baselines, as_json):
     """`lab bench` over several shapes: one side-by-side table per shape."""
-    from lab import variants as registry
-    from lab.benchtable import bench_ladder, print_ladder
+    from lab.ladder import registry
+    from lab.measure.benchtable import bench_ladder, print_ladder
 
     chosen = registry.select(variant_spec)
     plans = [(shape, [_problem(v, shape, causal, dtype) for v in chosen]) for shape in shapes]  # validate all first

@@ -62,7 +62,7 @@ _COUNTER_PROBE = "import torch; x = torch.ones(1024, device='cuda'); (x + 1).sum
 
 def _ncu_checks(probe: bool) -> list[Check]:
     from lab.errors import LabError
-    from lab.nsight import ncu
+    from lab.profilers import ncu
 
     try:
         version = ncu.ncu_version()
@@ -101,7 +101,7 @@ def _ncu_checks(probe: bool) -> list[Check]:
 
 
 def _nsys_check() -> Check:
-    from lab.nsight.nsys import nsys_status
+    from lab.profilers.nsys import nsys_status
 
     st = nsys_status()
     if st.can_write_reports:

@@ -74,15 +74,6 @@ def device_info(index: int = 0) -> dict:
     return info
 
 
-def tool_version(exe: str, pattern: str = r"(\d{4}\.\d+\.\d+(?:\.\d+)?|\d+\.\d+(?:\.\d+)?)") -> str | None:
-    path = shutil.which(exe)
-    if not path:
-        return None
-    out = _run([path, "--version"]) or ""
-    m = re.search(pattern, out)
-    return m.group(1) if m else out.strip()[:60] or None
-
-
 def nvcc_version() -> str | None:
     out = _run(["nvcc", "--version"]) if shutil.which("nvcc") else None
     m = re.search(r"release (\d+\.\d+)", out or "")
@@ -101,13 +92,13 @@ def software_info() -> dict:
     except ImportError:
         pass
     try:
-        from lab.nsight.ncu import ncu_version
+        from lab.profilers.ncu import ncu_version
 
         info["ncu"] = ncu_version()
     except (ImportError, LabError):
         pass
     try:
-        from lab.nsight.nsys import nsys_status
+        from lab.profilers.nsys import nsys_status
 
         info["nsys"] = nsys_status().version
     except (ImportError, LabError):

@@ -1,15 +1,11 @@
 """What `lab profile` does, in order: build -> check -> bench -> ncu -> timeline -> analyze -> store
 -> report. Correctness gates timing; timing gates profiling. Nothing is stored unless every step
-that ran finished: the run directory is staged and renamed into place last (lab.store).
+that ran finished: the run directory is staged and renamed into place last (lab.store.runs).
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
-import os
-import signal
-import subprocess
 import sys
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -17,8 +13,9 @@ from pathlib import Path
 
 from lab import __version__
 from lab.errors import CheckFailed
-from lab.problem import Problem, check_supported
-from lab.variants import Variant
+from lab.measure.problem import Problem, check_supported
+from lab.ladder.registry import Variant
+from lab.measure.isolated import check_in_child, child_env
 
 
 @dataclass
@@ -39,70 +36,12 @@ def _say(msg: str) -> None:
 
 
 def target_argv(variant: Variant, problem: Problem, repeat: int = 1) -> list[str]:
-    argv = [sys.executable, "-m", "lab.target", "--variant", variant.id,
+    argv = [sys.executable, "-m", "lab.ladder.target", "--variant", variant.id,
             "--shape", f"{problem.batch},{problem.heads},{problem.seqlen_q},{problem.head_dim}",
             "--seqlen-k", str(problem.seqlen_k), "--dtype", problem.dtype, "--repeat", str(repeat)]
     if problem.causal:
         argv.append("--causal")
     return argv
-
-
-def child_env() -> dict:
-    """The child must import this checkout's `lab` even when run from elsewhere."""
-    env = dict(os.environ)
-    root = str(Path(__file__).resolve().parent.parent)
-    env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-    return env
-
-
-CHECK_TIMEOUT_S = 900
-
-
-def check_in_child(variant: Variant, problem: Problem, extra_shapes: int) -> dict:
-    """The correctness gate in a child process (`lab check --json`), so that a rung that crashes
-    (a segfault, an illegal address that poisons the CUDA context) takes down only that child. Returns
-    the check's manifest dict (lab.check.CheckResult.to_dict()); a crash raises CheckFailed."""
-    shape = f"{problem.batch},{problem.heads},{problem.seqlen_q},{problem.seqlen_k},{problem.head_dim}"
-    argv = [sys.executable, "-m", "lab.cli", "check", "--variant", variant.id, "--shape", shape,
-            "--dtype", problem.dtype, "--shapes", str(extra_shapes), "--json"]
-    if problem.causal:
-        argv.append("--causal")
-    try:
-        res = subprocess.run(argv, capture_output=True, text=True, env=child_env(), timeout=CHECK_TIMEOUT_S)
-    except subprocess.TimeoutExpired:
-        raise CheckFailed(f"{variant.id}'s check did not finish in {CHECK_TIMEOUT_S} s (a hang?)") from None
-    try:
-        [result] = json.loads(res.stdout)
-    except (json.JSONDecodeError, ValueError):
-        result = None
-    if res.returncode not in (0, 1) or result is None:
-        how = (f"killed by {signal.Signals(-res.returncode).name}" if res.returncode < 0
-               else f"exit code {res.returncode}")
-        tail = " | ".join(res.stderr.strip().splitlines()[-3:])
-        raise CheckFailed(f"{variant.id} crashed in its child process ({how}) while being checked on "
-                          f"{problem.label()}: {tail or 'no output'}")
-    result.pop("variant", None)
-    result.pop("shapes", None)
-    return result
-
-
-def bench_variant(variant: Variant, problem: Problem, module, reps: int, warmup: int):
-    """Time one rung on one problem; returns (Timing, peak_memory_bytes)."""
-    import torch
-
-    from lab.bench import peak_memory_bytes, time_cuda
-    from lab.problem import make_inputs, softmax_scale
-
-    q, k, v = make_inputs(problem, seed=0)
-    scale = softmax_scale(problem)
-
-    def call():
-        o = torch.empty_like(q)  # allocate like SDPA does, so the comparison is even
-        module.forward(q, k, v, o, problem.causal, scale)
-        return o
-
-    timing = time_cuda(call, reps=reps, warmup=warmup)
-    return timing, peak_memory_bytes(call)
 
 
 def profile(variant: Variant, problem: Problem, opts: ProfileOptions) -> Path:
@@ -111,13 +50,14 @@ def profile(variant: Variant, problem: Problem, opts: ProfileOptions) -> Path:
     check_supported(variant, problem)
     require_gpu("profile")  # before importing the build machinery: a clear refusal, fast
     require_compute_capability(variant)
-    from lab import build, store
-    from lab.baselines import run_baselines
-    from lab.bench import tflops
-    from lab.target import range_name
+    from lab.ladder import build
+    from lab.store import runs as store
+    from lab.measure.baselines import run_baselines
+    from lab.measure.bench import bench_variant, tflops
+    from lab.ladder.target import range_name
 
     if opts.ncu:
-        from lab.nsight import ncu
+        from lab.profilers import ncu
         ncu.require_ncu()  # fail before minutes of work, not after
 
     _say(f"build {variant.label()}")
@@ -151,15 +91,9 @@ def profile(variant: Variant, problem: Problem, opts: ProfileOptions) -> Path:
             stored_cmd = [report_path.name if a == str(report_path) else a for a in cmd]
             profile_info = {"tool": "ncu", "command": stored_cmd, "section_set": opts.section_set or ncu.DEFAULT_SECTION_SET,
                             "report": report_path.name, "nvtx_range": rng}
-            from lab import analysis
-
-            analyses = analysis.analyze_report(report_path, problem=problem.to_dict())
-            run.add_table("metrics", analysis.metrics_frame(report_path))
-            run.add_table("findings", analysis.findings_frame(analyses))
-            run.add_table("ncu_rules", analysis.rules_frame(report_path))
         timeline_info = None
         if opts.timeline:
-            from lab.timeline import collect_timeline
+            from lab.profilers.timeline import collect_timeline
 
             _say(f"timeline: {opts.timeline_repeats} launches in range '{rng}'")
             tl = collect_timeline(target_argv(variant, problem, opts.timeline_repeats), run.dir / "timeline",
@@ -172,6 +106,13 @@ def profile(variant: Variant, problem: Problem, opts: ProfileOptions) -> Path:
             timeline_info = {"source": tl.source, "reason": tl.reason, "input_format": tl.input_format,
                              "launch_overhead_ns": tl.launch_overhead_ns, "launch_overhead": tl.launch_overhead,
                              "repeats": opts.timeline_repeats}
+
+        if profile_info is not None:
+            from lab.analysis import findings as analysis
+            analyses = analysis.analyze_report(report_path, problem=problem.to_dict())
+            run.add_table("metrics", analysis.metrics_frame(report_path))
+            run.add_table("findings", analysis.findings_frame(analyses))
+            run.add_table("ncu_rules", analysis.rules_frame(report_path))
 
         dev = device_info()
         run.manifest.update({

@@ -1,4 +1,4 @@
-"""lab.analysis and `lab analyze` on real Nsight Compute reports.
+"""lab.analysis.findings and `lab analyze` on real Nsight Compute reports.
 
   * ../shared/fixtures/ncu-public/: public reports written on a Turing GPU (sgemm naive and
     coalesced, dot product, vector add).
@@ -17,10 +17,14 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from lab import analysis, derived_metrics, ncu_rules
+from lab.analysis import findings as analysis
+
+from lab.analysis import metrics as derived_metrics
+
+from lab.analysis import rules as ncu_rules
 from lab.cli import main
-from lab.nsight import ncu
-from lab.problem import Problem
+from lab.profilers import ncu
+from lab.measure.problem import Problem
 
 REPO = Path(__file__).resolve().parent.parent
 PUBLIC = REPO.parent / "shared" / "fixtures" / "ncu-public"

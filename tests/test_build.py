@@ -1,4 +1,4 @@
-"""lab.build on the CPU: the cache key, arch flags, and ptxas resource records parsed from real nvcc
+"""lab.ladder.build on the CPU: the cache key, arch flags, and ptxas resource records parsed from real nvcc
 output of our own kernels (skipped with a reason where nvcc is missing). The extension build
 itself needs a GPU: tests/test_check_gpu.py covers it."""
 
@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from lab import build
+from lab.ladder import build
 from lab.errors import LabError
-from lab.variants import VARIANTS, get
+from lab.ladder.registry import VARIANTS, get
 
 NVCC = shutil.which("nvcc")
 needs_nvcc = pytest.mark.skipif(NVCC is None, reason="nvcc not on PATH: the ptxas tests compile real kernels")

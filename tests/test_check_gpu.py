@@ -1,4 +1,4 @@
-"""The correctness gate (lab.check) and every fp32 rung of the registry on it.
+"""The correctness gate (lab.measure.check) and every fp32 rung of the registry on it.
 
 CPU tests (no marker): the seeded shape list, the float64 reference against torch's own SDPA in
 float64, the NaN rule of the comparison, the manifest fields, and the no-GPU refusal.
@@ -23,9 +23,9 @@ import pytest
 
 torch = pytest.importorskip("torch", reason="torch is not installed")
 
-from lab import check  # noqa: E402
-from lab.problem import Problem  # noqa: E402
-from lab.variants import VARIANTS, get  # noqa: E402
+from lab.measure import check  # noqa: E402
+from lab.measure.problem import Problem  # noqa: E402
+from lab.ladder.registry import VARIANTS, get  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 HAS_GPU = torch.cuda.is_available()
@@ -140,7 +140,7 @@ def test_check_bad_input_exits_2(args, message):
 
 @pytest.fixture(scope="module")
 def built():
-    from lab.build import build
+    from lab.ladder.build import build
 
     return {vid: build(get(vid)) for vid in RUNGS}
 
@@ -169,7 +169,7 @@ def test_nan_poison_catches_a_truncated_launch(vid, built):
     so that row is never written; the gate's comparison must fail it, and only because of it."""
     module = built[vid].module
     problem = Problem(1, 1, 40, 40, 64)
-    from lab.problem import make_inputs, softmax_scale
+    from lab.measure.problem import make_inputs, softmax_scale
 
     q, k, v = make_inputs(problem, seed=3)
     scale = softmax_scale(problem)
@@ -218,13 +218,13 @@ def test_launcher_refuses_what_it_cannot_run(vid, built):
 @needs_gpu
 def test_second_build_compiles_nothing(built):
     """In this process the module is reused; a fresh process imports the finished .so."""
-    from lab.build import build
+    from lab.ladder.build import build
 
     again = build(get("v1"))
     assert not again.built_now and again.cache_key == built["v1"].cache_key and again.module is built["v1"].module
     so_files = sorted(built["v1"].build_dir.glob("*.so"))
     mtimes = [p.stat().st_mtime_ns for p in so_files]
-    code = ("from lab import build, variants\n"
+    code = ("from lab.ladder import build, registry as variants\n"
             "r = build.build(variants.get('v1'))\n"
             "print('built_now', r.built_now, r.cache_key)\n")
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, env=_child_env())
@@ -236,8 +236,9 @@ def test_second_build_compiles_nothing(built):
 
 SANITIZER_SCRIPT = textwrap.dedent("""
     import torch
-    from lab import build, variants
-    from lab.problem import Problem, make_inputs, softmax_scale
+    from lab.ladder import build
+    from lab.ladder import registry as variants
+    from lab.measure.problem import Problem, make_inputs, softmax_scale
 
     # Ragged tiles in every direction: one row, one partial tile, seqlen_q < and > seqlen_k, causal;
     # and shapes with several key tiles, so that v4's K/V buffers are refilled under each of its

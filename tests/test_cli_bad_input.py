@@ -53,7 +53,7 @@ def test_gpu_command_without_gpu_exits_2(command, tmp_path):
 def test_variants_lists_every_rung():
     import json
 
-    from lab.variants import VARIANTS
+    from lab.ladder.registry import VARIANTS
 
     res = lab("variants", "--json")
     assert res.returncode == 0

@@ -8,8 +8,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from lab import store
-from lab.export import export_run
+from lab.store import runs as store
+from lab.store.export import export_run
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "profiles" / "examples"
 

@@ -18,15 +18,15 @@ import pytest
 
 torch = pytest.importorskip("torch", reason="torch is not installed")
 
-from lab import check  # noqa: E402
-from lab.problem import Problem  # noqa: E402
-from lab.variants import get  # noqa: E402
+from lab.measure import check  # noqa: E402
+from lab.measure.problem import Problem  # noqa: E402
+from lab.ladder.registry import get  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 HAS_GPU = torch.cuda.is_available()
 needs_gpu = pytest.mark.skipif(not HAS_GPU, reason="needs a CUDA GPU (torch.cuda.is_available() is False)")
 RUNGS = ["v3", "v4"]
-GPU_SHAPES = 104  # >= 100 seeded shapes: the 24 corners and 80 random ragged ones (lab.check.check_shapes)
+GPU_SHAPES = 104  # >= 100 seeded shapes: the 24 corners and 80 random ragged ones (lab.measure.check.check_shapes)
 
 # Tile edges of the default configs (BM = 128 query rows at D=32/64, 64 at D=128; BN = 32 or 64
 # keys): one row short of, on, and one past a tile, in both dimensions, causal and not, and a long
@@ -76,7 +76,7 @@ def test_tuning_list_matches_the_kernel_cases(vid):
 
 @pytest.fixture(scope="module")
 def built():
-    from lab.build import build
+    from lab.ladder.build import build
 
     return {vid: build(get(vid)) for vid in RUNGS}
 

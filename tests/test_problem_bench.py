@@ -2,10 +2,10 @@
 
 import pytest
 
-from lab.bench import median_ci95, summarize, tflops
+from lab.measure.bench import median_ci95, summarize, tflops
 from lab.errors import LabError
-from lab.problem import Problem, check_supported, parse_shape
-from lab.variants import get
+from lab.measure.problem import Problem, check_supported, parse_shape
+from lab.ladder.registry import get
 
 
 def test_flops_and_min_bytes():
@@ -55,7 +55,7 @@ def test_tflops():
 
 
 def test_refused_backend_reason_keeps_explanations_only():
-    from lab.baselines import _unavailable_reason
+    from lab.measure.baselines import _unavailable_reason
 
     msgs = ["Flash attention kernel not used because: (Triggered internally at /a/sdp_utils.cpp:1.)",
             "Memory Efficient attention has been runtime disabled. (Triggered internally at /b.h:2.)",
@@ -65,7 +65,7 @@ def test_refused_backend_reason_keeps_explanations_only():
 
 
 def test_markdown_ladder_marks_unavailable_backends_and_failed_rungs():
-    from lab.benchtable import markdown_ladder
+    from lab.measure.benchtable import markdown_ladder
 
     ok = {"backend": "flash", "dtype": "float16", "status": "ok", "median_ms": 1.0, "ratio": 0.5}
     refused = {"backend": "flash", "dtype": "float32", "status": "unavailable", "median_ms": None, "ratio": None}
@@ -83,7 +83,7 @@ def test_markdown_ladder_marks_unavailable_backends_and_failed_rungs():
 
 
 def test_vs_previous_compares_the_same_problem_up_to_dtype():
-    from lab.benchtable import _shape_key
+    from lab.measure.benchtable import _shape_key
 
     plain = parse_shape("8,16,1024,64").to_dict()
     assert _shape_key(plain) == _shape_key(parse_shape("8,16,1024,64", dtype="fp16").to_dict())

@@ -5,8 +5,8 @@ import re
 
 import pytest
 
-from lab.problem import DTYPE_BYTES
-from lab.variants import KERNELS_DIR, VARIANTS, get, select
+from lab.measure.problem import DTYPE_BYTES
+from lab.ladder.registry import KERNELS_DIR, VARIANTS, get, select
 
 # The header sections of a rung file, as patterns: rungs word them a little differently
 # ("Bottleneck attacked:" / "Bottleneck it attacks:"), but each section must be there.

@@ -1,6 +1,6 @@
 """HTML reports: run pages, index, comparisons, `lab report` and `lab compare` on the CLI.
 
-Runs are built here with lab.store.create_run from manifests this file writes (every device and
+Runs are built here with lab.store.runs.create_run from manifests this file writes (every device and
 tool name says "test-made"); the metrics tables hold plain numbers under ncu metric names. They are
 not Nsight output and are not used as such: the real recorded runs in profiles/examples/ are
 rendered by the tests at the bottom once they exist.
@@ -20,10 +20,14 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from lab import formatting, report, rundata
-from lab.compare import compare_runs
-from lab.problem import Problem
-from lab.store import REPO_ROOT, Run, create_run, list_runs
+from lab.report import formatting
+
+from lab.report import pages as report
+
+from lab.report import rundata
+from lab.report.compare import compare_runs
+from lab.measure.problem import Problem
+from lab.store.runs import REPO_ROOT, Run, create_run, list_runs
 
 EXAMPLES = REPO_ROOT / "profiles" / "examples"
 EVIL = '<script>alert("x")</script>&'   # a kernel name no page may interpret as markup
@@ -242,8 +246,8 @@ NCU_FIXTURE = REPO_ROOT.parent / "shared" / "fixtures" / "ncu-public" / "Lakshya
 @pytest.mark.skipif(not NCU_FIXTURE.exists(), reason="../shared/fixtures/ncu-public/ is not beside this checkout")
 def test_page_from_a_real_ncu_report(tmp_path):
     """Metrics and rule results of a real public report (a naive sgemm on a GTX 1660 SUPER), read with
-    lab.nsight.ncu, stored under a test-made manifest: the page reads ncu's own column names."""
-    from lab.nsight import ncu
+    lab.profilers.ncu, stored under a test-made manifest: the page reads ncu's own column names."""
+    from lab.profilers import ncu
 
     metrics = ncu.load_report(NCU_FIXTURE)
     rules = pd.DataFrame(ncu.rule_results(NCU_FIXTURE)).drop(columns=["focus_metrics"])
@@ -279,9 +283,9 @@ NSYS_FIXTURE = REPO_ROOT.parent / "shared" / "fixtures" / "nsys-public" / "Sh1mw
 
 @pytest.mark.skipif(not NSYS_FIXTURE.exists(), reason="../shared/fixtures/nsys-public/ is not beside this checkout")
 def test_timeline_section_from_a_real_nsys_export(tmp_path):
-    """The tables lab.timeline makes from a real public nsys export, stored as `lab profile --timeline`
+    """The tables lab.profilers.timeline makes from a real public nsys export, stored as `lab profile --timeline`
     stores them, under a test-made manifest."""
-    from lab.timeline import read_any
+    from lab.profilers.timeline import read_any
 
     tl = read_any(NSYS_FIXTURE)
     root = tmp_path / "store"
@@ -308,7 +312,7 @@ def test_timeline_section_from_a_real_nsys_export(tmp_path):
 def test_pages_read_every_metric_they_cite():
     """A page reads only PAGE_METRICS from a stored metrics table: each metric the report and the
     comparison look up must be among them, or it would silently read as absent."""
-    from lab.compare import KEY_METRICS
+    from lab.report.compare import KEY_METRICS
 
     cited = [n for n, _ in KEY_METRICS] + [n for _, n in rundata.OCCUPANCY_LIMITS] + list(rundata.SASS_FP32)
     cited += ["launch__grid_size", "launch__sm_count", "launch__waves_per_multiprocessor", "dram__bytes_read.sum",
@@ -324,7 +328,7 @@ def test_pages_read_every_metric_they_cite():
 # ---------------------------------------------------------------------------------- charts
 
 def test_roofline_places_points_by_their_numbers():
-    from lab.charts import Roof, RooflinePoint, roofline_svg
+    from lab.report.charts import Roof, RooflinePoint, roofline_svg
 
     svg = roofline_svg([RooflinePoint("slow", 10.0, 0.1), RooflinePoint("fast", 10.0, 10.0, "base")],
                        [Roof("FP32", 60.0, "fp32")], dram_tbps=3.0)

@@ -21,8 +21,12 @@ from pathlib import Path
 
 import pytest
 
-from lab import formatting, report, rundata
-from lab.store import REPO_ROOT, list_runs
+from lab.report import formatting
+
+from lab.report import pages as report
+
+from lab.report import rundata
+from lab.store.runs import REPO_ROOT, list_runs
 
 CHROMIUM = Path("/usr/bin/chromium")
 pytestmark = pytest.mark.skipif(not CHROMIUM.exists(), reason="no /usr/bin/chromium (apt-get install -y chromium)")

@@ -5,7 +5,7 @@ import json
 import pandas as pd
 import pytest
 
-from lab import store
+from lab.store import runs as store
 from lab.errors import LabError
 
 

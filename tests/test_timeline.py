@@ -20,8 +20,8 @@ from click.testing import CliRunner
 
 from lab.cli import main
 from lab.errors import LabError
-from lab.nsight import nsys
-from lab.timeline import collect_timeline, read_any
+from lab.profilers import nsys
+from lab.profilers.timeline import collect_timeline, read_any
 
 REPO = Path(__file__).resolve().parent.parent
 FIXTURES = REPO.parent / "shared" / "fixtures" / "nsys-public"
@@ -376,7 +376,7 @@ def test_cpu_only_torch_trace_is_refused_but_its_range_is_read(tmp_path):
     torch = pytest.importorskip("torch")
     from torch.profiler import ProfilerActivity, profile, record_function
 
-    from lab.nsight import kineto
+    from lab.profilers import kineto
 
     a = torch.randn(32, 32)
     with profile(activities=[ProfilerActivity.CPU]) as prof:
@@ -428,7 +428,7 @@ def test_collect_timeline_reports_a_failing_child(tmp_path):
 def test_capture_window_overhead_equals_sql():
     """Where an nsys capture lacks its range, the window from the first launch call to the last
     kernel end stands in, and says so."""
-    from lab.timeline import capture_window_overhead
+    from lab.profilers.timeline import capture_window_overhead
 
     path = next(p for p in SQLITE if "cuda-perf-sandbox" in p.name)
     con = ro(path)
@@ -446,7 +446,7 @@ def test_launch_overhead_splits_first_kernel_delay_from_steady_gaps():
     of 3 launches starting 1000 ns before the first kernel, kernels 100 ns long and 10/30 ns apart."""
     import pandas as pd
 
-    from lab.timeline import launch_overhead
+    from lab.profilers.timeline import launch_overhead
 
     nvtx = pd.DataFrame({"name": ["r"], "start_ns": [0], "end_ns": [1500], "kernels": [3],
                          "kernel_busy_ns": [300], "span_ns": [1340]})

@@ -21,8 +21,8 @@ pytestmark = [
     pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (torch.cuda.is_available() is False)"),
 ]
 
-from lab.nsight import kineto, nsys  # noqa: E402
-from lab.timeline import collect_timeline, from_events  # noqa: E402
+from lab.profilers import kineto, nsys  # noqa: E402
+from lab.profilers.timeline import collect_timeline, from_events  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 RANGE = "lab timeline gpu test"
@@ -98,7 +98,7 @@ def test_collect_timeline_falls_back_end_to_end(tmp_path):
             launch()
         torch.cuda.synchronize()
         if args.torch_profile:
-            from lab.nsight.kineto import profile_launches
+            from lab.profilers.kineto import profile_launches
             profile_launches(launch, args.repeat, args.torch_profile, {RANGE!r})
         else:
             torch.cuda.nvtx.range_push({RANGE!r})

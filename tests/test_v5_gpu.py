@@ -1,6 +1,6 @@
 """v5_mma (tensor-core FlashAttention-2) against a float64 reference on >= 100 seeded shapes.
 
-Rule (issue 4), enforced by lab.check: max |v5 - ref| <= 2 x max |SDPA(same dtype) - ref|, ref in
+Rule (issue 4), enforced by lab.measure.check: max |v5 - ref| <= 2 x max |SDPA(same dtype) - ref|, ref in
 float64 (causal aligned top-left, as PyTorch), floored at one rounding step of the dtype at max
 |ref|. Ragged lengths around the 16/64/128 tiles, seqlen_q != seqlen_k, causal and not, D 64/128,
 fp16 and bf16, and shapes with 70 heads (several causal head groups).
@@ -43,8 +43,8 @@ def _cases(count: int = 120, seed: int = 2024) -> list[tuple]:
 
 @pytest.fixture(scope="module")
 def v5():
-    from lab.build import build
-    from lab.variants import get
+    from lab.ladder.build import build
+    from lab.ladder.registry import get
 
     return build(get("v5")).module
 
@@ -52,11 +52,11 @@ def v5():
 @pytest.mark.parametrize("b,h,nq,nk,d,causal,dtype_name,seed", _cases(),
                          ids=lambda x: str(x))
 def test_v5_matches_float64(v5, b, h, nq, nk, d, causal, dtype_name, seed):
-    """Through the lab's own gate (lab.check): NaN-poisoned output, float64 reference, and the
+    """Through the lab's own gate (lab.measure.check): NaN-poisoned output, float64 reference, and the
     fp16/bf16 rule max|v5 - ref| <= 2 x max|SDPA - ref| (floored at one rounding step)."""
-    from lab import check
-    from lab.problem import Problem
-    from lab.variants import get
+    from lab.measure import check
+    from lab.measure.problem import Problem
+    from lab.ladder.registry import get
 
     shape = check.check_problem(get("v5"), Problem(b, h, nq, nk, d, causal, dtype_name), v5, seed)
     assert shape.metric == "max_abs_err"

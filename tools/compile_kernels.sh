@@ -6,7 +6,7 @@
 #   tools/compile_kernels.sh --fail-on-spills   # also fail when ptxas reports spill stores or loads
 #   tools/compile_kernels.sh kernels/v2_float4.cu  # some rungs
 #
-# The flags match the extension build (lab/build.py): -O3 -lineinfo, plus the defines torch's
+# The flags match the extension build (lab/ladder/build.py): -O3 -lineinfo, plus the defines torch's
 # extension build passes to nvcc (read from torch when it is installed), so a rung that compiles
 # here also compiles there. Each rung's ptxas lines are printed, then one summary line per rung.
 set -euo pipefail

@@ -6,7 +6,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-from lab.variants import markdown_table  # noqa: E402
+from lab.ladder.registry import markdown_table  # noqa: E402
 
 PATTERN = re.compile(r"(<!-- ladder:start[^\n]*-->\n).*?(<!-- ladder:end -->)", re.S)
 

@@ -1,5 +1,5 @@
 // Planted bottlenecks: eight small kernels, each built to have ONE known bottleneck, so that
-// lab/analysis.py can be tested on real Nsight Compute reports whose right answer is known.
+// lab/analysis/findings.py can be tested on real Nsight Compute reports whose right answer is known.
 //
 //   kernel                   planted class         how
 //   planted_uncoalesced      uncoalesced-global    thread t reads its own 128-byte row: lanes 128 B apart

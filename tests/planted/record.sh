@@ -7,8 +7,8 @@
 # Writes to OUT_DIR: planted.ncu-rep.xz (the eight planted kernels), sdpa.ncu-rep.xz (torch SDPA
 # flash/efficient/cudnn/math at fp16 B=4 H=16 N=2048 D=128), the ncu logs, passes.log (replay passes
 # of each set and section, with PROBE_PASSES=1) and record.log (versions, commands, passes).
-# Profiles through `python -m lab.nsight.ncu profile`, the command line `lab profile` uses, with
-# --clock-control none and the lab's default section set (lab.nsight.ncu.DEFAULT_IS).
+# Profiles through `python -m lab.profilers.ncu profile`, the command line `lab profile` uses, with
+# --clock-control none and the lab's default section set (lab.profilers.ncu.DEFAULT_IS).
 set -uo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -40,13 +40,13 @@ fi
   ncu --version | tail -1
   nvcc --version | tail -1
   python3 -c "import torch; print('torch', torch.__version__, torch.version.cuda)"
-  python3 -m lab.nsight.ncu command -- TARGET
+  python3 -m lab.profilers.ncu command -- TARGET
 } >>"$log" 2>&1
 
 profile() {  # name, then extra profile args, then -- target...
   local name=$1; shift
   echo "== ncu: $name" | tee -a "$log"
-  timeout 200 python3 -m lab.nsight.ncu profile --report "$out/$name.ncu-rep" --log "$out/$name-ncu.log" "$@" \
+  timeout 200 python3 -m lab.profilers.ncu profile --report "$out/$name.ncu-rep" --log "$out/$name-ncu.log" "$@" \
     >>"$log" 2>&1
   local rc=$?
   echo "   exit $rc" | tee -a "$log"
@@ -62,11 +62,11 @@ if [[ "${PROBE_PASSES:-0}" == 1 ]]; then
   for s in detailed lab-all lab-tables lab-lean lab-minimal SpeedOfLight, LaunchStats, Occupancy, \
            ComputeWorkloadAnalysis, MemoryWorkloadAnalysis, MemoryWorkloadAnalysis_Tables, WarpStateStats, \
            SourceCounters, InstructionStats, SchedulerStats,; do
-    timeout 60 python3 -m lab.nsight.ncu passes --set "$s" --kernel planted_local_memory -- "$bin" 2>>"$log" \
+    timeout 60 python3 -m lab.profilers.ncu passes --set "$s" --kernel planted_local_memory -- "$bin" 2>>"$log" \
       | tee -a "$out/passes.log"
   done
 fi
-chosen=$(python3 -c "import lab.nsight.ncu as n; print(n.DEFAULT_IS)")
+chosen=$(python3 -c "import lab.profilers.ncu as n; print(n.DEFAULT_IS)")
 echo "== section set: $chosen (the lab's default)" | tee -a "$log"
 
 profile planted --set "$chosen" -- "$bin"

@@ -42,7 +42,7 @@ if TYPE_CHECKING:  # pandas is imported where a table is read or written: `lab r
 from lab.errors import LabError
 
 SCHEMA_VERSION = 1
-REPO_ROOT = Path(__file__).resolve().parent.parent
+REPO_ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_ROOT = REPO_ROOT / "profiles"
 MANIFEST = "manifest.json"
 
@@ -73,12 +73,6 @@ class RunWriter:
         fname = f"{name}.parquet"
         df.to_parquet(self.dir / fname, index=False)
         self._tables[name] = fname
-
-    def add_artifact(self, name: str, src: Path, move: bool = True) -> str:
-        dest = self.dir / src.name
-        (shutil.move if move else shutil.copy2)(str(src), dest)
-        self._artifacts[name] = src.name
-        return src.name
 
     def artifact_path(self, filename: str) -> Path:
         """A path inside the staging directory for a tool to write to directly."""

@@ -1,4 +1,4 @@
-"""Nsight Compute's rule results mapped onto the lab's bottleneck classes (lab.analysis.CLASSES).
+"""Nsight Compute's rule results mapped onto the lab's bottleneck classes (lab.analysis.findings.CLASSES).
 
 ncu's rules (SOLBottleneck, CPIStall, LaunchConfiguration, SharedMemoryConflicts, ...) name a
 problem in their own words and give an estimated speedup; the lab keeps their estimate and files each

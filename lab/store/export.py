@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 from lab.errors import LabError
-from lab.store import Run
+from lab.store.runs import Run
 
 FORMATS = ("csv", "json")
 

@@ -40,10 +40,10 @@ DEFAULT_SECTION_SET = "default-lab"
 # `basic` 10 and `full` 38. So the lab's default is ncu's own `detailed` set, which in 2025.3
 # holds SpeedOfLight (with its breakdowns), LaunchStats, Occupancy, ComputeWorkloadAnalysis,
 # MemoryWorkloadAnalysis (+ chart), SourceCounters (sampled stall reasons and the SASS-level
-# coalescing, bank-conflict and thread counts lab/analysis.py falls back on),
+# coalescing, bank-conflict and thread counts lab/analysis/findings.py falls back on),
 # the roofline chart and WorkloadDistribution. The lab-* sets below trade passes for WarpStateStats,
 # the memory tables and per-opcode statistics; lab-lean and lab-minimal are not measured yet
-# (`python -m lab.nsight.ncu passes --set NAME -- TARGET` counts them).
+# (`python -m lab.profilers.ncu passes --set NAME -- TARGET` counts them).
 DEFAULT_IS = "detailed"
 
 _CORE = (
@@ -228,7 +228,7 @@ def ncu_command(target_argv: Iterable[str], report_path: str | os.PathLike,
         if "/" in r or "@" in r or not r.strip():
             raise LabError(f"NVTX range name {r!r} cannot be filtered on",
                            hint="ncu's --nvtx-include uses '/' for nested ranges and '@' for domains; name the "
-                                "range without them (lab.target.range_name does)")
+                                "range without them (lab.ladder.target.range_name does)")
     cmd = [exe or "ncu", "--target-processes", "all"]
     if ranges:
         cmd.append("--nvtx")
@@ -554,11 +554,11 @@ def rule_results(path_or_action) -> list[dict]:
 # ----------------------------------------------------------------------------- command line
 
 def _main(argv: list[str] | None = None) -> int:
-    """`python -m lab.nsight.ncu profile --report R --log L [--nvtx-range N] [--set S] -- TARGET...`:
+    """`python -m lab.profilers.ncu profile --report R --log L [--nvtx-range N] [--set S] -- TARGET...`:
     the lab's ncu command line and run, for scripts (tests/planted/record.sh uses it)."""
     import argparse
 
-    ap = argparse.ArgumentParser(prog="python -m lab.nsight.ncu")
+    ap = argparse.ArgumentParser(prog="python -m lab.profilers.ncu")
     sub = ap.add_subparsers(dest="cmd", required=True)
     pr = sub.add_parser("profile")
     pr.add_argument("--report", required=True)

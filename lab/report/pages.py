@@ -1,7 +1,7 @@
 """HTML reports from stored runs: one write-up per run, the index with the ladder, comparisons.
 
-The rendering layer: lab.rundata reads and validates a run and derives its numbers, lab.formatting
-words them, lab.charts draws them; this module turns them into each template's context, renders the
+The rendering layer: lab.report.rundata reads and validates a run and derives its numbers, lab.report.formatting
+words them, lab.report.charts draws them; this module turns them into each template's context, renders the
 Jinja templates and writes the pages. It reads only the run store, never the analysis or timeline
 code, so `lab report` needs no torch, GPU, ncu or nsys. Every sentence on a page is built from a
 stored value; where a value is absent the page says so instead of guessing. Jinja autoescaping is
@@ -20,16 +20,16 @@ from pathlib import Path
 import jinja2
 from markupsafe import Markup, escape
 
-from lab import charts
-from lab import variants as registry
-from lab.compare import compare_runs
+from lab.report import charts
+from lab.ladder import registry
+from lab.report.compare import compare_runs
 from lab.errors import LabError
-from lab.formatting import (fmt_bytes, fmt_change, fmt_ms, fmt_num, fmt_pct, fmt_shell, fmt_times, is_missing,
+from lab.report.formatting import (fmt_bytes, fmt_change, fmt_ms, fmt_num, fmt_pct, fmt_shell, fmt_times, is_missing,
                             speed_phrase)
-from lab.problem import DTYPE_BYTES
-from lab.rundata import (DURATION, RunData, Table, ci_overlap, dram_bytes, findings_context, ladder_neighbour, load,
+from lab.measure.problem import DTYPE_BYTES
+from lab.report.rundata import (DURATION, RunData, Table, ci_overlap, dram_bytes, findings_context, ladder_neighbour, load,
                          load_all, memory_levels, occupancy, performance_rows, sass_fp32_flops, stall_reasons)
-from lab.store import REPO_ROOT, find_run, store_root
+from lab.store.runs import REPO_ROOT, find_run, store_root
 
 TEMPLATES_DIR = REPO_ROOT / "templates"
 DEFAULT_OUT = REPO_ROOT / "reports"
@@ -87,7 +87,7 @@ def roofline(rd: RunData, kernel: dict | None) -> dict:
     return {"svg": svg, "notes": notes}
 
 
-# The timeline tables lab.timeline stores (`timeline_<name>`), named after the nsys stats reports
+# The timeline tables lab.profilers.timeline stores (`timeline_<name>`), named after the nsys stats reports
 # they mirror; the *_events tables hold one row per event and feed the chart only.
 TIMELINE_SUMMARIES = (("kernels", "Kernel summary (as cuda_gpu_kern_sum)"), ("nvtx", "NVTX ranges (as nvtx_sum)"),
                       ("nvtx_kernels", "Kernels per NVTX range (as nvtx_kern_sum)"),
@@ -327,7 +327,6 @@ def environment() -> jinja2.Environment:
 
 def _lab_version() -> str:
     from lab import __version__
-
     return __version__
 
 

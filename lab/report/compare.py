@@ -11,9 +11,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from lab.errors import LabError
-from lab.formatting import fmt_change, fmt_num, fmt_pct
-from lab.rundata import RunData, ci_overlap, first_metric, load
-from lab.store import find_run
+from lab.report.formatting import fmt_change, fmt_num, fmt_pct
+from lab.report.rundata import RunData, ci_overlap, first_metric, load
+from lab.store.runs import find_run
 
 DEFAULT_THRESHOLD_PCT = 5.0
 

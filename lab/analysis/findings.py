@@ -31,9 +31,9 @@ model where it has one, and null for a saturated unit (being at the roof is not 
 A metric the report lacks (a basic-set report has no stall reasons) leaves its evidence null and
 lowers the finding's severity one step; it never raises.
 
-This module judges and orders; the pieces it judges from live beside it: lab.derived_metrics
+This module judges and orders; the pieces it judges from live beside it: lab.analysis.metrics
 (what the raw metrics say: busiest units, stalls, occupancy limiter, FLOPs, bytes per sector, ...),
-lab.ncu_rules (Nsight's rule results onto CLASSES) and lab.advice (the next step per class).
+lab.analysis.rules (Nsight's rule results onto CLASSES) and lab.analysis.advice (the next step per class).
 """
 
 from __future__ import annotations
@@ -46,11 +46,11 @@ from typing import Any, Iterable
 
 import pandas as pd
 
-from lab.advice import advice_by_class
-from lab.derived_metrics import (SECTOR_BYTES, KernelFacts, bank_conflict_nway, flop_rates, global_bytes_per_sector,
+from lab.analysis.advice import advice_by_class
+from lab.analysis.metrics import (SECTOR_BYTES, KernelFacts, bank_conflict_nway, flop_rates, global_bytes_per_sector,
                                  kernel_facts, local_share, occupancy_limiter, plain, rounded, sum_or_none,
                                  threads_per_instruction, unit_name)
-from lab.ncu_rules import map_rule
+from lab.analysis.rules import map_rule
 
 CLASSES = ("small-grid", "occupancy-limited", "latency-bound", "memory-bound", "compute-bound",
            "uncoalesced-global", "bank-conflicts", "local-memory", "divergence", "launch-bound")
@@ -390,12 +390,12 @@ def _problem_applies(df: pd.DataFrame) -> bool:
 
 
 def analyze_frame(df: pd.DataFrame, rules: Iterable[dict], problem: dict | None = None) -> list[KernelAnalysis]:
-    """Findings for every kernel (row) of a `lab.nsight.ncu.load_report` frame, given the report's
-    rule results (`lab.nsight.ncu.rule_results`) and optionally the lab's problem dict
+    """Findings for every kernel (row) of a `lab.profilers.ncu.load_report` frame, given the report's
+    rule results (`lab.profilers.ncu.rule_results`) and optionally the lab's problem dict
     (`Problem.to_dict()`: batch, heads, flops, min_bytes, dtype, ...)."""
     rules = list(rules)
     if problem is not None and not problem.get("min_bytes") and "batch" in problem:
-        from lab.problem import Problem
+        from lab.measure.problem import Problem
 
         problem = Problem.from_dict(problem).to_dict()
     use_problem = problem if (problem and _problem_applies(df)) else None
@@ -427,7 +427,7 @@ def select_kernels(df: pd.DataFrame, kernel_regex: str | None) -> pd.DataFrame:
 def analyze_report(path: str | os.PathLike, problem: dict | None = None,
                    kernel_regex: str | None = None) -> list[KernelAnalysis]:
     """Findings for every profiled kernel of an .ncu-rep (optionally only those matching a regex)."""
-    from lab.nsight import ncu
+    from lab.profilers import ncu
 
     df = select_kernels(ncu.load_report(path), kernel_regex)
     return analyze_frame(df, ncu.rule_results(path), problem)
@@ -512,7 +512,7 @@ def findings_frame(analyses: list[KernelAnalysis]) -> pd.DataFrame:
 def metrics_frame(report: str | os.PathLike | pd.DataFrame) -> pd.DataFrame:
     """The report's metrics, one row per kernel, one column per metric (numbers as float64, text as
     str), for the run store's Parquet table; units in df.attrs["units"]."""
-    from lab.nsight import ncu
+    from lab.profilers import ncu
 
     df = report if isinstance(report, pd.DataFrame) else ncu.load_report(report)
     cols = {}
@@ -530,7 +530,7 @@ def metrics_frame(report: str | os.PathLike | pd.DataFrame) -> pd.DataFrame:
 
 def rules_frame(path: str | os.PathLike) -> pd.DataFrame:
     """Nsight's rule results, one row each, with the lab class each maps to (None where dropped)."""
-    from lab.nsight import ncu
+    from lab.profilers import ncu
 
     rows = []
     for r in ncu.rule_results(path):

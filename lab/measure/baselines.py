@@ -10,8 +10,8 @@ import re
 import warnings
 from dataclasses import asdict, dataclass
 
-from lab.bench import Timing, peak_memory_bytes, time_cuda, tflops
-from lab.problem import Problem, make_inputs
+from lab.measure.bench import Timing, peak_memory_bytes, time_cuda, tflops
+from lab.measure.problem import Problem, make_inputs
 
 BACKENDS = ("cudnn", "flash", "efficient", "math")
 BASELINE_DTYPES = ("float16", "float32")

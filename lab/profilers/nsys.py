@@ -3,8 +3,8 @@ under it, and read what it writes -- SQLite exports (schemas of nsys 2020.5 to 2
 (through `nsys export`), and `nsys stats --format csv` output -- into pandas.
 
 Reading is split from summarising. `read_sqlite` returns the raw events as `EventTables`, in the
-columns below; `lab.timeline` turns them into the cuda_gpu_kern_sum / nvtx_kern_sum /
-cuda_gpu_mem_time_sum / cuda_api_sum tables, and `lab.nsight.kineto` fills the same EventTables
+columns below; `lab.profilers.timeline` turns them into the cuda_gpu_kern_sum / nvtx_kern_sum /
+cuda_gpu_mem_time_sum / cuda_api_sum tables, and `lab.profilers.kineto` fills the same EventTables
 from a torch.profiler trace, so both sources are summarised by one piece of code.
 `read_stats_csv` returns summaries directly, since that is all a stats CSV holds.
 

@@ -13,9 +13,7 @@ import shlex
 
 import jinja2
 
-from lab import charts
-
-
+from lab.report import charts
 def is_missing(v) -> bool:
     """None, or a manifest key the template asked for that this run does not have."""
     return v is None or isinstance(v, jinja2.Undefined)

@@ -8,7 +8,7 @@ the performance table, the rung before and after on the ladder, the stored findi
 and `lab compare` need neither the analysis code nor torch, a GPU, ncu or nsys. Where a value is
 absent they leave it out or return None, and the page says so instead of guessing.
 
-Drawing (charts, Markup, Jinja) is lab.report's job; wording numbers is lab.formatting's.
+Drawing (charts, Markup, Jinja) is lab.report.pages's job; wording numbers is lab.report.formatting's.
 """
 
 from __future__ import annotations
@@ -23,11 +23,11 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from lab import variants as registry
+from lab.ladder import registry
 from lab.errors import LabError
-from lab.formatting import fmt_num, fmt_pct, speed_phrase
-from lab.problem import DTYPE_BYTES, Problem
-from lab.store import Run, list_runs, store_root
+from lab.report.formatting import fmt_num, fmt_pct, speed_phrase
+from lab.measure.problem import DTYPE_BYTES, Problem
+from lab.store.runs import Run, list_runs, store_root
 
 SECTOR_BYTES = 32          # an L1/L2/DRAM sector, the unit ncu counts memory traffic in
 
@@ -234,7 +234,7 @@ class Table:
 
 
 def _pandas_attrs(t: "pa.Table") -> dict:
-    """pandas keeps DataFrame.attrs (lab.nsight.ncu puts metric units there) in the Parquet schema."""
+    """pandas keeps DataFrame.attrs (lab.profilers.ncu puts metric units there) in the Parquet schema."""
     raw = (t.schema.metadata or {}).get(b"PANDAS_ATTRS")
     try:
         attrs = json.loads(raw) if raw else {}

@@ -10,8 +10,8 @@ SpeedOfLight (throughput), WarpStateStats (stall_reasons, threads_per_instructio
 MemoryWorkloadAnalysis (global_bytes_per_sector, bank_conflict_nway, local_share). The values the
 lab adds to a finding's evidence are named `lab__*`, beside Nsight's own metric names.
 
-`KernelFacts` bundles them with the attention problem and the device: what lab.analysis judges and
-lab.advice words its next steps from.
+`KernelFacts` bundles them with the attention problem and the device: what lab.analysis.findings judges and
+lab.analysis.advice words its next steps from.
 """
 
 from __future__ import annotations
@@ -330,7 +330,7 @@ class KernelFacts:
 
 
 def kernel_facts(row: dict, problem: dict | None = None) -> KernelFacts:
-    """The facts of one kernel (a row of a `lab.nsight.ncu.load_report` frame); `problem` is the
+    """The facts of one kernel (a row of a `lab.profilers.ncu.load_report` frame); `problem` is the
     lab's problem dict (`Problem.to_dict()`) where it applies to this kernel, else None."""
     M = KernelMetrics(row)
     device = M.text("device__attribute_display_name") or plain(row.get("device"))

@@ -1,6 +1,6 @@
 """torch.profiler (Kineto) as the timeline where nsys cannot write reports: run the launches under
 it, and read its Chrome trace into the same EventTables an nsys SQLite export gives, so one piece
-of code (lab.timeline) summarises both.
+of code (lab.profilers.timeline) summarises both.
 
 Kineto records, from CUPTI, what nsys records: kernels (grid, block, registers per thread, shared
 memory, device, stream, correlation id), memcpy/memset, and the CUDA runtime calls that launched
@@ -22,7 +22,7 @@ from typing import Callable
 import pandas as pd
 
 from lab.errors import LabError
-from lab.nsight.nsys import (KERNEL_COLUMNS, MEMORY_COLUMNS, NVTX_COLUMNS, RUNTIME_COLUMNS, EventTables,
+from lab.profilers.nsys import (KERNEL_COLUMNS, MEMORY_COLUMNS, NVTX_COLUMNS, RUNTIME_COLUMNS, EventTables,
                              demangle, empty_frame)
 
 
@@ -101,7 +101,7 @@ def _thread(tid, names: dict) -> int:
 
 
 def read_trace(trace_path: Path) -> EventTables:
-    """torch.profiler's Chrome trace as EventTables (see lab.nsight.nsys)."""
+    """torch.profiler's Chrome trace as EventTables (see lab.profilers.nsys)."""
     doc = load_trace(trace_path)
     kernels, runtime, ranges, memory = [], [], [], []
     tids: dict[str, int] = {}

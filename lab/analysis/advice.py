@@ -1,18 +1,18 @@
 """The next step for each bottleneck class, worded from one kernel's facts: the limiting resource
 or stall, the busiest unit, whether tensor cores are used, and the rung of the kernel ladder that
-attacks it where one does (lab.variants names the rungs; the planned ids serve without it).
+attacks it where one does (lab.ladder.registry names the rungs; the planned ids serve without it).
 """
 
 from __future__ import annotations
 
-from lab.derived_metrics import KernelFacts, occupancy_limiter, tensor_instructions, unit_name
+from lab.analysis.metrics import KernelFacts, occupancy_limiter, tensor_instructions, unit_name
 
 
 def _rung(rung_id: str) -> str:
     """A rung named as the ladder has it ("v2: float4"), or just its planned id if not built yet.
     The plan: v2 16-byte loads, v3 query split across CTAs, v4 cp.async double buffering, v5 mma."""
     try:
-        from lab.variants import VARIANTS
+        from lab.ladder.registry import VARIANTS
     except Exception:   # the registry is optional context here, never a reason to fail an analysis
         return rung_id
     v = next((v for v in VARIANTS if v.id == rung_id), None)

@@ -1,6 +1,6 @@
 """The correctness gate: a rung's output against a float64 reference on seeded shapes.
 
-Each shape gets fresh seeded inputs (`lab.problem.make_inputs`: standard normal + 0.5, so scores
+Each shape gets fresh seeded inputs (`lab.measure.problem.make_inputs`: standard normal + 0.5, so scores
 are not zero-mean), an output buffer poisoned with NaN before the launch (an element the kernel
 never writes stays NaN and fails the check), and a reference computed in float64 by torch.
 
@@ -22,8 +22,8 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from lab.errors import LabError
-from lab.problem import Problem, check_supported
-from lab.variants import Variant
+from lab.measure.problem import Problem, check_supported
+from lab.ladder.registry import Variant
 
 FP32_REL_TOL = 1e-4
 """Relative error (Frobenius) allowed for an fp32 rung against the float64 reference.
@@ -129,7 +129,7 @@ class CheckResult:
         return f"{head}; {detail}"
 
     def to_dict(self) -> dict:
-        """The manifest's `correctness` section (lab.store); non-finite errors become null."""
+        """The manifest's `correctness` section (lab.store.runs); non-finite errors become null."""
         w = self.worst
         return {"passed": self.passed, "max_abs_err": _finite(self.max_abs_err),
                 "mean_abs_err": _finite(self.mean_abs_err), "rel_err": _finite(w.rel_err) if w else None,
@@ -276,7 +276,7 @@ def check_problem(variant: Variant, problem: Problem, module, seed: int = 0) -> 
     """Run the rung once on `problem` into a NaN-poisoned output and judge it."""
     import torch
 
-    from lab.problem import make_inputs, softmax_scale
+    from lab.measure.problem import make_inputs, softmax_scale
 
     scale = softmax_scale(problem)
     try:
@@ -312,7 +312,7 @@ def check_variant(variant: Variant, problem: Problem | None = None, extra_shapes
     require_gpu("check")
     require_compute_capability(variant)
     if module is None:
-        from lab.build import build
+        from lab.ladder.build import build
 
         module = build(variant).module
     result = CheckResult(variant.id, "; ".join(dict.fromkeys(rule_for(p.dtype) for p in problems)))

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from lab.errors import LabError
-from lab.variants import KERNELS_DIR, Variant
+from lab.ladder.registry import KERNELS_DIR, Variant
 
 REPO_ROOT = KERNELS_DIR.parent
 BINDING = KERNELS_DIR / "binding.cpp"
@@ -89,11 +89,6 @@ class BuildResult:
     build_dir: Path
     built_now: bool
     seconds: float
-
-    def to_manifest(self) -> dict:
-        """The `build` section of a run manifest (lab.store)."""
-        return {"flags": self.flags, "cache_key": self.cache_key, "ptxas": self.ptxas}
-
 
 # ---------------------------------------------------------------------------------------------
 # Tools, arch and flags

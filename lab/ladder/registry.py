@@ -12,7 +12,7 @@ from pathlib import Path
 
 from lab.errors import LabError
 
-KERNELS_DIR = Path(__file__).resolve().parent.parent / "kernels"
+KERNELS_DIR = Path(__file__).resolve().parents[2] / "kernels"
 
 
 @dataclass(frozen=True)
@@ -153,11 +153,6 @@ def select(spec: str) -> list[Variant]:
     if not ids:
         raise LabError("no variant given; use an id such as v2, a list such as v1,v2, or all")
     return [get(i) for i in ids]
-
-
-def previous(variant: Variant) -> Variant | None:
-    idx = VARIANTS.index(variant)
-    return VARIANTS[idx - 1] if idx > 0 else None
 
 
 def markdown_table() -> str:

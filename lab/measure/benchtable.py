@@ -18,10 +18,11 @@ def bench_ladder(chosen, problems, reps: int, warmup: int, baselines: bool = Tru
     require_gpu("bench")  # before importing the build machinery: a clear refusal, fast
     for variant in chosen:
         require_compute_capability(variant)
-    from lab import build
-    from lab.baselines import run_baselines
-    from lab.bench import tflops
-    from lab.pipeline import bench_variant, check_in_child
+    from lab.ladder import build
+    from lab.measure.baselines import run_baselines
+    from lab.measure.bench import tflops
+    from lab.measure.bench import bench_variant
+    from lab.measure.isolated import check_in_child
 
     rows, base_by_shape, failed = [], {}, []
     for variant, problem in zip(chosen, problems):

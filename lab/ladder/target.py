@@ -1,4 +1,4 @@
-"""The child process a profiler runs: `python -m lab.target --variant v3 --shape B,H,N,D ...`.
+"""The child process a profiler runs: `python -m lab.ladder.target --variant v3 --shape B,H,N,D ...`.
 
 It builds nothing (the parent built the rung; loading the cached extension is all that happens
 here), warms up outside any range, then launches the rung `--repeat` times inside one NVTX range
@@ -41,7 +41,7 @@ def _nvtx_range(name: str):
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    ap = argparse.ArgumentParser(prog="python -m lab.target", description=__doc__)
+    ap = argparse.ArgumentParser(prog="python -m lab.ladder.target", description=__doc__)
     ap.add_argument("--variant", required=True)
     ap.add_argument("--shape", required=True, help="B,H,N,D")
     ap.add_argument("--seqlen-k", type=int, default=None)
@@ -59,8 +59,10 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     import torch
 
-    from lab import build, variants
-    from lab.problem import check_supported, make_inputs, parse_shape, softmax_scale
+    from lab.ladder import build
+
+    from lab.ladder import registry as variants
+    from lab.measure.problem import check_supported, make_inputs, parse_shape, softmax_scale
 
     variant = variants.get(args.variant)
     problem = parse_shape(args.shape, args.causal, args.dtype or variant.default_dtype, args.seqlen_k)
@@ -78,7 +80,7 @@ def main(argv=None) -> int:
     torch.cuda.synchronize()
     name = range_name(variant.id, problem.label())
     if args.torch_profile is not None:
-        from lab.nsight.kineto import profile_launches
+        from lab.profilers.kineto import profile_launches
 
         profile_launches(launch, args.repeat, args.torch_profile, name)
     else:

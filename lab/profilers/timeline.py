@@ -2,7 +2,7 @@
 CUDA API and memory operations cost, and the launch overhead that decides `launch-bound`.
 
 Sources: Nsight Systems where it can write reports, torch.profiler where it cannot (the Timeline
-says which, and why). Both give raw events (lab.nsight.nsys.EventTables) that are summarised here
+says which, and why). Both give raw events (lab.profilers.nsys.EventTables) that are summarised here
 the way `nsys stats` summarises an export:
 
   kernels       cuda_gpu_kern_sum: per kernel name, instances and total/avg/med/min/max/stddev ns
@@ -27,8 +27,8 @@ import numpy as np
 import pandas as pd
 
 from lab.errors import LabError
-from lab.nsight import kineto, nsys
-from lab.nsight.nsys import EventTables
+from lab.profilers import kineto, nsys
+from lab.profilers.nsys import EventTables
 
 STAT_COLUMNS = ["total_ns", "avg_ns", "med_ns", "min_ns", "max_ns", "stddev_ns"]
 
@@ -56,7 +56,7 @@ class Timeline:
         return None if self.launch_overhead is None else self.launch_overhead["launch_overhead_ns"]
 
     def tables(self) -> dict[str, pd.DataFrame]:
-        """Typed tables for the run store (lab.store writes each as Parquet)."""
+        """Typed tables for the run store (lab.store.runs writes each as Parquet)."""
         return {"kernels": self.kernels, "nvtx": self.nvtx, "nvtx_kernels": self.nvtx_kernels,
                 "memory": self.memory, "api": self.api, "kernel_events": self.kernel_events,
                 "api_events": self.api_events, "nvtx_events": self.nvtx_events}
@@ -390,7 +390,7 @@ def collect_timeline(target_argv: list[str], out_dir: Path, range_name: str, rep
     """Record the child's timeline: under nsys where `nsys_status()` says it can write reports,
     else (or when nsys wrote no report) under torch.profiler via the child's --torch-profile.
 
-    target_argv is the child's whole command line ([python, -m, lab.target, ...]); `--repeat
+    target_argv is the child's whole command line ([python, -m, lab.ladder.target, ...]); `--repeat
     <repeats>` is appended when absent. Artifacts (.nsys-rep + .sqlite, or the trace JSON, and the
     log) are written to out_dir. use_nsys=False skips nsys (tests of the fallback)."""
     out_dir = Path(out_dir)

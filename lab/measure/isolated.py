@@ -1,0 +1,82 @@
+"""The correctness gate in a child process, so that a rung that crashes (a segfault, an illegal
+address that poisons the CUDA context) takes down only that child.
+
+The parent runs `python -m lab.measure.isolated --variant v3 --shape B,H,NQ,NK,D ...`: the module's
+own entry point, not the CLI, and reads one JSON object from its stdout."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+from lab.errors import CheckFailed, LabError
+from lab.measure.problem import Problem
+
+CHECK_TIMEOUT_S = 900
+
+
+def child_env() -> dict:
+    """A child must import this checkout's `lab` even when run from elsewhere."""
+    env = dict(os.environ)
+    root = str(Path(__file__).resolve().parents[2])
+    env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    return env
+
+
+def check_in_child(variant, problem: Problem, extra_shapes: int) -> dict:
+    """Returns the check's manifest dict (lab.measure.check.CheckResult.to_dict()); a crash or a hang
+    raises CheckFailed naming how the child ended."""
+    shape = f"{problem.batch},{problem.heads},{problem.seqlen_q},{problem.seqlen_k},{problem.head_dim}"
+    argv = [sys.executable, "-m", "lab.measure.isolated", "--variant", variant.id, "--shape", shape,
+            "--dtype", problem.dtype, "--shapes", str(extra_shapes)]
+    if problem.causal:
+        argv.append("--causal")
+    try:
+        res = subprocess.run(argv, capture_output=True, text=True, env=child_env(), timeout=CHECK_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        raise CheckFailed(f"{variant.id}'s check did not finish in {CHECK_TIMEOUT_S} s (a hang?)") from None
+    try:
+        result = json.loads(res.stdout)
+    except (json.JSONDecodeError, ValueError):
+        result = None
+    if res.returncode != 0 or not isinstance(result, dict):
+        how = (f"killed by {signal.Signals(-res.returncode).name}" if res.returncode < 0
+               else f"exit code {res.returncode}")
+        tail = " | ".join(res.stderr.strip().splitlines()[-3:])
+        raise CheckFailed(f"{variant.id} crashed in its child process ({how}) while being checked on "
+                          f"{problem.label()}: {tail or 'no output'}")
+    if "error" in result and "passed" not in result:  # a LabError inside the child: bad input, not a crash
+        raise LabError(result["error"])
+    return result
+
+
+def _main(argv=None) -> int:
+    from lab.ladder import registry
+    from lab.measure.check import check_variant
+    from lab.measure.problem import parse_shape
+
+    p = argparse.ArgumentParser(prog="python -m lab.measure.isolated")
+    p.add_argument("--variant", required=True)
+    p.add_argument("--shape", required=True)
+    p.add_argument("--dtype", required=True)
+    p.add_argument("--shapes", type=int, default=0)
+    p.add_argument("--causal", action="store_true")
+    a = p.parse_args(argv)
+    try:
+        variant = registry.get(a.variant)
+        problem = parse_shape(a.shape, causal=a.causal, dtype=a.dtype)
+        result = check_variant(variant, problem=problem, extra_shapes=a.shapes)
+    except LabError as e:
+        print(json.dumps({"error": str(e)}))
+        return 0
+    print(json.dumps(result.to_dict()))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(_main())

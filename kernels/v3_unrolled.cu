@@ -1,6 +1,18 @@
 // v3_unrolled: v2 with the query dimension split across CTAs, several warps per CTA, and a
 // register-tiled, fully unrolled FFMA core on bank-conflict-free shared memory.
 //
+// lab:rung
+// id = "v3"
+// slug = "unrolled"
+// title = "Unrolled: query tiles across CTAs, 4 warps, register-tiled FFMA on conflict-free shared memory"
+// dtypes = ["float32"]
+// head_dims = [32, 64, 128]
+// min_cc = "7.5"
+// attacks = ["small-grid", "occupancy-limited", "bank-conflicts"]
+// grid = "q-tiles,bh"        # query tiles on grid.x, batch*heads on grid.y (<= 65535, refused above)
+// aligned16 = true           # float4 loads: the launcher refuses q, k, v, o not 16-byte aligned
+// lab:end
+//
 // What changed:
 //   - Grid (ceil(seqlen_q / BM), B*H) instead of B*H: each CTA owns one tile of BM query rows of one
 //     (batch, head) and walks the K/V tiles once. Causal CTAs stop at their last visible key tile

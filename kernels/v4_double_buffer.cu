@@ -1,6 +1,18 @@
 // v4_double_buffer: v3 plus cp.async K/V loads that run under the compute: FlashAttention-2's
 // interleaved K/V schedule on v3's own D=64 tile and buffers (two stages at D=32, mbarriers at D=128).
 //
+// lab:rung
+// id = "v4"
+// slug = "double_buffer"
+// title = "Async K/V loads: v3 plus cp.async K/V copies that run under the matrix products"
+// dtypes = ["float32"]
+// head_dims = [32, 64, 128]
+// min_cc = "8.0"             # cp.async
+// attacks = ["latency-bound"]
+// grid = "q-tiles,bh"        # query tiles on grid.x, batch*heads on grid.y (<= 65535, refused above)
+// aligned16 = true           # float4 and cp.async 16-byte copies: misaligned q, k, v, o are refused
+// lab:end
+//
 // What changed: K and V tiles are copied global -> shared with cp.async.cg (16 bytes per thread per
 //   instruction, through neither registers nor L1) instead of v3's LDG + STS pairs between two
 //   barriers, and each copy is issued a matrix product before its data is needed. Rows past

@@ -1,5 +1,18 @@
 // v5_mma: FlashAttention-2 forward on tensor cores (mma.sync m16n8k16), fp16 and bf16 in, fp32 accumulate.
 //
+// lab:rung
+// id = "v5"
+// slug = "mma"
+// title = "Tensor cores: FlashAttention-2 with mma.sync m16n8k16, fp16/bf16 in, fp32 accumulate"
+// dtypes = ["float16", "bfloat16"]
+// head_dims = [64, 128]
+// min_cc = "8.0"             # mma.sync m16n8k16 with bf16, ldmatrix, cp.async
+// attacks = ["compute-bound"]
+// grid = "q-tiles,bh"        # non-causal: batch*heads on grid.y (<= 65535, refused above); causal: one flat
+//                            # longest-first grid
+// aligned16 = false          # its 16-byte loads need aligned tensors, but the launcher does not check
+// lab:end
+//
 // What changed since v4: the two matrix products S = Q K^T and O += P V leave the fp32 CUDA cores
 //   (FFMA, one multiply-add per thread per instruction) for the tensor cores (HMMA: 2048 multiply-adds
 //   per warp instruction). Inputs are fp16/bf16 (half the bytes of fp32); Q's A-fragments come from

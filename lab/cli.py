@@ -41,35 +41,48 @@ class LabGroup(click.Group):
 
 @click.group(cls=LabGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="lab")
-def main():
+@click.option("--workspace", "workspace_dir", type=click.Path(path_type=Path), default=None, metavar="DIR",
+              help="the workspace (a folder with lab.toml) to use; default: LAB_WORKSPACE, else the current "
+                   "folder or the nearest parent with lab.toml; 'none' for the built-in ladder alone")
+def main(workspace_dir):
     """Flash Lab: build, check, time, profile and explain a ladder of Flash-Attention kernels."""
+    import os
+
+    from lab.ladder import workspace
+
+    if workspace_dir is not None:
+        if str(workspace_dir).lower() != "none" and not (workspace_dir / workspace.LAB_TOML).is_file():
+            raise LabError(f"--workspace {workspace_dir}: no {workspace.LAB_TOML} there",
+                           hint=f"create one with `lab init {workspace_dir}`")
+        # through the environment, so every child process (check, profiler target) sees it too
+        os.environ[workspace.ENV] = "none" if str(workspace_dir).lower() == "none" else str(workspace_dir.resolve())
 
 
 @main.command()
 @json_option
 @click.option("--markdown", is_flag=True, help="print the README's ladder table")
 def variants(as_json, markdown):
-    """List the kernel rungs: id, title, dtypes, what changed, the bottleneck it attacks."""
-    from lab.ladder.registry import VARIANTS, markdown_table
+    """List the rungs: the built-in ladder and this workspace's, marked by origin."""
+    from lab.ladder import registry, workspace
 
     if markdown:
-        click.echo(markdown_table())
+        click.echo(registry.markdown_table())
         return
+    rungs = registry.variants()
     if as_json:
-        click.echo(json.dumps([{"id": v.id, "slug": v.slug, "title": v.title, "source": str(v.source.name),
-                                "dtypes": list(v.dtypes), "head_dims": list(v.head_dims),
-                                "min_cc": ".".join(map(str, v.min_cc)), "changed": v.changed,
-                                "attacks": v.attacks, "predicted_gain": v.predicted_gain}
-                               for v in VARIANTS], indent=2))
+        click.echo(json.dumps([v.to_dict() for v in rungs], indent=2))
         return
     from rich.console import Console
     from rich.table import Table
 
-    table = Table(show_lines=True)
-    for col in ("id", "title", "dtype", "D", "changed", "attacks"):
-        table.add_column(col, overflow="fold")
-    for v in VARIANTS:
-        table.add_row(v.id, v.title, ",".join(v.dtypes), ",".join(map(str, v.head_dims)), v.changed, v.attacks)
+    ws = workspace.active()
+    table = Table(show_lines=True, title=f"workspace {ws.name}: {ws.root}" if ws else "the built-in ladder")
+    for col in ("id", "origin", "kind", "title", "dtype", "D", "cc", "attacks", "changed"):
+        table.add_column(col, overflow="fold", no_wrap=col in ("id", "kind", "cc"))
+    for v in rungs:
+        origin = v.origin + (" (shadows the built-in)" if v.shadows else "")
+        table.add_row(v.id, origin, v.kind, v.title, ",".join(v.dtypes), ",".join(map(str, v.head_dims)),
+                      ".".join(map(str, v.min_cc)), ", ".join(v.classes) or "-", registry.first_sentence(v.changed))
     Console().print(table)
 
 

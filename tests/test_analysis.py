@@ -25,6 +25,7 @@ from lab.analysis import rules as ncu_rules
 from lab.cli import main
 from lab.profilers import ncu
 from lab.measure.problem import Problem
+from lab.ladder.registry import builtin, demonstrating  # advice names rungs through the registry
 
 REPO = Path(__file__).resolve().parent.parent
 PUBLIC = REPO.parent / "shared" / "fixtures" / "ncu-public"
@@ -203,7 +204,7 @@ def test_planted_evidence_is_quantified():
     assert res["planted_divergence"].derived["threads_per_instruction"] < 4
     # the FFMA loop on an H200 (tensor cores, none used) is sent to the mma.sync rung
     fma = res["planted_fma_bound"].findings[0]
-    assert fma.cls == "compute-bound" and "v5" in fma.advice
+    assert fma.cls == "compute-bound" and demonstrating("compute-bound").id in fma.advice
     # 4 CTAs: the advice is to launch more of them
     assert "CTAs" in res["planted_small_grid"].findings[0].advice
 
@@ -254,7 +255,7 @@ def test_sdpa_verdicts():
     assert cudnn.bottleneck == "compute-bound" and "wgmma" in cudnn.findings[0].advice
     # the math backend upcasts to FP32 and runs cuBLAS FFMA sgemms: on an H200 that is the v5 advice
     gemms = [res[int(i)] for i, n in zip(df["kernel_index"], df["kernel_function"]) if "sgemm" in n or "xmma_gemm" in n]
-    assert gemms and all(g.bottleneck == "compute-bound" and "v5" in g.findings[0].advice for g in gemms)
+    assert gemms and all(g.bottleneck == "compute-bound" and demonstrating("compute-bound").id in g.findings[0].advice for g in gemms)
     assert all(a.findings for a in res.values())
 
 
@@ -318,7 +319,7 @@ def _example_run(variant_id: str):
 def test_v1_grid_of_b_times_h_is_sent_to_the_query_split():
     # v1 launches one CTA per (batch, head): with the run's problem the lab must say so and name the
     # next step of the ladder, not an occupancy limit the grid never reaches.
-    man, rep = _example_run("v1")
+    man, rep = _example_run(builtin()[0].id)   # the baseline rung: one CTA per (batch, head)
     (a,) = analysis.analyze_report(rep, problem=man["problem"])
     p = man["problem"]
     assert a.metrics["launch__grid_size"] == p["batch"] * p["heads"]
@@ -328,7 +329,7 @@ def test_v1_grid_of_b_times_h_is_sent_to_the_query_split():
     ranked = [f.cls for f in a.findings]
     assert "small-grid" in ranked[:2], [(f.cls, round(f.rank, 1)) for f in a.findings]
     grid = a.findings[ranked.index("small-grid")]
-    assert "B*H" in grid.advice and "v3" in grid.advice
+    assert "B*H" in grid.advice and demonstrating("small-grid").id in grid.advice
 
 
 def test_six_kernel_full_set_report_is_analyzed_whole():

@@ -1,6 +1,6 @@
 """The next step for each bottleneck class, worded from one kernel's facts: the limiting resource
 or stall, the busiest unit, whether tensor cores are used, and the rung of the kernel ladder that
-attacks it where one does (lab.ladder.registry names the rungs; the planned ids serve without it).
+demonstrates the fix where one does (each rung declares the classes it attacks; the registry names it).
 """
 
 from __future__ import annotations
@@ -8,15 +8,22 @@ from __future__ import annotations
 from lab.analysis.metrics import KernelFacts, occupancy_limiter, tensor_instructions, unit_name
 
 
-def _rung(rung_id: str) -> str:
-    """A rung named as the ladder has it ("v2: float4"), or just its planned id if not built yet.
-    The plan: v2 16-byte loads, v3 query split across CTAs, v4 cp.async double buffering, v5 mma."""
+def _rung(cls: str) -> str:
+    """The rung of the ladder that demonstrates the fix for `cls` ("v2: float4"), from the
+    registry's declared classes (lab.ladder.registry.demonstrating); "" where no rung does."""
     try:
-        from lab.ladder.registry import VARIANTS
+        from lab.ladder.registry import demonstrating
+
+        v = demonstrating(cls)
     except Exception:   # the registry is optional context here, never a reason to fail an analysis
-        return rung_id
-    v = next((v for v in VARIANTS if v.id == rung_id), None)
-    return f"{rung_id}: {v.slug}" if v else rung_id
+        return ""
+    return f"{v.id}: {v.slug}" if v else ""
+
+
+def _the_rung(cls: str, fmt: str) -> str:
+    """`fmt` with the demonstrating rung filled in, or "" (technique only) where no rung does."""
+    r = _rung(cls)
+    return fmt.format(r) if r else ""
 
 
 def advice_by_class(c: KernelFacts) -> dict[str, str]:
@@ -27,9 +34,9 @@ def advice_by_class(c: KernelFacts) -> dict[str, str]:
     top_stall = c.stalls[0][0] if c.stalls else None
     grid_is_bh = bh is not None and c.ctas is not None and int(c.ctas) == int(bh)
     small = (f"The grid of B*H = {int(bh)} CTAs leaves SMs idle: split the query dimension across CTAs "
-             f"(one CTA per query tile per head; the {_rung('v3')} rung)." if grid_is_bh else
+             f"(one CTA per query tile per head{_the_rung('small-grid', '; the {} rung')})." if grid_is_bh else
              "Launch at least as many CTAs as SMs (better several waves): split independent work across "
-             f"CTAs; for attention, split the query dimension across CTAs ({_rung('v3')}).")
+             f"CTAs; for attention, split the query dimension across CTAs{_the_rung('small-grid', ' ({})')}.")
     lim, lim_blocks, _ = occupancy_limiter(M)
     occ = ("Raise occupancy: " + {
         "registers": "fewer live registers per thread (__launch_bounds__, smaller per-thread tiles)",
@@ -42,12 +49,12 @@ def advice_by_class(c: KernelFacts) -> dict[str, str]:
         (f" (now {lim} allows {int(lim_blocks)} block(s) per SM)." if lim and lim_blocks is not None else "."))
     lat = {
         "long_scoreboard": "Warps wait on global/local loads: keep more loads in flight, e.g. cp.async double "
-                           f"buffering of the K/V tiles ({_rung('v4')}), or more independent loads per thread.",
+                           f"buffering of the K/V tiles{_the_rung('latency-bound', ' ({})')}, or more independent loads per thread.",
         "barrier": "Warps wait at __syncthreads: fewer barriers per tile, or more independent warps per SM.",
         "wait": "Dependent instruction chains: more instruction-level parallelism (unroll, independent accumulators).",
         "short_scoreboard": "Waits on shared memory or special functions: fewer shared loads per FLOP; check bank conflicts.",
         "mio_throttle": "The shared-memory/MIO queue is full: fewer, wider shared accesses; check bank conflicts.",
-        "lg_throttle": f"The global/local load queue is full: fewer, wider (16-byte, {_rung('v2')}) loads.",
+        "lg_throttle": f"The global/local load queue is full: fewer, wider (16-byte{_the_rung('uncoalesced-global', ', {}')}) loads.",
         "no_instruction": "Instruction-cache misses: a smaller unrolled loop body.",
         "math_pipe_throttle": "A math pipe is saturated: see compute-bound.",
         "membar": "Memory barriers: fewer fences.",
@@ -60,7 +67,7 @@ def advice_by_class(c: KernelFacts) -> dict[str, str]:
             mem += "; compare the bytes moved with the minimum for Q, K, V and O"
         mem += "."
     elif mem_unit.startswith("L1TEX") or mem_unit in ("LSU pipe", "MIO (shared memory / special function queue)"):
-        mem = (f"{mem_unit} is the limit: fewer, wider memory instructions (16-byte vectorized loads, {_rung('v2')}) "
+        mem = (f"{mem_unit} is the limit: fewer, wider memory instructions (16-byte vectorized loads{_the_rung('uncoalesced-global', ', {}')}) "
                "and more "
                "reuse from registers.")
     else:
@@ -77,7 +84,7 @@ def advice_by_class(c: KernelFacts) -> dict[str, str]:
         no_tensor = not mma
     if top_pipe == "FMA pipe" and c.has_tensor_cores and no_tensor:
         comp = ("FP32 FFMA-bound on a GPU with tensor cores: move the two matrix products to tensor cores "
-                f"(mma.sync, the {_rung('v5')} rung).")
+                f"(mma.sync{_the_rung('compute-bound', ', the {} rung')}).")
     elif top_pipe in ("tensor pipe", "FP16+tensor pipe") and uses_wgmma:
         comp = ("Already on warpgroup wgmma and the tensor pipe is the limit: overlap the softmax with the next "
                 "tile's matrix products (warp specialization, ping-pong between warpgroups), or use FP8.")
@@ -97,7 +104,7 @@ def advice_by_class(c: KernelFacts) -> dict[str, str]:
         "memory-bound": mem,
         "compute-bound": comp,
         "uncoalesced-global": "Make consecutive threads read consecutive 16-byte chunks: 16-byte vectorized "
-                              f"(float4) loads spread over the CTA's threads ({_rung('v2')}).",
+                              f"(float4) loads spread over the CTA's threads{_the_rung('uncoalesced-global', ' ({})')}.",
         "bank-conflicts": "Pad each shared-memory row (e.g. +1 or +4 elements) or swizzle the layout so that the "
                           "32 lanes of a warp hit 32 different banks.",
         "local-memory": "Keep per-thread arrays in registers: index them only with compile-time constants "

@@ -25,6 +25,10 @@ def child_env() -> dict:
     env = dict(os.environ)
     root = str(Path(__file__).resolve().parents[2])
     env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    from lab.ladder import workspace  # the child sees the parent's registry, whatever its cwd
+
+    ws = workspace.active()
+    env[workspace.ENV] = str(ws.root) if ws is not None else "none"
     return env
 
 
@@ -32,7 +36,7 @@ def check_in_child(variant, problem: Problem, extra_shapes: int) -> dict:
     """Returns the check's manifest dict (lab.measure.check.CheckResult.to_dict()); a crash or a hang
     raises CheckFailed naming how the child ended."""
     shape = f"{problem.batch},{problem.heads},{problem.seqlen_q},{problem.seqlen_k},{problem.head_dim}"
-    argv = [sys.executable, "-m", "lab.measure.isolated", "--variant", variant.id, "--shape", shape,
+    argv = [sys.executable, "-m", "lab.measure.isolated", "--variant", variant.ref, "--shape", shape,
             "--dtype", problem.dtype, "--shapes", str(extra_shapes)]
     if problem.causal:
         argv.append("--causal")

@@ -490,3 +490,79 @@ def short_kernel_name(kernel: str) -> str:
     """`void attention_fwd_v1_kernel<128>(float const*, ...)` -> `attention_fwd_v1_kernel<128>`."""
     name = kernel.split("(", 1)[0].strip()
     return name[len("void "):] if name.startswith("void ") else name
+
+
+# ---------------------------------------------------------------------------------------------
+# Many rungs at once
+# ---------------------------------------------------------------------------------------------
+
+@dataclass
+class Outcome:
+    variant: Variant
+    result: Any = None           # PtxasReport (ptxas_only) or BuildResult; None when it failed
+    error: str | None = None     # the LabError's message (a compile error carries nvcc's lines)
+    hint: str | None = None
+
+
+def _compile_in_worker(variant: Variant, arch: str) -> tuple[float, bool]:
+    """Runs in a worker process: compile (or find cached) one rung's extension; the parent then
+    imports the finished .so from the cache. Returns (seconds, compiled now)."""
+    r = build(variant, arch)
+    return r.seconds, r.built_now
+
+
+def default_jobs(count: int) -> int:
+    return max(1, min(count, os.cpu_count() or 1))
+
+
+def build_many(variants: Sequence[Variant], arch: str | None, ptxas_only: bool, jobs: int | None = None,
+               on_start=None, on_done=None) -> list[Outcome]:
+    """Build rungs concurrently: the ptxas step in threads (each is an nvcc process), extension
+    builds in worker processes (each runs its own ninja), `jobs` at a time. One rung's compile
+    error does not stop the others; outcomes come back in the order given."""
+    from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor, as_completed
+    import multiprocessing
+
+    cuda = [v for v in variants if v.kind == "cuda"]
+    outcomes = {id(v): Outcome(v) for v in variants}
+    for v in variants:
+        if v.kind == "python":   # nothing to compile; importing its callable is its build step
+            try:
+                from lab.ladder import python_rung
+
+                python_rung.load_callable(v)
+            except LabError as e:
+                outcomes[id(v)].error, outcomes[id(v)].hint = str(e), e.hint
+    jobs = jobs or default_jobs(len(cuda))
+    if ptxas_only:
+        pool = ThreadPoolExecutor(max_workers=jobs)
+        submit = lambda v: pool.submit(ptxas_report, v, arch)  # noqa: E731
+    else:
+        arch = validate_arch(arch or device_arch())
+        for v in cuda:
+            _key_for(v, arch)   # a missing source is refused here, before any worker starts
+        pool = ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn"))
+        submit = lambda v: pool.submit(_compile_in_worker, v, arch)  # noqa: E731
+    with pool:
+        futures = {}
+        for v in cuda:
+            if on_start:
+                on_start(v)
+            futures[submit(v)] = v
+        for fut in as_completed(futures):
+            v = futures[fut]
+            out = outcomes[id(v)]
+            try:
+                value = fut.result()
+                if ptxas_only:
+                    out.result = value
+                else:  # cached now: this imports the worker's .so and reports the worker's time
+                    out.result = build(v, arch)
+                    out.result.seconds, out.result.built_now = value
+            except LabError as e:
+                out.error, out.hint = str(e), e.hint
+            except Exception as e:  # a worker that died (e.g. killed for memory) fails its rung only
+                out.error = f"{v.id}: the build worker failed: {type(e).__name__}: {e}"
+            if on_done:
+                on_done(out)
+    return [outcomes[id(v)] for v in variants]

@@ -250,3 +250,47 @@ def test_a_python_rung_that_imports_builds_nothing(ws):
     res = lab("build", "--ptxas-only", "--variant", "p1", cwd=ws)
     assert res.returncode == 0, res.stderr
     assert "python rung, nothing to compile" in res.stdout
+
+
+# ----------------------------------------------------------------------------------------------
+# The python rung's adapter (on CPU tensors: the layout and the output checks need no GPU)
+# ----------------------------------------------------------------------------------------------
+
+def _python_rung(tmp_path, layout: str, body: str):
+    text = PY_RUNG.format(id="p1", entry="forward", body=body).replace("# lab:end", f'# layout = "{layout}"\n# lab:end')
+    path = tmp_path / "p1_py.py"
+    path.write_text(text)
+    from lab.ladder import python_rung
+
+    return python_rung.load(registry.parse_rung(path, "workspace"))
+
+
+@pytest.mark.parametrize("layout", ["BHND", "BNHD"])
+def test_the_callable_gets_its_layout_and_its_output_comes_back_in_bhnd(tmp_path, layout):
+    torch = pytest.importorskip("torch")
+    seen = {}
+    body = ("import torch\nSEEN = {}\n"
+            "def forward(q, k, v, causal, scale):\n"
+            "    SEEN['shape'] = tuple(q.shape); SEEN['contiguous'] = q.is_contiguous()\n"
+            "    return q * 2\n")
+    rung = _python_rung(tmp_path, layout, body)
+    q = torch.arange(2 * 3 * 5 * 4, dtype=torch.float32).reshape(2, 3, 5, 4)
+    o = torch.full_like(q, float("nan"))
+    rung.forward(q, q, q, o, False, 1.0)
+    seen = rung.fn.__globals__["SEEN"]
+    assert seen["shape"] == ((2, 3, 5, 4) if layout == "BHND" else (2, 5, 3, 4)) and seen["contiguous"]
+    assert torch.equal(o, q * 2)
+
+
+@pytest.mark.parametrize("ret, message", [
+    ("q[..., :-1]", r"returned shape \(2, 3, 5, 3\); expected \(2, 3, 5, 4\)"),
+    ("q.double()", "returned float64; expected float32"),
+    ("None", "returned NoneType, not a tensor"),
+    ("1 / 0", "raised ZeroDivisionError"),
+])
+def test_a_wrong_output_is_a_runtime_error_the_gate_records(tmp_path, ret, message):
+    torch = pytest.importorskip("torch")
+    rung = _python_rung(tmp_path, "BHND", f"def forward(q, k, v, causal, scale):\n    return {ret}\n")
+    q = torch.zeros(2, 3, 5, 4)
+    with pytest.raises(RuntimeError, match=message):
+        rung.forward(q, q, q, torch.empty_like(q), False, 1.0)

@@ -101,7 +101,7 @@ def test_entry_fields_are_usable(variant):
 def test_declared_traits_match_the_launcher(variant):
     """aligned16 and grid are facts the GPU test acts on: the launcher's source must agree."""
     text = variant.source.read_text()
-    launcher_refuses_misaligned = "16-byte aligned" in text and "aligned16(" in text
+    launcher_refuses_misaligned = re.search(r'return "[^"]*16-byte aligned', text) is not None
     assert variant.aligned16 == launcher_refuses_misaligned
     if variant.batch_heads_on_grid_y:
         assert "65535" in text, "B*H on grid.y: the launcher must refuse more than 65535"
@@ -167,8 +167,8 @@ def test_a_block_and_its_prose_parse(tmp_path):
     v = parse_rung(_write(tmp_path, GOOD_BLOCK), origin="workspace")
     assert (v.id, v.slug, v.kind, v.layout, v.dtypes, v.head_dims, v.min_cc, v.classes) == (
         "mine", "tiled", "cuda", "BHND", ("float16",), (64,), (8, 0), ("small-grid",))
-    assert v.changed == "(since the previous one) the grid."
-    assert v.attacks == "(profile of the last run, H200) small-grid, 12 CTAs."
+    assert v.changed == "(since the previous one): the grid."
+    assert v.attacks == "(profile of the last run, H200): small-grid, 12 CTAs."
     assert v.predicted_gain == "2x." and v.measured == "not yet."
     assert v.launcher == "lab_forward_mine"
 

@@ -203,9 +203,10 @@ def _strip_label(text: str) -> str:
         elif ch == ")":
             depth = max(0, depth - 1)
         elif ch == ":" and depth == 0:
-            label, rest = text[:i], text[i + 1:].strip()
-            extra = label[label.find("("):] if "(" in label else ""  # "(the v2 profile, ...)": evidence
-            return f"{extra} {rest}".strip() if extra else rest
+            label = text[:i]
+            if "(" in label:  # "Bottleneck attacked (the v2 profile, ...): ..." keeps its evidence, in order
+                return text[label.find("("):].strip()
+            return text[i + 1:].strip()
     return text
 
 

@@ -400,7 +400,9 @@ def analyze_frame(df: pd.DataFrame, rules: Iterable[dict], problem: dict | None 
         problem = Problem.from_dict(problem).to_dict()
     use_problem = problem if (problem and _problem_applies(df)) else None
     out = []
-    for pos, row in enumerate(df.to_dict("records")):
+    bare = df.copy(deep=False)
+    bare.attrs = {}   # pandas deep-copies attrs (the units of ~2,000 metrics) on every row it yields
+    for pos, row in enumerate(bare.to_dict("records")):
         idx = int(plain(row.get("kernel_index")) if row.get("kernel_index") is not None else pos)
         out.append(analyze_kernel(row, [r for r in rules if r.get("kernel_index") == idx], use_problem))
     return out

@@ -335,3 +335,61 @@ def _loads(v, default):
         return json.loads(v)
     except ValueError:
         return default
+
+
+# ----------------------------------------------------------------------------- terminal view
+
+def source_line(sources: dict[str, str], file: str | None, line: int | None) -> str | None:
+    """The text of one source line: from the sources imported into the report, else the file on disk
+    (matched by its path, then by its name)."""
+    if not file or not line:
+        return None
+    text = sources.get(file)
+    if text is None:
+        base = os.path.basename(file)
+        text = next((t for f, t in sources.items() if os.path.basename(f) == base), None)
+    if text is None and os.path.isfile(file):
+        try:
+            text = Path(file).read_text(errors="replace")
+        except OSError:
+            text = None
+    if text is None:
+        return None
+    rows = text.splitlines()
+    return rows[line - 1] if 0 < line <= len(rows) else None
+
+
+def render_lines(analyses, n: int, sources: dict[str, str], console=None) -> None:
+    """The `n` hottest lines of each kernel: samples, the top stalls, the counters that flag a cause,
+    the SASS opcodes, and the code."""
+    from rich.console import Console
+    from rich.text import Text
+
+    console = console or Console()
+    for a in analyses:
+        k = a.lines or {}
+        console.print(Text(f"[{a.kernel_index}] hot lines of {a.kernel[:120]}", style="bold"))
+        if not k.get("lines"):
+            console.print(f"    {k.get('note') or 'no per-line data'}", highlight=False)
+            continue
+        if k.get("note"):
+            console.print(f"    {k['note']}", style="dim", highlight=False)
+        for r in k["lines"][:n]:
+            where_ = f"{_short(r['file'])}:{r['line']}" if r.get("line") is not None else r.get("pc", "?")
+            stalls = ", ".join(f"{s.replace('_', ' ')} {v:,.0f}" for s, v in list(r["stalls"].items())[:3])
+            flags = [f"{label} {r[key]:,.0f}" for key, label in (("excess_global_sectors", "excess sectors"),
+                                                                 ("excess_shared_wavefronts", "excess wavefronts"),
+                                                                 ("local_inst_executed", "local inst"),
+                                                                 ("divergent_branches", "divergent branches"))
+                     if r.get(key)]
+            head = Text(f"  {r['samples_pct']:5.1f}%  ", style="bold")
+            head.append(where_, style="cyan")
+            head.append(f"  inst {r['inst_executed']:,.0f}  [{' '.join(r['sass'])}]", style="dim")
+            console.print(head, highlight=False)
+            code = source_line(sources, r.get("file"), r.get("line"))
+            if code is not None:
+                console.print(Text("         " + code.strip()), highlight=False)
+            if stalls or flags:
+                console.print(Text("         " + "; ".join(x for x in (stalls, ", ".join(flags)) if x), style="dim"),
+                              highlight=False)
+        console.print()

@@ -173,7 +173,8 @@ def _compute_advice(c: KernelFacts, ladder: bool, rung) -> str:
     if tp["math_pct"] is not None and tp["compute_pct"] and tp["math_pct"] >= 0.7 * tp["compute_pct"]:
         top_pipe = unit_name(tp["math_metric"])   # issue is busy because one math pipe is
     path = tensor_path(c.M, c.device)
-    if path and path["hmma_on_hopper"]:
+    tensor_busy = bool(path and path["pipe_pct"] and path["pipe_pct"] >= 0.5 * (tp["compute_pct"] or 0.0))
+    if path and path["hmma_on_hopper"] and tensor_busy:
         r = next_rung("compute-bound", c.rung, _cc(c)) if ladder else None
         return ("On Hopper, warp-level mma.sync (HMMA) cannot reach the tensor cores' dense rate: issue the matrix "
                 "products as warpgroup wgmma (HGMMA) on operands in shared memory, fed by TMA bulk copies through "

@@ -641,11 +641,23 @@ def findings_frame(analyses: list[KernelAnalysis]) -> pd.DataFrame:
             d = f.to_dict()
             rows.append({"kernel_index": a.kernel_index, "kernel": a.kernel, "rank": rank, "class": d["class"],
                          "title": d["title"], "severity": d["severity"], "est_speedup_pct": d["est_speedup_pct"],
-                         "source": d["source"], "advice": d["advice"], "evidence": json.dumps(d["evidence"])})
+                         "source": d["source"], "advice": d["advice"], "evidence": json.dumps(d["evidence"]),
+                         "estimates": json.dumps(d["estimates"]), "lines": json.dumps(d["lines"])})
     cols = ["kernel_index", "kernel", "rank", "class", "title", "severity", "est_speedup_pct", "source", "advice",
-            "evidence"]
+            "evidence", "estimates", "lines"]
     df = pd.DataFrame(rows, columns=cols)
     df["est_speedup_pct"] = df["est_speedup_pct"].astype("float64")
+    return df
+
+
+def derived_frame(analyses: list[KernelAnalysis]) -> pd.DataFrame:
+    """The lab's derived values per kernel (lab.analysis.metrics.derived_values, as JSON): stored with
+    the run so that pages and comparisons read them instead of interpreting metric names again."""
+    rows = [{"kernel_index": a.kernel_index, "kernel": a.kernel, "derived": json.dumps(a.derived, default=str),
+             "lines_status": (a.lines or {}).get("status"), "lines_note": (a.lines or {}).get("note")}
+            for a in analyses]
+    df = pd.DataFrame(rows, columns=["kernel_index", "kernel", "derived", "lines_status", "lines_note"])
+    df["kernel_index"] = df["kernel_index"].astype("int64")
     return df
 
 

@@ -338,11 +338,14 @@ def tensor_path(M: KernelMetrics, device: str | None) -> dict | None:
     """How the kernel's matrix work reaches the tensor cores: 'HMMA' (warp-level mma.sync), 'HGMMA'
     (Hopper's warpgroup wgmma) or None, the tensor pipe's utilization, and on Hopper (compute
     capability 9.x), where mma.sync cannot reach the dense peak that wgmma reaches, `hmma_on_hopper`."""
-    ops = tensor_instructions(M) or {}
-    hmma = M.num("sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_elapsed")
-    gmma = M.num("sm__inst_executed_pipe_tensor_op_gmma.avg.pct_of_peak_sustained_elapsed")
-    has_g = any(op.endswith("GMMA") for op in ops) or bool(gmma)
-    has_h = any(op == "HMMA" or op.startswith("HMMA") for op in ops) or bool(hmma and not has_g)
+    ops = tensor_instructions(M)
+    if ops is not None:   # per-opcode counts: exact
+        has_g = any(op.endswith("GMMA") for op in ops)
+        has_h = any(op.startswith("HMMA") for op in ops)
+    else:   # the pipe metrics; moves issued to the MMA pipe (HFMA2.MMA) alone reach a few percent
+        hmma = M.num("sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_elapsed") or 0.0
+        gmma = M.num("sm__inst_executed_pipe_tensor_op_gmma.avg.pct_of_peak_sustained_elapsed") or 0.0
+        has_g, has_h = gmma >= 5.0, hmma >= 5.0 and gmma < 5.0
     if not (has_g or has_h):
         return None
     pipe = M.num("sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_elapsed",

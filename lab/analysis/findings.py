@@ -48,6 +48,7 @@ import pandas as pd
 
 from lab.analysis.advice import advice_by_class, rung_of
 from lab.analysis.lines import cite, report_lines, where
+from lab.analysis.metrics import KEY_METRICS as METRIC_LABELS
 from lab.analysis.metrics import (SECTOR_BYTES, KernelFacts, bank_conflict_nway, derived_values, flop_rates,
                                  global_excess, kernel_facts, local_share, occupancy_limiter, plain, rounded,
                                  sum_or_none, tensor_path, threads_per_instruction, unit_name, warps_in_flight)
@@ -69,35 +70,8 @@ BOUND_PCT = 60.0        # ncu's SpeedOfLight rule: above 60% of a unit's peak is
 LOCAL_WEIGHT = 0.5      # a `local` Nsight estimate (one unit's efficiency) counts half toward the rank
 LAUNCH_OVERHEAD_NS = 3000.0  # typical CUDA launch-to-launch gap; a kernel near it is launch-bound
 
-# The curated metrics of each kernel (`metrics` in the JSON), in Nsight's own names; present ones only.
-KEY_METRICS = (
-    "gpu__time_duration.sum",
-    "launch__grid_size", "launch__block_size", "launch__registers_per_thread",
-    "launch__shared_mem_per_block_static", "launch__shared_mem_per_block_dynamic",
-    "launch__waves_per_multiprocessor", "device__attribute_multiprocessor_count",
-    "sm__throughput.avg.pct_of_peak_sustained_elapsed",
-    "gpu__compute_memory_throughput.avg.pct_of_peak_sustained_elapsed",
-    "gpu__dram_throughput.avg.pct_of_peak_sustained_elapsed",
-    "dram__throughput.avg.pct_of_peak_sustained_elapsed",
-    "l1tex__throughput.avg.pct_of_peak_sustained_elapsed",
-    "lts__throughput.avg.pct_of_peak_sustained_elapsed",
-    "dram__bytes_read.sum", "dram__bytes_write.sum",
-    "sm__maximum_warps_per_active_cycle_pct", "sm__warps_active.avg.pct_of_peak_sustained_active",
-    "launch__occupancy_limit_registers", "launch__occupancy_limit_shared_mem",
-    "launch__occupancy_limit_warps", "launch__occupancy_limit_blocks", "launch__occupancy_limit_barriers",
-    "smsp__average_warp_latency_per_inst_issued.ratio",
-    "smsp__thread_inst_executed_per_inst_executed.ratio",
-    "smsp__sass_average_data_bytes_per_sector_mem_global_op_ld.ratio",
-    "smsp__sass_average_data_bytes_per_sector_mem_global_op_st.ratio",
-    "l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum",
-    "l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_st.sum",
-    "l1tex__t_sectors_pipe_lsu_mem_local_op_ld.sum", "l1tex__t_sectors_pipe_lsu_mem_local_op_st.sum",
-    "sm__pipe_fma_cycles_active.avg.pct_of_peak_sustained_active",
-    "sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_active",
-    "sm__inst_executed_pipe_tensor_op_hmma.avg.pct_of_peak_sustained_active",
-    "sm__inst_executed_pipe_tensor_op_gmma.avg.pct_of_peak_sustained_active",
-    "profiler__replayer_passes",
-)
+# The curated metrics of each kernel (`metrics` in the JSON): lab.analysis.metrics' one list, present ones only.
+KEY_METRICS = tuple(name for name, _ in METRIC_LABELS)
 
 
 # ----------------------------------------------------------------------------- data model

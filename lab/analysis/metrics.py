@@ -25,6 +25,66 @@ from lab.gpu_specs import peaks_for
 SECTOR_BYTES = 32.0     # an L1/L2/DRAM sector, the unit ncu counts memory traffic in
 
 
+# ----------------------------------------------------------------------------- the metrics shown
+
+# The metrics an engineer reads first on Nsight Compute's Details page, in its own names: `lab
+# analyze --json`'s `metrics`, `lab compare`'s table. The one list of them.
+KEY_METRICS: tuple[tuple[str, str], ...] = (
+    ("gpu__time_duration.sum", "Duration (ns)"),
+    ("launch__grid_size", "Grid size"),
+    ("launch__block_size", "Block size"),
+    ("launch__registers_per_thread", "Registers per thread"),
+    ("launch__shared_mem_per_block", "Shared memory per block (B)"),
+    ("launch__shared_mem_per_block_static", "Static shared memory per block (B)"),
+    ("launch__shared_mem_per_block_dynamic", "Dynamic shared memory per block (B)"),
+    ("launch__waves_per_multiprocessor", "Waves per SM"),
+    ("device__attribute_multiprocessor_count", "SMs"),
+    ("sm__maximum_warps_per_active_cycle_pct", "Theoretical occupancy (%)"),
+    ("sm__warps_active.avg.pct_of_peak_sustained_active", "Achieved occupancy (%)"),
+    ("launch__occupancy_limit_registers", "Block limit: registers"),
+    ("launch__occupancy_limit_shared_mem", "Block limit: shared memory"),
+    ("launch__occupancy_limit_warps", "Block limit: warps"),
+    ("launch__occupancy_limit_blocks", "Block limit: blocks per SM"),
+    ("launch__occupancy_limit_barriers", "Block limit: barriers"),
+    ("sm__throughput.avg.pct_of_peak_sustained_elapsed", "Compute (SM) throughput (%)"),
+    ("gpu__compute_memory_throughput.avg.pct_of_peak_sustained_elapsed", "Memory throughput (%)"),
+    ("gpu__dram_throughput.avg.pct_of_peak_sustained_elapsed", "DRAM throughput (%)"),
+    ("dram__throughput.avg.pct_of_peak_sustained_elapsed", "DRAM throughput (%)"),
+    ("l1tex__throughput.avg.pct_of_peak_sustained_elapsed", "L1TEX throughput (%)"),
+    ("lts__throughput.avg.pct_of_peak_sustained_elapsed", "L2 throughput (%)"),
+    ("dram__bytes_read.sum", "DRAM bytes read"),
+    ("dram__bytes_write.sum", "DRAM bytes written"),
+    ("smsp__average_warp_latency_per_inst_issued.ratio", "Warp cycles per issued instruction"),
+    ("smsp__thread_inst_executed_per_inst_executed.ratio", "Threads per warp instruction"),
+    ("smsp__sass_average_data_bytes_per_sector_mem_global_op_ld.ratio", "Bytes used per sector, global loads"),
+    ("smsp__sass_average_data_bytes_per_sector_mem_global_op_st.ratio", "Bytes used per sector, global stores"),
+    ("l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum", "Bank conflicts, shared loads"),
+    ("l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_st.sum", "Bank conflicts, shared stores"),
+    ("l1tex__t_sectors_pipe_lsu_mem_local_op_ld.sum", "Local-memory sectors loaded"),
+    ("l1tex__t_sectors_pipe_lsu_mem_local_op_st.sum", "Local-memory sectors stored"),
+    ("sm__pipe_fma_cycles_active.avg.pct_of_peak_sustained_active", "FMA pipe active (%)"),
+    ("sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_active", "Tensor pipe active (%)"),
+    ("sm__inst_executed_pipe_tensor_op_hmma.avg.pct_of_peak_sustained_active", "HMMA issue (%)"),
+    ("sm__inst_executed_pipe_tensor_op_gmma.avg.pct_of_peak_sustained_active", "GMMA issue (%)"),
+    ("profiler__replayer_passes", "Replay passes"),
+)
+
+# The columns a page reads from a stored metrics table: the key metrics, and what the interpreters
+# below need to derive the page's facts where a run stored no derived values (runs older than the
+# `derived` table). A detailed-set report stores ~1,400 columns per kernel; reading these keeps `lab
+# report` over many runs fast.
+PAGE_COLUMNS = re.compile(
+    r"^(" + "|".join(re.escape(n) for n, _ in KEY_METRICS) + r"|kernel_index|kernel|kernel_function|device"
+    r"|device__attribute_\w+|launch__\w+"
+    r"|sm__(maximum_warps_per_active_cycle_pct|warps_active\.avg\.pct_of_peak_sustained_active"
+    r"|throughput\.avg\.pct_of_peak_sustained_elapsed|pipe_tensor_cycles_active\.avg\.pct_of_peak_sustained_active)"
+    r"|smsp__average_warps_issue_stalled_\w+_per_issue_active\.ratio|smsp__average_warp_latency\w*(\.ratio|\.pct|\.sum)?"
+    r"|smsp__pcsamp_warps_issue_stalled_\w+|smsp__sass_thread_inst_executed_op_f(add|mul|fma)_pred_on\.sum"
+    r"|sass__thread_inst_executed_true_per_opcode\[\w+\]|sass__inst_executed_per_opcode_with_modifier_all\[[\w.]+\]"
+    r"|dram__(bytes|sectors)(_read|_write)?\.sum|dram__throughput\.avg\.pct_of_peak_sustained_elapsed"
+    r"|lts__t_(bytes|sectors)\.sum|l1tex__t_(bytes|sectors)_pipe_lsu_mem_(global|local)_op_(ld|st)\.sum)$")
+
+
 # ----------------------------------------------------------------------------- metric access
 
 def plain(v):

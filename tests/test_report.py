@@ -133,7 +133,7 @@ class Parsed(HTMLParser):
 
 
 RUN_SECTIONS = ("environment", "protocol", "problem", "performance", "correctness", "roofline", "stalls",
-                "occupancy", "memory", "bottleneck", "timeline", "appendix")
+                "occupancy", "memory", "bottleneck", "source", "timeline", "appendix")
 
 
 def lab(*args, env_root: Path | None = None) -> subprocess.CompletedProcess:

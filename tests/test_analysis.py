@@ -447,6 +447,11 @@ def test_v5_on_hopper_names_the_tensor_path_and_wgmma_tma():
     first = a.findings[0]
     assert first.cls == "compute-bound" and "HMMA" in first.title and "mma.sync" in first.title
     assert "wgmma" in first.advice and "TMA" in first.advice
+    # the rung that demonstrates it is named through the registry (v6 once registered), never hard-coded
+    from lab.analysis.advice import next_rung
+
+    nxt = next_rung("compute-bound", "v5", (9, 0))
+    assert nxt and nxt.split()[0] in first.advice
     assert first.evidence["lab__tensor_pct_of_fp16_peak"] < first.evidence["lab__hmma_roof_pct_of_fp16_peak"]
     assert any(c["line"] for c in first.lines), "the HMMA lines"
     # the occupancy cause appears once, with the lab's estimate and Nsight's

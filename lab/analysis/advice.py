@@ -20,10 +20,17 @@ _CLASS_WORDS = ("small-grid", "occupancy-limited", "latency-bound", "memory-boun
                 "uncoalesced-global", "bank-conflicts", "local-memory", "divergence", "launch-bound")
 
 
+# Words a rung's `attacks` text may use for a class instead of its name (the analysis' own titles).
+_CLASS_SYNONYMS = ((re.compile(r"tensor[- ]path|instruction[- ]issue"), "compute-bound"),
+                   (re.compile(r"\blatency\b"), "latency-bound"))
+
+
 def _declared_classes(attacks: str) -> set[str]:
-    """The analysis classes a rung's `attacks` text declares: those named before its first colon."""
+    """The analysis classes a rung's `attacks` text declares: those named (or called by a synonym the
+    analysis' titles use) before its first colon. A fallback until the registry answers itself."""
     head = (attacks or "").split(":", 1)[0]
-    return {c for c in _CLASS_WORDS if re.search(rf"\b{re.escape(c)}\b", head)}
+    found = {c for c in _CLASS_WORDS if re.search(rf"\b{re.escape(c)}\b", head)}
+    return found | {cls for pat, cls in _CLASS_SYNONYMS if pat.search(head)}
 
 
 def _registry():
@@ -180,8 +187,7 @@ def _compute_advice(c: KernelFacts, ladder: bool, rung) -> str:
                 "products as warpgroup wgmma (HGMMA) on operands in shared memory, fed by TMA bulk copies through "
                 "an mbarrier-guarded ring of stages" + (" (warp-specialized producer and consumer warpgroups)"
                                                         if ladder else "") + "."
-                + (f" The {r} rung demonstrates this fix." if r else
-                   (" No rung of the ladder does this yet." if ladder else "")))
+                + (f" The {r} rung demonstrates this fix." if r else ""))
     mma = tensor_instructions(c.M)
     if mma is None:   # no per-opcode counts: the pipe metric (HFMA2.MMA moves alone reach a few %)
         tensor = c.M.num("sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_active")

@@ -178,12 +178,17 @@ def headline(rd: RunData, perf: list[dict], fctx: dict) -> list[str]:
         out.append(s + (f", {fmt_pct(pct)} of the {perf[0]['peak_name']} peak." if pct is not None else "."))
     else:
         out.append(f"{rd.variant_id} has no timing stored for {p.label()} on {rd.device_name}.")
-    fb = rd.fastest_baseline()
-    if fb and rd.median_ms:
-        ratio = fb["median_ms"] / rd.median_ms
-        name = f"SDPA {fb.get('backend') or fb.get('name')} ({fb.get('dtype')})"
-        out.append(f"The fastest SDPA backend measured, {name}, took {fmt_ms(fb['median_ms'])}: "
-                   f"ours is {speed_phrase(ratio, name)}.")
+    cmp = rd.baseline_comparison()
+    same, cross = cmp["same"], cmp["cross"]
+    if same:
+        out.append(f"The fastest SDPA backend measured in {p.dtype}, {same['name']}, took "
+                   f"{fmt_ms(same['baseline']['median_ms'])}: ours is {speed_phrase(same['ratio'], same['name'])}.")
+    elif rd.median_ms and rd.baselines:
+        out.append(f"No SDPA backend ran in {p.dtype} here, so there is no same-dtype comparison.")
+    if cross:
+        out.append(f"Across dtypes (not like for like: {cross['baseline'].get('dtype')} against our {p.dtype}), the fastest "
+                   f"is {cross['name']} at {fmt_ms(cross['baseline']['median_ms'])}: ours is "
+                   f"{speed_phrase(cross['ratio'], cross['name'])}.")
     c = rd.correctness
     if "passed" in c:
         out.append(f"Correctness {'passed' if c['passed'] else 'FAILED'}: max abs error {fmt_num(c.get('max_abs_err'))}"
@@ -299,10 +304,12 @@ def ladder_groups(runs: list[RunData]) -> list[dict]:
 def index_context(runs: list[RunData]) -> dict:
     rows = []
     for r in sorted(runs, key=lambda r: (r.manifest.get("created_utc", ""), r.id), reverse=True):
-        fb = r.fastest_baseline()
+        cmp = r.baseline_comparison()
+        same, cross = cmp["same"], cmp["cross"]
         rows.append({"rd": r, "pct_peak": r.pct_of_peak(r.tflops, r.problem.dtype),
-                     "best_ratio": (fb["median_ms"] / r.median_ms) if (fb and r.median_ms) else None,
-                     "best_name": f"{fb.get('backend') or fb.get('name')} {fb.get('dtype')}" if fb else None,
+                     "best_ratio": same["ratio"] if same else None,
+                     "best_name": same["name"] if same else None,
+                     "cross_ratio": cross["ratio"] if cross else None, "cross_name": cross["name"] if cross else None,
                      "passed": r.correctness.get("passed")})
     return {"rows": rows, "groups": ladder_groups(runs),
             "rungs": sorted({r.variant_id for r in runs}), "shapes": sorted({r.problem.label() for r in runs}),

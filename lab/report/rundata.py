@@ -136,9 +136,25 @@ class RunData:
     def ok_baselines(self) -> list[dict]:
         return [b for b in self.baselines if b.get("status") == "ok" and b.get("median_ms")]
 
-    def fastest_baseline(self) -> dict | None:
-        ok = self.ok_baselines()
+    def fastest_baseline(self, dtype: str | None = None) -> dict | None:
+        """The fastest SDPA backend measured, of `dtype` where given (the rung's own dtype is the
+        fair comparison; a lower precision's backend also gains from the precision)."""
+        ok = [b for b in self.ok_baselines() if dtype is None or b.get("dtype") == dtype]
         return min(ok, key=lambda b: b["median_ms"]) if ok else None
+
+    def baseline_comparison(self) -> dict:
+        """The headline comparison: the fastest backend of the rung's own dtype ('same'), and the
+        fastest of any dtype where that one is of another dtype ('cross'), each with its ratio
+        (its time / ours: above 1, ours is faster)."""
+        out = {"same": None, "cross": None}
+        if not self.median_ms:
+            return out
+        for key, b in (("same", self.fastest_baseline(self.problem.dtype)), ("cross", self.fastest_baseline())):
+            if b is None or (key == "cross" and b.get("dtype") == self.problem.dtype):
+                continue
+            out[key] = {"baseline": b, "ratio": b["median_ms"] / self.median_ms,
+                        "name": f"SDPA {b.get('backend') or b.get('name')} ({b.get('dtype')})"}
+        return out
 
     @property
     def bottleneck(self) -> str | None:

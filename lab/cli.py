@@ -249,17 +249,21 @@ def check(variant_spec, shape_count, seed, shape, causal, dtype, as_json):
 @reps_option
 @click.option("--warmup", type=click.IntRange(0, MAX_REPS), default=5, show_default=True)
 @click.option("--no-baselines", is_flag=True, help="skip the SDPA backends")
+@click.option("--backends", "backends_spec", default="all", show_default=True,
+              help="SDPA backends to time beside the rungs: all, or a list such as cudnn,flash")
 @click.option("--markdown", "markdown_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="also append the table as Markdown (device, date, commit) to this file")
 @json_option
-def bench(variant_spec, shape, causal, dtype, reps, warmup, no_baselines, markdown_path, as_json):
+def bench(variant_spec, shape, causal, dtype, reps, warmup, no_baselines, backends_spec, markdown_path, as_json):
     """Time rungs beside the SDPA backends (cudnn, flash, efficient, math) in fp16 and fp32."""
     from lab.ladder import registry
+    from lab.measure.baselines import select_backends
     from lab.measure.benchtable import bench_ladder, print_ladder
 
     chosen = registry.select(variant_spec)
     problems = [_problem(v, shape, causal, dtype) for v in chosen]
-    result = bench_ladder(chosen, problems, reps, warmup, baselines=not no_baselines)
+    backends = select_backends(backends_spec)
+    result = bench_ladder(chosen, problems, reps, warmup, baselines=not no_baselines, backends=backends)
     if markdown_path:
         from lab.measure.benchtable import markdown_ladder
 

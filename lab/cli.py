@@ -392,22 +392,36 @@ def timeline(file, range_name, launches, top, as_json):
 @click.option("--shape", default=None, metavar="B,H,N,D",
               help="the attention problem the report profiled: adds DRAM bytes vs the Q,K,V,O minimum and TFLOP/s")
 @causal_option
-@click.option("--dtype", default="float32", show_default=True, help="the problem's dtype (with --shape)")
+@click.option("--dtype", default=None,
+              help="the problem's dtype (with --shape; default: the one the kernel's name declares)")
+@click.option("--lines", "n_lines", default=None, type=click.IntRange(min=0), metavar="N",
+              help="the N hottest source lines of each kernel, with their code (in --json: at most N lines)")
 @json_option
-def analyze(report_path, kernel_regex, shape, causal, dtype, as_json):
+def analyze(report_path, kernel_regex, shape, causal, dtype, n_lines, as_json):
     """Name each kernel's bottleneck in an Nsight Compute report (.ncu-rep, or .xz/.gz of one): the
-    evidence, Nsight's estimated gain and the next step. Needs no GPU."""
+    evidence, the estimated gain, the source lines behind it and the next step. Needs no GPU."""
     from lab.analysis import findings as analysis
     from lab.measure.problem import parse_shape
 
-    problem = parse_shape(shape, causal, dtype).to_dict() if shape else None
+    problem = None
+    if shape:
+        dt = dtype or analysis.report_dtype(report_path, kernel_regex)
+        problem = parse_shape(shape, causal, dt or "float32").to_dict()
+        if dt is None:   # never a float32 guess: no dtype, no bytes minimum and no % of a dtype's peak
+            problem.update(dtype=None, min_bytes=None)
+            click.echo("note: the kernel's name declares no dtype; pass --dtype for the Q,K,V,O byte minimum and "
+                       "the % of peak", err=True)
     analyses = analysis.analyze_report(report_path, problem=problem, kernel_regex=kernel_regex)
     if as_json:
-        click.echo(json.dumps([a.to_dict() for a in analyses], indent=2))
+        click.echo(json.dumps([a.to_dict(lines=n_lines) for a in analyses], indent=2))
         return
     if problem and not analysis.problem_applies(analyses):
         click.echo("note: --shape ignored: the report holds several different kernels; pick one with --kernel", err=True)
     analysis.render(analyses)
+    if n_lines:
+        from lab.analysis.lines import render_lines, source_texts
+
+        render_lines(analyses, n_lines, source_texts(report_path))
 
 
 @main.command()

@@ -8,10 +8,13 @@ import pytest
 from lab.store import runs as store
 from lab.errors import LabError
 
+PROBLEM = {"batch": 1, "heads": 2, "seqlen_q": 17, "seqlen_k": 17, "head_dim": 64, "causal": False, "dtype": "float32"}
+
 
 def _write_run(root, run_id="20261121-000000-v1-test", extra=None):
     with store.create_run(run_id, root) as run:
-        run.manifest.update({"created_utc": "2026-11-21T00:00:00+00:00", "variant": {"id": "v1"}, **(extra or {})})
+        run.manifest.update({"created_utc": "2026-11-21T00:00:00+00:00", "variant": {"id": "v1"},
+                             "problem": PROBLEM, **(extra or {})})
         run.add_table("metrics", pd.DataFrame({"kernel": ["k"], "gpu__time_duration.sum": [1234.5],
                                                "launch__grid_size": [12]}))
         (run.artifact_path("profile.ncu-rep")).write_bytes(b"payload")

@@ -27,7 +27,7 @@ from lab.ladder import registry
 from lab.errors import LabError
 from lab.report.formatting import fmt_num, fmt_pct, speed_phrase
 from lab.measure.problem import DTYPE_BYTES, Problem
-from lab.store.runs import Run, list_runs, store_root
+from lab.store.runs import DamagedRun, Run, open_root, scan_runs
 
 SECTOR_BYTES = 32          # an L1/L2/DRAM sector, the unit ncu counts memory traffic in
 
@@ -49,9 +49,19 @@ PAGE_METRICS = re.compile(
     r"|lts__t_(bytes|sectors)\.sum|l1tex__t_(bytes|sectors)_pipe_lsu_mem_(global|local)_op_(ld|st)\.sum)$")
 
 
-def _bad(run: Run, what: str) -> LabError:
-    return LabError(f"{run.path}: malformed run: {what}",
-                    hint="a run is written by `lab profile`; move a damaged run out of the store")
+class RunDamaged(LabError):
+    """A stored run found unreadable while a page was being made (a table file missing or corrupt):
+    `lab report` lists it as damaged and renders the others."""
+
+    def __init__(self, run: Run, what: str):
+        super().__init__(f"{run.path}: malformed run: {what}",
+                         hint="a run is written by `lab profile`; move a damaged run out of the store")
+        self.path = run.path
+        self.reason = what
+
+
+def _bad(run: Run, what: str) -> RunDamaged:
+    return RunDamaged(run, what)
 
 
 # ----------------------------------------------------------------------------------- a run
@@ -126,9 +136,25 @@ class RunData:
     def ok_baselines(self) -> list[dict]:
         return [b for b in self.baselines if b.get("status") == "ok" and b.get("median_ms")]
 
-    def fastest_baseline(self) -> dict | None:
-        ok = self.ok_baselines()
+    def fastest_baseline(self, dtype: str | None = None) -> dict | None:
+        """The fastest SDPA backend measured, of `dtype` where given (the rung's own dtype is the
+        fair comparison; a lower precision's backend also gains from the precision)."""
+        ok = [b for b in self.ok_baselines() if dtype is None or b.get("dtype") == dtype]
         return min(ok, key=lambda b: b["median_ms"]) if ok else None
+
+    def baseline_comparison(self) -> dict:
+        """The headline comparison: the fastest backend of the rung's own dtype ('same'), and the
+        fastest of any dtype where that one is of another dtype ('cross'), each with its ratio
+        (its time / ours: above 1, ours is faster)."""
+        out = {"same": None, "cross": None}
+        if not self.median_ms:
+            return out
+        for key, b in (("same", self.fastest_baseline(self.problem.dtype)), ("cross", self.fastest_baseline())):
+            if b is None or (key == "cross" and b.get("dtype") == self.problem.dtype):
+                continue
+            out[key] = {"baseline": b, "ratio": b["median_ms"] / self.median_ms,
+                        "name": f"SDPA {b.get('backend') or b.get('name')} ({b.get('dtype')})"}
+        return out
 
     @property
     def bottleneck(self) -> str | None:
@@ -218,13 +244,11 @@ def load(run: Run) -> RunData:
     return RunData(run)
 
 
-def load_all(root: Path | None) -> list[RunData]:
-    """Every run of the store at `root` (default: profiles/ and its examples/), validated."""
-    root = Path(root) if root else store_root()
-    if root.exists() and not root.is_dir():
-        raise LabError(f"{root} is a file, not a run store directory",
-                       hint="pass the directory that holds the runs (default: profiles/)")
-    return [load(r) for r in list_runs(root)]
+def load_all(root: Path | None) -> tuple[list[RunData], list[DamagedRun]]:
+    """Every readable run of the store at `root` (default: profiles/ and its examples/), and the
+    damaged ones with their reasons."""
+    runs, damaged = scan_runs(open_root(root))
+    return [load(r) for r in runs], damaged
 
 
 # --------------------------------------------------------------------- facts from the metrics

@@ -468,5 +468,59 @@ def sweep(variant_spec, shapes, causal, dtype, reps, no_baselines, as_json):
         click.echo(json.dumps(results, indent=2))
 
 
+
+@main.command()
+@click.option("--variant", "variant_id", required=True, help="one rung, e.g. v5")
+@shape_option
+@causal_option
+@dtype_option
+@click.option("--reps", default=30, show_default=True, help="timed repetitions per candidate, interleaved")
+@click.option("--warmup", default=5, show_default=True)
+@click.option("--check-shapes", default=4, show_default=True, help="ragged shapes each candidate is checked on")
+@json_option
+def tune(variant_id, shape, causal, dtype, reps, warmup, check_shapes, as_json):
+    """Check and time a rung's candidate configurations (declared in its own file) round-robin."""
+    from lab.ladder import registry
+    from lab.measure.tune import tune as run_tune
+
+    variant = registry.get(variant_id)
+    problem = _problem(variant, shape, causal, dtype)
+    if reps < 2:
+        raise LabError("--reps must be at least 2")
+    if check_shapes < 0:
+        raise LabError(f"--check-shapes must be >= 0, got {check_shapes}")
+    result = run_tune(variant, problem, reps=reps, warmup=warmup, check_shapes=check_shapes)
+    if as_json:
+        click.echo(json.dumps(result.to_dict(), indent=2))
+    else:
+        _print_tune(result)
+    if not any(r.timing for r in result.rows):
+        raise CheckFailed(f"no configuration of {variant.id} passed its check on {problem.label()}")
+
+
+def _print_tune(result) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    default = next((r for r in result.rows if r.index is None and r.timing), None)
+    best = result.fastest()
+    table = Table(title=f"lab tune {result.variant_id} on {result.problem.label()}"
+                        f"{' causal' if result.problem.causal else ''} (median of {best.timing['reps'] if best else 0},"
+                        " interleaved, L2 flushed)")
+    for col in ("#", "configuration", "median ms", "CI95 ms", "TFLOP/s", "vs default", "check"):
+        table.add_column(col, justify="left" if col in ("configuration", "check") else "right")
+    for r in result.rows:
+        t = r.timing
+        cells = (["-"] * 4 if not t else
+                 [f"{t['median']:.4f}", f"{t['ci95_low']:.4f}-{t['ci95_high']:.4f}", f"{t['tflops']:.1f}",
+                  f"{default.timing['median'] / t['median']:.3f}x" if default else "-"])
+        mark = "[green]pass[/]" if r.passed else f"[red]FAIL[/] {r.error or ''}"
+        label = f"[bold]{r.label}[/]" if r is best else r.label
+        table.add_row("" if r.index is None else str(r.index), label, *cells, mark)
+    Console().print(table)
+    if best:
+        Console().print(f"fastest: {best.label}; a difference inside the CI95 columns is noise")
+
+
 if __name__ == "__main__":
     main()

@@ -1,19 +1,6 @@
 // v6_wgmma: FlashAttention forward on Hopper's own instructions (wgmma + TMA, warp-specialised),
 // fp16 and bf16 in, fp32 accumulate. sm_90a only (compute capability 9.0; refused elsewhere).
 //
-// lab:rung
-// id = "v6"
-// slug = "wgmma"
-// title = "Hopper: wgmma + TMA, a producer warpgroup feeding consumer warpgroups (sm_90a)"
-// dtypes = ["float16", "bfloat16"]
-// head_dims = [64, 128]
-// min_cc = "9.0"             # wgmma, TMA, setmaxnreg: Hopper only
-// arch_flags = ["-gencode=arch=compute_90a,code=sm_90a"]
-// attacks = ["compute-bound"]  # v5's tensor path: mma.sync issue and its ldmatrix -> HMMA -> softmax chain
-// grid = "q-tiles,bh"        # non-causal: batch*heads on grid.y (<= 65535, refused above)
-// aligned16 = true           # TMA: the launcher refuses q, k, v, o not 16-byte aligned
-// lab:end
-//
 // What changed since v5: both matrix products leave mma.sync (HMMA m16n8k16, one warp, operands
 //   through ldmatrix into registers) for warpgroup MMAs (wgmma m64nNk16, HGMMA in SASS: 128 threads,
 //   B -- and for S = Q K^T also A -- read by the tensor cores straight from shared memory). Tiles
@@ -496,3 +483,18 @@ LAB_EXPORT const char* lab_forward_v6(const LabAttentionArgs* args, cudaStream_t
   return args->causal ? v6::launch<v6::Default128, true>(args, stream) : v6::launch<v6::Default128, false>(args, stream);
 }
 #endif  // LAB_V6_NO_EXPORT
+
+// The rung's facts for the lab (lab/ladder/registry.py reads them; the header above is its record).
+// Kept at the end of the file so that line numbers in stored profiles stay valid.
+// lab:rung
+// id = "v6"
+// slug = "wgmma"
+// title = "Hopper: wgmma + TMA, a producer warpgroup feeding consumer warpgroups (sm_90a)"
+// dtypes = ["float16", "bfloat16"]
+// head_dims = [64, 128]
+// min_cc = "9.0"             # wgmma, TMA, setmaxnreg: Hopper only
+// arch_flags = ["-gencode=arch=compute_90a,code=sm_90a"]
+// attacks = ["compute-bound"]  # v5's tensor path: mma.sync issue and its ldmatrix -> HMMA -> softmax chain
+// grid = "q-tiles,bh"        # non-causal: batch*heads on grid.y (<= 65535, refused above)
+// aligned16 = true           # TMA: the launcher refuses q, k, v, o not 16-byte aligned
+// lab:end

@@ -7,6 +7,7 @@ need them, so `lab report`, `lab analyze` and `lab timeline` run on a machine wi
 
 from __future__ import annotations
 
+import errno
 import json
 import sys
 from pathlib import Path
@@ -21,10 +22,20 @@ shape_option = click.option("--shape", default=None, metavar="B,H,N,D",
 causal_option = click.option("--causal/--no-causal", default=False, help="causal mask (top-left aligned)")
 dtype_option = click.option("--dtype", default=None, help="float32, float16 or bfloat16 (default: the rung's first)")
 json_option = click.option("--json", "as_json", is_flag=True, help="print JSON for scripts")
+# every command that reads the run store names it the same way; a store that is named must exist
+profiles_option = click.option("--profiles", "profiles_dir", type=click.Path(path_type=Path), default=None,
+                               envvar="LAB_PROFILES",
+                               help="the run store to read (default: profiles/, and its examples/; env LAB_PROFILES)")
+MAX_REPS = 100_000          # a bound that still lets a careful user ask for a lot, and refuses a typo
+MAX_CHECK_SHAPES = 10_000   # seeded shapes `lab check` may be asked for: each is a float64 reference run
+reps_option = click.option("--reps", type=click.IntRange(2, MAX_REPS), default=30, show_default=True,
+                           help="timed repetitions (>= 30 for a CI95 worth reading)")
 
 
 class LabGroup(click.Group):
-    """Turns LabError and CheckFailed into a message and an exit code instead of a traceback."""
+    """Turns every expected failure into one line and an exit code instead of a traceback: LabError
+    (bad input, 2), CheckFailed (1), OSError anywhere in a command (a read-only --out, a name too
+    long for the filesystem, a full disk: 2) and Ctrl-C (130, after ending the children)."""
 
     def invoke(self, ctx):
         try:
@@ -37,6 +48,33 @@ class LabGroup(click.Group):
         except CheckFailed as e:
             click.secho(f"check failed: {e}", fg="red", err=True)
             sys.exit(e.exit_code)
+        except KeyboardInterrupt:
+            from lab.children import end_own_group
+
+            end_own_group()
+            click.secho("interrupted", fg="red", err=True)
+            sys.exit(130)
+        except OSError as e:
+            if e.errno == errno.EPIPE:   # `lab report | head`: the reader left, not an error of ours
+                sys.exit(0)
+            click.secho(f"error: {os_error_line(e)}", fg="red", err=True)
+            sys.exit(2)
+
+
+def os_error_line(e: OSError) -> str:
+    """One line for an OSError: what the system said and the path, a very long path shortened."""
+    what = e.strerror or str(e)
+    code = errno.errorcode.get(e.errno or -1)
+    names = [str(n) for n in (e.filename, e.filename2) if n is not None]
+    paths = " -> ".join(_short_path(n) for n in names)
+    return f"{what}{f' ({code})' if code else ''}" + (f": {paths}" if paths else "")
+
+
+def _short_path(name: str, limit: int = 120) -> str:
+    name = name.replace("\n", " ")
+    if len(name) <= limit:
+        return name
+    return f"{name[:limit // 2]}...{name[-limit // 2:]} ({len(name)} characters)"
 
 
 @click.group(cls=LabGroup, context_settings={"help_option_names": ["-h", "--help"]})
@@ -285,7 +323,7 @@ def _print_build_table(builder, results, outcomes, wall):
 
 @main.command()
 @click.option("--variant", "variant_spec", required=True, help="v1, v1,v2 or all")
-@click.option("--shapes", "shape_count", type=int, default=None,
+@click.option("--shapes", "shape_count", type=click.IntRange(0, MAX_CHECK_SHAPES), default=None,
               help="seeded shapes to check (default: 24, or 0 extra when --shape is given)")
 @click.option("--seed", type=int, default=0, show_default=True, help="seed of the shape list and the inputs")
 @shape_option
@@ -300,8 +338,6 @@ def check(variant_spec, shape_count, seed, shape, causal, dtype, as_json):
     problems = {v.id: (_problem(v, shape, causal, dtype) if shape else None) for v in chosen}
     if shape_count is None:
         shape_count = 0 if shape else gate.DEFAULT_SHAPE_COUNT
-    if shape_count < 0:
-        raise LabError(f"--shapes must be >= 0, got {shape_count}")
 
     def progress(s):
         mark = "ok  " if s.passed else "FAIL"
@@ -339,8 +375,8 @@ def check(variant_spec, shape_count, seed, shape, causal, dtype, as_json):
 @shape_option
 @causal_option
 @dtype_option
-@click.option("--reps", default=30, show_default=True, help="timed repetitions (>= 30 for a CI95 worth reading)")
-@click.option("--warmup", default=5, show_default=True)
+@reps_option
+@click.option("--warmup", type=click.IntRange(0, MAX_REPS), default=5, show_default=True)
 @click.option("--no-baselines", is_flag=True, help="skip the SDPA backends")
 @click.option("--backends", "backends_spec", default="all", show_default=True,
               help="SDPA backends to time beside the rungs: all, or a list such as cudnn,flash")
@@ -355,8 +391,6 @@ def bench(variant_spec, shape, causal, dtype, reps, warmup, no_baselines, backen
 
     chosen = registry.select(variant_spec)
     problems = [_problem(v, shape, causal, dtype) for v in chosen]
-    if reps < 2:
-        raise LabError("--reps must be at least 2")
     backends = select_backends(backends_spec)
     result = bench_ladder(chosen, problems, reps, warmup, baselines=not no_baselines, backends=backends)
     if markdown_path:
@@ -376,7 +410,7 @@ def bench(variant_spec, shape, causal, dtype, reps, warmup, no_baselines, backen
 @shape_option
 @causal_option
 @dtype_option
-@click.option("--reps", default=30, show_default=True)
+@reps_option
 @click.option("--set", "section_set", default=None,
               help="ncu sections: default (ncu's `detailed`, 20 replay passes), full, a lab set "
                    "(lab-tables, lab-lean, ...) or section names separated by commas")
@@ -411,14 +445,15 @@ def profile(variant_id, shape, causal, dtype, reps, section_set, no_ncu, timelin
 @click.option("--out", "out_dir", type=click.Path(path_type=Path), default=None,
               help="where to write the HTML (default: reports/)")
 @click.option("--run", "run_id", default=None, help="render only this run's page (an id, a prefix or a run folder)")
-@click.option("--profiles", "profiles_dir", type=click.Path(path_type=Path), default=None, envvar="LAB_PROFILES",
-              help="the run store to read (default: profiles/, and its examples/)")
+@profiles_option
 @click.option("--open", "open_browser", is_flag=True, help="open the page in a web browser where one exists")
 def report(out_dir, run_id, profiles_dir, open_browser):
     """Render reports/index.html and one HTML write-up per stored run; prints the index path."""
     from lab.report.pages import open_in_browser, render
 
     done = render(out_dir, root=profiles_dir, run_id=run_id)
+    for d in done.damaged:   # the others rendered; the damaged ones are listed on the index too
+        click.secho(f"warning: damaged run left out: {d.id}: {d.reason}", fg="yellow", err=True)
     if done.empty_message():
         click.echo(done.empty_message(), err=True)
     page = done.pages[next(iter(done.pages))] if run_id else done.index
@@ -434,8 +469,7 @@ def report(out_dir, run_id, profiles_dir, open_browser):
               help="percent of TFLOP/s that B may lose before a change beyond noise counts as a regression")
 @click.option("--out", "out_dir", type=click.Path(path_type=Path), default=None,
               help="where to write compare-A-B.html (default: reports/)")
-@click.option("--profiles", "profiles_dir", type=click.Path(path_type=Path), default=None, envvar="LAB_PROFILES",
-              help="the run store to read (default: profiles/, and its examples/)")
+@profiles_option
 @json_option
 def compare(run_a, run_b, threshold_pct, out_dir, profiles_dir, as_json):
     """Compare two stored runs side by side; exit 1 when B regresses beyond noise and the threshold."""
@@ -457,15 +491,19 @@ def compare(run_a, run_b, threshold_pct, out_dir, profiles_dir, as_json):
 @click.argument("file", type=click.Path(path_type=Path))
 @click.option("--range", "range_name", default=None, metavar="NAME",
               help="NVTX range (or torch.profiler record_function) whose launch overhead to report")
-@click.option("--launches", type=int, default=None,
+@click.option("--launches", type=click.IntRange(min=1), default=None,
               help="launches inside each instance of --range (default: the kernels counted in it)")
-@click.option("--top", type=int, default=15, show_default=True, help="rows per table without --json")
+@click.option("--top", type=click.IntRange(min=1), default=15, show_default=True, help="rows per table without --json")
 @json_option
 def timeline(file, range_name, launches, top, as_json):
     """Read a timeline: nsys SQLite export, .nsys-rep, `nsys stats --format csv`, or torch.profiler trace."""
-    from lab.profilers.timeline import read_any, renderables
+    from lab.profilers.timeline import read_any, renderables, require_range
 
+    if launches is not None and not range_name:
+        raise LabError("--launches counts the launches inside each instance of --range: pass --range too")
     tl = read_any(file, range_name=range_name, launches_per_range=launches)
+    if range_name:
+        require_range(tl, range_name)   # a range the timeline does not hold is an error, not a silent no-op
     if as_json:
         click.echo(json.dumps(tl.to_json(), indent=2))
         return
@@ -483,36 +521,53 @@ def timeline(file, range_name, launches, top, as_json):
 @click.option("--shape", default=None, metavar="B,H,N,D",
               help="the attention problem the report profiled: adds DRAM bytes vs the Q,K,V,O minimum and TFLOP/s")
 @causal_option
-@click.option("--dtype", default="float32", show_default=True, help="the problem's dtype (with --shape)")
+@click.option("--dtype", default=None,
+              help="the problem's dtype (with --shape; default: the one the kernel's name declares)")
+@click.option("--lines", "n_lines", default=None, type=click.IntRange(min=0), metavar="N",
+              help="the N hottest source lines of each kernel, with their code (in --json: at most N lines)")
 @json_option
-def analyze(report_path, kernel_regex, shape, causal, dtype, as_json):
+def analyze(report_path, kernel_regex, shape, causal, dtype, n_lines, as_json):
     """Name each kernel's bottleneck in an Nsight Compute report (.ncu-rep, or .xz/.gz of one): the
-    evidence, Nsight's estimated gain and the next step. Needs no GPU."""
+    evidence, the estimated gain, the source lines behind it and the next step. Needs no GPU."""
     from lab.analysis import findings as analysis
     from lab.measure.problem import parse_shape
 
-    problem = parse_shape(shape, causal, dtype).to_dict() if shape else None
+    problem = None
+    if shape:
+        dt = dtype or analysis.report_dtype(report_path, kernel_regex)
+        problem = parse_shape(shape, causal, dt or "float32").to_dict()
+        if dt is None:   # never a float32 guess: no dtype, no bytes minimum and no % of a dtype's peak
+            problem.update(dtype=None, min_bytes=None)
+            click.echo("note: the kernel's name declares no dtype; pass --dtype for the Q,K,V,O byte minimum and "
+                       "the % of peak", err=True)
     analyses = analysis.analyze_report(report_path, problem=problem, kernel_regex=kernel_regex)
     if as_json:
-        click.echo(json.dumps([a.to_dict() for a in analyses], indent=2))
+        click.echo(json.dumps([a.to_dict(lines=n_lines) for a in analyses], indent=2))
         return
     if problem and not analysis.problem_applies(analyses):
         click.echo("note: --shape ignored: the report holds several different kernels; pick one with --kernel", err=True)
     analysis.render(analyses)
+    if n_lines:
+        from lab.analysis.lines import render_lines, source_texts
+
+        render_lines(analyses, n_lines, source_texts(report_path))
 
 
 @main.command()
 @click.argument("run_ids", nargs=-1, required=True)
 @click.option("--format", "fmt", type=click.Choice(["csv", "json"]), default="csv", show_default=True)
-@click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), default=Path("export"),
-              show_default=True)
-def export(run_ids, fmt, out_dir):
+@click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="where to write <run-id>/ folders (default: reports/export/, beside the HTML of `lab report`)")
+@profiles_option
+def export(run_ids, fmt, out_dir, profiles_dir):
     """Write stored runs' manifest and tables (metrics, findings, timeline) as CSV or JSON lines."""
-    from lab.store.export import export_run
-    from lab.store.runs import find_run
+    from lab.store.export import DEFAULT_OUT, export_run
+    from lab.store.runs import find_run, open_root
 
-    for run_id in run_ids:
-        for path in export_run(find_run(run_id), out_dir, fmt):
+    root = open_root(profiles_dir)
+    runs = [find_run(run_id, root) for run_id in run_ids]   # every id resolved before anything is written
+    for run in runs:
+        for path in export_run(run, out_dir or DEFAULT_OUT, fmt):
             click.echo(path)
 
 
@@ -540,6 +595,60 @@ def sweep(variant_spec, shapes, causal, dtype, reps, no_baselines, as_json):
             print_ladder(result)
     if as_json:
         click.echo(json.dumps(results, indent=2))
+
+
+
+@main.command()
+@click.option("--variant", "variant_id", required=True, help="one rung, e.g. v5")
+@shape_option
+@causal_option
+@dtype_option
+@click.option("--reps", default=30, show_default=True, help="timed repetitions per candidate, interleaved")
+@click.option("--warmup", default=5, show_default=True)
+@click.option("--check-shapes", default=4, show_default=True, help="ragged shapes each candidate is checked on")
+@json_option
+def tune(variant_id, shape, causal, dtype, reps, warmup, check_shapes, as_json):
+    """Check and time a rung's candidate configurations (declared in its own file) round-robin."""
+    from lab.ladder import registry
+    from lab.measure.tune import tune as run_tune
+
+    variant = registry.get(variant_id)
+    problem = _problem(variant, shape, causal, dtype)
+    if reps < 2:
+        raise LabError("--reps must be at least 2")
+    if check_shapes < 0:
+        raise LabError(f"--check-shapes must be >= 0, got {check_shapes}")
+    result = run_tune(variant, problem, reps=reps, warmup=warmup, check_shapes=check_shapes)
+    if as_json:
+        click.echo(json.dumps(result.to_dict(), indent=2))
+    else:
+        _print_tune(result)
+    if not any(r.timing for r in result.rows):
+        raise CheckFailed(f"no configuration of {variant.id} passed its check on {problem.label()}")
+
+
+def _print_tune(result) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    default = next((r for r in result.rows if r.index is None and r.timing), None)
+    best = result.fastest()
+    table = Table(title=f"lab tune {result.variant_id} on {result.problem.label()}"
+                        f"{' causal' if result.problem.causal else ''} (median of {best.timing['reps'] if best else 0},"
+                        " interleaved, L2 flushed)")
+    for col in ("#", "configuration", "median ms", "CI95 ms", "TFLOP/s", "vs default", "check"):
+        table.add_column(col, justify="left" if col in ("configuration", "check") else "right")
+    for r in result.rows:
+        t = r.timing
+        cells = (["-"] * 4 if not t else
+                 [f"{t['median']:.4f}", f"{t['ci95_low']:.4f}-{t['ci95_high']:.4f}", f"{t['tflops']:.1f}",
+                  f"{default.timing['median'] / t['median']:.3f}x" if default else "-"])
+        mark = "[green]pass[/]" if r.passed else f"[red]FAIL[/] {r.error or ''}"
+        label = f"[bold]{r.label}[/]" if r is best else r.label
+        table.add_row("" if r.index is None else str(r.index), label, *cells, mark)
+    Console().print(table)
+    if best:
+        Console().print(f"fastest: {best.label}; a difference inside the CI95 columns is noise")
 
 
 if __name__ == "__main__":

@@ -110,10 +110,20 @@ def profile(variant: Variant, problem: Problem, opts: ProfileOptions) -> Path:
 
         if profile_info is not None:
             from lab.analysis import findings as analysis
-            analyses = analysis.analyze_report(report_path, problem=problem.to_dict())
+            from lab.analysis import lines as source_lines
+
+            # the timeline ran first: the launch-bound judgement uses the overhead it measured
+            overhead = timeline_info.get("launch_overhead_ns") if timeline_info else None
+            analyses = analysis.analyze_report(report_path, problem=problem.to_dict(), launch_overhead_ns=overhead)
             run.add_table("metrics", analysis.metrics_frame(report_path))
+            run.add_table("derived", analysis.derived_frame(analyses))
             run.add_table("findings", analysis.findings_frame(analyses))
             run.add_table("ncu_rules", analysis.rules_frame(report_path))
+            # per-line counters and the code they point at, extracted once here so pages never reopen
+            # the report; the rung's own source kept too, as it was when profiled
+            run.add_table("lines", source_lines.lines_frame(source_lines.report_lines(report_path)))
+            run.add_table("sources", source_lines.sources_frame(source_lines.source_texts(report_path),
+                                                                [variant.source]))
 
         record = mf.Manifest(
             created_utc=datetime.now(timezone.utc).isoformat(timespec="seconds"),

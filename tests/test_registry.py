@@ -215,19 +215,21 @@ def test_a_python_rung_declares_its_callable_and_layout(tmp_path):
 
 
 def test_no_rung_id_is_written_outside_the_rung_files():
-    """`lab`, the tools and the tests name rungs through the registry: a rung's id in quotes, or
-    its <id>_<slug> label, appears only in the rung's own file."""
-    ids = [v.id for v in VARIANTS]
-    labels = [v.label() for v in VARIANTS]
-    quoted = re.compile(r"""["'](%s)["']""" % "|".join(map(re.escape, ids)))
-    label_re = re.compile(r"\b(%s)\b" % "|".join(map(re.escape, labels)))
+    """`lab`, the tools and the tests name rungs through the registry: no string in their code (a
+    docstring is prose, not code) is a rung's id or holds its <id>_<slug> label."""
+    import ast
+
+    ids = {v.id for v in VARIANTS}
+    label_re = re.compile(r"\b(%s)" % "|".join(re.escape(v.label()) for v in VARIANTS))
     offenders = []
     for folder in ("lab", "tools", "tests"):
         for path in sorted((ROOT / folder).rglob("*.py")):
-            if path == Path(registry.__file__):  # its docstring shows the block's format
-                continue
-            for n, line in enumerate(path.read_text().splitlines(), 1):
-                code = line.split("#", 1)[0]
-                if quoted.search(code) or label_re.search(code):
-                    offenders.append(f"{path.relative_to(ROOT)}:{n}: {line.strip()}")
+            tree = ast.parse(path.read_text())
+            docstrings = {id(n.body[0].value) for n in ast.walk(tree)
+                          if isinstance(n, (ast.Module, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
+                          and n.body and isinstance(n.body[0], ast.Expr) and isinstance(n.body[0].value, ast.Constant)}
+            for node in ast.walk(tree):
+                if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings:
+                    if node.value in ids or label_re.search(node.value):
+                        offenders.append(f"{path.relative_to(ROOT)}:{node.lineno}: {node.value[:80]!r}")
     assert not offenders, "rung ids written outside the registry's data:\n" + "\n".join(offenders[:20])

@@ -17,6 +17,9 @@ rung's text. Nothing else restates them.
     // grid = "bh"                     # grid.x[,grid.y]: "bh" or "q-tiles,bh" (B*H on grid.y)
     // lab:end
 
+The block may sit anywhere in the file: `lab new` opens a new rung with it; the built-in rungs keep
+theirs at the end, so that the source line numbers recorded in stored profiles stay valid.
+
 Optional keys: kind ("cuda" for .cu, "python" for .py), layout ("BHND", or "BNHD" for a python
 rung that takes flash-attn's layout), arch_flags (extra nvcc -gencode flags), entry (python:
 "function" in this file, or "package.module:function").
@@ -141,7 +144,10 @@ def _uncomment(line: str, comment: str) -> str:
 
 
 def read_block(path: Path) -> tuple[dict, list[str]] | None:
-    """(the block's TOML table, the header's other lines) or None when the file has no block."""
+    """(the block's TOML table, the header's prose lines) or None when the file has no block.
+
+    The block may sit anywhere in the file: a user's rung usually opens with it; the built-in rungs
+    keep theirs at the end, so that the source lines recorded in stored profiles stay where they were."""
     comment = COMMENT.get(path.suffix)
     if comment is None:
         raise LabError(f"{path}: a rung is a .cu (kind cuda) or a .py (kind python) file")
@@ -149,35 +155,30 @@ def read_block(path: Path) -> tuple[dict, list[str]] | None:
         text = path.read_text()
     except OSError as e:
         raise LabError(f"cannot read rung file {path}: {e.strerror or e}") from None
-    lines = header_lines(text, comment)
-    body = [_uncomment(line, comment) for line in lines]
-    starts = [i for i, b in enumerate(body) if b.strip() == BLOCK_START]
-    if not starts:
+    lines = text.splitlines()
+    is_marker = lambda line, word: (line.strip().startswith(comment)  # noqa: E731
+                                    and _uncomment(line.strip(), comment).strip() == word)
+    start = next((i for i, line in enumerate(lines) if is_marker(line, BLOCK_START)), None)
+    if start is None:
         return None
-    start = starts[0]
-    ends = [i for i, b in enumerate(body) if b.strip() == BLOCK_END and i > start]
-    first_line = _file_line(text, comment, start)
-    if not ends:
-        raise LabError(f"{path}:{first_line}: the `{BLOCK_START}` block has no `{comment} {BLOCK_END}` line")
-    end = ends[0]
+    end = next((i for i in range(start + 1, len(lines)) if is_marker(lines[i], BLOCK_END)), None)
+    if end is None:
+        raise LabError(f"{path}:{start + 1}: the `{BLOCK_START}` block has no `{comment} {BLOCK_END}` line")
+    inside = lines[start + 1:end]
+    stray = next((start + 2 + i for i, line in enumerate(inside) if not line.strip().startswith(comment)), None)
+    if stray is not None:
+        raise LabError(f"{path}:{stray}: every line of the {BLOCK_START} block is a `{comment}` comment")
     try:
-        table = tomllib.loads("\n".join(body[start + 1:end]))
+        table = tomllib.loads("\n".join(_uncomment(line.strip(), comment) for line in inside))
     except tomllib.TOMLDecodeError as e:
         m = re.search(r"line (\d+)", str(e))
-        where = first_line + int(m.group(1)) if m else first_line
+        where = start + 1 + int(m.group(1)) if m else start + 1
         raise LabError(f"{path}:{where}: the {BLOCK_START} block is not valid TOML: {e}") from None
-    return table, body[:start] + body[end + 1:]
-
-
-def _file_line(text: str, comment: str, header_index: int) -> int:
-    """1-based line in the file of the header's `header_index`-th comment line."""
-    seen = -1
-    for n, line in enumerate(text.splitlines(), 1):
-        if line.strip().startswith(comment):
-            seen += 1
-            if seen == header_index:
-                return n
-    return 1
+    header = header_lines(text, comment)
+    first = next(i for i, line in enumerate(lines)
+                 if line.strip().startswith(comment) and not line.strip().startswith("#!")) if header else 0
+    prose = [_uncomment(line.strip(), comment) for i, line in enumerate(header, first) if not start <= i <= end]
+    return table, prose
 
 
 def prose_sections(lines: list[str]) -> dict[str, str]:

@@ -252,10 +252,22 @@ def copy_forward(source, new_id: str, slug: str, bottleneck: str | None, evidenc
     from lab.ladder.registry import COMMENT, header_lines, read_block
 
     comment = COMMENT[source.source.suffix]
-    text = source.source.read_text()
-    header = header_lines(text, comment)
     table, _ = read_block(source.source)
-    lines = text.splitlines()
+    lines = source.source.read_text().splitlines()
+    # the old block goes (wherever it sat, with the lines that introduce it); the new one opens the file
+    start = next(i for i, line in enumerate(lines) if line.strip() == f"{comment} lab:rung")
+    stop = next(i for i in range(start, len(lines)) if lines[i].strip() == f"{comment} lab:end")
+    if any(not line.strip().startswith(comment) for line in lines[:start]):
+        # a block after the code (the built-in rungs'): its introducing comment lines go with it
+        while start > 0 and lines[start - 1].strip().startswith(comment) and lines[start - 1].strip() != comment:
+            start -= 1
+    elif stop + 1 < len(lines) and lines[stop + 1].strip() == comment:
+        stop += 1   # a block inside the header: the blank comment line after it too
+    lines = lines[:start] + lines[stop + 1:]
+    while lines and not lines[-1].strip():
+        lines.pop()
+    text = "\n".join(lines) + "\n"
+    header = header_lines(text, comment)
     # The header ends where the leading comment block ends; its last section line is where the
     # old rung's own prose stops and its notes (layouts, diagrams) begin: those are kept.
     first = next(i for i, line in enumerate(lines) if line.strip().startswith(comment))

@@ -14,6 +14,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from lab import children
 from lab.errors import CheckFailed, LabError
 from lab.measure.problem import Problem
 
@@ -32,16 +33,19 @@ def child_env() -> dict:
     return env
 
 
-def check_in_child(variant, problem: Problem, extra_shapes: int) -> dict:
+def check_in_child(variant, problem: Problem, extra_shapes: int, tune_config: int | None = None) -> dict:
     """Returns the check's manifest dict (lab.measure.check.CheckResult.to_dict()); a crash or a hang
-    raises CheckFailed naming how the child ended."""
+    raises CheckFailed naming how the child ended. `tune_config`: check that tuning candidate of
+    the rung (its tuning build, `lab tune`) instead of its launcher."""
     shape = f"{problem.batch},{problem.heads},{problem.seqlen_q},{problem.seqlen_k},{problem.head_dim}"
     argv = [sys.executable, "-m", "lab.measure.isolated", "--variant", variant.ref, "--shape", shape,
             "--dtype", problem.dtype, "--shapes", str(extra_shapes)]
+    if tune_config is not None:
+        argv += ["--tune-config", str(tune_config)]
     if problem.causal:
         argv.append("--causal")
     try:
-        res = subprocess.run(argv, capture_output=True, text=True, env=child_env(), timeout=CHECK_TIMEOUT_S)
+        res = children.run(argv, capture_output=True, text=True, env=child_env(), timeout=CHECK_TIMEOUT_S)
     except subprocess.TimeoutExpired:
         raise CheckFailed(f"{variant.id}'s check did not finish in {CHECK_TIMEOUT_S} s (a hang?)") from None
     try:
@@ -70,11 +74,16 @@ def _main(argv=None) -> int:
     p.add_argument("--dtype", required=True)
     p.add_argument("--shapes", type=int, default=0)
     p.add_argument("--causal", action="store_true")
+    p.add_argument("--tune-config", type=int, default=None)
     a = p.parse_args(argv)
     try:
         variant = registry.get(a.variant)
         problem = parse_shape(a.shape, causal=a.causal, dtype=a.dtype)
-        result = check_variant(variant, problem=problem, extra_shapes=a.shapes)
+        module = None
+        if a.tune_config is not None:
+            from lab.measure.tune import Candidate, tuning_module
+            module = Candidate(tuning_module(variant), a.tune_config)
+        result = check_variant(variant, problem=problem, extra_shapes=a.shapes, module=module)
     except LabError as e:
         print(json.dumps({"error": str(e)}))
         return 0

@@ -28,6 +28,7 @@ from typing import Any, Iterable, Sequence
 
 import pandas as pd
 
+from lab import children
 from lab.errors import LabError
 
 # ----------------------------------------------------------------------------- section sets
@@ -236,7 +237,9 @@ def ncu_command(target_argv: Iterable[str], report_path: str | os.PathLike,
             cmd += ["--nvtx-include", f"{r}/"]
     cmd += ["--clock-control", "none"]  # the GPU's own boost behaviour, as the timings saw it
     cmd += section_args(section_set)
-    cmd += ["--import-source", "no", *extra_args, "-f", "-o", str(report_path)]
+    # The kernel's CUDA sources go into the report, so its per-line view (lab.analysis.lines) shows the
+    # code as profiled, even after the file changed or moved; they cost kilobytes.
+    cmd += ["--import-source", "yes", *extra_args, "-f", "-o", str(report_path)]
     return cmd + [str(a) for a in target_argv]
 
 
@@ -259,7 +262,7 @@ def run_ncu(cmd: list[str], log_path: str | os.PathLike, env: dict | None = None
     log_path = Path(log_path)
     report_path = Path(cmd[cmd.index("-o") + 1])
     try:
-        res = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
+        res = children.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
                              timeout=timeout_s, errors="replace")
         text = res.stdout or ""
         returncode = res.returncode

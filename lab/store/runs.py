@@ -17,6 +17,7 @@ import re
 import shutil
 import tempfile
 from contextlib import contextmanager
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterator
@@ -160,28 +161,75 @@ class Run:
         return f"Run({self.id})"
 
 
-def list_runs(root: Path | None = None) -> list[Run]:
-    """Complete runs under the store root and its examples/, oldest first. Staging dirs are skipped."""
+def open_root(root: Path | str | None = None) -> Path:
+    """The store a reading command (report, compare, export) reads: `root` as given (--profiles,
+    or LAB_PROFILES), else the default. A store that was named must exist and be a directory (a
+    typo is an error, not an empty report); the default one may not exist yet."""
+    named = root is not None or bool(os.environ.get("LAB_PROFILES"))
+    path = Path(root) if root is not None else store_root()
+    if path.exists() and not path.is_dir():
+        raise LabError(f"{path} is a file, not a run store directory",
+                       hint="pass the directory that holds the runs (default: profiles/)")
+    if named and not path.exists():
+        raise LabError(f"run store {path} does not exist",
+                       hint="pass the directory that holds the runs with --profiles (default: profiles/)")
+    return path
+
+
+@dataclass
+class DamagedRun:
+    """A run directory whose manifest cannot be read: listed with its reason, never fatal to the rest."""
+
+    path: Path
+    reason: str
+
+    @property
+    def id(self) -> str:
+        return self.path.name
+
+
+def scan_runs(root: Path | None = None) -> tuple[list[Run], list[DamagedRun]]:
+    """Complete runs under the store root and its examples/, oldest first, and the damaged ones
+    (a manifest that is not JSON or not a valid record). Staging dirs are skipped."""
     root = Path(root or store_root())
     runs: list[Run] = []
+    damaged: list[DamagedRun] = []
     for base in (root, root / "examples"):
         if not base.is_dir():
             continue
         for d in sorted(base.iterdir()):
             if d.name.startswith(".") or not (d / MANIFEST).is_file():
                 continue
-            runs.append(Run(d))
-    runs.sort(key=lambda r: (r.manifest.get("created_utc", ""), r.id))
-    return runs
+            try:
+                runs.append(Run(d))
+            except LabError as e:
+                damaged.append(DamagedRun(d, str(e)))
+    runs.sort(key=lambda r: (r.manifest.get("created_utc") or "", r.id))
+    return runs, damaged
+
+
+def list_runs(root: Path | None = None) -> list[Run]:
+    """The complete, readable runs of the store (see scan_runs for the damaged ones)."""
+    return scan_runs(root)[0]
 
 
 def find_run(run_id: str, root: Path | None = None) -> Run:
+    """A run by its id, a prefix of it, or its folder's path."""
     p = Path(run_id)
-    if (p / MANIFEST).is_file():
+    try:
+        is_dir_run = (p / MANIFEST).is_file()
+    except OSError:   # a name too long for the filesystem is not a path to a run
+        is_dir_run = False
+    if is_dir_run:
         return Run(p)
-    matches = [r for r in list_runs(root) if r.id == run_id or r.id.startswith(run_id)]
+    runs, damaged = scan_runs(root)
+    matches = [r for r in runs if r.id == run_id or r.id.startswith(run_id)]
     if not matches:
-        raise LabError(f"no stored run {run_id!r}", hint="`lab report` lists the stored runs")
+        bad = next((d for d in damaged if d.id == run_id or d.id.startswith(run_id)), None)
+        if bad is not None:
+            raise LabError(f"run {bad.id} is damaged: {bad.reason}")
+        shown = run_id if len(run_id) <= 80 else run_id[:77] + "..."
+        raise LabError(f"no stored run {shown!r}", hint="`lab report` lists the stored runs")
     if len(matches) > 1 and not any(r.id == run_id for r in matches):
         raise LabError(f"run id {run_id!r} is ambiguous: {', '.join(r.id for r in matches[:5])}")
     return next((r for r in matches if r.id == run_id), matches[0])

@@ -90,7 +90,7 @@ def profile(variant: Variant, problem: Problem, opts: ProfileOptions) -> Path:
             run.register_artifact("ncu_log", "ncu.log")
             # as the user would rerun it: the report path as stored, not the staging directory's
             stored_cmd = [report_path.name if a == str(report_path) else a for a in cmd]
-            profile_info = {"tool": "ncu", "command": stored_cmd, "section_set": opts.section_set or ncu.DEFAULT_SECTION_SET,
+            profile_info = {"tool": "ncu", "command": stored_cmd, "section_set": opts.section_set or ncu.DEFAULT_IS,
                             "report": report_path.name, "nvtx_range": rng}
         timeline_info = None
         if opts.timeline:

@@ -318,34 +318,31 @@ const char* launch(const LabAttentionArgs* args, cudaStream_t stream) {
   return lab_last_launch_error();
 }
 
-#ifdef LAB_V3_TUNING
-// Tuning build only (benchmarks/fp32_dev.py): candidate configs per head_dim, picked by index.
-// Keep fp32_dev.py's TUNE_CONFIGS in step with these cases (tests/test_ladder_fp32_gpu.py checks).
-const char* launch_tuning(const LabAttentionArgs* args, cudaStream_t stream, int config) {
-  switch (args->head_dim) {
-    case 32:
-      switch (config) {
-        case 0: return launch<V3Config<32, 8, 8, 128, 2, 4, 2>>(args, stream);
-        case 1: return launch<V3Config<32, 8, 8, 128, 2, 1, 1>>(args, stream);
-        case 2: return launch<V3Config<32, 8, 8, 128, 2, 2, 2>>(args, stream);
-        default: return "v3 tuning build: config out of range for head_dim 32 (0-2)";
-      }
-    case 64:
-      switch (config) {
-        case 0: return launch<V3Config<64, 8, 8, 128, 2, 1, 2>>(args, stream);
-        case 1: return launch<V3Config<64, 8, 8, 128, 2, 2, 2>>(args, stream);
-        case 2: return launch<V3Config<64, 8, 8, 256, 1, 1, 2>>(args, stream);
-        case 3: return launch<V3Config<64, 8, 8, 128, 2, 2, 1>>(args, stream);
-        default: return "v3 tuning build: config out of range for head_dim 64 (0-3)";
-      }
-    case 128:
-      switch (config) {
-        case 0: return launch<V3Config<128, 4, 4, 128, 2, 4, 2>>(args, stream);
-        case 1: return launch<V3Config<128, 4, 4, 128, 2, 1, 1>>(args, stream);
-        case 2: return launch<V3Config<128, 4, 4, 128, 2, 2, 2>>(args, stream);
-        default: return "v3 tuning build: config out of range for head_dim 128 (0-2)";
-      }
-    default: return "v3 tuning build: head_dim 32, 64 or 128";
+#ifdef LAB_TUNING
+// Candidate configurations for `lab tune --variant v3` (the tuning contract of common.cuh); the
+// launcher's own choice per head_dim (Default32/64/128 above) is timed beside them as "default".
+static const LabTuneCandidate kCandidates32[] = {
+    {"TM8 TN8 T128 min2 u4,2", launch<V3Config<32, 8, 8, 128, 2, 4, 2>>},
+    {"TM8 TN8 T128 min2 u1,1", launch<V3Config<32, 8, 8, 128, 2, 1, 1>>},
+    {"TM8 TN8 T128 min2 u2,2", launch<V3Config<32, 8, 8, 128, 2, 2, 2>>},
+};
+static const LabTuneCandidate kCandidates64[] = {
+    {"TM8 TN8 T128 min2 u1,2", launch<V3Config<64, 8, 8, 128, 2, 1, 2>>},
+    {"TM8 TN8 T128 min2 u2,2", launch<V3Config<64, 8, 8, 128, 2, 2, 2>>},
+    {"TM8 TN8 T256 min1 u1,2", launch<V3Config<64, 8, 8, 256, 1, 1, 2>>},
+    {"TM8 TN8 T128 min2 u2,1", launch<V3Config<64, 8, 8, 128, 2, 2, 1>>},
+};
+static const LabTuneCandidate kCandidates128[] = {
+    {"TM4 TN4 T128 min2 u4,2", launch<V3Config<128, 4, 4, 128, 2, 4, 2>>},
+    {"TM4 TN4 T128 min2 u1,1", launch<V3Config<128, 4, 4, 128, 2, 1, 1>>},
+    {"TM4 TN4 T128 min2 u2,2", launch<V3Config<128, 4, 4, 128, 2, 2, 2>>},
+};
+static LabTuneList candidates(int head_dim) {
+  switch (head_dim) {
+    case 32: return lab_tune_list(kCandidates32);
+    case 64: return lab_tune_list(kCandidates64);
+    case 128: return lab_tune_list(kCandidates128);
+    default: return {nullptr, 0};
   }
 }
 #endif
@@ -376,9 +373,12 @@ LAB_EXPORT const char* lab_forward_v3(const LabAttentionArgs* args, cudaStream_t
   }
 }
 
-#ifdef LAB_V3_TUNING
+#ifdef LAB_TUNING
+LAB_EXPORT const char* lab_forward_v3_configs(int head_dim, LabDtype dtype) {
+  return dtype == LAB_FLOAT32 ? lab_tune_labels(v3::candidates(head_dim)) : "";
+}
 LAB_EXPORT const char* lab_forward_v3_config(const LabAttentionArgs* args, cudaStream_t stream, int config) {
   if (const char* why = refuse(args)) return why;
-  return v3::launch_tuning(args, stream, config);
+  return lab_tune_launch(v3::candidates(args->head_dim), args, stream, config);
 }
 #endif

@@ -169,15 +169,25 @@ def profile(variant: Variant, problem: Problem, opts: ProfileOptions) -> Profile
         if profile_info is not None:
             with stage("analysis"):
                 from lab.analysis import findings as analysis
-                analyses = analysis.analyze_report(report_path, problem=problem.to_dict())
-                metrics, findings_df, rules = (analysis.metrics_frame(report_path), analysis.findings_frame(analyses),
-                                               analysis.rules_frame(report_path))
+                from lab.analysis import lines as source_lines
+
+                # the timeline ran first: the launch-bound judgement uses the overhead it measured
+                overhead = timeline_info.get("launch_overhead_ns") if timeline_info else None
+                analyses = analysis.analyze_report(report_path, problem=problem.to_dict(), launch_overhead_ns=overhead)
+                # per-line counters and the code they point at, extracted once here so pages never
+                # reopen the report; the rung's own source kept too, as it was when profiled
+                tables = {"metrics": analysis.metrics_frame(report_path),
+                          "derived": analysis.derived_frame(analyses),
+                          "findings": analysis.findings_frame(analyses),
+                          "ncu_rules": analysis.rules_frame(report_path),
+                          "lines": source_lines.lines_frame(source_lines.report_lines(report_path)),
+                          "sources": source_lines.sources_frame(source_lines.source_texts(report_path),
+                                                                [variant.source])}
 
         with stage("store"):
             if profile_info is not None:
-                run.add_table("metrics", metrics)
-                run.add_table("findings", findings_df)
-                run.add_table("ncu_rules", rules)
+                for name, df in tables.items():
+                    run.add_table(name, df)
             record = mf.Manifest(
                 created_utc=datetime.now(timezone.utc).isoformat(timespec="seconds"),
                 lab_version=__version__,

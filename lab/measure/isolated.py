@@ -32,10 +32,12 @@ def child_env() -> dict:
 class PendingCheck:
     """A correctness child that is running; `result()` waits for it and reads its verdict."""
 
-    def __init__(self, variant, problem: Problem, extra_shapes: int):
+    def __init__(self, variant, problem: Problem, extra_shapes: int, tune_config: int | None = None):
         shape = f"{problem.batch},{problem.heads},{problem.seqlen_q},{problem.seqlen_k},{problem.head_dim}"
         argv = [sys.executable, "-m", "lab.measure.isolated", "--variant", variant.id, "--shape", shape,
                 "--dtype", problem.dtype, "--shapes", str(extra_shapes)]
+        if tune_config is not None:   # that tuning candidate of the rung (its tuning build, `lab tune`)
+            argv += ["--tune-config", str(tune_config)]
         if problem.causal:
             argv.append("--causal")
         self.variant, self.problem = variant, problem
@@ -64,14 +66,15 @@ class PendingCheck:
         return result
 
 
-def start_check(variant, problem: Problem, extra_shapes: int) -> PendingCheck:
+def start_check(variant, problem: Problem, extra_shapes: int, tune_config: int | None = None) -> PendingCheck:
     """Start the correctness child now, read its verdict later (`lab profile` works meanwhile)."""
-    return PendingCheck(variant, problem, extra_shapes)
+    return PendingCheck(variant, problem, extra_shapes, tune_config)
 
 
-def check_in_child(variant, problem: Problem, extra_shapes: int) -> dict:
-    """Run the correctness child and return its verdict (see PendingCheck.result)."""
-    return start_check(variant, problem, extra_shapes).result()
+def check_in_child(variant, problem: Problem, extra_shapes: int, tune_config: int | None = None) -> dict:
+    """Run the correctness child and return its verdict (see PendingCheck.result). `tune_config`:
+    check that tuning candidate of the rung (its tuning build, `lab tune`) instead of its launcher."""
+    return start_check(variant, problem, extra_shapes, tune_config).result()
 
 
 def _main(argv=None) -> int:
@@ -85,11 +88,16 @@ def _main(argv=None) -> int:
     p.add_argument("--dtype", required=True)
     p.add_argument("--shapes", type=int, default=0)
     p.add_argument("--causal", action="store_true")
+    p.add_argument("--tune-config", type=int, default=None)
     a = p.parse_args(argv)
     try:
         variant = registry.get(a.variant)
         problem = parse_shape(a.shape, causal=a.causal, dtype=a.dtype)
-        result = check_variant(variant, problem=problem, extra_shapes=a.shapes)
+        module = None
+        if a.tune_config is not None:
+            from lab.measure.tune import Candidate, tuning_module
+            module = Candidate(tuning_module(variant), a.tune_config)
+        result = check_variant(variant, problem=problem, extra_shapes=a.shapes, module=module)
     except LabError as e:
         print(json.dumps({"error": str(e)}))
         return 0

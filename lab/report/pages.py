@@ -30,6 +30,7 @@ from lab.report.formatting import (NWAY_DEFINITION, fmt_bytes, fmt_capacity, fmt
 from lab.measure.problem import DTYPE_BYTES
 from lab.report.rundata import (DURATION, RunData, RunDamaged, below_minimum_note, prediction_shape_note, section_set_label, Table, ci_overlap, dram_bytes, findings_context, ladder_neighbour, load,
                          load_all, memory_levels, occupancy, performance_rows, sass_fp32_flops, stall_reasons)
+from lab.report.sourceview import source_context
 from lab.store.runs import REPO_ROOT, DamagedRun, find_run, open_root
 
 TEMPLATES_DIR = REPO_ROOT / "templates"
@@ -255,6 +256,7 @@ def run_context(rd: RunData, runs: list[RunData], out_dir: Path) -> dict:
         "roofline": roofline(rd, k), "stalls": stalls, "stall_unit": stall_unit, "stall_family": stall_family,
         "stall_svg": stall_svg, "occupancy": occupancy(k, rd.device), "memory": mem, "memory_svg": mem_svg,
         "f": fctx, "timeline": timeline_context(rd), "artifacts": artifacts,
+        "source": source_context(rd, k, fctx["findings"]),
         "raw_metrics": raw_metrics_html(rd.kernels, rd.units), "units": rd.units,
         "stored_metric_count": rd.stored_metric_count,
         "manifest_json": json.dumps(rd.manifest, indent=2, default=str),

@@ -85,7 +85,7 @@ VARIANTS: tuple[Variant, ...] = (
         "softmax_scale*log2(e), exp2 softmax, row sums reduced across lanes once at the end.",
         attacks="small-grid, occupancy-limited and latency-bound in v2's profile (H200, B8 H16 N1024 D64): "
         "grid 128 x block 32 (0.16 waves), 1.5 warps per scheduler, short-scoreboard stalls 62% (a shared "
-        "load per FFMA), ~13-way shared-memory bank conflicts, FP32 pipe at 0.8% of peak, 0.53 TFLOP/s.",
+        "load per FFMA), 5.5-way shared-memory bank conflicts, FP32 pipe at 0.8% of peak, 0.53 TFLOP/s.",
         predicted_gain="30-60x over v2 at B8 H16 N1024 D64 (65.2 ms -> 1.1-2.2 ms, 16-30 TFLOP/s, "
         "25-45% of the FFMA peak); synchronous K/V tile loads between barriers remain (v4).",
     ),

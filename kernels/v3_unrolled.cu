@@ -29,7 +29,8 @@
 //   occupancy-limited: 1.5 warps per scheduler at most (theoretical), 1.56% warps active.
 //   latency-bound: short-scoreboard stalls 62% of all stalls (shared-memory loads feeding one FFMA
 //   each), 9.3 cycles per issued instruction. bank-conflicts: 4.05e9 conflicted shared-load and
-//   4.2e8 conflicted shared-store wavefronts, ~13-way on average (the per-row [row][d] layout).
+//   4.2e8 conflicted shared-store wavefronts: 5.5-way (5.46e9 shared wavefronts / 9.87e8 without
+//   conflicts, the lab's n-way), from the per-row [row][d] layout.
 // Predicted gain (written before the first timing): 30-60x over v2 at B=8,H=16,N=1024,D=64
 //   (65.2 ms -> 1.1-2.2 ms, 16-30 TFLOP/s, 25-45% of the 67 TFLOP/s FFMA peak): the grid becomes
 //   1024 CTAs (8 query tiles x 128 heads, ~3 waves at 2-3 CTAs/SM), every FFMA operand comes from

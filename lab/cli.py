@@ -49,9 +49,10 @@ class LabGroup(click.Group):
             click.secho(f"check failed: {e}", fg="red", err=True)
             sys.exit(e.exit_code)
         except KeyboardInterrupt:
-            from lab.children import end_own_group
+            from lab.children import end_all, end_own_group
 
-            end_own_group()
+            end_all()          # children started here that the interrupted code did not end itself
+            end_own_group()    # and those started by code the lab does not control
             click.secho("interrupted", fg="red", err=True)
             sys.exit(130)
         except OSError as e:
@@ -417,8 +418,12 @@ def bench(variant_spec, shape, causal, dtype, reps, warmup, no_baselines, backen
 @click.option("--no-ncu", is_flag=True, help="skip Nsight Compute (store timing only)")
 @click.option("--timeline", is_flag=True, help="also record a timeline (nsys, or torch.profiler where nsys cannot)")
 @click.option("--no-baselines", is_flag=True)
+@click.option("--fresh-baselines", is_flag=True,
+              help="re-time the SDPA baselines (default: read them from the store's cache when this device, "
+                   "software, shape and protocol timed them before)")
 @click.option("--no-report", is_flag=True, help="do not render the HTML page")
-def profile(variant_id, shape, causal, dtype, reps, section_set, no_ncu, timeline, no_baselines, no_report):
+def profile(variant_id, shape, causal, dtype, reps, section_set, no_ncu, timeline, no_baselines, fresh_baselines,
+            no_report):
     """Build (cached) -> check -> bench -> ncu -> store -> report; prints the run id and its HTML page."""
     from lab.ladder import registry
     from lab.pipeline import ProfileOptions, profile as run_profile
@@ -430,15 +435,13 @@ def profile(variant_id, shape, causal, dtype, reps, section_set, no_ncu, timelin
 
         section_args(section_set)  # a bad name is refused now, not after the build and bench
     opts = ProfileOptions(reps=reps, ncu=not no_ncu, section_set=None if section_set == "default" else section_set,
-                          timeline=timeline, baselines=not no_baselines, report=not no_report)
-    run_dir = run_profile(variant, problem, opts)
-    click.echo(f"run: {run_dir.name}")
-    click.echo(f"stored: {run_dir}")
-    if opts.report:
-        from lab.report.pages import render_run_page
-
-        page = render_run_page(run_dir)
-        click.echo(f"report: {page}")
+                          timeline=timeline, baselines=not no_baselines, fresh_baselines=fresh_baselines,
+                          report=not no_report)
+    done = run_profile(variant, problem, opts)
+    click.echo(f"run: {done.run_dir.name}")
+    click.echo(f"stored: {done.run_dir}")
+    if done.page:
+        click.echo(f"report: {done.page}")
 
 
 @main.command()

@@ -410,10 +410,27 @@ class SweepGroup(click.Group):
     """`lab sweep [OPTIONS]` measures; `lab sweep merge PARTIAL...` joins shards."""
 
     def parse_args(self, ctx, args):
+        args = self.shapes_from_brace_expansion(args)
         # `lab sweep --preset x` has no subcommand: let the group's own callback run it
         if args and args[0] not in self.commands and not args[0].startswith("-"):
             raise click.UsageError(f"unknown sweep subcommand {args[0]!r}; use `lab sweep [OPTIONS]` or `lab sweep merge`")
         return super().parse_args(ctx, args)
+
+
+    @staticmethod
+    def shapes_from_brace_expansion(args: list[str]) -> list[str]:
+        """bash expands `--shape 8,16,{512,1024},64` into `--shape 8,16,512,64 8,16,1024,64`: the
+        words after a --shape value that are shapes too become --shape options of their own."""
+        import re
+
+        out, after_shape = [], False
+        for i, a in enumerate(args):
+            if after_shape and re.fullmatch(r"[0-9_,:{}.]+", a) and "," in a:
+                out += ["--shape", a]
+                continue
+            after_shape = i > 0 and args[i - 1] == "--shape" or (after_shape and out[-2:-1] == ["--shape"])
+            out.append(a)
+        return out
 
 
 @main.group(cls=SweepGroup, invoke_without_command=True)
@@ -435,7 +452,7 @@ class SweepGroup(click.Group):
 @click.option("--reps", default=30, show_default=True, help="timed repetitions per cell (fewer where --cell-budget runs out; min 5)")
 @click.option("--warmup", default=5, show_default=True)
 @click.option("--cell-budget", "cell_budget_s", type=float, default=0.4, show_default=True,
-              help="seconds of timed calls a cell may take before its repetitions are cut (never below 5)")
+              help="seconds of timed calls a cell may take before its repetitions are cut (never below 5; 3 for calls over 100 ms)")
 @click.option("--gpus", "gpus_spec", default=None, metavar="0,1", help="one worker process per GPU, each an interleaved shard")
 @click.option("--shard", "shard_spec", default=None, metavar="i/N", help="measure only the i-th of N interleaved slices (merge with `lab sweep merge`)")
 @click.option("--resume", "resume_id", default=None, metavar="SWEEP", help="measure the cells a stored sweep is missing")
@@ -479,7 +496,7 @@ def sweep(ctx, variant_spec, shapes, preset, batch_spec, heads_kv_spec, causal, 
             causal=causal, dtypes=sweepplan.parse_list(dtype_spec, "--dtype") if dtype_spec else [],
             modes=sweepplan.parse_list(mode_spec, "--mode"), timing=timing, reps=reps, warmup=warmup,
             cell_budget_s=cell_budget_s, shard=sweepplan.parse_shard(shard_spec), yes=yes,
-            command="lab sweep " + " ".join(sys.argv[2:]), name=name)
+            command=_command_line("sweep"), name=name)
         if shard_spec and gpus:
             raise LabError("--gpus shards the sweep itself; give --shard or --gpus, not both")
     if not measure_with:
@@ -507,6 +524,16 @@ def sweep(ctx, variant_spec, shapes, preset, batch_spec, heads_kv_spec, causal, 
         click.secho(f"{m['cells_planned'] - m['cells_done']} cells missing: `lab sweep --resume {target.id}` "
                     "measures them", fg="yellow", err=True)
         sys.exit(1)
+
+
+def _command_line(command: str) -> str:
+    """The command as typed, for the record (empty where `lab` was called from Python)."""
+    import shlex
+
+    argv = sys.argv
+    if Path(argv[0]).name not in ("lab", "cli.py") or command not in argv:
+        return ""
+    return "lab " + " ".join(shlex.quote(a) for a in argv[argv.index(command):])
 
 
 def _require_gpus(gpus) -> None:

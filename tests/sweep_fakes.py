@@ -23,6 +23,7 @@ STANDARD_OOM_SCORES = 1 << 31      # B*H*N*N above this: standard attention "run
 
 class FakeMeasurer:
     device = DEVICE
+    software = {"python": "3", "torch": "fake", "cuda": None}
 
     def __init__(self, plan):
         self.plan = plan

@@ -92,15 +92,18 @@ METHOD_DESCRIPTIONS = {
     GRAPH: "device time: the call captured once into a CUDA graph, an event pair around each replay",
 }
 MIN_REPS = 5
+MIN_REPS_SLOW = 3          # calls of more than SLOW_CALL_MS (the math backend's backward at 16k tokens)
+SLOW_CALL_MS = 100.0
 
 
-def budget_reps(call_ms: float, reps: int, budget_s: float | None, min_reps: int = MIN_REPS) -> int:
-    """Repetitions that fit a cell's time budget (at least `min_reps`, at most `reps`): slow cells (the
-    math backend at 16k tokens) get fewer, so a sweep of many shapes ends in minutes. The row stores
-    the count it used."""
+def budget_reps(call_ms: float, reps: int, budget_s: float | None) -> int:
+    """Repetitions that fit a cell's time budget (at least MIN_REPS, or MIN_REPS_SLOW for calls over
+    SLOW_CALL_MS; at most `reps`): slow cells get fewer, so a sweep of many shapes ends in minutes.
+    The row stores the count it used."""
     if not budget_s or call_ms <= 0:
         return reps
-    return max(min(min_reps, reps), min(reps, int(budget_s * 1e3 / call_ms)))
+    floor = MIN_REPS_SLOW if call_ms > SLOW_CALL_MS else MIN_REPS
+    return max(min(floor, reps), min(reps, int(budget_s * 1e3 / call_ms)))
 
 
 def time_call(fn: Callable[[], object], method: str = EVENTS, reps: int = DEFAULT_REPS,

@@ -277,10 +277,9 @@ def load_measurer(spec: str | None, plan: Plan, log=None):
 def environment_facts(measurer) -> dict:
     from lab.environment import software_info
 
-    device = getattr(measurer, "device", None)
-    if device is None:
-        device = getattr(measurer, "device_info", None) or {"name": "none (no GPU measurer)"}
-    return {"device": device, "software": software_info()}
+    device = getattr(measurer, "device", None) or {"name": "unknown (the measurer gave no device)"}
+    software = getattr(measurer, "software", None) or software_info()
+    return {"device": device, "software": software}
 
 
 def run_in_process(sweep, cells: list[Cell], measure_with: str | None = None, show_progress: bool = True) -> int:
@@ -330,6 +329,8 @@ def run_on_gpus(sweep, gpus: list[str], measure_with: str | None = None, show_pr
     n = len(gpus)
     procs = []
     for i, gpu in enumerate(gpus, start=1):
+        # the assignment is fixed here: a worker reading "what is missing" later would see the others' progress
+        (sweep.path / f".worker-{i}.cells.json").write_text(json.dumps([c.key for c in _slice(missing, i, n)]))
         env = child_env()
         env["CUDA_VISIBLE_DEVICES"] = gpu
         argv = [sys.executable, "-m", "lab.measure.sweep", "--worker", str(sweep.path), "--slice", f"{i}/{n}",
@@ -369,6 +370,10 @@ def run_on_gpus(sweep, gpus: list[str], measure_with: str | None = None, show_pr
             tail = _tail(sweep.path / f".worker-{i}.log")
             messages.append(f"worker {i}/{n} on GPU {gpu} died ({how}) after {finished} of its {len(mine)} cells"
                             + (f": {tail}" if tail else ""))
+    for i, _, p, _ in procs:
+        (sweep.path / f".worker-{i}.cells.json").unlink(missing_ok=True)
+        if p.returncode == 0:
+            (sweep.path / f".worker-{i}.log").unlink(missing_ok=True)   # a dead worker's log stays beside its rows
     _collect_worker_devices(sweep)
     return len(done_keys) - before, messages
 
@@ -455,7 +460,9 @@ def _worker_main(argv=None) -> int:
     sweep = Sweep(Path(a.worker))
     os.environ["LAB_TEST_PART"] = a.part   # lets a test's measurer know which worker it is
     i, n = parse_shard(a.slice)
-    cells = _slice(sweep.missing_cells(), i, n)
+    assigned = sweep.path / f".worker-{i}.cells.json"
+    keys = set(json.loads(assigned.read_text())) if assigned.is_file() else None
+    cells = [c for c in sweep.missing_cells() if c.key in keys] if keys is not None else _slice(sweep.missing_cells(), i, n)
     plan = Plan.from_dict(sweep.plan_dict)
     try:
         measurer = load_measurer(a.measure_with, plan, lambda s: print(f"[lab] {s}", file=sys.stderr, flush=True))

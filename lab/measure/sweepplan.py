@@ -104,6 +104,15 @@ def expand_field(text: str, what: str, spec: str) -> list[int]:
     return [value]
 
 
+def _top_colon(text: str) -> int | None:
+    depth = 0
+    for i, ch in enumerate(text):
+        depth += (ch == "{") - (ch == "}")
+        if ch == ":" and depth == 0:
+            return i
+    return None
+
+
 def expand_shape(spec: str, batches: list[int] | None = None, heads_kv: list[int] | None = None) -> list[tuple]:
     """Every (B, H, Hkv, Nq, Nk, D) a spec names, in the order its fields vary (last fastest)."""
     fields = _split_top(spec)
@@ -120,8 +129,9 @@ def expand_shape(spec: str, batches: list[int] | None = None, heads_kv: list[int
                            f"e.g. _,{','.join(fields[1:])}")
         bs = expand_field(b_text, "batch", spec)
     h_text = fields[1]
-    if ":" in h_text and not h_text.startswith("{"):
-        h_part, kv_part = h_text.split(":", 1)
+    colon = _top_colon(h_text)
+    if colon is not None:
+        h_part, kv_part = h_text[:colon], h_text[colon + 1:]
         hs, kvs = expand_field(h_part, "heads", spec), expand_field(kv_part, "K/V heads", spec)
     else:
         hs, kvs = expand_field(h_text, "heads", spec), None

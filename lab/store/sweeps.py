@@ -214,10 +214,15 @@ def create_sweep(sweep_id: str, manifest: dict, root: Path | None = None) -> Swe
     if not _SAFE.match(sweep_id):
         raise LabError(f"bad sweep id {sweep_id!r}")
     root.mkdir(parents=True, exist_ok=True)
-    path = root / sweep_id
-    if path.exists():
-        raise LabError(f"sweep {sweep_id} already exists in {root}")
-    path.mkdir()
+    path, n = root / sweep_id, 1
+    while True:   # two sweeps started in the same second get -2, -3, ...
+        try:
+            path.mkdir()
+            break
+        except FileExistsError:
+            n += 1
+            path = root / f"{sweep_id}-{n}"
+    sweep_id = path.name
     m = {"schema_version": SWEEP_SCHEMA, "kind": "sweep", "sweep_id": sweep_id, "created_utc": now_utc(),
          "updated_utc": now_utc(), "status": "running", **manifest}
     _write_json_atomic(path / SWEEP_MANIFEST, m)

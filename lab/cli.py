@@ -423,12 +423,12 @@ class SweepGroup(click.Group):
         words after a --shape value that are shapes too become --shape options of their own."""
         import re
 
-        out, after_shape = [], False
+        out, prev_is_shape_value = [], False
         for i, a in enumerate(args):
-            if after_shape and re.fullmatch(r"[0-9_,:{}.]+", a) and "," in a:
-                out += ["--shape", a]
+            if prev_is_shape_value and re.fullmatch(r"[0-9_,:{}.]+", a) and "," in a:
+                out += ["--shape", a]   # still in the run of words after --shape
                 continue
-            after_shape = i > 0 and args[i - 1] == "--shape" or (after_shape and out[-2:-1] == ["--shape"])
+            prev_is_shape_value = i > 0 and args[i - 1] == "--shape"
             out.append(a)
         return out
 

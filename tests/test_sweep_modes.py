@@ -20,7 +20,7 @@ def test_standard_attention_matches_sdpa_forward_and_backward(causal, heads_kv):
     q, k, v = make_inputs(p, seed=3, device="cpu")
     std, _ = baseline_forward("standard", p, device="cpu")
     sdpa, ctx = baseline_forward("sdpa-math", p, device="cpu")
-    with ctx:
+    with ctx():
         o_sdpa = make_call(sdpa, q, k, v, "fwd")()
         g_sdpa = make_call(sdpa, q, k, v, "fwd+bwd")()
     o_std = make_call(std, q, k, v, "fwd")()
@@ -61,3 +61,11 @@ def test_unknown_baseline_is_bad_input():
 
     with pytest.raises(LabError):
         baseline_forward("sdpa-nope", Problem(1, 1, 8, 8, 8), device="cpu")
+
+
+def test_sdpa_context_factory_enters_once_per_timing_method():
+    p = Problem(1, 1, 8, 8, 8)
+    _, ctx = baseline_forward("sdpa-math", p, device="cpu")
+    for _ in range(2):   # events, then graph: a fresh context each time
+        with ctx():
+            pass

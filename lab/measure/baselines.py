@@ -93,9 +93,10 @@ def causal_mask(seqlen_q: int, seqlen_k: int, device):
 
 
 def baseline_forward(name: str, problem: Problem, device="cuda"):
-    """(forward(q, k, v) -> o, context manager to hold while timing) for a sweep baseline. The SDPA
-    backend is pinned by `sdpa_kernel` around the whole timing, not inside each call: entering the
-    context per call would add its own host time to every event-timed call."""
+    """(forward(q, k, v) -> o, a factory of the context to hold while timing) for a sweep baseline.
+    The SDPA backend is pinned by `sdpa_kernel` around the whole timing, not inside each call:
+    entering the context per call would add its own host time to every event-timed call. A factory,
+    because such a context can be entered once only, and a cell is timed once per method."""
     import contextlib
 
     import torch.nn.functional as F
@@ -105,14 +106,14 @@ def baseline_forward(name: str, problem: Problem, device="cuda"):
     scale = softmax_scale(problem)
     if name == STANDARD:
         mask = causal_mask(problem.seqlen_q, problem.seqlen_k, device) if problem.causal else None
-        return (lambda q, k, v: standard_attention(q, k, v, problem.causal, scale, mask)), contextlib.nullcontext()
+        return (lambda q, k, v: standard_attention(q, k, v, problem.causal, scale, mask)), contextlib.nullcontext
     if not name.startswith("sdpa-") or name[5:] not in BACKENDS:
         raise LabError(f"unknown baseline {name!r}; known: {', '.join(SWEEP_BASELINES)}")
     from torch.nn.attention import sdpa_kernel
 
     gqa = {"enable_gqa": True} if problem.gqa else {}
     return ((lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=problem.causal, scale=scale, **gqa)),
-            sdpa_kernel(_sdpa_backend(name[5:])))
+            lambda: sdpa_kernel(_sdpa_backend(name[5:])))
 
 
 def unavailable_reason(messages: list[str], error: BaseException) -> str:

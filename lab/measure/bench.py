@@ -88,8 +88,8 @@ def time_cuda(fn: Callable[[], object], reps: int = DEFAULT_REPS, warmup: int = 
 EVENTS, GRAPH = "events", "graph"
 TIMING_METHODS = (EVENTS, GRAPH)
 METHOD_DESCRIPTIONS = {
-    EVENTS: "call latency: a CUDA event pair around each Python call (host dispatch included)",
-    GRAPH: "device time: the call captured once into a CUDA graph, an event pair around each replay",
+    EVENTS: "call latency: a CUDA event pair around each Python call, started on an idle GPU (host dispatch included)",
+    GRAPH: "device time: the call captured once into a CUDA graph, an event pair around each replay on an idle GPU",
 }
 MIN_REPS = 5
 MIN_REPS_SLOW = 3          # calls of more than SLOW_CALL_MS (the math backend's backward at 16k tokens)
@@ -111,9 +111,13 @@ def time_call(fn: Callable[[], object], method: str = EVENTS, reps: int = DEFAUL
               stream=None) -> tuple[Timing, int]:
     """Time `fn` by `method`; returns (Timing, peak extra bytes one call allocated).
 
-    The first warm-up call is timed with events to size the repetitions to `budget_s`; warm-up stops
-    early once it alone has used a fifth of the budget (a single 0.3 s call needs no five warm-ups).
-    Peak memory is read over the warm-up calls: what one call allocates beyond what was live before it.
+    Every repetition starts on an idle GPU: the L2 flush, then a synchronize, then the event pair
+    around the call (or the graph replay). Without that synchronize the host runs ahead of a busy GPU
+    and its dispatch time hides under the previous work, so `events` would not be the call latency a
+    caller sees. The second warm-up call is timed to size the repetitions to `budget_s` (the first
+    includes one-off set-up: cuBLAS handles, cuDNN plans); warm-up stops early once it has used a fifth
+    of the budget. Peak memory is read over the warm-up calls: what one call allocates beyond what was
+    live before it.
     """
     import time
 
@@ -125,17 +129,18 @@ def time_call(fn: Callable[[], object], method: str = EVENTS, reps: int = DEFAUL
     torch.cuda.synchronize()
     before = torch.cuda.memory_allocated()
     torch.cuda.reset_peak_memory_stats()
+    fn()
+    torch.cuda.synchronize()
     t0 = time.perf_counter()
     fn()
     torch.cuda.synchronize()
-    first_ms = (time.perf_counter() - t0) * 1e3
-    done = 1
-    while done < max(1, warmup) and (not budget_s or (time.perf_counter() - t0) < budget_s / 5):
+    per_call_ms = (time.perf_counter() - t0) * 1e3
+    done = 2
+    while done < warmup and (not budget_s or (time.perf_counter() - t0) < budget_s / 5):
         fn()
         done += 1
     torch.cuda.synchronize()
     peak = int(torch.cuda.max_memory_allocated() - before)
-    per_call_ms = (time.perf_counter() - t0) * 1e3 / done if done > 1 else first_ms
     n = budget_reps(per_call_ms, reps, budget_s)
     run = fn
     if method == GRAPH:
@@ -147,6 +152,7 @@ def time_call(fn: Callable[[], object], method: str = EVENTS, reps: int = DEFAUL
     for i in range(n):
         if flush is not None:
             flush.zero_()
+        torch.cuda.synchronize()
         starts[i].record()
         run()
         ends[i].record()

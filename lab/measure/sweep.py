@@ -63,11 +63,11 @@ def timed_row(cell: Cell, timing, peak_bytes: int | None, peaks: dict | None) ->
     return row
 
 
-def cell_cost(cell: Cell) -> float:
-    """Relative cost for the ETA: the mode's FLOPs, weighted for slow implementations, plus a fixed
-    per-cell overhead (inputs, warm-up, synchronisation)."""
-    flops = cell.problem.flops * MODE_FLOP_FACTOR[cell.mode] * SLOW_IMPLS.get(cell.impl, 1.0)
-    return flops / 1e12 + 0.05
+def cell_cost(cell: Cell, budget_s: float = 0.4) -> float:
+    """Estimated seconds of a cell for the ETA: ~37 calls at ~300 TFLOP/s (slow implementations
+    weighted), capped by the cell budget plus two warm-up calls, plus a fixed overhead."""
+    call_s = cell.problem.flops * MODE_FLOP_FACTOR[cell.mode] * SLOW_IMPLS.get(cell.impl, 1.0) / 300e12
+    return min(37 * call_s, budget_s + 3 * call_s) + 0.05
 
 
 # ------------------------------------------------------------------------------ measuring on a GPU
@@ -147,7 +147,7 @@ class GpuMeasurer:
             if cell.mode != "fwd" and not has_backward(module):
                 return [status_row(cell, "unsupported", f"{cell.impl} provides no backward launcher "
                                    "(the launcher contract of kernels/common.cuh has a forward only)")]
-            forward, context = rung_forward(module, p), contextlib.nullcontext()
+            forward, context = rung_forward(module, p), contextlib.nullcontext
         else:
             forward, context = baseline_forward(cell.impl, p)
         methods = {"auto": [EVENTS], "events": [EVENTS], "graph": [GRAPH], "both": [EVENTS, GRAPH]}[self.plan.timing]
@@ -157,7 +157,8 @@ class GpuMeasurer:
             method = methods[i]
             i += 1
             try:
-                with warnings.catch_warnings(record=True) as caught, context:
+                caught = []
+                with warnings.catch_warnings(record=True) as caught, context():
                     warnings.simplefilter("always")
                     q, k, v = self.inputs(p)
                     stream = torch.cuda.Stream() if method == GRAPH else None
@@ -178,11 +179,13 @@ class GpuMeasurer:
                 rows.append(status_row(cell, status, (f"CUDA graph capture failed: {reason}" if method == GRAPH
                                                       else reason), method))
                 torch.cuda.synchronize()
+            except Exception as e:  # noqa: BLE001 - one method's failure must not lose the other's row
+                rows.append(status_row(cell, "failed", f"{type(e).__name__}: {str(e).strip()[:300]}", method))
         return rows
 
 
 def _oom_reason(cell: Cell, error: BaseException) -> str:
-    first = str(error).strip().split(". ")[0][:160]
+    first = ". ".join(str(error).strip().split(". ")[:2])[:200]
     p = cell.problem
     if cell.impl in ("standard", "sdpa-math"):
         scores = p.batch * p.heads * p.seqlen_q * p.seqlen_k * {"float32": 4}.get(p.dtype, 2)
@@ -214,12 +217,17 @@ class Progress:
             self._rich.start()
 
     def eta_s(self) -> float | None:
-        elapsed = time.perf_counter() - self.t0
-        return elapsed / self.done_cost * (self.total - self.done_cost) if self.done_cost else None
+        """From the rate since the first cell (which also builds and checks a rung: not typical)."""
+        if self.done < 2:
+            return None
+        elapsed = time.perf_counter() - self.t1
+        return elapsed / (self.done_cost - self.first_cost) * (self.total - self.done_cost)
 
     def advance(self, cell: Cell, rows: list[dict]) -> None:
         self.done += 1
         self.done_cost += cell_cost(cell)
+        if self.done == 1:
+            self.t1, self.first_cost = time.perf_counter(), self.done_cost
         if not self.enabled:
             return
         if self._rich is not None:

@@ -237,6 +237,16 @@ def _ticks(scale: LogScale, values: list[float]) -> list[float]:
     return [10.0 ** e for e in range(math.ceil(scale.lo_exp), math.floor(scale.hi_exp) + 1)]
 
 
+def _nice_step(raw: float) -> float:
+    """1, 2, 2.5 or 5 times a power of ten, at least `raw`: axis ticks a reader can add up."""
+    mag = 10.0 ** math.floor(math.log10(raw)) if raw > 0 else 1.0
+    return next(m * mag for m in (1, 2, 2.5, 5, 10) if m * mag >= raw)
+
+
+def _tick_label(v: float) -> str:
+    return f"{int(v):,}" if float(v).is_integer() else fmt_si(v)
+
+
 def line_svg(series: list[Series], x_title: str, y_title: str, title: str, width: int = 560, height: int = 300,
              log_y: bool = True) -> Markup:
     """Lines with markers on log-log axes (log x always: N and batch double), one colour per series;
@@ -258,20 +268,21 @@ def line_svg(series: list[Series], x_title: str, y_title: str, title: str, width
                              if y.lo <= m * 10.0 ** e <= y.hi})
         ypos = y
     else:
-        hi = max(ys) * 1.1
+        step = _nice_step(max(ys) * 1.1 / 5)
+        hi = step * math.ceil(max(ys) * 1.1 / step)
         ypos = lambda v: (height - bottom) - (height - bottom - top) * v / hi  # noqa: E731
-        yticks = [hi * f / 1.1 for f in (0, 0.25, 0.5, 0.75, 1.0)]
+        yticks = [i * step for i in range(int(round(hi / step)) + 1)]
     out = [_svg_open(width, height, title)]
     out.append(f'<text class="legend" x="{left}" y="13">{escape(title)}</text>')
     for v in yticks:
         yy = ypos(v)
         if top - 1 <= yy <= height - bottom + 1:
             out.append(f'<line class="grid" x1="{left}" y1="{_num(yy)}" x2="{width - right}" y2="{_num(yy)}"/>')
-            out.append(f'<text class="tick" x="{left - 5}" y="{_num(yy + 4)}" text-anchor="end">{escape(fmt_si(v))}</text>')
+            out.append(f'<text class="tick" x="{left - 5}" y="{_num(yy + 4)}" text-anchor="end">{escape(_tick_label(v) if log_y else fmt_si(v))}</text>')
     for v in _ticks(x, xs):
         xx = x(v)
         out.append(f'<line class="grid" x1="{_num(xx)}" y1="{top}" x2="{_num(xx)}" y2="{height - bottom}"/>')
-        out.append(f'<text class="tick" x="{_num(xx)}" y="{height - bottom + 14}" text-anchor="middle">{escape(fmt_si(v))}</text>')
+        out.append(f'<text class="tick" x="{_num(xx)}" y="{height - bottom + 14}" text-anchor="middle">{escape(_tick_label(v))}</text>')
     out.append(f'<rect class="frame" x="{left}" y="{top}" width="{width - right - left}" height="{height - bottom - top}"/>')
     out.append(_axis_titles(x_title, y_title, width - right, height, left, top, bottom))
     for i, s in enumerate(series):

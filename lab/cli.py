@@ -7,6 +7,7 @@ need them, so `lab report`, `lab analyze` and `lab timeline` run on a machine wi
 
 from __future__ import annotations
 
+import errno
 import json
 import sys
 from pathlib import Path
@@ -21,10 +22,20 @@ shape_option = click.option("--shape", default=None, metavar="B,H,N,D",
 causal_option = click.option("--causal/--no-causal", default=False, help="causal mask (top-left aligned)")
 dtype_option = click.option("--dtype", default=None, help="float32, float16 or bfloat16 (default: the rung's first)")
 json_option = click.option("--json", "as_json", is_flag=True, help="print JSON for scripts")
+# every command that reads the run store names it the same way; a store that is named must exist
+profiles_option = click.option("--profiles", "profiles_dir", type=click.Path(path_type=Path), default=None,
+                               envvar="LAB_PROFILES",
+                               help="the run store to read (default: profiles/, and its examples/; env LAB_PROFILES)")
+MAX_REPS = 100_000          # a bound that still lets a careful user ask for a lot, and refuses a typo
+MAX_CHECK_SHAPES = 10_000   # seeded shapes `lab check` may be asked for: each is a float64 reference run
+reps_option = click.option("--reps", type=click.IntRange(2, MAX_REPS), default=30, show_default=True,
+                           help="timed repetitions (>= 30 for a CI95 worth reading)")
 
 
 class LabGroup(click.Group):
-    """Turns LabError and CheckFailed into a message and an exit code instead of a traceback."""
+    """Turns every expected failure into one line and an exit code instead of a traceback: LabError
+    (bad input, 2), CheckFailed (1), OSError anywhere in a command (a read-only --out, a name too
+    long for the filesystem, a full disk: 2) and Ctrl-C (130, after ending the children)."""
 
     def invoke(self, ctx):
         try:
@@ -37,6 +48,33 @@ class LabGroup(click.Group):
         except CheckFailed as e:
             click.secho(f"check failed: {e}", fg="red", err=True)
             sys.exit(e.exit_code)
+        except KeyboardInterrupt:
+            from lab.children import end_own_group
+
+            end_own_group()
+            click.secho("interrupted", fg="red", err=True)
+            sys.exit(130)
+        except OSError as e:
+            if e.errno == errno.EPIPE:   # `lab report | head`: the reader left, not an error of ours
+                sys.exit(0)
+            click.secho(f"error: {os_error_line(e)}", fg="red", err=True)
+            sys.exit(2)
+
+
+def os_error_line(e: OSError) -> str:
+    """One line for an OSError: what the system said and the path, a very long path shortened."""
+    what = e.strerror or str(e)
+    code = errno.errorcode.get(e.errno or -1)
+    names = [str(n) for n in (e.filename, e.filename2) if n is not None]
+    paths = " -> ".join(_short_path(n) for n in names)
+    return f"{what}{f' ({code})' if code else ''}" + (f": {paths}" if paths else "")
+
+
+def _short_path(name: str, limit: int = 120) -> str:
+    name = name.replace("\n", " ")
+    if len(name) <= limit:
+        return name
+    return f"{name[:limit // 2]}...{name[-limit // 2:]} ({len(name)} characters)"
 
 
 @click.group(cls=LabGroup, context_settings={"help_option_names": ["-h", "--help"]})
@@ -156,7 +194,7 @@ def build(variant_spec, arch, ptxas_only, verbose, as_json):
 
 @main.command()
 @click.option("--variant", "variant_spec", required=True, help="v1, v1,v2 or all")
-@click.option("--shapes", "shape_count", type=int, default=None,
+@click.option("--shapes", "shape_count", type=click.IntRange(0, MAX_CHECK_SHAPES), default=None,
               help="seeded shapes to check (default: 24, or 0 extra when --shape is given)")
 @click.option("--seed", type=int, default=0, show_default=True, help="seed of the shape list and the inputs")
 @shape_option
@@ -171,8 +209,6 @@ def check(variant_spec, shape_count, seed, shape, causal, dtype, as_json):
     problems = {v.id: (_problem(v, shape, causal, dtype) if shape else None) for v in chosen}
     if shape_count is None:
         shape_count = 0 if shape else gate.DEFAULT_SHAPE_COUNT
-    if shape_count < 0:
-        raise LabError(f"--shapes must be >= 0, got {shape_count}")
 
     def progress(s):
         mark = "ok  " if s.passed else "FAIL"
@@ -210,22 +246,24 @@ def check(variant_spec, shape_count, seed, shape, causal, dtype, as_json):
 @shape_option
 @causal_option
 @dtype_option
-@click.option("--reps", default=30, show_default=True, help="timed repetitions (>= 30 for a CI95 worth reading)")
-@click.option("--warmup", default=5, show_default=True)
+@reps_option
+@click.option("--warmup", type=click.IntRange(0, MAX_REPS), default=5, show_default=True)
 @click.option("--no-baselines", is_flag=True, help="skip the SDPA backends")
+@click.option("--backends", "backends_spec", default="all", show_default=True,
+              help="SDPA backends to time beside the rungs: all, or a list such as cudnn,flash")
 @click.option("--markdown", "markdown_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="also append the table as Markdown (device, date, commit) to this file")
 @json_option
-def bench(variant_spec, shape, causal, dtype, reps, warmup, no_baselines, markdown_path, as_json):
+def bench(variant_spec, shape, causal, dtype, reps, warmup, no_baselines, backends_spec, markdown_path, as_json):
     """Time rungs beside the SDPA backends (cudnn, flash, efficient, math) in fp16 and fp32."""
     from lab.ladder import registry
+    from lab.measure.baselines import select_backends
     from lab.measure.benchtable import bench_ladder, print_ladder
 
     chosen = registry.select(variant_spec)
     problems = [_problem(v, shape, causal, dtype) for v in chosen]
-    if reps < 2:
-        raise LabError("--reps must be at least 2")
-    result = bench_ladder(chosen, problems, reps, warmup, baselines=not no_baselines)
+    backends = select_backends(backends_spec)
+    result = bench_ladder(chosen, problems, reps, warmup, baselines=not no_baselines, backends=backends)
     if markdown_path:
         from lab.measure.benchtable import markdown_ladder
 
@@ -243,7 +281,7 @@ def bench(variant_spec, shape, causal, dtype, reps, warmup, no_baselines, markdo
 @shape_option
 @causal_option
 @dtype_option
-@click.option("--reps", default=30, show_default=True)
+@reps_option
 @click.option("--set", "section_set", default=None,
               help="ncu sections: default (ncu's `detailed`, 20 replay passes), full, a lab set "
                    "(lab-tables, lab-lean, ...) or section names separated by commas")
@@ -278,14 +316,15 @@ def profile(variant_id, shape, causal, dtype, reps, section_set, no_ncu, timelin
 @click.option("--out", "out_dir", type=click.Path(path_type=Path), default=None,
               help="where to write the HTML (default: reports/)")
 @click.option("--run", "run_id", default=None, help="render only this run's page (an id, a prefix or a run folder)")
-@click.option("--profiles", "profiles_dir", type=click.Path(path_type=Path), default=None, envvar="LAB_PROFILES",
-              help="the run store to read (default: profiles/, and its examples/)")
+@profiles_option
 @click.option("--open", "open_browser", is_flag=True, help="open the page in a web browser where one exists")
 def report(out_dir, run_id, profiles_dir, open_browser):
     """Render reports/index.html and one HTML write-up per stored run; prints the index path."""
     from lab.report.pages import open_in_browser, render
 
     done = render(out_dir, root=profiles_dir, run_id=run_id)
+    for d in done.damaged:   # the others rendered; the damaged ones are listed on the index too
+        click.secho(f"warning: damaged run left out: {d.id}: {d.reason}", fg="yellow", err=True)
     if done.empty_message():
         click.echo(done.empty_message(), err=True)
     page = done.pages[next(iter(done.pages))] if run_id else done.index
@@ -301,8 +340,7 @@ def report(out_dir, run_id, profiles_dir, open_browser):
               help="percent of TFLOP/s that B may lose before a change beyond noise counts as a regression")
 @click.option("--out", "out_dir", type=click.Path(path_type=Path), default=None,
               help="where to write compare-A-B.html (default: reports/)")
-@click.option("--profiles", "profiles_dir", type=click.Path(path_type=Path), default=None, envvar="LAB_PROFILES",
-              help="the run store to read (default: profiles/, and its examples/)")
+@profiles_option
 @json_option
 def compare(run_a, run_b, threshold_pct, out_dir, profiles_dir, as_json):
     """Compare two stored runs side by side; exit 1 when B regresses beyond noise and the threshold."""
@@ -324,15 +362,19 @@ def compare(run_a, run_b, threshold_pct, out_dir, profiles_dir, as_json):
 @click.argument("file", type=click.Path(path_type=Path))
 @click.option("--range", "range_name", default=None, metavar="NAME",
               help="NVTX range (or torch.profiler record_function) whose launch overhead to report")
-@click.option("--launches", type=int, default=None,
+@click.option("--launches", type=click.IntRange(min=1), default=None,
               help="launches inside each instance of --range (default: the kernels counted in it)")
-@click.option("--top", type=int, default=15, show_default=True, help="rows per table without --json")
+@click.option("--top", type=click.IntRange(min=1), default=15, show_default=True, help="rows per table without --json")
 @json_option
 def timeline(file, range_name, launches, top, as_json):
     """Read a timeline: nsys SQLite export, .nsys-rep, `nsys stats --format csv`, or torch.profiler trace."""
-    from lab.profilers.timeline import read_any, renderables
+    from lab.profilers.timeline import read_any, renderables, require_range
 
+    if launches is not None and not range_name:
+        raise LabError("--launches counts the launches inside each instance of --range: pass --range too")
     tl = read_any(file, range_name=range_name, launches_per_range=launches)
+    if range_name:
+        require_range(tl, range_name)   # a range the timeline does not hold is an error, not a silent no-op
     if as_json:
         click.echo(json.dumps(tl.to_json(), indent=2))
         return
@@ -372,37 +414,41 @@ def analyze(report_path, kernel_regex, shape, causal, dtype, as_json):
 @click.argument("ids", metavar="RUN_OR_SWEEP...", nargs=-1, required=True)
 @click.option("--format", "fmt", type=click.Choice(["csv", "json", "parquet", "markdown"]), default="csv", show_default=True,
               help="runs: csv or json; sweeps: csv, parquet or markdown (printed, or written into --update)")
-@click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), default=Path("export"),
-              show_default=True)
+@click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="where to write <id>/ folders (default: reports/export/, beside the HTML of `lab report`)")
 @click.option("--update", "update_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="markdown: replace the sweep's generated section of this file (e.g. benchmarks/RESULTS.md)")
-@click.option("--profiles", "profiles_dir", type=click.Path(path_type=Path), default=None, envvar="LAB_PROFILES")
+@profiles_option
 def export(ids, fmt, out_dir, update_path, profiles_dir):
-    """Write stored runs (manifest and tables) or sweeps (the tidy table) as CSV, JSON lines,
-    Parquet or Markdown for other tools and for RESULTS.md."""
+    """Write stored runs (manifest and tables: metrics, findings, timeline) or sweeps (the tidy
+    table) as CSV, JSON lines, Parquet or Markdown, for other tools and for RESULTS.md."""
     from lab.store import sweeps as sweep_store
-    from lab.store.export import export_run, export_sweep, markdown_sweep, update_markdown_section
-    from lab.store.runs import find_run
+    from lab.store.export import DEFAULT_OUT, export_run, export_sweep, markdown_sweep, update_markdown_section
+    from lab.store.runs import find_run, open_root
 
+    root = open_root(profiles_dir)
+    targets = []   # every id resolved before anything is written
     for ref in ids:
-        if sweep_store.is_sweep(ref, profiles_dir):
-            sw = sweep_store.find_sweep(ref, profiles_dir)
+        if sweep_store.is_sweep(ref, root):
             if fmt == "json":
-                raise LabError("a sweep exports as csv, parquet or markdown")
-            if fmt == "markdown":
-                text = markdown_sweep(sw)
-                if update_path:
-                    changed = update_markdown_section(update_path, sw, text)
-                    click.echo(f"{update_path}: {'updated' if changed else 'already up to date'} ({sw.id})")
-                else:
-                    click.echo(text)
-                continue
-            for path in export_sweep(sw, out_dir, fmt):
-                click.echo(path)
+                raise LabError(f"{ref} is a sweep: it exports as csv, parquet or markdown")
+            targets.append(("sweep", sweep_store.find_sweep(ref, root)))
+        else:
+            if fmt in ("parquet", "markdown"):
+                raise LabError(f"--format {fmt} is for sweeps; {ref} is not a stored sweep (runs: csv or json)")
+            targets.append(("run", find_run(ref, root)))
+    for kind, target in targets:
+        if kind == "sweep" and fmt == "markdown":
+            text = markdown_sweep(target)
+            if update_path:
+                changed = update_markdown_section(update_path, target, text)
+                click.echo(f"{update_path}: {'updated' if changed else 'already up to date'} ({target.id})")
+            else:
+                click.echo(text)
             continue
-        if fmt in ("parquet", "markdown"):
-            raise LabError(f"--format {fmt} is for sweeps; {ref} is not a stored sweep (runs: csv or json)")
-        for path in export_run(find_run(ref, profiles_dir), out_dir, fmt):
+        paths = (export_sweep(target, out_dir or DEFAULT_OUT, fmt) if kind == "sweep"
+                 else export_run(target, out_dir or DEFAULT_OUT, fmt))
+        for path in paths:
             click.echo(path)
 
 
@@ -460,7 +506,7 @@ class SweepGroup(click.Group):
 @click.option("--yes", is_flag=True, help=f"allow a sweep of more than the problem limit")
 @click.option("--allow-mismatch", is_flag=True, help="resume on a different device")
 @click.option("--measure-with", default=None, hidden=True, help="module:function returning a measurer (tests)")
-@click.option("--profiles", "profiles_dir", type=click.Path(path_type=Path), default=None, envvar="LAB_PROFILES")
+@profiles_option
 @json_option
 @click.pass_context
 def sweep(ctx, variant_spec, shapes, preset, batch_spec, heads_kv_spec, causal, dtype_spec, mode_spec, timing,
@@ -508,6 +554,9 @@ def sweep(ctx, variant_spec, shapes, preset, batch_spec, heads_kv_spec, causal, 
     try:
         status, messages = sweeper.execute(target, gpus, measure_with, show_progress=not as_json)
     except KeyboardInterrupt:
+        if target.manifest.get("removed"):
+            click.secho("interrupted before any cell finished: nothing stored", fg="yellow", err=True)
+            sys.exit(130)
         click.secho(f"interrupted: {target.manifest.get('cells_done')} of {target.manifest.get('cells_planned')} cells "
                     f"kept in {target.path}; finish with `lab sweep --resume {target.id}`", fg="yellow", err=True)
         sys.exit(130)
@@ -576,7 +625,7 @@ def _print_sweep_summary(target) -> None:
 @sweep.command("merge")
 @click.argument("partials", nargs=-1, required=True)
 @click.option("--allow-mismatch", is_flag=True, help="merge partials measured on different devices or software")
-@click.option("--profiles", "profiles_dir", type=click.Path(path_type=Path), default=None, envvar="LAB_PROFILES")
+@profiles_option
 def sweep_merge(partials, allow_mismatch, profiles_dir):
     """Join partial sweeps (--shard i/N) of one plan into one sweep."""
     from lab.store import sweeps as store

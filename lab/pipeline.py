@@ -16,6 +16,7 @@ from lab.errors import CheckFailed
 from lab.measure.problem import Problem, check_supported
 from lab.ladder.registry import Variant
 from lab.measure.isolated import check_in_child, child_env
+from lab.store import manifest as mf
 
 
 @dataclass
@@ -114,27 +115,28 @@ def profile(variant: Variant, problem: Problem, opts: ProfileOptions) -> Path:
             run.add_table("findings", analysis.findings_frame(analyses))
             run.add_table("ncu_rules", analysis.rules_frame(report_path))
 
-        dev = device_info()
-        run.manifest.update({
-            "created_utc": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-            "lab_version": __version__,
-            "git": git_info(),
-            "variant": {"id": variant.id, "slug": variant.slug, "title": variant.title,
-                        "source": f"kernels/{variant.source.name}", "source_sha256": source_sha,
-                        "changed": variant.changed, "attacks": variant.attacks,
-                        "predicted_gain": variant.predicted_gain},
-            "problem": problem.to_dict(),
-            "device": dev,
-            "software": software_info(),
-            "build": {"flags": built.flags, "cache_key": built.cache_key, "ptxas": built.ptxas},
-            "correctness": correctness,
-            "timing": {**timing.to_dict(), "tflops": tflops(problem.flops, timing.median),
-                       "peak_memory_bytes": peak_mem},
-            "baselines": [b.to_dict(timing.median) for b in baselines],
-            "profile": profile_info,
-            "timeline": timeline_info,
-            "findings_summary": ({"bottleneck": analyses[0].bottleneck, "count": sum(len(a.findings) for a in analyses)}
-                                 if analyses else None),
-        })
-        final = run.commit()
+        record = mf.Manifest(
+            created_utc=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            lab_version=__version__,
+            git=mf.Git.from_dict(git_info(), "git"),
+            variant=mf.VariantInfo(id=variant.id, slug=variant.slug, title=variant.title,
+                                   source=f"kernels/{variant.source.name}", source_sha256=source_sha,
+                                   changed=variant.changed, attacks=variant.attacks,
+                                   predicted_gain=variant.predicted_gain),
+            problem=problem,
+            device=mf.Device.from_dict(device_info(), "device"),
+            software=mf.Software.from_dict(software_info(), "software"),
+            build=mf.Build(flags=list(built.flags), cache_key=built.cache_key,
+                           ptxas=[mf.PtxasEntry.from_dict(p, "build.ptxas[]") for p in built.ptxas]),
+            correctness=mf.Correctness.from_dict(correctness, "correctness"),
+            timing=mf.Timing.from_dict({**timing.to_dict(), "tflops": tflops(problem.flops, timing.median),
+                                        "peak_memory_bytes": peak_mem}, "timing"),
+            baselines=[mf.Baseline.from_dict(b.to_dict(timing.median), "baselines[]") for b in baselines],
+            profile=mf.ProfileInfo.from_dict(profile_info, "profile") if profile_info else None,
+            timeline=mf.TimelineInfo.from_dict(timeline_info, "timeline") if timeline_info else None,
+            findings_summary=(mf.FindingsSummary(bottleneck=analyses[0].bottleneck,
+                                                 count=sum(len(a.findings) for a in analyses))
+                              if analyses else None),
+        )
+        final = run.commit(record)
     return final

@@ -441,24 +441,13 @@ def test_lab_report_empty_store_and_bad_input(tmp_path):
     not_a_dir.write_text("x")
     r = lab("report", "--out", str(tmp_path / "o"), env_root=not_a_dir)
     assert r.returncode == 2 and "not a run store directory" in r.stderr
-    for damage in ('{"schema_version": 1, "run_id": "x"', '{"schema_version": 1, "run_id": "x", "variant": {"id": "v1"}, '
-                   '"problem": {"batch": 0, "heads": 1, "seqlen_q": 1, "seqlen_k": 1, "head_dim": 64}}',
-                   '{"schema_version": 1, "run_id": "x", "variant": {"id": "v1"}, "problem": {"batch": 1, "heads": 1, '
-                   '"seqlen_q": 1, "seqlen_k": 1, "head_dim": 64}, "timing": {"median": "fast"}}'):
-        bad_root = tmp_path / f"bad{abs(hash(damage))}"
-        shutil.copytree(root, bad_root)
-        (next(bad_root.glob("2026*")) / "manifest.json").write_text(damage)
-        r = lab("report", "--out", str(tmp_path / "o"), env_root=bad_root)
-        assert r.returncode == 2, (damage, r.stdout, r.stderr)
-        assert "error:" in r.stderr and "Traceback" not in r.stderr
-
-
-def test_an_unreadable_table_is_bad_input(tmp_path):
-    root = tmp_path / "store"
-    run = make_run(root, "v1")
-    (run / "metrics.parquet").write_bytes(b"not parquet")
+    # a damaged run (tests/test_faults.py has the class) is listed, not fatal: the others render
+    make_run(root, "v2", created="2026-01-02T00:00:00+00:00")
+    bad = next(root.glob("2026*-v1-*"))
+    (bad / "manifest.json").write_text('{"schema_version": 1, "run_id": "x", "timing": {"median": "fast"}}')
     r = lab("report", "--out", str(tmp_path / "o"), env_root=root)
-    assert r.returncode == 2 and "table 'metrics' cannot be read" in r.stderr and "Traceback" not in r.stderr
+    assert r.returncode == 0 and "warning: damaged run left out" in r.stderr and "Traceback" not in r.stderr
+    assert bad.name in Parsed((tmp_path / "o" / "index.html").read_text()).visible
 
 
 def test_lab_report_renders_50_runs(tmp_path):

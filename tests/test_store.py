@@ -8,10 +8,13 @@ import pytest
 from lab.store import runs as store
 from lab.errors import LabError
 
+PROBLEM = {"batch": 1, "heads": 2, "seqlen_q": 17, "seqlen_k": 17, "head_dim": 64, "causal": False, "dtype": "float32"}
+
 
 def _write_run(root, run_id="20261121-000000-v1-test", extra=None):
     with store.create_run(run_id, root) as run:
-        run.manifest.update({"created_utc": "2026-11-21T00:00:00+00:00", "variant": {"id": "v1"}, **(extra or {})})
+        run.manifest.update({"created_utc": "2026-11-21T00:00:00+00:00", "variant": {"id": "v1"},
+                             "problem": PROBLEM, **(extra or {})})
         run.add_table("metrics", pd.DataFrame({"kernel": ["k"], "gpu__time_duration.sum": [1234.5],
                                                "launch__grid_size": [12]}))
         (run.artifact_path("profile.ncu-rep")).write_bytes(b"payload")
@@ -75,9 +78,15 @@ def test_find_run_by_prefix_and_errors(tmp_path):
         store.find_run("nope", tmp_path)
 
 
-def test_malformed_manifest_is_a_clear_error(tmp_path):
+def test_a_malformed_manifest_is_listed_as_damaged_not_fatal(tmp_path):
+    _write_run(tmp_path, "20261121-000000-v1-good")
     bad = tmp_path / "20261121-000000-v1-bad"
     bad.mkdir()
     (bad / "manifest.json").write_text("{not json")
+    runs, damaged = store.scan_runs(tmp_path)
+    assert [r.id for r in runs] == [r.id for r in store.list_runs(tmp_path)] == ["20261121-000000-v1-good"]
+    assert [d.id for d in damaged] == [bad.name] and "not a lab run" in damaged[0].reason
+    with pytest.raises(LabError, match="damaged"):
+        store.find_run(bad.name, tmp_path)
     with pytest.raises(LabError, match="not a lab run"):
-        store.list_runs(tmp_path)
+        store.Run(bad)

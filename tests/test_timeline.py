@@ -183,7 +183,8 @@ def test_launch_overhead_of_a_range_equals_its_definition_over_sql():
     tl = read_any(path, range_name=rng)
     assert tl.launch_overhead["instances"] == len(per_instance)
     assert tl.launch_overhead_ns == pytest.approx(statistics.median(per_instance))
-    assert lab_cli("timeline", path, "--range", "no such range", "--json").exit_code == 0  # absent range: no overhead
+    absent = lab_cli("timeline", path, "--range", "no such range", "--json")   # a typo is refused, not ignored
+    assert absent.exit_code == 2 and "no such range" in absent.output
 
 
 def test_export_without_metadata_or_gpu_table_still_reads():

@@ -12,6 +12,7 @@ import warnings
 from lab.errors import LabError
 from dataclasses import asdict, dataclass
 
+from lab.errors import LabError
 from lab.measure.bench import Timing, peak_memory_bytes, time_cuda, tflops
 from lab.measure.problem import Problem, make_inputs
 
@@ -155,6 +156,18 @@ def run_baseline(problem: Problem, backend: str, dtype: str, reps: int, warmup: 
         torch.cuda.empty_cache()
         return Baseline(name, backend, dtype, "unavailable", "out of memory while timing")
     return Baseline(name, backend, dtype, "ok", "", timing, tflops(problem.flops, timing.median), peak)
+
+
+def select_backends(spec: str) -> tuple[str, ...]:
+    """`all` or a comma list of BACKENDS (e.g. `cudnn,flash`: the fast fp16 kernels only, for a
+    grid of long sequences where math and efficient cost most of the run)."""
+    if spec.strip() == "all":
+        return BACKENDS
+    chosen = tuple(dict.fromkeys(s.strip() for s in spec.split(",") if s.strip()))
+    unknown = [b for b in chosen if b not in BACKENDS]
+    if unknown or not chosen:
+        raise LabError(f"unknown SDPA backend(s) {', '.join(unknown) or repr(spec)}; choose from {', '.join(BACKENDS)} or all")
+    return chosen
 
 
 def run_baselines(problem: Problem, reps: int, warmup: int, backends=BACKENDS,

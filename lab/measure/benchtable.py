@@ -12,7 +12,7 @@ import sys
 from lab.errors import CheckFailed
 
 
-def bench_ladder(chosen, problems, reps: int, warmup: int, baselines: bool = True) -> dict:
+def bench_ladder(chosen, problems, reps: int, warmup: int, baselines: bool = True, backends=None) -> dict:
     from lab.environment import device_info, git_info, require_compute_capability, require_gpu, software_info
 
     require_gpu("bench")  # before importing the build machinery: a clear refusal, fast
@@ -29,7 +29,7 @@ def bench_ladder(chosen, problems, reps: int, warmup: int, baselines: bool = Tru
         shape_key = problem.with_dtype("float32").label()
         if baselines and shape_key not in base_by_shape:
             print(f"[lab] baselines for {shape_key}", file=sys.stderr, flush=True)
-            base_by_shape[shape_key] = run_baselines(problem, reps, warmup)
+            base_by_shape[shape_key] = run_baselines(problem, reps, warmup, **({"backends": backends} if backends else {}))
         built = build.build(variant)
         # correctness gates timing: the benched shape and a few ragged ones, causal and not, in a
         # child process so that a crashing rung cannot take the table down with it

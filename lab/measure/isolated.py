@@ -14,6 +14,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from lab import children
 from lab.errors import CheckFailed, LabError
 from lab.measure.problem import Problem
 
@@ -37,7 +38,7 @@ def check_in_child(variant, problem: Problem, extra_shapes: int) -> dict:
     if problem.causal:
         argv.append("--causal")
     try:
-        res = subprocess.run(argv, capture_output=True, text=True, env=child_env(), timeout=CHECK_TIMEOUT_S)
+        res = children.run(argv, capture_output=True, text=True, env=child_env(), timeout=CHECK_TIMEOUT_S)
     except subprocess.TimeoutExpired:
         raise CheckFailed(f"{variant.id}'s check did not finish in {CHECK_TIMEOUT_S} s (a hang?)") from None
     try:

@@ -80,6 +80,8 @@ class Problem:
 
     def to_dict(self) -> dict:
         d = asdict(self)
+        if not self.gqa:
+            d.pop("heads_kv")   # stored problems without GQA read and round-trip as before
         d.update(flops=self.flops, min_bytes=self.min_bytes, label=self.label())
         return d
 

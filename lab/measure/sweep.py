@@ -444,6 +444,12 @@ def execute(sweep, gpus: list[str] | None = None, measure_with: str | None = Non
         else:
             run_in_process(sweep, sweep.missing_cells(), measure_with, show_progress)
     except KeyboardInterrupt:
+        if not sweep.rows() and sweep.manifest.get("status") == "running" and not sweep.manifest.get("cells_planned"):
+            import shutil
+
+            shutil.rmtree(sweep.path, ignore_errors=True)   # nothing finished: nothing to keep or resume
+            sweep.manifest.update(cells_done=0, removed=True)
+            raise
         sweep.finalize("interrupted", ["interrupted (Ctrl-C): the finished cells are kept"])
         raise
     except BaseException:

@@ -28,6 +28,7 @@ from typing import Any, Iterable, Sequence
 
 import pandas as pd
 
+from lab import children
 from lab.errors import LabError
 
 # ----------------------------------------------------------------------------- section sets
@@ -259,7 +260,7 @@ def run_ncu(cmd: list[str], log_path: str | os.PathLike, env: dict | None = None
     log_path = Path(log_path)
     report_path = Path(cmd[cmd.index("-o") + 1])
     try:
-        res = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
+        res = children.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
                              timeout=timeout_s, errors="replace")
         text = res.stdout or ""
         returncode = res.returncode

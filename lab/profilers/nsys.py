@@ -27,6 +27,7 @@ from typing import NamedTuple
 
 import pandas as pd
 
+from lab import children
 from lab.errors import LabError
 
 # ----------------------------------------------------------------------------------- raw events
@@ -199,7 +200,7 @@ def profile(target_argv: list[str], output_stem: Path, range_name: str, env: dic
     child_env["TMPDIR"] = str(scratch)
     try:
         try:
-            out = subprocess.run(cmd, capture_output=True, text=True, env=child_env, timeout=timeout_s)
+            out = children.run(cmd, capture_output=True, text=True, env=child_env, timeout=timeout_s)
         except subprocess.TimeoutExpired:
             raise LabError(f"nsys profile ran past {timeout_s:.0f} s: {' '.join(cmd)}")
         text = out.stdout + out.stderr

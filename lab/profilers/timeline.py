@@ -26,6 +26,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from lab import children
 from lab.errors import LabError
 from lab.profilers import kineto, nsys
 from lab.profilers.nsys import EventTables
@@ -413,14 +414,14 @@ def collect_timeline(target_argv: list[str], out_dir: Path, range_name: str, rep
                                  launches_per_range=repeats, artifacts={"nsys_rep": rep, "sqlite": db, "log": log})
                 if tl.launch_overhead is None:
                     tl.launch_overhead = capture_window_overhead(events, repeats)
-                return _require_range(tl, range_name)
+                return require_range(tl, range_name)
             except nsys.NoReport as e:
                 reason = str(e)
     trace = out_dir / "torch_trace.json"
     log = out_dir / "torch_profiler.log"
     cmd = argv + ["--torch-profile", str(trace)]
     try:
-        res = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout_s)
+        res = children.run(cmd, capture_output=True, text=True, env=env, timeout=timeout_s)
     except subprocess.TimeoutExpired:
         raise LabError(f"the torch.profiler child ran past {timeout_s:.0f} s: {' '.join(cmd)}")
     log.write_text(" ".join(cmd) + "\n\n" + res.stdout + res.stderr)
@@ -429,7 +430,7 @@ def collect_timeline(target_argv: list[str], out_dir: Path, range_name: str, rep
         raise LabError(f"the torch.profiler child failed (exit {res.returncode}, no trace written): {tail}")
     tl = from_events(kineto.read_trace(trace), reason=reason, input_format="torch.profiler trace",
                      range_name=range_name, launches_per_range=repeats, artifacts={"trace": trace, "log": log})
-    return _require_range(tl, range_name)
+    return require_range(tl, range_name)
 
 
 def capture_window_overhead(ev: EventTables, launches: int) -> dict | None:
@@ -455,7 +456,7 @@ def capture_window_overhead(ev: EventTables, launches: int) -> dict | None:
     return over
 
 
-def _require_range(tl: Timeline, range_name: str) -> Timeline:
+def require_range(tl: Timeline, range_name: str) -> Timeline:
     if tl.launch_overhead is None:
         seen = sorted(set(tl.nvtx["range"])) if "range" in tl.nvtx else []
         raise LabError(f"the {tl.source} timeline has no kernel launched inside range {range_name!r} "

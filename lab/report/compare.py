@@ -8,12 +8,13 @@ shapes are still compared fairly; for the same shape it is the same test as on t
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 from lab.errors import LabError
 from lab.report.formatting import fmt_change, fmt_num, fmt_pct
 from lab.report.rundata import RunData, ci_overlap, first_metric, load
-from lab.store.runs import find_run
+from lab.store.runs import find_run, open_root
 
 DEFAULT_THRESHOLD_PCT = 5.0
 
@@ -160,8 +161,23 @@ def compare_runs(a: RunData, b: RunData, threshold_pct: float = DEFAULT_THRESHOL
                       baselines, metrics, findings)
 
 
+def check_threshold(threshold_pct: float) -> float:
+    """A regression threshold must be a finite percentage >= 0: NaN would compare false against
+    every change and switch the gate off; a negative one would call a faster run a regression."""
+    if not isinstance(threshold_pct, (int, float)) or not math.isfinite(threshold_pct) or threshold_pct < 0:
+        raise LabError(f"--threshold must be a finite percentage >= 0, got {threshold_pct}",
+                       hint=f"e.g. --threshold {DEFAULT_THRESHOLD_PCT:g} (percent of TFLOP/s B may lose)")
+    return float(threshold_pct)
+
+
 def compare_ids(a_id: str, b_id: str, threshold_pct: float = DEFAULT_THRESHOLD_PCT, root=None) -> Comparison:
-    return compare_runs(load(find_run(a_id, root)), load(find_run(b_id, root)), threshold_pct)
+    threshold_pct = check_threshold(threshold_pct)
+    root = open_root(root)
+    a, b = find_run(a_id, root), find_run(b_id, root)
+    if a.path.resolve() == b.path.resolve():
+        raise LabError(f"{a_id!r} and {b_id!r} are the same run ({a.id}): a run compared with itself shows no change",
+                       hint="pass two different runs; `lab report` lists them")
+    return compare_runs(load(a), load(b), threshold_pct)
 
 
 def text_lines(c: Comparison) -> list[str]:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import os
 import webbrowser
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 
@@ -27,9 +27,9 @@ from lab.errors import LabError
 from lab.report.formatting import (fmt_bytes, fmt_change, fmt_ms, fmt_num, fmt_pct, fmt_shell, fmt_times, is_missing,
                             speed_phrase)
 from lab.measure.problem import DTYPE_BYTES
-from lab.report.rundata import (DURATION, RunData, Table, ci_overlap, dram_bytes, findings_context, ladder_neighbour, load,
+from lab.report.rundata import (DURATION, RunData, RunDamaged, Table, ci_overlap, dram_bytes, findings_context, ladder_neighbour, load,
                          load_all, memory_levels, occupancy, performance_rows, sass_fp32_flops, stall_reasons)
-from lab.store.runs import REPO_ROOT, find_run, store_root
+from lab.store.runs import REPO_ROOT, DamagedRun, find_run, open_root
 
 TEMPLATES_DIR = REPO_ROOT / "templates"
 DEFAULT_OUT = REPO_ROOT / "reports"
@@ -178,12 +178,17 @@ def headline(rd: RunData, perf: list[dict], fctx: dict) -> list[str]:
         out.append(s + (f", {fmt_pct(pct)} of the {perf[0]['peak_name']} peak." if pct is not None else "."))
     else:
         out.append(f"{rd.variant_id} has no timing stored for {p.label()} on {rd.device_name}.")
-    fb = rd.fastest_baseline()
-    if fb and rd.median_ms:
-        ratio = fb["median_ms"] / rd.median_ms
-        name = f"SDPA {fb.get('backend') or fb.get('name')} ({fb.get('dtype')})"
-        out.append(f"The fastest SDPA backend measured, {name}, took {fmt_ms(fb['median_ms'])}: "
-                   f"ours is {speed_phrase(ratio, name)}.")
+    cmp = rd.baseline_comparison()
+    same, cross = cmp["same"], cmp["cross"]
+    if same:
+        out.append(f"The fastest SDPA backend measured in {p.dtype}, {same['name']}, took "
+                   f"{fmt_ms(same['baseline']['median_ms'])}: ours is {speed_phrase(same['ratio'], same['name'])}.")
+    elif rd.median_ms and rd.baselines:
+        out.append(f"No SDPA backend ran in {p.dtype} here, so there is no same-dtype comparison.")
+    if cross:
+        out.append(f"Across dtypes (not like for like: {cross['baseline'].get('dtype')} against our {p.dtype}), the fastest "
+                   f"is {cross['name']} at {fmt_ms(cross['baseline']['median_ms'])}: ours is "
+                   f"{speed_phrase(cross['ratio'], cross['name'])}.")
     c = rd.correctness
     if "passed" in c:
         out.append(f"Correctness {'passed' if c['passed'] else 'FAILED'}: max abs error {fmt_num(c.get('max_abs_err'))}"
@@ -299,10 +304,12 @@ def ladder_groups(runs: list[RunData]) -> list[dict]:
 def index_context(runs: list[RunData]) -> dict:
     rows = []
     for r in sorted(runs, key=lambda r: (r.manifest.get("created_utc", ""), r.id), reverse=True):
-        fb = r.fastest_baseline()
+        cmp = r.baseline_comparison()
+        same, cross = cmp["same"], cmp["cross"]
         rows.append({"rd": r, "pct_peak": r.pct_of_peak(r.tflops, r.problem.dtype),
-                     "best_ratio": (fb["median_ms"] / r.median_ms) if (fb and r.median_ms) else None,
-                     "best_name": f"{fb.get('backend') or fb.get('name')} {fb.get('dtype')}" if fb else None,
+                     "best_ratio": same["ratio"] if same else None,
+                     "best_name": same["name"] if same else None,
+                     "cross_ratio": cross["ratio"] if cross else None, "cross_name": cross["name"] if cross else None,
                      "passed": r.correctness.get("passed")})
     return {"rows": rows, "groups": ladder_groups(runs),
             "rungs": sorted({r.variant_id for r in runs}), "shapes": sorted({r.problem.label() for r in runs}),
@@ -354,19 +361,24 @@ class Rendered:
     pages: dict[str, Path]
     comparisons: list[Path]
     empty_store: Path | None = None   # set when the store held no run: the index says so
+    damaged: list = field(default_factory=list)   # lab.store.runs.DamagedRun: left out, with the reason
 
     def empty_message(self) -> str | None:
         if self.empty_store is None:
             return None
+        if self.damaged:
+            return f"no readable runs in {self.empty_store}: {len(self.damaged)} damaged (listed above)"
         return (f"no stored runs in {self.empty_store} (nor in {self.empty_store / 'examples'}); "
                 f"`lab profile --variant v1` records one on a GPU machine")
 
 
 def render(out: Path | None = None, root: Path | None = None, run_id: str | None = None) -> Rendered:
     """Write index.html, one page per run (or only `run_id`'s) and the comparison of each rung with
-    its previous rung. Raises LabError when there is nothing to render or a run is malformed."""
-    root = Path(root) if root else store_root()
-    runs = load_all(root)
+    its previous rung. A damaged run (an unreadable manifest or table) is left out and listed with
+    its reason in `Rendered.damaged` and on the index; the others render. Raises LabError when the
+    store is not one, or when the run asked for by `run_id` is damaged."""
+    root = open_root(root)
+    runs, damaged = load_all(root)
     selected = runs
     if run_id is not None:
         wanted = find_run(run_id, root)
@@ -380,25 +392,48 @@ def render(out: Path | None = None, root: Path | None = None, run_id: str | None
     sweeps = render_sweeps(out_dir, root) if run_id is None else []
     if not runs:   # not an error: an index that says so, and a message from the CLI
         index = out_dir / "index.html"
-        _write(index, env.get_template("index.html").render(**index_context([]), store=root, sweeps=sweeps))
-        return Rendered(index, {}, [], empty_store=None if sweeps else root)
+        _write(index, env.get_template("index.html").render(**index_context([]), store=root, damaged=damaged,
+                                                                   sweeps=sweeps))
+        return Rendered(index, {}, [], empty_store=None if sweeps else root, damaged=damaged)
     page_t = env.get_template("run.html")
     pages, comparisons = {}, []
-    for rd in selected:
-        ctx = run_context(rd, runs, out_dir)
+
+    def set_aside(e: RunDamaged, current: RunData) -> None:
+        bad = next((r for r in runs if r.run.path == e.path), current)
+        if bad in runs:
+            runs.remove(bad)
+        damaged.append(DamagedRun(e.path, e.reason))
+        if run_id is not None and bad in selected:
+            raise e
+
+    for rd in list(selected):
+        html = ctx = None
+        while rd in runs:   # a neighbour found damaged on the way is set aside and the page redone
+            try:
+                ctx = run_context(rd, runs, out_dir)
+                html = page_t.render(**ctx)
+                break
+            except RunDamaged as e:
+                set_aside(e, rd)
+        if html is None:
+            continue
         path = out_dir / f"{rd.id}.html"
-        _write(path, page_t.render(**ctx))
+        _write(path, html)
         pages[rd.id] = path
         if ctx["gain"]:
-            comparisons.append(render_compare(compare_runs(ctx["gain"]["prev"], rd), out_dir))
+            try:
+                comparisons.append(render_compare(compare_runs(ctx["gain"]["prev"], rd), out_dir))
+            except RunDamaged as e:
+                set_aside(e, rd)
     index = out_dir / "index.html"
     if run_id is not None:
         from lab.report.sweeppage import sweep_index_rows
         from lab.store.sweeps import list_sweeps
 
         sweeps = sweep_index_rows(list_sweeps(root))   # the index lists them; their pages stay as they are
-    _write(index, env.get_template("index.html").render(**index_context(runs), store=root, sweeps=sweeps))
-    return Rendered(index, pages, comparisons)
+    _write(index, env.get_template("index.html").render(**index_context(runs), store=root, damaged=damaged,
+                                                               sweeps=sweeps))
+    return Rendered(index, pages, comparisons, damaged=damaged)
 
 
 def render_sweeps(out_dir: Path, root: Path) -> list[dict]:

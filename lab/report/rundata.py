@@ -1,8 +1,8 @@
-"""A stored run, read once and validated, and the numbers a page derives from it.
+"""A stored run, read once, and the numbers a page derives from it.
 
-`RunData` wraps one run of the store: its manifest checked field by field (a malformed run is a
-LabError naming the field, never a KeyError deep inside a template), and its Parquet tables read at
-most once, straight into plain rows with pyarrow. The functions below derive what the pages state
+`RunData` wraps one run of the store: its manifest (checked field by field by lab.store.manifest
+when the run was read: a malformed run is a LabError naming the field, never a KeyError deep inside
+a template), and its Parquet tables read at most once, straight into plain rows with pyarrow. The functions below derive what the pages state
 from those stored values only (bytes per memory level, warp stall reasons, the occupancy limiter,
 the performance table, the rung before and after on the ladder, the stored findings), so `lab report`
 and `lab compare` need neither the analysis code nor torch, a GPU, ncu or nsys. Where a value is
@@ -27,7 +27,7 @@ from lab.ladder import registry
 from lab.errors import LabError
 from lab.report.formatting import fmt_num, fmt_pct, speed_phrase
 from lab.measure.problem import DTYPE_BYTES, Problem
-from lab.store.runs import Run, list_runs, store_root
+from lab.store.runs import DamagedRun, Run, open_root, scan_runs
 
 SECTOR_BYTES = 32          # an L1/L2/DRAM sector, the unit ncu counts memory traffic in
 
@@ -49,29 +49,19 @@ PAGE_METRICS = re.compile(
     r"|lts__t_(bytes|sectors)\.sum|l1tex__t_(bytes|sectors)_pipe_lsu_mem_(global|local)_op_(ld|st)\.sum)$")
 
 
-# -------------------------------------------------------------------------- manifest checks
+class RunDamaged(LabError):
+    """A stored run found unreadable while a page was being made (a table file missing or corrupt):
+    `lab report` lists it as damaged and renders the others."""
 
-def _bad(run: Run, what: str) -> LabError:
-    return LabError(f"{run.path}: malformed manifest: {what}",
-                    hint="a run is written by `lab profile`; move a damaged run out of the store")
-
-
-def _dict_field(run: Run, m: dict, key: str, required: bool = False) -> dict:
-    v = m.get(key)
-    if v is None:
-        if required:
-            raise _bad(run, f"'{key}' is missing")
-        return {}
-    if not isinstance(v, dict):
-        raise _bad(run, f"'{key}' should be an object, got {type(v).__name__}")
-    return v
+    def __init__(self, run: Run, what: str):
+        super().__init__(f"{run.path}: malformed run: {what}",
+                         hint="a run is written by `lab profile`; move a damaged run out of the store")
+        self.path = run.path
+        self.reason = what
 
 
-def _number(run: Run, d: dict, key: str, where: str):
-    v = d.get(key)
-    if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float))):
-        raise _bad(run, f"'{where}.{key}' should be a number, got {v!r}")
-    return v
+def _bad(run: Run, what: str) -> RunDamaged:
+    return RunDamaged(run, what)
 
 
 # ----------------------------------------------------------------------------------- a run
@@ -84,35 +74,17 @@ class RunData:
     _tables: dict = field(default_factory=dict)
 
     def __post_init__(self):
+        # the manifest was checked field by field when the run was read (lab.store.manifest); the
+        # sections are kept as plain dicts here, the shape pages and templates read
         m = self.run.manifest
-        if not isinstance(m.get("run_id"), str):
-            raise _bad(self.run, "'run_id' is missing")
-        self.variant = _dict_field(self.run, m, "variant", required=True)
-        if not isinstance(self.variant.get("id"), str):
-            raise _bad(self.run, "'variant.id' is missing")
-        p = _dict_field(self.run, m, "problem", required=True)
-        try:
-            self.problem = Problem.from_dict(p)
-        except LabError as e:
-            raise _bad(self.run, f"problem: {e}") from None
-        except (KeyError, TypeError) as e:
-            raise _bad(self.run, f"problem lacks {e}") from None
-        self.device = _dict_field(self.run, m, "device")
-        self.timing = _dict_field(self.run, m, "timing")
-        for key in ("median", "mean", "std", "ci95_low", "ci95_high", "min", "max", "tflops"):
-            _number(self.run, self.timing, key, "timing")
-        self.correctness = _dict_field(self.run, m, "correctness")
-        self.software = _dict_field(self.run, m, "software")
-        self.peaks = _dict_field(self.run, self.device, "peaks") if self.device else {}
-        baselines = m.get("baselines") or []
-        if not isinstance(baselines, list) or not all(isinstance(b, dict) for b in baselines):
-            raise _bad(self.run, "'baselines' should be a list of objects")
-        for b in baselines:
-            for key in ("median_ms", "std_ms", "tflops", "ratio", "ci95_low", "ci95_high"):
-                _number(self.run, b, key, "baselines[]")
-        self.baselines = baselines
-        for key in ("tables", "artifacts"):
-            _dict_field(self.run, m, key)
+        self.problem = self.run.record.problem
+        self.variant = m["variant"]
+        self.device = m.get("device") or {}
+        self.timing = m.get("timing") or {}
+        self.correctness = m.get("correctness") or {}
+        self.software = m.get("software") or {}
+        self.peaks = self.device.get("peaks") or {}
+        self.baselines = m.get("baselines") or []
 
     # identity -------------------------------------------------------------------------
     @property
@@ -164,9 +136,25 @@ class RunData:
     def ok_baselines(self) -> list[dict]:
         return [b for b in self.baselines if b.get("status") == "ok" and b.get("median_ms")]
 
-    def fastest_baseline(self) -> dict | None:
-        ok = self.ok_baselines()
+    def fastest_baseline(self, dtype: str | None = None) -> dict | None:
+        """The fastest SDPA backend measured, of `dtype` where given (the rung's own dtype is the
+        fair comparison; a lower precision's backend also gains from the precision)."""
+        ok = [b for b in self.ok_baselines() if dtype is None or b.get("dtype") == dtype]
         return min(ok, key=lambda b: b["median_ms"]) if ok else None
+
+    def baseline_comparison(self) -> dict:
+        """The headline comparison: the fastest backend of the rung's own dtype ('same'), and the
+        fastest of any dtype where that one is of another dtype ('cross'), each with its ratio
+        (its time / ours: above 1, ours is faster)."""
+        out = {"same": None, "cross": None}
+        if not self.median_ms:
+            return out
+        for key, b in (("same", self.fastest_baseline(self.problem.dtype)), ("cross", self.fastest_baseline())):
+            if b is None or (key == "cross" and b.get("dtype") == self.problem.dtype):
+                continue
+            out[key] = {"baseline": b, "ratio": b["median_ms"] / self.median_ms,
+                        "name": f"SDPA {b.get('backend') or b.get('name')} ({b.get('dtype')})"}
+        return out
 
     @property
     def bottleneck(self) -> str | None:
@@ -256,13 +244,11 @@ def load(run: Run) -> RunData:
     return RunData(run)
 
 
-def load_all(root: Path | None) -> list[RunData]:
-    """Every run of the store at `root` (default: profiles/ and its examples/), validated."""
-    root = Path(root) if root else store_root()
-    if root.exists() and not root.is_dir():
-        raise LabError(f"{root} is a file, not a run store directory",
-                       hint="pass the directory that holds the runs (default: profiles/)")
-    return [load(r) for r in list_runs(root)]
+def load_all(root: Path | None) -> tuple[list[RunData], list[DamagedRun]]:
+    """Every readable run of the store at `root` (default: profiles/ and its examples/), and the
+    damaged ones with their reasons."""
+    runs, damaged = scan_runs(open_root(root))
+    return [load(r) for r in runs], damaged
 
 
 # --------------------------------------------------------------------- facts from the metrics

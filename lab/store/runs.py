@@ -4,24 +4,9 @@ A run directory appears only when complete: everything is written into a hidden 
 (`.<run-id>.partial`) that is renamed into place as the last step, so an interrupted run leaves
 nothing that `list_runs` would return. `list_runs` searches the store root and its `examples/`.
 
-Manifest (schema_version 1), the contract reports, comparisons and scripts read:
-  schema_version, run_id, created_utc, lab_version, git {commit, dirty},
-  variant {id, slug, title, source, source_sha256, changed, attacks, predicted_gain},
-  problem {batch, heads, seqlen_q, seqlen_k, head_dim, causal, dtype, flops, min_bytes, label},
-  device {name, compute_capability, sm_count, sm_clock_mhz, mem_clock_mhz, memory_bytes,
-          l2_bytes, driver, peaks {tensor_fp16_tflops, fp32_tflops, dram_tbps}},
-  software {python, torch, cuda, ncu, nsys},
-  build {flags, cache_key, ptxas [ {kernel, registers, smem_bytes, stack_bytes, spill_stores_bytes,
-         spill_loads_bytes} ]},
-  correctness {passed, max_abs_err, mean_abs_err, rel_err, tolerance, rule, shapes_checked},
-  timing {unit: "ms", median, mean, std, ci95_low, ci95_high, min, max, reps, warmup, l2_flush,
-          method, tflops, peak_memory_bytes},
-  baselines [ {name, dtype, status: "ok"|"unavailable", reason, median_ms, std_ms, ci95_low,
-               ci95_high, tflops, ratio (baseline time / ours; <1 means we are slower)} ],
-  profile {tool, command, section_set, report, error} | null,
-  timeline {source, reason, ...} | null,
-  findings_summary {bottleneck, count} | null,
-  tables {name: file}, artifacts {name: file}
+The manifest's schema is lab.store.manifest.Manifest, one typed record: RunWriter.commit writes
+it and Run reads it through that definition, so a field is declared once, and a malformed manifest
+is a LabError naming the field.
 """
 
 from __future__ import annotations
@@ -32,6 +17,7 @@ import re
 import shutil
 import tempfile
 from contextlib import contextmanager
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterator
@@ -40,8 +26,7 @@ if TYPE_CHECKING:  # pandas is imported where a table is read or written: `lab r
     import pandas as pd
 
 from lab.errors import LabError
-
-SCHEMA_VERSION = 1
+from lab.store.manifest import SCHEMA_VERSION, Manifest, ManifestError
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_ROOT = REPO_ROOT / "profiles"
 MANIFEST = "manifest.json"
@@ -83,13 +68,19 @@ class RunWriter:
             raise FileNotFoundError(self.dir / filename)
         self._artifacts[name] = filename
 
-    def commit(self) -> Path:
-        m = dict(self.manifest)
-        m["schema_version"] = SCHEMA_VERSION
-        m["run_id"] = self.final.name
-        m["tables"] = dict(self._tables)
-        m["artifacts"] = dict(self._artifacts)
-        _write_json_atomic(self.dir / MANIFEST, m)
+    def commit(self, record: Manifest | None = None) -> Path:
+        """Write the manifest and rename the run into place. The manifest is `record` (or, for
+        callers that fill `self.manifest` as a dict, that dict) with the store's own fields set,
+        checked against lab.store.manifest before anything appears: a run that would not read back
+        is never stored."""
+        d = record.to_dict() if record is not None else dict(self.manifest)
+        d.update(schema_version=SCHEMA_VERSION, run_id=self.final.name, tables=dict(self._tables),
+                 artifacts=dict(self._artifacts))
+        try:
+            checked = Manifest.from_dict(d)
+        except ManifestError as e:
+            raise LabError(f"run {self.final.name} not stored: its manifest is malformed: {e}") from None
+        _write_json_atomic(self.dir / MANIFEST, checked.to_dict())
         os.replace(self.dir, self.final)  # atomic on one filesystem: the run appears whole
         return self.final
 
@@ -130,17 +121,20 @@ def _json_default(o):
 
 
 class Run:
-    """A stored, complete run (read side)."""
+    """A stored, complete run (read side): `record` is the typed manifest, `manifest` the same
+    record as a plain dict (for pages and JSON output)."""
 
     def __init__(self, path: Path):
         self.path = path
         try:
-            self.manifest = json.loads((path / MANIFEST).read_text())
-        except (OSError, json.JSONDecodeError) as e:
+            raw = json.loads((path / MANIFEST).read_text())
+        except (OSError, ValueError) as e:   # ValueError: bad JSON or bad UTF-8
             raise LabError(f"{path} is not a lab run: cannot read {MANIFEST} ({e})") from None
-        if self.manifest.get("schema_version") != SCHEMA_VERSION:
-            raise LabError(f"{path}: manifest schema {self.manifest.get('schema_version')!r}, "
-                           f"this lab reads {SCHEMA_VERSION}")
+        try:
+            self.record = Manifest.from_dict(raw)
+        except ManifestError as e:
+            raise LabError(f"{path}: malformed manifest: {e}", hint=e.hint) from None
+        self.manifest = self.record.to_dict()
 
     @property
     def id(self) -> str:
@@ -160,28 +154,75 @@ class Run:
         return f"Run({self.id})"
 
 
-def list_runs(root: Path | None = None) -> list[Run]:
-    """Complete runs under the store root and its examples/, oldest first. Staging dirs are skipped."""
+def open_root(root: Path | str | None = None) -> Path:
+    """The store a reading command (report, compare, export) reads: `root` as given (--profiles,
+    or LAB_PROFILES), else the default. A store that was named must exist and be a directory (a
+    typo is an error, not an empty report); the default one may not exist yet."""
+    named = root is not None or bool(os.environ.get("LAB_PROFILES"))
+    path = Path(root) if root is not None else store_root()
+    if path.exists() and not path.is_dir():
+        raise LabError(f"{path} is a file, not a run store directory",
+                       hint="pass the directory that holds the runs (default: profiles/)")
+    if named and not path.exists():
+        raise LabError(f"run store {path} does not exist",
+                       hint="pass the directory that holds the runs with --profiles (default: profiles/)")
+    return path
+
+
+@dataclass
+class DamagedRun:
+    """A run directory whose manifest cannot be read: listed with its reason, never fatal to the rest."""
+
+    path: Path
+    reason: str
+
+    @property
+    def id(self) -> str:
+        return self.path.name
+
+
+def scan_runs(root: Path | None = None) -> tuple[list[Run], list[DamagedRun]]:
+    """Complete runs under the store root and its examples/, oldest first, and the damaged ones
+    (a manifest that is not JSON or not a valid record). Staging dirs are skipped."""
     root = Path(root or store_root())
     runs: list[Run] = []
+    damaged: list[DamagedRun] = []
     for base in (root, root / "examples"):
         if not base.is_dir():
             continue
         for d in sorted(base.iterdir()):
             if d.name.startswith(".") or not (d / MANIFEST).is_file():
                 continue
-            runs.append(Run(d))
-    runs.sort(key=lambda r: (r.manifest.get("created_utc", ""), r.id))
-    return runs
+            try:
+                runs.append(Run(d))
+            except LabError as e:
+                damaged.append(DamagedRun(d, str(e)))
+    runs.sort(key=lambda r: (r.manifest.get("created_utc") or "", r.id))
+    return runs, damaged
+
+
+def list_runs(root: Path | None = None) -> list[Run]:
+    """The complete, readable runs of the store (see scan_runs for the damaged ones)."""
+    return scan_runs(root)[0]
 
 
 def find_run(run_id: str, root: Path | None = None) -> Run:
+    """A run by its id, a prefix of it, or its folder's path."""
     p = Path(run_id)
-    if (p / MANIFEST).is_file():
+    try:
+        is_dir_run = (p / MANIFEST).is_file()
+    except OSError:   # a name too long for the filesystem is not a path to a run
+        is_dir_run = False
+    if is_dir_run:
         return Run(p)
-    matches = [r for r in list_runs(root) if r.id == run_id or r.id.startswith(run_id)]
+    runs, damaged = scan_runs(root)
+    matches = [r for r in runs if r.id == run_id or r.id.startswith(run_id)]
     if not matches:
-        raise LabError(f"no stored run {run_id!r}", hint="`lab report` lists the stored runs")
+        bad = next((d for d in damaged if d.id == run_id or d.id.startswith(run_id)), None)
+        if bad is not None:
+            raise LabError(f"run {bad.id} is damaged: {bad.reason}")
+        shown = run_id if len(run_id) <= 80 else run_id[:77] + "..."
+        raise LabError(f"no stored run {shown!r}", hint="`lab report` lists the stored runs")
     if len(matches) > 1 and not any(r.id == run_id for r in matches):
         raise LabError(f"run id {run_id!r} is ambiguous: {', '.join(r.id for r in matches[:5])}")
     return next((r for r in matches if r.id == run_id), matches[0])

@@ -2,14 +2,17 @@
 
   * ../shared/fixtures/ncu-public/: public reports written on a Turing GPU (sgemm naive and
     coalesced, dot product, vector add).
-  * tests/fixtures/ncu/: reports recorded on the lab's H200 by tests/planted/record.sh: eight
-    kernels with one planted bottleneck each (in two section sets) and the torch SDPA backends.
+  * tests/fixtures/ncu/: reports recorded on the lab's H200 by tests/planted/record.sh: ten
+    kernels with one planted bottleneck each (built with -lineinfo, sources imported; `detailed` and
+    `basic` sets; an older 8-kernel `lab-all` report) and the torch SDPA backends.
+  * profiles/examples/: the shipped ladder runs (v1 and v5 verdicts, v1's hot lines).
 Expected answers come from how the kernels were built (tests/planted/planted.cu) or from ncu_report
 itself, never from numbers copied out of the reports.
 """
 
 import json
 import math
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -21,6 +24,7 @@ from lab.analysis import findings as analysis
 
 from lab.analysis import metrics as derived_metrics
 
+from lab.analysis import lines as source_lines
 from lab.analysis import rules as ncu_rules
 from lab.cli import main
 from lab.profilers import ncu
@@ -33,6 +37,9 @@ NAIVE = PUBLIC / "LakshyaSingh354__CudaCode__gemm_reps_naive.ncu-rep"
 COALESCED = PUBLIC / "LakshyaSingh354__CudaCode__gemm_reps_global_mem_coalesce.ncu-rep"
 DOT = PUBLIC / "LakshyaSingh354__CudaCode__stage1_reps_dot_product.ncu-rep"
 PLANTED = {"detailed": OURS / "planted-detailed.ncu-rep.xz", "lab-all": OURS / "planted-lab-all.ncu-rep.xz"}
+BASIC = OURS / "planted-basic.ncu-rep.xz"
+VEC_ADD = PUBLIC / "LakshyaSingh354__CudaCode__stage1_reps_vec_add.ncu-rep"
+RUNG_WORDS = re.compile(r"K/V|\bQ, K\b|\brung\b|\bv\d\b|query dimension|attention")
 SDPA = OURS / "sdpa-detailed.ncu-rep.xz"
 
 # The bottleneck each planted kernel was built to have (tests/planted/planted.cu's table).
@@ -45,6 +52,7 @@ PLANTED_CLASS = {
     "planted_bandwidth_copy": "memory-bound",
     "planted_divergence": "divergence",
     "planted_occupancy_smem": "occupancy-limited",
+    "planted_local_heavy": "local-memory",
 }
 SDPA_PROBLEM = Problem(4, 16, 2048, 2048, 128, False, "float16")   # tests/planted/sdpa.py's SHAPE
 
@@ -73,23 +81,40 @@ def test_naive_sgemm_is_uncoalesced_or_memory_bound():
 
 @needs_public
 def test_coalesced_sgemm_is_not_uncoalesced():
+    # Each warp of sgemm_global_mem_coalesce reads one element of A at a time (a broadcast) and a row of
+    # B (coalesced): 26.4 of 32 bytes used per sector on average, yet SourceCounters counts no excessive
+    # sector. Nsight's access-pattern rule fires on the bytes; the lab must not call it uncoalesced.
+    import ncu_report
+
+    ctx = ncu_report.load_report(str(COALESCED))
+    excess = [a for r in ctx for a in (r.action_by_idx(i) for i in range(r.num_actions()))]
+    assert all(a["derived__memory_l2_theoretical_sectors_global_excessive"].value() == 0 for a in excess)
+    assert any(r["rule_id"] == "MemoryCacheAccessPattern" and "Global Load" in r["title"]
+               for r in ncu.rule_results(COALESCED))
     for a in analysis.analyze_report(COALESCED):
-        assert a.bottleneck != "uncoalesced-global"
+        assert "uncoalesced-global" not in [f.cls for f in a.findings]
         assert a.findings, "a kernel at 80%+ of a unit's peak must have a finding"
 
 
 @needs_public
-def test_dot_product_store_pattern_found():
-    # dot_prod writes one float per 32-byte sector (Nsight: "only 4.0 of the 32 bytes"): the lab
-    # names it, with Nsight's own estimate kept, among the two most important findings.
+def test_single_lane_store_is_not_uncoalesced():
+    # dot_prod's thread 0 stores one float per block: Nsight's store-pattern rule reports "4.0 of the 32
+    # bytes" used, but one 4-byte store needs one sector and wastes none (no excessive sector).
     res = {a.kernel.split("(")[0]: a for a in analysis.analyze_report(DOT)}
-    top2 = [f.cls for f in res["dot_prod"].findings[:2]]
-    assert "uncoalesced-global" in top2
-    nsight = [r for r in ncu.rule_results(DOT) if r["kernel_index"] == res["dot_prod"].kernel_index
-              and r["rule_id"] == "MemoryCacheAccessPattern"]
-    f = next(f for f in res["dot_prod"].findings if f.cls == "uncoalesced-global")
-    assert f.est_speedup_pct is not None
-    assert nsight and math.isclose(f.est_speedup_pct, max(r["est_speedup_pct"] for r in nsight), rel_tol=0.2)
+    assert any(r["rule_id"] == "MemoryCacheAccessPattern" and r["kernel_index"] == res["dot_prod"].kernel_index
+               for r in ncu.rule_results(DOT))
+    assert res["dot_prod"].derived["global_excess_sector_share"] == 0
+    assert "uncoalesced-global" not in [f.cls for f in res["dot_prod"].findings]
+
+
+@needs_public
+def test_vector_add_advice_is_for_a_vector_add():
+    # a vector add at DRAM speed: memory-bound on DRAM, and nothing about attention, K/V tiles or rungs
+    (a,) = analysis.analyze_report(VEC_ADD)
+    assert a.bottleneck == "memory-bound" and "DRAM" in a.findings[0].title
+    for f in a.findings:
+        assert not RUNG_WORDS.search(f.advice), f.advice
+    assert not any(f.cls == "compute-bound" and "Instruction issue is the limit" in f.advice for f in a.findings)
 
 
 @needs_public
@@ -103,7 +128,8 @@ def test_json_contract_and_values_equal_ncu_report(tmp_path):
     actions = [r.action_by_idx(i) for r in ctx for i in range(r.num_actions())]
     assert len(out) == len(actions)
     for obj, a in zip(out, actions):
-        assert set(obj) == {"kernel", "duration_ns", "device", "metrics", "bottleneck", "findings"}
+        assert {"kernel", "duration_ns", "device", "metrics", "bottleneck", "findings", "lines",
+                "lines_status"} <= set(obj)
         assert obj["kernel"] == a.name(a.NameBase_DEMANGLED)
         assert obj["duration_ns"] == a["gpu__time_duration.sum"].value()
         assert obj["device"] == a["device__attribute_display_name"].value()
@@ -114,49 +140,21 @@ def test_json_contract_and_values_equal_ncu_report(tmp_path):
         classes = [f["class"] for f in obj["findings"]]
         assert len(classes) == len(set(classes))
         for f in obj["findings"]:
-            assert set(f) == {"class", "title", "severity", "est_speedup_pct", "evidence", "advice", "source"}
+            assert {"class", "title", "severity", "est_speedup_pct", "evidence", "advice", "source", "ranked_by",
+                    "estimates", "lines"} <= set(f)
             assert f["class"] in analysis.CLASSES
             assert f["severity"] in ("high", "medium", "low")
             assert f["source"] == "lab" or f["source"].startswith("ncu-rule:")
-            assert f["advice"] and isinstance(f["evidence"], dict)
-
-
-@needs_public
-def test_noise_rules_are_dropped_and_mapped_rules_kept():
-    rules = ncu.rule_results(DOT)
-    assert any(r["rule_id"] == "MemoryL2Compression" for r in rules)      # Nsight emits it on every kernel
-    assert all(ncu_rules.map_rule(r) is None for r in rules if r["rule_id"] == "MemoryL2Compression")
-    for r in rules:
-        cls = ncu_rules.map_rule(r)
-        assert cls is None or cls in analysis.CLASSES
-        if r["type"] == "INFO":
-            assert cls is None
-
-
-# ----------------------------------------------------------------------------- bad input through the CLI
-
-@needs_public
-@pytest.mark.parametrize("make, message", [
-    (lambda d: d / "missing.ncu-rep", "no such file"),
-    (lambda d: (d / "notes.ncu-rep").write_text("these are my notes\n") and d / "notes.ncu-rep", "not an Nsight Compute report"),
-    (lambda d: (d / "cut.ncu-rep").write_bytes(NAIVE.read_bytes()[: NAIVE.stat().st_size // 2]) and d / "cut.ncu-rep",
-     "truncated or damaged"),
-    (lambda d: d, "folder"),
-])
-def test_bad_reports_exit_2(tmp_path, make, message):
-    res = CliRunner().invoke(main, ["analyze", str(make(tmp_path))])
-    assert res.exit_code == 2, res.output
-    assert message in res.output
-    assert "Traceback" not in res.output
-
-
-@needs_public
-@pytest.mark.parametrize("args, message", [(["--kernel", "("], "bad --kernel regex"),
-                                           (["--kernel", "no_such_kernel"], "no kernel in the report matches"),
-                                           (["--shape", "4,16,x,64"], "bad shape")])
-def test_bad_options_exit_2(args, message):
-    res = CliRunner().invoke(main, ["analyze", str(DOT), *args])
-    assert res.exit_code == 2 and message in res.output
+            assert f["estimates"] and f["estimates"][0]["source"] == f["ranked_by"]
+        # the public reports were built without -lineinfo: SASS-level rows, each with its PC, and a note
+        assert obj["lines_status"] == "no-lineinfo" and "-lineinfo" in obj["lines_note"]
+        total = sum(a["smsp__pcsamp_sample_count"].value() for _ in [0])
+        assert obj["lines"] and all(r["file"] is None and r["pc"].startswith("0x") for r in obj["lines"])
+        pct = [r["samples_pct"] for r in obj["lines"]]
+        assert pct == sorted(pct, reverse=True) and sum(pct) == pytest.approx(100, abs=0.5) and total > 0
+        for r in obj["lines"]:
+            assert {"file", "line", "samples_pct", "stalls", "inst_executed", "excess_global_sectors",
+                    "excess_shared_wavefronts", "divergent_branches", "sass"} <= set(r)
 
 
 @needs_public
@@ -176,7 +174,10 @@ def test_terminal_view_names_bottleneck_and_next_step():
 def test_planted_bottleneck_found(section_set, kernel, planted):
     path = PLANTED[section_set]
     _need(path)
-    a = _by_function(analysis.analyze_report(path), path)[kernel]
+    found = _by_function(analysis.analyze_report(path), path)
+    if kernel not in found:
+        pytest.skip(f"{kernel} is newer than the {section_set} report")
+    a = found[kernel]
     top2 = [f.cls for f in a.findings[:2]]
     assert planted in top2, f"{kernel}: {[(f.cls, f.title, round(f.rank, 1)) for f in a.findings]}"
 
@@ -191,21 +192,110 @@ def test_planted_evidence_is_quantified():
     nway = derived_metrics.bank_conflict_nway(derived_metrics.KernelMetrics(ncu.load_report(path).iloc[1].to_dict()))
     assert nway and 24 <= nway[0][1] <= 32
     assert bank.rank > 50
-    # 4-byte loads with lanes 128 bytes apart: ~4 of 32 bytes used per sector
+    # 4-byte loads with lanes 128 bytes apart: ~4 of 32 bytes used per sector, 7 of 8 sectors excessive
     row = ncu.load_report(path).iloc[0].to_dict()
     (_, used, _), = derived_metrics.global_bytes_per_sector(derived_metrics.KernelMetrics(row))
     assert 3.5 <= used <= 6
+    assert res["planted_uncoalesced"].derived["global_excess_sector_share"] == pytest.approx(7 / 8, abs=0.05)
     # the smem kernel's limiter is shared memory, one 128-thread block per SM: 4 of 64 warps
     occ = res["planted_occupancy_smem"]
     assert occ.derived["occupancy_limiter"] == "shared memory"
     assert occ.metrics["sm__maximum_warps_per_active_cycle_pct"] == pytest.approx(100 * 4 / 64)
     # one lane of 32 runs the loop body
     assert res["planted_divergence"].derived["threads_per_instruction"] < 4
-    # the FFMA loop on an H200 (tensor cores, none used) is sent to the mma.sync rung
+    # the FFMA loop on an H200 (tensor cores, none used) is sent to the tensor cores, in general terms:
+    # a planted kernel is no rung of the ladder
     fma = res["planted_fma_bound"].findings[0]
-    assert fma.cls == "compute-bound" and "v5" in fma.advice
+    assert fma.cls == "compute-bound" and "tensor cores" in fma.advice and not RUNG_WORDS.search(fma.advice)
     # 4 CTAs: the advice is to launch more of them
     assert "CTAs" in res["planted_small_grid"].findings[0].advice
+
+
+def test_broadcast_loads_are_not_uncoalesced():
+    # all 32 lanes read one address: 4 of a sector's 32 bytes used, no sector wasted
+    path = PLANTED["detailed"]
+    _need(path)
+    a = _by_function(analysis.analyze_report(path), path)["planted_broadcast"]
+    row = ncu.load_report(path).iloc[a.kernel_index]
+    # one sector per warp-wide request, 32 active lanes: 4 distinct bytes of each 32-byte sector are used
+    assert row["memory_l2_theoretical_sectors_global"] / row["memory_l1_tag_requests_global"] == pytest.approx(1, abs=0.02)
+    assert a.derived["threads_per_instruction"] > 30
+    assert a.derived["global_excess_sector_share"] == 0
+    assert "uncoalesced-global" not in [f.cls for f in a.findings]
+
+
+def test_local_memory_heavy_kernel_ranks_local_first():
+    # most load/store traffic is a run-time-indexed per-thread array; a strided global read is a minor part
+    path = PLANTED["detailed"]
+    _need(path)
+    a = _by_function(analysis.analyze_report(path), path)["planted_local_heavy"]
+    assert a.derived["local_share"] > 0.5 and a.derived["global_excess_sector_share"] > 0.5
+    assert a.bottleneck == "local-memory"
+    classes = [f.cls for f in a.findings]
+    assert "uncoalesced-global" not in classes or classes.index("uncoalesced-global") > classes.index("local-memory")
+    local = a.findings[0]
+    k = a.lines
+    cited = {(c["file"], c["line"]) for c in local.lines}
+    assert cited and all(any(op.startswith(("LDL", "STL")) for op in r["sass"])
+                         for r in k["lines"] if (source_lines._short(r["file"]), r["line"]) in cited)
+
+
+def test_findings_cite_the_planted_lines():
+    # each cause points at the line that plants it, read back from the source ncu imported into the report
+    path = PLANTED["detailed"]
+    _need(path)
+    res = _by_function(analysis.analyze_report(path), path)
+    src = source_lines.source_texts(path)
+    assert any(f.endswith("planted.cu") for f in src), "--import-source yes put the code in the report"
+    expect = {"planted_uncoalesced": ("uncoalesced-global", "row[j]"),
+              "planted_bank_conflicts": ("bank-conflicts", "mine[(k * 7) & 31]"),
+              "planted_local_memory": ("local-memory", "arr["),
+              "planted_divergence": ("divergence", "lane == r")}
+    for kernel, (cls, code) in expect.items():
+        f = next(f for f in res[kernel].findings if f.cls == cls)
+        top = f.lines[0]
+        file = next(p for p in src if p.endswith(top["file"]))
+        assert code in source_lines.source_line(src, file, top["line"]), (kernel, top)
+        assert f"planted.cu:{top['line']}" in f.advice
+
+
+def test_basic_set_report_says_what_records_lines():
+    # ncu's `basic` set has no SourceCounters: the analysis runs, with no lines and the flag that records them
+    _need(BASIC)
+    res = CliRunner().invoke(main, ["analyze", str(BASIC), "--json"])
+    assert res.exit_code == 0, res.output
+    for obj in json.loads(res.output):
+        assert obj["lines"] == [] and obj["lines_status"] == "no-source-counters"
+        assert "SourceCounters" in obj["lines_note"] and "--set" in obj["lines_note"]
+    res = CliRunner().invoke(main, ["analyze", str(BASIC), "--lines", "3", "--kernel", "planted_small_grid"])
+    assert res.exit_code == 0 and "SourceCounters" in res.output
+
+
+def test_severity_follows_the_gain_it_is_ranked_by():
+    for path in (PLANTED["detailed"], SDPA):
+        if not path.exists():
+            continue
+        for a in analysis.analyze_report(path):
+            gains = [f.rank for f in a.findings]
+            assert gains == sorted(gains, reverse=True)
+            for f in a.findings:
+                if f.est_speedup_pct is not None:
+                    assert f.est_speedup_pct == pytest.approx(f.rank)
+                    assert f.severity == analysis._severity(f.rank, analysis._lowered(f.evidence))
+
+
+def test_launch_bound_uses_the_measured_overhead():
+    path = PLANTED["detailed"]
+    _need(path)
+    df = ncu.load_report(path)
+    short = df.loc[[df["gpu__time_duration.sum"].idxmin()]]
+    d = float(short["gpu__time_duration.sum"].iloc[0])
+    (a,) = analysis.analyze_frame(short, ncu.rule_results(path), launch_overhead_ns=d)   # as long as the kernel
+    f = next(f for f in a.findings if f.cls == "launch-bound")
+    assert f.evidence["lab__launch_overhead_ns"] == round(d) and f.evidence["lab__launch_overhead_source"] == "timeline"
+    assert f.estimates[0]["est_speedup_pct"] == pytest.approx(50.0, abs=0.01)
+    (b,) = analysis.analyze_frame(short, ncu.rule_results(path), launch_overhead_ns=d / 100)
+    assert "launch-bound" not in [f.cls for f in b.findings]
 
 
 def test_missing_metrics_lower_confidence_never_crash():
@@ -252,9 +342,11 @@ def test_sdpa_verdicts():
     res = {a.kernel_index: a for a in analysis.analyze_frame(df, rules)}
     cudnn = res[int(_backend(df, "cudnn")["kernel_index"].iloc[0])]
     assert cudnn.bottleneck == "compute-bound" and "wgmma" in cudnn.findings[0].advice
-    # the math backend upcasts to FP32 and runs cuBLAS FFMA sgemms: on an H200 that is the v5 advice
+    # the math backend upcasts to FP32 and runs cuBLAS FFMA sgemms: on an H200, tensor cores; no rung is
+    # named (cuBLAS is no rung of the ladder)
     gemms = [res[int(i)] for i, n in zip(df["kernel_index"], df["kernel_function"]) if "sgemm" in n or "xmma_gemm" in n]
-    assert gemms and all(g.bottleneck == "compute-bound" and "v5" in g.findings[0].advice for g in gemms)
+    assert gemms and all(g.bottleneck == "compute-bound" and "tensor cores" in g.findings[0].advice
+                         and not RUNG_WORDS.search(g.findings[0].advice) for g in gemms)
     assert all(a.findings for a in res.values())
 
 
@@ -300,7 +392,8 @@ def test_analyze_json_in_a_fresh_process():
     _need(path)
     res = subprocess.run([sys.executable, "-m", "lab.cli", "analyze", "--json", str(path)], capture_output=True, text=True)
     assert res.returncode == 0, res.stderr
-    assert len(json.loads(res.stdout)) == 8
+    out = json.loads(res.stdout)
+    assert len(out) == 8 and all(o["lines_status"] == "ok" and o["lines"] for o in out)
 
 
 # ----------------------------------------------------------------------------- the lab's own rungs
@@ -315,20 +408,69 @@ def _example_run(variant_id: str):
     pytest.skip(f"no stored {variant_id} example run with an ncu report under profiles/examples/")
 
 
-def test_v1_grid_of_b_times_h_is_sent_to_the_query_split():
-    # v1 launches one CTA per (batch, head): with the run's problem the lab must say so and name the
-    # next step of the ladder, not an occupancy limit the grid never reaches.
+def test_v1_primary_finding_is_parallelism():
+    # v1 launches one 1-warp CTA per (batch, head): 128 warps for 8,448 warp slots. Its bank conflicts
+    # are real, but fixing them gained 1.02x while fixing the parallelism (v3) gained 77x: the verdict
+    # must lead with the parallelism, name the query split and the rung that demonstrates it.
     man, rep = _example_run("v1")
+    for problem in (man["problem"], None):   # with the run's problem, and as `lab analyze` on the bare report
+        (a,) = analysis.analyze_report(rep, problem=problem)
+        p = man["problem"]
+        assert a.metrics["launch__grid_size"] == p["batch"] * p["heads"]
+        assert a.bottleneck == "small-grid", [(f.cls, round(f.rank, 1)) for f in a.findings]
+        first = a.findings[0]
+        assert "warp slots" in first.title and first.evidence["lab__warps_in_flight"] == p["batch"] * p["heads"]
+        assert "v3" in first.advice and "query dimension" in first.advice
+        bank = next(f for f in a.findings if f.cls == "bank-conflicts")
+        assert bank.rank < first.rank
+        assert {e["source"] for e in bank.estimates} >= {"lab", "ncu-rule:UncoalescedSharedAccess"}
+    assert "B*H" in analysis.analyze_report(rep, problem=man["problem"])[0].findings[0].advice
+
+
+def test_v1_hot_lines_are_its_two_inner_products():
+    man, rep = _example_run("v1")
+    (k,) = source_lines.report_lines(rep)
+    assert k["status"] == "ok"
+    src = {f"kernels/{Path(f).name}": (REPO / "kernels" / Path(f).name).read_text() for f in k["files"]
+           if (REPO / "kernels" / Path(f).name).exists()}
+    top2 = [source_lines.source_line(src, f"kernels/{Path(r['file']).name}", r["line"]) for r in k["lines"][:2]]
+    assert any("score +=" in t and "sK[" in t for t in top2), top2      # S = Q K^T
+    assert any("acc +=" in t and "sV[" in t for t in top2), top2        # O += P V
+    assert sum(r["samples_pct"] for r in k["lines"][:2]) > 50
+    res = CliRunner().invoke(main, ["analyze", str(rep), "--lines", "2"])
+    assert res.exit_code == 0 and "v1_naive.cu:" in res.output
+
+
+def test_v5_on_hopper_names_the_tensor_path_and_wgmma_tma():
+    man, rep = _example_run("v5")
     (a,) = analysis.analyze_report(rep, problem=man["problem"])
+    first = a.findings[0]
+    assert first.cls == "compute-bound" and "HMMA" in first.title and "mma.sync" in first.title
+    assert "wgmma" in first.advice and "TMA" in first.advice
+    # the rung that demonstrates it is named through the registry (v6 once registered), never hard-coded
+    from lab.analysis.advice import next_rung
+
+    nxt = next_rung("compute-bound", "v5", (9, 0))
+    assert nxt and nxt.split()[0] in first.advice
+    assert first.evidence["lab__tensor_pct_of_fp16_peak"] < first.evidence["lab__hmma_roof_pct_of_fp16_peak"]
+    assert any(c["line"] for c in first.lines), "the HMMA lines"
+    # the occupancy cause appears once, with the lab's estimate and Nsight's
+    occ = [f for f in a.findings if f.cls == "occupancy-limited"]
+    assert len(occ) == 1 and {e["source"] for e in occ[0].estimates} >= {"lab", "ncu-rule:TheoreticalOccupancy"}
+    # no advice to go back to float4 loads (v2) on a fp16 tensor-core kernel
+    assert not any("v2" in f.advice for f in a.findings)
+
+
+def test_shape_without_dtype_takes_the_reports_dtype():
+    man, rep = _example_run("v5")
     p = man["problem"]
-    assert a.metrics["launch__grid_size"] == p["batch"] * p["heads"]
-    # Nsight's own estimate for v1's 21-way shared-store bank conflicts (80%) may outrank the lab's
-    # small-grid model (the unfilled wave times the distance to the roof); the grid must still be
-    # named, near the top, with the ladder's next step -- the rule the planted kernels follow too.
-    ranked = [f.cls for f in a.findings]
-    assert "small-grid" in ranked[:2], [(f.cls, round(f.rank, 1)) for f in a.findings]
-    grid = a.findings[ranked.index("small-grid")]
-    assert "B*H" in grid.advice and "v3" in grid.advice
+    res = CliRunner().invoke(main, ["analyze", str(rep), "--json", "--shape",
+                                    f"{p['batch']},{p['heads']},{p['seqlen_q']},{p['head_dim']}"])
+    assert res.exit_code == 0, res.output
+    (obj,) = json.loads(res.output)
+    (a,) = analysis.analyze_report(rep, problem=dict(p, min_bytes=None))
+    assert "lab__problem_pct_of_tensor_peak" in a.derived and "lab__problem_pct_of_fp32_peak" not in a.derived
+    assert not any("fp32_peak" in k for f in obj["findings"] for k in f["evidence"])
 
 
 def test_six_kernel_full_set_report_is_analyzed_whole():

@@ -140,7 +140,7 @@ def test_ncu_command_default():
     assert cmd[:3] == ["ncu", "--target-processes", "all"]
     assert cmd[cmd.index("--nvtx-include") + 1] == "lab v2 B8-H16-N1024-D64-float32/"   # push/pop: trailing /
     assert "--nvtx" in cmd and cmd[cmd.index("--clock-control") + 1] == "none"
-    assert cmd[cmd.index("--import-source") + 1] == "no"
+    assert cmd[cmd.index("--import-source") + 1] == "yes"   # the code travels with the report
     assert cmd[cmd.index("-o") + 1] == "/tmp/r.ncu-rep" and "-f" in cmd
     assert cmd[-5:] == ["python", "-m", "lab.ladder.target", "--variant", "v2"]
     assert ncu.section_args(None) == ncu.section_args(ncu.DEFAULT_SECTION_SET)

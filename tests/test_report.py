@@ -133,7 +133,7 @@ class Parsed(HTMLParser):
 
 
 RUN_SECTIONS = ("environment", "protocol", "problem", "performance", "correctness", "roofline", "stalls",
-                "occupancy", "memory", "bottleneck", "timeline", "appendix")
+                "occupancy", "memory", "bottleneck", "source", "timeline", "appendix")
 
 
 def lab(*args, env_root: Path | None = None) -> subprocess.CompletedProcess:
@@ -310,19 +310,26 @@ def test_timeline_section_from_a_real_nsys_export(tmp_path):
 
 
 def test_pages_read_every_metric_they_cite():
-    """A page reads only PAGE_METRICS from a stored metrics table: each metric the report and the
-    comparison look up must be among them, or it would silently read as absent."""
+    """A page reads only PAGE_METRICS from a stored metrics table and, for a run stored before the
+    `derived` table, derives its facts from them with the analysis' own interpreter: those facts must
+    equal the ones derived from every stored metric, or a page would silently show less."""
+    import pyarrow.parquet as pq
+
+    from lab.analysis import metrics as interpret
     from lab.report.compare import KEY_METRICS
 
-    cited = [n for n, _ in KEY_METRICS] + [n for _, n in rundata.OCCUPANCY_LIMITS] + list(rundata.SASS_FP32)
-    cited += ["launch__grid_size", "launch__sm_count", "launch__waves_per_multiprocessor", "dram__bytes_read.sum",
-              "lts__t_sectors.sum", "l1tex__t_sectors_pipe_lsu_mem_global_op_ld.sum", "kernel",
-              "smsp__average_warps_issue_stalled_long_scoreboard_per_issue_active.ratio",
-              "smsp__pcsamp_warps_issue_stalled_long_scoreboard"]
-    for level, options in rundata.MEMORY_LEVELS:
-        for names, _, _ in options or ():
-            cited += list(names)
-    assert [n for n in cited if not rundata.PAGE_METRICS.match(n)] == []
+    assert [n for n, _ in KEY_METRICS if not rundata.PAGE_METRICS.match(n)] == []
+    runs = sorted((Path(__file__).resolve().parent.parent / "profiles" / "examples").glob("*/metrics.parquet"))
+    assert runs
+    for path in runs:
+        full = pq.read_table(path).to_pylist()[0]
+        page = {k: v for k, v in full.items() if rundata.PAGE_METRICS.match(k)}
+        a = interpret.derived_values(interpret.kernel_facts(full))
+        b = interpret.derived_values(interpret.kernel_facts(page))
+        for key in ("stalls", "stall_metric_family", "occupancy_limiter", "occupancy_limit_blocks", "fp32_flops",
+                    "memory_traffic", "warps"):
+            assert a[key] == b[key], (path.parent.name, key)
+        assert a["stalls"] and a["memory_traffic"] and a["occupancy_limiter"]
 
 
 # ---------------------------------------------------------------------------------- charts

@@ -46,10 +46,12 @@ from typing import Any, Iterable
 
 import pandas as pd
 
-from lab.analysis.advice import advice_by_class
-from lab.analysis.metrics import (SECTOR_BYTES, KernelFacts, bank_conflict_nway, flop_rates, global_bytes_per_sector,
-                                 kernel_facts, local_share, occupancy_limiter, plain, rounded, sum_or_none,
-                                 threads_per_instruction, unit_name)
+from lab.analysis.advice import advice_by_class, rung_of
+from lab.analysis.lines import cite, report_lines, where
+from lab.analysis.metrics import KEY_METRICS as METRIC_LABELS
+from lab.analysis.metrics import (SECTOR_BYTES, KernelFacts, bank_conflict_nway, derived_values, flop_rates,
+                                 global_excess, kernel_facts, local_share, occupancy_limiter, plain, rounded,
+                                 sum_or_none, tensor_path, threads_per_instruction, unit_name, warps_in_flight)
 from lab.analysis.rules import map_rule
 
 CLASSES = ("small-grid", "occupancy-limited", "latency-bound", "memory-bound", "compute-bound",
@@ -68,35 +70,8 @@ BOUND_PCT = 60.0        # ncu's SpeedOfLight rule: above 60% of a unit's peak is
 LOCAL_WEIGHT = 0.5      # a `local` Nsight estimate (one unit's efficiency) counts half toward the rank
 LAUNCH_OVERHEAD_NS = 3000.0  # typical CUDA launch-to-launch gap; a kernel near it is launch-bound
 
-# The curated metrics of each kernel (`metrics` in the JSON), in Nsight's own names; present ones only.
-KEY_METRICS = (
-    "gpu__time_duration.sum",
-    "launch__grid_size", "launch__block_size", "launch__registers_per_thread",
-    "launch__shared_mem_per_block_static", "launch__shared_mem_per_block_dynamic",
-    "launch__waves_per_multiprocessor", "device__attribute_multiprocessor_count",
-    "sm__throughput.avg.pct_of_peak_sustained_elapsed",
-    "gpu__compute_memory_throughput.avg.pct_of_peak_sustained_elapsed",
-    "gpu__dram_throughput.avg.pct_of_peak_sustained_elapsed",
-    "dram__throughput.avg.pct_of_peak_sustained_elapsed",
-    "l1tex__throughput.avg.pct_of_peak_sustained_elapsed",
-    "lts__throughput.avg.pct_of_peak_sustained_elapsed",
-    "dram__bytes_read.sum", "dram__bytes_write.sum",
-    "sm__maximum_warps_per_active_cycle_pct", "sm__warps_active.avg.pct_of_peak_sustained_active",
-    "launch__occupancy_limit_registers", "launch__occupancy_limit_shared_mem",
-    "launch__occupancy_limit_warps", "launch__occupancy_limit_blocks", "launch__occupancy_limit_barriers",
-    "smsp__average_warp_latency_per_inst_issued.ratio",
-    "smsp__thread_inst_executed_per_inst_executed.ratio",
-    "smsp__sass_average_data_bytes_per_sector_mem_global_op_ld.ratio",
-    "smsp__sass_average_data_bytes_per_sector_mem_global_op_st.ratio",
-    "l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum",
-    "l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_st.sum",
-    "l1tex__t_sectors_pipe_lsu_mem_local_op_ld.sum", "l1tex__t_sectors_pipe_lsu_mem_local_op_st.sum",
-    "sm__pipe_fma_cycles_active.avg.pct_of_peak_sustained_active",
-    "sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_active",
-    "sm__inst_executed_pipe_tensor_op_hmma.avg.pct_of_peak_sustained_active",
-    "sm__inst_executed_pipe_tensor_op_gmma.avg.pct_of_peak_sustained_active",
-    "profiler__replayer_passes",
-)
+# The curated metrics of each kernel (`metrics` in the JSON): lab.analysis.metrics' one list, present ones only.
+KEY_METRICS = tuple(name for name, _ in METRIC_LABELS)
 
 
 # ----------------------------------------------------------------------------- data model
@@ -106,16 +81,19 @@ class Finding:
     cls: str
     title: str
     severity: str
-    est_speedup_pct: float | None
+    est_speedup_pct: float | None    # the gain it is ranked by (percent of runtime); None: a unit at its roof
     evidence: dict[str, Any]
     advice: str
-    source: str                      # "ncu-rule:<id>" or "lab"
+    source: str                      # where the ranking estimate comes from: "lab" or "ncu-rule:<id>"
     rank: float = 0.0                # share of runtime (percent) used for ordering; see module doc
+    estimates: list[dict] = field(default_factory=list)   # every estimate of this cause, the lab's and Nsight's
+    lines: list[dict] = field(default_factory=list)       # the source lines it rests on (lab.analysis.lines.cite)
 
     def to_dict(self) -> dict:
         return {"class": self.cls, "title": self.title, "severity": self.severity,
                 "est_speedup_pct": None if self.est_speedup_pct is None else round(float(self.est_speedup_pct), 2),
-                "evidence": self.evidence, "advice": self.advice, "source": self.source}
+                "evidence": self.evidence, "advice": self.advice, "source": self.source,
+                "ranked_by": self.source, "estimates": self.estimates, "lines": self.lines}
 
 
 @dataclass
@@ -128,14 +106,24 @@ class KernelAnalysis:
     findings: list[Finding]
     kernel_index: int = 0
     nvtx: str | None = None
-    derived: dict[str, Any] = field(default_factory=dict)   # the lab's computed values (lab__*)
+    derived: dict[str, Any] = field(default_factory=dict)   # the lab's computed values (lab.analysis.metrics.derived)
     rules: list[dict] = field(default_factory=list)         # Nsight's rule results for this kernel
+    lines: dict | None = None                                # lab.analysis.lines.kernel_lines of this kernel
 
-    def to_dict(self) -> dict:
-        """Exactly the object of DESIGN.md's `lab analyze --json` contract."""
-        return {"kernel": self.kernel, "duration_ns": self.duration_ns, "device": self.device,
-                "metrics": self.metrics, "bottleneck": self.bottleneck,
-                "findings": [f.to_dict() for f in self.findings]}
+    def to_dict(self, lines: int | None = None) -> dict:
+        """The object of DESIGN.md's `lab analyze --json` contract (with `lines` where the report has
+        per-PC counters, `lines_status` and `lines_note` saying why not)."""
+        from lab.analysis.lines import json_lines
+
+        out = {"kernel": self.kernel, "duration_ns": self.duration_ns, "device": self.device,
+               "metrics": self.metrics, "bottleneck": self.bottleneck,
+               "findings": [f.to_dict() for f in self.findings]}
+        k = self.lines or {"status": "not-read", "note": None, "lines": []}
+        out["lines"] = json_lines(k, lines)
+        out["lines_status"] = k["status"]
+        if k.get("note"):
+            out["lines_note"] = k["note"]
+        return out
 
 
 # ----------------------------------------------------------------------------- the judgement
@@ -150,10 +138,9 @@ def _lowered(evidence: dict) -> bool:
     return any(v is None for v in evidence.values())
 
 
-def _lab_findings(c: KernelFacts) -> list[Finding]:
+def _lab_findings(c: KernelFacts, advice: dict[str, str]) -> list[Finding]:
     M, tp = c.M, c.tp
     out: list[Finding] = []
-    advice = advice_by_class(c)
     cpct, mpct = tp["compute_pct"], tp["memory_pct"]
     top = max(v for v in (cpct, mpct, 0.0) if v is not None)
 
@@ -165,7 +152,30 @@ def _lab_findings(c: KernelFacts) -> list[Finding]:
                   rounded(M.num("gpu__compute_memory_throughput.avg.pct_of_peak_sustained_elapsed"))}
         out.append(Finding("memory-bound", f"Memory-bound: {unit} at {mpct:.0f}% of its peak", "", None, ev,
                            advice["memory-bound"], "lab", mpct))
-    if cpct is not None and cpct >= BOUND_PCT:
+    path = tensor_path(M, c.device)
+    rates = flop_rates(c)
+    if path and path["hmma_on_hopper"] and path["pipe_pct"] and path["pipe_pct"] >= 0.5 * (cpct or 0.0):
+        # The matrix work runs on mma.sync, which Hopper executes below the dense rate wgmma reaches: the
+        # tensor path is the roof a fix that keeps HMMA cannot lift. Its gain: the distance from the
+        # achieved tensor FLOP/s to the dense peak, weighted by the share of the busiest unit's time the
+        # tensor pipe accounts for.
+        pipe = path["pipe_pct"]
+        achieved = rates.get("lab__tensor_pct_of_fp16_peak")
+        share = min(1.0, pipe / max(top, pipe))
+        est = (100.0 - achieved) * share if achieved is not None else None
+        ev = {"sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_elapsed": rounded(pipe),
+              "sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_elapsed":
+                  rounded(M.num("sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_elapsed")),
+              "sm__inst_executed_pipe_tensor_op_gmma.avg.pct_of_peak_sustained_elapsed":
+                  rounded(M.num("sm__inst_executed_pipe_tensor_op_gmma.avg.pct_of_peak_sustained_elapsed")),
+              "lab__tensor_tflops": rates.get("lab__tensor_tflops"), "lab__tensor_pct_of_fp16_peak": achieved}
+        if achieved is not None and pipe:
+            ev["lab__hmma_roof_pct_of_fp16_peak"] = rounded(100.0 * achieved / pipe, 1)   # HMMA's rate with the pipe full
+        at = f" at {achieved:.1f}% of the dense FP16 peak" if achieved is not None else ""
+        out.append(Finding("compute-bound", f"Tensor path: the matrix products run on mma.sync (HMMA){at}, tensor pipe "
+                           f"{pipe:.0f}% busy; on Hopper only wgmma (HGMMA) fed by TMA reaches the dense rate", "",
+                           est, ev, advice["compute-bound"], "lab", est if est is not None else pipe))
+    elif cpct is not None and cpct >= BOUND_PCT:
         unit = unit_name(tp["compute_metric"])
         if tp["math_pct"] is not None and tp["math_pct"] >= 0.7 * cpct and tp["math_metric"] != tp["compute_metric"]:
             unit = f"{unit_name(tp['math_metric'])} at {tp['math_pct']:.0f}%, {unit}"
@@ -175,43 +185,55 @@ def _lab_findings(c: KernelFacts) -> list[Finding]:
               rounded(M.num("sm__throughput.avg.pct_of_peak_sustained_elapsed")),
               "sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_active":
               rounded(M.num("sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_active"))}
-        ev.update({k: v for k, v in flop_rates(c).items()})
+        ev.update(rates)
         out.append(Finding("compute-bound", f"Compute-bound: {unit} at {cpct:.0f}% of its peak", "", None, ev,
                            advice["compute-bound"], "lab", cpct))
 
     # far from every roof: latency
-    if cpct is not None or mpct is not None:
-        if top < BOUND_PCT:
-            est = (100.0 - top) * c.busy_fraction
-            ev = {"compute_pct_of_peak": rounded(cpct), "memory_pct_of_peak": rounded(mpct)}
-            lat_cycles = M.num("smsp__average_warp_latency_per_inst_issued.ratio")
-            if lat_cycles is not None:   # WarpStateStats only; the stall shares below carry the judgement
-                ev["smsp__average_warp_latency_per_inst_issued.ratio"] = rounded(lat_cycles)
-            for reason, v, share in c.stalls[:3]:
-                ev[f"stall:{reason} (% of stalls)"] = rounded(share, 1)
-            if not c.stalls:
-                ev["stall reasons (WarpStateStats)"] = None
-            top_txt = f"; top stall: {c.stalls[0][0].replace('_', ' ')} ({c.stalls[0][2]:.0f}%)" if c.stalls else ""
-            out.append(Finding("latency-bound", f"Latency-bound: compute at {cpct or 0:.0f}%, memory at {mpct or 0:.0f}% "
-                               f"of peak{top_txt}", "", est, ev, advice["latency-bound"], "lab", est))
+    if (cpct is not None or mpct is not None) and top < BOUND_PCT:
+        est = (100.0 - top) * c.busy_fraction
+        ev = {"compute_pct_of_peak": rounded(cpct), "memory_pct_of_peak": rounded(mpct)}
+        lat_cycles = M.num("smsp__average_warp_latency_per_inst_issued.ratio")
+        if lat_cycles is not None:   # WarpStateStats only; the stall shares below carry the judgement
+            ev["smsp__average_warp_latency_per_inst_issued.ratio"] = rounded(lat_cycles)
+        for reason, v, share in c.stalls[:3]:
+            ev[f"stall:{reason} (% of stalls)"] = rounded(share, 1)
+        if not c.stalls:
+            ev["stall reasons (WarpStateStats)"] = None
+        top_txt = f"; top stall: {c.stalls[0][0].replace('_', ' ')} ({c.stalls[0][2]:.0f}%)" if c.stalls else ""
+        out.append(Finding("latency-bound", f"Latency-bound: compute at {cpct or 0:.0f}%, memory at {mpct or 0:.0f}% "
+                           f"of peak{top_txt}", "", est, ev, advice["latency-bound"], "lab", est))
 
-    # small grid: idle SMs, or less than one wave of the CTAs the SMs could hold at once
-    if c.ctas is not None and c.sms and (c.ctas < c.sms or c.fill < 1.0):
-        idle_sms = 100.0 * (1.0 - c.ctas / c.sms) if c.ctas < c.sms else 0.0
-        # SMs that hold fewer CTAs than they could hide less latency: the unused share of the wave
+    # parallelism: the warps the launch puts in flight against the device's warp slots
+    w = warps_in_flight(M)
+    if w is not None and w["grid_limits"]:
+        idle_sms = 100.0 * (1.0 - c.ctas / c.sms) if (c.ctas and c.sms and c.ctas < c.sms) else 0.0
+        # latency is hidden by warps in flight: the share of the resident warps the grid leaves empty,
         # times the distance to the nearest roof
-        unfilled = (1.0 - c.fill) * (100.0 - top)
+        unfilled = (1.0 - w["launched"] / w["resident_limit"]) * (100.0 - top)
         est = max(idle_sms, unfilled)
-        _, per_sm, _ = occupancy_limiter(M)
-        ev = {"launch__grid_size": int(c.ctas), "device__attribute_multiprocessor_count": int(c.sms),
+        ev = {"launch__grid_size": int(c.ctas), "launch__block_size": M.num("launch__block_size"),
+              "device__attribute_multiprocessor_count": int(c.sms),
+              "device__attribute_max_warps_per_multiprocessor": M.num("device__attribute_max_warps_per_multiprocessor"),
               "launch__waves_per_multiprocessor": rounded(c.waves, 3),
-              "launch__block_size": M.num("launch__block_size")}
-        title = f"Small grid: {int(c.ctas)} CTAs on {int(c.sms)} SMs"
-        if unfilled > idle_sms:
-            title += (f", {c.fill:.2f} of one wave ({int(per_sm) if per_sm else '?'} CTAs of "
-                      f"{int(M.num('launch__block_size') or 0)} threads fit per SM)")
+              "sm__warps_active.avg.pct_of_peak_sustained_active":
+                  rounded(M.num("sm__warps_active.avg.pct_of_peak_sustained_active")),
+              "lab__warps_in_flight": int(w["in_flight"]), "lab__warp_slots": int(w["slots"]),
+              "lab__warps_in_flight_pct_of_slots": rounded(100 * w["share_of_slots"], 2)}
+        wpb = int(w["warps_per_cta"])
+        title = (f"Too little parallelism: {int(w['launched']):,} warps in flight ({int(c.ctas):,} CTAs x {wpb} "
+                 f"warp{'s' if wpb > 1 else ''}) for the {int(w['slots']):,} warp slots of {int(c.sms)} SMs "
+                 f"({100 * w['share_of_slots']:.1f}%)")
         if est >= 1.0:
             out.append(Finding("small-grid", title, "", est, ev, advice["small-grid"], "lab", est))
+    elif w is None and c.ctas is not None and c.sms and (c.ctas < c.sms or c.fill < 1.0):
+        idle_sms = 100.0 * (1.0 - c.ctas / c.sms) if c.ctas < c.sms else 0.0
+        est = max(idle_sms, (1.0 - c.fill) * (100.0 - top))
+        ev = {"launch__grid_size": int(c.ctas), "device__attribute_multiprocessor_count": int(c.sms),
+              "launch__waves_per_multiprocessor": rounded(c.waves, 3), "launch__block_size": M.num("launch__block_size")}
+        if est >= 1.0:
+            out.append(Finding("small-grid", f"Small grid: {int(c.ctas)} CTAs on {int(c.sms)} SMs", "", est, ev,
+                               advice["small-grid"], "lab", est))
 
     # occupancy
     theo = M.num("sm__maximum_warps_per_active_cycle_pct")
@@ -228,16 +250,24 @@ def _lab_findings(c: KernelFacts) -> list[Finding]:
         out.append(Finding("occupancy-limited", f"Occupancy {theo:.1f}% at most, limited by {lim or 'unknown'}", "",
                            est, ev, advice["occupancy-limited"], "lab", est))
 
-    # coalescing: bytes used per 32-byte sector
+    # coalescing: excessive sectors of global accesses (a broadcast wastes none)
     unit_l1 = M.num("l1tex__throughput.avg.pct_of_peak_sustained_elapsed", "l1tex__throughput.avg.pct_of_peak_sustained_active")
     busy_mem = max(v for v in (unit_l1, mpct, 0.0) if v is not None)
-    for what, b, ev in global_bytes_per_sector(M):
-        if b < SECTOR_BYTES - 1:
-            est = (1.0 - b / SECTOR_BYTES) * busy_mem
-            ev = dict(ev, lab__global_bytes_used_per_sector=rounded(b),
-                      **{c.tp["memory_metric"] or "memory_pct_of_peak": rounded(mpct)})
-            out.append(Finding("uncoalesced-global", f"Global {what} use {b:.1f} of 32 bytes per sector", "", est, ev,
-                               advice["uncoalesced-global"], "lab", est))
+    share, ev, exact = global_excess(M)
+    if share is not None and share > 1.0 / SECTOR_BYTES:
+        # wasted sectors cost time in proportion to the global share of the load/store traffic
+        global_part = 1.0 - (c.local_share or 0.0)
+        est = share * busy_mem * global_part
+        ev = dict(ev, lab__global_excess_sector_pct=rounded(100 * share, 1),
+                  lab__global_bytes_used_per_sector=rounded(SECTOR_BYTES * (1 - share)),
+                  **{c.tp["memory_metric"] or "memory_pct_of_peak": rounded(mpct)})
+        if not exact:   # bytes per sector cannot tell a broadcast apart: say so, and lower the severity
+            ev["derived__memory_l2_theoretical_sectors_global_excessive"] = None
+        if c.local_share:
+            ev["lab__local_share_pct"] = rounded(100 * c.local_share, 1)
+        how = "excessive" if exact else "unused (bytes per sector; SourceCounters would tell a broadcast apart)"
+        out.append(Finding("uncoalesced-global", f"Uncoalesced global accesses: {100 * share:.0f}% of their sectors "
+                           f"{how}", "", est, ev, advice["uncoalesced-global"], "lab", est))
 
     # bank conflicts, as n-way
     shared_util = M.num("l1tex__data_pipe_lsu_wavefronts_mem_shared.sum.pct_of_peak_sustained_elapsed")
@@ -272,13 +302,18 @@ def _lab_findings(c: KernelFacts) -> list[Finding]:
         out.append(Finding("divergence", f"Divergence: {t:.1f} of 32 threads {what} per warp instruction", "", est, ev,
                            advice["divergence"], "lab", est))
 
-    # launch-bound
+    # launch-bound: the launch overhead the run's timeline measured, else a typical one
     d = M.num("gpu__time_duration.sum")
     if d is not None and d > 0:
-        est = 100.0 * LAUNCH_OVERHEAD_NS / (d + LAUNCH_OVERHEAD_NS)
+        measured = c.launch_overhead_ns is not None and c.launch_overhead_ns > 0
+        overhead = float(c.launch_overhead_ns) if measured else LAUNCH_OVERHEAD_NS
+        est = 100.0 * overhead / (d + overhead)
         if est >= 10.0:
-            out.append(Finding("launch-bound", f"Short kernel: {d / 1000:.1f} us, near a launch's own overhead", "", est,
-                               {"gpu__time_duration.sum": d}, advice["launch-bound"], "lab", est))
+            how = "the launch overhead this run's timeline measured" if measured else "a typical launch's overhead"
+            out.append(Finding("launch-bound", f"Short kernel: {d / 1000:.1f} us, near {how} ({overhead / 1000:.1f} us)",
+                               "", est, {"gpu__time_duration.sum": d, "lab__launch_overhead_ns": rounded(overhead, 0),
+                                         "lab__launch_overhead_source": "timeline" if measured else "typical (assumed)"},
+                               advice["launch-bound"], "lab", est))
 
     # attention: DRAM bytes against the minimum for Q, K, V and O
     if c.problem and c.problem.get("min_bytes"):
@@ -300,15 +335,22 @@ def _lab_findings(c: KernelFacts) -> list[Finding]:
                 else:   # one finding: the saturated unit, with the gain of moving only the minimum
                     bound.title += f"; {excess.title[0].lower()}{excess.title[1:]}"
                     bound.est_speedup_pct = est
+                    bound.rank = max(bound.rank, est)
                     bound.evidence.update(ev)
     return out
 
 
 def _rule_findings(c: KernelFacts, rules: list[dict], advice: dict[str, str]) -> list[Finding]:
     out = []
+    share, _, exact = global_excess(c.M)
+    no_waste = exact and share is not None and share <= 1.0 / SECTOR_BYTES
     for r in rules:
         cls = map_rule(r)
         if cls is None:
+            continue
+        if cls == "uncoalesced-global" and no_waste and "local" not in (r.get("title") or "").lower():
+            # ncu's access-pattern rule counts bytes used per sector, which a broadcast (32 lanes, one
+            # address) lowers without wasting a sector; SourceCounters' excessive-sector count says none is
             continue
         est = r.get("est_speedup_pct")
         weight = LOCAL_WEIGHT if r.get("speedup_type") == "local" else 1.0
@@ -323,33 +365,55 @@ def _rule_findings(c: KernelFacts, rules: list[dict], advice: dict[str, str]) ->
             title += " [local estimate]"
         ev = {fm["name"]: rounded(fm["value"], 3) if isinstance(fm.get("value"), (int, float)) else fm.get("value")
               for fm in r.get("focus_metrics") or [] if fm.get("name")}
-        adv = advice[cls]
+        # Nsight's own words where the lab has no judgement of this class (it is then the only voice)
+        adv = _first_sentences(r.get("message") or "") or advice[cls]
         if r.get("rule_id") == "AchievedOccupancy":
             adv = ("Achieved occupancy is well below the theoretical: warps or CTAs finish unevenly (imbalanced work, "
                    "a partial last wave) or too few CTAs reach each SM; balance the work per CTA, launch more CTAs.")
         elif r.get("rule_id") == "LaunchConfiguration" and "tail" in (r.get("title") or "").lower():
             adv = ("The last wave of CTAs is partial: size the grid as a multiple of (SMs x CTAs per SM), or use "
                    "more, smaller CTAs so the tail matters less.")
-        out.append(Finding(cls, title, "", est, ev, adv, f"ncu-rule:{r.get('rule_id')}", rank))
+        f = Finding(cls, title, "", rank if est is not None else None, ev, adv, f"ncu-rule:{r.get('rule_id')}", rank)
+        f.estimates = [{"source": f.source, "est_speedup_pct": rounded(est), "type": r.get("speedup_type") or "global"}]
+        out.append(f)
     return out
 
 
+def _first_sentences(text: str, n: int = 2) -> str:
+    parts = re.split(r"(?<=[.!?])\s+", text.strip())
+    return " ".join(parts[:n]).strip()
+
+
 def _merge(findings: list[Finding]) -> list[Finding]:
-    """One finding per class: the highest-ranked one, with the others' evidence added."""
-    by: dict[str, Finding] = {}
-    for f in sorted(findings, key=lambda f: -f.rank):
-        if f.cls not in by:
-            by[f.cls] = Finding(f.cls, f.title, f.severity, f.est_speedup_pct, dict(f.evidence), f.advice, f.source, f.rank)
-        else:
+    """One finding per cause (class), carrying every estimate of it. The lab's estimate ranks where the
+    lab has a model of the cause: it is bounded by the affected unit's utilization, the global share of
+    the traffic and the warps in flight, which Nsight's per-rule estimates are not; else the highest
+    (weighted) Nsight estimate ranks. Title and advice come from the finding that ranks."""
+    by: dict[str, list[Finding]] = {}
+    for f in findings:
+        if not f.estimates:
+            f.estimates = [{"source": f.source, "est_speedup_pct": rounded(f.est_speedup_pct), "type": "lab model"
+                            if f.source == "lab" else "global"}]
+        by.setdefault(f.cls, []).append(f)
+    out = []
+    for cls, group in by.items():
+        lab = [f for f in group if f.source == "lab"]
+        lead = max(lab, key=lambda f: f.rank) if lab else max(group, key=lambda f: f.rank)
+        merged = Finding(lead.cls, lead.title, "", lead.est_speedup_pct, dict(lead.evidence), lead.advice, lead.source,
+                         lead.rank)
+        for f in sorted(group, key=lambda f: (f is not lead, -f.rank)):
+            merged.estimates += f.estimates
             for k, v in f.evidence.items():
-                by[f.cls].evidence.setdefault(k, v)
-    return list(by.values())
+                merged.evidence.setdefault(k, v)
+        out.append(merged)
+    return out
 
 
 def _order(findings: list[Finding], c: KernelFacts) -> list[Finding]:
     top = max(v for v in (c.tp["compute_pct"], c.tp["memory_pct"], 0.0) if v is not None)
     for f in findings:
-        if f.cls in ("latency-bound", "occupancy-limited") and top >= BOUND_PCT:
+        # at U% of the busiest unit's peak, a fix that leaves that unit's work unchanged gains at most 100-U
+        if f.cls in ("latency-bound", "occupancy-limited", "small-grid"):
             f.rank = min(f.rank, 100.0 - top)
     ranks = {f.cls: f.rank for f in findings}
     for f in findings:
@@ -358,28 +422,53 @@ def _order(findings: list[Finding], c: KernelFacts) -> list[Finding]:
             f.rank = min(f.rank, max(causes))   # listed right after its cause (the tie order puts causes first)
     findings.sort(key=lambda f: (-round(f.rank, 6), _TIE_ORDER.index(f.cls)))
     for f in findings:
+        if f.est_speedup_pct is not None:
+            f.est_speedup_pct = f.rank   # the gain shown is the gain ranked by, so severity and gain agree
         f.severity = _severity(f.rank, _lowered(f.evidence))
     return [f for f in findings if f.rank >= 1.0 or f.est_speedup_pct is None and f.rank > 0]
 
 
-def analyze_kernel(row: dict, rules: list[dict], problem: dict | None = None) -> KernelAnalysis:
+# What each class's lines are: the counter (or stall reason, or opcodes) that locates its cause.
+def _cite(f: Finding, k: dict | None, c: KernelFacts) -> list[dict]:
+    if not k or not k.get("lines"):
+        return []
+    if f.cls == "uncoalesced-global":
+        return cite(k, "excess_global_sectors")
+    if f.cls == "bank-conflicts":
+        return cite(k, "excess_shared_wavefronts")
+    if f.cls == "local-memory":
+        return cite(k, "local_inst_executed")
+    if f.cls == "divergence":
+        return cite(k, "divergent_branches") or cite(k, "samples")
+    if f.cls == "compute-bound" and f.title.startswith("Tensor path"):
+        return cite(k, "inst_executed", opcodes=("HMMA", "HGMMA"))
+    if f.cls in ("latency-bound", "memory-bound") and c.stalls:
+        reason = next((r for r, _, _ in c.stalls if r != "selected"), None)
+        return cite(k, "samples", reason=reason) if reason else cite(k, "samples")
+    if f.cls == "launch-bound":
+        return []
+    return cite(k, "samples")
+
+
+def analyze_kernel(row: dict, rules: list[dict], problem: dict | None = None, lines: dict | None = None,
+                   launch_overhead_ns: float | None = None) -> KernelAnalysis:
     c = kernel_facts(row, problem)
-    M, tp = c.M, c.tp
+    c.rung = rung_of(plain(row.get("nvtx")))
+    c.launch_overhead_ns = launch_overhead_ns
     advice = advice_by_class(c)
-    findings = _order(_merge(_lab_findings(c) + _rule_findings(c, rules, advice)), c)
+    findings = _order(_merge(_lab_findings(c, advice) + _rule_findings(c, rules, advice)), c)
+    for f in findings:
+        if f.cls in ("small-grid", "occupancy-limited") and f.source != "lab":
+            continue   # a launch-shape rule (tail effect, achieved occupancy) has no lines behind it
+        f.lines = _cite(f, lines, c)
+        if f.lines and f.cls != "compute-bound":
+            f.advice += f" {'Lines' if f.lines[0].get('line') is not None else 'SASS at PC'}: {where(f.lines)}."
     metrics = {k: plain(row[k]) for k in KEY_METRICS if k in row and plain(row[k]) is not None}
-    derived = {"compute_pct_of_peak": rounded(tp["compute_pct"]), "compute_unit": unit_name(tp["compute_metric"] or ""),
-               "memory_pct_of_peak": rounded(tp["memory_pct"]), "memory_unit": unit_name(tp["memory_metric"] or ""),
-               "stalls": [(r, rounded(v, 3), rounded(s, 1)) for r, v, s in c.stalls[:5]],
-               "stall_metric_family": c.stall_family,
-               "occupancy_limiter": occupancy_limiter(M)[0], "local_share": rounded(c.local_share, 4),
-               "threads_per_instruction": rounded(threads_per_instruction(M)[0]),
-               **flop_rates(c)}
     kernel = plain(row.get("kernel")) or plain(row.get("kernel_function")) or "?"
-    return KernelAnalysis(kernel=kernel, duration_ns=M.num("gpu__time_duration.sum"), device=c.device, metrics=metrics,
+    return KernelAnalysis(kernel=kernel, duration_ns=c.M.num("gpu__time_duration.sum"), device=c.device, metrics=metrics,
                           bottleneck=findings[0].cls if findings else None, findings=findings,
                           kernel_index=int(plain(row.get("kernel_index")) or 0), nvtx=plain(row.get("nvtx")),
-                          derived=derived, rules=rules)
+                          derived=derived_values(c), rules=rules, lines=lines)
 
 
 def _problem_applies(df: pd.DataFrame) -> bool:
@@ -389,20 +478,26 @@ def _problem_applies(df: pd.DataFrame) -> bool:
     return len(names) == 1
 
 
-def analyze_frame(df: pd.DataFrame, rules: Iterable[dict], problem: dict | None = None) -> list[KernelAnalysis]:
+def analyze_frame(df: pd.DataFrame, rules: Iterable[dict], problem: dict | None = None,
+                  lines: list[dict] | None = None, launch_overhead_ns: float | None = None) -> list[KernelAnalysis]:
     """Findings for every kernel (row) of a `lab.profilers.ncu.load_report` frame, given the report's
-    rule results (`lab.profilers.ncu.rule_results`) and optionally the lab's problem dict
-    (`Problem.to_dict()`: batch, heads, flops, min_bytes, dtype, ...)."""
+    rule results (`lab.profilers.ncu.rule_results`), optionally the lab's problem dict
+    (`Problem.to_dict()`: batch, heads, flops, min_bytes, dtype, ...), the per-line tables of
+    `lab.analysis.lines.report_lines` (by kernel_index) and the launch overhead a timeline measured."""
     rules = list(rules)
-    if problem is not None and not problem.get("min_bytes") and "batch" in problem:
+    if problem is not None and not problem.get("min_bytes") and "batch" in problem and problem.get("dtype"):
         from lab.measure.problem import Problem
 
         problem = Problem.from_dict(problem).to_dict()
     use_problem = problem if (problem and _problem_applies(df)) else None
     out = []
-    for pos, row in enumerate(df.to_dict("records")):
+    bare = df.copy(deep=False)
+    bare.attrs = {}   # pandas deep-copies attrs (the units of ~2,000 metrics) on every row it yields
+    for pos, row in enumerate(bare.to_dict("records")):
         idx = int(plain(row.get("kernel_index")) if row.get("kernel_index") is not None else pos)
-        out.append(analyze_kernel(row, [r for r in rules if r.get("kernel_index") == idx], use_problem))
+        k_lines = lines[idx] if lines is not None and idx < len(lines) else None
+        out.append(analyze_kernel(row, [r for r in rules if r.get("kernel_index") == idx], use_problem, k_lines,
+                                  launch_overhead_ns))
     return out
 
 
@@ -425,12 +520,25 @@ def select_kernels(df: pd.DataFrame, kernel_regex: str | None) -> pd.DataFrame:
 
 
 def analyze_report(path: str | os.PathLike, problem: dict | None = None,
-                   kernel_regex: str | None = None) -> list[KernelAnalysis]:
-    """Findings for every profiled kernel of an .ncu-rep (optionally only those matching a regex)."""
+                   kernel_regex: str | None = None, launch_overhead_ns: float | None = None,
+                   with_lines: bool = True) -> list[KernelAnalysis]:
+    """Findings for every profiled kernel of an .ncu-rep (optionally only those matching a regex),
+    each citing its source lines where the report has per-PC counters."""
     from lab.profilers import ncu
 
     df = select_kernels(ncu.load_report(path), kernel_regex)
-    return analyze_frame(df, ncu.rule_results(path), problem)
+    lines = report_lines(path) if with_lines else None
+    return analyze_frame(df, ncu.rule_results(path), problem, lines, launch_overhead_ns)
+
+
+def report_dtype(path: str | os.PathLike, kernel_regex: str | None = None) -> str | None:
+    """The one element type the report's kernels declare in their names, else None."""
+    from lab.analysis.metrics import infer_dtype
+    from lab.profilers import ncu
+
+    df = select_kernels(ncu.load_report(path), kernel_regex)
+    found = {infer_dtype(str(k)) for k in df["kernel"]} - {None}
+    return found.pop() if len(found) == 1 else None
 
 
 def problem_applies(analyses_or_df) -> bool:
@@ -474,6 +582,8 @@ def render(analyses: list[KernelAnalysis], console=None) -> None:
         rates = [f"{k.removeprefix('lab__')} {_fmt(v)}" for k, v in d.items() if k.startswith("lab__") and v is not None]
         if rates:
             console.print("    " + ", ".join(rates), style="dim", highlight=False)
+        if a.lines and a.lines.get("note"):
+            console.print(f"    lines: {a.lines['note']}", style="dim", highlight=False)
         if not a.findings:
             console.print("    no findings\n")
             continue
@@ -487,6 +597,10 @@ def render(analyses: list[KernelAnalysis], console=None) -> None:
             console.print(line, highlight=False)
             ev = ", ".join(f"{k} = {_fmt(v)}" for k, v in list(f.evidence.items())[:6])
             console.print(Text("       evidence: ", style="dim") + Text(ev), highlight=False)
+            others = [e for e in f.estimates[1:] if e.get("est_speedup_pct") is not None]
+            if others:
+                console.print(Text("       also estimated: ", style="dim") + Text(", ".join(
+                    f"{e['source']} {e['est_speedup_pct']:.1f}% ({e['type']})" for e in others)), highlight=False)
             console.print(Text("       next: ", style="dim") + Text(f.advice), highlight=False)
         console.print()
 
@@ -501,11 +615,23 @@ def findings_frame(analyses: list[KernelAnalysis]) -> pd.DataFrame:
             d = f.to_dict()
             rows.append({"kernel_index": a.kernel_index, "kernel": a.kernel, "rank": rank, "class": d["class"],
                          "title": d["title"], "severity": d["severity"], "est_speedup_pct": d["est_speedup_pct"],
-                         "source": d["source"], "advice": d["advice"], "evidence": json.dumps(d["evidence"])})
+                         "source": d["source"], "advice": d["advice"], "evidence": json.dumps(d["evidence"]),
+                         "estimates": json.dumps(d["estimates"]), "lines": json.dumps(d["lines"])})
     cols = ["kernel_index", "kernel", "rank", "class", "title", "severity", "est_speedup_pct", "source", "advice",
-            "evidence"]
+            "evidence", "estimates", "lines"]
     df = pd.DataFrame(rows, columns=cols)
     df["est_speedup_pct"] = df["est_speedup_pct"].astype("float64")
+    return df
+
+
+def derived_frame(analyses: list[KernelAnalysis]) -> pd.DataFrame:
+    """The lab's derived values per kernel (lab.analysis.metrics.derived_values, as JSON): stored with
+    the run so that pages and comparisons read them instead of interpreting metric names again."""
+    rows = [{"kernel_index": a.kernel_index, "kernel": a.kernel, "derived": json.dumps(a.derived, default=str),
+             "lines_status": (a.lines or {}).get("status"), "lines_note": (a.lines or {}).get("note")}
+            for a in analyses]
+    df = pd.DataFrame(rows, columns=["kernel_index", "kernel", "derived", "lines_status", "lines_note"])
+    df["kernel_index"] = df["kernel_index"].astype("int64")
     return df
 
 

@@ -25,6 +25,66 @@ from lab.gpu_specs import peaks_for
 SECTOR_BYTES = 32.0     # an L1/L2/DRAM sector, the unit ncu counts memory traffic in
 
 
+# ----------------------------------------------------------------------------- the metrics shown
+
+# The metrics an engineer reads first on Nsight Compute's Details page, in its own names: `lab
+# analyze --json`'s `metrics`, `lab compare`'s table. The one list of them.
+KEY_METRICS: tuple[tuple[str, str], ...] = (
+    ("gpu__time_duration.sum", "Duration (ns)"),
+    ("launch__grid_size", "Grid size"),
+    ("launch__block_size", "Block size"),
+    ("launch__registers_per_thread", "Registers per thread"),
+    ("launch__shared_mem_per_block", "Shared memory per block (B)"),
+    ("launch__shared_mem_per_block_static", "Static shared memory per block (B)"),
+    ("launch__shared_mem_per_block_dynamic", "Dynamic shared memory per block (B)"),
+    ("launch__waves_per_multiprocessor", "Waves per SM"),
+    ("device__attribute_multiprocessor_count", "SMs"),
+    ("sm__maximum_warps_per_active_cycle_pct", "Theoretical occupancy (%)"),
+    ("sm__warps_active.avg.pct_of_peak_sustained_active", "Achieved occupancy (%)"),
+    ("launch__occupancy_limit_registers", "Block limit: registers"),
+    ("launch__occupancy_limit_shared_mem", "Block limit: shared memory"),
+    ("launch__occupancy_limit_warps", "Block limit: warps"),
+    ("launch__occupancy_limit_blocks", "Block limit: blocks per SM"),
+    ("launch__occupancy_limit_barriers", "Block limit: barriers"),
+    ("sm__throughput.avg.pct_of_peak_sustained_elapsed", "Compute (SM) throughput (%)"),
+    ("gpu__compute_memory_throughput.avg.pct_of_peak_sustained_elapsed", "Memory throughput (%)"),
+    ("gpu__dram_throughput.avg.pct_of_peak_sustained_elapsed", "DRAM throughput (%)"),
+    ("dram__throughput.avg.pct_of_peak_sustained_elapsed", "DRAM throughput (%)"),
+    ("l1tex__throughput.avg.pct_of_peak_sustained_elapsed", "L1TEX throughput (%)"),
+    ("lts__throughput.avg.pct_of_peak_sustained_elapsed", "L2 throughput (%)"),
+    ("dram__bytes_read.sum", "DRAM bytes read"),
+    ("dram__bytes_write.sum", "DRAM bytes written"),
+    ("smsp__average_warp_latency_per_inst_issued.ratio", "Warp cycles per issued instruction"),
+    ("smsp__thread_inst_executed_per_inst_executed.ratio", "Threads per warp instruction"),
+    ("smsp__sass_average_data_bytes_per_sector_mem_global_op_ld.ratio", "Bytes used per sector, global loads"),
+    ("smsp__sass_average_data_bytes_per_sector_mem_global_op_st.ratio", "Bytes used per sector, global stores"),
+    ("l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum", "Bank conflicts, shared loads"),
+    ("l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_st.sum", "Bank conflicts, shared stores"),
+    ("l1tex__t_sectors_pipe_lsu_mem_local_op_ld.sum", "Local-memory sectors loaded"),
+    ("l1tex__t_sectors_pipe_lsu_mem_local_op_st.sum", "Local-memory sectors stored"),
+    ("sm__pipe_fma_cycles_active.avg.pct_of_peak_sustained_active", "FMA pipe active (%)"),
+    ("sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_active", "Tensor pipe active (%)"),
+    ("sm__inst_executed_pipe_tensor_op_hmma.avg.pct_of_peak_sustained_active", "HMMA issue (%)"),
+    ("sm__inst_executed_pipe_tensor_op_gmma.avg.pct_of_peak_sustained_active", "GMMA issue (%)"),
+    ("profiler__replayer_passes", "Replay passes"),
+)
+
+# The columns a page reads from a stored metrics table: the key metrics, and what the interpreters
+# below need to derive the page's facts where a run stored no derived values (runs older than the
+# `derived` table). A detailed-set report stores ~1,400 columns per kernel; reading these keeps `lab
+# report` over many runs fast.
+PAGE_COLUMNS = re.compile(
+    r"^(" + "|".join(re.escape(n) for n, _ in KEY_METRICS) + r"|kernel_index|kernel|kernel_function|device"
+    r"|device__attribute_\w+|launch__\w+"
+    r"|sm__(maximum_warps_per_active_cycle_pct|warps_active\.avg\.pct_of_peak_sustained_active"
+    r"|throughput\.avg\.pct_of_peak_sustained_elapsed|pipe_tensor_cycles_active\.avg\.pct_of_peak_sustained_active)"
+    r"|smsp__average_warps_issue_stalled_\w+_per_issue_active\.ratio|smsp__average_warp_latency\w*(\.ratio|\.pct|\.sum)?"
+    r"|smsp__pcsamp_warps_issue_stalled_\w+|smsp__sass_thread_inst_executed_op_f(add|mul|fma)_pred_on\.sum"
+    r"|sass__thread_inst_executed_true_per_opcode\[\w+\]|sass__inst_executed_per_opcode_with_modifier_all\[[\w.]+\]"
+    r"|dram__(bytes|sectors)(_read|_write)?\.sum|dram__throughput\.avg\.pct_of_peak_sustained_elapsed"
+    r"|lts__t_(bytes|sectors)\.sum|l1tex__t_(bytes|sectors)_pipe_lsu_mem_(global|local)_op_(ld|st)\.sum)$")
+
+
 # ----------------------------------------------------------------------------- metric access
 
 def plain(v):
@@ -290,6 +350,86 @@ def global_bytes_per_sector(M: KernelMetrics) -> list[tuple[str, float, dict]]:
     return out
 
 
+def global_excess(M: KernelMetrics) -> tuple[float | None, dict, bool]:
+    """(share of global L2 sectors that are excessive, evidence, exact). SourceCounters' count of
+    excessive sectors (what ncu's UncoalescedGlobalAccess rule reads) is exact: a broadcast (32 lanes,
+    one address) uses 4 bytes of its one sector and wastes none. Without it, bytes used per sector
+    stand in, and they cannot tell a broadcast from a scattered access (exact=False)."""
+    ex, act = M.num("derived__memory_l2_theoretical_sectors_global_excessive"), M.num("memory_l2_theoretical_sectors_global")
+    if ex is not None and act:
+        return ex / act, {"derived__memory_l2_theoretical_sectors_global_excessive": ex,
+                          "memory_l2_theoretical_sectors_global": act}, True
+    per = global_bytes_per_sector(M)
+    if per:
+        used = min(b for _, b, _ in per)
+        ev = {}
+        for _, _, e in per:
+            ev.update(e)
+        return 1.0 - used / SECTOR_BYTES, ev, False
+    return None, {}, False
+
+
+def warps_in_flight(M: KernelMetrics) -> dict | None:
+    """The kernel's parallelism against the device's: warps launched (CTAs x warps per CTA), the warps
+    its occupancy limit lets the SMs hold at once, and the device's warp slots (SMs x max warps per SM).
+    `in_flight` is what can run at once; `share_of_slots` is it over the warp slots."""
+    grid, block = M.num("launch__grid_size"), M.num("launch__block_size")
+    sms = M.num("device__attribute_multiprocessor_count", "launch__sm_count")
+    per_sm = M.num("device__attribute_max_warps_per_multiprocessor")
+    if not (grid and block and sms and per_sm):
+        return None
+    wpb = math.ceil(block / 32.0)
+    launched = grid * wpb
+    slots = sms * per_sm
+    theo = M.num("sm__maximum_warps_per_active_cycle_pct")
+    _, blocks, _ = occupancy_limiter(M)
+    if theo is not None:
+        resident = sms * per_sm * theo / 100.0
+    elif blocks is not None:
+        resident = sms * min(per_sm, blocks * wpb)
+    else:
+        resident = slots
+    in_flight = min(launched, resident)
+    return {"warps_per_cta": wpb, "launched": launched, "resident_limit": resident, "slots": slots,
+            "in_flight": in_flight, "share_of_slots": in_flight / slots, "grid_limits": launched < resident}
+
+
+def tensor_path(M: KernelMetrics, device: str | None) -> dict | None:
+    """How the kernel's matrix work reaches the tensor cores: 'HMMA' (warp-level mma.sync), 'HGMMA'
+    (Hopper's warpgroup wgmma) or None, the tensor pipe's utilization, and on Hopper (compute
+    capability 9.x), where mma.sync cannot reach the dense peak that wgmma reaches, `hmma_on_hopper`."""
+    ops = tensor_instructions(M)
+    if ops is not None:   # per-opcode counts: exact
+        has_g = any(op.endswith("GMMA") for op in ops)
+        has_h = any(op.startswith("HMMA") for op in ops)
+    else:   # the pipe metrics; moves issued to the MMA pipe (HFMA2.MMA) alone reach a few percent
+        hmma = M.num("sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_elapsed") or 0.0
+        gmma = M.num("sm__inst_executed_pipe_tensor_op_gmma.avg.pct_of_peak_sustained_elapsed") or 0.0
+        has_g, has_h = gmma >= 5.0, hmma >= 5.0 and gmma < 5.0
+    if not (has_g or has_h):
+        return None
+    pipe = M.num("sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_elapsed",
+                 "sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_active", "sm__pipe_shared_cycles_active.avg.pct_of_peak_sustained_elapsed")
+    major = M.num("device__attribute_compute_capability_major")
+    return {"instruction": "HGMMA" if has_g else "HMMA", "pipe_pct": pipe, "pipe_metric":
+            "sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_elapsed",
+            "hmma_on_hopper": bool(has_h and not has_g and major == 9)}
+
+
+_DTYPE_NAMES = (("bfloat16", re.compile(r"bfloat16|__nv_bfloat16|\bbf16\b")),
+                ("float16", re.compile(r"\b__half\b|\bhalf\b|\bfp16\b")),
+                ("float32", re.compile(r"\bfloat\b")))
+
+
+def infer_dtype(kernel_name: str | None) -> str | None:
+    """The element type a kernel's demangled name declares (its template arguments or parameter
+    types), 16-bit types first since a half kernel also takes float arguments; None when it names none."""
+    for dtype, pat in _DTYPE_NAMES:
+        if kernel_name and pat.search(kernel_name):
+            return dtype
+    return None
+
+
 def tensor_instructions(M: KernelMetrics) -> dict[str, float] | None:
     """Tensor-core instructions executed, by opcode (HMMA, HGMMA, IMMA, ...), or None when the report
     has no per-opcode counts. HFMA2.MMA (an FP16 FMA issued to the MMA pipe) is not one."""
@@ -327,6 +467,8 @@ class KernelFacts:
     problem: dict | None
     device: str | None
     has_tensor_cores: bool
+    rung: str | None = None                  # the ladder rung this kernel is (lab.analysis.advice.rung_of)
+    launch_overhead_ns: float | None = None  # measured by the run's timeline, where one ran
 
 
 def kernel_facts(row: dict, problem: dict | None = None) -> KernelFacts:
@@ -368,8 +510,81 @@ def flop_rates(c: KernelFacts) -> dict:
     if c.problem and c.problem.get("flops"):
         tf = float(c.problem["flops"]) / d / 1e3
         ev["lab__problem_tflops"] = rounded(tf, 2)
-        if peaks:
-            dt = c.problem.get("dtype", "float32")
+        dt = c.problem.get("dtype")
+        if peaks and dt:   # no dtype, no peak to hold it against (never a float32 guess)
             peak = peaks.fp32_tflops if dt == "float32" else peaks.tensor_fp16_tflops
             ev[f"lab__problem_pct_of_{'fp32' if dt == 'float32' else 'tensor'}_peak"] = rounded(100 * tf / peak, 2)
     return ev
+
+
+# ----------------------------------------------------------------------------- memory traffic per level
+
+# (level, [(metric names to add, scale, how it is described)]) in order of preference
+_MEMORY_LEVELS = (
+    ("DRAM", ((("dram__bytes_read.sum", "dram__bytes_write.sum"), 1.0, "dram__bytes_read.sum + dram__bytes_write.sum"),
+              (("dram__bytes.sum",), 1.0, "dram__bytes.sum"),
+              (("dram__sectors_read.sum", "dram__sectors_write.sum"), SECTOR_BYTES,
+               "(dram__sectors_read.sum + dram__sectors_write.sum) x 32 B"))),
+    ("L2 (lts)", ((("lts__t_bytes.sum",), 1.0, "lts__t_bytes.sum"),
+                  (("lts__t_sectors.sum",), SECTOR_BYTES, "lts__t_sectors.sum x 32 B"))),
+    ("L1/TEX global", ((("l1tex__t_bytes_pipe_lsu_mem_global_op_ld.sum", "l1tex__t_bytes_pipe_lsu_mem_global_op_st.sum"),
+                        1.0, "l1tex__t_bytes_pipe_lsu_mem_global_op_{ld,st}.sum"),
+                       (("l1tex__t_sectors_pipe_lsu_mem_global_op_ld.sum", "l1tex__t_sectors_pipe_lsu_mem_global_op_st.sum"),
+                        SECTOR_BYTES, "l1tex__t_sectors_pipe_lsu_mem_global_op_{ld,st}.sum x 32 B"))),
+    ("local memory", ((("l1tex__t_bytes_pipe_lsu_mem_local_op_ld.sum", "l1tex__t_bytes_pipe_lsu_mem_local_op_st.sum"),
+                       1.0, "l1tex__t_bytes_pipe_lsu_mem_local_op_{ld,st}.sum"),
+                      (("l1tex__t_sectors_pipe_lsu_mem_local_op_ld.sum", "l1tex__t_sectors_pipe_lsu_mem_local_op_st.sum"),
+                       SECTOR_BYTES, "l1tex__t_sectors_pipe_lsu_mem_local_op_{ld,st}.sum x 32 B"))),
+)
+
+
+def memory_traffic(M: KernelMetrics) -> list[dict]:
+    """Bytes moved at each memory level the report counts: [{"level", "bytes", "source"}]."""
+    out = []
+    for level, options in _MEMORY_LEVELS:
+        for names, scale, desc in options:
+            v = sum_or_none(*(M.num(n) for n in names))
+            if v is not None:
+                out.append({"level": level, "bytes": v * scale, "source": desc})
+                break
+    return out
+
+
+_STALL_UNITS = {
+    _STALL_FAMILIES[0].pattern: "warps stalled per issue-active cycle (ncu Warp State Statistics)",
+    _STALL_FAMILIES[1].pattern: "average warp latency stalled on each reason (cycles)",
+    _STALL_FAMILIES[2].pattern: "PC samples of stalled warps",
+}
+
+
+def derived_values(c: KernelFacts) -> dict:
+    """Everything the lab computes from one kernel's metrics, once: what `lab analyze` prints, what
+    `lab profile` stores beside the metrics (the `derived` table) and what the pages and `lab compare`
+    read back instead of computing it again."""
+    M, tp = c.M, c.tp
+    lim, lim_blocks, limits = occupancy_limiter(M)
+    f = flops(M)
+    w = warps_in_flight(M)
+    share, _, exact = global_excess(M)
+    path = tensor_path(M, c.device)
+    fam = c.stall_family
+    return {
+        "compute_pct_of_peak": rounded(tp["compute_pct"]), "compute_unit": unit_name(tp["compute_metric"] or ""),
+        "compute_metric": tp["compute_metric"],
+        "memory_pct_of_peak": rounded(tp["memory_pct"]), "memory_unit": unit_name(tp["memory_metric"] or ""),
+        "memory_metric": tp["memory_metric"],
+        "stalls": [(r, rounded(v, 3), rounded(s, 1)) for r, v, s in c.stalls],
+        "stall_metric_family": fam,
+        "stall_unit": _STALL_UNITS.get(fam or "", ""),
+        "occupancy_limiter": lim, "occupancy_limit_blocks": lim_blocks,
+        "occupancy_limits": {k: v for k, v in limits.items() if v is not None},
+        "local_share": rounded(c.local_share, 4),
+        "threads_per_instruction": rounded(threads_per_instruction(M)[0]),
+        "fp32_flops": f["fp32"], "fp16_flops": f["fp16"], "tensor_flops": f["tensor"],
+        "global_excess_sector_share": rounded(share, 4), "global_excess_exact": exact if share is not None else None,
+        "bank_conflict_nway": {what: rounded(n, 2) for what, n, _ in bank_conflict_nway(M)},
+        "warps": ({k: (rounded(v, 4) if isinstance(v, float) else v) for k, v in w.items()} if w else None),
+        "tensor_path": path,
+        "memory_traffic": memory_traffic(M),
+        **flop_rates(c),
+    }

@@ -237,7 +237,9 @@ def ncu_command(target_argv: Iterable[str], report_path: str | os.PathLike,
             cmd += ["--nvtx-include", f"{r}/"]
     cmd += ["--clock-control", "none"]  # the GPU's own boost behaviour, as the timings saw it
     cmd += section_args(section_set)
-    cmd += ["--import-source", "no", *extra_args, "-f", "-o", str(report_path)]
+    # The kernel's CUDA sources go into the report, so its per-line view (lab.analysis.lines) shows the
+    # code as profiled, even after the file changed or moved; they cost kilobytes.
+    cmd += ["--import-source", "yes", *extra_args, "-f", "-o", str(report_path)]
     return cmd + [str(a) for a in target_argv]
 
 

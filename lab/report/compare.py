@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from lab.analysis.metrics import KEY_METRICS as METRIC_LABELS
 from lab.errors import LabError
 from lab.report.formatting import fmt_change, fmt_num, fmt_pct
 from lab.report.rundata import RunData, ci_overlap, first_metric, load
@@ -18,24 +19,8 @@ from lab.store.runs import find_run, open_root
 
 DEFAULT_THRESHOLD_PCT = 5.0
 
-# The metrics an engineer reads first on Nsight Compute's Details page, in its own names.
-KEY_METRICS = (
-    ("gpu__time_duration.sum", "Duration (ns)"),
-    ("launch__grid_size", "Grid size"),
-    ("launch__block_size", "Block size"),
-    ("launch__registers_per_thread", "Registers per thread"),
-    ("launch__shared_mem_per_block", "Shared memory per block (B)"),
-    ("launch__waves_per_multiprocessor", "Waves per SM"),
-    ("sm__maximum_warps_per_active_cycle_pct", "Theoretical occupancy (%)"),
-    ("sm__warps_active.avg.pct_of_peak_sustained_active", "Achieved occupancy (%)"),
-    ("sm__throughput.avg.pct_of_peak_sustained_elapsed", "Compute (SM) throughput (%)"),
-    ("gpu__compute_memory_throughput.avg.pct_of_peak_sustained_elapsed", "Memory throughput (%)"),
-    ("dram__throughput.avg.pct_of_peak_sustained_elapsed", "DRAM throughput (%)"),
-    ("dram__bytes_read.sum", "DRAM bytes read"),
-    ("dram__bytes_write.sum", "DRAM bytes written"),
-    ("smsp__average_warp_latency_per_inst_issued.ratio", "Warp cycles per issued instruction"),
-    ("sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_active", "Tensor pipe active (%)"),
-)
+# The metrics an engineer reads first on Nsight Compute's Details page: the analysis' one list.
+KEY_METRICS = METRIC_LABELS
 
 
 @dataclass

@@ -23,30 +23,21 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from lab.analysis import metrics as interpret
+from lab.analysis.metrics import PAGE_COLUMNS
 from lab.ladder import registry
 from lab.errors import LabError
-from lab.report.formatting import fmt_num, fmt_pct, speed_phrase
+from lab.report.formatting import fmt_bytes, fmt_num, fmt_pct, speed_phrase
 from lab.measure.problem import DTYPE_BYTES, Problem
 from lab.store.runs import DamagedRun, Run, open_root, scan_runs
 
-SECTOR_BYTES = 32          # an L1/L2/DRAM sector, the unit ncu counts memory traffic in
 
 KERNEL_COLUMNS = ("kernel", "kernel_name", "Kernel Name", "name", "demangled_name", "function")
 DURATION = "gpu__time_duration.sum"
 
-# The ncu metrics a page (and a comparison) reads: launch and occupancy, stall reasons, bytes per
-# memory level, SASS FP32 counts, throughputs. A detailed-set report stores ~1,400 columns per kernel
-# and a full set ~2,000; reading only these keeps `lab report` over many runs fast.
-PAGE_METRICS = re.compile(
-    r"^(" + "|".join(re.escape(c) for c in KERNEL_COLUMNS) + r"|kernel_index|device__attribute_multiprocessor_count"
-    r"|launch__\w+"
-    r"|gpu__time_duration\.sum|gpu__compute_memory_throughput\.avg\.pct_of_peak_sustained_elapsed"
-    r"|sm__(maximum_warps_per_active_cycle_pct|warps_active\.avg\.pct_of_peak_sustained_active"
-    r"|throughput\.avg\.pct_of_peak_sustained_elapsed|pipe_tensor_cycles_active\.avg\.pct_of_peak_sustained_active)"
-    r"|smsp__average_warps_issue_stalled_\w+_per_issue_active\.ratio|smsp__average_warp_latency\w*(\.ratio|\.pct|\.sum)?"
-    r"|smsp__pcsamp_warps_issue_stalled_\w+|smsp__sass_thread_inst_executed_op_f(add|mul|fma)_pred_on\.sum"
-    r"|dram__(bytes|sectors)(_read|_write)?\.sum|dram__throughput\.avg\.pct_of_peak_sustained_elapsed"
-    r"|lts__t_(bytes|sectors)\.sum|l1tex__t_(bytes|sectors)_pipe_lsu_mem_(global|local)_op_(ld|st)\.sum)$")
+# The ncu metric columns a page (and a comparison) reads: lab.analysis.metrics names them, beside the
+# functions that interpret them.
+PAGE_METRICS = re.compile(PAGE_COLUMNS.pattern[:-2] + "|" + "|".join(re.escape(c) for c in KERNEL_COLUMNS) + ")$")
 
 
 class RunDamaged(LabError):
@@ -193,13 +184,30 @@ class RunData:
         if t is None or not t.rows:
             return []
         name_col = next((c for c in KERNEL_COLUMNS if c in t.columns), None)
+        stored = self.derived_values
         rows = []
         for rec in t.rows:
             rec = dict(rec)
             rec["kernel"] = str(rec.get(name_col)) if name_col else "kernel"
+            # the lab's interpretation of the metrics, as `lab profile` stored it; a run older than the
+            # derived table gets it from the same interpreter (lab.analysis.metrics), never a second one
+            d = stored.get(rec.get("kernel_index"))
+            rec["derived"] = d if d is not None else interpret.derived_values(interpret.kernel_facts(rec))
             rows.append(rec)
         rows.sort(key=lambda r: -(r.get(DURATION) or 0) if isinstance(r.get(DURATION), (int, float)) else 0)
         return rows
+
+    @cached_property
+    def derived_values(self) -> dict:
+        """kernel_index -> the derived values `lab profile` stored (lab.analysis.metrics.derived_values)."""
+        t = self.table("derived")
+        out = {}
+        for rec in (t.rows if t is not None else []):
+            try:
+                out[rec.get("kernel_index")] = json.loads(rec.get("derived") or "null")
+            except ValueError:
+                raise _bad(self.run, "table 'derived' holds a value that is not JSON") from None
+        return {k: v for k, v in out.items() if isinstance(v, dict)}
 
     @cached_property
     def units(self) -> dict[str, str]:
@@ -264,103 +272,64 @@ def first_metric(k: dict | None, *names: str):
     return None, None
 
 
+def _derived(k: dict | None) -> dict:
+    return (k or {}).get("derived") or {}
+
+
 def dram_bytes(k: dict | None) -> tuple[float | None, str]:
-    """DRAM bytes read + written by the kernel, and the metrics it comes from."""
-    if not k:
-        return None, ""
-    rd, wr = k.get("dram__bytes_read.sum"), k.get("dram__bytes_write.sum")
-    if isinstance(rd, (int, float)) and isinstance(wr, (int, float)):
-        return float(rd + wr), "dram__bytes_read.sum + dram__bytes_write.sum"
-    name, v = first_metric(k, "dram__bytes.sum")
-    if name:
-        return v, name
-    rd, wr = k.get("dram__sectors_read.sum"), k.get("dram__sectors_write.sum")
-    if isinstance(rd, (int, float)) and isinstance(wr, (int, float)):
-        return float(rd + wr) * SECTOR_BYTES, "(dram__sectors_read.sum + dram__sectors_write.sum) x 32 B"
-    return None, ""
+    """DRAM bytes read + written by the kernel, and the metrics they come from (the stored derived values)."""
+    dram = next((r for r in _derived(k).get("memory_traffic") or [] if r["level"] == "DRAM"), None)
+    return (dram["bytes"], dram["source"]) if dram else (None, "")
 
 
-def _sum_metrics(k: dict, names: tuple[str, ...], scale: float = 1.0) -> float | None:
-    vals = [k.get(n) for n in names]
-    if not all(isinstance(v, (int, float)) for v in vals):
+def below_minimum_note(k: dict | None, problem: Problem) -> str | None:
+    """Why a kernel's DRAM bytes can be under the Q, K, V, O minimum, said with its own numbers:
+    ncu counts the DRAM traffic of the kernel's launch only, so output still in L2 when the kernel
+    ends (written back later) and inputs already in L2 when it starts are not counted. None when
+    the bytes are not below the minimum (or not stored)."""
+    total, _ = dram_bytes(k)
+    if total is None or total >= problem.min_bytes:
         return None
-    return float(sum(vals)) * scale
-
-
-# (level, [(metric names to add, scale, how it is described)]) in order of preference
-MEMORY_LEVELS = (
-    ("DRAM", None),
-    ("L2 (lts)", ((("lts__t_bytes.sum",), 1.0, "lts__t_bytes.sum"),
-                  (("lts__t_sectors.sum",), SECTOR_BYTES, "lts__t_sectors.sum x 32 B"))),
-    ("L1/TEX global", ((("l1tex__t_bytes_pipe_lsu_mem_global_op_ld.sum", "l1tex__t_bytes_pipe_lsu_mem_global_op_st.sum"),
-                        1.0, "l1tex__t_bytes_pipe_lsu_mem_global_op_{ld,st}.sum"),
-                       (("l1tex__t_sectors_pipe_lsu_mem_global_op_ld.sum", "l1tex__t_sectors_pipe_lsu_mem_global_op_st.sum"),
-                        SECTOR_BYTES, "l1tex__t_sectors_pipe_lsu_mem_global_op_{ld,st}.sum x 32 B"))),
-    ("local memory", ((("l1tex__t_bytes_pipe_lsu_mem_local_op_ld.sum", "l1tex__t_bytes_pipe_lsu_mem_local_op_st.sum"),
-                       1.0, "l1tex__t_bytes_pipe_lsu_mem_local_op_{ld,st}.sum"),
-                      (("l1tex__t_sectors_pipe_lsu_mem_local_op_ld.sum", "l1tex__t_sectors_pipe_lsu_mem_local_op_st.sum"),
-                       SECTOR_BYTES, "l1tex__t_sectors_pipe_lsu_mem_local_op_{ld,st}.sum x 32 B"))),
-)
+    out_bytes = problem.batch * problem.heads * problem.seqlen_q * problem.head_dim * DTYPE_BYTES[problem.dtype]
+    in_bytes = problem.min_bytes - out_bytes
+    rd, wr = k.get("dram__bytes_read.sum"), k.get("dram__bytes_write.sum")
+    parts = []
+    if isinstance(wr, (int, float)) and wr < out_bytes:
+        parts.append(f"it wrote {fmt_bytes(wr)} to DRAM against the output's {fmt_bytes(out_bytes)}: the rest of O was "
+                     f"still in L2 when the kernel ended, written back after it")
+    if isinstance(rd, (int, float)) and rd < in_bytes:
+        parts.append(f"it read {fmt_bytes(rd)} from DRAM against Q, K and V's {fmt_bytes(in_bytes)}: part of the "
+                     f"inputs was already in L2 when it started")
+    why = "; ".join(parts) if parts else ("part of the output was still in L2 when the kernel ended, or part of the "
+                                          "inputs already in L2 when it started")
+    return (f"DRAM bytes ({fmt_bytes(total)}) are below the minimum ({fmt_bytes(problem.min_bytes)}) because ncu counts "
+            f"only the DRAM traffic of the kernel's own launch: {why}. The kernel does not beat the minimum; "
+            f"the L2 holds the difference.")
 
 
 def memory_levels(k: dict | None, min_bytes: int) -> list[dict]:
     rows = [{"level": "minimum (Q, K, V read once, O written once)", "bytes": float(min_bytes), "x_min": 1.0,
              "source": "problem shape x dtype size"}]
-    if not k:
-        return rows
-    for level, options in MEMORY_LEVELS:
-        if options is None:
-            v, src = dram_bytes(k)
-        else:
-            v, src = None, ""
-            for names, scale, desc in options:
-                v = _sum_metrics(k, names, scale)
-                if v is not None:
-                    src = desc
-                    break
-        if v is not None:
-            rows.append({"level": level, "bytes": v, "x_min": v / min_bytes if min_bytes else None, "source": src})
+    for r in _derived(k).get("memory_traffic") or []:
+        rows.append({"level": r["level"], "bytes": r["bytes"], "x_min": r["bytes"] / min_bytes if min_bytes else None,
+                     "source": r["source"]})
     return rows
 
 
-STALL_FAMILIES = (
-    # (regex with the reason as group 1, what the value is)
-    (re.compile(r"^smsp__average_warps_issue_stalled_(\w+?)_per_issue_active\.ratio$"),
-     "warps stalled per issue-active cycle (ncu Warp State Statistics)"),
-    (re.compile(r"^smsp__average_warp_latency_issue_stalled_(\w+?)(?:\.ratio|\.pct|\.sum)?$"),
-     "average warp latency stalled on each reason (cycles)"),
-    (re.compile(r"^smsp__pcsamp_warps_issue_stalled_(\w+?)$"), "PC samples of stalled warps"),
-)
-
-
 def stall_reasons(k: dict | None) -> tuple[list[tuple[str, float]], str, str]:
-    """(reason, value) sorted largest first, the unit, and the metric family it was read from."""
-    if not k:
-        return [], "", ""
-    for rx, unit in STALL_FAMILIES:
-        found = []
-        for name, v in k.items():
-            m = rx.match(name)
-            if m and isinstance(v, (int, float)) and not m.group(1).endswith("_not_issued"):
-                found.append((m.group(1), float(v)))
-        if found:
-            found.sort(key=lambda t: -t[1])
-            return found, unit, rx.pattern.strip("^$").replace("\\", "").replace("(w+?)", "<reason>")
-    return [], "", ""
-
-
-OCCUPANCY_LIMITS = (("registers", "launch__occupancy_limit_registers"),
-                    ("shared memory", "launch__occupancy_limit_shared_mem"),
-                    ("warps (block size)", "launch__occupancy_limit_warps"),
-                    ("blocks per SM", "launch__occupancy_limit_blocks"),
-                    ("barriers", "launch__occupancy_limit_barriers"))
+    """(reason, value) largest first, the unit, and the metric family, as the analysis derived them."""
+    d = _derived(k)
+    stalls = [(r, v) for r, v, _ in d.get("stalls") or []]
+    fam = d.get("stall_metric_family") or ""
+    return stalls, d.get("stall_unit") or "", fam.strip("^$").replace("\\", "").replace("(w+?)", "<reason>").replace("(w+)", "<reason>")
 
 
 def occupancy(k: dict | None, device: dict) -> dict | None:
     if not k:
         return None
-    limits = [(label, float(k[n]), n) for label, n in OCCUPANCY_LIMITS if isinstance(k.get(n), (int, float))]
-    lowest = min((v for _, v, _ in limits), default=None)
+    d = _derived(k)
+    limits = [(label, float(k[n]), n) for n, label in interpret._OCC_LIMITERS if isinstance(k.get(n), (int, float))]
+    lowest = d.get("occupancy_limit_blocks")
     limiters = [label for label, v, _ in limits if v == lowest]
     _, theoretical = first_metric(k, "sm__maximum_warps_per_active_cycle_pct")
     _, achieved = first_metric(k, "sm__warps_active.avg.pct_of_peak_sustained_active")
@@ -384,23 +353,35 @@ def occupancy(k: dict | None, device: dict) -> dict | None:
                          f"{fmt_num(lowest)} block(s) per SM" + (f" (the other limits allow: {others})." if others else "."))
     if achieved is not None:
         sentences.append(f"Achieved occupancy is {fmt_pct(achieved)} of the SM's warp slots.")
+    w = d.get("warps")
     if grid is not None and sms:
         sentences.append(f"The grid has {fmt_num(grid)} CTAs on {fmt_num(sms)} SMs"
-                         + (f": {fmt_num(waves)} waves." if waves is not None else "."))
+                         + (f": {fmt_num(waves)} waves." if waves is not None else ".")
+                         + (f" {fmt_num(w['launched'])} warps in flight for {fmt_num(w['slots'])} warp slots "
+                            f"({fmt_pct(100 * w['share_of_slots'])})." if w else ""))
     return {"rows": [r for r in rows if r[1] is not None], "limits": limits, "limiters": limiters,
             "sentences": sentences}
 
 
-SASS_FP32 = ("smsp__sass_thread_inst_executed_op_ffma_pred_on.sum", "smsp__sass_thread_inst_executed_op_fadd_pred_on.sum",
-             "smsp__sass_thread_inst_executed_op_fmul_pred_on.sum")
-
-
 def sass_fp32_flops(k: dict | None) -> float | None:
-    """FP32 operations the kernel executed, from ncu's per-thread SASS counts (an FFMA is two)."""
-    if not k or not all(isinstance(k.get(n), (int, float)) for n in SASS_FP32):
+    """FP32 operations the kernel executed, as the analysis counted them from SASS (an FFMA is two)."""
+    v = _derived(k).get("fp32_flops")
+    return float(v) if isinstance(v, (int, float)) else None
+
+
+def section_set_label(profile: dict | None) -> str | None:
+    """The section set as the stored ncu command line says it (`--set detailed`), not the lab's
+    alias for its default ('default-lab'): the page and the command must name the same set."""
+    if not isinstance(profile, dict):
         return None
-    ffma, fadd, fmul = (float(k[n]) for n in SASS_FP32)
-    return 2 * ffma + fadd + fmul
+    stored = profile.get("section_set")
+    cmd = [str(a) for a in profile.get("command") or []]
+    given = next((cmd[i + 1] for i, a in enumerate(cmd[:-1]) if a == "--set"), None)
+    if given is None:   # a lab set or a list of sections: the stored name says it
+        return stored
+    if stored and stored != given and stored.startswith("default"):
+        return f"{given} (the lab's default)"
+    return given
 
 
 # ----------------------------------------------------------------- runs on the ladder
@@ -419,6 +400,30 @@ def ladder_neighbour(rd: RunData, runs: list[RunData], step: int) -> tuple[str |
             and r.device_name == rd.device_name and r.median_ms]
     same.sort(key=lambda r: (r.problem.dtype == rd.problem.dtype, r.manifest.get("created_utc", ""), r.id))
     return other_id, (same[-1] if same else None)
+
+
+_SHAPE_IN_TEXT = re.compile(r"\bB\s*=?\s*(\d+)\s*[,\s-]\s*H\s*=?\s*(\d+)\s*[,\s-]\s*N\s*=?\s*(\d+)"
+                            r"(?:\s*[,\s-]\s*D\s*=?\s*(\d+))?")
+
+
+def prediction_shape_note(text: str | None, problem: Problem) -> str | None:
+    """A prediction states the shape it was made for ("~300 TFLOP/s at B=8,H=32,N=4096,D=64");
+    when none of the shapes it names is the measured one, say so beside the measured gain, so a
+    prediction for N=4096 is not read as one for N=1024. None when it names no shape or this one."""
+    if not text:
+        return None
+    named = []
+    for m in _SHAPE_IN_TEXT.finditer(text):
+        b, h, n, d = (int(x) if x else None for x in m.groups())
+        named.append((b, h, n, d))
+    if not named:
+        return None
+    here = (problem.batch, problem.heads, problem.seqlen_q, problem.head_dim)
+    if any(all(x is None or x == y for x, y in zip(shape, here)) for shape in named):
+        return None
+    said = ", ".join(f"B{b}-H{h}-N{n}" + (f"-D{d}" if d else "") for b, h, n, d in named)
+    return (f"the prediction was made for {said}; the gain was measured on {problem.label()}, "
+            f"so the two are not the same test")
 
 
 def ci_overlap(a: dict, b: dict) -> bool | None:

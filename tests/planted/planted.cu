@@ -1,4 +1,4 @@
-// Planted bottlenecks: eight small kernels, each built to have ONE known bottleneck, so that
+// Planted bottlenecks: ten small kernels, each built to have ONE known bottleneck, so that
 // lab/analysis/findings.py can be tested on real Nsight Compute reports whose right answer is known.
 //
 //   kernel                   planted class         how
@@ -10,6 +10,10 @@
 //   planted_bandwidth_copy   memory-bound          a float4 copy of 512 MB (256 MB read, 256 MB written)
 //   planted_divergence       divergence            each lane of a warp takes its own branch
 //   planted_occupancy_smem   occupancy-limited     200 KB of dynamic shared memory per 128-thread block
+//   planted_broadcast        (not uncoalesced)     all 32 lanes read one address: 4 bytes of a sector used,
+//                                                  none wasted; the FMA work on it is the limit
+//   planted_local_heavy      local-memory          a run-time-indexed per-thread array (most of the traffic)
+//                                                  beside a small strided global read (uncoalesced, minor)
 //
 // Build: nvcc -O3 -lineinfo -gencode=arch=compute_90a,code=sm_90a -o planted planted.cu
 // Run:   ./planted            (each kernel once; tests/planted/record.sh profiles it with ncu)
@@ -131,6 +135,40 @@ __global__ void planted_occupancy_smem(const float* __restrict__ in, float* __re
   out[blockIdx.x * blockDim.x + threadIdx.x] = big[(threadIdx.x + 1) % blockDim.x];
 }
 
+// broadcast: every lane of a warp reads the same word (a warp-uniform index), so a request needs one
+// sector and wastes none, although only 4 of its 32 bytes are used; ncu's excessive-sector count is
+// zero. Each loaded value feeds 16 dependent FFMAs: the loads are not what limits it.
+__global__ void planted_broadcast(const float* __restrict__ in, float* __restrict__ out, int iters) {
+  const int t = blockIdx.x * blockDim.x + threadIdx.x;
+  float acc = t * 1e-7f;
+  for (int k = 0; k < iters; ++k) {
+    const float v = in[(blockIdx.x * 7 + k) & 4095];  // the same address for all 32 lanes
+#pragma unroll
+    for (int u = 0; u < 16; ++u) acc = fmaf(acc, v, 1e-4f);
+  }
+  out[t] = acc;
+}
+
+// local-memory-heavy: like planted_local_memory, plus a strided global read per iteration (lanes 32 B
+// apart: 4 of 32 bytes used), which is uncoalesced but a small share of the load/store traffic. The
+// local array is the cause; the uncoalesced read must rank below it.
+__global__ void planted_local_heavy(const float* __restrict__ strided, float* __restrict__ out, int iters) {
+  float arr[kLocalFloats];
+  const int t = blockIdx.x * blockDim.x + threadIdx.x;
+  const unsigned s = (unsigned)t * 2654435761u;
+  for (int i = 0; i < kLocalFloats; ++i) arr[i] = (float)(i ^ s);
+  float acc = 0.f;
+  for (int k = 0; k < iters; ++k) {
+    unsigned a = (s + k * 13u) & (kLocalFloats - 1);
+    unsigned b = (s * 5u + k * 7u) & (kLocalFloats - 1);
+    unsigned c = (s * 3u + k * 11u) & (kLocalFloats - 1);
+    acc += arr[a] * arr[c];
+    arr[b] = acc * 0.5f;
+    if ((k & 15) == 0) acc += strided[((size_t)t * 8 + (k >> 4)) & ((1u << 24) - 1)];  // 32 B between lanes
+  }
+  out[t] = acc;
+}
+
 int main() {
   int dev = 0, sms = 0;
   CHECK(cudaGetDevice(&dev));
@@ -174,10 +212,16 @@ int main() {
   planted_occupancy_smem<<<sms * 8, 128, kBigSmemBytes>>>(a, b, big_floats);
   CHECK(cudaGetLastError());
 
+  planted_broadcast<<<sms * 8, block>>>(a, b, 1024);
+  CHECK(cudaGetLastError());
+
+  planted_local_heavy<<<sms * 8, block>>>(a, b, 2048);
+  CHECK(cudaGetLastError());
+
   CHECK(cudaDeviceSynchronize());
   CHECK(cudaFree(a));
   CHECK(cudaFree(b));
   CHECK(cudaFree(seed));
-  printf("planted: 8 kernels launched on %d SMs\n", sms);
+  printf("planted: 10 kernels launched on %d SMs\n", sms);
   return 0;
 }

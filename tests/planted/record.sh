@@ -4,11 +4,13 @@
 #   tests/planted/record.sh OUT_DIR        on a GPU machine with nvcc and ncu: build, profile, xz
 #   tests/planted/record.sh --build-only   compile planted.cu only (works without a GPU)
 #
-# Writes to OUT_DIR: planted.ncu-rep.xz (the eight planted kernels), sdpa.ncu-rep.xz (torch SDPA
+# Writes to OUT_DIR: planted.ncu-rep.xz (the ten planted kernels, built with -lineinfo, their source
+# imported into the report: --import-source yes is part of the lab's command line), sdpa.ncu-rep.xz (torch SDPA
 # flash/efficient/cudnn/math at fp16 B=4 H=16 N=2048 D=128), the ncu logs, passes.log (replay passes
 # of each set and section, with PROBE_PASSES=1) and record.log (versions, commands, passes).
 # Profiles through `python -m lab.profilers.ncu profile`, the command line `lab profile` uses, with
 # --clock-control none and the lab's default section set (lab.profilers.ncu.DEFAULT_IS).
+# RECORD_SDPA=0 skips the SDPA report (it needs torch and is the slow one).
 set -uo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -70,11 +72,13 @@ chosen=$(python3 -c "import lab.profilers.ncu as n; print(n.DEFAULT_IS)")
 echo "== section set: $chosen (the lab's default)" | tee -a "$log"
 
 profile planted --set "$chosen" -- "$bin"
-profile sdpa --set "$chosen" \
+[[ "${RECORD_SDPA:-1}" == 1 ]] && profile sdpa --set "$chosen" \
              --nvtx-range "lab sdpa-flash B4-H16-N2048-D128-float16" \
              --nvtx-range "lab sdpa-efficient B4-H16-N2048-D128-float16" \
              --nvtx-range "lab sdpa-cudnn B4-H16-N2048-D128-float16" \
              --nvtx-range "lab sdpa-math B4-H16-N2048-D128-float16" -- python3 "$here/sdpa.py"
+# The same kernels with ncu's `basic` set: no SourceCounters, so no per-line data (the analysis says so).
+profile planted-basic --set basic -- "$bin"
 # An NVTX filter that matches nothing: the lab must say so (exit 2); keep a report if ncu writes one.
 profile none --set "$chosen" --nvtx-range "lab no such range" -- "$bin"
 echo "   (exit 2 expected above: no kernels profiled)" | tee -a "$log"

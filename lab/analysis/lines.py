@@ -1,0 +1,411 @@
+"""Per-source-line evidence: the report's per-PC counters (Nsight's SourceCounters section) summed
+per CUDA source line, so that a finding can point at the code behind it.
+
+ncu_report gives every source-correlated metric one instance per PC (`metric.correlation_ids()`),
+`action.source_info(pc)` the file and line of a PC where the kernel was built with `-lineinfo`, and
+`action.sass_by_pc(pc)` its SASS instruction. Per line this module adds up: warp-state samples by
+stall reason (`smsp__pcsamp_warps_issue_stalled_*`), all samples (`smsp__pcsamp_sample_count`),
+warp instructions executed (`inst_executed`), excessive L2 sectors of global accesses
+(`derived__memory_l2_theoretical_sectors_global_excessive`: what ncu's UncoalescedGlobalAccess rule
+counts; a broadcast wastes none), excessive shared-memory wavefronts
+(`derived__memory_l1_wavefronts_shared_excessive`: bank conflicts), divergent branch targets
+(`smsp__branch_targets_threads_divergent`) and the local-memory instructions (LDL/STL) executed.
+
+An inlined helper (an `mma` wrapper in common.cuh) counts at its own line: ncu_report 2025.3's
+ISourceInfo carries only the innermost file and line, not the inline chain. Its `called_from`
+names the kernel-file lines just before it in address order, which is where the compiler put the
+inlined body; that is an inference from the SASS layout, and says so.
+
+Without `-lineinfo` there is no line: each PC becomes its own row (file and line null, `pc` set,
+its SASS) and the status says why. A report without SourceCounters has no per-PC counters at all:
+the status names the flag that records them. Both keep the analysis running (exit 0).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+from collections import defaultdict
+from pathlib import Path
+
+import pandas as pd
+
+from lab.analysis.metrics import plain
+
+SAMPLES = "smsp__pcsamp_sample_count"
+STALL_PREFIX = "smsp__pcsamp_warps_issue_stalled_"
+COUNTERS = {   # the contract's field -> the per-PC ncu metric it sums
+    "inst_executed": "inst_executed",
+    "excess_global_sectors": "derived__memory_l2_theoretical_sectors_global_excessive",
+    "excess_shared_wavefronts": "derived__memory_l1_wavefronts_shared_excessive",
+    "divergent_branches": "smsp__branch_targets_threads_divergent",
+}
+LOCAL_OPCODES = ("LDL", "STL")
+MISSING_HINT = ("per-line data needs Nsight's SourceCounters section: profile with `--set detailed` (the lab's "
+                "default), `--set full` or `--section SourceCounters`, and build with -lineinfo")
+NO_LINEINFO_NOTE = ("the kernel was built without -lineinfo, so the counters are per SASS instruction (PC), not per "
+                    "source line: rebuild with nvcc -lineinfo for source lines")
+TOP_OPCODES = 4
+
+
+def opcode(sass: str) -> str:
+    """The mnemonic of one SASS instruction text: '@P1 BRA 0x..' -> 'BRA', 'HMMA.16816.F32 R1..' -> 'HMMA.16816.F32'."""
+    parts = sass.split()
+    if parts and parts[0].startswith("@"):
+        parts = parts[1:]
+    return parts[0].rstrip(";") if parts else ""
+
+
+def _per_pc(metric) -> dict[int, float]:
+    n = metric.num_instances()
+    if not n or not metric.has_correlation_ids():
+        return {}
+    ids = metric.correlation_ids()
+    # the typed getter directly: IMetric.value() re-reads the kind on every call (a third of the time)
+    kind = metric.kind()
+    get = metric.as_uint64 if kind in (metric.ValueKind_UINT64, metric.ValueKind_UINT32) else metric.as_double
+    id_get = ids.as_uint64 if ids.kind() in (ids.ValueKind_UINT64, ids.ValueKind_UINT32) else None
+    if id_get is None:
+        return {}
+    out = {}
+    for i in range(n):
+        v = get(i)
+        if v:
+            pc = id_get(i)
+            out[pc] = out.get(pc, 0) + float(v)
+    return out
+
+
+def _short(path: str | None) -> str | None:
+    return None if path is None else os.path.basename(path)
+
+
+def kernel_lines(action, sass_cache: dict | None = None) -> dict:
+    """One kernel's per-line table: {"status": "ok" | "no-lineinfo" | "no-source-counters", "note",
+    "total_samples", "lines": [line dicts, most samples first], "instructions": {line key: [[pc, sass,
+    inst_executed, samples], ...]}, "files": [files named]}."""
+    names = set(action.metric_names())
+    samples_m = action.metric_by_name(SAMPLES) if SAMPLES in names else None
+    if samples_m is None or not samples_m.num_instances():
+        return {"status": "no-source-counters", "note": "the report has no per-PC counters; " + MISSING_HINT,
+                "total_samples": 0, "lines": [], "instructions": {}, "files": []}
+    samples = _per_pc(samples_m)
+    stalls = {}
+    for n in names:
+        if n.startswith(STALL_PREFIX) and not n.endswith("_not_issued"):
+            m = action.metric_by_name(n)
+            if not m.value():   # the sum over PCs: a reason no warp stalled on
+                continue
+            vals = _per_pc(m)
+            if vals:
+                stalls[n[len(STALL_PREFIX):]] = vals
+    counters = {field: (_per_pc(action.metric_by_name(m)) if m in names else {}) for field, m in COUNTERS.items()}
+    pcs = set(samples) | set(counters["inst_executed"])
+    for d in counters.values():
+        pcs |= set(d)
+    # sass_by_pc disassembles (0.25 ms a call): launches of one function share their PCs' answers
+    cache = sass_cache if sass_cache is not None else {}
+    fn = action.name(action.NameBase_MANGLED) if hasattr(action, "NameBase_MANGLED") else action.name()
+    info = {}
+    for pc in pcs:
+        got = cache.get((fn, pc))
+        if got is None:
+            si = action.source_info(pc)
+            got = cache[(fn, pc)] = (si.file_name() if si else None, si.line() if si else None,
+                                     (action.sass_by_pc(pc) or "").strip())
+        info[pc] = got
+    have_lines = any(f for f, _, _ in info.values())
+    total = sum(samples.values())
+
+    rows: dict = {}
+    instructions: dict = defaultdict(list)
+    for pc in sorted(pcs):
+        f, ln, sass = info[pc]
+        key = (f, ln) if have_lines else (None, pc)
+        r = rows.get(key)
+        if r is None:
+            r = rows[key] = {"file": f if have_lines else None, "line": ln if have_lines else None,
+                             "samples": 0.0, "stalls": defaultdict(float), "inst_executed": 0.0,
+                             "excess_global_sectors": 0.0, "excess_shared_wavefronts": 0.0,
+                             "divergent_branches": 0.0, "local_inst_executed": 0.0, "_ops": defaultdict(float)}
+            if not have_lines:
+                r["pc"] = hex(pc)
+        s = samples.get(pc, 0.0)
+        r["samples"] += s
+        for reason, vals in stalls.items():
+            if pc in vals:
+                r["stalls"][reason] += vals[pc]
+        for field in COUNTERS:
+            r[field] += counters[field].get(pc, 0.0)
+        ex = counters["inst_executed"].get(pc, 0.0)
+        op = opcode(sass)
+        if op.split(".")[0] in LOCAL_OPCODES:
+            r["local_inst_executed"] += ex
+        if op:
+            r["_ops"][op] += ex or s or 1e-9
+        instructions[_key_text(r)].append([hex(pc), sass, ex, s])
+
+    # inlined helpers: the kernel-file line before them in address order (see the module doc)
+    main_file = _main_file(info, samples) if have_lines else None
+    if main_file:
+        last = None
+        for pc in sorted(pcs):
+            f, ln, _ = info[pc]
+            if f == main_file:
+                last = ln
+            elif f and last is not None:
+                rows[(f, ln)].setdefault("_callers", set()).add(last)
+
+    out = []
+    for r in rows.values():
+        ops = r.pop("_ops")
+        callers = r.pop("_callers", None)
+        r["stalls"] = {k: v for k, v in sorted(r["stalls"].items(), key=lambda kv: -kv[1]) if v}
+        r["samples_pct"] = round(100.0 * r["samples"] / total, 2) if total else 0.0
+        r["sass"] = [o for o, _ in sorted(ops.items(), key=lambda kv: -kv[1])[:TOP_OPCODES]]
+        if callers:
+            r["called_from"] = [{"file": main_file, "line": c} for c in sorted(callers)]
+        out.append(r)
+    out.sort(key=lambda r: (-r["samples"], -r["inst_executed"]))
+    status = "ok" if have_lines else "no-lineinfo"
+    return {"status": status, "note": None if have_lines else NO_LINEINFO_NOTE, "total_samples": total,
+            "lines": out, "instructions": dict(instructions), "files": sorted({f for f, _, _ in info.values() if f})}
+
+
+def _key_text(r: dict) -> str:
+    return r["pc"] if r.get("pc") else f"{r['file']}:{r['line']}"
+
+
+def _main_file(info: dict, samples: dict) -> str | None:
+    """The kernel's own file: the one holding the entry (lowest PC) of the function."""
+    for pc in sorted(info):
+        if info[pc][0]:
+            return info[pc][0]
+    return None
+
+
+@functools.lru_cache(maxsize=8)
+def _report_lines_cached(path_str: str, size: int, mtime_ns: int) -> tuple:
+    from lab.profilers import ncu
+
+    rep = ncu._open_cached(path_str, size, mtime_ns)
+    cache: dict = {}
+    return tuple(kernel_lines(action, cache) for _, action in rep.actions)
+
+
+def report_lines(path: str | os.PathLike) -> list[dict]:
+    """`kernel_lines` of every kernel of a report, in the report's order (kernel_index)."""
+    from lab.errors import LabError
+
+    p = Path(path)
+    if not p.exists():
+        raise LabError(f"no such file: {p}")
+    st = p.stat()
+    return list(_report_lines_cached(str(p.resolve()), st.st_size, st.st_mtime_ns))
+
+
+def source_texts(path: str | os.PathLike) -> dict[str, str]:
+    """The source files the report imported (`ncu --import-source yes`), by the path ncu recorded;
+    files it names without content are left out."""
+    from lab.profilers import ncu
+
+    out = {}
+    for _, action in ncu.open_report(path).actions:
+        try:
+            files = action.source_files()
+        except Exception:   # an older ncu_report without the call: no imported sources
+            return out
+        for name in files:
+            text = files[name]
+            if text and name not in out:
+                out[str(name)] = str(text)
+    return out
+
+
+# ----------------------------------------------------------------------------- views
+
+def json_lines(k: dict, limit: int | None = None) -> list[dict]:
+    """The DESIGN.md contract's `lines` list of one kernel (from `kernel_lines` or a stored table)."""
+    keys = ("file", "line", "samples_pct", "stalls", "inst_executed", "excess_global_sectors",
+            "excess_shared_wavefronts", "divergent_branches", "local_inst_executed", "sass")
+    out = []
+    for r in k["lines"][:limit]:
+        d = {key: _num(r.get(key)) for key in keys}
+        if r.get("pc"):
+            d["pc"] = r["pc"]
+        if r.get("called_from"):
+            d["called_from"] = r["called_from"]
+        out.append(d)
+    return out
+
+
+def _num(v):
+    if isinstance(v, float) and v.is_integer():
+        return int(v)
+    return v
+
+
+def cite(k: dict | None, by: str, n: int = 3, reason: str | None = None, opcodes: tuple[str, ...] = ()) -> list[dict]:
+    """The top `n` lines of one kernel by a counter (a COUNTERS field, "samples", "local_inst_executed"),
+    by the samples of one stall `reason`, or by the instructions of some `opcodes`: what a finding cites."""
+    if not k or not k.get("lines"):
+        return []
+
+    def value(r):
+        if reason:
+            return r["stalls"].get(reason, 0.0)
+        if opcodes:
+            return r["inst_executed"] if any(o.split(".")[0] in opcodes for o in r["sass"]) else 0.0
+        return r.get(by) or 0.0
+
+    ranked = sorted((r for r in k["lines"] if value(r) > 0), key=lambda r: -value(r))[:n]
+    what = reason or (by if not opcodes else "inst_executed")
+    return [{"file": _short(r["file"]), "line": r["line"], **({"pc": r["pc"]} if r.get("pc") else {}),
+             "metric": what, "value": _num(round(value(r), 2))} for r in ranked]
+
+
+def where(cited: list[dict]) -> str:
+    """'v1_naive.cu:103, 119' for a finding's text."""
+    if not cited:
+        return ""
+    by_file: dict = {}
+    for c in cited:
+        by_file.setdefault(c["file"], []).append(str(c["line"]) if c.get("line") is not None else c.get("pc", "?"))
+    return "; ".join(f"{f}:{', '.join(ls)}" if f else ", ".join(ls) for f, ls in by_file.items())
+
+
+# ----------------------------------------------------------------------------- the stored table
+
+LINE_COLUMNS = ["kernel_index", "rank", "file", "line", "pc", "samples", "samples_pct", "stalls", "inst_executed",
+                "excess_global_sectors", "excess_shared_wavefronts", "divergent_branches", "local_inst_executed",
+                "sass", "called_from", "instructions", "status", "note"]
+
+
+def lines_frame(per_kernel: list[dict], max_lines: int = 400) -> pd.DataFrame:
+    """One row per (kernel, source line), most samples first; dicts and lists as JSON strings. A
+    kernel without lines keeps one row carrying its status and note."""
+    rows = []
+    for idx, k in enumerate(per_kernel):
+        if not k["lines"]:
+            rows.append({"kernel_index": idx, "rank": -1, "status": k["status"], "note": k["note"]})
+            continue
+        for rank, r in enumerate(k["lines"][:max_lines]):
+            rows.append({"kernel_index": idx, "rank": rank, "file": r["file"], "line": r["line"], "pc": r.get("pc"),
+                         "samples": r["samples"], "samples_pct": r["samples_pct"], "stalls": json.dumps(r["stalls"]),
+                         "inst_executed": r["inst_executed"], "excess_global_sectors": r["excess_global_sectors"],
+                         "excess_shared_wavefronts": r["excess_shared_wavefronts"],
+                         "divergent_branches": r["divergent_branches"], "local_inst_executed": r["local_inst_executed"],
+                         "sass": json.dumps(r["sass"]), "called_from": json.dumps(r.get("called_from") or []),
+                         "instructions": json.dumps(k["instructions"].get(_key_text(r), [])),
+                         "status": k["status"], "note": k["note"]})
+    df = pd.DataFrame(rows, columns=LINE_COLUMNS)
+    for c in ("kernel_index", "rank"):
+        df[c] = df[c].astype("int64")
+    for c in ("line",):
+        df[c] = df[c].astype("Int64")
+    for c in ("samples", "samples_pct", "inst_executed", "excess_global_sectors", "excess_shared_wavefronts",
+              "divergent_branches", "local_inst_executed"):
+        df[c] = df[c].astype("float64")
+    return df
+
+
+def from_rows(rows: list[dict]) -> dict[int, dict]:
+    """Stored table rows (plain dicts) back into `kernel_lines`-shaped dicts, by kernel_index."""
+    out: dict[int, dict] = {}
+    for r in sorted(rows, key=lambda r: (r["kernel_index"], r["rank"])):
+        k = out.setdefault(int(r["kernel_index"]), {"status": r.get("status") or "ok", "note": r.get("note"),
+                                                     "lines": [], "instructions": {}})
+        if r["rank"] < 0:
+            continue
+        line = {key: plain(r.get(key)) for key in ("file", "line", "pc", "samples", "samples_pct", "inst_executed",
+                                                   "excess_global_sectors", "excess_shared_wavefronts",
+                                                   "divergent_branches", "local_inst_executed")}
+        for key in ("stalls", "sass", "called_from"):
+            line[key] = _loads(r.get(key), {} if key == "stalls" else [])
+        k["lines"].append(line)
+        k["instructions"][_key_text(line)] = _loads(r.get("instructions"), [])
+    return out
+
+
+def _loads(v, default):
+    if not isinstance(v, str):
+        return default
+    try:
+        return json.loads(v)
+    except ValueError:
+        return default
+
+
+# ----------------------------------------------------------------------------- terminal view
+
+def source_line(sources: dict[str, str], file: str | None, line: int | None) -> str | None:
+    """The text of one source line: from the sources imported into the report, else the file on disk
+    (matched by its path, then by its name)."""
+    if not file or not line:
+        return None
+    text = sources.get(file)
+    if text is None:
+        base = os.path.basename(file)
+        text = next((t for f, t in sources.items() if os.path.basename(f) == base), None)
+    if text is None and os.path.isfile(file):
+        try:
+            text = Path(file).read_text(errors="replace")
+        except OSError:
+            text = None
+    if text is None:
+        return None
+    rows = text.splitlines()
+    return rows[line - 1] if 0 < line <= len(rows) else None
+
+
+def render_lines(analyses, n: int, sources: dict[str, str], console=None) -> None:
+    """The `n` hottest lines of each kernel: samples, the top stalls, the counters that flag a cause,
+    the SASS opcodes, and the code."""
+    from rich.console import Console
+    from rich.text import Text
+
+    console = console or Console()
+    for a in analyses:
+        k = a.lines or {}
+        console.print(Text(f"[{a.kernel_index}] hot lines of {a.kernel[:120]}", style="bold"))
+        if not k.get("lines"):
+            console.print(f"    {k.get('note') or 'no per-line data'}", highlight=False)
+            continue
+        if k.get("note"):
+            console.print(f"    {k['note']}", style="dim", highlight=False)
+        for r in k["lines"][:n]:
+            where_ = f"{_short(r['file'])}:{r['line']}" if r.get("line") is not None else r.get("pc", "?")
+            stalls = ", ".join(f"{s.replace('_', ' ')} {v:,.0f}" for s, v in list(r["stalls"].items())[:3])
+            flags = [f"{label} {r[key]:,.0f}" for key, label in (("excess_global_sectors", "excess sectors"),
+                                                                 ("excess_shared_wavefronts", "excess wavefronts"),
+                                                                 ("local_inst_executed", "local inst"),
+                                                                 ("divergent_branches", "divergent branches"))
+                     if r.get(key)]
+            head = Text(f"  {r['samples_pct']:5.1f}%  ", style="bold")
+            head.append(where_, style="cyan")
+            head.append(f"  inst {r['inst_executed']:,.0f}  [{' '.join(r['sass'])}]", style="dim")
+            console.print(head, highlight=False)
+            code = source_line(sources, r.get("file"), r.get("line"))
+            if code is not None:
+                console.print(Text("         " + code.strip()), highlight=False)
+            if stalls or flags:
+                console.print(Text("         " + "; ".join(x for x in (stalls, ", ".join(flags)) if x), style="dim"),
+                              highlight=False)
+        console.print()
+
+
+def sources_frame(imported: dict[str, str], extra: list[Path] = ()) -> pd.DataFrame:
+    """The code a run's lines point at, one row per file (path as ncu recorded it, text): the
+    sources imported into the report, plus files given (the rung's source) and the headers beside
+    them that the lines name, where the report did not import them."""
+    rows = {f: t for f, t in imported.items()}
+    for p in extra:
+        p = Path(p)
+        for q in [p] + sorted(p.parent.glob("*.cuh")):
+            if q.is_file() and not any(os.path.basename(f) == q.name for f in rows):
+                try:
+                    rows[str(q)] = q.read_text(errors="replace")
+                except OSError:
+                    pass
+    return pd.DataFrame({"file": list(rows), "text": list(rows.values())}, columns=["file", "text"])

@@ -4,7 +4,6 @@ tests/sweep_fakes.py (deterministic rows); the real measurer's GPU test is tests
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -252,6 +251,11 @@ def test_sweep_pages_and_index(tmp_path):
     assert "Call latency vs device time" in page
     batch = next(s for s in store.list_sweeps(tmp_path) if "batch" in s.id)
     assert "batch-scaling efficiency" in (out / f"{batch.id}.html").read_text()
+
+
+def test_resume_refuses_a_new_plan(tmp_path):
+    r = lab("sweep", "--resume", "x", "--preset", "fa-grid", "--measure-with", FAKE, root=tmp_path)
+    assert r.returncode == 2 and "drop --preset" in r.stderr
 
 
 def test_runs_listing_ignores_sweeps(tmp_path):

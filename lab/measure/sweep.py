@@ -206,7 +206,7 @@ class Progress:
         self.enabled = enabled
         self._rich = None
         if enabled and sys.stderr.isatty():
-            from rich.progress import (BarColumn, MofNCompleteColumn, Progress as RichProgress, TextColumn,
+            from rich.progress import (BarColumn, Progress as RichProgress, TextColumn,
                                        TimeElapsedColumn, TimeRemainingColumn)
             from rich.console import Console
 
@@ -237,7 +237,7 @@ class Progress:
         eta = self.eta_s()
         summary = "; ".join(f"{r['timing']} {r['median_ms']:.4g} ms" if r.get("status") == "ok"
                             else f"{r['timing']} {r['status']}" for r in rows)
-        print(f"[lab] {self.done}/{self.count} {cell.impl} {cell.problem.label()} {cell.mode}: {summary}"
+        print(f"[lab] {self.done}/{self.count} {cell.impl} {cell.problem.label()} {cell.mode}: {summary or 'done'}"
               + (f" (ETA {eta:.0f} s)" if eta is not None else ""), file=sys.stderr, flush=True)
 
     def log(self, text: str) -> None:

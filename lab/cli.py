@@ -643,6 +643,29 @@ def _print_sweep_summary(target) -> None:
     console.print(t)
 
 
+@sweep.command("compare")
+@click.argument("sweep_a")
+@click.argument("sweep_b")
+@profiles_option
+@json_option
+def sweep_compare(sweep_a, sweep_b, profiles_dir, as_json):
+    """Do two sweeps agree within noise (per-row CI95 overlap)? Exit 1 where rows differ."""
+    from lab.store import sweeps as store
+
+    result = store.compare_sweeps(store.find_sweep(sweep_a, profiles_dir), store.find_sweep(sweep_b, profiles_dir))
+    if as_json:
+        click.echo(json.dumps(result, indent=2))
+    else:
+        click.echo(f"{result['rows_compared']} rows in both ({result['only_in_a']} only in A, {result['only_in_b']} only "
+                   f"in B): {result['overlapping']} agree within CI95, {len(result['differing'])} differ; "
+                   f"median B/A time ratio {result['median_ratio_b_over_a'] or float('nan'):.3f}")
+        for d in result["differing"]:
+            click.echo(f"  {d['impl']} {d['label']} {d['mode']} {d['timing']}: {d['a_ms']:.4g} vs {d['b_ms']:.4g} ms "
+                       f"({d['ratio']:.3f}x)")
+    if result["differing"] or not result["rows_compared"]:
+        sys.exit(1)
+
+
 @sweep.command("merge")
 @click.argument("partials", nargs=-1, required=True)
 @click.option("--allow-mismatch", is_flag=True, help="merge partials measured on different devices or software")

@@ -188,6 +188,21 @@ def test_shards_merge_into_the_unsharded_table(tmp_path):
     assert merged.manifest["status"] == "complete" and a.equals(b)
 
 
+def test_compare_sweeps_by_ci95_overlap(tmp_path):
+    base = ["sweep", "--shape", "1,2,{64,128},64", "--baselines", "sdpa-flash", "--measure-with", FAKE]
+    assert lab(*base, root=tmp_path).returncode == 0
+    assert lab(*base, "--gpus", "0,1", root=tmp_path).returncode == 0
+    a, b = store.list_sweeps(tmp_path)
+    r = lab("sweep", "compare", a.id, b.id, root=tmp_path)
+    assert r.returncode == 0 and "0 differ" in r.stdout, r.stdout + r.stderr
+    rows = b.rows()
+    rows[0] = dict(rows[0], median_ms=rows[0]["median_ms"] * 2, ci95_low_ms=rows[0]["ci95_high_ms"] * 1.5,
+                   ci95_high_ms=rows[0]["ci95_high_ms"] * 2)
+    b.append_rows([rows[0]], "edit")
+    r = lab("sweep", "compare", a.id, b.id, root=tmp_path)
+    assert r.returncode == 1 and "1 differ" in r.stdout
+
+
 def test_merge_refuses_partials_of_different_sweeps(tmp_path):
     assert lab("sweep", "--shape", "1,2,64,64", "--shard", "1/1", "--measure-with", FAKE, root=tmp_path).returncode == 0
     assert lab("sweep", "--shape", "1,2,128,64", "--shard", "1/1", "--measure-with", FAKE, root=tmp_path).returncode == 0

@@ -335,6 +335,12 @@ def run_on_gpus(sweep, gpus: list[str], measure_with: str | None = None, show_pr
 
     missing = sweep.missing_cells()
     n = len(gpus)
+    if not measure_with:   # build each rung once here: workers building into one cache at once would race
+        from lab.ladder import build, registry
+
+        for rid in dict.fromkeys(c.impl for c in missing):
+            if rid in sweep.plan_dict.get("rungs", {}):
+                build.build(registry.get(rid))
     procs = []
     for i, gpu in enumerate(gpus, start=1):
         # the assignment is fixed here: a worker reading "what is missing" later would see the others' progress

@@ -288,3 +288,24 @@ def test_cell_budget_cuts_repetitions_of_slow_calls_only():
     assert budget_reps(90.0, 30, 0.4) == 5          # floor
     assert budget_reps(400.0, 30, 0.4) == 3         # a 0.4 s call: the slow floor
     assert budget_reps(400.0, 30, None) == 30       # no budget: as asked
+
+
+def test_line_chart_breaks_at_missing_points_and_escapes_labels():
+    from lab.report.charts import Series, line_svg
+
+    svg = str(line_svg([Series("<std>", ((512, 1.0), (1024, 4.0), (2048, None), (4096, 64.0))),
+                        Series("flash", ((512, 1.0), (1024, 2.0), (2048, 4.0), (4096, 8.0)), dashed=True)],
+                       "N", "MiB", "memory"))
+    assert svg.count("<polyline") == 2          # <std>: one run of two points, then a lone point; flash: one run
+    assert "&lt;std&gt;" in svg and "<std>" not in svg
+    assert 'stroke-dasharray' in svg and ">4,096<" in svg
+    assert str(line_svg([Series("x", ((1, None),))], "N", "y", "t")) == ""
+
+
+def test_memory_growth_exponents_on_the_page(tmp_path):
+    from lab.report.sweeppage import memory_growth
+
+    assert lab("sweep", "--shape", "1,16,{1024,2048,4096,8192},64", "--baselines", "sdpa-flash,standard",
+               "--measure-with", FAKE, root=tmp_path).returncode == 0
+    growth = {g["impl"]: g["exponent"] for g in memory_growth(store.list_sweeps(tmp_path)[0].rows())}
+    assert abs(growth["standard"] - 2) < 0.01 and abs(growth["sdpa-flash"] - 1) < 0.01

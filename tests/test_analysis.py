@@ -486,3 +486,14 @@ def test_six_kernel_full_set_report_is_analyzed_whole():
         assert a.bottleneck in analysis.CLASSES
         assert all(f.cls in analysis.CLASSES for f in a.findings)
         assert a.metrics["launch__grid_size"] == 8 * 128  # (N / 128 query rows) x (B * H)
+
+
+def test_kernels_that_are_not_rungs_hear_no_attention_advice():
+    # planted kernels, public kernels and SDPA's own: no K/V tiles, no query split, no rung, no "two matrix
+    # products" (the divergent kernel was once told to move them to tensor cores)
+    paths = [p for p in (PLANTED["detailed"], VEC_ADD, NAIVE, COALESCED, DOT, SDPA) if p.exists()]
+    assert paths
+    for path in paths:
+        for a in analysis.analyze_report(path):
+            for f in a.findings:
+                assert not RUNG_WORDS.search(f.advice) and "two matrix products" not in f.advice, (a.kernel, f.advice)

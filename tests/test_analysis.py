@@ -428,7 +428,12 @@ def test_v1_primary_finding_is_parallelism():
 
 
 def test_v1_hot_lines_are_its_two_inner_products():
+    import hashlib
+
     man, rep = _example_run("v1")
+    here = REPO / man["variant"]["source"]
+    if hashlib.sha256(here.read_bytes()).hexdigest() != man["variant"]["source_sha256"]:
+        pytest.skip(f"{here.name} changed since the example was recorded: its line numbers no longer match")
     (k,) = source_lines.report_lines(rep)
     assert k["status"] == "ok"
     src = {f"kernels/{Path(f).name}": (REPO / "kernels" / Path(f).name).read_text() for f in k["files"]

@@ -380,6 +380,10 @@ def render_lines(analyses, n: int, sources: dict[str, str], console=None) -> Non
     from rich.text import Text
 
     console = console or Console()
+    if not sources:
+        console.print("note: the report carries no source (ncu --import-source yes records it): the code below is "
+                      "read from the files on disk today, which may have changed since the profile", style="yellow",
+                      highlight=False)
     for a in analyses:
         k = a.lines or {}
         console.print(Text(f"[{a.kernel_index}] hot lines of {a.kernel[:120]}", style="bold"))

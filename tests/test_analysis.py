@@ -257,6 +257,9 @@ def test_findings_cite_the_planted_lines():
         file = next(p for p in src if p.endswith(top["file"]))
         assert code in source_lines.source_line(src, file, top["line"]), (kernel, top)
         assert f"planted.cu:{top['line']}" in f.advice
+    # --lines prints the code from the report itself
+    res = CliRunner().invoke(main, ["analyze", str(path), "--kernel", "planted_uncoalesced", "--lines", "1"])
+    assert res.exit_code == 0 and "row[j]" in res.output and "read from the files on disk" not in res.output
 
 
 def test_basic_set_report_says_what_records_lines():

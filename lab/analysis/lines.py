@@ -153,7 +153,7 @@ def kernel_lines(action, sass_cache: dict | None = None) -> dict:
     # inlined helpers: each helper instruction goes to the kernel-file line before it in address order
     # (see the module doc); a helper line lists those lines, most instructions first, and a calling
     # line counts the helper's samples it leads to as `inlined_samples`
-    main_file = _main_file(info, samples) if have_lines else None
+    main_file = _main_file(info) if have_lines else None
     if main_file:
         last = None
         for pc in sorted(pcs):
@@ -191,7 +191,7 @@ def _key_text(r: dict) -> str:
     return r["pc"] if r.get("pc") else f"{r['file']}:{r['line']}"
 
 
-def _main_file(info: dict, samples: dict) -> str | None:
+def _main_file(info: dict) -> str | None:
     """The kernel's own file: the one holding the entry (lowest PC) of the function."""
     for pc in sorted(info):
         if info[pc][0]:

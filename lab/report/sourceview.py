@@ -9,17 +9,17 @@ before they existed) gets a sentence saying so, never a guess from today's files
 
 from __future__ import annotations
 
+import html
 import json
 import os
 from functools import lru_cache
 
-from markupsafe import Markup, escape
 
-from lab.report.formatting import fmt_num
+from markupsafe import Markup
 
 MAX_FILE_LINES = 2000   # beyond this a file is shown only around its hot lines
 CONTEXT = 3             # lines shown around a hot line in a long file
-SASS_LINES = 25         # the hottest lines whose SASS the page carries (a page over many runs stays light)
+SASS_LINES = 15         # the hottest lines whose SASS the page carries (a page over many runs stays light)
 
 
 @lru_cache(maxsize=64)
@@ -126,6 +126,6 @@ def source_context(rd, kernel: dict | None, findings: list[dict]) -> dict:
 def _sass_table(instructions: list) -> Markup:
     """One line's instructions as table rows, escaped once here (a Jinja loop per instruction costs
     more than the rest of the page over many runs)."""
-    return Markup("".join(f'<tr><td class="mono">{escape(pc)}</td><td class="mono">{escape(sass)}</td>'
-                          f'<td class="num">{escape(fmt_num(ex))}</td><td class="num">{escape(fmt_num(smp))}</td></tr>'
+    return Markup("".join(f'<tr><td class="mono">{html.escape(str(pc))}</td><td class="mono">{html.escape(str(sass))}</td>'
+                          f'<td class="num">{ex:,.0f}</td><td class="num">{smp:,.0f}</td></tr>'
                           for pc, sass, ex, smp in instructions))

@@ -17,7 +17,7 @@ from functools import lru_cache
 
 from markupsafe import Markup
 
-MAX_FILE_LINES = 2000   # beyond this a file is shown only around its hot lines
+MAX_FILE_LINES = 2000   # beyond this even the kernel's own file is shown only around its hot lines
 CONTEXT = 3             # lines shown around a hot line in a long file
 SASS_LINES = 15         # the hottest lines whose SASS the page carries (a page over many runs stays light)
 
@@ -91,7 +91,7 @@ def source_context(rd, kernel: dict | None, findings: list[dict]) -> dict:
             continue
         code = _highlighted(text)
         n = len(code)
-        if n <= MAX_FILE_LINES:
+        if n <= MAX_FILE_LINES and not files:   # the kernel's own file whole; helpers around their hot lines
             shown = range(1, n + 1)
         else:
             keep = sorted({i for ln in data for i in range(ln - CONTEXT, ln + CONTEXT + 1) if 1 <= i <= n})

@@ -7,6 +7,18 @@
 // which launches the rung on `stream` and returns nullptr on success, or a static message saying
 // why not (an unsupported head_dim or dtype, or the CUDA error of the launch). kernels/binding.cpp
 // wraps it for PyTorch; the build compiles binding.cpp with -DLAB_LAUNCHER=lab_forward_<id>.
+//
+// The tuning contract (optional; `lab tune --variant <id>`). Built with -DLAB_TUNING, a rung may
+// also export its candidate configurations, which live only in its own file:
+//
+//     extern "C" const char* lab_forward_<id>_configs(int head_dim, LabDtype dtype);
+//         // the candidates' labels for that head_dim and dtype, ';'-separated ("" when none)
+//     extern "C" const char* lab_forward_<id>_config(const LabAttentionArgs* args, cudaStream_t stream,
+//                                                    int config);
+//         // launch candidate `config` (an index into that list), same return convention as above
+//
+// The lab builds, checks and times every candidate through the same extension; nothing outside
+// the rung's file names them.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -38,6 +50,36 @@ static inline const char* lab_last_launch_error() {
 }
 
 static inline __host__ __device__ int lab_cdiv(int a, int b) { return (a + b - 1) / b; }
+
+#ifdef LAB_TUNING
+#include <string>
+// A rung's tuning candidates: a label and the launcher of one compiled configuration.
+struct LabTuneCandidate {
+  const char* label;
+  const char* (*launch)(const LabAttentionArgs* args, cudaStream_t stream);
+};
+struct LabTuneList {
+  const LabTuneCandidate* items;
+  int count;
+};
+template <int N>
+static inline LabTuneList lab_tune_list(const LabTuneCandidate (&items)[N]) { return {items, N}; }
+// The labels joined by ';' (valid until the next call on this thread; the binding copies them).
+static inline const char* lab_tune_labels(LabTuneList list) {
+  static thread_local std::string joined;
+  joined.clear();
+  for (int i = 0; i < list.count; ++i) {
+    if (i) joined += ';';
+    joined += list.items[i].label;
+  }
+  return joined.c_str();
+}
+static inline const char* lab_tune_launch(LabTuneList list, const LabAttentionArgs* args, cudaStream_t stream,
+                                          int config) {
+  if (config < 0 || config >= list.count) return "tuning candidate index out of range for this head_dim and dtype";
+  return list.items[config].launch(args, stream);
+}
+#endif
 
 // Raise a kernel's dynamic shared-memory limit when it needs more than the 48 KB default.
 template <typename Kernel>

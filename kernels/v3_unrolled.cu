@@ -29,7 +29,8 @@
 //   occupancy-limited: 1.5 warps per scheduler at most (theoretical), 1.56% warps active.
 //   latency-bound: short-scoreboard stalls 62% of all stalls (shared-memory loads feeding one FFMA
 //   each), 9.3 cycles per issued instruction. bank-conflicts: 4.05e9 conflicted shared-load and
-//   4.2e8 conflicted shared-store wavefronts, ~13-way on average (the per-row [row][d] layout).
+//   4.2e8 conflicted shared-store wavefronts: 5.5-way (5.46e9 shared wavefronts / 9.87e8 without
+//   conflicts, the lab's n-way), from the per-row [row][d] layout.
 // Predicted gain (written before the first timing): 30-60x over v2 at B=8,H=16,N=1024,D=64
 //   (65.2 ms -> 1.1-2.2 ms, 16-30 TFLOP/s, 25-45% of the 67 TFLOP/s FFMA peak): the grid becomes
 //   1024 CTAs (8 query tiles x 128 heads, ~3 waves at 2-3 CTAs/SM), every FFMA operand comes from
@@ -317,34 +318,31 @@ const char* launch(const LabAttentionArgs* args, cudaStream_t stream) {
   return lab_last_launch_error();
 }
 
-#ifdef LAB_V3_TUNING
-// Tuning build only (benchmarks/fp32_dev.py): candidate configs per head_dim, picked by index.
-// Keep fp32_dev.py's TUNE_CONFIGS in step with these cases (tests/test_ladder_fp32_gpu.py checks).
-const char* launch_tuning(const LabAttentionArgs* args, cudaStream_t stream, int config) {
-  switch (args->head_dim) {
-    case 32:
-      switch (config) {
-        case 0: return launch<V3Config<32, 8, 8, 128, 2, 4, 2>>(args, stream);
-        case 1: return launch<V3Config<32, 8, 8, 128, 2, 1, 1>>(args, stream);
-        case 2: return launch<V3Config<32, 8, 8, 128, 2, 2, 2>>(args, stream);
-        default: return "v3 tuning build: config out of range for head_dim 32 (0-2)";
-      }
-    case 64:
-      switch (config) {
-        case 0: return launch<V3Config<64, 8, 8, 128, 2, 1, 2>>(args, stream);
-        case 1: return launch<V3Config<64, 8, 8, 128, 2, 2, 2>>(args, stream);
-        case 2: return launch<V3Config<64, 8, 8, 256, 1, 1, 2>>(args, stream);
-        case 3: return launch<V3Config<64, 8, 8, 128, 2, 2, 1>>(args, stream);
-        default: return "v3 tuning build: config out of range for head_dim 64 (0-3)";
-      }
-    case 128:
-      switch (config) {
-        case 0: return launch<V3Config<128, 4, 4, 128, 2, 4, 2>>(args, stream);
-        case 1: return launch<V3Config<128, 4, 4, 128, 2, 1, 1>>(args, stream);
-        case 2: return launch<V3Config<128, 4, 4, 128, 2, 2, 2>>(args, stream);
-        default: return "v3 tuning build: config out of range for head_dim 128 (0-2)";
-      }
-    default: return "v3 tuning build: head_dim 32, 64 or 128";
+#ifdef LAB_TUNING
+// Candidate configurations for `lab tune --variant v3` (the tuning contract of common.cuh); the
+// launcher's own choice per head_dim (Default32/64/128 above) is timed beside them as "default".
+static const LabTuneCandidate kCandidates32[] = {
+    {"TM8 TN8 T128 min2 u4,2", launch<V3Config<32, 8, 8, 128, 2, 4, 2>>},
+    {"TM8 TN8 T128 min2 u1,1", launch<V3Config<32, 8, 8, 128, 2, 1, 1>>},
+    {"TM8 TN8 T128 min2 u2,2", launch<V3Config<32, 8, 8, 128, 2, 2, 2>>},
+};
+static const LabTuneCandidate kCandidates64[] = {
+    {"TM8 TN8 T128 min2 u1,2", launch<V3Config<64, 8, 8, 128, 2, 1, 2>>},
+    {"TM8 TN8 T128 min2 u2,2", launch<V3Config<64, 8, 8, 128, 2, 2, 2>>},
+    {"TM8 TN8 T256 min1 u1,2", launch<V3Config<64, 8, 8, 256, 1, 1, 2>>},
+    {"TM8 TN8 T128 min2 u2,1", launch<V3Config<64, 8, 8, 128, 2, 2, 1>>},
+};
+static const LabTuneCandidate kCandidates128[] = {
+    {"TM4 TN4 T128 min2 u4,2", launch<V3Config<128, 4, 4, 128, 2, 4, 2>>},
+    {"TM4 TN4 T128 min2 u1,1", launch<V3Config<128, 4, 4, 128, 2, 1, 1>>},
+    {"TM4 TN4 T128 min2 u2,2", launch<V3Config<128, 4, 4, 128, 2, 2, 2>>},
+};
+static LabTuneList candidates(int head_dim) {
+  switch (head_dim) {
+    case 32: return lab_tune_list(kCandidates32);
+    case 64: return lab_tune_list(kCandidates64);
+    case 128: return lab_tune_list(kCandidates128);
+    default: return {nullptr, 0};
   }
 }
 #endif
@@ -375,9 +373,12 @@ LAB_EXPORT const char* lab_forward_v3(const LabAttentionArgs* args, cudaStream_t
   }
 }
 
-#ifdef LAB_V3_TUNING
+#ifdef LAB_TUNING
+LAB_EXPORT const char* lab_forward_v3_configs(int head_dim, LabDtype dtype) {
+  return dtype == LAB_FLOAT32 ? lab_tune_labels(v3::candidates(head_dim)) : "";
+}
 LAB_EXPORT const char* lab_forward_v3_config(const LabAttentionArgs* args, cudaStream_t stream, int config) {
   if (const char* why = refuse(args)) return why;
-  return v3::launch_tuning(args, stream, config);
+  return lab_tune_launch(v3::candidates(args->head_dim), args, stream, config);
 }
 #endif

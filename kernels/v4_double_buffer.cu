@@ -486,37 +486,34 @@ const char* launch(const LabAttentionArgs* args, cudaStream_t stream) {
   return lab_last_launch_error();
 }
 
-#ifdef LAB_V4_TUNING
-// Tuning build only (benchmarks/fp32_dev.py): candidate configs per head_dim, picked by index.
-// Keep fp32_dev.py's TUNE_CONFIGS in step with these cases (tests/test_ladder_fp32_gpu.py checks).
-const char* launch_tuning(const LabAttentionArgs* args, cudaStream_t stream, int config) {
-  switch (args->head_dim) {
-    case 32:
-      switch (config) {
-        case 0: return launch<V4Config<32, 8, 8, 128, 2, 4, 2, 0, 2>>(args, stream);
-        case 1: return launch<V4Config<32, 8, 8, 128, 2, 4, 2>>(args, stream);
-        case 2: return launch<V4Config<32, 8, 8, 128, 2, 1, 2, 0, 3>>(args, stream);
-        default: return "v4 tuning build: config out of range for head_dim 32 (0-2)";
-      }
-    case 64:
-      switch (config) {
-        case 0: return launch<V4Config<64, 8, 8, 128, 2, 2, 2>>(args, stream);
-        case 1: return launch<V4Config<64, 8, 8, 128, 2, 2, 4>>(args, stream);
-        case 2: return launch<V4Config<64, 8, 8, 128, 2, 4, 2>>(args, stream);
-        case 3: return launch<V4Config<64, 8, 8, 128, 2, 1, 4>>(args, stream);
-        case 4: return launch<V4Config<64, 8, 8, 128, 2, 1, 2>>(args, stream);
-        case 5: return launch<V4Config<64, 8, 8, 128, 2, 2, 2, 0, 3>>(args, stream);
-        case 6: return launch<V4Config<64, 8, 4, 128, 2, 4, 2, 0, 2>>(args, stream);
-        default: return "v4 tuning build: config out of range for head_dim 64 (0-6)";
-      }
-    case 128:
-      switch (config) {
-        case 0: return launch<V4Config<128, 4, 4, 128, 2, 4, 2, 0, 3>>(args, stream);
-        case 1: return launch<V4Config<128, 4, 4, 128, 2, 4, 2>>(args, stream);
-        case 2: return launch<V4Config<128, 4, 4, 128, 2, 4, 2, 0, 2>>(args, stream);
-        default: return "v4 tuning build: config out of range for head_dim 128 (0-2)";
-      }
-    default: return "v4 tuning build: head_dim 32, 64 or 128";
+#ifdef LAB_TUNING
+// Candidate configurations for `lab tune --variant v4` (the tuning contract of common.cuh); the
+// launcher's own choice per head_dim (Default32/64/128 above) is timed beside them as "default".
+static const LabTuneCandidate kCandidates32[] = {
+    {"TM8 TN8 T128 min2 u4,2 s2", launch<V4Config<32, 8, 8, 128, 2, 4, 2, 0, 2>>},
+    {"TM8 TN8 T128 min2 u4,2", launch<V4Config<32, 8, 8, 128, 2, 4, 2>>},
+    {"TM8 TN8 T128 min2 u1,2 mb", launch<V4Config<32, 8, 8, 128, 2, 1, 2, 0, 3>>},
+};
+static const LabTuneCandidate kCandidates64[] = {
+    {"TM8 TN8 T128 min2 u2,2", launch<V4Config<64, 8, 8, 128, 2, 2, 2>>},
+    {"TM8 TN8 T128 min2 u2,4", launch<V4Config<64, 8, 8, 128, 2, 2, 4>>},
+    {"TM8 TN8 T128 min2 u4,2", launch<V4Config<64, 8, 8, 128, 2, 4, 2>>},
+    {"TM8 TN8 T128 min2 u1,4", launch<V4Config<64, 8, 8, 128, 2, 1, 4>>},
+    {"TM8 TN8 T128 min2 u1,2", launch<V4Config<64, 8, 8, 128, 2, 1, 2>>},
+    {"TM8 TN8 T128 min2 u2,2 mb", launch<V4Config<64, 8, 8, 128, 2, 2, 2, 0, 3>>},
+    {"TM8 TN4 T128 min2 u4,2 s2", launch<V4Config<64, 8, 4, 128, 2, 4, 2, 0, 2>>},
+};
+static const LabTuneCandidate kCandidates128[] = {
+    {"TM4 TN4 T128 min2 u4,2 mb", launch<V4Config<128, 4, 4, 128, 2, 4, 2, 0, 3>>},
+    {"TM4 TN4 T128 min2 u4,2", launch<V4Config<128, 4, 4, 128, 2, 4, 2>>},
+    {"TM4 TN4 T128 min2 u4,2 s2", launch<V4Config<128, 4, 4, 128, 2, 4, 2, 0, 2>>},
+};
+static LabTuneList candidates(int head_dim) {
+  switch (head_dim) {
+    case 32: return lab_tune_list(kCandidates32);
+    case 64: return lab_tune_list(kCandidates64);
+    case 128: return lab_tune_list(kCandidates128);
+    default: return {nullptr, 0};
   }
 }
 #endif
@@ -547,9 +544,12 @@ LAB_EXPORT const char* lab_forward_v4(const LabAttentionArgs* args, cudaStream_t
   }
 }
 
-#ifdef LAB_V4_TUNING
+#ifdef LAB_TUNING
+LAB_EXPORT const char* lab_forward_v4_configs(int head_dim, LabDtype dtype) {
+  return dtype == LAB_FLOAT32 ? lab_tune_labels(v4::candidates(head_dim)) : "";
+}
 LAB_EXPORT const char* lab_forward_v4_config(const LabAttentionArgs* args, cudaStream_t stream, int config) {
   if (const char* why = refuse(args)) return why;
-  return v4::launch_tuning(args, stream, config);
+  return lab_tune_launch(v4::candidates(args->head_dim), args, stream, config);
 }
 #endif

@@ -58,7 +58,6 @@
 #include "common.cuh"
 
 #include <cmath>
-#include <cstdlib>
 #include <type_traits>
 
 namespace v5 {
@@ -460,47 +459,60 @@ const char* launch(const LabAttentionArgs* a, cudaStream_t stream) {
 using Default64 = Config<64, 4, 2, 64, true, 2, true>;
 using Default128 = Config<128, 4, 2, 64, false, 2, true>;
 
-#ifdef LAB_V5_TUNING
-// Tuning build only (benchmarks/ladder_dev.py --tune): LAB_V5_CONFIG picks a candidate, fp16 only.
-// Keep the names in ladder_dev.py's TUNE_CONFIGS in step with these cases.
+#ifdef LAB_TUNING
+// Candidate configurations for `lab tune --variant v5` (the tuning contract of common.cuh), fp16 and
+// bf16; the launcher's own choice (Default64/128 above) is timed beside them as "default".
+//   W warps, MT 16-row m-tiles per warp, BN keys per tile, Q in registers or shared memory,
+//   lazy: rescale O only when a row max grows by > 2^8, split: a mask-free steady loop.
 template <class C>
-const char* launch_fp16(const LabAttentionArgs* a, cudaStream_t stream) {
-  return a->causal ? launch_one<C, __half, true>(a, stream) : launch_one<C, __half, false>(a, stream);
+const char* launch_any(const LabAttentionArgs* a, cudaStream_t stream) {
+  return a->causal ? launch<C, true>(a, stream) : launch<C, false>(a, stream);
 }
-const char* launch_tuning(const LabAttentionArgs* a, cudaStream_t stream, int cfg) {
-  if (a->dtype != LAB_FLOAT16) return "v5 tuning build: float16 only";
-  if (a->head_dim == 64) {
-    switch (cfg) {
-      case 0: return launch_fp16<Config<64, 4, 2, 64, true, 2, false>>(a, stream);
-      case 1: return launch_fp16<Config<64, 4, 2, 64, true, 2, true>>(a, stream);
-      case 2: return launch_fp16<Config<64, 4, 2, 128, false, 2, true>>(a, stream);
-      case 3: return launch_fp16<Config<64, 4, 2, 128, false, 2, true, true, false>>(a, stream);
-      case 4: return launch_fp16<Config<64, 4, 2, 64, true, 2, false, true, false>>(a, stream);
-      default: return "v5 tuning build: LAB_V5_CONFIG out of range for D=64 (0-4)";
-    }
-  }
-  switch (cfg) {
-    case 0: return launch_fp16<Config<128, 4, 2, 64, false, 2, true>>(a, stream);
-    case 1: return launch_fp16<Config<128, 4, 2, 64, false, 2, false>>(a, stream);
-    case 2: return launch_fp16<Config<128, 4, 2, 64, false, 2, true, true, false>>(a, stream);
-    case 3: return launch_fp16<Config<128, 4, 2, 64, false, 2, false, true, false>>(a, stream);
-    default: return "v5 tuning build: LAB_V5_CONFIG out of range for D=128 (0-3)";
+static const LabTuneCandidate kCandidates64[] = {
+    {"W4 MT2 BN64 Qregs split", launch_any<Config<64, 4, 2, 64, true, 2, false>>},
+    {"W4 MT2 BN64 Qregs lazy split", launch_any<Config<64, 4, 2, 64, true, 2, true>>},
+    {"W4 MT2 BN128 Qsmem lazy split", launch_any<Config<64, 4, 2, 128, false, 2, true>>},
+    {"W4 MT2 BN128 Qsmem lazy", launch_any<Config<64, 4, 2, 128, false, 2, true, true, false>>},
+    {"W4 MT2 BN64 Qregs", launch_any<Config<64, 4, 2, 64, true, 2, false, true, false>>},
+};
+static const LabTuneCandidate kCandidates128[] = {
+    {"W4 MT2 BN64 Qsmem lazy split", launch_any<Config<128, 4, 2, 64, false, 2, true>>},
+    {"W4 MT2 BN64 Qsmem split", launch_any<Config<128, 4, 2, 64, false, 2, false>>},
+    {"W4 MT2 BN64 Qsmem lazy", launch_any<Config<128, 4, 2, 64, false, 2, true, true, false>>},
+    {"W4 MT2 BN64 Qsmem", launch_any<Config<128, 4, 2, 64, false, 2, false, true, false>>},
+};
+static LabTuneList candidates(int head_dim) {
+  switch (head_dim) {
+    case 64: return lab_tune_list(kCandidates64);
+    case 128: return lab_tune_list(kCandidates128);
+    default: return {nullptr, 0};
   }
 }
 #endif
 
 }  // namespace v5
 
-LAB_EXPORT const char* lab_forward_v5(const LabAttentionArgs* args, cudaStream_t stream) {
+static const char* refuse(const LabAttentionArgs* args) {
   if (args->head_dim != 64 && args->head_dim != 128) return "v5 supports head_dim 64 and 128";
   if (args->seqlen_q < 1 || args->seqlen_k < 1) return "v5 needs seqlen_q >= 1 and seqlen_k >= 1";
   // The row max is taken on raw scores and scaled afterwards, which needs a positive scale.
   if (!(args->softmax_scale > 0.f)) return "v5 needs softmax_scale > 0";
-#ifdef LAB_V5_TUNING
-  if (const char* env = std::getenv("LAB_V5_CONFIG"); env && *env && std::atoi(env) >= 0)
-    return v5::launch_tuning(args, stream, std::atoi(env));
-#endif
+  return nullptr;
+}
+
+LAB_EXPORT const char* lab_forward_v5(const LabAttentionArgs* args, cudaStream_t stream) {
+  if (const char* why = refuse(args)) return why;
   if (args->head_dim == 64)
     return args->causal ? v5::launch<v5::Default64, true>(args, stream) : v5::launch<v5::Default64, false>(args, stream);
   return args->causal ? v5::launch<v5::Default128, true>(args, stream) : v5::launch<v5::Default128, false>(args, stream);
 }
+
+#ifdef LAB_TUNING
+LAB_EXPORT const char* lab_forward_v5_configs(int head_dim, LabDtype dtype) {
+  return dtype == LAB_FLOAT32 ? "" : lab_tune_labels(v5::candidates(head_dim));
+}
+LAB_EXPORT const char* lab_forward_v5_config(const LabAttentionArgs* args, cudaStream_t stream, int config) {
+  if (const char* why = refuse(args)) return why;
+  return lab_tune_launch(v5::candidates(args->head_dim), args, stream, config);
+}
+#endif

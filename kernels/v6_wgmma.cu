@@ -20,7 +20,15 @@
 //   wgmma kernel reaches 45-65%.
 // Predicted gain (written before measuring): 1.3-1.6x over v5 on the FlashAttention grid:
 //   450-550 TFLOP/s at D=128, 380-450 at D=64, about SDPA cuDNN's level.
-// Measured (NVIDIA H200, torch 2.11 + CUDA 13.0, 2026-11-23): MEASURED_PLACEHOLDER
+// Measured (NVIDIA H200, torch 2.11 + CUDA 13.0, 2026-11-23, commit 75a281e; fp16, FlashAttention
+//   grid B = 16384/N, H = 2048/D, N = 1024..16384; lab timer, median of 30, L2 flushed; table in
+//   benchmarks/RESULTS.md): D=128 510-651 TFLOP/s (52-66% of the dense FP16 peak), 0.86-0.99x SDPA
+//   cuDNN non-causal, 0.78-1.06x causal, 1.24-1.90x v5; D=64 271-486 TFLOP/s (27-49%), 0.92-1.08x
+//   cuDNN non-causal, 0.81-0.99x causal, 1.11-1.47x v5. `lab bench --variant v5,v6 --backends
+//   cudnn,flash` at N=4096: D=64 470 / 422 causal (0.98x / 0.97x cuDNN, 1.39x / 1.31x v5), D=128
+//   653 / 551 causal (0.98x / 0.96x cuDNN, 1.78x / 1.61x v5). Short of cuDNN at N <= 2048 (the
+//   per-CTA prologue and epilogue are not hidden: no persistent scheduler) and on D=64 causal.
+//   Prediction held at D=128 (above it) and at D=64 for N >= 2048; missed at N = 1024.
 // Why raw PTX (common.cuh) and not CuTe: the ladder's rungs are read as one file each, and the
 //   wrappers are ~20 short asm blocks whose operands a reader can check against the PTX ISA tables;
 //   CuTe would add the CUTLASS headers to the build and hide the layouts this rung is about.
@@ -451,6 +459,41 @@ using Default128 = Config<128, 128, 2, false, 2>;   // BM = 128, one CTA per SM
 // prologue and epilogue.
 constexpr int kLongKeys = 8192;
 
+#ifdef LAB_TUNING
+// Candidate configurations for `lab tune --variant v6` (the tuning contract of common.cuh), fp16 and
+// bf16; the launcher's own choice is timed beside them as "default". Label: C consumer warpgroups
+// (BM = 64 C query rows), BN keys per tile, S stages of the K/V ring, pp = ping-pong.
+template <class C>
+const char* launch_any(const LabAttentionArgs* a, cudaStream_t stream) {
+  return a->causal ? launch<C, true>(a, stream) : launch<C, false>(a, stream);
+}
+template <class C>
+const char* launch_non_causal(const LabAttentionArgs* a, cudaStream_t stream) {
+  return a->causal ? "candidate is for non-causal problems only" : launch<C, false>(a, stream);
+}
+static const LabTuneCandidate kCandidates64[] = {
+    {"C1 BN128 S2 (2 CTAs/SM)", launch_any<Config<64, 128, 2, false, 1>>},
+    {"C1 BN128 S3 (2 CTAs/SM)", launch_any<Config<64, 128, 3, false, 1>>},
+    {"C1 BN64 S2 (2 CTAs/SM)", launch_any<Config<64, 64, 2, false, 1>>},
+    {"C2 BN128 S2", launch_any<Config<64, 128, 2, false, 2>>},
+    {"C2 BN128 S2 pp", launch_any<Config<64, 128, 2, true, 2>>},
+    {"C3 BN128 S2 (non-causal)", launch_non_causal<Config<64, 128, 2, false, 3>>},
+};
+static const LabTuneCandidate kCandidates128[] = {
+    {"C2 BN128 S2", launch_any<Config<128, 128, 2, false, 2>>},
+    {"C2 BN128 S2 pp", launch_any<Config<128, 128, 2, true, 2>>},
+    {"C2 BN64 S3", launch_any<Config<128, 64, 3, false, 2>>},
+    {"C1 BN64 S2 (2 CTAs/SM)", launch_any<Config<128, 64, 2, false, 1>>},
+};
+static LabTuneList candidates(int head_dim) {
+  switch (head_dim) {
+    case 64: return lab_tune_list(kCandidates64);
+    case 128: return lab_tune_list(kCandidates128);
+    default: return {nullptr, 0};
+  }
+}
+#endif
+
 // Hopper only: wgmma, TMA and setmaxnreg exist on compute capability 9.0 (sm_90a) and nowhere else.
 static const char* device_refusal() {
   int dev = 0, major = 0, minor = 0;
@@ -464,8 +507,7 @@ static const char* device_refusal() {
 
 }  // namespace v6
 
-#ifndef LAB_V6_NO_EXPORT
-LAB_EXPORT const char* lab_forward_v6(const LabAttentionArgs* args, cudaStream_t stream) {
+static const char* refuse(const LabAttentionArgs* args) {
   if (args->head_dim != 64 && args->head_dim != 128) return "v6 supports head_dim 64 and 128";
   if (args->seqlen_q < 1 || args->seqlen_k < 1) return "v6 needs seqlen_q >= 1 and seqlen_k >= 1";
   // The row max is taken on raw scores and scaled afterwards, which needs a positive scale.
@@ -475,6 +517,11 @@ LAB_EXPORT const char* lab_forward_v6(const LabAttentionArgs* args, cudaStream_t
     if (reinterpret_cast<uintptr_t>(p) % 16 != 0) return "v6 needs q, k, v and o 16-byte aligned (TMA)";
   if (const char* refusal = v6::device_refusal()) return refusal;
   if (!v6::encode_tiled()) return "v6: the driver has no cuTensorMapEncodeTiled (needs CUDA 12+ driver)";
+  return nullptr;
+}
+
+LAB_EXPORT const char* lab_forward_v6(const LabAttentionArgs* args, cudaStream_t stream) {
+  if (const char* why = refuse(args)) return why;
   if (args->head_dim == 64) {
     if (args->causal) return v6::launch<v6::Default64, true>(args, stream);
     return args->seqlen_k >= v6::kLongKeys ? v6::launch<v6::Long64, false>(args, stream)
@@ -482,4 +529,13 @@ LAB_EXPORT const char* lab_forward_v6(const LabAttentionArgs* args, cudaStream_t
   }
   return args->causal ? v6::launch<v6::Default128, true>(args, stream) : v6::launch<v6::Default128, false>(args, stream);
 }
-#endif  // LAB_V6_NO_EXPORT
+
+#ifdef LAB_TUNING
+LAB_EXPORT const char* lab_forward_v6_configs(int head_dim, LabDtype dtype) {
+  return dtype == LAB_FLOAT32 ? "" : lab_tune_labels(v6::candidates(head_dim));
+}
+LAB_EXPORT const char* lab_forward_v6_config(const LabAttentionArgs* args, cudaStream_t stream, int config) {
+  if (const char* why = refuse(args)) return why;
+  return lab_tune_launch(v6::candidates(args->head_dim), args, stream, config);
+}
+#endif

@@ -30,24 +30,49 @@ def _end_group(proc: subprocess.Popen) -> None:
             pass
 
 
+_live: set[subprocess.Popen] = set()   # started and not yet waited for: what `end_all` ends
+
+
+def start(argv, *, input_pipe: bool = False, capture_output: bool = False, **popen_kwargs) -> subprocess.Popen:
+    """Start a child in a process group of its own, to be waited for with `finish` (the caller may
+    work meanwhile: `lab profile` starts its correctness child early)."""
+    if capture_output:
+        popen_kwargs["stdout"] = popen_kwargs["stderr"] = subprocess.PIPE
+    if input_pipe:
+        popen_kwargs["stdin"] = subprocess.PIPE
+    proc = subprocess.Popen(argv, start_new_session=True, **popen_kwargs)
+    _live.add(proc)
+    return proc
+
+
+def finish(proc: subprocess.Popen, *, input=None, timeout: float | None = None) -> subprocess.CompletedProcess:
+    """Wait for a started child; on a timeout or any exception (Ctrl-C) its whole group is ended."""
+    try:
+        out, err = proc.communicate(input, timeout=timeout)
+    except subprocess.TimeoutExpired as e:
+        _end_group(proc)
+        out, err = proc.communicate()
+        raise subprocess.TimeoutExpired(proc.args, e.timeout, output=out, stderr=err) from None
+    except BaseException:
+        _end_group(proc)
+        raise
+    finally:
+        _live.discard(proc)
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+
+
 def run(argv, *, input=None, capture_output: bool = False, timeout: float | None = None,
         **popen_kwargs) -> subprocess.CompletedProcess:
     """subprocess.run(argv, ...) in a process group of its own, ended whole on any exception."""
-    if capture_output:
-        popen_kwargs["stdout"] = popen_kwargs["stderr"] = subprocess.PIPE
-    if input is not None:
-        popen_kwargs["stdin"] = subprocess.PIPE
-    with subprocess.Popen(argv, start_new_session=True, **popen_kwargs) as proc:
-        try:
-            out, err = proc.communicate(input, timeout=timeout)
-        except subprocess.TimeoutExpired as e:
-            _end_group(proc)
-            out, err = proc.communicate()
-            raise subprocess.TimeoutExpired(argv, e.timeout, output=out, stderr=err) from None
-        except BaseException:
-            _end_group(proc)
-            raise
-        return subprocess.CompletedProcess(argv, proc.returncode, out, err)
+    proc = start(argv, input_pipe=input is not None, capture_output=capture_output, **popen_kwargs)
+    return finish(proc, input=input, timeout=timeout)
+
+
+def end_all() -> None:
+    """End every child started here and not yet waited for (on Ctrl-C, from the CLI)."""
+    for proc in list(_live):
+        _end_group(proc)
+        _live.discard(proc)
 
 
 def end_own_group() -> None:

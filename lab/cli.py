@@ -49,9 +49,10 @@ class LabGroup(click.Group):
             click.secho(f"check failed: {e}", fg="red", err=True)
             sys.exit(e.exit_code)
         except KeyboardInterrupt:
-            from lab.children import end_own_group
+            from lab.children import end_all, end_own_group
 
-            end_own_group()
+            end_all()          # children started here that the interrupted code did not end itself
+            end_own_group()    # and those started by code the lab does not control
             click.secho("interrupted", fg="red", err=True)
             sys.exit(130)
         except OSError as e:
@@ -288,8 +289,12 @@ def bench(variant_spec, shape, causal, dtype, reps, warmup, no_baselines, backen
 @click.option("--no-ncu", is_flag=True, help="skip Nsight Compute (store timing only)")
 @click.option("--timeline", is_flag=True, help="also record a timeline (nsys, or torch.profiler where nsys cannot)")
 @click.option("--no-baselines", is_flag=True)
+@click.option("--fresh-baselines", is_flag=True,
+              help="re-time the SDPA baselines (default: read them from the store's cache when this device, "
+                   "software, shape and protocol timed them before)")
 @click.option("--no-report", is_flag=True, help="do not render the HTML page")
-def profile(variant_id, shape, causal, dtype, reps, section_set, no_ncu, timeline, no_baselines, no_report):
+def profile(variant_id, shape, causal, dtype, reps, section_set, no_ncu, timeline, no_baselines, fresh_baselines,
+            no_report):
     """Build (cached) -> check -> bench -> ncu -> store -> report; prints the run id and its HTML page."""
     from lab.ladder import registry
     from lab.pipeline import ProfileOptions, profile as run_profile
@@ -301,15 +306,13 @@ def profile(variant_id, shape, causal, dtype, reps, section_set, no_ncu, timelin
 
         section_args(section_set)  # a bad name is refused now, not after the build and bench
     opts = ProfileOptions(reps=reps, ncu=not no_ncu, section_set=None if section_set == "default" else section_set,
-                          timeline=timeline, baselines=not no_baselines, report=not no_report)
-    run_dir = run_profile(variant, problem, opts)
-    click.echo(f"run: {run_dir.name}")
-    click.echo(f"stored: {run_dir}")
-    if opts.report:
-        from lab.report.pages import render_run_page
-
-        page = render_run_page(run_dir)
-        click.echo(f"report: {page}")
+                          timeline=timeline, baselines=not no_baselines, fresh_baselines=fresh_baselines,
+                          report=not no_report)
+    done = run_profile(variant, problem, opts)
+    click.echo(f"run: {done.run_dir.name}")
+    click.echo(f"stored: {done.run_dir}")
+    if done.page:
+        click.echo(f"report: {done.page}")
 
 
 @main.command()
@@ -466,6 +469,60 @@ def sweep(variant_spec, shapes, causal, dtype, reps, no_baselines, as_json):
             print_ladder(result)
     if as_json:
         click.echo(json.dumps(results, indent=2))
+
+
+
+@main.command()
+@click.option("--variant", "variant_id", required=True, help="one rung, e.g. v5")
+@shape_option
+@causal_option
+@dtype_option
+@click.option("--reps", default=30, show_default=True, help="timed repetitions per candidate, interleaved")
+@click.option("--warmup", default=5, show_default=True)
+@click.option("--check-shapes", default=4, show_default=True, help="ragged shapes each candidate is checked on")
+@json_option
+def tune(variant_id, shape, causal, dtype, reps, warmup, check_shapes, as_json):
+    """Check and time a rung's candidate configurations (declared in its own file) round-robin."""
+    from lab.ladder import registry
+    from lab.measure.tune import tune as run_tune
+
+    variant = registry.get(variant_id)
+    problem = _problem(variant, shape, causal, dtype)
+    if reps < 2:
+        raise LabError("--reps must be at least 2")
+    if check_shapes < 0:
+        raise LabError(f"--check-shapes must be >= 0, got {check_shapes}")
+    result = run_tune(variant, problem, reps=reps, warmup=warmup, check_shapes=check_shapes)
+    if as_json:
+        click.echo(json.dumps(result.to_dict(), indent=2))
+    else:
+        _print_tune(result)
+    if not any(r.timing for r in result.rows):
+        raise CheckFailed(f"no configuration of {variant.id} passed its check on {problem.label()}")
+
+
+def _print_tune(result) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    default = next((r for r in result.rows if r.index is None and r.timing), None)
+    best = result.fastest()
+    table = Table(title=f"lab tune {result.variant_id} on {result.problem.label()}"
+                        f"{' causal' if result.problem.causal else ''} (median of {best.timing['reps'] if best else 0},"
+                        " interleaved, L2 flushed)")
+    for col in ("#", "configuration", "median ms", "CI95 ms", "TFLOP/s", "vs default", "check"):
+        table.add_column(col, justify="left" if col in ("configuration", "check") else "right")
+    for r in result.rows:
+        t = r.timing
+        cells = (["-"] * 4 if not t else
+                 [f"{t['median']:.4f}", f"{t['ci95_low']:.4f}-{t['ci95_high']:.4f}", f"{t['tflops']:.1f}",
+                  f"{default.timing['median'] / t['median']:.3f}x" if default else "-"])
+        mark = "[green]pass[/]" if r.passed else f"[red]FAIL[/] {r.error or ''}"
+        label = f"[bold]{r.label}[/]" if r is best else r.label
+        table.add_row("" if r.index is None else str(r.index), label, *cells, mark)
+    Console().print(table)
+    if best:
+        Console().print(f"fastest: {best.label}; a difference inside the CI95 columns is noise")
 
 
 if __name__ == "__main__":

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import hashlib
 import sys
+import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -15,7 +17,7 @@ from lab import __version__
 from lab.errors import CheckFailed
 from lab.measure.problem import Problem, check_supported
 from lab.ladder.registry import Variant
-from lab.measure.isolated import check_in_child, child_env
+from lab.measure.isolated import child_env, start_check
 from lab.store import manifest as mf
 
 
@@ -30,6 +32,7 @@ class ProfileOptions:
     timeline_repeats: int = 20
     report: bool = True
     check_shapes: int = 4
+    fresh_baselines: bool = False   # re-time the SDPA baselines instead of reading the store's cache
 
 
 def _say(msg: str) -> None:
@@ -45,15 +48,43 @@ def target_argv(variant: Variant, problem: Problem, repeat: int = 1) -> list[str
     return argv
 
 
-def profile(variant: Variant, problem: Problem, opts: ProfileOptions) -> Path:
+class Stages:
+    """Wall time per stage of `lab profile`: a line on stderr as each ends, and the table stored in
+    the manifest (stage_seconds), so where a run's time goes is visible, not guessed."""
+
+    def __init__(self):
+        self.seconds: dict[str, float] = {}
+        self.started = time.perf_counter()
+
+    @contextmanager
+    def __call__(self, name: str, note: str = ""):
+        t0 = time.perf_counter()
+        yield
+        dt = time.perf_counter() - t0
+        self.seconds[name] = self.seconds.get(name, 0.0) + dt
+        _say(f"  {name}: {dt:.2f} s{f' ({note})' if note else ''}")
+
+    def summary(self) -> str:
+        total = time.perf_counter() - self.started
+        return " · ".join(f"{k} {v:.2f} s" for k, v in self.seconds.items()) + f" · total {total:.2f} s"
+
+
+@dataclass
+class Profiled:
+    run_dir: Path
+    page: Path | None
+
+
+def profile(variant: Variant, problem: Problem, opts: ProfileOptions) -> Profiled:
+    """Build -> check -> bench -> baselines -> ncu -> timeline -> analysis -> store -> report."""
     from lab.environment import device_info, git_info, require_compute_capability, require_gpu, software_info
 
+    stage = Stages()
     check_supported(variant, problem)
     require_gpu("profile")  # before importing the build machinery: a clear refusal, fast
     require_compute_capability(variant)
     from lab.ladder import build
     from lab.store import runs as store
-    from lab.measure.baselines import run_baselines
     from lab.measure.bench import bench_variant, tflops
     from lab.ladder.target import range_name
 
@@ -61,19 +92,44 @@ def profile(variant: Variant, problem: Problem, opts: ProfileOptions) -> Path:
         from lab.profilers import ncu
         ncu.require_ncu()  # fail before minutes of work, not after
 
-    _say(f"build {variant.label()}")
-    built = build.build(variant)
+    with stage("build"):
+        _say(f"build {variant.label()}")
+        built = build.build(variant)
     _say(f"  {'compiled' if built.built_now else 'cached'} in {built.seconds:.1f} s")
 
-    _say(f"check {variant.id} against float64 on {problem.label()} and {opts.check_shapes} ragged shapes")
-    correctness = check_in_child(variant, problem, opts.check_shapes)
+    with stage("check"):
+        _say(f"check {variant.id} against float64 on {problem.label()} and {opts.check_shapes} ragged shapes")
+        pending = start_check(variant, problem, opts.check_shapes)
+        # while the child starts and checks: what needs no GPU (facts for the manifest, the analysis's imports)
+        dev, software, git = device_info(), software_info(), git_info()
+        if opts.ncu:
+            from lab.analysis import findings as analysis  # noqa: F401  (pandas, ncu_report: imported once, here)
+        correctness = pending.result()
     if not correctness["passed"]:
         raise CheckFailed(f"{variant.id} is wrong on {correctness['failed_shape']}: rel_err "
                           f"{correctness['rel_err']}, tolerance {correctness['tolerance']} ({correctness['rule']})")
 
-    _say(f"bench {variant.id}: {opts.reps} reps after {opts.warmup} warm-up, L2 flushed")
-    timing, peak_mem = bench_variant(variant, problem, built.module, opts.reps, opts.warmup)
-    baselines = run_baselines(problem, opts.reps, opts.warmup, progress=_say) if opts.baselines else []
+    with stage("bench"):
+        _say(f"bench {variant.id}: {opts.reps} reps after {opts.warmup} warm-up, L2 flushed")
+        timing, peak_mem = bench_variant(variant, problem, built.module, opts.reps, opts.warmup)
+
+    base_dicts, base_timed, base_cached = [], None, None
+    if opts.baselines:
+        from lab.measure.baselines import BACKENDS, BASELINE_DTYPES, run_baselines
+        from lab.store import baseline_cache
+
+        key = baseline_cache.cache_key(dev, software, problem, reps=opts.reps, warmup=opts.warmup,
+                                       backends=BACKENDS, dtypes=BASELINE_DTYPES)
+        hit = None if opts.fresh_baselines else baseline_cache.get(key)
+        with stage("baselines", "cached in the store; --fresh-baselines re-times them" if hit else "timed"):
+            if hit:
+                base_dicts, base_timed = hit
+                base_cached = True
+            else:
+                base_dicts = [b.to_dict() for b in run_baselines(problem, opts.reps, opts.warmup, progress=_say)]
+                base_timed, base_cached = baseline_cache.put(key, base_dicts), False
+        for b in base_dicts:   # ratio: the baseline's time / ours (above 1, ours is faster)
+            b["ratio"] = b["median_ms"] / timing.median if b.get("median_ms") and timing.median else None
 
     run_id = store.new_run_id(variant.id, problem.label())
     source_sha = hashlib.sha256(variant.source.read_bytes()).hexdigest()
@@ -82,25 +138,27 @@ def profile(variant: Variant, problem: Problem, opts: ProfileOptions) -> Path:
         profile_info = None
         analyses = []
         if opts.ncu:
-            _say(f"ncu: profiling the launch inside NVTX range '{rng}'")
-            report_path = run.artifact_path("profile.ncu-rep")
-            cmd = ncu.ncu_command(target_argv(variant, problem), report_path, rng, section_set=opts.section_set)
-            ncu.run_ncu(cmd, run.artifact_path("ncu.log"), env=child_env())
+            with stage("ncu"):
+                _say(f"ncu: profiling the launch inside NVTX range '{rng}'")
+                report_path = run.artifact_path("profile.ncu-rep")
+                cmd = ncu.ncu_command(target_argv(variant, problem), report_path, rng, section_set=opts.section_set)
+                ncu.run_ncu(cmd, run.artifact_path("ncu.log"), env=child_env())
             run.register_artifact("ncu_report", report_path.name)
             run.register_artifact("ncu_log", "ncu.log")
             # as the user would rerun it: the report path as stored, not the staging directory's
             stored_cmd = [report_path.name if a == str(report_path) else a for a in cmd]
-            profile_info = {"tool": "ncu", "command": stored_cmd, "section_set": opts.section_set or ncu.DEFAULT_SECTION_SET,
+            profile_info = {"tool": "ncu", "command": stored_cmd, "section_set": opts.section_set or ncu.DEFAULT_IS,
                             "report": report_path.name, "nvtx_range": rng}
         timeline_info = None
         if opts.timeline:
             from lab.profilers.timeline import collect_timeline
 
-            _say(f"timeline: {opts.timeline_repeats} launches in range '{rng}'")
-            tl = collect_timeline(target_argv(variant, problem, opts.timeline_repeats), run.dir / "timeline",
-                                  rng, opts.timeline_repeats, env=child_env())
-            for name, df in tl.tables().items():
-                run.add_table(f"timeline_{name}", df)
+            with stage("timeline"):
+                _say(f"timeline: {opts.timeline_repeats} launches in range '{rng}'")
+                tl = collect_timeline(target_argv(variant, problem, opts.timeline_repeats), run.dir / "timeline",
+                                      rng, opts.timeline_repeats, env=child_env())
+                for name, df in tl.tables().items():
+                    run.add_table(f"timeline_{name}", df)
             for name, path in tl.artifacts.items():
                 rel = Path(path).relative_to(run.dir)
                 run.register_artifact(f"timeline_{name}", str(rel))
@@ -109,47 +167,64 @@ def profile(variant: Variant, problem: Problem, opts: ProfileOptions) -> Path:
                              "repeats": opts.timeline_repeats}
 
         if profile_info is not None:
-            from lab.analysis import findings as analysis
-            from lab.analysis import lines as source_lines
+            with stage("analysis"):
+                from lab.analysis import findings as analysis
+                from lab.analysis import lines as source_lines
 
-            # the timeline ran first: the launch-bound judgement uses the launch cost it measured, the
-            # steady-state gap between consecutive kernels (the per-range overhead also spreads the first
-            # launch's delay, profiler start-up included, over the launches)
-            tl_info = timeline_info or {}
-            overhead = (tl_info.get("launch_overhead") or {}).get("kernel_gap_ns_median") or tl_info.get("launch_overhead_ns")
-            analyses = analysis.analyze_report(report_path, problem=problem.to_dict(), launch_overhead_ns=overhead)
-            run.add_table("metrics", analysis.metrics_frame(report_path))
-            run.add_table("derived", analysis.derived_frame(analyses))
-            run.add_table("findings", analysis.findings_frame(analyses))
-            run.add_table("ncu_rules", analysis.rules_frame(report_path))
-            # per-line counters and the code they point at, extracted once here so pages never reopen
-            # the report; the rung's own source kept too, as it was when profiled
-            run.add_table("lines", source_lines.lines_frame(source_lines.report_lines(report_path)))
-            run.add_table("sources", source_lines.sources_frame(source_lines.source_texts(report_path),
-                                                                [variant.source]))
+                # the timeline ran first: the launch-bound judgement uses the launch cost it measured,
+                # the steady-state gap between consecutive kernels (the per-range overhead also spreads
+                # the first launch's delay, profiler start-up included, over the launches)
+                tl_info = timeline_info or {}
+                overhead = ((tl_info.get("launch_overhead") or {}).get("kernel_gap_ns_median")
+                            or tl_info.get("launch_overhead_ns"))
+                analyses = analysis.analyze_report(report_path, problem=problem.to_dict(), launch_overhead_ns=overhead)
+                # per-line counters and the code they point at, extracted once here so pages never
+                # reopen the report; the rung's own source kept too, as it was when profiled
+                tables = {"metrics": analysis.metrics_frame(report_path),
+                          "derived": analysis.derived_frame(analyses),
+                          "findings": analysis.findings_frame(analyses),
+                          "ncu_rules": analysis.rules_frame(report_path),
+                          "lines": source_lines.lines_frame(source_lines.report_lines(report_path)),
+                          "sources": source_lines.sources_frame(source_lines.source_texts(report_path),
+                                                                [variant.source])}
 
-        record = mf.Manifest(
-            created_utc=datetime.now(timezone.utc).isoformat(timespec="seconds"),
-            lab_version=__version__,
-            git=mf.Git.from_dict(git_info(), "git"),
-            variant=mf.VariantInfo(id=variant.id, slug=variant.slug, title=variant.title,
-                                   source=f"kernels/{variant.source.name}", source_sha256=source_sha,
-                                   changed=variant.changed, attacks=variant.attacks,
-                                   predicted_gain=variant.predicted_gain),
-            problem=problem,
-            device=mf.Device.from_dict(device_info(), "device"),
-            software=mf.Software.from_dict(software_info(), "software"),
-            build=mf.Build(flags=list(built.flags), cache_key=built.cache_key,
-                           ptxas=[mf.PtxasEntry.from_dict(p, "build.ptxas[]") for p in built.ptxas]),
-            correctness=mf.Correctness.from_dict(correctness, "correctness"),
-            timing=mf.Timing.from_dict({**timing.to_dict(), "tflops": tflops(problem.flops, timing.median),
-                                        "peak_memory_bytes": peak_mem}, "timing"),
-            baselines=[mf.Baseline.from_dict(b.to_dict(timing.median), "baselines[]") for b in baselines],
-            profile=mf.ProfileInfo.from_dict(profile_info, "profile") if profile_info else None,
-            timeline=mf.TimelineInfo.from_dict(timeline_info, "timeline") if timeline_info else None,
-            findings_summary=(mf.FindingsSummary(bottleneck=analyses[0].bottleneck,
-                                                 count=sum(len(a.findings) for a in analyses))
-                              if analyses else None),
-        )
-        final = run.commit(record)
-    return final
+        with stage("store"):
+            if profile_info is not None:
+                for name, df in tables.items():
+                    run.add_table(name, df)
+            record = mf.Manifest(
+                created_utc=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+                lab_version=__version__,
+                git=mf.Git.from_dict(git, "git"),
+                variant=mf.VariantInfo(id=variant.id, slug=variant.slug, title=variant.title,
+                                       source=f"kernels/{variant.source.name}", source_sha256=source_sha,
+                                       changed=variant.changed, attacks=variant.attacks,
+                                       predicted_gain=variant.predicted_gain),
+                problem=problem,
+                device=mf.Device.from_dict(dev, "device"),
+                software=mf.Software.from_dict(software, "software"),
+                build=mf.Build(flags=list(built.flags), cache_key=built.cache_key,
+                               ptxas=[mf.PtxasEntry.from_dict(p, "build.ptxas[]") for p in built.ptxas]),
+                correctness=mf.Correctness.from_dict(correctness, "correctness"),
+                timing=mf.Timing.from_dict({**timing.to_dict(), "tflops": tflops(problem.flops, timing.median),
+                                            "peak_memory_bytes": peak_mem}, "timing"),
+                baselines=[mf.Baseline.from_dict(b, "baselines[]") for b in base_dicts],
+                baselines_timed_utc=base_timed, baselines_cached=base_cached,
+                profile=mf.ProfileInfo.from_dict(profile_info, "profile") if profile_info else None,
+                timeline=mf.TimelineInfo.from_dict(timeline_info, "timeline") if timeline_info else None,
+                findings_summary=(mf.FindingsSummary(bottleneck=analyses[0].bottleneck,
+                                                     count=sum(len(a.findings) for a in analyses))
+                                  if analyses else None),
+                stage_seconds=dict(stage.seconds),
+            )
+            final = run.commit(record)
+
+    page = None
+    if opts.report:
+        from lab.report.pages import render_run_page
+
+        with stage("report"):
+            page = render_run_page(final)
+        store.amend_manifest(final, stage_seconds=dict(stage.seconds))   # the report's own time, once known
+    _say(f"stages: {stage.summary()}")
+    return Profiled(final, page)

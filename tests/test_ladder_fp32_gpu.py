@@ -4,14 +4,11 @@ GPU tests (`-m gpu`, skipped with a reason where torch.cuda.is_available() is Fa
 correct (rel_err <= 1e-4 against float64) on shapes that sit on its tile edges. The >= 100 seeded
 shapes, NaN poison, refusals and compute-sanitizer runs every fp32 rung shares are in
 tests/test_check_gpu.py.
-CPU tests (no marker): the tuning list of benchmarks/fp32_dev.py names as many configs as each
-rung's launch_tuning() has cases.
+The rungs' tuning candidates are tested through `lab tune` in tests/test_tune.py.
 """
 
 from __future__ import annotations
 
-import importlib.util
-import re
 from pathlib import Path
 
 import pytest
@@ -36,38 +33,6 @@ TILE_EDGE_SHAPES = [Problem(1, 2, n, n, d, causal)
                     for d in (32, 64, 128) for causal in (False, True)] + [
     Problem(1, 2, 2048, 2048, 64, True), Problem(1, 1, 257, 2000, 128, True), Problem(1, 1, 2000, 257, 32, True),
     Problem(3, 5, 200, 64, 64, False), Problem(1, 1, 1, 1000, 64, True), Problem(1, 1, 1000, 1, 128, True)]
-
-
-# ----------------------------------------------------------------------------------------------
-# CPU
-# ----------------------------------------------------------------------------------------------
-
-def _load_dev_script():
-    spec = importlib.util.spec_from_file_location("fp32_dev", ROOT / "benchmarks" / "fp32_dev.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-@pytest.mark.parametrize("vid", RUNGS)
-def test_tuning_list_matches_the_kernel_cases(vid):
-    """fp32_dev.py times candidates by index; a case added to the .cu but not to the list (or the
-    reverse, or a changed tile) would be mislabelled in every table the script prints."""
-    dev = _load_dev_script()
-    source = get(vid).source.read_text()
-    tuning = source[source.index("const char* launch_tuning("):]
-    tuning = tuning[:tuning.index("#endif")]
-    in_kernel: dict[int, list[str]] = {}
-    for index, d, tm, tn, threads, min_ctas, unroll_d, unroll_n, p_chunk, schedule in re.findall(
-            r"case (\d+): return launch<V\dConfig<(\d+), (\d+), (\d+), (\d+), (\d+), (\d+), (\d+)(?:, (\d+))?"
-            r"(?:, (\d+))?>>", tuning):
-        labels = in_kernel.setdefault(int(d), [])
-        assert int(index) == len(labels), f"{vid} D={d}: case {index} out of order"
-        labels.append(f"TM{tm} TN{tn} T{threads} min{min_ctas} u{unroll_d},{unroll_n}"
-                      + (f" p{int(p_chunk)}" if p_chunk and int(p_chunk) else "")
-                      + {"": "", "1": "", "2": " s2", "3": " mb"}[schedule])  # v4's K/V schedule
-    assert in_kernel == dev.TUNE_CONFIGS[vid]
-    assert set(in_kernel) == set(get(vid).head_dims)
 
 
 # ----------------------------------------------------------------------------------------------

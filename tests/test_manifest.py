@@ -15,8 +15,9 @@ EXAMPLES = sorted((store.REPO_ROOT / "profiles" / "examples").glob("*/manifest.j
 
 
 def _without_nulls(x):
+    """None and empty containers read the same as an absent key (an optional field added later)."""
     if isinstance(x, dict):
-        return {k: _without_nulls(v) for k, v in x.items() if v is not None}
+        return {k: _without_nulls(v) for k, v in x.items() if v is not None and v != {} and v != []}
     if isinstance(x, list):
         return [_without_nulls(v) for v in x]
     return x

@@ -7,8 +7,8 @@ and 128-key tiles), seqlen_q != seqlen_k, causal and not, D 64/128, fp16 and bf1
 has inputs with standard deviation 6 (logits up to ~36 x the unit-variance case: the online max and
 the rescale have to be right). compute-sanitizer memcheck, racecheck and synccheck on 3 shapes.
 
-Needs a Hopper GPU (compute capability 9.0; run with `pytest -m gpu` on the GPU machine); skipped
-cleanly elsewhere, where the rung's refusal is tested instead.
+GPU tests need a Hopper GPU (compute capability 9.0; `pytest -m gpu` on the GPU machine) and skip
+cleanly elsewhere, where the rung's refusal is tested instead; the case-list test runs on the CPU.
 """
 
 from __future__ import annotations
@@ -32,7 +32,6 @@ from lab.ladder.registry import get  # noqa: E402
 ROOT = Path(__file__).resolve().parent.parent
 HAS_GPU = torch.cuda.is_available()
 IS_HOPPER = HAS_GPU and torch.cuda.get_device_capability(0) == (9, 0)
-pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not HAS_GPU, reason="needs a CUDA GPU (torch.cuda.is_available() is False)")]
 needs_hopper = pytest.mark.skipif(not IS_HOPPER, reason="v6 needs compute capability 9.0 (sm_90a: wgmma, TMA)")
 
 # v6's tiles: 64, 128 or 192 query rows (one to three consumer warpgroups of 64), 128 keys.
@@ -90,6 +89,7 @@ def _check_scaled(module, problem: Problem, std: float, seed: int) -> check.Shap
                             errors["numel"], metric="max_abs_err")
 
 
+@pytest.mark.gpu
 @needs_hopper
 @pytest.mark.parametrize("b,h,nq,nk,d,causal,dtype_name,std,seed", _cases(), ids=lambda x: str(x))
 def test_v6_matches_float64(v6, b, h, nq, nk, d, causal, dtype_name, std, seed):
@@ -109,6 +109,7 @@ def test_v6_case_list_covers_the_issue():
     assert any(c[3] >= 8192 and c[4] == 64 and not c[5] for c in cases)
 
 
+@pytest.mark.gpu
 @needs_hopper
 def test_v6_refuses_unsupported_input(v6):
     q = torch.randn(1, 1, 8, 32, device="cuda", dtype=torch.float16)
@@ -119,6 +120,7 @@ def test_v6_refuses_unsupported_input(v6):
         v6.forward(q, q, q, torch.empty_like(q), False, 0.125)
 
 
+@pytest.mark.gpu
 @pytest.mark.skipif(IS_HOPPER or not HAS_GPU, reason="the refusal is for GPUs other than compute capability 9.0")
 def test_v6_is_refused_off_hopper():
     from lab.environment import require_compute_capability
@@ -149,6 +151,7 @@ SANITIZER_SCRIPT = textwrap.dedent("""
 """)
 
 
+@pytest.mark.gpu
 @needs_hopper
 @pytest.mark.parametrize("tool", ["memcheck", "racecheck", "synccheck"])
 def test_v6_compute_sanitizer_is_clean(tool, v6, tmp_path):

@@ -160,9 +160,14 @@ def device_arch(index: int = 0) -> str:
     return "sm_90a" if (major, minor) == (9, 0) else f"sm_{major}{minor}"
 
 
-def nvcc_flags(variant: Variant, arch: str) -> list[str]:
+# A tuning build (`lab tune`) compiles the rung's candidate configurations too (common.cuh's
+# tuning contract); it is its own cached extension beside the plain one.
+TUNING_DEFINE = "-DLAB_TUNING"
+
+
+def nvcc_flags(variant: Variant, arch: str, tuning: bool = False) -> list[str]:
     """Flags for the rung's .cu, in the order given; the rung's extra -gencode flags follow ours."""
-    flags = [*BASE_NVCC_FLAGS, gencode(arch)]
+    flags = [*BASE_NVCC_FLAGS, gencode(arch), *([TUNING_DEFINE] if tuning else [])]
     for f in variant.arch_flags:
         if f not in flags:
             flags.append(f)
@@ -206,17 +211,25 @@ def cache_key(sources: Sequence[Path], flags: Sequence[str], versions_: dict) ->
     return h.hexdigest()
 
 
-def _key_for(variant: Variant, arch: str) -> tuple[list[str], str]:
+def _cxx_flags(variant: Variant, tuning: bool) -> list[str]:
+    flags = [*BASE_CXX_FLAGS, f"-DLAB_LAUNCHER={variant.launcher}"]
+    if tuning:
+        flags += [TUNING_DEFINE, f"-DLAB_TUNE_CONFIGS={variant.launcher}_configs",
+                  f"-DLAB_TUNE_LAUNCHER={variant.launcher}_config"]
+    return flags
+
+
+def _key_for(variant: Variant, arch: str, tuning: bool = False) -> tuple[list[str], str]:
     if not variant.source.is_file():
         raise LabError(f"{variant.id}: source {variant.source} is missing")
-    flags = nvcc_flags(variant, arch)
+    flags = nvcc_flags(variant, arch, tuning)
     # The C++ flags of the binding and the launcher symbol are part of what is built.
-    key_flags = flags + [f"cxx:{f}" for f in BASE_CXX_FLAGS] + [f"launcher:{variant.launcher}"]
+    key_flags = flags + [f"cxx:{f}" for f in _cxx_flags(variant, tuning)] + [f"launcher:{variant.launcher}"]
     return flags, cache_key(sources_for(variant), key_flags, versions())
 
 
-def build_dir_for(variant: Variant, key: str) -> Path:
-    return cache_root() / f"{variant.label()}-{key[:16]}"
+def build_dir_for(variant: Variant, key: str, tuning: bool = False) -> Path:
+    return cache_root() / f"{variant.label()}{'-tuning' if tuning else ''}-{key[:16]}"
 
 
 def _write_json_atomic(path: Path, obj) -> None:
@@ -284,7 +297,7 @@ def _demangle(names: list[str]) -> list[str]:
     return lines if out.returncode == 0 and len(lines) == len(names) else names
 
 
-def ptxas_report(variant: Variant, arch: str | None = None) -> PtxasReport:
+def ptxas_report(variant: Variant, arch: str | None = None, tuning: bool = False) -> PtxasReport:
     """Compile the rung's .cu alone for `arch` with ptxas -v; cached like the extension build.
 
     No GPU is needed: without one, `arch` defaults to the lab's sm_90a.
@@ -292,8 +305,8 @@ def ptxas_report(variant: Variant, arch: str | None = None) -> PtxasReport:
     started = time.perf_counter()
     arch = validate_arch(arch or _default_arch())
     nvcc = find_nvcc()
-    flags, key = _key_for(variant, arch)
-    bdir = build_dir_for(variant, key)
+    flags, key = _key_for(variant, arch, tuning)
+    bdir = build_dir_for(variant, key, tuning)
     marker = bdir / _PTXAS_MARKER
     if marker.is_file():
         saved = json.loads(marker.read_text())
@@ -362,13 +375,14 @@ def require_cuda_torch(command: str = "build") -> None:
 
 
 def build(variant: Variant, arch: str | None = None, verbose: bool = False,
-          allow_compile: bool = True) -> BuildResult:
-    """Build (or load the cached build of) one rung; `allow_compile=False` refuses to compile."""
+          allow_compile: bool = True, tuning: bool = False) -> BuildResult:
+    """Build (or load the cached build of) one rung; `allow_compile=False` refuses to compile;
+    `tuning=True` builds the rung's tuning candidates in (module.configs, module.forward_config)."""
     started = time.perf_counter()
     require_cuda_torch()
     arch = validate_arch(arch or device_arch())
-    flags, key = _key_for(variant, arch)
-    bdir = build_dir_for(variant, key)
+    flags, key = _key_for(variant, arch, tuning)
+    bdir = build_dir_for(variant, key, tuning)
 
     if key in _loaded:
         return _result(variant, arch, flags, key, bdir, _loaded[key], built_now=False, started=started)
@@ -386,13 +400,13 @@ def build(variant: Variant, arch: str | None = None, verbose: bool = False,
         raise LabError(f"{variant.id} is not built for {arch} with the current sources and flags",
                        hint=f"run `lab build --variant {variant.id}` first")
 
-    ptxas_report(variant, arch)  # resource usage and SASS first: a compile error reads better from nvcc alone
-    module_name = f"lab_{variant.label()}_{key[:12]}"
+    ptxas_report(variant, arch, tuning)  # resource usage and SASS first: a compile error reads better from nvcc alone
+    module_name = f"lab_{variant.label()}{'_tuning' if tuning else ''}_{key[:12]}"
     from torch.utils.cpp_extension import load
 
     try:
         module = load(name=module_name, sources=[str(variant.source), str(BINDING)],
-                      extra_cflags=[*BASE_CXX_FLAGS, f"-DLAB_LAUNCHER={variant.launcher}"],
+                      extra_cflags=_cxx_flags(variant, tuning),
                       extra_cuda_cflags=flags, extra_include_paths=[str(KERNELS_DIR)],
                       build_directory=str(bdir), verbose=verbose)
     except (RuntimeError, OSError, subprocess.CalledProcessError) as e:

@@ -85,7 +85,7 @@ VARIANTS: tuple[Variant, ...] = (
         "softmax_scale*log2(e), exp2 softmax, row sums reduced across lanes once at the end.",
         attacks="small-grid, occupancy-limited and latency-bound in v2's profile (H200, B8 H16 N1024 D64): "
         "grid 128 x block 32 (0.16 waves), 1.5 warps per scheduler, short-scoreboard stalls 62% (a shared "
-        "load per FFMA), ~13-way shared-memory bank conflicts, FP32 pipe at 0.8% of peak, 0.53 TFLOP/s.",
+        "load per FFMA), 5.5-way shared-memory bank conflicts, FP32 pipe at 0.8% of peak, 0.53 TFLOP/s.",
         predicted_gain="30-60x over v2 at B8 H16 N1024 D64 (65.2 ms -> 1.1-2.2 ms, 16-30 TFLOP/s, "
         "25-45% of the FFMA peak); synchronous K/V tile loads between barriers remain (v4).",
     ),
@@ -131,7 +131,7 @@ VARIANTS: tuple[Variant, ...] = (
     Variant(
         id="v6",
         slug="wgmma",
-        title="Hopper: wgmma + TMA, a producer warpgroup feeding two consumer warpgroups (sm_90a)",
+        title="Hopper: wgmma + TMA, a producer warpgroup feeding consumer warpgroups (sm_90a)",
         dtypes=("float16", "bfloat16"),
         head_dims=(64, 128),
         min_cc=(9, 0),
@@ -139,8 +139,9 @@ VARIANTS: tuple[Variant, ...] = (
         changed="S = Q K^T and O += P V run as warpgroup MMAs (wgmma m64nNk16, HGMMA in SASS) with Q, K and V "
         "read straight from 128-byte-swizzled shared memory and P from registers; a producer warpgroup "
         "(setmaxnreg 24) issues TMA copies (cp.async.bulk.tensor, zero-filled past the sequence) into a "
-        "two-stage mbarrier ring of 128-key K and V tiles; two consumer warpgroups (setmaxnreg 240) own 64 "
-        "query rows each; within a warpgroup the softmax of tile j runs while P V of tile j-1 is still on "
+        "two-stage mbarrier ring of 128-key K and V tiles; consumer warpgroups own 64 query rows each (D=128: "
+        "two per CTA, setmaxnreg 240; D=64: one, two CTAs per SM, or three for long non-causal keys); "
+        "within a warpgroup the softmax of tile j runs while P V of tile j-1 is still on "
         "the tensor cores; causal blocks run longest-first.",
         attacks="tensor-path/instruction-issue limit of v5: mma.sync (HMMA, 16x8x16 per warp instruction, "
         "operands through ldmatrix and registers) reaches only 30-35% of the H200's dense FP16 peak, with "

@@ -79,6 +79,34 @@ def time_cuda(fn: Callable[[], object], reps: int = DEFAULT_REPS, warmup: int = 
     return summarize(samples, warmup, l2_flush)
 
 
+def time_interleaved(fns: dict[str, Callable[[], object]], reps: int = DEFAULT_REPS, warmup: int = DEFAULT_WARMUP,
+                     l2_flush: bool = True) -> dict[str, Timing]:
+    """Time several callables round-robin: repetition i runs each once, in an order rotated by i, so
+    clock or thermal drift during the measurement hits every candidate alike (`lab tune`)."""
+    import torch
+
+    names = list(fns)
+    flush = torch.empty(L2_FLUSH_BYTES // 4, dtype=torch.int32, device="cuda") if l2_flush else None
+    for name in names:
+        for _ in range(warmup):
+            fns[name]()
+    torch.cuda.synchronize()
+    events = {name: [] for name in names}
+    for i in range(reps):
+        for j in range(len(names)):
+            name = names[(i + j) % len(names)]
+            if flush is not None:
+                flush.zero_()
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            fns[name]()
+            end.record()
+            events[name].append((start, end))
+    torch.cuda.synchronize()
+    return {name: summarize([s.elapsed_time(e) for s, e in pairs], warmup, l2_flush)
+            for name, pairs in events.items()}
+
+
 def tflops(flops: float, ms: float) -> float:
     return flops / (ms * 1e-3) / 1e12
 

@@ -29,31 +29,52 @@ def child_env() -> dict:
     return env
 
 
-def check_in_child(variant, problem: Problem, extra_shapes: int) -> dict:
-    """Returns the check's manifest dict (lab.measure.check.CheckResult.to_dict()); a crash or a hang
-    raises CheckFailed naming how the child ended."""
-    shape = f"{problem.batch},{problem.heads},{problem.seqlen_q},{problem.seqlen_k},{problem.head_dim}"
-    argv = [sys.executable, "-m", "lab.measure.isolated", "--variant", variant.id, "--shape", shape,
-            "--dtype", problem.dtype, "--shapes", str(extra_shapes)]
-    if problem.causal:
-        argv.append("--causal")
-    try:
-        res = children.run(argv, capture_output=True, text=True, env=child_env(), timeout=CHECK_TIMEOUT_S)
-    except subprocess.TimeoutExpired:
-        raise CheckFailed(f"{variant.id}'s check did not finish in {CHECK_TIMEOUT_S} s (a hang?)") from None
-    try:
-        result = json.loads(res.stdout)
-    except (json.JSONDecodeError, ValueError):
-        result = None
-    if res.returncode != 0 or not isinstance(result, dict):
-        how = (f"killed by {signal.Signals(-res.returncode).name}" if res.returncode < 0
-               else f"exit code {res.returncode}")
-        tail = " | ".join(res.stderr.strip().splitlines()[-3:])
-        raise CheckFailed(f"{variant.id} crashed in its child process ({how}) while being checked on "
-                          f"{problem.label()}: {tail or 'no output'}")
-    if "error" in result and "passed" not in result:  # a LabError inside the child: bad input, not a crash
-        raise LabError(result["error"])
-    return result
+class PendingCheck:
+    """A correctness child that is running; `result()` waits for it and reads its verdict."""
+
+    def __init__(self, variant, problem: Problem, extra_shapes: int, tune_config: int | None = None):
+        shape = f"{problem.batch},{problem.heads},{problem.seqlen_q},{problem.seqlen_k},{problem.head_dim}"
+        argv = [sys.executable, "-m", "lab.measure.isolated", "--variant", variant.id, "--shape", shape,
+                "--dtype", problem.dtype, "--shapes", str(extra_shapes)]
+        if tune_config is not None:   # that tuning candidate of the rung (its tuning build, `lab tune`)
+            argv += ["--tune-config", str(tune_config)]
+        if problem.causal:
+            argv.append("--causal")
+        self.variant, self.problem = variant, problem
+        self.proc = children.start(argv, capture_output=True, text=True, env=child_env())
+
+    def result(self) -> dict:
+        """The check's manifest dict (lab.measure.check.CheckResult.to_dict()); a crash or a hang
+        raises CheckFailed naming how the child ended."""
+        variant, problem = self.variant, self.problem
+        try:
+            res = children.finish(self.proc, timeout=CHECK_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            raise CheckFailed(f"{variant.id}'s check did not finish in {CHECK_TIMEOUT_S} s (a hang?)") from None
+        try:
+            result = json.loads(res.stdout)
+        except (json.JSONDecodeError, ValueError):
+            result = None
+        if res.returncode != 0 or not isinstance(result, dict):
+            how = (f"killed by {signal.Signals(-res.returncode).name}" if res.returncode < 0
+                   else f"exit code {res.returncode}")
+            tail = " | ".join(res.stderr.strip().splitlines()[-3:])
+            raise CheckFailed(f"{variant.id} crashed in its child process ({how}) while being checked on "
+                              f"{problem.label()}: {tail or 'no output'}")
+        if "error" in result and "passed" not in result:  # a LabError inside the child: bad input, not a crash
+            raise LabError(result["error"])
+        return result
+
+
+def start_check(variant, problem: Problem, extra_shapes: int, tune_config: int | None = None) -> PendingCheck:
+    """Start the correctness child now, read its verdict later (`lab profile` works meanwhile)."""
+    return PendingCheck(variant, problem, extra_shapes, tune_config)
+
+
+def check_in_child(variant, problem: Problem, extra_shapes: int, tune_config: int | None = None) -> dict:
+    """Run the correctness child and return its verdict (see PendingCheck.result). `tune_config`:
+    check that tuning candidate of the rung (its tuning build, `lab tune`) instead of its launcher."""
+    return start_check(variant, problem, extra_shapes, tune_config).result()
 
 
 def _main(argv=None) -> int:
@@ -67,11 +88,16 @@ def _main(argv=None) -> int:
     p.add_argument("--dtype", required=True)
     p.add_argument("--shapes", type=int, default=0)
     p.add_argument("--causal", action="store_true")
+    p.add_argument("--tune-config", type=int, default=None)
     a = p.parse_args(argv)
     try:
         variant = registry.get(a.variant)
         problem = parse_shape(a.shape, causal=a.causal, dtype=a.dtype)
-        result = check_variant(variant, problem=problem, extra_shapes=a.shapes)
+        module = None
+        if a.tune_config is not None:
+            from lab.measure.tune import Candidate, tuning_module
+            module = Candidate(tuning_module(variant), a.tune_config)
+        result = check_variant(variant, problem=problem, extra_shapes=a.shapes, module=module)
     except LabError as e:
         print(json.dumps({"error": str(e)}))
         return 0

@@ -10,6 +10,7 @@ stylesheet serves screen and print.
 from __future__ import annotations
 
 import math
+from typing import Callable
 from dataclasses import dataclass
 
 from markupsafe import Markup, escape
@@ -155,8 +156,12 @@ class Bar:
     note: str = ""                # printed after the value (e.g. "x 1.6 of minimum")
 
 
-def hbar_svg(bars: list[Bar], unit: str, title: str, width: int = 720, log: bool = False) -> Markup:
-    """Horizontal bars, one per row, labelled on the left with the value on the right."""
+def hbar_svg(bars: list[Bar], unit: str, title: str, width: int = 720, log: bool = False,
+             fmt: Callable[[float], str] | None = None) -> Markup:
+    """Horizontal bars, one per row, labelled on the left with the value on the right; `fmt` words
+    a value with its unit (default: 3 significant digits, then `unit`), so a chart can print its
+    values exactly as the table beside it does."""
+    fmt = fmt or (lambda v: f"{fmt_si(v)} {unit}".rstrip())
     bars = [b for b in bars if b.value is not None and math.isfinite(b.value) and (b.value > 0 or not log)]
     if not bars:
         return Markup("")
@@ -176,8 +181,8 @@ def hbar_svg(bars: list[Bar], unit: str, title: str, width: int = 720, log: bool
         yy = top + i * row
         out.append(f'<text class="bar-label" x="{label_w - 6}" y="{yy + 14}" text-anchor="end">{escape(b.label)}</text>')
         out.append(f'<rect class="bar c-{escape(b.kind)}" x="{x0}" y="{yy + 3}" width="{_num(length(b.value))}" height="{row - 7}">'
-                   f'<title>{escape(b.label)}: {escape(fmt_si(b.value))} {escape(unit)}</title></rect>')
-        text = f"{fmt_si(b.value)} {unit}" + (f" {b.note}" if b.note else "")
+                   f'<title>{escape(b.label)}: {escape(fmt(b.value))}</title></rect>')
+        text = fmt(b.value) + (f" {b.note}" if b.note else "")
         out.append(f'<text class="bar-value" x="{_num(x0 + length(b.value) + 5)}" y="{yy + 14}">{escape(text)}</text>')
     out.append("</svg>")
     return Markup("".join(out))

@@ -14,6 +14,15 @@ import shlex
 import jinja2
 
 from lab.report import charts
+# One definition of an n-way shared-memory bank conflict, stated on every page that gives one and
+# used by the analysis (lab.analysis.metrics.bank_conflict_nway) and the registry's prose alike.
+NWAY_DEFINITION = ("n-way bank conflicts = shared-memory wavefronts ncu counted / the wavefronts the same accesses "
+                   "need without conflicts (memory_l1_wavefronts_shared / memory_l1_wavefronts_shared_ideal, or per "
+                   "loads and stores l1tex__data_pipe_lsu_wavefronts_mem_shared_op_{ld,st}.sum over the same minus "
+                   "l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_{ld,st}.sum): 1 is conflict-free, 32 means the "
+                   "32 lanes of a warp are served one at a time")
+
+
 def is_missing(v) -> bool:
     """None, or a manifest key the template asked for that this run does not have."""
     return v is None or isinstance(v, jinja2.Undefined)
@@ -49,6 +58,27 @@ def fmt_bytes(v) -> str:
         if abs(x) >= scale:
             return f"{charts.fmt_si(x / scale)} {unit}"
     return f"{int(x):,} B"
+
+
+def fmt_capacity(v) -> str:
+    """A size of memory (device memory, L2, an allocation) in binary units, as the hardware and
+    nvidia-smi count it: 141 GiB, 60 MiB. Traffic and bandwidth stay decimal (fmt_bytes), as ncu
+    prints them."""
+    if is_missing(v):
+        return "n/a"
+    x = float(v)
+    for unit, scale in (("TiB", 2.0 ** 40), ("GiB", 2.0 ** 30), ("MiB", 2.0 ** 20), ("KiB", 2.0 ** 10)):
+        if abs(x) >= scale:
+            return f"{charts.fmt_si(x / scale)} {unit}"
+    return f"{int(x):,} B"
+
+
+def fmt_count(v) -> str:
+    """A count (samples, instructions): an integer, never '4.00'."""
+    if is_missing(v):
+        return "n/a"
+    x = float(v)
+    return f"{round(x):,}" if math.isfinite(x) and abs(x - round(x)) < 1e-9 else fmt_num(x)
 
 
 def fmt_ms(v) -> str:

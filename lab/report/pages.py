@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import webbrowser
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -24,10 +25,10 @@ from lab.report import charts
 from lab.ladder import registry
 from lab.report.compare import compare_runs
 from lab.errors import LabError
-from lab.report.formatting import (fmt_bytes, fmt_change, fmt_ms, fmt_num, fmt_pct, fmt_shell, fmt_times, is_missing,
+from lab.report.formatting import (NWAY_DEFINITION, fmt_bytes, fmt_capacity, fmt_count, fmt_change, fmt_ms, fmt_num, fmt_pct, fmt_shell, fmt_times, is_missing,
                             speed_phrase)
 from lab.measure.problem import DTYPE_BYTES
-from lab.report.rundata import (DURATION, RunData, RunDamaged, Table, ci_overlap, dram_bytes, findings_context, ladder_neighbour, load,
+from lab.report.rundata import (DURATION, RunData, RunDamaged, below_minimum_note, prediction_shape_note, section_set_label, Table, ci_overlap, dram_bytes, findings_context, ladder_neighbour, load,
                          load_all, memory_levels, occupancy, performance_rows, sass_fp32_flops, stall_reasons)
 from lab.report.sourceview import source_context
 from lab.store.runs import REPO_ROOT, DamagedRun, find_run, open_root
@@ -48,7 +49,13 @@ def roofline(rd: RunData, kernel: dict | None) -> dict:
     points = []
     dram, dram_src = dram_bytes(kernel)
     if rd.tflops:
-        if dram:
+        if dram and dram < rd.problem.min_bytes:
+            # fewer bytes than the problem must move would put the point right of any honest intensity
+            ai = flops / rd.problem.min_bytes
+            notes.append(f"{rd.variant_id}: placed at the minimum-bytes intensity (Q, K, V read once, O written once), "
+                         f"the highest this problem allows, and not at problem FLOPs / DRAM bytes measured by ncu "
+                         f"({dram_src}): {below_minimum_note(kernel, rd.problem)}")
+        elif dram:
             ai = flops / dram
             notes.append(f"{rd.variant_id}: intensity = problem FLOPs / DRAM bytes measured by ncu ({dram_src}).")
         else:
@@ -212,27 +219,37 @@ def run_context(rd: RunData, runs: list[RunData], out_dir: Path) -> dict:
     if prev is not None and rd.median_ms:
         gain = {"prev": prev, "measured": prev.median_ms / rd.median_ms, "overlap": ci_overlap(prev.timing, rd.timing),
                 "predicted": rd.variant.get("predicted_gain"), "compare_page": compare_filename(prev.id, rd.id),
+                "predicted_elsewhere": prediction_shape_note(rd.variant.get("predicted_gain"), rd.problem),
                 "dtype_differs": prev.problem.dtype != rd.problem.dtype}
     next_variant = None
     if next_id:
         v = registry.get(next_id)
         next_variant = {"id": v.id, "title": v.title, "attacks": v.attacks, "predicted_gain": v.predicted_gain}
+    # a page that gives an n-way bank conflict anywhere states what n-way means
+    texts = [str(x) for f in fctx["findings"] for x in (f.get("title"), f.get("advice"), *(f.get("evidence") or {}))]
+    texts += [str(x) for x in (rd.variant.get("attacks"), rd.variant.get("predicted_gain"))]
+    if next_variant:
+        texts += [str(next_variant.get("attacks")), str(next_variant.get("predicted_gain"))]
+    nway_note = NWAY_DEFINITION if any(re.search(r"-way\b|nway", t) for t in texts) else None
     stalls, stall_unit, stall_family = stall_reasons(k)
+    # PC-sample counts are whole numbers and print as such; per-issue ratios keep 3 significant digits
+    stall_fmt = fmt_count if all(float(v).is_integer() for _, v in stalls) else None
     stall_svg = charts.hbar_svg([charts.Bar(r, v, "warn" if i == 0 else "base") for i, (r, v) in enumerate(stalls[:14])],
-                                unit="", title="Warp stall reasons") if stalls else Markup("")
+                                unit="", title="Warp stall reasons", fmt=stall_fmt) if stalls else Markup("")
     mem = memory_levels(k, rd.problem.min_bytes)
-    mem_svg = charts.hbar_svg([charts.Bar(r["level"].split(" (")[0] if i == 0 else r["level"], r["bytes"] / 1e6,
+    mem_note = below_minimum_note(k, rd.problem)
+    mem_svg = charts.hbar_svg([charts.Bar(r["level"].split(" (")[0] if i == 0 else r["level"], r["bytes"],
                                           "ref" if i == 0 else "base",
                                           f"({fmt_times(r['x_min'])} minimum)" if i else "")
-                               for i, r in enumerate(mem)], unit="MB", title="Bytes moved per memory level",
-                              log=True) if len(mem) > 1 else Markup("")
+                               for i, r in enumerate(mem)], unit="B", title="Bytes moved per memory level",
+                              log=True, fmt=fmt_bytes) if len(mem) > 1 else Markup("")
     artifacts = []
     for name, fname in (rd.manifest.get("artifacts") or {}).items():
         path = rd.run.path / fname
         artifacts.append({"name": name, "file": fname, "exists": path.exists(),
                           "href": _relhref(path, out_dir), "size": path.stat().st_size if path.exists() else None})
     return {
-        "rd": rd, "m": rd.manifest, "p": rd.problem, "variant": rd.variant, "device": rd.device,
+        "section_set": section_set_label(rd.manifest.get("profile")), "memory_below_minimum": mem_note, "nway_definition": nway_note, "rd": rd, "m": rd.manifest, "p": rd.problem, "variant": rd.variant, "device": rd.device,
         "peaks": rd.peaks, "software": rd.software, "timing": rd.timing, "correctness": rd.correctness,
         "headline": headline(rd, perf, fctx), "perf": perf, "gain": gain, "prev_id": prev_id,
         "next_variant": next_variant, "in_registry": rd.variant_id in registry.all_ids(), "kernel": k, "kernels": rd.kernels,
@@ -293,7 +310,8 @@ def ladder_groups(runs: list[RunData]) -> list[dict]:
                 meta.update({k: r.variant[k] for k in ("title", "changed", "attacks", "predicted_gain") if r.variant.get(k)})
             prev = by_id.get(ids[i - 1]) if i > 0 else None
             measured = prev.median_ms / r.median_ms if (r and prev) else None
-            history.append({"id": vid, "run": r, **meta, "measured": measured, "prev_id": ids[i - 1] if i else None,
+            elsewhere = prediction_shape_note(meta.get("predicted_gain"), r.problem) if r else None
+            history.append({"id": vid, "run": r, **meta, "measured": measured, "predicted_elsewhere": elsewhere, "prev_id": ids[i - 1] if i else None,
                             "overlap": ci_overlap(prev.timing, r.timing) if (r and prev) else None,
                             "bottleneck": r.bottleneck if r else None})
         out.append({"key": f"{shape} @ {device}", "shape": shape, "device": device, "rungs": rungs,
@@ -313,7 +331,10 @@ def index_context(runs: list[RunData]) -> dict:
                      "best_name": same["name"] if same else None,
                      "cross_ratio": cross["ratio"] if cross else None, "cross_name": cross["name"] if cross else None,
                      "passed": r.correctness.get("passed")})
-    return {"rows": rows, "groups": ladder_groups(runs),
+    groups = ladder_groups(runs)
+    history_text = " ".join(str(h.get(k)) for g in groups for h in g["history"] for k in ("attacks", "predicted_gain", "changed"))
+    return {"rows": rows, "groups": groups,
+            "nway_definition": NWAY_DEFINITION if re.search(r"-way\b", history_text) else None,
             "rungs": sorted({r.variant_id for r in runs}), "shapes": sorted({r.problem.label() for r in runs}),
             "devices": sorted({r.device_name for r in runs})}
 
@@ -327,7 +348,7 @@ def environment() -> jinja2.Environment:
         raise LabError(f"report templates not found in {TEMPLATES_DIR}", hint="reinstall with `pip install -e .`")
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(TEMPLATES_DIR)), autoescape=True,
                              undefined=jinja2.ChainableUndefined, trim_blocks=True, lstrip_blocks=True)
-    env.filters.update(num=fmt_num, pct=fmt_pct, bytes=fmt_bytes, ms=fmt_ms, times=fmt_times, shell=fmt_shell,
+    env.filters.update(num=fmt_num, pct=fmt_pct, bytes=fmt_bytes, capacity=fmt_capacity, count=fmt_count, ms=fmt_ms, times=fmt_times, shell=fmt_shell,
                        change=fmt_change)
     env.tests["given"] = lambda v: not is_missing(v)   # stored and not None: `{% if x is given %}`
     env.globals.update(speed_phrase=speed_phrase, version=_lab_version())

@@ -27,7 +27,7 @@ from lab.analysis import metrics as interpret
 from lab.analysis.metrics import PAGE_COLUMNS
 from lab.ladder import registry
 from lab.errors import LabError
-from lab.report.formatting import fmt_num, fmt_pct, speed_phrase
+from lab.report.formatting import fmt_bytes, fmt_num, fmt_pct, speed_phrase
 from lab.measure.problem import DTYPE_BYTES, Problem
 from lab.store.runs import DamagedRun, Run, open_root, scan_runs
 
@@ -282,6 +282,31 @@ def dram_bytes(k: dict | None) -> tuple[float | None, str]:
     return (dram["bytes"], dram["source"]) if dram else (None, "")
 
 
+def below_minimum_note(k: dict | None, problem: Problem) -> str | None:
+    """Why a kernel's DRAM bytes can be under the Q, K, V, O minimum, said with its own numbers:
+    ncu counts the DRAM traffic of the kernel's launch only, so output still in L2 when the kernel
+    ends (written back later) and inputs already in L2 when it starts are not counted. None when
+    the bytes are not below the minimum (or not stored)."""
+    total, _ = dram_bytes(k)
+    if total is None or total >= problem.min_bytes:
+        return None
+    out_bytes = problem.batch * problem.heads * problem.seqlen_q * problem.head_dim * DTYPE_BYTES[problem.dtype]
+    in_bytes = problem.min_bytes - out_bytes
+    rd, wr = k.get("dram__bytes_read.sum"), k.get("dram__bytes_write.sum")
+    parts = []
+    if isinstance(wr, (int, float)) and wr < out_bytes:
+        parts.append(f"it wrote {fmt_bytes(wr)} to DRAM against the output's {fmt_bytes(out_bytes)}: the rest of O was "
+                     f"still in L2 when the kernel ended, written back after it")
+    if isinstance(rd, (int, float)) and rd < in_bytes:
+        parts.append(f"it read {fmt_bytes(rd)} from DRAM against Q, K and V's {fmt_bytes(in_bytes)}: part of the "
+                     f"inputs was already in L2 when it started")
+    why = "; ".join(parts) if parts else ("part of the output was still in L2 when the kernel ended, or part of the "
+                                          "inputs already in L2 when it started")
+    return (f"DRAM bytes ({fmt_bytes(total)}) are below the minimum ({fmt_bytes(problem.min_bytes)}) because ncu counts "
+            f"only the DRAM traffic of the kernel's own launch: {why}. The kernel does not beat the minimum; "
+            f"the L2 holds the difference.")
+
+
 def memory_levels(k: dict | None, min_bytes: int) -> list[dict]:
     rows = [{"level": "minimum (Q, K, V read once, O written once)", "bytes": float(min_bytes), "x_min": 1.0,
              "source": "problem shape x dtype size"}]
@@ -344,6 +369,21 @@ def sass_fp32_flops(k: dict | None) -> float | None:
     return float(v) if isinstance(v, (int, float)) else None
 
 
+def section_set_label(profile: dict | None) -> str | None:
+    """The section set as the stored ncu command line says it (`--set detailed`), not the lab's
+    alias for its default ('default-lab'): the page and the command must name the same set."""
+    if not isinstance(profile, dict):
+        return None
+    stored = profile.get("section_set")
+    cmd = [str(a) for a in profile.get("command") or []]
+    given = next((cmd[i + 1] for i, a in enumerate(cmd[:-1]) if a == "--set"), None)
+    if given is None:   # a lab set or a list of sections: the stored name says it
+        return stored
+    if stored and stored != given and stored.startswith("default"):
+        return f"{given} (the lab's default)"
+    return given
+
+
 # ----------------------------------------------------------------- runs on the ladder
 
 def ladder_neighbour(rd: RunData, runs: list[RunData], step: int) -> tuple[str | None, RunData | None]:
@@ -360,6 +400,30 @@ def ladder_neighbour(rd: RunData, runs: list[RunData], step: int) -> tuple[str |
             and r.device_name == rd.device_name and r.median_ms]
     same.sort(key=lambda r: (r.problem.dtype == rd.problem.dtype, r.manifest.get("created_utc", ""), r.id))
     return other_id, (same[-1] if same else None)
+
+
+_SHAPE_IN_TEXT = re.compile(r"\bB\s*=?\s*(\d+)\s*[,\s-]\s*H\s*=?\s*(\d+)\s*[,\s-]\s*N\s*=?\s*(\d+)"
+                            r"(?:\s*[,\s-]\s*D\s*=?\s*(\d+))?")
+
+
+def prediction_shape_note(text: str | None, problem: Problem) -> str | None:
+    """A prediction states the shape it was made for ("~300 TFLOP/s at B=8,H=32,N=4096,D=64");
+    when none of the shapes it names is the measured one, say so beside the measured gain, so a
+    prediction for N=4096 is not read as one for N=1024. None when it names no shape or this one."""
+    if not text:
+        return None
+    named = []
+    for m in _SHAPE_IN_TEXT.finditer(text):
+        b, h, n, d = (int(x) if x else None for x in m.groups())
+        named.append((b, h, n, d))
+    if not named:
+        return None
+    here = (problem.batch, problem.heads, problem.seqlen_q, problem.head_dim)
+    if any(all(x is None or x == y for x, y in zip(shape, here)) for shape in named):
+        return None
+    said = ", ".join(f"B{b}-H{h}-N{n}" + (f"-D{d}" if d else "") for b, h, n, d in named)
+    return (f"the prediction was made for {said}; the gain was measured on {problem.label()}, "
+            f"so the two are not the same test")
 
 
 def ci_overlap(a: dict, b: dict) -> bool | None:

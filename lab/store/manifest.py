@@ -374,6 +374,9 @@ class Manifest(Section):
     profile: ProfileInfo | None = None
     timeline: TimelineInfo | None = None
     findings_summary: FindingsSummary | None = None
+    baselines_timed_utc: str | None = None     # when the SDPA baselines were timed
+    baselines_cached: bool | None = None       # True: read from the store's cache, not timed by this run
+    stage_seconds: dict[str, float] = field(default_factory=dict)   # wall time of each `lab profile` stage
     tables: dict[str, str] = field(default_factory=dict)
     artifacts: dict[str, str] = field(default_factory=dict)
 

@@ -36,9 +36,16 @@ def store_root() -> Path:
     return Path(os.environ.get("LAB_PROFILES", DEFAULT_ROOT))
 
 
-def new_run_id(variant_id: str, problem_label: str, now: datetime | None = None) -> str:
+def new_run_id(variant_id: str, problem_label: str, now: datetime | None = None, root: Path | None = None) -> str:
+    """<UTC time>-<rung>-<problem>; two runs stored within one second get -2, -3... (a quick loop or a script)."""
     now = now or datetime.now(timezone.utc)
-    return f"{now:%Y%m%d-%H%M%S}-{variant_id}-{problem_label}"
+    base = f"{now:%Y%m%d-%H%M%S}-{variant_id}-{problem_label}"
+    root = Path(root or store_root())
+    run_id, n = base, 1
+    while (root / run_id).exists():
+        n += 1
+        run_id = f"{base}-{n}"
+    return run_id
 
 
 _SAFE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
@@ -152,6 +159,16 @@ class Run:
 
     def __repr__(self) -> str:
         return f"Run({self.id})"
+
+
+def amend_manifest(run_dir: Path, **fields) -> Path:
+    """Set fields of a stored run's manifest after it appeared (the report stage's time, known only
+    once the page exists): read and written back through the typed record, atomically."""
+    run = Run(Path(run_dir))
+    d = run.record.to_dict()
+    d.update(fields)
+    _write_json_atomic(run.path / MANIFEST, Manifest.from_dict(d).to_dict())
+    return run.path
 
 
 def open_root(root: Path | str | None = None) -> Path:

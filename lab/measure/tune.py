@@ -1,0 +1,136 @@
+"""`lab tune`: a rung's candidate configurations checked, then timed round-robin, on one problem.
+
+A rung declares its candidates in its own file, through common.cuh's tuning contract: built with
+-DLAB_TUNING it exports `lab_forward_<id>_configs(head_dim, dtype)` (the labels) and
+`lab_forward_<id>_config(args, stream, index)`. The lab builds that tuning extension through
+`lab.ladder.build` (cached like any build), checks every candidate against float64 in a child
+process (correctness gates timing; a candidate that crashes takes down only its child), then times
+the launcher's own choice ("default") and every passing candidate interleaved, repetition by
+repetition, so that drift hits all of them alike.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass, field
+
+from lab.errors import CheckFailed, LabError
+from lab.measure.problem import Problem, check_supported
+
+DEFAULT_LABEL = "default"
+
+
+class Candidate:
+    """One candidate of a tuning build, shaped like a rung's extension (`.forward(...)`), so the
+    correctness gate and the timer take it as they take the rung itself."""
+
+    def __init__(self, module, index: int):
+        self.module = module
+        self.index = index
+
+    def forward(self, q, k, v, o, causal, softmax_scale):
+        self.module.forward_config(q, k, v, o, causal, softmax_scale, self.index)
+
+
+def tuning_module(variant):
+    """The rung's tuning extension; refuses a rung whose file does not follow the tuning contract."""
+    from lab.ladder.build import build
+
+    module = build(variant, tuning=True).module
+    if not hasattr(module, "forward_config"):
+        raise LabError(f"{variant.id}'s tuning build exposes no candidates",
+                       hint="export lab_forward_<id>_configs and lab_forward_<id>_config under "
+                            "#ifdef LAB_TUNING (see the tuning contract in kernels/common.cuh)")
+    return module
+
+
+@dataclass
+class TuneRow:
+    label: str                    # "default" or the candidate's label from the rung's file
+    index: int | None             # None for the launcher's own choice
+    correctness: dict
+    timing: dict | None = None    # lab.measure.bench.Timing.to_dict(), with tflops
+    error: str | None = None
+
+    @property
+    def passed(self) -> bool:
+        return bool(self.correctness.get("passed"))
+
+    def to_dict(self) -> dict:
+        return {"label": self.label, "index": self.index, "passed": self.passed, "correctness": self.correctness,
+                "timing": self.timing, "error": self.error}
+
+
+@dataclass
+class TuneResult:
+    variant_id: str
+    problem: Problem
+    rows: list[TuneRow] = field(default_factory=list)
+
+    def fastest(self) -> TuneRow | None:
+        timed = [r for r in self.rows if r.timing]
+        return min(timed, key=lambda r: r.timing["median"]) if timed else None
+
+    def to_dict(self) -> dict:
+        best = self.fastest()
+        return {"variant": self.variant_id, "problem": self.problem.to_dict(),
+                "fastest": best.label if best else None, "rows": [r.to_dict() for r in self.rows]}
+
+
+def _say(msg: str) -> None:
+    print(f"[lab] {msg}", file=sys.stderr, flush=True)
+
+
+def tune(variant, problem: Problem, reps: int = 30, warmup: int = 5, check_shapes: int = 4) -> TuneResult:
+    check_supported(variant, problem)
+    from lab.environment import require_compute_capability, require_gpu
+
+    require_gpu("tune")
+    require_compute_capability(variant)
+    import torch
+
+    from lab.ladder.build import build
+    from lab.measure.bench import time_interleaved, tflops
+    from lab.measure.isolated import check_in_child
+    from lab.measure.problem import make_inputs, softmax_scale
+
+    plain = build(variant).module
+    module = tuning_module(variant)
+    labels = list(module.configs(problem.head_dim, problem.dtype))
+    if not labels:
+        raise LabError(f"{variant.id} declares no tuning candidates for head_dim {problem.head_dim}, "
+                       f"{problem.dtype}", hint="its file lists them per head_dim and dtype (kernels/common.cuh)")
+
+    result = TuneResult(variant.id, problem)
+    _say(f"check {variant.id}'s default and {len(labels)} candidates on {problem.label()} "
+         f"and {check_shapes} ragged shapes each")
+    for index, label in [(None, DEFAULT_LABEL), *enumerate(labels)]:
+        try:
+            correctness = check_in_child(variant, problem, check_shapes, tune_config=index)
+        except CheckFailed as crash:
+            correctness, error = {"passed": False}, str(crash)
+        else:
+            error = None if correctness["passed"] else f"wrong on {correctness.get('failed_shape')}"
+        result.rows.append(TuneRow(label, index, correctness, error=error))
+        _say(f"  {'ok  ' if correctness.get('passed') else 'FAIL'} {label}" + (f": {error}" if error else ""))
+
+    q, k, v = make_inputs(problem, seed=0)
+    scale = softmax_scale(problem)
+
+    def caller(impl):
+        def call():
+            o = torch.empty_like(q)
+            impl.forward(q, k, v, o, problem.causal, scale)
+        return call
+
+    passing = {r.label: caller(plain if r.index is None else Candidate(module, r.index))
+               for r in result.rows if r.passed}
+    if passing:
+        _say(f"time {len(passing)} configurations round-robin: {reps} reps each after {warmup} warm-up, L2 flushed")
+        timings = time_interleaved(passing, reps=reps, warmup=warmup)
+        for row in result.rows:
+            if row.label in timings:
+                t = timings[row.label]
+                row.timing = {**t.to_dict(), "method": "cuda-events, interleaved round-robin",
+                              "tflops": tflops(problem.flops, t.median)}
+    return result

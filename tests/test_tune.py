@@ -1,0 +1,62 @@
+"""`lab tune`: the tuning contract of kernels/common.cuh, and the command on a GPU.
+
+CPU (needs nvcc, skipped without it): every rung whose file has a tuning block compiles with
+-DLAB_TUNING and exports the two symbols the tuning binding links against.
+GPU (`-m gpu`): `lab tune` checks and times every candidate of each tunable rung on a ragged shape.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from lab.ladder import build, registry
+
+TUNABLE = [v for v in registry.VARIANTS
+           if getattr(v, "kind", "cuda") == "cuda" and "LAB_TUNING" in v.source.read_text()]
+needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc (the CUDA toolkit) on PATH")
+
+
+def test_some_rung_is_tunable():
+    assert TUNABLE, "no rung declares tuning candidates: `lab tune` would have nothing to do"
+
+
+@needs_nvcc
+@pytest.mark.parametrize("variant", TUNABLE, ids=lambda v: v.id)
+def test_the_tuning_build_exports_the_contract(variant, tmp_path, monkeypatch):
+    if shutil.which("nm") is None:
+        pytest.skip("needs nm (binutils) to list the object's symbols")
+    report = build.ptxas_report(variant, "sm_90a", tuning=True)
+    assert build.TUNING_DEFINE in report.flags
+    obj = next(report.build_dir.glob("*.o"))
+    symbols = subprocess.run(["nm", "--defined-only", str(obj)], capture_output=True, text=True, check=True).stdout
+    for name in (f"{variant.launcher}_configs", f"{variant.launcher}_config", variant.launcher):
+        assert f" T {name}\n" in symbols, f"{variant.source.name} does not export {name} under -DLAB_TUNING"
+    plain_flags, plain_key = build._key_for(variant, "sm_90a")
+    assert build.TUNING_DEFINE not in plain_flags and plain_key != report.cache_key  # its own cached build
+
+
+def _has_gpu() -> bool:
+    try:
+        import torch
+    except ImportError:
+        return False
+    return torch.cuda.is_available()
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not _has_gpu(), reason="needs a CUDA GPU (torch.cuda.is_available() is False)")
+@pytest.mark.parametrize("variant", TUNABLE, ids=lambda v: v.id)
+def test_lab_tune_checks_and_times_every_candidate(variant):
+    d = 64 if 64 in variant.head_dims else variant.head_dims[0]
+    res = subprocess.run([sys.executable, "-m", "lab.cli", "tune", "--variant", variant.id, "--shape", f"1,2,130,{d}",
+                          "--causal", "--reps", "3", "--check-shapes", "1", "--json"], capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr[-2000:]
+    out = json.loads(res.stdout)
+    assert out["rows"][0]["label"] == "default" and len(out["rows"]) >= 2
+    assert all(r["passed"] and r["timing"]["reps"] == 3 for r in out["rows"]), out["rows"]
+    assert out["fastest"] in {r["label"] for r in out["rows"]}

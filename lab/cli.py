@@ -27,7 +27,7 @@ profiles_option = click.option("--profiles", "profiles_dir", type=click.Path(pat
                                envvar="LAB_PROFILES",
                                help="the run store to read (default: profiles/, and its examples/; env LAB_PROFILES)")
 MAX_REPS = 100_000          # a bound that still lets a careful user ask for a lot, and refuses a typo
-MAX_CHECK_SHAPES = 10_000   # seeded shapes `lab check` may be asked for: each is a float64 reference run
+MAX_CHECK_SHAPES = 1_000    # seeded shapes `lab check` may be asked for: each is a float64 reference run (default 24)
 reps_option = click.option("--reps", type=click.IntRange(2, MAX_REPS), default=30, show_default=True,
                            help="timed repetitions (>= 30 for a CI95 worth reading)")
 

@@ -520,7 +520,7 @@ class SweepGroup(click.Group):
 @click.option("--shard", "shard_spec", default=None, metavar="i/N", help="measure only the i-th of N interleaved slices (merge with `lab sweep merge`)")
 @click.option("--resume", "resume_id", default=None, metavar="SWEEP", help="measure the cells a stored sweep is missing")
 @click.option("--name", default=None, help="a name for the sweep id (default: the preset, batch or custom)")
-@click.option("--yes", is_flag=True, help=f"allow a sweep of more than the problem limit")
+@click.option("--yes", is_flag=True, help="allow a sweep of more than the problem limit")
 @click.option("--allow-mismatch", is_flag=True, help="resume on a different device")
 @click.option("--measure-with", default=None, hidden=True, help="module:function returning a measurer (tests)")
 @profiles_option
@@ -538,6 +538,11 @@ def sweep(ctx, variant_spec, shapes, preset, batch_spec, heads_kv_spec, causal, 
     from lab.store import sweeps as store
 
     gpus = sweepplan.parse_list(gpus_spec, "--gpus") if gpus_spec is not None else None
+    given = [name for name, v in (("--variant", variant_spec), ("--shape", shapes), ("--preset", preset),
+                                  ("--batch", batch_spec), ("--heads-kv", heads_kv_spec), ("--dtype", dtype_spec),
+                                  ("--shard", shard_spec), ("--baselines", baseline_spec)) if v]
+    if resume_id and given:
+        raise LabError(f"--resume measures the stored sweep's own plan; drop {', '.join(given)}")
     if resume_id:
         target = store.find_sweep(resume_id, profiles_dir)
         if target.manifest.get("status") == "complete" and not target.missing_cells():
@@ -616,27 +621,49 @@ def _require_gpus(gpus) -> None:
 
 
 def _print_sweep_summary(target) -> None:
+    """TFLOP/s of the call-latency (events) rows, a line per problem and mode; the page and
+    `lab export` have everything else (graph rows, memory, ratios, reasons)."""
     from rich.console import Console
     from rich.table import Table
 
     df = target.table()
-    t = Table(title=f"{target.id}: median ms (TFLOP/s); events = call latency, graph = device time")
-    for col in ("problem", "mode", "timing", *dict.fromkeys(df["impl"])):
-        t.add_column(col, justify="left" if col in ("problem", "mode", "timing") else "right")
+    df = df[df["timing"] == "events"]
     impls = list(dict.fromkeys(df["impl"]))
-    for (label, mode, timing), g in df.groupby(["label", "mode", "timing"], sort=False):
+    t = Table(title=f"{target.id}: TFLOP/s (events timing: call latency)", title_justify="left")
+    for col in ("problem", "mode", *impls):
+        t.add_column(col, justify="left" if col in ("problem", "mode") else "right")
+    for (label, mode), g in df.groupby(["label", "mode"], sort=False):
         by = {r["impl"]: r for r in g.to_dict("records")}
-        cells = []
-        for impl in impls:
-            r = by.get(impl)
-            if r is None:
-                cells.append("")
-            elif r["status"] == "ok":
-                cells.append(f"{r['median_ms']:.4g} ({r['tflops']:.3g})")
-            else:
-                cells.append(str(r["status"]))
-        t.add_row(label, mode, timing, *cells)
-    Console(stderr=True).print(t)
+        cells = [("" if r is None else f"{r['tflops']:.3g}" if r["status"] == "ok" else str(r["status"]))
+                 for r in (by.get(i) for i in impls)]
+        t.add_row(str(label), str(mode), *cells)
+    console = Console(stderr=True)
+    if not console.is_terminal:
+        console.width = max(console.width, 60 + 16 * len(impls))
+    console.print(t)
+
+
+@sweep.command("compare")
+@click.argument("sweep_a")
+@click.argument("sweep_b")
+@profiles_option
+@json_option
+def sweep_compare(sweep_a, sweep_b, profiles_dir, as_json):
+    """Do two sweeps agree within noise (per-row CI95 overlap)? Exit 1 where rows differ."""
+    from lab.store import sweeps as store
+
+    result = store.compare_sweeps(store.find_sweep(sweep_a, profiles_dir), store.find_sweep(sweep_b, profiles_dir))
+    if as_json:
+        click.echo(json.dumps(result, indent=2))
+    else:
+        click.echo(f"{result['rows_compared']} rows in both ({result['only_in_a']} only in A, {result['only_in_b']} only "
+                   f"in B): {result['overlapping']} agree within CI95, {len(result['differing'])} differ; "
+                   f"median B/A time ratio {result['median_ratio_b_over_a'] or float('nan'):.3f}")
+        for d in result["differing"]:
+            click.echo(f"  {d['impl']} {d['label']} {d['mode']} {d['timing']}: {d['a_ms']:.4g} vs {d['b_ms']:.4g} ms "
+                       f"({d['ratio']:.3f}x)")
+    if result["differing"] or not result["rows_compared"]:
+        sys.exit(1)
 
 
 @sweep.command("merge")

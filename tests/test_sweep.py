@@ -4,7 +4,6 @@ tests/sweep_fakes.py (deterministic rows); the real measurer's GPU test is tests
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -189,6 +188,21 @@ def test_shards_merge_into_the_unsharded_table(tmp_path):
     assert merged.manifest["status"] == "complete" and a.equals(b)
 
 
+def test_compare_sweeps_by_ci95_overlap(tmp_path):
+    base = ["sweep", "--shape", "1,2,{64,128},64", "--baselines", "sdpa-flash", "--measure-with", FAKE]
+    assert lab(*base, root=tmp_path).returncode == 0
+    assert lab(*base, "--gpus", "0,1", root=tmp_path).returncode == 0
+    a, b = store.list_sweeps(tmp_path)
+    r = lab("sweep", "compare", a.id, b.id, root=tmp_path)
+    assert r.returncode == 0 and "0 differ" in r.stdout, r.stdout + r.stderr
+    rows = b.rows()
+    rows[0] = dict(rows[0], median_ms=rows[0]["median_ms"] * 2, ci95_low_ms=rows[0]["ci95_high_ms"] * 1.5,
+                   ci95_high_ms=rows[0]["ci95_high_ms"] * 2)
+    b.append_rows([rows[0]], "edit")
+    r = lab("sweep", "compare", a.id, b.id, root=tmp_path)
+    assert r.returncode == 1 and "1 differ" in r.stdout
+
+
 def test_merge_refuses_partials_of_different_sweeps(tmp_path):
     assert lab("sweep", "--shape", "1,2,64,64", "--shard", "1/1", "--measure-with", FAKE, root=tmp_path).returncode == 0
     assert lab("sweep", "--shape", "1,2,128,64", "--shard", "1/1", "--measure-with", FAKE, root=tmp_path).returncode == 0
@@ -254,6 +268,11 @@ def test_sweep_pages_and_index(tmp_path):
     assert "batch-scaling efficiency" in (out / f"{batch.id}.html").read_text()
 
 
+def test_resume_refuses_a_new_plan(tmp_path):
+    r = lab("sweep", "--resume", "x", "--preset", "fa-grid", "--measure-with", FAKE, root=tmp_path)
+    assert r.returncode == 2 and "drop --preset" in r.stderr
+
+
 def test_runs_listing_ignores_sweeps(tmp_path):
     assert lab("sweep", "--shape", "1,2,64,64", "--measure-with", FAKE, root=tmp_path).returncode == 0
     from lab.store.runs import list_runs
@@ -269,3 +288,24 @@ def test_cell_budget_cuts_repetitions_of_slow_calls_only():
     assert budget_reps(90.0, 30, 0.4) == 5          # floor
     assert budget_reps(400.0, 30, 0.4) == 3         # a 0.4 s call: the slow floor
     assert budget_reps(400.0, 30, None) == 30       # no budget: as asked
+
+
+def test_line_chart_breaks_at_missing_points_and_escapes_labels():
+    from lab.report.charts import Series, line_svg
+
+    svg = str(line_svg([Series("<std>", ((512, 1.0), (1024, 4.0), (2048, None), (4096, 64.0))),
+                        Series("flash", ((512, 1.0), (1024, 2.0), (2048, 4.0), (4096, 8.0)), dashed=True)],
+                       "N", "MiB", "memory"))
+    assert svg.count("<polyline") == 2          # <std>: one run of two points, then a lone point; flash: one run
+    assert "&lt;std&gt;" in svg and "<std>" not in svg
+    assert 'stroke-dasharray' in svg and ">4,096<" in svg
+    assert str(line_svg([Series("x", ((1, None),))], "N", "y", "t")) == ""
+
+
+def test_memory_growth_exponents_on_the_page(tmp_path):
+    from lab.report.sweeppage import memory_growth
+
+    assert lab("sweep", "--shape", "1,16,{1024,2048,4096,8192},64", "--baselines", "sdpa-flash,standard",
+               "--measure-with", FAKE, root=tmp_path).returncode == 0
+    growth = {g["impl"]: g["exponent"] for g in memory_growth(store.list_sweeps(tmp_path)[0].rows())}
+    assert abs(growth["standard"] - 2) < 0.01 and abs(growth["sdpa-flash"] - 1) < 0.01

@@ -206,7 +206,7 @@ class Progress:
         self.enabled = enabled
         self._rich = None
         if enabled and sys.stderr.isatty():
-            from rich.progress import (BarColumn, MofNCompleteColumn, Progress as RichProgress, TextColumn,
+            from rich.progress import (BarColumn, Progress as RichProgress, TextColumn,
                                        TimeElapsedColumn, TimeRemainingColumn)
             from rich.console import Console
 
@@ -237,7 +237,7 @@ class Progress:
         eta = self.eta_s()
         summary = "; ".join(f"{r['timing']} {r['median_ms']:.4g} ms" if r.get("status") == "ok"
                             else f"{r['timing']} {r['status']}" for r in rows)
-        print(f"[lab] {self.done}/{self.count} {cell.impl} {cell.problem.label()} {cell.mode}: {summary}"
+        print(f"[lab] {self.done}/{self.count} {cell.impl} {cell.problem.label()} {cell.mode}: {summary or 'done'}"
               + (f" (ETA {eta:.0f} s)" if eta is not None else ""), file=sys.stderr, flush=True)
 
     def log(self, text: str) -> None:
@@ -335,6 +335,12 @@ def run_on_gpus(sweep, gpus: list[str], measure_with: str | None = None, show_pr
 
     missing = sweep.missing_cells()
     n = len(gpus)
+    if not measure_with:   # build each rung once here: workers building into one cache at once would race
+        from lab.ladder import build, registry
+
+        for rid in dict.fromkeys(c.impl for c in missing):
+            if rid in sweep.plan_dict.get("rungs", {}):
+                build.build(registry.get(rid))
     procs = []
     for i, gpu in enumerate(gpus, start=1):
         # the assignment is fixed here: a worker reading "what is missing" later would see the others' progress

@@ -46,6 +46,30 @@ def _efficiency(group: dict) -> dict:
     return out
 
 
+def memory_growth(rows: list[dict]) -> list[dict]:
+    """Per implementation and problem family (forward, events rows): how peak memory grows with N,
+    as the exponent of a least-squares fit of log(peak) on log(N): ~2 for the N x N scores of standard
+    attention, ~1 for flash implementations (their output and statistics only)."""
+    import math
+
+    fams: dict[tuple, list[tuple[float, float]]] = {}
+    for r in rows:
+        if r.get("status") == "ok" and r.get("timing") == "events" and r.get("peak_memory_bytes"):
+            key = (r["impl"], r["mode"], r["dtype"], r["head_dim"], r["causal"], r["batch"], r["heads"])
+            fams.setdefault(key, []).append((math.log(r["seqlen_q"]), math.log(r["peak_memory_bytes"])))
+    out = []
+    for (impl, mode, dtype, d, causal, b, h), pts in fams.items():
+        xs = {x for x, _ in pts}
+        if len(xs) < 3:
+            continue
+        mx = sum(x for x, _ in pts) / len(pts)
+        my = sum(y for _, y in pts) / len(pts)
+        slope = sum((x - mx) * (y - my) for x, y in pts) / sum((x - mx) ** 2 for x, _ in pts)
+        out.append({"impl": impl, "mode": mode, "family": f"B={b}, H={h}, D={d}{', causal' if causal else ''}, {dtype}",
+                    "exponent": slope, "n_min": round(math.exp(min(xs))), "n_max": round(math.exp(max(xs)))})
+    return out
+
+
 def sweep_context(sweep) -> dict:
     m = sweep.manifest
     plan = m["plan"]
@@ -106,7 +130,7 @@ def sweep_context(sweep) -> dict:
             "groups": groups, "latency": latency,
             "reasons": [{"impl": k[0], "mode": k[1], "timing": k[2], "status": k[3], "reason": k[4], "labels": v}
                         for k, v in reasons.items()],
-            "ooms": oom_points(rows), "statuses": statuses, "rows": rows, "columns": columns,
+            "ooms": oom_points(rows), "growth": memory_growth(rows) if axis == "seqlen" else [], "statuses": statuses, "rows": rows, "columns": columns,
             "flop_note": FLOP_NOTE, "timing_notes": TIMING_NOTE, "axis": axis,
             "problems": len(plan.get("problems", [])), "implementations": list(plan.get("rungs") or {}) + plan.get("baselines", [])}
 

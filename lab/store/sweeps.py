@@ -365,3 +365,22 @@ def oom_points(rows: list[dict]) -> list[dict]:
         if k not in out or r["seqlen_q"] < out[k]["seqlen_q"]:
             out[k] = r
     return list(out.values())
+
+
+def compare_sweeps(a: Sweep, b: Sweep) -> dict:
+    """Row by row (implementation, problem, mode, timing), do two sweeps agree within noise? A pair
+    agrees when the CI95 intervals of their medians overlap. Used to check that a sweep spread over
+    GPUs (--gpus, shards merged) equals the same sweep on one GPU."""
+    ra = {tuple(r.get(k) for k in ROW_KEY): r for r in a.rows() if r.get("status") == "ok"}
+    rb = {tuple(r.get(k) for k in ROW_KEY): r for r in b.rows() if r.get("status") == "ok"}
+    common = sorted(set(ra) & set(rb), key=str)
+    differ = []
+    for k in common:
+        x, y = ra[k], rb[k]
+        if x["ci95_high_ms"] < y["ci95_low_ms"] or y["ci95_high_ms"] < x["ci95_low_ms"]:
+            differ.append({"impl": k[0], "label": k[1], "mode": k[2], "timing": k[3], "a_ms": x["median_ms"],
+                           "b_ms": y["median_ms"], "ratio": y["median_ms"] / x["median_ms"]})
+    ratios = sorted(rb[k]["median_ms"] / ra[k]["median_ms"] for k in common)
+    return {"a": a.id, "b": b.id, "rows_compared": len(common), "only_in_a": len(set(ra) - set(rb)),
+            "only_in_b": len(set(rb) - set(ra)), "overlapping": len(common) - len(differ), "differing": differ,
+            "median_ratio_b_over_a": ratios[len(ratios) // 2] if ratios else None}

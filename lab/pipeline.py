@@ -171,8 +171,12 @@ def profile(variant: Variant, problem: Problem, opts: ProfileOptions) -> Profile
                 from lab.analysis import findings as analysis
                 from lab.analysis import lines as source_lines
 
-                # the timeline ran first: the launch-bound judgement uses the overhead it measured
-                overhead = timeline_info.get("launch_overhead_ns") if timeline_info else None
+                # the timeline ran first: the launch-bound judgement uses the launch cost it measured,
+                # the steady-state gap between consecutive kernels (the per-range overhead also spreads
+                # the first launch's delay, profiler start-up included, over the launches)
+                tl_info = timeline_info or {}
+                overhead = ((tl_info.get("launch_overhead") or {}).get("kernel_gap_ns_median")
+                            or tl_info.get("launch_overhead_ns"))
                 analyses = analysis.analyze_report(report_path, problem=problem.to_dict(), launch_overhead_ns=overhead)
                 # per-line counters and the code they point at, extracted once here so pages never
                 # reopen the report; the rung's own source kept too, as it was when profiled

@@ -80,36 +80,103 @@ def _short_path(name: str, limit: int = 120) -> str:
 
 @click.group(cls=LabGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="lab")
-def main():
+@click.option("--workspace", "workspace_dir", type=click.Path(path_type=Path), default=None, metavar="DIR",
+              help="the workspace (a folder with lab.toml) to use; default: LAB_WORKSPACE, else the current "
+                   "folder or the nearest parent with lab.toml; 'none' for the built-in ladder alone")
+def main(workspace_dir):
     """Flash Lab: build, check, time, profile and explain a ladder of Flash-Attention kernels."""
+    import os
+
+    from lab.ladder import workspace
+
+    if workspace_dir is not None:
+        if str(workspace_dir).lower() != "none" and not (workspace_dir / workspace.LAB_TOML).is_file():
+            raise LabError(f"--workspace {workspace_dir}: no {workspace.LAB_TOML} there",
+                           hint=f"create one with `lab init {workspace_dir}`")
+        # through the environment, so every child process (check, profiler target) sees it too
+        os.environ[workspace.ENV] = "none" if str(workspace_dir).lower() == "none" else str(workspace_dir.resolve())
 
 
 @main.command()
 @json_option
 @click.option("--markdown", is_flag=True, help="print the README's ladder table")
 def variants(as_json, markdown):
-    """List the kernel rungs: id, title, dtypes, what changed, the bottleneck it attacks."""
-    from lab.ladder.registry import VARIANTS, markdown_table
+    """List the rungs: the built-in ladder and this workspace's, marked by origin."""
+    from lab.ladder import registry, workspace
 
     if markdown:
-        click.echo(markdown_table())
+        click.echo(registry.markdown_table())
         return
+    rungs = registry.variants()
     if as_json:
-        click.echo(json.dumps([{"id": v.id, "slug": v.slug, "title": v.title, "source": str(v.source.name),
-                                "dtypes": list(v.dtypes), "head_dims": list(v.head_dims),
-                                "min_cc": ".".join(map(str, v.min_cc)), "changed": v.changed,
-                                "attacks": v.attacks, "predicted_gain": v.predicted_gain}
-                               for v in VARIANTS], indent=2))
+        click.echo(json.dumps([v.to_dict() for v in rungs], indent=2))
         return
     from rich.console import Console
     from rich.table import Table
 
-    table = Table(show_lines=True)
-    for col in ("id", "title", "dtype", "D", "changed", "attacks"):
-        table.add_column(col, overflow="fold")
-    for v in VARIANTS:
-        table.add_row(v.id, v.title, ",".join(v.dtypes), ",".join(map(str, v.head_dims)), v.changed, v.attacks)
+    ws = workspace.active()
+    table = Table(show_lines=True, title=f"workspace {ws.name}: {ws.root}" if ws else "the built-in ladder")
+    for col in ("id", "origin", "kind", "title", "dtype", "D", "cc", "attacks", "changed"):
+        table.add_column(col, overflow="fold", no_wrap=col in ("id", "kind", "cc"))
+    for v in rungs:
+        origin = v.origin + (" (shadows the built-in)" if v.shadows else "")
+        table.add_row(v.id, origin, v.kind, v.title, ",".join(v.dtypes), ",".join(map(str, v.head_dims)),
+                      ".".join(map(str, v.min_cc)), ", ".join(v.classes) or "-", registry.first_sentence(v.changed))
     Console().print(table)
+
+
+@main.command()
+@click.argument("folder", type=click.Path(path_type=Path))
+def init(folder):
+    """Make FOLDER a workspace for your own rungs: lab.toml, kernels/, profiles/, reports/."""
+    from lab.ladder import workspace
+
+    ws = workspace.init(folder)
+    click.echo(f"workspace {ws.name}: {ws.root}")
+    click.echo(f"  rungs go in {ws.kernels_dir} (kernels/README.md says how); runs in {ws.profiles_dir}")
+    click.echo(f"  next: cd {folder} && lab new <id> --from <rung>   (`lab variants` lists the rungs)")
+
+
+@main.command()
+@click.argument("new_id", metavar="NEW_ID")
+@click.option("--from", "from_id", required=True, metavar="RUNG", help="the rung to copy forward (built-in or this workspace's)")
+@click.option("--slug", default=None, help="the new file's slug: kernels/<NEW_ID>_<slug>.cu (default: the source's)")
+def new(new_id, from_id, slug):
+    """Copy a rung forward into this workspace as NEW_ID: launcher renamed, header skeleton with the
+    evidence from the latest stored profile of the rung it came from."""
+    from lab.ladder import registry, workspace
+
+    ws = workspace.active()
+    if ws is None:
+        raise LabError("not inside a workspace: no lab.toml here or in a parent folder",
+                       hint="`lab init DIR` makes one (or pass --workspace DIR)")
+    source = registry.get(from_id)
+    evidence = _latest_evidence(source, ws)
+    dest = workspace.new_rung(ws, new_id, source, slug=slug,
+                              bottleneck=evidence.bottleneck if evidence else None,
+                              evidence_text=evidence.header_text(source.id) if evidence else None)
+    click.echo(f"{new_id}: {dest}")
+    if any(v.id == new_id for v in registry.builtin()):
+        click.echo(f"note: the built-in ladder also has {new_id}; in this workspace yours wins "
+                   f"(the built-in one is builtin:{new_id})", err=True)
+    if evidence:
+        click.echo(f"  bottleneck from {source.id}'s run {evidence.run_id}: {evidence.bottleneck}")
+    else:
+        click.echo(f"  no stored profile of {source.id}: the header's bottleneck is left for you to fill")
+    click.echo(f"  next: edit it, then `lab build --ptxas-only --variant {new_id}` and `lab profile --variant {new_id}`")
+
+
+def _latest_evidence(source, ws):
+    """The newest stored profile of `source`: in this workspace's store, and for a built-in rung
+    also in the lab's own (its shipped examples)."""
+    from lab.store import runs
+    from lab.store.evidence import evidence_of, latest_run_of
+
+    roots = [runs.store_root()]
+    if source.origin == "built-in":
+        roots.append(runs.DEFAULT_ROOT)
+    run = latest_run_of(source.id, roots)
+    return evidence_of(run) if run is not None else None
 
 
 @main.command()
@@ -145,33 +212,89 @@ def _problem(variant, shape, causal, dtype, seqlen_k=None):
 @click.option("--arch", default=None, metavar="sm_XY",
               help="target arch, e.g. sm_90a or sm_80 (default: this GPU's; sm_90a with --ptxas-only and no GPU)")
 @click.option("--ptxas-only", is_flag=True, help="only compile each rung's .cu with ptxas -v: needs nvcc, no GPU")
+@click.option("--jobs", "-j", type=int, default=None, help="rungs compiled at once (default: one per rung, up to the CPUs)")
 @click.option("--verbose", is_flag=True, help="show the compiler output of the extension build")
 @json_option
-def build(variant_spec, arch, ptxas_only, verbose, as_json):
-    """Build rungs as PyTorch extensions (cached by source hash); registers, shared memory, spills per kernel."""
+def build(variant_spec, arch, ptxas_only, jobs, verbose, as_json):
+    """Build rungs as PyTorch extensions, several at once (cached by source hash); registers, shared
+    memory, spills per kernel. A python rung has nothing to compile: its callable is imported."""
+    import time
+
     from lab.ladder import build as builder
     from lab.ladder import registry
     chosen = registry.select(variant_spec)
     if arch:
         builder.validate_arch(arch)
+    if jobs is not None and jobs < 1:
+        raise LabError(f"--jobs must be >= 1, got {jobs}")
     if not ptxas_only:
         builder.require_cuda_torch("build")  # refuse before compiling anything
+    if verbose and not ptxas_only:
+        jobs = 1  # the compiler output of one build at a time reads; interleaved, it does not
+        outcomes = []
+        for v in chosen:
+            try:
+                outcomes.append(builder.Outcome(v, builder.build(v, arch, verbose=True)))
+            except LabError as e:
+                outcomes.append(builder.Outcome(v, None, str(e), e.hint))
+        wall = None
+    else:
+        started = time.perf_counter()
+        outcomes = _build_with_progress(builder, chosen, arch, ptxas_only, jobs, quiet=as_json)
+        wall = time.perf_counter() - started
     results = []
-    for v in chosen:
+    for o in outcomes:
+        v, r = o.variant, o.result
+        if o.error or r is None:
+            continue
+        if v.kind == "python" and not isinstance(r, builder.BuildResult):
+            continue
         if ptxas_only:
-            r = builder.ptxas_report(v, arch)
             results.append({"variant": v.id, "arch": r.arch, "cache_key": r.cache_key, "flags": r.flags,
                             "build_dir": str(r.build_dir), "sass": str(r.sass_path) if r.sass_path else None,
                             "built_now": r.compiled_now, "seconds": r.seconds,
                             "ptxas": [rec.to_dict() for rec in r.records]})
         else:
-            b = builder.build(v, arch, verbose=verbose)
-            results.append({"variant": v.id, "arch": b.arch, "cache_key": b.cache_key, "flags": b.flags,
-                            "build_dir": str(b.build_dir), "sass": str(b.sass_path) if b.sass_path else None,
-                            "built_now": b.built_now, "seconds": b.seconds, "ptxas": b.ptxas})
+            results.append({"variant": v.id, "kind": v.kind, "arch": r.arch, "cache_key": r.cache_key, "flags": r.flags,
+                            "build_dir": str(r.build_dir), "sass": str(r.sass_path) if r.sass_path else None,
+                            "built_now": r.built_now, "seconds": r.seconds, "ptxas": r.ptxas})
+    failed = [o for o in outcomes if o.error]
     if as_json:
         click.echo(json.dumps(results, indent=2))
-        return
+    else:
+        _print_build_table(builder, results, outcomes, wall)
+    if failed:
+        for o in failed:
+            click.secho(f"error: {o.error}", fg="red", err=True)
+            if o.hint:
+                click.echo(f"hint: {o.hint}", err=True)
+        sys.exit(2)
+
+
+def _build_with_progress(builder, chosen, arch, ptxas_only, jobs, quiet: bool):
+    """build_many with a live line per rung on stderr (none with --json or when stderr is not a terminal)."""
+    from rich.console import Console
+    from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+    console = Console(stderr=True)
+    if quiet or not console.is_terminal:
+        return builder.build_many(chosen, arch, ptxas_only, jobs)
+    with Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(), console=console) as bar:
+        tasks = {}
+
+        def start(v):
+            tasks[v.id] = bar.add_task(f"{v.id}: {'ptxas' if ptxas_only else 'compiling'} {v.source.name}", total=1)
+
+        def done(o):
+            t = tasks.get(o.variant.id)
+            if t is not None:
+                what = "FAILED" if o.error else ("compiled" if getattr(o.result, "built_now", False)
+                                                 or getattr(o.result, "compiled_now", False) else "cached")
+                bar.update(t, completed=1, description=f"{o.variant.id}: {what}")
+        return builder.build_many(chosen, arch, ptxas_only, jobs, on_start=start, on_done=done)
+
+
+def _print_build_table(builder, results, outcomes, wall):
     from rich.console import Console
     from rich.table import Table
 
@@ -186,11 +309,17 @@ def build(variant_spec, arch, ptxas_only, verbose, as_json):
                           str(rec["smem_bytes"]), str(rec["stack_bytes"]), str(rec["spill_stores_bytes"]),
                           str(rec["spill_loads_bytes"]))
     console = Console()
-    console.print(table)
+    if results:
+        console.print(table)
     for r in results:
         what = "compiled" if r["built_now"] else "cached"
         console.print(f"{r['variant']}: {what} in {r['seconds']:.1f} s -> {r['build_dir']}"
                       + ("" if r["sass"] else " (no SASS: cuobjdump not found)"))
+    for o in outcomes:
+        if o.variant.kind == "python" and not o.error:
+            console.print(f"{o.variant.id}: python rung, nothing to compile (its callable imports)")
+    if wall is not None and len(results) > 1:
+        console.print(f"all: {wall:.1f} s wall clock")
 
 
 @main.command()

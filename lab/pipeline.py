@@ -16,7 +16,7 @@ from pathlib import Path
 from lab import __version__
 from lab.errors import CheckFailed
 from lab.measure.problem import Problem, check_supported
-from lab.ladder.registry import Variant
+from lab.ladder.registry import Variant, source_label
 from lab.measure.isolated import child_env, start_check
 from lab.store import manifest as mf
 
@@ -40,7 +40,7 @@ def _say(msg: str) -> None:
 
 
 def target_argv(variant: Variant, problem: Problem, repeat: int = 1) -> list[str]:
-    argv = [sys.executable, "-m", "lab.ladder.target", "--variant", variant.id,
+    argv = [sys.executable, "-m", "lab.ladder.target", "--variant", variant.ref,
             "--shape", f"{problem.batch},{problem.heads},{problem.seqlen_q},{problem.head_dim}",
             "--seqlen-k", str(problem.seqlen_k), "--dtype", problem.dtype, "--repeat", str(repeat)]
     if problem.causal:
@@ -197,9 +197,11 @@ def profile(variant: Variant, problem: Problem, opts: ProfileOptions) -> Profile
                 lab_version=__version__,
                 git=mf.Git.from_dict(git, "git"),
                 variant=mf.VariantInfo(id=variant.id, slug=variant.slug, title=variant.title,
-                                       source=f"kernels/{variant.source.name}", source_sha256=source_sha,
+                                       source=source_label(variant), source_sha256=source_sha,
                                        changed=variant.changed, attacks=variant.attacks,
-                                       predicted_gain=variant.predicted_gain),
+                                       predicted_gain=variant.predicted_gain, kind=variant.kind,
+                                       origin=variant.origin, layout=variant.layout,
+                                       attacks_classes=list(variant.classes)),
                 problem=problem,
                 device=mf.Device.from_dict(dev, "device"),
                 software=mf.Software.from_dict(software, "software"),

@@ -14,6 +14,10 @@ import pytest
 from lab.errors import LabError
 from lab.measure import sweepplan
 from lab.store import sweeps as store
+from lab.ladder.registry import builtin  # rungs by what they declare, not by id
+
+F16 = next(v.id for v in builtin() if "float16" in v.dtypes and v.min_cc <= (8, 0))   # mma.sync rung
+F32 = next(v.id for v in builtin() if v.dtypes == ("float32",) and v.grid == "q-tiles,bh")
 
 REPO = Path(__file__).resolve().parents[1]
 FAKE = "tests.sweep_fakes:measure"
@@ -62,7 +66,7 @@ def test_shape_lists_ranges_gqa_and_batch_expand():
 
 
 def test_fa_grid_preset_is_16k_tokens_hidden_2048():
-    p = plan(preset="fa-grid", rungs={"v5": ["float16", "bfloat16"]}, modes=["fwd", "fwd+bwd"])
+    p = plan(preset="fa-grid", rungs={F16: ["float16", "bfloat16"]}, modes=["fwd", "fwd+bwd"])
     assert len(p.problems) == 24 and len(p.problems) * len(p.modes) == 48
     for x in p.problems:
         assert x.batch * x.seqlen_q == 16384 and x.heads * x.head_dim == 2048 and x.dtype == "float16"
@@ -78,7 +82,7 @@ def test_fa_grid_preset_is_16k_tokens_hidden_2048():
     (dict(shapes=["1..128,{1,2,4,8},1..65536,{32,64,128}"]), "--yes"),
     (dict(shapes=["8,16,1024,64"], modes=["sideways"]), "unknown mode"),
     (dict(shapes=["8,6:4,1024,64"]), "divide"),
-    (dict(shapes=["8,16,1024,64"], rungs={"v3": ["float32"]}, dtypes=["float16"]), "v3 runs float32"),
+    (dict(shapes=["8,16,1024,64"], rungs={F32: ["float32"]}, dtypes=["float16"]), f"{F32} runs float32"),
     (dict(shapes=["8,16,1024,64"], rungs={}, baselines=[]), "nothing to sweep"),
 ])
 def test_bad_plans_are_refused(kw, words):
@@ -106,7 +110,7 @@ def test_mode_flops_follow_flashattention_convention():
 
 def test_cli_bad_input_exits_2_and_stores_nothing(tmp_path):
     for args in (["--shape", "8,16,{},64"], ["--batch", "1,2", "--shape", "8,16,1024,64"], ["--shard", "3/2", "--preset", "fa-grid"],
-                 ["--preset", "nope"], ["--shape", "8,16,1024,64", "--mode", "back"], ["--variant", "v9", "--preset", "fa-grid"]):
+                 ["--preset", "nope"], ["--shape", "8,16,1024,64", "--mode", "back"], ["--variant", "no_such_rung", "--preset", "fa-grid"]):
         r = lab("sweep", *args, "--measure-with", FAKE, root=tmp_path)
         assert r.returncode == 2, (args, r.stderr)
         assert "Traceback" not in r.stderr and r.stderr.strip().startswith("error:")
@@ -114,7 +118,7 @@ def test_cli_bad_input_exits_2_and_stores_nothing(tmp_path):
 
 
 def test_sweep_stores_one_tidy_table_with_reasons_and_ratios(tmp_path):
-    r = lab("sweep", "--variant", "v5", "--preset", "fa-grid", "--mode", "fwd,fwd+bwd", "--measure-with", FAKE, root=tmp_path)
+    r = lab("sweep", "--variant", F16, "--preset", "fa-grid", "--mode", "fwd,fwd+bwd", "--measure-with", FAKE, root=tmp_path)
     assert r.returncode == 0, r.stderr
     (sw,) = store.list_sweeps(tmp_path)
     assert sw.manifest["status"] == "complete" and sw.manifest["cells_planned"] == 24 * 6 * 2
@@ -122,12 +126,12 @@ def test_sweep_stores_one_tidy_table_with_reasons_and_ratios(tmp_path):
     for col in ("median_ms", "mean_ms", "std_ms", "ci95_low_ms", "ci95_high_ms", "min_ms", "max_ms", "reps", "tflops",
                 "pct_of_peak", "tokens_per_s", "peak_memory_bytes", "status", "reason", "vs_sdpa_flash", "vs_standard"):
         assert col in df.columns
-    no_bwd = df[(df.impl == "v5") & (df["mode"] == "fwd+bwd")]
+    no_bwd = df[(df.impl == F16) & (df["mode"] == "fwd+bwd")]
     assert len(no_bwd) == 24 and set(no_bwd.status) == {"unsupported"} and no_bwd.reason.str.contains("backward").all()
     assert (df[df.impl == "standard"].status == "oom").any()
     ok = df[(df.impl == "sdpa-flash") & (df.status == "ok")]
     assert (ok.vs_sdpa_flash.round(9) == 1.0).all()
-    small = df[(df.impl == "v5") & (df.seqlen_q == 512) & (df["mode"] == "fwd")]
+    small = df[(df.impl == F16) & (df.seqlen_q == 512) & (df["mode"] == "fwd")]
     assert set(small.timing) == {"events", "graph"}   # timing auto: both methods at small shapes
     assert not (sw.path / "journal-main.jsonl").exists()
 
@@ -249,7 +253,7 @@ def test_export_csv_parquet_markdown_and_results_section(tmp_path):
 
 
 def test_sweep_pages_and_index(tmp_path):
-    assert lab("sweep", "--variant", "v5", "--preset", "fa-grid", "--mode", "fwd,fwd+bwd", "--measure-with", FAKE,
+    assert lab("sweep", "--variant", F16, "--preset", "fa-grid", "--mode", "fwd,fwd+bwd", "--measure-with", FAKE,
                root=tmp_path).returncode == 0
     assert lab("sweep", "--batch", "1,2,4", "--shape", "_,16,1024,64", "--measure-with", FAKE, root=tmp_path).returncode == 0
     out = tmp_path / "html"

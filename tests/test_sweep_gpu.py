@@ -17,6 +17,10 @@ from click.testing import CliRunner  # noqa: E402
 
 from lab.cli import main  # noqa: E402
 from lab.store import sweeps as store  # noqa: E402
+from lab.ladder.registry import builtin  # rungs by what they declare, not by id
+
+F16 = next(v.id for v in builtin() if "float16" in v.dtypes and v.min_cc <= (8, 0))   # mma.sync rung
+F32 = next(v.id for v in builtin() if v.dtypes == ("float32",) and v.grid == "q-tiles,bh")
 
 
 def sweep(root, *args):
@@ -25,14 +29,14 @@ def sweep(root, *args):
 
 
 def test_every_mode_and_timing_method_on_small_and_gqa_shapes(tmp_path):
-    r = sweep(tmp_path, "--variant", "v5", "--shape", "1,4,{128,512},64", "--shape", "2,8:2,256,128", "--causal", "both",
+    r = sweep(tmp_path, "--variant", F16, "--shape", "1,4,{128,512},64", "--shape", "2,8:2,256,128", "--causal", "both",
               "--mode", "fwd,bwd,fwd+bwd", "--timing", "both", "--reps", "10", "--json")
     assert r.exit_code == 0, r.output + r.stderr
     (sw,) = store.list_sweeps(tmp_path)
     df = sw.table()
-    v5 = df[(df.impl == "v5") & (df.heads_kv == df.heads)]
+    v5 = df[(df.impl == F16) & (df.heads_kv == df.heads)]
     assert set(v5[v5["mode"] == "fwd"].status) == {"ok"}   # graph capture of the rung included
-    assert set(df[(df.impl == "v5") & (df.heads_kv != df.heads)].status) == {"unsupported"}
+    assert set(df[(df.impl == F16) & (df.heads_kv != df.heads)].status) == {"unsupported"}
     assert (v5[v5["mode"] != "fwd"].reason.str.contains("no backward")).all()
     for impl in ("sdpa-flash", "sdpa-math", "standard"):
         rows = df[(df.impl == impl) & (df.heads_kv == df.heads)]

@@ -227,17 +227,8 @@ def peak_memory_bytes(fn: Callable[[], object]) -> int:
 
 def bench_variant(variant, problem, module, reps: int, warmup: int):
     """Time one rung on one problem; returns (Timing, peak_memory_bytes)."""
-    import torch
+    from lab.measure.problem import launch_fn
 
-    from lab.measure.problem import make_inputs, softmax_scale
-
-    q, k, v = make_inputs(problem, seed=0)
-    scale = softmax_scale(problem)
-
-    def call():
-        o = torch.empty_like(q)  # allocate like SDPA does, so the comparison is even
-        module.forward(q, k, v, o, problem.causal, scale)
-        return o
-
+    call = launch_fn(variant, module, problem, seed=0)  # allocates its output like SDPA: an even comparison
     timing = time_cuda(call, reps=reps, warmup=warmup)
     return timing, peak_memory_bytes(call)

@@ -128,9 +128,10 @@ def check_supported(variant, problem: Problem) -> None:
                        hint=f"pass --dtype {variant.default_dtype}")
 
 
-def make_inputs(problem: Problem, seed: int = 0, device: str = "cuda"):
+def make_inputs(problem: Problem, seed: int = 0, device: str = "cuda", layout: str = "BHND"):
     """Seeded Q, K, V of the problem's dtype: standard normal plus 0.5, so the scores are not
-    zero-mean (zero-mean data hides some indexing bugs and can time faster than real data)."""
+    zero-mean (zero-mean data hides some indexing bugs and can time faster than real data).
+    With layout "BNHD" the same values come as contiguous (B, N, H, D) tensors."""
     import torch
 
     dtype = getattr(torch, problem.dtype)
@@ -139,7 +140,27 @@ def make_inputs(problem: Problem, seed: int = 0, device: str = "cuda"):
     def one(shape):
         return (torch.randn(shape, generator=gen, device=device, dtype=torch.float32) + 0.5).to(dtype)
 
-    return one(problem.shape_q), one(problem.shape_kv), one(problem.shape_kv)
+    q, k, v = one(problem.shape_q), one(problem.shape_kv), one(problem.shape_kv)
+    if layout == "BNHD":
+        q, k, v = (t.transpose(1, 2).contiguous() for t in (q, k, v))
+    return q, k, v
+
+
+def launch_fn(variant, module, problem: Problem, seed: int = 0):
+    """A zero-argument function that runs the rung once on seeded inputs in its layout: a .cu
+    rung writes a freshly allocated output (as SDPA allocates its own), a python rung returns one."""
+    import torch
+
+    q, k, v = make_inputs(problem, seed, layout=variant.layout)
+    scale = softmax_scale(problem)
+    if variant.kind == "python":
+        return lambda: module.call(q, k, v, problem.causal, scale)
+
+    def call():
+        o = torch.empty_like(q)
+        module.forward(q, k, v, o, problem.causal, scale)
+        return o
+    return call
 
 
 def softmax_scale(problem: Problem) -> float:

@@ -370,8 +370,16 @@ def _write(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
+def default_out() -> Path:
+    """reports/ of the active workspace (lab.ladder.workspace), else the lab's own reports/."""
+    from lab.ladder.workspace import active
+
+    ws = active()
+    return ws.reports_dir if ws is not None else DEFAULT_OUT
+
+
 def _out_dir(out: Path | None) -> Path:
-    out = Path(out) if out else DEFAULT_OUT
+    out = Path(out) if out else default_out()
     if out.exists() and not out.is_dir():
         raise LabError(f"--out {out} exists and is not a directory")
     out.mkdir(parents=True, exist_ok=True)
@@ -392,7 +400,7 @@ class Rendered:
         if self.damaged:
             return f"no readable runs in {self.empty_store}: {len(self.damaged)} damaged (listed above)"
         return (f"no stored runs in {self.empty_store} (nor in {self.empty_store / 'examples'}); "
-                f"`lab profile --variant v1` records one on a GPU machine")
+                f"`lab profile --variant ID` records one on a GPU machine (`lab variants` lists the ids)")
 
 
 def render(out: Path | None = None, root: Path | None = None, run_id: str | None = None) -> Rendered:

@@ -221,6 +221,10 @@ class VariantInfo(Section):
     changed: str | None = None
     attacks: str | None = None
     predicted_gain: str | None = None
+    kind: str | None = None            # cuda or python (lab.ladder.registry)
+    origin: str | None = None          # built-in or workspace
+    layout: str | None = None          # BHND or BNHD: the layout the rung's inputs came in
+    attacks_classes: list[str] | None = None   # the analysis classes the rung declares it attacks
 
 
 @dataclass

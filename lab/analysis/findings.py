@@ -156,7 +156,7 @@ def _lab_findings(c: KernelFacts, advice: dict[str, str]) -> list[Finding]:
         ev = {tp["memory_metric"]: rounded(mpct),
               "gpu__compute_memory_throughput.avg.pct_of_peak_sustained_elapsed":
                   rounded(M.num("gpu__compute_memory_throughput.avg.pct_of_peak_sustained_elapsed"))}
-        out.append(Finding("memory-bound", f"Memory-bound: {unit} at {mpct:.0f}% of its peak", "", None, ev,
+        out.append(Finding("memory-bound", f"Memory-bound: {unit} at {mpct:.3g}% of its peak", "", None, ev,
                            advice["memory-bound"], "lab", mpct))
     path = tensor_path(M, c.device)
     rates = flop_rates(c)
@@ -184,7 +184,7 @@ def _lab_findings(c: KernelFacts, advice: dict[str, str]) -> list[Finding]:
     elif cpct is not None and cpct >= BOUND_PCT:
         unit = unit_name(tp["compute_metric"])
         if tp["math_pct"] is not None and tp["math_pct"] >= 0.7 * cpct and tp["math_metric"] != tp["compute_metric"]:
-            unit = f"{unit_name(tp['math_metric'])} at {tp['math_pct']:.0f}%, {unit}"
+            unit = f"{unit_name(tp['math_metric'])} at {tp['math_pct']:.3g}%, {unit}"
         ev = {tp["compute_metric"]: rounded(cpct),
               **({tp["math_metric"]: rounded(tp["math_pct"])} if tp["math_metric"] else {}),
               "sm__throughput.avg.pct_of_peak_sustained_elapsed":
@@ -192,7 +192,7 @@ def _lab_findings(c: KernelFacts, advice: dict[str, str]) -> list[Finding]:
               "sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_active":
               rounded(M.num("sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_active"))}
         ev.update(rates)
-        out.append(Finding("compute-bound", f"Compute-bound: {unit} at {cpct:.0f}% of its peak", "", None, ev,
+        out.append(Finding("compute-bound", f"Compute-bound: {unit} at {cpct:.3g}% of its peak", "", None, ev,
                            advice["compute-bound"], "lab", cpct))
 
     # far from every roof: latency
@@ -207,7 +207,7 @@ def _lab_findings(c: KernelFacts, advice: dict[str, str]) -> list[Finding]:
         if not c.stalls:
             ev["stall reasons (WarpStateStats)"] = None
         top_txt = f"; top stall: {c.stalls[0][0].replace('_', ' ')} ({c.stalls[0][2]:.0f}%)" if c.stalls else ""
-        out.append(Finding("latency-bound", f"Latency-bound: compute at {cpct or 0:.0f}%, memory at {mpct or 0:.0f}% "
+        out.append(Finding("latency-bound", f"Latency-bound: compute at {cpct or 0:.3g}%, memory at {mpct or 0:.3g}% "
                            f"of peak{top_txt}", "", est, ev, advice["latency-bound"], "lab", est))
 
     # parallelism: the warps the launch puts in flight against the device's warp slots

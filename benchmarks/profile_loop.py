@@ -1,0 +1,99 @@
+"""Warm `lab profile` against the bare ncu command it runs, side by side on one GPU (issue 9).
+
+The target: a warm `lab profile --variant v3` (build cached, SDPA baselines cached in the store)
+takes at most 1.5x the bare `ncu` command with the same sections. Both are timed as a user runs
+them, fresh processes, in one session, alternating so that both see the same machine:
+
+    lab build   (once: the build is cached for what follows; its time is reported, not compared)
+    lab profile #1   (fills the store's baseline cache)      bare ncu #1
+    lab profile #2   (warm: build and baselines cached)      bare ncu #2
+
+The bare command is the one `lab profile` stored in its run's manifest (profile.command), writing
+its report elsewhere. Prints a Markdown block for benchmarks/RESULTS.md (device, date, commit)
+with each `lab profile`'s own stage times from its manifest. Exit 1 when warm / bare > 1.5.
+
+    python3 benchmarks/profile_loop.py --variant v3 [--shape 8,16,1024,64] [--out FILE]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+TARGET = 1.5
+
+
+def _timed(argv: list[str], env: dict, cwd: Path | None = None) -> tuple[float, str]:
+    t0 = time.perf_counter()
+    res = subprocess.run(argv, capture_output=True, text=True, env=env, cwd=cwd)
+    seconds = time.perf_counter() - t0
+    if res.returncode != 0:
+        sys.exit(f"{' '.join(argv)} failed (exit {res.returncode}):\n{(res.stdout + res.stderr)[-2000:]}")
+    return seconds, res.stdout + res.stderr
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--variant", default="v3")
+    ap.add_argument("--shape", default=None)
+    ap.add_argument("--out", type=Path, default=None, help="also write the Markdown block here")
+    a = ap.parse_args()
+    sys.path.insert(0, str(ROOT))
+    from lab.environment import device_info, git_info
+    from lab.store.runs import Run
+
+    store = Path(tempfile.mkdtemp(prefix="lab-loop-store-"))
+    bare_dir = Path(tempfile.mkdtemp(prefix="lab-loop-bare-"))
+    env = dict(os.environ, LAB_PROFILES=str(store), PYTHONUNBUFFERED="1")
+    env["PYTHONPATH"] = str(ROOT) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    lab = [sys.executable, "-m", "lab.cli"]
+    shape = ["--shape", a.shape] if a.shape else []
+
+    build_s, _ = _timed(lab + ["build", "--variant", a.variant], env)
+    rows = []
+    for i in (1, 2):
+        prof_s, out = _timed(lab + ["profile", "--variant", a.variant, *shape], env)
+        run_dir = Path(next(ln.split(":", 1)[1].strip() for ln in out.splitlines() if ln.startswith("stored:")))
+        m = Run(run_dir).record
+        cmd = list(m.profile.command)
+        cmd[cmd.index("-o") + 1] = str(bare_dir / f"bare{i}.ncu-rep")
+        bare_s, _ = _timed(cmd, env, cwd=ROOT)
+        rows.append({"i": i, "lab": prof_s, "bare": bare_s, "stages": dict(m.stage_seconds),
+                     "cached": m.baselines_cached, "cmd": cmd})
+
+    warm = rows[-1]
+    bare = min(r["bare"] for r in rows)
+    ratio = warm["lab"] / bare
+    dev = device_info()
+    commit = (git_info().get("commit") or os.environ.get("LAB_GIT_COMMIT") or "unknown")[:12]
+    lines = [f"### Warm `lab profile --variant {a.variant}` against the bare ncu command "
+             f"({dev.get('name')}, {datetime.now(timezone.utc):%Y-%m-%d}, commit {commit})", "",
+             f"`python3 benchmarks/profile_loop.py --variant {a.variant}`; cold `lab build`: {build_s:.1f} s "
+             f"(not compared). Bare command (as stored by the run, report written elsewhere): "
+             f"`{' '.join(warm['cmd'][:12])} ...`", "",
+             "| round | lab profile (s) | baselines | bare ncu (s) | lab / bare | stages of lab profile (s) |",
+             "| --- | --- | --- | --- | --- | --- |"]
+    for r in rows:
+        stages = ", ".join(f"{k} {v:.2f}" for k, v in r["stages"].items())
+        lines.append(f"| {r['i']} | {r['lab']:.2f} | {'cached' if r['cached'] else 'timed'} | {r['bare']:.2f} | "
+                     f"{r['lab'] / r['bare']:.2f}x | {stages} |")
+    lines += ["", f"Warm lab profile / fastest bare ncu: **{ratio:.2f}x** (target <= {TARGET}x: "
+                  f"{'met' if ratio <= TARGET else 'missed'})."]
+    text = "\n".join(lines)
+    print(text)
+    if a.out:
+        a.out.write_text(text + "\n")
+        (a.out.parent / "profile_loop.json").write_text(json.dumps(rows, indent=1))
+    return 0 if ratio <= TARGET else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

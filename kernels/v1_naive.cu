@@ -156,3 +156,17 @@ LAB_EXPORT const char* lab_forward_v1(const LabAttentionArgs* args, cudaStream_t
     default: return "v1_naive supports head_dim 32, 64 or 128";
   }
 }
+
+// The rung's facts for the lab (lab/ladder/registry.py reads them; the header above is its record).
+// Kept at the end of the file so that line numbers in stored profiles stay valid.
+// lab:rung
+// id = "v1"
+// slug = "naive"
+// title = "Naive: fp32, one thread per query row, grid B x H"
+// dtypes = ["float32"]
+// head_dims = [32, 64, 128]
+// min_cc = "7.5"
+// attacks = []               # the baseline: it attacks nothing
+// grid = "bh"                # one CTA per (batch, head) on grid.x
+// aligned16 = false
+// lab:end

@@ -179,3 +179,17 @@ LAB_EXPORT const char* lab_forward_v2(const LabAttentionArgs* args, cudaStream_t
     default: return "v2_float4 supports head_dim 32, 64 or 128";
   }
 }
+
+// The rung's facts for the lab (lab/ladder/registry.py reads them; the header above is its record).
+// Kept at the end of the file so that line numbers in stored profiles stay valid.
+// lab:rung
+// id = "v2"
+// slug = "float4"
+// title = "float4: 16-byte vectorized global loads and stores"
+// dtypes = ["float32"]
+// head_dims = [32, 64, 128]
+// min_cc = "7.5"
+// attacks = ["uncoalesced-global"]
+// grid = "bh"                # one CTA per (batch, head) on grid.x
+// aligned16 = true           # float4 loads: the launcher refuses q, k, v, o not 16-byte aligned
+// lab:end

@@ -382,3 +382,17 @@ LAB_EXPORT const char* lab_forward_v3_config(const LabAttentionArgs* args, cudaS
   return lab_tune_launch(v3::candidates(args->head_dim), args, stream, config);
 }
 #endif
+
+// The rung's facts for the lab (lab/ladder/registry.py reads them; the header above is its record).
+// Kept at the end of the file so that line numbers in stored profiles stay valid.
+// lab:rung
+// id = "v3"
+// slug = "unrolled"
+// title = "Unrolled: query tiles across CTAs, 4 warps, register-tiled FFMA on conflict-free shared memory"
+// dtypes = ["float32"]
+// head_dims = [32, 64, 128]
+// min_cc = "7.5"
+// attacks = ["small-grid", "occupancy-limited", "bank-conflicts"]
+// grid = "q-tiles,bh"        # query tiles on grid.x, batch*heads on grid.y (<= 65535, refused above)
+// aligned16 = true           # float4 loads: the launcher refuses q, k, v, o not 16-byte aligned
+// lab:end

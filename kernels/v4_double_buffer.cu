@@ -553,3 +553,17 @@ LAB_EXPORT const char* lab_forward_v4_config(const LabAttentionArgs* args, cudaS
   return lab_tune_launch(v4::candidates(args->head_dim), args, stream, config);
 }
 #endif
+
+// The rung's facts for the lab (lab/ladder/registry.py reads them; the header above is its record).
+// Kept at the end of the file so that line numbers in stored profiles stay valid.
+// lab:rung
+// id = "v4"
+// slug = "double_buffer"
+// title = "Async K/V loads: v3 plus cp.async K/V copies that run under the matrix products"
+// dtypes = ["float32"]
+// head_dims = [32, 64, 128]
+// min_cc = "8.0"             # cp.async
+// attacks = ["latency-bound"]
+// grid = "q-tiles,bh"        # query tiles on grid.x, batch*heads on grid.y (<= 65535, refused above)
+// aligned16 = true           # float4 and cp.async 16-byte copies: misaligned q, k, v, o are refused
+// lab:end

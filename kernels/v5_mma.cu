@@ -516,3 +516,18 @@ LAB_EXPORT const char* lab_forward_v5_config(const LabAttentionArgs* args, cudaS
   return lab_tune_launch(v5::candidates(args->head_dim), args, stream, config);
 }
 #endif
+
+// The rung's facts for the lab (lab/ladder/registry.py reads them; the header above is its record).
+// Kept at the end of the file so that line numbers in stored profiles stay valid.
+// lab:rung
+// id = "v5"
+// slug = "mma"
+// title = "Tensor cores: FlashAttention-2 with mma.sync m16n8k16, fp16/bf16 in, fp32 accumulate"
+// dtypes = ["float16", "bfloat16"]
+// head_dims = [64, 128]
+// min_cc = "8.0"             # mma.sync m16n8k16 with bf16, ldmatrix, cp.async
+// attacks = ["compute-bound"]
+// grid = "q-tiles,bh"        # non-causal: batch*heads on grid.y (<= 65535, refused above); causal: one flat
+//                            # longest-first grid
+// aligned16 = false          # its 16-byte loads need aligned tensors, but the launcher does not check
+// lab:end

@@ -539,3 +539,18 @@ LAB_EXPORT const char* lab_forward_v6_config(const LabAttentionArgs* args, cudaS
   return lab_tune_launch(v6::candidates(args->head_dim), args, stream, config);
 }
 #endif
+
+// The rung's facts for the lab (lab/ladder/registry.py reads them; the header above is its record).
+// Kept at the end of the file so that line numbers in stored profiles stay valid.
+// lab:rung
+// id = "v6"
+// slug = "wgmma"
+// title = "Hopper: wgmma + TMA, a producer warpgroup feeding consumer warpgroups (sm_90a)"
+// dtypes = ["float16", "bfloat16"]
+// head_dims = [64, 128]
+// min_cc = "9.0"             # wgmma, TMA, setmaxnreg: Hopper only
+// arch_flags = ["-gencode=arch=compute_90a,code=sm_90a"]
+// attacks = ["compute-bound"]  # v5's tensor path: mma.sync issue and its ldmatrix -> HMMA -> softmax chain
+// grid = "q-tiles,bh"        # non-causal: batch*heads on grid.y (<= 65535, refused above)
+// aligned16 = true           # TMA: the launcher refuses q, k, v, o not 16-byte aligned
+// lab:end

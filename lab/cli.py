@@ -80,36 +80,103 @@ def _short_path(name: str, limit: int = 120) -> str:
 
 @click.group(cls=LabGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="lab")
-def main():
+@click.option("--workspace", "workspace_dir", type=click.Path(path_type=Path), default=None, metavar="DIR",
+              help="the workspace (a folder with lab.toml) to use; default: LAB_WORKSPACE, else the current "
+                   "folder or the nearest parent with lab.toml; 'none' for the built-in ladder alone")
+def main(workspace_dir):
     """Flash Lab: build, check, time, profile and explain a ladder of Flash-Attention kernels."""
+    import os
+
+    from lab.ladder import workspace
+
+    if workspace_dir is not None:
+        if str(workspace_dir).lower() != "none" and not (workspace_dir / workspace.LAB_TOML).is_file():
+            raise LabError(f"--workspace {workspace_dir}: no {workspace.LAB_TOML} there",
+                           hint=f"create one with `lab init {workspace_dir}`")
+        # through the environment, so every child process (check, profiler target) sees it too
+        os.environ[workspace.ENV] = "none" if str(workspace_dir).lower() == "none" else str(workspace_dir.resolve())
 
 
 @main.command()
 @json_option
 @click.option("--markdown", is_flag=True, help="print the README's ladder table")
 def variants(as_json, markdown):
-    """List the kernel rungs: id, title, dtypes, what changed, the bottleneck it attacks."""
-    from lab.ladder.registry import VARIANTS, markdown_table
+    """List the rungs: the built-in ladder and this workspace's, marked by origin."""
+    from lab.ladder import registry, workspace
 
     if markdown:
-        click.echo(markdown_table())
+        click.echo(registry.markdown_table())
         return
+    rungs = registry.variants()
     if as_json:
-        click.echo(json.dumps([{"id": v.id, "slug": v.slug, "title": v.title, "source": str(v.source.name),
-                                "dtypes": list(v.dtypes), "head_dims": list(v.head_dims),
-                                "min_cc": ".".join(map(str, v.min_cc)), "changed": v.changed,
-                                "attacks": v.attacks, "predicted_gain": v.predicted_gain}
-                               for v in VARIANTS], indent=2))
+        click.echo(json.dumps([v.to_dict() for v in rungs], indent=2))
         return
     from rich.console import Console
     from rich.table import Table
 
-    table = Table(show_lines=True)
-    for col in ("id", "title", "dtype", "D", "changed", "attacks"):
-        table.add_column(col, overflow="fold")
-    for v in VARIANTS:
-        table.add_row(v.id, v.title, ",".join(v.dtypes), ",".join(map(str, v.head_dims)), v.changed, v.attacks)
+    ws = workspace.active()
+    table = Table(show_lines=True, title=f"workspace {ws.name}: {ws.root}" if ws else "the built-in ladder")
+    for col in ("id", "origin", "kind", "title", "dtype", "D", "cc", "attacks", "changed"):
+        table.add_column(col, overflow="fold", no_wrap=col in ("id", "kind", "cc"))
+    for v in rungs:
+        origin = v.origin + (" (shadows the built-in)" if v.shadows else "")
+        table.add_row(v.id, origin, v.kind, v.title, ",".join(v.dtypes), ",".join(map(str, v.head_dims)),
+                      ".".join(map(str, v.min_cc)), ", ".join(v.classes) or "-", registry.first_sentence(v.changed))
     Console().print(table)
+
+
+@main.command()
+@click.argument("folder", type=click.Path(path_type=Path))
+def init(folder):
+    """Make FOLDER a workspace for your own rungs: lab.toml, kernels/, profiles/, reports/."""
+    from lab.ladder import workspace
+
+    ws = workspace.init(folder)
+    click.echo(f"workspace {ws.name}: {ws.root}")
+    click.echo(f"  rungs go in {ws.kernels_dir} (kernels/README.md says how); runs in {ws.profiles_dir}")
+    click.echo(f"  next: cd {folder} && lab new <id> --from <rung>   (`lab variants` lists the rungs)")
+
+
+@main.command()
+@click.argument("new_id", metavar="NEW_ID")
+@click.option("--from", "from_id", required=True, metavar="RUNG", help="the rung to copy forward (built-in or this workspace's)")
+@click.option("--slug", default=None, help="the new file's slug: kernels/<NEW_ID>_<slug>.cu (default: the source's)")
+def new(new_id, from_id, slug):
+    """Copy a rung forward into this workspace as NEW_ID: launcher renamed, header skeleton with the
+    evidence from the latest stored profile of the rung it came from."""
+    from lab.ladder import registry, workspace
+
+    ws = workspace.active()
+    if ws is None:
+        raise LabError("not inside a workspace: no lab.toml here or in a parent folder",
+                       hint="`lab init DIR` makes one (or pass --workspace DIR)")
+    source = registry.get(from_id)
+    evidence = _latest_evidence(source, ws)
+    dest = workspace.new_rung(ws, new_id, source, slug=slug,
+                              bottleneck=evidence.bottleneck if evidence else None,
+                              evidence_text=evidence.header_text(source.id) if evidence else None)
+    click.echo(f"{new_id}: {dest}")
+    if any(v.id == new_id for v in registry.builtin()):
+        click.echo(f"note: the built-in ladder also has {new_id}; in this workspace yours wins "
+                   f"(the built-in one is builtin:{new_id})", err=True)
+    if evidence:
+        click.echo(f"  bottleneck from {source.id}'s run {evidence.run_id}: {evidence.bottleneck}")
+    else:
+        click.echo(f"  no stored profile of {source.id}: the header's bottleneck is left for you to fill")
+    click.echo(f"  next: edit it, then `lab build --ptxas-only --variant {new_id}` and `lab profile --variant {new_id}`")
+
+
+def _latest_evidence(source, ws):
+    """The newest stored profile of `source`: in this workspace's store, and for a built-in rung
+    also in the lab's own (its shipped examples)."""
+    from lab.store import runs
+    from lab.store.evidence import evidence_of, latest_run_of
+
+    roots = [runs.store_root()]
+    if source.origin == "built-in":
+        roots.append(runs.DEFAULT_ROOT)
+    run = latest_run_of(source.id, roots)
+    return evidence_of(run) if run is not None else None
 
 
 @main.command()
@@ -145,33 +212,89 @@ def _problem(variant, shape, causal, dtype, seqlen_k=None):
 @click.option("--arch", default=None, metavar="sm_XY",
               help="target arch, e.g. sm_90a or sm_80 (default: this GPU's; sm_90a with --ptxas-only and no GPU)")
 @click.option("--ptxas-only", is_flag=True, help="only compile each rung's .cu with ptxas -v: needs nvcc, no GPU")
+@click.option("--jobs", "-j", type=int, default=None, help="rungs compiled at once (default: one per rung, up to the CPUs)")
 @click.option("--verbose", is_flag=True, help="show the compiler output of the extension build")
 @json_option
-def build(variant_spec, arch, ptxas_only, verbose, as_json):
-    """Build rungs as PyTorch extensions (cached by source hash); registers, shared memory, spills per kernel."""
+def build(variant_spec, arch, ptxas_only, jobs, verbose, as_json):
+    """Build rungs as PyTorch extensions, several at once (cached by source hash); registers, shared
+    memory, spills per kernel. A python rung has nothing to compile: its callable is imported."""
+    import time
+
     from lab.ladder import build as builder
     from lab.ladder import registry
     chosen = registry.select(variant_spec)
     if arch:
         builder.validate_arch(arch)
+    if jobs is not None and jobs < 1:
+        raise LabError(f"--jobs must be >= 1, got {jobs}")
     if not ptxas_only:
         builder.require_cuda_torch("build")  # refuse before compiling anything
+    if verbose and not ptxas_only:
+        jobs = 1  # the compiler output of one build at a time reads; interleaved, it does not
+        outcomes = []
+        for v in chosen:
+            try:
+                outcomes.append(builder.Outcome(v, builder.build(v, arch, verbose=True)))
+            except LabError as e:
+                outcomes.append(builder.Outcome(v, None, str(e), e.hint))
+        wall = None
+    else:
+        started = time.perf_counter()
+        outcomes = _build_with_progress(builder, chosen, arch, ptxas_only, jobs, quiet=as_json)
+        wall = time.perf_counter() - started
     results = []
-    for v in chosen:
+    for o in outcomes:
+        v, r = o.variant, o.result
+        if o.error or r is None:
+            continue
+        if v.kind == "python" and not isinstance(r, builder.BuildResult):
+            continue
         if ptxas_only:
-            r = builder.ptxas_report(v, arch)
             results.append({"variant": v.id, "arch": r.arch, "cache_key": r.cache_key, "flags": r.flags,
                             "build_dir": str(r.build_dir), "sass": str(r.sass_path) if r.sass_path else None,
                             "built_now": r.compiled_now, "seconds": r.seconds,
                             "ptxas": [rec.to_dict() for rec in r.records]})
         else:
-            b = builder.build(v, arch, verbose=verbose)
-            results.append({"variant": v.id, "arch": b.arch, "cache_key": b.cache_key, "flags": b.flags,
-                            "build_dir": str(b.build_dir), "sass": str(b.sass_path) if b.sass_path else None,
-                            "built_now": b.built_now, "seconds": b.seconds, "ptxas": b.ptxas})
+            results.append({"variant": v.id, "kind": v.kind, "arch": r.arch, "cache_key": r.cache_key, "flags": r.flags,
+                            "build_dir": str(r.build_dir), "sass": str(r.sass_path) if r.sass_path else None,
+                            "built_now": r.built_now, "seconds": r.seconds, "ptxas": r.ptxas})
+    failed = [o for o in outcomes if o.error]
     if as_json:
         click.echo(json.dumps(results, indent=2))
-        return
+    else:
+        _print_build_table(builder, results, outcomes, wall)
+    if failed:
+        for o in failed:
+            click.secho(f"error: {o.error}", fg="red", err=True)
+            if o.hint:
+                click.echo(f"hint: {o.hint}", err=True)
+        sys.exit(2)
+
+
+def _build_with_progress(builder, chosen, arch, ptxas_only, jobs, quiet: bool):
+    """build_many with a live line per rung on stderr (none with --json or when stderr is not a terminal)."""
+    from rich.console import Console
+    from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+    console = Console(stderr=True)
+    if quiet or not console.is_terminal:
+        return builder.build_many(chosen, arch, ptxas_only, jobs)
+    with Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(), console=console) as bar:
+        tasks = {}
+
+        def start(v):
+            tasks[v.id] = bar.add_task(f"{v.id}: {'ptxas' if ptxas_only else 'compiling'} {v.source.name}", total=1)
+
+        def done(o):
+            t = tasks.get(o.variant.id)
+            if t is not None:
+                what = "FAILED" if o.error else ("compiled" if getattr(o.result, "built_now", False)
+                                                 or getattr(o.result, "compiled_now", False) else "cached")
+                bar.update(t, completed=1, description=f"{o.variant.id}: {what}")
+        return builder.build_many(chosen, arch, ptxas_only, jobs, on_start=start, on_done=done)
+
+
+def _print_build_table(builder, results, outcomes, wall):
     from rich.console import Console
     from rich.table import Table
 
@@ -186,11 +309,17 @@ def build(variant_spec, arch, ptxas_only, verbose, as_json):
                           str(rec["smem_bytes"]), str(rec["stack_bytes"]), str(rec["spill_stores_bytes"]),
                           str(rec["spill_loads_bytes"]))
     console = Console()
-    console.print(table)
+    if results:
+        console.print(table)
     for r in results:
         what = "compiled" if r["built_now"] else "cached"
         console.print(f"{r['variant']}: {what} in {r['seconds']:.1f} s -> {r['build_dir']}"
                       + ("" if r["sass"] else " (no SASS: cuobjdump not found)"))
+    for o in outcomes:
+        if o.variant.kind == "python" and not o.error:
+            console.print(f"{o.variant.id}: python rung, nothing to compile (its callable imports)")
+    if wall is not None and len(results) > 1:
+        console.print(f"all: {wall:.1f} s wall clock")
 
 
 @main.command()
@@ -428,47 +557,258 @@ def analyze(report_path, kernel_regex, shape, causal, dtype, n_lines, as_json):
 
 
 @main.command()
-@click.argument("run_ids", nargs=-1, required=True)
-@click.option("--format", "fmt", type=click.Choice(["csv", "json"]), default="csv", show_default=True)
+@click.argument("ids", metavar="RUN_OR_SWEEP...", nargs=-1, required=True)
+@click.option("--format", "fmt", type=click.Choice(["csv", "json", "parquet", "markdown"]), default="csv", show_default=True,
+              help="runs: csv or json; sweeps: csv, parquet or markdown (printed, or written into --update)")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
-              help="where to write <run-id>/ folders (default: reports/export/, beside the HTML of `lab report`)")
+              help="where to write <id>/ folders (default: reports/export/, beside the HTML of `lab report`)")
+@click.option("--update", "update_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="markdown: replace the sweep's generated section of this file (e.g. benchmarks/RESULTS.md)")
 @profiles_option
-def export(run_ids, fmt, out_dir, profiles_dir):
-    """Write stored runs' manifest and tables (metrics, findings, timeline) as CSV or JSON lines."""
-    from lab.store.export import DEFAULT_OUT, export_run
+def export(ids, fmt, out_dir, update_path, profiles_dir):
+    """Write stored runs (manifest and tables: metrics, findings, timeline) or sweeps (the tidy
+    table) as CSV, JSON lines, Parquet or Markdown, for other tools and for RESULTS.md."""
+    from lab.store import sweeps as sweep_store
+    from lab.store.export import DEFAULT_OUT, export_run, export_sweep, markdown_sweep, update_markdown_section
     from lab.store.runs import find_run, open_root
 
     root = open_root(profiles_dir)
-    runs = [find_run(run_id, root) for run_id in run_ids]   # every id resolved before anything is written
-    for run in runs:
-        for path in export_run(run, out_dir or DEFAULT_OUT, fmt):
+    targets = []   # every id resolved before anything is written
+    for ref in ids:
+        if sweep_store.is_sweep(ref, root):
+            if fmt == "json":
+                raise LabError(f"{ref} is a sweep: it exports as csv, parquet or markdown")
+            targets.append(("sweep", sweep_store.find_sweep(ref, root)))
+        else:
+            if fmt in ("parquet", "markdown"):
+                raise LabError(f"--format {fmt} is for sweeps; {ref} is not a stored sweep (runs: csv or json)")
+            targets.append(("run", find_run(ref, root)))
+    for kind, target in targets:
+        if kind == "sweep" and fmt == "markdown":
+            text = markdown_sweep(target)
+            if update_path:
+                changed = update_markdown_section(update_path, target, text)
+                click.echo(f"{update_path}: {'updated' if changed else 'already up to date'} ({target.id})")
+            else:
+                click.echo(text)
+            continue
+        paths = (export_sweep(target, out_dir or DEFAULT_OUT, fmt) if kind == "sweep"
+                 else export_run(target, out_dir or DEFAULT_OUT, fmt))
+        for path in paths:
             click.echo(path)
 
 
-@main.command()
-@click.option("--variant", "variant_spec", default="all", show_default=True)
-@click.option("--shape", "shapes", multiple=True, required=True, metavar="B,H,N,D",
-              help="repeat for each shape of the sweep")
-@causal_option
-@dtype_option
-@click.option("--reps", default=30, show_default=True)
-@click.option("--no-baselines", is_flag=True)
-@json_option
-def sweep(variant_spec, shapes, causal, dtype, reps, no_baselines, as_json):
-    """`lab bench` over several shapes: one side-by-side table per shape."""
-    from lab.ladder import registry
-    from lab.measure.benchtable import bench_ladder, print_ladder
+class SweepGroup(click.Group):
+    """`lab sweep [OPTIONS]` measures; `lab sweep merge PARTIAL...` joins shards."""
 
-    chosen = registry.select(variant_spec)
-    plans = [(shape, [_problem(v, shape, causal, dtype) for v in chosen]) for shape in shapes]  # validate all first
-    results = []
-    for shape, problems in plans:
-        result = bench_ladder(chosen, problems, reps, 5, baselines=not no_baselines)
-        results.append(result)
-        if not as_json:
-            print_ladder(result)
+    def parse_args(self, ctx, args):
+        args = self.shapes_from_brace_expansion(args)
+        # `lab sweep --preset x` has no subcommand: let the group's own callback run it
+        if args and args[0] not in self.commands and not args[0].startswith("-"):
+            raise click.UsageError(f"unknown sweep subcommand {args[0]!r}; use `lab sweep [OPTIONS]` or `lab sweep merge`")
+        return super().parse_args(ctx, args)
+
+
+    @staticmethod
+    def shapes_from_brace_expansion(args: list[str]) -> list[str]:
+        """bash expands `--shape 8,16,{512,1024},64` into `--shape 8,16,512,64 8,16,1024,64`: the
+        words after a --shape value that are shapes too become --shape options of their own."""
+        import re
+
+        out, prev_is_shape_value = [], False
+        for i, a in enumerate(args):
+            if prev_is_shape_value and re.fullmatch(r"[0-9_,:{}.]+", a) and "," in a:
+                out += ["--shape", a]   # still in the run of words after --shape
+                continue
+            prev_is_shape_value = i > 0 and args[i - 1] == "--shape"
+            out.append(a)
+        return out
+
+
+@main.group(cls=SweepGroup, invoke_without_command=True)
+@click.option("--variant", "variant_spec", default=None, help="rungs to sweep: v5, v3,v5 or all (default: none, the baselines alone)")
+@click.option("--shape", "shapes", multiple=True, metavar="B,H,N,D",
+              help="repeatable; fields may be lists {a,b}, doubling ranges a..b, heads H:Hkv (GQA), batch _ with --batch")
+@click.option("--preset", default=None, help="fa-grid (16k tokens, hidden 2048, N 512..16384, D 64/128, causal and not) or memory")
+@click.option("--batch", "batch_spec", default=None, metavar="1,2,4", help="batch-scaling sweep over these batches (shape batch _)")
+@click.option("--heads-kv", "heads_kv_spec", default=None, metavar="8[,4]", help="K/V heads (GQA/MQA) for every shape")
+@click.option("--causal", "causal", type=click.Choice(["yes", "no", "both"]), default=None, is_flag=False,
+              flag_value="yes", help="causal mask: --causal, --causal no, --causal both (default: the preset's, else no)")
+@click.option("--dtype", "dtype_spec", default=None, help="float16, bfloat16, float32 or a list (default: the rungs' first)")
+@click.option("--mode", "mode_spec", default="fwd", show_default=True, help="fwd, bwd, fwd+bwd or a list")
+@click.option("--timing", type=click.Choice(["auto", "events", "graph", "both"]), default="auto", show_default=True,
+              help="events: call latency; graph: CUDA-graph replay (device time); auto: events, plus graph where a call is under 0.5 ms")
+@click.option("--baselines", "baseline_spec", default=None,
+              help="sdpa-cudnn,sdpa-flash,sdpa-efficient,sdpa-math,standard (default: all)")
+@click.option("--no-baselines", is_flag=True)
+@click.option("--reps", default=30, show_default=True, help="timed repetitions per cell (fewer where --cell-budget runs out; min 5)")
+@click.option("--warmup", default=5, show_default=True)
+@click.option("--cell-budget", "cell_budget_s", type=float, default=0.4, show_default=True,
+              help="seconds of timed calls a cell may take before its repetitions are cut (never below 5; 3 for calls over 100 ms)")
+@click.option("--gpus", "gpus_spec", default=None, metavar="0,1", help="one worker process per GPU, each an interleaved shard")
+@click.option("--shard", "shard_spec", default=None, metavar="i/N", help="measure only the i-th of N interleaved slices (merge with `lab sweep merge`)")
+@click.option("--resume", "resume_id", default=None, metavar="SWEEP", help="measure the cells a stored sweep is missing")
+@click.option("--name", default=None, help="a name for the sweep id (default: the preset, batch or custom)")
+@click.option("--yes", is_flag=True, help="allow a sweep of more than the problem limit")
+@click.option("--allow-mismatch", is_flag=True, help="resume on a different device")
+@click.option("--measure-with", default=None, hidden=True, help="module:function returning a measurer (tests)")
+@profiles_option
+@json_option
+@click.pass_context
+def sweep(ctx, variant_spec, shapes, preset, batch_spec, heads_kv_spec, causal, dtype_spec, mode_spec, timing,
+          baseline_spec, no_baselines, reps, warmup, cell_budget_s, gpus_spec, shard_spec, resume_id, name, yes,
+          allow_mismatch, measure_with, profiles_dir, as_json):
+    """Time rungs and baselines over many shapes, modes and timing methods into ONE stored table
+    (profiles/<sweep-id>/): Ctrl-C keeps finished rows, --resume finishes, `lab report` draws it."""
+    if ctx.invoked_subcommand:
+        return
+    from lab.measure import sweep as sweeper
+    from lab.measure import sweepplan
+    from lab.store import sweeps as store
+
+    gpus = sweepplan.parse_list(gpus_spec, "--gpus") if gpus_spec is not None else None
+    given = [name for name, v in (("--variant", variant_spec), ("--shape", shapes), ("--preset", preset),
+                                  ("--batch", batch_spec), ("--heads-kv", heads_kv_spec), ("--dtype", dtype_spec),
+                                  ("--shard", shard_spec), ("--baselines", baseline_spec)) if v]
+    if resume_id and given:
+        raise LabError(f"--resume measures the stored sweep's own plan; drop {', '.join(given)}")
+    if resume_id:
+        target = store.find_sweep(resume_id, profiles_dir)
+        if target.manifest.get("status") == "complete" and not target.missing_cells():
+            click.echo(f"sweep {target.id} is complete: nothing to resume")
+            return
+        if allow_mismatch:
+            target.update_manifest(mismatch_allowed=True)
+    else:
+        from lab.ladder import registry
+        from lab.measure.baselines import SWEEP_BASELINES
+
+        chosen = registry.select(variant_spec) if variant_spec and variant_spec != "none" else []
+        baselines = [] if no_baselines else (sweepplan.parse_list(baseline_spec, "baseline", SWEEP_BASELINES)
+                                             if baseline_spec else list(SWEEP_BASELINES))
+        plan = sweepplan.build_plan(
+            rungs={v.id: list(v.dtypes) for v in chosen}, baselines=baselines, shapes=list(shapes), preset=preset,
+            batches=sweepplan.parse_ints(batch_spec, "--batch") if batch_spec is not None else None,
+            heads_kv=sweepplan.parse_ints(heads_kv_spec, "--heads-kv") if heads_kv_spec is not None else None,
+            causal=causal, dtypes=sweepplan.parse_list(dtype_spec, "--dtype") if dtype_spec else [],
+            modes=sweepplan.parse_list(mode_spec, "--mode"), timing=timing, reps=reps, warmup=warmup,
+            cell_budget_s=cell_budget_s, shard=sweepplan.parse_shard(shard_spec), yes=yes,
+            command=_command_line("sweep"), name=name)
+        if shard_spec and gpus:
+            raise LabError("--gpus shards the sweep itself; give --shard or --gpus, not both")
+    if not measure_with:
+        _require_gpus(gpus)
+    if not resume_id:
+        target = store.create_sweep(store.new_sweep_id(plan.name + (f"-shard{plan.shard[0]}of{plan.shard[1]}" if plan.shard else "")),
+                                    sweeper.sweep_manifest(plan), profiles_dir)
+    click.echo(f"sweep: {target.id} ({len(target.missing_cells())} cells to measure) -> {target.path}", err=True)
+    try:
+        status, messages = sweeper.execute(target, gpus, measure_with, show_progress=not as_json)
+    except KeyboardInterrupt:
+        if target.manifest.get("removed"):
+            click.secho("interrupted before any cell finished: nothing stored", fg="yellow", err=True)
+            sys.exit(130)
+        click.secho(f"interrupted: {target.manifest.get('cells_done')} of {target.manifest.get('cells_planned')} cells "
+                    f"kept in {target.path}; finish with `lab sweep --resume {target.id}`", fg="yellow", err=True)
+        sys.exit(130)
+    for m in messages:
+        click.secho(m, fg="red", err=True)
+    m = target.manifest
     if as_json:
-        click.echo(json.dumps(results, indent=2))
+        click.echo(target.table().to_json(orient="records"))
+    else:
+        _print_sweep_summary(target)
+    click.echo(f"sweep {target.id}: {status}, {m['cells_done']} of {m['cells_planned']} cells, {m['rows']} rows; "
+               f"`lab report` draws it, `lab export {target.id} --format markdown` tabulates it", err=True)
+    if status != "complete":
+        click.secho(f"{m['cells_planned'] - m['cells_done']} cells missing: `lab sweep --resume {target.id}` "
+                    "measures them", fg="yellow", err=True)
+        sys.exit(1)
+
+
+def _command_line(command: str) -> str:
+    """The command as typed, for the record (empty where `lab` was called from Python)."""
+    import shlex
+
+    argv = sys.argv
+    if Path(argv[0]).name not in ("lab", "cli.py") or command not in argv:
+        return ""
+    return "lab " + " ".join(shlex.quote(a) for a in argv[argv.index(command):])
+
+
+def _require_gpus(gpus) -> None:
+    from lab.environment import require_gpu
+
+    require_gpu("sweep")
+    if gpus:
+        import torch
+
+        count = torch.cuda.device_count()
+        bad = [g for g in gpus if not g.isdigit() or int(g) >= count]
+        if bad:
+            raise LabError(f"--gpus {','.join(gpus)}: no GPU {', '.join(bad)} here ({count} visible: 0..{count - 1})")
+
+
+def _print_sweep_summary(target) -> None:
+    """TFLOP/s of the call-latency (events) rows, a line per problem and mode; the page and
+    `lab export` have everything else (graph rows, memory, ratios, reasons)."""
+    from rich.console import Console
+    from rich.table import Table
+
+    df = target.table()
+    df = df[df["timing"] == "events"]
+    impls = list(dict.fromkeys(df["impl"]))
+    t = Table(title=f"{target.id}: TFLOP/s (events timing: call latency)", title_justify="left")
+    for col in ("problem", "mode", *impls):
+        t.add_column(col, justify="left" if col in ("problem", "mode") else "right")
+    for (label, mode), g in df.groupby(["label", "mode"], sort=False):
+        by = {r["impl"]: r for r in g.to_dict("records")}
+        cells = [("" if r is None else f"{r['tflops']:.3g}" if r["status"] == "ok" else str(r["status"]))
+                 for r in (by.get(i) for i in impls)]
+        t.add_row(str(label), str(mode), *cells)
+    console = Console(stderr=True)
+    if not console.is_terminal:
+        console.width = max(console.width, 60 + 16 * len(impls))
+    console.print(t)
+
+
+@sweep.command("compare")
+@click.argument("sweep_a")
+@click.argument("sweep_b")
+@profiles_option
+@json_option
+def sweep_compare(sweep_a, sweep_b, profiles_dir, as_json):
+    """Do two sweeps agree within noise (per-row CI95 overlap)? Exit 1 where rows differ."""
+    from lab.store import sweeps as store
+
+    result = store.compare_sweeps(store.find_sweep(sweep_a, profiles_dir), store.find_sweep(sweep_b, profiles_dir))
+    if as_json:
+        click.echo(json.dumps(result, indent=2))
+    else:
+        click.echo(f"{result['rows_compared']} rows in both ({result['only_in_a']} only in A, {result['only_in_b']} only "
+                   f"in B): {result['overlapping']} agree within CI95, {len(result['differing'])} differ; "
+                   f"median B/A time ratio {result['median_ratio_b_over_a'] or float('nan'):.3f}")
+        for d in result["differing"]:
+            click.echo(f"  {d['impl']} {d['label']} {d['mode']} {d['timing']}: {d['a_ms']:.4g} vs {d['b_ms']:.4g} ms "
+                       f"({d['ratio']:.3f}x)")
+    if result["differing"] or not result["rows_compared"]:
+        sys.exit(1)
+
+
+@sweep.command("merge")
+@click.argument("partials", nargs=-1, required=True)
+@click.option("--allow-mismatch", is_flag=True, help="merge partials measured on different devices or software")
+@profiles_option
+def sweep_merge(partials, allow_mismatch, profiles_dir):
+    """Join partial sweeps (--shard i/N) of one plan into one sweep."""
+    from lab.store import sweeps as store
+
+    parts = [store.find_sweep(p, profiles_dir) for p in partials]
+    merged = store.merge_sweeps(parts, profiles_dir, allow_mismatch)
+    m = merged.manifest
+    click.echo(f"merged: {merged.id} ({m['status']}, {m['cells_done']} of {m['cells_planned']} cells) -> {merged.path}")
+    if m["status"] != "complete":
+        click.secho(f"{m['cells_planned'] - m['cells_done']} cells missing: `lab sweep --resume {merged.id}`", fg="yellow", err=True)
 
 
 

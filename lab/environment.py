@@ -111,10 +111,14 @@ _SHA = re.compile(r"^[0-9a-f]{40}$")
 
 def git_info() -> dict:
     """The checkout's commit. Where the tree is a copy without .git (a remote GPU machine), the
-    commit comes from LAB_GIT_COMMIT if the caller set it, and `dirty` is unknown (None)."""
+    commit comes from LAB_GIT_COMMIT if the caller set it, and `dirty` is unknown (None). A set
+    LAB_GIT_COMMIT wins over a .git found above the tree: code carried inside another checkout (the
+    GPU machine's .carry/<name>/) would otherwise be recorded as that checkout's commit."""
+    env_commit = os.environ.get("LAB_GIT_COMMIT", "").strip()
+    if _SHA.match(env_commit):
+        return {"commit": env_commit, "dirty": None}
     commit = (_run(["git", "-C", str(REPO_ROOT), "rev-parse", "HEAD"]) or "").strip()
     if _SHA.match(commit):
         dirty = _run(["git", "-C", str(REPO_ROOT), "status", "--porcelain", "--untracked-files=no"])
         return {"commit": commit, "dirty": bool(dirty and dirty.strip())}
-    env_commit = os.environ.get("LAB_GIT_COMMIT", "").strip()
-    return {"commit": env_commit if _SHA.match(env_commit) else None, "dirty": None}
+    return {"commit": None, "dirty": None}

@@ -16,7 +16,7 @@ from pathlib import Path
 from lab import __version__
 from lab.errors import CheckFailed
 from lab.measure.problem import Problem, check_supported
-from lab.ladder.registry import Variant
+from lab.ladder.registry import Variant, source_label
 from lab.measure.isolated import NotBuilt, child_env, start_check
 from lab.store import manifest as mf
 
@@ -40,7 +40,7 @@ def _say(msg: str) -> None:
 
 
 def target_argv(variant: Variant, problem: Problem, repeat: int = 1) -> list[str]:
-    argv = [sys.executable, "-m", "lab.ladder.target", "--variant", variant.id,
+    argv = [sys.executable, "-m", "lab.ladder.target", "--variant", variant.ref,
             "--shape", f"{problem.batch},{problem.heads},{problem.seqlen_q},{problem.head_dim}",
             "--seqlen-k", str(problem.seqlen_k), "--dtype", problem.dtype, "--repeat", str(repeat)]
     if problem.causal:
@@ -83,8 +83,8 @@ def profile(variant: Variant, problem: Problem, opts: ProfileOptions) -> Profile
     check_supported(variant, problem)
     # The correctness child starts first, on the cached build only: its interpreter and CUDA start-up
     # overlap the parent's (torch's import alone takes seconds). Where the rung is not built yet it
-    # says so at once and is started again after the build.
-    early = start_check(variant, problem, opts.check_shapes, compile=False)
+    # says so at once and is started again after the build. (A python rung has nothing to compile.)
+    early = start_check(variant, problem, opts.check_shapes, compile=getattr(variant, "kind", "cuda") != "cuda")
     try:
         with stage("setup"):   # torch's import and CUDA's start-up, ncu found
             require_gpu("profile")  # before importing the build machinery: a clear refusal, fast
@@ -182,8 +182,12 @@ def profile(variant: Variant, problem: Problem, opts: ProfileOptions) -> Profile
                 from lab.analysis import findings as analysis
                 from lab.analysis import lines as source_lines
 
-                # the timeline ran first: the launch-bound judgement uses the overhead it measured
-                overhead = timeline_info.get("launch_overhead_ns") if timeline_info else None
+                # the timeline ran first: the launch-bound judgement uses the launch cost it measured,
+                # the steady-state gap between consecutive kernels (the per-range overhead also spreads
+                # the first launch's delay, profiler start-up included, over the launches)
+                tl_info = timeline_info or {}
+                overhead = ((tl_info.get("launch_overhead") or {}).get("kernel_gap_ns_median")
+                            or tl_info.get("launch_overhead_ns"))
                 analyses = analysis.analyze_report(report_path, problem=problem.to_dict(), launch_overhead_ns=overhead)
                 # per-line counters and the code they point at, extracted once here so pages never
                 # reopen the report; the rung's own source kept too, as it was when profiled
@@ -204,9 +208,11 @@ def profile(variant: Variant, problem: Problem, opts: ProfileOptions) -> Profile
                 lab_version=__version__,
                 git=mf.Git.from_dict(git, "git"),
                 variant=mf.VariantInfo(id=variant.id, slug=variant.slug, title=variant.title,
-                                       source=f"kernels/{variant.source.name}", source_sha256=source_sha,
+                                       source=source_label(variant), source_sha256=source_sha,
                                        changed=variant.changed, attacks=variant.attacks,
-                                       predicted_gain=variant.predicted_gain),
+                                       predicted_gain=variant.predicted_gain, kind=variant.kind,
+                                       origin=variant.origin, layout=variant.layout,
+                                       attacks_classes=list(variant.classes)),
                 problem=problem,
                 device=mf.Device.from_dict(dev, "device"),
                 software=mf.Software.from_dict(software, "software"),

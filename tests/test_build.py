@@ -13,7 +13,9 @@ import pytest
 
 from lab.ladder import build
 from lab.errors import LabError
-from lab.ladder.registry import VARIANTS, get
+from lab.ladder.registry import builtin
+
+VARIANTS = builtin()
 
 NVCC = shutil.which("nvcc")
 needs_nvcc = pytest.mark.skipif(NVCC is None, reason="nvcc not on PATH: the ptxas tests compile real kernels")
@@ -25,7 +27,8 @@ except ImportError:
     HAS_GPU = False
 
 VERSIONS = {"torch": "2.13.0", "torch_cuda": "13.0", "nvcc": "13.0.88"}
-OWN_RUNGS = [get("v1"), get("v2")]   # the rungs this suite holds to zero spills
+FIRST = VARIANTS[0]                 # the ladder's first rung: its sources stand in for any rung's
+FP32_RUNGS = [v for v in VARIANTS if v.dtypes == ("float32",)]   # held to zero spills
 
 
 # ----------------------------------------------------------------------------------------------
@@ -34,9 +37,9 @@ OWN_RUNGS = [get("v1"), get("v2")]   # the rungs this suite holds to zero spills
 
 @pytest.fixture
 def source_copies(tmp_path):
-    """Copies of v1's sources, so a test can change a byte without touching kernels/."""
+    """Copies of the first rung's sources, so a test can change a byte without touching kernels/."""
     paths = []
-    for src in build.sources_for(get("v1")):
+    for src in build.sources_for(FIRST):
         dst = tmp_path / src.name
         dst.write_bytes(src.read_bytes())
         paths.append(dst)
@@ -44,15 +47,15 @@ def source_copies(tmp_path):
 
 
 def test_cache_key_is_stable(source_copies):
-    flags = build.nvcc_flags(get("v1"), "sm_90a")
+    flags = build.nvcc_flags(FIRST, "sm_90a")
     first = build.cache_key(source_copies, flags, VERSIONS)
     assert build.cache_key(source_copies, list(flags), dict(VERSIONS)) == first
-    assert build.cache_key(build.sources_for(get("v1")), flags, VERSIONS) == first  # same bytes, other dir
+    assert build.cache_key(build.sources_for(FIRST), flags, VERSIONS) == first  # same bytes, other dir
 
 
-@pytest.mark.parametrize("which", ["v1_naive.cu", "common.cuh", "binding.cpp"])
+@pytest.mark.parametrize("which", [FIRST.source.name, "common.cuh", "binding.cpp"])
 def test_cache_key_changes_with_any_source(source_copies, which):
-    flags = build.nvcc_flags(get("v1"), "sm_90a")
+    flags = build.nvcc_flags(FIRST, "sm_90a")
     before = build.cache_key(source_copies, flags, VERSIONS)
     path = next(p for p in source_copies if p.name == which)
     path.write_text(path.read_text() + "\n// one more line\n")
@@ -60,9 +63,9 @@ def test_cache_key_changes_with_any_source(source_copies, which):
 
 
 def test_cache_key_changes_with_flags_and_versions(source_copies):
-    flags = build.nvcc_flags(get("v1"), "sm_90a")
+    flags = build.nvcc_flags(FIRST, "sm_90a")
     key = build.cache_key(source_copies, flags, VERSIONS)
-    assert build.cache_key(source_copies, build.nvcc_flags(get("v1"), "sm_80"), VERSIONS) != key
+    assert build.cache_key(source_copies, build.nvcc_flags(FIRST, "sm_80"), VERSIONS) != key
     assert build.cache_key(source_copies, flags + ["-G"], VERSIONS) != key
     assert build.cache_key(source_copies, list(reversed(flags)), VERSIONS) != key
     for field in VERSIONS:
@@ -70,7 +73,7 @@ def test_cache_key_changes_with_flags_and_versions(source_copies):
 
 
 def test_rungs_get_different_keys_and_dirs():
-    flags = build.nvcc_flags(get("v1"), "sm_90a")
+    flags = build.nvcc_flags(FIRST, "sm_90a")
     keys = {v.id: build.cache_key(build.sources_for(v), flags, VERSIONS) for v in VARIANTS}
     assert len(set(keys.values())) == len(VARIANTS)
     dirs = {build.build_dir_for(v, keys[v.id]) for v in VARIANTS}
@@ -84,7 +87,7 @@ def test_rungs_get_different_keys_and_dirs():
 def test_gencode_and_flags():
     assert build.gencode("sm_90a") == "-gencode=arch=compute_90a,code=sm_90a"
     assert build.gencode("sm_80") == "-gencode=arch=compute_80,code=sm_80"
-    flags = build.nvcc_flags(get("v1"), "sm_90a")
+    flags = build.nvcc_flags(FIRST, "sm_90a")
     assert "-O3" in flags and "-lineinfo" in flags and "-gencode=arch=compute_90a,code=sm_90a" in flags
 
 
@@ -138,15 +141,15 @@ def test_every_rung_compiles_and_ptxas_reports_its_kernels(variant, lab_cache):
 
 
 @needs_nvcc
-@pytest.mark.parametrize("variant", OWN_RUNGS, ids=lambda v: v.id)
-def test_own_rungs_have_one_spill_free_kernel_per_head_dim(variant, lab_cache):
+@pytest.mark.parametrize("variant", FP32_RUNGS, ids=lambda v: v.id)
+def test_fp32_rungs_have_one_spill_free_kernel_per_head_dim(variant, lab_cache):
+    if shutil.which("c++filt") is None:
+        pytest.skip("c++filt not found: kernel names stay mangled")
     for arch in ("sm_90a", "sm_80"):
         report = build.ptxas_report(variant, arch)
         names = [build.short_kernel_name(r.kernel) for r in report.records]
-        demangled = shutil.which("c++filt") is not None
-        for d in variant.head_dims:
-            want = f"attention_fwd_{variant.id}_kernel<{d}>" if demangled else f"attention_fwd_{variant.id}_kernelILi{d}E"
-            assert any(want in n for n in names), f"{want} not among {names}"
+        for d in variant.head_dims:  # a template instantiated per head dim: Kernel<D> or Config<D, ...>
+            assert any(f"<{d}>" in n or f"<{d}," in n for n in names), f"no kernel for D={d} among {names}"
         spilled = [(r.kernel, r.spill_stores_bytes, r.spill_loads_bytes, r.stack_bytes) for r in report.records
                    if r.spill_stores_bytes or r.spill_loads_bytes or r.stack_bytes]
         assert not spilled, f"{variant.id} spills on {arch}: {spilled}"
@@ -208,11 +211,12 @@ def test_parser_reads_static_smem_and_every_arch(tmp_path):
 @needs_nvcc
 def test_lab_build_ptxas_only_json(lab_cache):
     env = dict(os.environ, LAB_CACHE=str(lab_cache))
-    res = subprocess.run([sys.executable, "-m", "lab.cli", "build", "--variant", "v1,v2", "--ptxas-only",
+    pair = [v.id for v in FP32_RUNGS[:2]]
+    res = subprocess.run([sys.executable, "-m", "lab.cli", "build", "--variant", ",".join(pair), "--ptxas-only",
                           "--arch", "sm_80", "--json"], capture_output=True, text=True, env=env)
     assert res.returncode == 0, res.stderr
     out = json.loads(res.stdout)
-    assert [r["variant"] for r in out] == ["v1", "v2"]
+    assert [r["variant"] for r in out] == pair
     for r in out:
         assert r["arch"] == "sm_80" and "-gencode=arch=compute_80,code=sm_80" in r["flags"]
         assert {"kernel", "registers", "smem_bytes", "stack_bytes", "spill_stores_bytes",
@@ -225,7 +229,7 @@ def _lab(*args):
 
 
 @pytest.mark.parametrize("args, message", [
-    (["build", "--variant", "v99", "--ptxas-only"], "unknown variant"),
+    (["build", "--variant", "no_such_rung", "--ptxas-only"], "unknown variant"),
     (["build", "--arch", "sm9", "--ptxas-only"], "bad arch"),
 ])
 def test_build_bad_input_exits_2(args, message):
@@ -236,6 +240,6 @@ def test_build_bad_input_exits_2(args, message):
 
 @pytest.mark.skipif(HAS_GPU, reason="checks the no-GPU refusal; this machine has a GPU")
 def test_build_without_gpu_exits_2_and_names_ptxas_only():
-    res = _lab("build", "--variant", "v1")
+    res = _lab("build", "--variant", FIRST.id)
     assert res.returncode == 2, res.stderr
     assert "needs an NVIDIA GPU" in res.stderr and "--ptxas-only" in res.stderr and "Traceback" not in res.stderr

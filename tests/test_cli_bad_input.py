@@ -11,20 +11,24 @@ try:
 except ImportError:
     HAS_GPU = False
 
+from lab.ladder.registry import builtin
+
+FP32 = next(v for v in builtin() if v.dtypes == ("float32",)).id   # a rung without bfloat16 or D=96
+
 
 def lab(*args, env=None):
     return subprocess.run([sys.executable, "-m", "lab.cli", *args], capture_output=True, text=True, env=env)
 
 
 @pytest.mark.parametrize("args, message", [
-    (["profile", "--variant", "v99"], "unknown variant"),
-    (["bench", "--variant", "v1,nope"], "unknown variant"),
-    (["profile", "--variant", "v1", "--shape", "8,16,1024,96"], "head_dim"),
-    (["profile", "--variant", "v1", "--shape", "8,16,0,64"], "seqlen_q must be >= 1"),
-    (["profile", "--variant", "v1", "--shape", "0,16,128,64"], "batch must be >= 1"),
-    (["profile", "--variant", "v1", "--shape", "8,16,1024"], "bad shape"),
-    (["profile", "--variant", "v1", "--dtype", "bfloat16"], "dtype"),
-    (["profile", "--variant", "v1", "--dtype", "int8"], "unknown dtype"),
+    (["profile", "--variant", "no_such_rung"], "unknown variant"),
+    (["bench", "--variant", f"{FP32},nope"], "unknown variant"),
+    (["profile", "--variant", FP32, "--shape", "8,16,1024,96"], "head_dim"),
+    (["profile", "--variant", FP32, "--shape", "8,16,0,64"], "seqlen_q must be >= 1"),
+    (["profile", "--variant", FP32, "--shape", "0,16,128,64"], "batch must be >= 1"),
+    (["profile", "--variant", FP32, "--shape", "8,16,1024"], "bad shape"),
+    (["profile", "--variant", FP32, "--dtype", "bfloat16"], "dtype"),
+    (["profile", "--variant", FP32, "--dtype", "int8"], "unknown dtype"),
     (["bench", "--variant", ""], "no variant"),
 ])
 def test_bad_usage_exits_2_with_message(args, message, tmp_path):
@@ -39,7 +43,7 @@ def test_bad_usage_exits_2_with_message(args, message, tmp_path):
 
 
 @pytest.mark.skipif(HAS_GPU, reason="checks the no-GPU refusal; this machine has a GPU")
-@pytest.mark.parametrize("command", [["profile", "--variant", "v2"], ["bench", "--variant", "v1"]])
+@pytest.mark.parametrize("command", [["profile", "--variant", FP32], ["bench", "--variant", FP32]])
 def test_gpu_command_without_gpu_exits_2(command, tmp_path):
     import os
 

@@ -23,7 +23,7 @@ from click.testing import CliRunner
 
 from lab import cli
 from lab.store.runs import REPO_ROOT, list_runs
-from test_report import Parsed, make_run   # tests/ is on sys.path under pytest's default import mode
+from test_report import R1, R2, Parsed, make_run   # tests/ is on sys.path under pytest's default import mode
 
 EXAMPLES = REPO_ROOT / "profiles" / "examples"
 TRACE = next(iter(sorted(EXAMPLES.glob("*/timeline/torch_trace.json"))), None)   # a recorded torch.profiler trace
@@ -66,7 +66,7 @@ def one_line_error(r: Done, code: int = 2) -> str:
 def test_an_oserror_anywhere_in_a_command_is_one_line_and_exit_2(tmp_path, monkeypatch, err):
     """The class: whatever step raises it, an OSError becomes one line naming the path, exit 2."""
     store = tmp_path / "store"
-    make_run(store, "v1")
+    make_run(store, R1)
 
     def fails(path, text):
         raise OSError(err, os.strerror(err), str(path))
@@ -80,7 +80,7 @@ def test_an_oserror_anywhere_in_a_command_is_one_line_and_exit_2(tmp_path, monke
 
 def test_a_name_too_long_for_the_filesystem_is_bad_input(tmp_path):
     store = tmp_path / "store"
-    make_run(store, "v1")
+    make_run(store, R1)
     line = one_line_error(lab("analyze", "x" * 5000 + ".ncu-rep", in_process=False))   # as a user's process
     assert len(line) < 400
     one_line_error(lab("report", "--run", "r" * 300, "--out", str(tmp_path / "o"), store=store))
@@ -96,8 +96,8 @@ def test_an_out_folder_that_cannot_be_written_is_bad_input(tmp_path):
     except OSError:
         pass   # read-only (EROFS) or not permitted (EPERM): the folder a user cannot write
     store = tmp_path / "store"
-    a = make_run(store, "v1")
-    b = make_run(store, "v2", created="2026-01-02T00:00:00+00:00")
+    a = make_run(store, R1)
+    b = make_run(store, R2, created="2026-01-02T00:00:00+00:00")
     for args in (["report"], ["compare", a.name, b.name], ["export", a.name]):
         line = one_line_error(lab(*args, "--out", "/sys/lab-out", store=store))
         assert "/sys/lab-out" in line
@@ -107,14 +107,14 @@ def test_an_out_folder_that_cannot_be_written_is_bad_input(tmp_path):
 
 def test_a_damaged_run_does_not_block_the_others(tmp_path):
     store = tmp_path / "store"
-    good_a = make_run(store, "v1")
-    good_b = make_run(store, "v2", created="2026-01-02T00:00:00+00:00")
-    not_json = make_run(store, "v3", created="2026-01-03T00:00:00+00:00")
+    good_a = make_run(store, R1)
+    good_b = make_run(store, R2, created="2026-01-02T00:00:00+00:00")
+    not_json = make_run(store, "mine3", created="2026-01-03T00:00:00+00:00")
     (not_json / "manifest.json").write_text('{"schema_version": 1, "run_')
-    bad_field = make_run(store, "v4", created="2026-01-04T00:00:00+00:00")
+    bad_field = make_run(store, "mine4", created="2026-01-04T00:00:00+00:00")
     text = (bad_field / "manifest.json").read_text()
     (bad_field / "manifest.json").write_text(text.replace('"median": 10.0', '"median": "fast"'))
-    bad_table = make_run(store, "v1", created="2026-01-05T00:00:00+00:00", run_id="20260105-v1-table")
+    bad_table = make_run(store, R1, created="2026-01-05T00:00:00+00:00", run_id="20260105-v1-table")
     (bad_table / "metrics.parquet").write_bytes(b"not parquet")
 
     out = tmp_path / "o"
@@ -145,8 +145,8 @@ def test_a_damaged_run_does_not_block_the_others(tmp_path):
 @pytest.mark.parametrize("threshold", ["nan", "inf", "-inf", "-1", "-0.5"])
 def test_a_meaningless_threshold_is_refused(tmp_path, threshold):
     store = tmp_path / "store"
-    a = make_run(store, "v1", median=1.0)
-    b = make_run(store, "v2", median=1.86, created="2026-01-02T00:00:00+00:00")   # 86% slower
+    a = make_run(store, R1, median=1.0)
+    b = make_run(store, R2, median=1.86, created="2026-01-02T00:00:00+00:00")   # 86% slower
     line = one_line_error(lab("compare", a.name, b.name, "--threshold", threshold, "--out", str(tmp_path), store=store))
     assert "--threshold" in line
     assert lab("compare", a.name, b.name, "--threshold", "0", "--out", str(tmp_path), store=store).returncode == 1
@@ -154,7 +154,7 @@ def test_a_meaningless_threshold_is_refused(tmp_path, threshold):
 
 def test_comparing_a_run_with_itself_says_so(tmp_path):
     store = tmp_path / "store"
-    a = make_run(store, "v1")
+    a = make_run(store, R1)
     for other in (a.name, a.name[:12], str(a)):   # the same run by id, prefix and path
         line = one_line_error(lab("compare", a.name, other, "--out", str(tmp_path), store=store))
         assert "same run" in line
@@ -180,7 +180,7 @@ def test_check_shape_count_is_bounded_before_any_work():
     assert time.perf_counter() - started < 30   # refused, not built: the list would take minutes
 
 
-@pytest.mark.parametrize("args", [["profile", "--variant", "v1", "--reps", "0"], ["bench", "--reps", "1"],
+@pytest.mark.parametrize("args", [["profile", "--variant", R1, "--reps", "0"], ["bench", "--reps", "1"],
                                   ["bench", "--warmup", "-1"]])
 def test_counts_out_of_range_are_refused(args):
     r = lab(*args)
@@ -201,7 +201,7 @@ def test_every_reading_command_refuses_a_store_that_does_not_exist(tmp_path):
 
 def test_export_reads_the_store_it_is_given_and_writes_beside_the_reports(tmp_path):
     store = tmp_path / "store"
-    a = make_run(store, "v1")
+    a = make_run(store, R1)
     r = lab("export", a.name, "--profiles", str(store), "--out", str(tmp_path / "x"))
     assert r.returncode == 0 and (tmp_path / "x" / a.name / "manifest.json").is_file(), r.stderr
     from lab.report.pages import DEFAULT_OUT
@@ -254,10 +254,12 @@ DRIVER = textwrap.dedent(r'''
     script("ncu", 'for a in "$@"; do [ "$prev" = -o ] && echo partial > "$a"; prev="$a"; done; ' + block)
     os.environ["PATH"] = f"{work}:{os.environ['PATH']}"
     from lab.cli import main
+    from lab.ladder.registry import builtin
+    R1 = builtin()[0].id   # the ladder's first rung (fp32, D=64)
     if command == "profile":
-        main(["profile", "--variant", "v1", "--shape", "1,1,16,64", "--no-baselines", "--no-report"])
+        main(["profile", "--variant", R1, "--shape", "1,1,16,64", "--no-baselines", "--no-report"])
     else:
-        main(["sweep", "--variant", "v1", "--shape", "1,1,16,64", "--shape", "1,1,32,64", "--no-baselines"])
+        main(["sweep", "--variant", R1, "--shape", "1,1,16,64", "--shape", "1,1,32,64", "--no-baselines"])
 ''')
 
 

@@ -24,7 +24,7 @@ def _without_nulls(x):
 
 
 def _minimal(**extra) -> dict:
-    return {"schema_version": 1, "run_id": "r1", "variant": {"id": "v1"},
+    return {"schema_version": 1, "run_id": "r1", "variant": {"id": "mine"},
             "problem": {"batch": 1, "heads": 2, "seqlen_q": 17, "seqlen_k": 33, "head_dim": 64}, **extra}
 
 
@@ -92,7 +92,7 @@ def test_the_writer_refuses_a_manifest_that_would_not_read_back(tmp_path):
 
 
 def test_a_typed_record_is_written_and_read_back(tmp_path):
-    record = mf.Manifest(variant=mf.VariantInfo(id="v3"), problem=Problem(2, 3, 100, 300, 64, True, "float16"),
+    record = mf.Manifest(variant=mf.VariantInfo(id="mine"), problem=Problem(2, 3, 100, 300, 64, True, "float16"),
                          timing=mf.Timing(median=1.25, reps=30),
                          baselines=[mf.Baseline(name="sdpa-flash", dtype="float16", status="ok", median_ms=0.5)])
     with store.create_run("20261121-000000-v3-x", tmp_path) as run:

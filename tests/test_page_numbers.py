@@ -15,7 +15,7 @@ from lab.measure.problem import Problem
 from lab.report import formatting, pages
 from lab.report import rundata
 from lab.store.runs import list_runs
-from test_report import Parsed, make_run   # tests/ is on sys.path under pytest's default import mode
+from test_report import R1, R2, Parsed, make_run   # tests/ is on sys.path under pytest's default import mode
 
 
 def _page(tmp_path, run) -> str:
@@ -37,7 +37,7 @@ def _edit_metrics(run, **values):
 
 
 def test_headline_leads_with_the_fastest_baseline_of_the_rungs_own_dtype(tmp_path):
-    run = make_run(tmp_path / "s", "v1", median=10.0)   # float32; a float16 flash at 0.01 ms is stored
+    run = make_run(tmp_path / "s", R1, median=10.0)   # float32; a float16 flash at 0.01 ms is stored
 
     def add_fp32(m):
         m["baselines"].append({"name": "sdpa-efficient", "backend": "efficient", "dtype": "float32", "status": "ok",
@@ -53,17 +53,17 @@ def test_headline_leads_with_the_fastest_baseline_of_the_rungs_own_dtype(tmp_pat
 
 
 def test_no_same_dtype_baseline_is_said_not_replaced(tmp_path):
-    run = make_run(tmp_path / "s", "v1")   # only float16 ran; float32 flash is 'unavailable'
+    run = make_run(tmp_path / "s", R1)   # only float16 ran; float32 flash is 'unavailable'
     lead = _page(tmp_path, run)
     assert "No SDPA backend ran in float32 here" in lead and "Across dtypes" in lead
 
 
 def test_n_way_is_defined_wherever_it_is_given(tmp_path):
-    run = make_run(tmp_path / "s", "v1", findings=[{"class": "bank-conflicts", "title": "5.5-way shared-memory bank conflicts",
+    run = make_run(tmp_path / "s", R1, findings=[{"class": "bank-conflicts", "title": "5.5-way shared-memory bank conflicts",
                                                     "evidence": {"lab__shared_bank_conflict_nway": 5.5}}])
     text = _page(tmp_path, run)
     assert formatting.NWAY_DEFINITION in text
-    plain = make_run(tmp_path / "t", "v1", findings=[{"class": "small-grid", "title": "grid"}])
+    plain = make_run(tmp_path / "t", R1, findings=[{"class": "small-grid", "title": "grid"}])
     done = pages.render(tmp_path / "o2", root=plain.parent)
     assert formatting.NWAY_DEFINITION not in Parsed(done.pages[plain.name].read_text()).visible
     # the registry's prose uses the same n-way as the analysis (v2's recorded profile: 5.5-way)
@@ -72,7 +72,7 @@ def test_n_way_is_defined_wherever_it_is_given(tmp_path):
 
 
 def test_dram_bytes_under_the_minimum_are_explained_and_the_point_is_honest(tmp_path):
-    run = make_run(tmp_path / "s", "v1")
+    run = make_run(tmp_path / "s", R1)
     prob = Problem(2, 4, 256, 256, 64, False, "float32")
     out_bytes = prob.min_bytes // 4
     # inputs read once, half of O written back: the rest was in L2 when the kernel ended
@@ -87,7 +87,7 @@ def test_dram_bytes_under_the_minimum_are_explained_and_the_point_is_honest(tmp_
     ai = prob.flops / prob.min_bytes
     assert f"at {formatting.charts.fmt_si(ai)} FLOP/byte" in text
     # at or above the minimum (make_run's own metrics: 3.25x the minimum): no note
-    other = make_run(tmp_path / "t", "v1")
+    other = make_run(tmp_path / "t", R1)
     rd = rundata.load(list_runs(other.parent)[0])
     assert rundata.below_minimum_note(rd.primary_kernel, rd.problem) is None
 
@@ -101,8 +101,8 @@ def test_a_prediction_for_another_shape_is_labelled(tmp_path, prediction, noted)
     note = rundata.prediction_shape_note(prediction, prob)
     assert bool(note) == noted
     if noted:
-        make_run(tmp_path / "s", "v1", created="2026-01-01T00:00:00+00:00")
-        b = make_run(tmp_path / "s", "v2", created="2026-01-02T00:00:00+00:00")
+        make_run(tmp_path / "s", R1, created="2026-01-01T00:00:00+00:00")
+        b = make_run(tmp_path / "s", R2, created="2026-01-02T00:00:00+00:00")
         _edit_manifest(b, lambda m: m["variant"].update(predicted_gain=prediction))
         text = _page(tmp_path, b)
         assert f"(Note: {note}.)" in text and "measured on B2-H4-N256-D64-float32" in note
@@ -111,7 +111,7 @@ def test_a_prediction_for_another_shape_is_labelled(tmp_path, prediction, noted)
 
 
 def test_units_are_consistent(tmp_path):
-    run = make_run(tmp_path / "s", "v1")
+    run = make_run(tmp_path / "s", R1)
     _edit_manifest(run, lambda m: m["device"].update(memory_bytes=150_109_880_320, l2_bytes=62_914_560))
     done = pages.render(tmp_path / "out", root=run.parent)
     html = done.pages[run.name].read_text()
@@ -125,7 +125,7 @@ def test_units_are_consistent(tmp_path):
 
 
 def test_integer_stall_samples_print_as_integers(tmp_path):
-    run = make_run(tmp_path / "s", "v1", metrics=False)
+    run = make_run(tmp_path / "s", R1, metrics=False)
     df = pd.DataFrame([{"kernel": "k", "gpu__time_duration.sum": 1e6, "smsp__pcsamp_warps_issue_stalled_imc_miss": 4.0,
                         "smsp__pcsamp_warps_issue_stalled_wait": 783648.0}])
     df.to_parquet(run / "metrics.parquet", index=False)

@@ -12,7 +12,9 @@ import pytest
 from lab.measure import isolated
 from lab.errors import CheckFailed
 from lab.measure.problem import parse_shape
-from lab.ladder.registry import get
+from lab.ladder.registry import builtin
+
+RUNG = builtin()[0]   # any rung: the child is a stand-in
 
 
 def _fake_python(tmp_path, monkeypatch, body: str):
@@ -24,29 +26,29 @@ def _fake_python(tmp_path, monkeypatch, body: str):
 
 def test_a_crashing_child_becomes_a_failed_check(tmp_path, monkeypatch):
     _fake_python(tmp_path, monkeypatch, 'echo "CUDA error: an illegal memory access" >&2; kill -SEGV $$')
-    with pytest.raises(CheckFailed, match=r"v2 crashed in its child process \(killed by SIGSEGV\).*illegal memory"):
-        isolated.check_in_child(get("v2"), parse_shape("1,1,17,64"), extra_shapes=0)
+    with pytest.raises(CheckFailed, match=rf"{RUNG.id} crashed in its child process \(killed by SIGSEGV\).*illegal memory"):
+        isolated.check_in_child(RUNG, parse_shape("1,1,17,64"), extra_shapes=0)
 
 
 def test_the_childs_verdict_is_returned(tmp_path, monkeypatch):
     verdict = {"passed": False, "rel_err": 0.5, "tolerance": 1e-4, "failed_shape": "B1-H1-N17-D64-float32"}
     _fake_python(tmp_path, monkeypatch, f"echo '{json.dumps(verdict)}'; exit 0")
-    result = isolated.check_in_child(get("v2"), parse_shape("1,1,17,64"), extra_shapes=0)
+    result = isolated.check_in_child(RUNG, parse_shape("1,1,17,64"), extra_shapes=0)
     assert result == {"passed": False, "rel_err": 0.5, "tolerance": 1e-4, "failed_shape": "B1-H1-N17-D64-float32"}
 
 
 def test_the_child_is_asked_for_the_exact_problem(tmp_path, monkeypatch):
     argv_file = tmp_path / "argv"
     _fake_python(tmp_path, monkeypatch, f'echo "$@" > {argv_file}; echo \'{{"passed": true}}\'')
-    assert isolated.check_in_child(get("v2"), parse_shape("2,3,100,300,64", causal=True), extra_shapes=4) == {"passed": True}
+    assert isolated.check_in_child(RUNG, parse_shape("2,3,100,300,64", causal=True), extra_shapes=4) == {"passed": True}
     argv = argv_file.read_text().split()
     assert argv[argv.index("--shape") + 1] == "2,3,100,300,64"
     assert argv[argv.index("--shapes") + 1] == "4" and "--causal" in argv
 
 
 def test_bad_input_inside_the_child_is_bad_input_not_a_crash(tmp_path, monkeypatch):
-    _fake_python(tmp_path, monkeypatch, """echo '{"error": "v2 supports head dims 32, 64, 128"}'""")
+    _fake_python(tmp_path, monkeypatch, """echo '{"error": "mine supports head dims 32, 64, 128"}'""")
     from lab.errors import LabError
     with pytest.raises(LabError, match="head dims") as e:
-        isolated.check_in_child(get("v2"), parse_shape("1,1,17,64"), extra_shapes=0)
+        isolated.check_in_child(RUNG, parse_shape("1,1,17,64"), extra_shapes=0)
     assert not isinstance(e.value, CheckFailed)

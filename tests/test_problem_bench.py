@@ -5,7 +5,7 @@ import pytest
 from lab.measure.bench import median_ci95, summarize, tflops
 from lab.errors import LabError
 from lab.measure.problem import Problem, check_supported, parse_shape
-from lab.ladder.registry import get
+from lab.ladder.registry import builtin
 
 
 def test_flops_and_min_bytes():
@@ -30,7 +30,7 @@ def test_bad_shapes_are_refused(spec):
 
 
 def test_rung_support_is_checked():
-    v1 = get("v1")
+    v1 = next(v for v in builtin() if v.dtypes == ("float32",) and 32 in v.head_dims)
     check_supported(v1, parse_shape("1,1,17,32"))
     with pytest.raises(LabError, match="head_dim"):
         check_supported(v1, parse_shape("1,1,17,96"))
@@ -72,12 +72,12 @@ def test_markdown_ladder_marks_unavailable_backends_and_failed_rungs():
     result = {"device": {"name": "GPU", "compute_capability": "9.0", "sm_count": 132},
               "git": {"commit": "0123456789abcdef", "dirty": True}, "software": {"torch": "2.11"},
               "reps": 30, "warmup": 5,
-              "rows": [{"variant": "v1", "problem": {"label": "B1-H1-N17-D64-float32"},
+              "rows": [{"variant": "mine1", "problem": {"label": "B1-H1-N17-D64-float32"},
                         "timing": {"median": 2.0, "std": 0.1}, "tflops": 1.0, "baselines": [ok, refused]},
-                       {"variant": "v2", "problem": {"label": "B1-H1-N17-D64-float32"}}]}
+                       {"variant": "mine2", "problem": {"label": "B1-H1-N17-D64-float32"}}]}
     text = markdown_ladder(result)
     assert "commit 0123456789 (with uncommitted changes)" in text
-    v1_row = next(line for line in text.splitlines() if line.startswith("| v1"))
+    v1_row = next(line for line in text.splitlines() if line.startswith("| mine1"))
     assert "| 1 (0.5x) | n/a |" in v1_row
     assert "FAILED its check" in text
 

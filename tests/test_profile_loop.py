@@ -10,7 +10,9 @@ import stat
 import pytest
 
 from lab import pipeline
-from lab.ladder.registry import get
+from lab.ladder.registry import builtin
+
+FIRST = builtin()[0]   # the ladder's first rung (fp32, D=64); the stand-ins below do the work
 from lab.measure import bench, isolated
 from lab.measure.baselines import Baseline
 from lab.measure.problem import parse_shape
@@ -58,7 +60,7 @@ def stand_ins(tmp_path, monkeypatch):
 
 
 def _profile(**opts):
-    return pipeline.profile(get("v1"), parse_shape("1,2,64,64"),
+    return pipeline.profile(FIRST, parse_shape("1,2,64,64"),
                             pipeline.ProfileOptions(ncu=False, **{"report": False, **opts}))
 
 
@@ -85,7 +87,7 @@ def test_baselines_are_timed_once_per_device_software_and_shape(stand_ins, tmp_p
     third = store.Run(_profile(fresh_baselines=True).run_dir).record
     assert len(stand_ins) == 2 and third.baselines_cached is False
     # another shape, or other software, is another entry
-    pipeline.profile(get("v1"), parse_shape("1,2,128,64"), pipeline.ProfileOptions(ncu=False, report=False))
+    pipeline.profile(FIRST, parse_shape("1,2,128,64"), pipeline.ProfileOptions(ncu=False, report=False))
     assert len(stand_ins) == 3
     assert store.list_runs(tmp_path / "store") and all(not r.id.startswith(".") for r in store.list_runs(tmp_path / "store"))
 

@@ -1,12 +1,20 @@
-"""The registry is the only list of rungs: every entry has its source file, that file exports the
-entry's launcher and carries the header STYLE.md asks for, and every kernels/v*.cu is registered."""
+"""The registry is the only list of rungs, read from each rung's own file: every built-in rung
+file declares its facts in a lab:rung block, exports its launcher and carries the header
+STYLE.md asks for; bad declarations are refused with the file and line; the advice names rungs
+through `demonstrating`, and no rung id is written anywhere else."""
 
 import re
+from pathlib import Path
 
 import pytest
 
+from lab.errors import LabError
+from lab.ladder import registry
+from lab.ladder.registry import ANALYSIS_CLASSES, KERNELS_DIR, builtin, demonstrating, get, parse_rung, select
 from lab.measure.problem import DTYPE_BYTES
-from lab.ladder.registry import KERNELS_DIR, VARIANTS, get, select
+
+ROOT = Path(__file__).resolve().parent.parent
+VARIANTS = builtin()
 
 # The header sections of a rung file, as patterns: rungs word them a little differently
 # ("Bottleneck attacked:" / "Bottleneck it attacks:"), but each section must be there.
@@ -46,6 +54,17 @@ def test_source_has_the_header_sections(variant):
     missing = [name for name, pattern in HEADER_SECTIONS.items() if not re.search(pattern, header)]
     assert not missing, f"{variant.source.name} header lacks: {', '.join(missing)}"
     assert f"lab profile --variant {variant.id}" in header, "the header names the command that profiles the rung"
+    assert variant.source.name == f"{variant.label()}.cu", "a built-in rung's file is <id>_<slug>.cu"
+
+
+@pytest.mark.parametrize("variant", VARIANTS, ids=lambda v: v.id)
+def test_prose_comes_from_the_header(variant):
+    """What the registry says about a rung is read from its file, not written a second time."""
+    text = " ".join(" ".join(line[2:] for line in header_comment(variant.source.read_text()).splitlines()).split())
+    for field in ("changed", "attacks", "predicted_gain", "measured"):
+        prose = getattr(variant, field)
+        assert prose.strip(), f"{variant.id}: no {field} section read from the header"
+        assert " ".join(prose.split()[-6:]) in text
 
 
 def test_ids_unique_and_ordered():
@@ -55,25 +74,162 @@ def test_ids_unique_and_ordered():
     numbers = []
     for vid in ids:
         m = re.fullmatch(r"v(\d+)", vid)
-        assert m, f"rung id {vid!r} is not v<number>"
+        assert m, f"built-in rung id {vid!r} is not v<number>"
         numbers.append(int(m.group(1)))
     assert numbers == sorted(numbers), f"rungs are not in ladder order: {ids}"
 
 
-def test_every_kernel_file_is_registered():
-    on_disk = {p.name for p in KERNELS_DIR.glob("v*.cu")}
+def test_every_kernel_file_is_a_rung():
+    """Every .cu / .py of kernels/ declares a rung (common.cuh and binding.cpp are not rung files)."""
+    on_disk = {p.name for p in KERNELS_DIR.iterdir() if p.suffix in (".cu", ".py")}
     registered = {v.source.name for v in VARIANTS}
-    assert on_disk == registered, f"unregistered: {sorted(on_disk - registered)}; missing: {sorted(registered - on_disk)}"
+    assert on_disk == registered, f"without a lab:rung block: {sorted(on_disk - registered)}"
 
 
 @pytest.mark.parametrize("variant", VARIANTS, ids=lambda v: v.id)
 def test_entry_fields_are_usable(variant):
+    assert variant.kind == "cuda" and variant.origin == "built-in" and variant.layout == "BHND"
     assert variant.dtypes and all(d in DTYPE_BYTES for d in variant.dtypes)
     assert variant.head_dims and all(d > 0 and d % 8 == 0 for d in variant.head_dims)
-    assert variant.changed.strip() and variant.attacks.strip() and variant.predicted_gain.strip()
+    assert set(variant.classes) <= set(ANALYSIS_CLASSES)
+    assert variant.grid, "a built-in rung declares its grid"
     assert get(variant.id) is variant and get(variant.label()) is variant
+    assert get(f"builtin:{variant.id}") is variant
+
+
+@pytest.mark.parametrize("variant", VARIANTS, ids=lambda v: v.id)
+def test_declared_traits_match_the_launcher(variant):
+    """aligned16 and grid are facts the GPU test acts on: the launcher's source must agree."""
+    text = variant.source.read_text()
+    launcher_refuses_misaligned = re.search(r'return "[^"]*16-byte aligned', text) is not None
+    assert variant.aligned16 == launcher_refuses_misaligned
+    if variant.batch_heads_on_grid_y:
+        assert "65535" in text, "B*H on grid.y: the launcher must refuse more than 65535"
+
+
+def test_vocabulary_is_the_analysis_vocabulary():
+    from lab.analysis.findings import CLASSES
+
+    assert tuple(ANALYSIS_CLASSES) == tuple(CLASSES)
+
+
+@pytest.mark.parametrize("cls", ANALYSIS_CLASSES)
+def test_demonstrating_names_the_first_rung_that_attacks_the_class(cls):
+    found = demonstrating(cls)
+    declaring = [v for v in VARIANTS if cls in v.classes]
+    assert found == (declaring[0] if declaring else None)
+
+
+def test_every_rung_after_the_baseline_attacks_something():
+    assert all(v.classes for v in VARIANTS[1:])
+    assert any(demonstrating(c) for c in ANALYSIS_CLASSES)
 
 
 def test_select_all_is_the_registry_in_order():
     assert select("all") == list(VARIANTS)
     assert select(",".join(v.id for v in reversed(VARIANTS))) == list(reversed(VARIANTS))
+
+
+# ----------------------------------------------------------------------------------------------
+# The block's format, on files of our own
+# ----------------------------------------------------------------------------------------------
+
+GOOD_BLOCK = """\
+// mine_tiled: my first kernel.
+//
+// lab:rung
+// id = "mine"
+// slug = "tiled"
+// title = "Mine: tiled"
+// dtypes = ["float16"]
+// head_dims = [64]
+// min_cc = "8.0"
+// attacks = ["small-grid"]
+// lab:end
+//
+// What changed (since the
+//   previous one): the grid.
+// Bottleneck attacked (profile of
+//   the last run, H200): small-grid, 12 CTAs.
+// Predicted gain: 2x.
+// Measured: not yet.
+#include "common.cuh"
+"""
+
+
+def _write(tmp_path, text, name="mine_tiled.cu"):
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+def test_a_block_and_its_prose_parse(tmp_path):
+    v = parse_rung(_write(tmp_path, GOOD_BLOCK), origin="workspace")
+    assert (v.id, v.slug, v.kind, v.layout, v.dtypes, v.head_dims, v.min_cc, v.classes) == (
+        "mine", "tiled", "cuda", "BHND", ("float16",), (64,), (8, 0), ("small-grid",))
+    assert v.changed == "(since the previous one): the grid."
+    assert v.attacks == "(profile of the last run, H200): small-grid, 12 CTAs."
+    assert v.predicted_gain == "2x." and v.measured == "not yet."
+    assert v.launcher == "lab_forward_mine"
+
+
+def test_a_file_without_a_block_is_not_a_rung(tmp_path):
+    assert parse_rung(_write(tmp_path, "// helper\n__global__ void k() {}\n")) is None
+
+
+@pytest.mark.parametrize("edit, message", [
+    (('min_cc = "8.0"', 'min_cc = "8.0'), r"mine_tiled.cu:9: the lab:rung block is not valid TOML"),
+    (('// lab:end\n', ''), r"has no `// lab:end` line"),
+    (('// slug = "tiled"\n', ''), r"lacks slug"),
+    (('attacks = ["small-grid"]', 'attacks = ["small_grid"]'), r"unknown class\(es\) small_grid"),
+    (('dtypes = ["float16"]', 'dtypes = ["int8"]'), r"dtypes"),
+    (('id = "mine"', 'id = "my rung"'), r"id 'my rung'"),
+    (('min_cc = "8.0"', 'min_cc = 8'), r"min_cc"),
+    (('// lab:end', '// layout = "BNHD"\n// lab:end'), r"layout BNHD is for python rungs"),
+    (('// lab:end', '// colour = "red"\n// lab:end'), r"unknown key\(s\) .*colour"),
+    (('// lab:end', '// grid = "diagonal"\n// lab:end'), r"grid 'diagonal'"),
+])
+def test_bad_blocks_are_refused_with_the_file(tmp_path, edit, message):
+    old, new = edit
+    assert old in GOOD_BLOCK
+    path = _write(tmp_path, GOOD_BLOCK.replace(old, new, 1))
+    with pytest.raises(LabError, match=message) as err:
+        parse_rung(path)
+    assert str(path) in str(err.value)
+
+
+def test_two_rungs_with_one_id_are_refused(tmp_path):
+    a = _write(tmp_path, GOOD_BLOCK, "a.cu")
+    b = _write(tmp_path, GOOD_BLOCK.replace('slug = "tiled"', 'slug = "other"'), "b.cu")
+    with pytest.raises(LabError, match="two rungs with id 'mine'"):
+        registry.scan([a, b], "workspace")
+
+
+def test_a_python_rung_declares_its_callable_and_layout(tmp_path):
+    text = "\n".join("# " + line[3:] if line.startswith("// ") else "#" for line in GOOD_BLOCK.splitlines()
+                     if line.startswith("//"))
+    text = text.replace("# lab:end", '# layout = "BNHD"\n# entry = "attention"\n# lab:end')
+    v = parse_rung(_write(tmp_path, text + "\ndef attention(q, k, v, causal, scale):\n    return q\n", "mine.py"))
+    assert (v.kind, v.layout, v.entry) == ("python", "BNHD", "attention")
+    assert v.measured == "not yet."
+
+
+def test_no_rung_id_is_written_outside_the_rung_files():
+    """`lab`, the tools and the tests name rungs through the registry: no string in their code (a
+    docstring is prose, not code) is a rung's id or holds its <id>_<slug> label."""
+    import ast
+
+    ids = {v.id for v in VARIANTS}
+    label_re = re.compile(r"\b(%s)" % "|".join(re.escape(v.label()) for v in VARIANTS))
+    offenders = []
+    for folder in ("lab", "tools", "tests"):
+        for path in sorted((ROOT / folder).rglob("*.py")):
+            tree = ast.parse(path.read_text())
+            docstrings = {id(n.body[0].value) for n in ast.walk(tree)
+                          if isinstance(n, (ast.Module, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
+                          and n.body and isinstance(n.body[0], ast.Expr) and isinstance(n.body[0].value, ast.Constant)}
+            for node in ast.walk(tree):
+                if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings:
+                    if node.value in ids or label_re.search(node.value):
+                        offenders.append(f"{path.relative_to(ROOT)}:{node.lineno}: {node.value[:80]!r}")
+    assert not offenders, "rung ids written outside the registry's data:\n" + "\n".join(offenders[:20])

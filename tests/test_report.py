@@ -28,18 +28,22 @@ from lab.report import rundata
 from lab.report.compare import compare_runs
 from lab.measure.problem import Problem
 from lab.store.runs import REPO_ROOT, Run, create_run, list_runs
+from lab.ladder.registry import builtin
+
+R1, R2 = (v.id for v in builtin()[:2])   # two consecutive rungs of the ladder: the page names the previous one
 
 EXAMPLES = REPO_ROOT / "profiles" / "examples"
 EVIL = '<script>alert("x")</script>&'   # a kernel name no page may interpret as markup
 DEVICE = "Test GPU (test-made manifest)"
 
 
-def make_run(root: Path, variant: str = "v1", median: float = 10.0, spread: float = 0.1, *,
+def make_run(root: Path, variant: str | None = None, median: float = 10.0, spread: float = 0.1, *,
              shape=(2, 4, 256, 64), causal: bool = False, kernel: str = "lab_v1_kernel",
              metrics: bool = True, findings: list[dict] | None = None, baselines: bool = True,
              timeline: bool = False, created: str = "2026-01-01T00:00:00+00:00", run_id: str | None = None,
              peaks: bool = True) -> Path:
     """Store one test-made run; times in ms, `spread` is the half-width of its CI95."""
+    variant = variant or R1
     b, h, n, d = shape
     prob = Problem(b, h, n, n, d, causal, "float32")
     run_id = run_id or f"{created[:10].replace('-', '')}-{variant}-{prob.label()}"
@@ -148,7 +152,7 @@ def lab(*args, env_root: Path | None = None) -> subprocess.CompletedProcess:
 
 def test_run_page_has_every_section_and_the_stored_numbers(tmp_path):
     root = tmp_path / "store"
-    make_run(root, "v1", median=12.5, kernel=EVIL,
+    make_run(root, R1, median=12.5, kernel=EVIL,
              findings=[{"class": "small-grid", "title": "8 CTAs on 132 SMs: 0.06 waves",
                         "evidence": {"launch__grid_size": 8}, "est_speedup_pct": 93.9},
                        {"class": "latency-bound", "title": "long scoreboard stalls"}], timeline=True)
@@ -173,7 +177,7 @@ def test_run_page_has_every_section_and_the_stored_numbers(tmp_path):
     # findings with evidence, secondary, and the next rung of the registry
     assert "8 CTAs on 132 SMs: 0.06 waves" in text and "launch__grid_size = 8" in text
     assert "Secondary bottlenecks" in text and "long scoreboard stalls" in text
-    assert "The ladder's next rung is v2" in text
+    assert f"The ladder's next rung is {R2}" in text
     # timeline source, reason and launch overhead
     assert "test-made" in text and "made by the test" in text and f"{formatting.fmt_num(4500 / 1000)} µs" in text
     # the unavailable backend is a cell with its reason
@@ -188,7 +192,7 @@ def test_run_page_has_every_section_and_the_stored_numbers(tmp_path):
 
 def test_strings_from_data_are_escaped(tmp_path):
     root = tmp_path / "store"
-    make_run(root, "v1", kernel=EVIL, findings=[{"class": "small-grid", "title": EVIL}])
+    make_run(root, R1, kernel=EVIL, findings=[{"class": "small-grid", "title": EVIL}])
     done = report.render(tmp_path / "out", root=root)
     for path in [*done.pages.values(), done.index]:
         html = path.read_text()
@@ -201,7 +205,7 @@ def test_strings_from_data_are_escaped(tmp_path):
 
 def test_missing_tables_are_said_plainly(tmp_path):
     root = tmp_path / "store"
-    make_run(root, "v1", metrics=False, findings=None, baselines=False, peaks=False)
+    make_run(root, R1, metrics=False, findings=None, baselines=False, peaks=False)
     text = Parsed(next(iter(report.render(tmp_path / "out", root=root).pages.values())).read_text()).visible
     assert "No Nsight Compute metrics were stored with this run" in text
     assert "No findings were stored with this run" in text
@@ -212,30 +216,30 @@ def test_missing_tables_are_said_plainly(tmp_path):
 
 def test_previous_rung_gain_is_measured_from_the_stored_runs(tmp_path):
     root = tmp_path / "store"
-    make_run(root, "v1", median=30.0, created="2026-01-01T00:00:00+00:00")
-    make_run(root, "v2", median=12.0, created="2026-01-02T00:00:00+00:00")
-    make_run(root, "v2", median=12.0, shape=(1, 1, 64, 64), created="2026-01-03T00:00:00+00:00")
+    make_run(root, R1, median=30.0, created="2026-01-01T00:00:00+00:00")
+    make_run(root, R2, median=12.0, created="2026-01-02T00:00:00+00:00")
+    make_run(root, R2, median=12.0, shape=(1, 1, 64, 64), created="2026-01-03T00:00:00+00:00")
     done = report.render(tmp_path / "out", root=root)
-    v2_same = next(p for rid, p in done.pages.items() if "-v2-" in rid and "N256" in rid)
-    v2_other = next(p for rid, p in done.pages.items() if "-v2-" in rid and "N64" in rid)
+    v2_same = next(p for rid, p in done.pages.items() if f"-{R2}-" in rid and "N256" in rid)
+    v2_other = next(p for rid, p in done.pages.items() if f"-{R2}-" in rid and "N64" in rid)
     text = Parsed(v2_same.read_text()).visible
     assert f"measured gain {formatting.fmt_times(30.0 / 12.0)}" in text and "1.5x predicted by the test" in text
     assert "the CI95 intervals do not overlap" in text
-    assert "No stored run of the previous rung, v1" in Parsed(v2_other.read_text()).visible
+    assert f"No stored run of the previous rung, {R1}" in Parsed(v2_other.read_text()).visible
     # the comparison page of the pair was rendered and is linked
     assert len(done.comparisons) == 1 and done.comparisons[0].name in v2_same.read_text()
 
 
 def test_index_lists_runs_with_filters_ladder_and_history(tmp_path):
     root = tmp_path / "store"
-    make_run(root, "v1", median=30.0, created="2026-01-01T00:00:00+00:00")
-    make_run(root, "v2", median=12.0, created="2026-01-02T00:00:00+00:00",
+    make_run(root, R1, median=30.0, created="2026-01-01T00:00:00+00:00")
+    make_run(root, R2, median=12.0, created="2026-01-02T00:00:00+00:00",
              findings=[{"class": "small-grid", "title": "grid too small"}])
     index = report.render(tmp_path / "out", root=root).index.read_text()
     doc = Parsed(index)
     assert {"runs", "ladder", "runs-table", "ladder-select"} <= doc.ids
-    assert index.count('data-rung="v1"') == 1 and index.count('data-rung="v2"') == 1
-    assert f"{formatting.fmt_times(30.0 / 12.0)} over v1" in doc.visible   # v2's measured gain in the history
+    assert index.count(f'data-rung="{R1}"') == 1 and index.count(f'data-rung="{R2}"') == 1
+    assert f"{formatting.fmt_times(30.0 / 12.0)} over {R1}" in doc.visible   # R2's measured gain in the history
     assert "grid too small" not in doc.visible and "small-grid" in doc.visible
     assert "SDPA flash float16" in index     # a baseline bar beside the rungs
 
@@ -252,7 +256,7 @@ def test_page_from_a_real_ncu_report(tmp_path):
     metrics = ncu.load_report(NCU_FIXTURE)
     rules = pd.DataFrame(ncu.rule_results(NCU_FIXTURE)).drop(columns=["focus_metrics"])
     root = tmp_path / "store"
-    run = make_run(root, "v1", metrics=False)
+    run = make_run(root, R1, metrics=False)
     m = json.loads((run / "manifest.json").read_text())
     metrics.to_parquet(run / "metrics.parquet", index=False)
     rules.to_parquet(run / "ncu_rules.parquet", index=False)
@@ -289,7 +293,7 @@ def test_timeline_section_from_a_real_nsys_export(tmp_path):
 
     tl = read_any(NSYS_FIXTURE)
     root = tmp_path / "store"
-    run = make_run(root, "v1")
+    run = make_run(root, R1)
     m = json.loads((run / "manifest.json").read_text())
     for name, df in tl.tables().items():
         df.to_parquet(run / f"timeline_{name}.parquet", index=False)
@@ -349,11 +353,11 @@ def test_roofline_places_points_by_their_numbers():
 
 def test_compare_flags_a_regression_only_beyond_noise_and_threshold(tmp_path):
     root = tmp_path / "store"
-    fast = rundata.load(Run(make_run(root, "v2", median=10.0, spread=0.1, run_id="fast",
+    fast = rundata.load(Run(make_run(root, R2, median=10.0, spread=0.1, run_id="fast",
                                      findings=[{"class": "small-grid", "title": "grid"}])))
-    slow = rundata.load(Run(make_run(root, "v2", median=12.0, spread=0.1, run_id="slow",
+    slow = rundata.load(Run(make_run(root, R2, median=12.0, spread=0.1, run_id="slow",
                                      findings=[{"class": "latency-bound", "title": "stalls"}])))
-    noisy = rundata.load(Run(make_run(root, "v2", median=12.0, spread=3.0, run_id="noisy")))
+    noisy = rundata.load(Run(make_run(root, R2, median=12.0, spread=3.0, run_id="noisy")))
     c = compare_runs(fast, slow, threshold_pct=5.0)
     assert c.regression and c.overlap is False
     assert [f["class"] for f in c.findings["resolved"]] == ["small-grid"]
@@ -368,8 +372,8 @@ def test_compare_flags_a_regression_only_beyond_noise_and_threshold(tmp_path):
 
 def test_lab_compare_exit_codes_and_json(tmp_path):
     root = tmp_path / "store"
-    make_run(root, "v2", median=10.0, run_id="fast")
-    make_run(root, "v2", median=12.0, run_id="slow")
+    make_run(root, R2, median=10.0, run_id="fast")
+    make_run(root, R2, median=12.0, run_id="slow")
     out = tmp_path / "out"
     r = lab("compare", "fast", "slow", "--json", "--out", str(out), env_root=root)
     assert r.returncode == 1, r.stderr
@@ -387,8 +391,8 @@ def test_lab_compare_exit_codes_and_json(tmp_path):
 
 def test_lab_report_prints_the_index_and_renders_every_run(tmp_path):
     root = tmp_path / "store"
-    make_run(root, "v1", created="2026-01-01T00:00:00+00:00")
-    make_run(root, "v2", created="2026-01-02T00:00:00+00:00")
+    make_run(root, R1, created="2026-01-01T00:00:00+00:00")
+    make_run(root, R2, created="2026-01-02T00:00:00+00:00")
     out = tmp_path / "out"
     r = lab("report", "--out", str(out), env_root=root)
     assert r.returncode == 0, r.stderr
@@ -401,8 +405,8 @@ def test_lab_report_prints_the_index_and_renders_every_run(tmp_path):
 def test_lab_report_and_compare_need_no_torch(tmp_path):
     """Run with `import torch` made to fail: rendering reads only the store."""
     root = tmp_path / "store"
-    make_run(root, "v1", median=30.0, run_id="a", created="2026-01-01T00:00:00+00:00")
-    make_run(root, "v2", median=12.0, run_id="b", created="2026-01-02T00:00:00+00:00")
+    make_run(root, R1, median=30.0, run_id="a", created="2026-01-01T00:00:00+00:00")
+    make_run(root, R2, median=12.0, run_id="b", created="2026-01-02T00:00:00+00:00")
     code = ("import sys; sys.modules['torch'] = None\n"
             "from lab.cli import main\n"
             "main(sys.argv[1:])")
@@ -414,8 +418,8 @@ def test_lab_report_and_compare_need_no_torch(tmp_path):
 
 def test_render_run_page_as_lab_profile_calls_it(tmp_path):
     root = tmp_path / "store"
-    other = make_run(root, "v1", created="2026-01-01T00:00:00+00:00")
-    run_dir = make_run(root, "v2", created="2026-01-02T00:00:00+00:00")
+    other = make_run(root, R1, created="2026-01-01T00:00:00+00:00")
+    run_dir = make_run(root, R2, created="2026-01-02T00:00:00+00:00")
     page = report.render_run_page(run_dir, tmp_path / "out")
     assert page == tmp_path / "out" / f"{run_dir.name}.html" and page.is_file()
     assert (tmp_path / "out" / "index.html").is_file()
@@ -424,7 +428,7 @@ def test_render_run_page_as_lab_profile_calls_it(tmp_path):
 
 def test_lab_report_open_hands_the_index_to_the_browser(tmp_path):
     root = tmp_path / "store"
-    make_run(root, "v1")
+    make_run(root, R1)
     opened = tmp_path / "opened.txt"
     fake_browser = f"{sys.executable} -c 'import sys; open(sys.argv[2], \"w\").write(sys.argv[1])' %s {opened}"
     env = {**os.environ, "LAB_PROFILES": str(root), "BROWSER": fake_browser}
@@ -441,7 +445,7 @@ def test_lab_report_empty_store_and_bad_input(tmp_path):
     assert r.returncode == 0 and "no stored runs in" in r.stderr and "Traceback" not in r.stderr
     assert "No stored runs in" in Parsed((tmp_path / "o" / "index.html").read_text()).visible
     root = tmp_path / "store"
-    make_run(root, "v1")
+    make_run(root, R1)
     r = lab("report", "--out", str(tmp_path / "o"), "--run", "does-not-exist", env_root=root)
     assert r.returncode == 2 and "no stored run" in r.stderr
     not_a_dir = tmp_path / "file"
@@ -449,8 +453,8 @@ def test_lab_report_empty_store_and_bad_input(tmp_path):
     r = lab("report", "--out", str(tmp_path / "o"), env_root=not_a_dir)
     assert r.returncode == 2 and "not a run store directory" in r.stderr
     # a damaged run (tests/test_faults.py has the class) is listed, not fatal: the others render
-    make_run(root, "v2", created="2026-01-02T00:00:00+00:00")
-    bad = next(root.glob("2026*-v1-*"))
+    make_run(root, R2, created="2026-01-02T00:00:00+00:00")
+    bad = next(root.glob(f"2026*-{R1}-*"))
     (bad / "manifest.json").write_text('{"schema_version": 1, "run_id": "x", "timing": {"median": "fast"}}')
     r = lab("report", "--out", str(tmp_path / "o"), env_root=root)
     assert r.returncode == 0 and "warning: damaged run left out" in r.stderr and "Traceback" not in r.stderr
@@ -465,7 +469,7 @@ def test_lab_report_renders_50_runs(tmp_path):
         first = root / EXAMPLE_RUNS[-1].id
         shutil.copytree(EXAMPLE_RUNS[-1].path, first)
     else:
-        first = make_run(root, "v1", findings=[{"class": "small-grid", "title": "grid"}], timeline=True)
+        first = make_run(root, R1, findings=[{"class": "small-grid", "title": "grid"}], timeline=True)
     for i in range(49):
         dest = root / f"{first.name}-copy{i:02d}"
         shutil.copytree(first, dest)

@@ -97,11 +97,11 @@ def rendered(tmp_path_factory):
     if examples:
         shutil.copytree(EXAMPLES, store / "examples")
     else:
-        from test_report import make_run
+        from test_report import R1, R2, make_run
 
-        make_run(store, "v1", median=30.0, created="2026-01-01T00:00:00+00:00", timeline=True,
+        make_run(store, R1, median=30.0, created="2026-01-01T00:00:00+00:00", timeline=True,
                  findings=[{"class": "small-grid", "title": "8 CTAs on 132 SMs", "evidence": {"launch__grid_size": 8}}])
-        make_run(store, "v2", median=12.0, created="2026-01-02T00:00:00+00:00",
+        make_run(store, R2, median=12.0, created="2026-01-02T00:00:00+00:00",
                  findings=[{"class": "latency-bound", "title": "long scoreboard stalls"}])
     done = report.render(tmp / "out", root=store)
     runs = [rundata.load(r) for r in list_runs(store)]

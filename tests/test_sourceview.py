@@ -12,12 +12,15 @@ from lab.analysis import findings as analysis
 from lab.analysis import lines as source_lines
 from lab.report import pages as report
 from lab.store.runs import REPO_ROOT
+from lab.ladder.registry import builtin
+
+BASELINE = builtin()[0]   # the ladder's first rung, whose shipped run this page is built from
 
 EXAMPLES = REPO_ROOT / "profiles" / "examples"
 
 
 def _v1_run(tmp_path: Path) -> Path:
-    src = next((p for p in sorted(EXAMPLES.glob("*-v1-*")) if (p / "profile.ncu-rep").exists()), None)
+    src = next((p for p in sorted(EXAMPLES.glob(f"*-{BASELINE.id}-*")) if (p / "profile.ncu-rep").exists()), None)
     if src is None:
         pytest.skip("no shipped v1 run with its ncu report")
     run = tmp_path / "store" / src.name
@@ -41,7 +44,8 @@ def test_source_view_shows_hot_lines_cited_lines_and_sass(tmp_path):
     run = _v1_run(tmp_path)
     html = next(iter(report.render(tmp_path / "out", root=run.parent).pages.values())).read_text()
     sec = html[html.index('<section id="source">'):html.index('<section id="timeline">')]
-    rows = dict(re.findall(r'<tr(?: class="cited")? id="L-v1_naive\.cu-(\d+)">(.*?)</tr>\n', sec, re.S))
+    rows = dict(re.findall(r'<tr(?: class="cited")? id="L-' + re.escape(BASELINE.source.name) + r'-(\d+)">(.*?)</tr>\n',
+                           sec, re.S))
     heat = {int(n): float(m.group(1)) for n, r in rows.items() if (m := re.search(r'width: ([\d.]+)%', r))}
     top2 = sorted(heat, key=heat.get, reverse=True)[:2]
     text = {n: re.sub(r"<[^>]+>", "", rows[str(n)]) for n in top2}
@@ -49,7 +53,7 @@ def test_source_view_shows_hot_lines_cited_lines_and_sass(tmp_path):
     assert any("acc +=" in t and "sV[" in t for t in text.values()), text     # O += P V
     assert max(heat.values()) == 100.0
     for n in top2:
-        assert 'class="cited"' in sec.split(f'id="L-v1_naive.cu-{n}"')[0][-40:]
+        assert 'class="cited"' in sec.split(f'id="L-{BASELINE.source.name}-{n}"')[0][-40:]
         assert "FFMA" in rows[str(n)] and "<details>" in rows[str(n)]
     assert '<span class="tag">bank-conflicts</span>' in sec and "class=\"k\"" in sec   # Pygments' keyword class
 

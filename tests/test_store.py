@@ -13,7 +13,7 @@ PROBLEM = {"batch": 1, "heads": 2, "seqlen_q": 17, "seqlen_k": 17, "head_dim": 6
 
 def _write_run(root, run_id="20261121-000000-v1-test", extra=None):
     with store.create_run(run_id, root) as run:
-        run.manifest.update({"created_utc": "2026-11-21T00:00:00+00:00", "variant": {"id": "v1"},
+        run.manifest.update({"created_utc": "2026-11-21T00:00:00+00:00", "variant": {"id": "mine"},
                              "problem": PROBLEM, **(extra or {})})
         run.add_table("metrics", pd.DataFrame({"kernel": ["k"], "gpu__time_duration.sum": [1234.5],
                                                "launch__grid_size": [12]}))

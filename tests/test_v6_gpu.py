@@ -1,4 +1,4 @@
-"""v6_wgmma (Hopper: wgmma + TMA, warp-specialised) against a float64 reference on >= 200 seeded shapes.
+"""The ladder's Hopper rung (wgmma + TMA, warp-specialised; RUNG below, found by its declared cc) against a float64 reference on >= 200 seeded shapes.
 
 Rule (issue 13, v5's rule), enforced through lab.measure.check: max |v6 - ref| <= 2 x max |SDPA(same
 dtype) - ref|, ref in float64 (causal aligned top-left, as PyTorch), floored at one rounding step of
@@ -27,7 +27,10 @@ torch = pytest.importorskip("torch", reason="torch is not installed")
 
 from lab.measure import check  # noqa: E402
 from lab.measure.problem import Problem, make_inputs, softmax_scale  # noqa: E402
-from lab.ladder.registry import get  # noqa: E402
+from lab.ladder.registry import builtin  # noqa: E402
+
+# The ladder's Hopper rung, found by what it declares (compute capability 9.0, sm_90a), not by id.
+RUNG = next(v for v in builtin() if v.min_cc >= (9, 0))
 
 ROOT = Path(__file__).resolve().parent.parent
 HAS_GPU = torch.cuda.is_available()
@@ -69,13 +72,13 @@ def _cases(count: int = 216, seed: int = 1313) -> list[tuple]:
 def v6():
     from lab.ladder.build import build
 
-    return build(get("v6")).module
+    return build(RUNG).module
 
 
 def _check_scaled(module, problem: Problem, std: float, seed: int) -> check.ShapeCheck:
     """lab.measure.check's gate on inputs scaled to `std` (make_inputs draws N(0.5, 1))."""
     if std == 1.0:
-        return check.check_problem(get("v6"), problem, module, seed)
+        return check.check_problem(RUNG, problem, module, seed)
     scale = softmax_scale(problem)
     q, k, v = (t * std for t in make_inputs(problem, check.shape_seed(seed, problem), device="cuda"))
     o = torch.full_like(q, float("nan"))
@@ -127,10 +130,11 @@ def test_v6_is_refused_off_hopper():
     from lab.errors import LabError
 
     with pytest.raises(LabError, match="compute capability 9.0"):
-        require_compute_capability(get("v6"))
+        require_compute_capability(RUNG)
 
 
 SANITIZER_SCRIPT = textwrap.dedent("""
+    import sys
     import torch
     from lab.ladder import build
     from lab.ladder import registry as variants
@@ -140,7 +144,7 @@ SANITIZER_SCRIPT = textwrap.dedent("""
     # a ragged causal diagonal (seqlen_q > seqlen_k), bf16 D=64 with seqlen_q < seqlen_k.
     shapes = [Problem(1, 1, 1, 300, 128, False, "float16"), Problem(1, 2, 200, 170, 128, True, "float16"),
               Problem(2, 1, 65, 390, 64, True, "bfloat16")]
-    module = build.load_cached(variants.get("v6"))
+    module = build.load_cached(variants.get(sys.argv[1]))
     for i, p in enumerate(shapes):
         q, k, v = make_inputs(p, seed=i)
         o = torch.full_like(q, float("nan"))
@@ -166,7 +170,7 @@ def test_v6_compute_sanitizer_is_clean(tool, v6, tmp_path):
 
     env = dict(os.environ, PYTORCH_NO_CUDA_MEMORY_CACHING="1")
     env["PYTHONPATH"] = str(ROOT) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-    res = subprocess.run([sanitizer, "--tool", tool, "--error-exitcode", "3", sys.executable, str(script)],
+    res = subprocess.run([sanitizer, "--tool", tool, "--error-exitcode", "3", sys.executable, str(script), RUNG.ref],
                          capture_output=True, text=True, cwd=ROOT, env=env, timeout=420)
     out = res.stdout + res.stderr
     assert "sanitized launches: 3" in out, out[-4000:]

@@ -42,6 +42,9 @@ def _registry():
 
 
 def _demonstrating(registry, cls: str) -> list:
+    every = getattr(registry, "attacking", None)   # all built-in rungs that attack `cls`, ladder order
+    if every is not None:
+        return list(every(cls))
     fn = getattr(registry, "demonstrating", None)
     if fn is not None:
         got = fn(cls)

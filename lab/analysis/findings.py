@@ -5,28 +5,34 @@ Two sources, merged per class:
   * Nsight Compute's own rule results (ncu_report gives them with estimated speedups), mapped onto
     the lab's fixed vocabulary (CLASSES); informational results and noise (the L2-compression
     advice every kernel gets, roofline and NUMA notes) are dropped.
-  * The lab's judgement from the metrics: which unit is saturated (the SpeedOfLight breakdowns),
-    small grids (CTAs vs SMs), the occupancy limiter, stall reasons ranked, bytes used per 32-byte
-    sector, bank conflicts as n-way, local-memory traffic, threads per warp instruction, FLOP/s
-    against the FP32 and tensor peaks, and with the attention problem: DRAM bytes against the
-    minimum for Q, K, V and O.
+  * The lab's judgement from the metrics (lab.analysis.metrics, the one reader of metric names):
+    which unit is saturated (the SpeedOfLight breakdowns), warps in flight against the device's
+    warp slots, the occupancy limiter, stall reasons ranked, excessive global sectors, bank
+    conflicts as n-way, local-memory traffic, threads per warp instruction, the tensor path (HMMA
+    or HGMMA), FLOP/s against the FP32 and tensor peaks, and with the attention problem: DRAM
+    bytes against the minimum for Q, K, V and O.
 
-Ordering ("the finding whose fix gains most first"). Each finding carries a rank, a share of the
-kernel's runtime in percent:
-  * Nsight's estimated speedup where it gives one (a `local` estimate, which measures one unit's
-    efficiency rather than the kernel's runtime, counts half);
-  * otherwise the lab's model: idle SMs for a small grid, wasted bytes times the busy unit's
-    utilization for coalescing, bank conflicts and local memory, idle lanes for divergence, the
-    distance to the nearest roof for latency;
-  * a saturated unit (memory- or compute-bound) ranks by its utilization: at U% of a unit's peak,
-    no fix that leaves that unit's work unchanged gains more than 100-U%, so latency and
-    occupancy findings are capped there; and when a specific cause explains the saturated unit
-    (bank conflicts for a busy L1, divergence for a busy FMA pipe), the cause ranks just above it:
-    its fix is the actionable one;
-  * latency and occupancy fixes act only on SMs that have work: with fewer CTAs than SMs their
-    rank is scaled by the busy fraction.
-A finding's `est_speedup_pct` is Nsight's estimate when the finding comes from a rule, the lab's
-model where it has one, and null for a saturated unit (being at the roof is not a gain).
+Ordering ("the finding whose fix gains most first"). One finding per cause (class), carrying every
+estimate of it (`estimates`: the lab's model and each Nsight rule's, with its type) and the one it is
+ranked by (`ranked_by`); `est_speedup_pct` is that gain as a share of the kernel's runtime, and the
+severity follows from it (high >= 40%, medium >= 15%, one step lower where evidence is missing):
+  * the lab's model ranks where it has one, since it bounds a fix's gain by what the report shows
+    the fix can reach: wasted sectors or wavefronts times the busy unit's utilization (and, for
+    global accesses, times the global share of the load/store traffic: a local-memory-heavy kernel
+    ranks its local traffic first); the warps a launch puts in flight against the resident warps its
+    occupancy allows (parallelism, judged against the device's warp slots); on Hopper, matrix work on
+    mma.sync (HMMA) against the dense rate only wgmma reaches; the distance to the nearest roof for
+    latency; idle lanes for divergence; the timeline's measured launch cost for launch-bound;
+  * otherwise Nsight's estimate ranks (a `local` estimate, which measures one unit's efficiency
+    rather than the kernel's runtime, counts half);
+  * a saturated unit (memory- or compute-bound) ranks by its utilization and shows no gain (being at
+    the roof is not a gain); at U% of the busiest unit's peak, latency, occupancy and parallelism
+    fixes, which leave that unit's work unchanged, are capped at 100-U%; when a specific cause
+    explains a symptom (bank conflicts a busy L1, a small grid the latency), the cause ranks just
+    above it: its fix is the actionable one.
+Nsight's access-pattern rules count bytes used per sector, which a broadcast lowers without wasting a
+sector: where SourceCounters counts no excessive sector, they are not taken as uncoalesced accesses.
+Each finding cites the source lines it rests on (lab.analysis.lines).
 
 A metric the report lacks (a basic-set report has no stall reasons) leaves its evidence null and
 lowers the finding's severity one step; it never raises.

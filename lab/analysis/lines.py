@@ -11,10 +11,14 @@ counts; a broadcast wastes none), excessive shared-memory wavefronts
 (`derived__memory_l1_wavefronts_shared_excessive`: bank conflicts), divergent branch targets
 (`smsp__branch_targets_threads_divergent`) and the local-memory instructions (LDL/STL) executed.
 
-An inlined helper (an `mma` wrapper in common.cuh) counts at its own line: ncu_report 2025.3's
-ISourceInfo carries only the innermost file and line, not the inline chain. Its `called_from`
-names the kernel-file lines just before it in address order, which is where the compiler put the
-inlined body; that is an inference from the SASS layout, and says so.
+An inlined helper (an `mma` wrapper in common.cuh) counts at its own line: ncu_report (2025.3 and
+the 2026.3 wheel) gives only the innermost file and line of a PC (ISourceInfo), not the inline
+chain. So each helper instruction is attributed to the kernel-file line before it in address
+order: the helper line's `called_from` lists those lines (most instructions first, with their
+instructions and samples) and a kernel line's `inlined_samples` counts the helper samples that
+follow it. That is an inference from the SASS layout: where the compiler interleaves a helper's
+instructions with other work (the next tile's HMMAs among the softmax), a neighbouring line is
+named too.
 
 Without `-lineinfo` there is no line: each PC becomes its own row (file and line null, `pc` set,
 its SASS) and the status says why. A report without SourceCounters has no per-PC counters at all:
@@ -146,8 +150,10 @@ def kernel_lines(action, sass_cache: dict | None = None) -> dict:
             r["_ops"][op] += ex or s or 1e-9
         instructions[_key_text(r)].append([hex(pc), sass, ex, s])
 
-    # inlined helpers: the kernel-file line before them in address order (see the module doc)
-    main_file = _main_file(info, samples) if have_lines else None
+    # inlined helpers: each helper instruction goes to the kernel-file line before it in address order
+    # (see the module doc); a helper line lists those lines, most instructions first, and a calling
+    # line counts the helper's samples it leads to as `inlined_samples`
+    main_file = _main_file(info) if have_lines else None
     if main_file:
         last = None
         for pc in sorted(pcs):
@@ -155,7 +161,12 @@ def kernel_lines(action, sass_cache: dict | None = None) -> dict:
             if f == main_file:
                 last = ln
             elif f and last is not None:
-                rows[(f, ln)].setdefault("_callers", set()).add(last)
+                callers = rows[(f, ln)].setdefault("_callers", defaultdict(lambda: [0.0, 0.0]))
+                callers[last][0] += counters["inst_executed"].get(pc, 0.0)
+                callers[last][1] += samples.get(pc, 0.0)
+                caller = rows.get((main_file, last))
+                if caller is not None:
+                    caller["inlined_samples"] = caller.get("inlined_samples", 0.0) + samples.get(pc, 0.0)
 
     out = []
     for r in rows.values():
@@ -165,7 +176,10 @@ def kernel_lines(action, sass_cache: dict | None = None) -> dict:
         r["samples_pct"] = round(100.0 * r["samples"] / total, 2) if total else 0.0
         r["sass"] = [o for o, _ in sorted(ops.items(), key=lambda kv: -kv[1])[:TOP_OPCODES]]
         if callers:
-            r["called_from"] = [{"file": main_file, "line": c} for c in sorted(callers)]
+            total_ex = sum(ex for ex, _ in callers.values()) or 1.0
+            r["called_from"] = [{"file": main_file, "line": c, "inst_executed": ex, "samples": smp}
+                                for c, (ex, smp) in sorted(callers.items(), key=lambda kv: -kv[1][0])
+                                if ex >= 0.05 * total_ex]
         out.append(r)
     out.sort(key=lambda r: (-r["samples"], -r["inst_executed"]))
     status = "ok" if have_lines else "no-lineinfo"
@@ -177,7 +191,7 @@ def _key_text(r: dict) -> str:
     return r["pc"] if r.get("pc") else f"{r['file']}:{r['line']}"
 
 
-def _main_file(info: dict, samples: dict) -> str | None:
+def _main_file(info: dict) -> str | None:
     """The kernel's own file: the one holding the entry (lowest PC) of the function."""
     for pc in sorted(info):
         if info[pc][0]:
@@ -228,7 +242,7 @@ def source_texts(path: str | os.PathLike) -> dict[str, str]:
 def json_lines(k: dict, limit: int | None = None) -> list[dict]:
     """The DESIGN.md contract's `lines` list of one kernel (from `kernel_lines` or a stored table)."""
     keys = ("file", "line", "samples_pct", "stalls", "inst_executed", "excess_global_sectors",
-            "excess_shared_wavefronts", "divergent_branches", "local_inst_executed", "sass")
+            "excess_shared_wavefronts", "divergent_branches", "local_inst_executed", "sass", "inlined_samples")
     out = []
     for r in k["lines"][:limit]:
         d = {key: _num(r.get(key)) for key in keys}
@@ -366,6 +380,10 @@ def render_lines(analyses, n: int, sources: dict[str, str], console=None) -> Non
     from rich.text import Text
 
     console = console or Console()
+    if not sources:
+        console.print("note: the report carries no source (ncu --import-source yes records it): the code below is "
+                      "read from the files on disk today, which may have changed since the profile", style="yellow",
+                      highlight=False)
     for a in analyses:
         k = a.lines or {}
         console.print(Text(f"[{a.kernel_index}] hot lines of {a.kernel[:120]}", style="bold"))
@@ -389,6 +407,10 @@ def render_lines(analyses, n: int, sources: dict[str, str], console=None) -> Non
             code = source_line(sources, r.get("file"), r.get("line"))
             if code is not None:
                 console.print(Text("         " + code.strip()), highlight=False)
+            if r.get("called_from"):
+                near = ", ".join(f"{_short(c['file'])}:{c['line']}" for c in r["called_from"][:4])
+                console.print(Text(f"         inlined here; the kernel lines before it in SASS order: {near}",
+                                   style="dim"), highlight=False)
             if stalls or flags:
                 console.print(Text("         " + "; ".join(x for x in (stalls, ", ".join(flags)) if x), style="dim"),
                               highlight=False)

@@ -196,8 +196,22 @@ def versions() -> dict:
     return {"torch": torch_version, "torch_cuda": torch_cuda, "nvcc": nvcc_release(find_nvcc())}
 
 
+def common_header_for(variant: Variant) -> Path:
+    """The common.cuh the rung's `#include "common.cuh"` finds: one beside the rung wins (the
+    compiler looks in the including file's folder first), else the lab's."""
+    local = variant.source.parent / "common.cuh"
+    return local if local.is_file() else COMMON_HEADER
+
+
+def include_dirs(variant: Variant) -> list[str]:
+    """The rung's own folder, then the lab's kernels/ (common.cuh's contract and helpers), so a
+    workspace rung includes "common.cuh" without a copy of it."""
+    dirs = [str(variant.source.parent), str(KERNELS_DIR)]
+    return list(dict.fromkeys(dirs))
+
+
 def sources_for(variant: Variant) -> list[Path]:
-    return [variant.source, COMMON_HEADER, BINDING]
+    return [variant.source, common_header_for(variant), BINDING]
 
 
 def cache_key(sources: Sequence[Path], flags: Sequence[str], versions_: dict) -> str:
@@ -222,6 +236,8 @@ def _cxx_flags(variant: Variant, tuning: bool) -> list[str]:
 def _key_for(variant: Variant, arch: str, tuning: bool = False) -> tuple[list[str], str]:
     if not variant.source.is_file():
         raise LabError(f"{variant.id}: source {variant.source} is missing")
+    if variant.kind != "cuda":
+        raise LabError(f"{variant.id} is a {variant.kind} rung: there is nothing to compile")
     flags = nvcc_flags(variant, arch, tuning)
     # The C++ flags of the binding and the launcher symbol are part of what is built.
     key_flags = flags + [f"cxx:{f}" for f in _cxx_flags(variant, tuning)] + [f"launcher:{variant.launcher}"]
@@ -317,15 +333,22 @@ def ptxas_report(variant: Variant, arch: str | None = None, tuning: bool = False
     bdir.mkdir(parents=True, exist_ok=True)
     obj = bdir / f"{variant.label()}.o"
     tmp_obj = bdir / f".{variant.label()}.{os.getpid()}.o"
-    cmd = [nvcc, "-c", "-Xptxas", "-v", *_torch_nvcc_defines(), *flags, "-I", str(KERNELS_DIR),
+    includes = [a for d in include_dirs(variant) for a in ("-I", d)]
+    cmd = [nvcc, "-c", "-Xptxas", "-v", *_torch_nvcc_defines(), *flags, *includes,
            "-o", str(tmp_obj), str(variant.source)]
     proc = subprocess.run(cmd, capture_output=True, text=True)
     log = proc.stdout + proc.stderr
     (bdir / "ptxas.log").write_text(" ".join(cmd) + "\n" + log)
     if proc.returncode != 0:
         tmp_obj.unlink(missing_ok=True)
-        raise LabError(f"nvcc failed to compile {variant.source.name} for {arch}:\n{_tail(log)}",
+        raise LabError(f"nvcc failed to compile {variant.source} for {arch}:\n{_tail(log)}",
                        hint=f"full log: {bdir / 'ptxas.log'}")
+    missing = _launcher_missing(nvcc, tmp_obj, variant, bdir)
+    if missing:
+        tmp_obj.unlink(missing_ok=True)
+        raise LabError(f"{variant.source} does not export its launcher {variant.launcher}:\n{missing}",
+                       hint=f'define LAB_EXPORT const char* {variant.launcher}(const LabAttentionArgs* args, '
+                            'cudaStream_t stream) (kernels/common.cuh has the contract)')
     os.replace(tmp_obj, obj)
     records = parse_ptxas(log)
     if not records:
@@ -335,6 +358,26 @@ def ptxas_report(variant: Variant, arch: str | None = None, tuning: bool = False
                                 "records": [r.to_dict() for r in records], "sass": str(sass) if sass else None})
     return PtxasReport(variant.id, arch, flags, key, bdir, records, sass, bdir / "ptxas.log",
                        compiled_now=True, seconds=time.perf_counter() - started)
+
+
+def _launcher_missing(nvcc: str, obj: Path, variant: Variant, bdir: Path) -> str | None:
+    """None when the object defines the rung's launcher as an extern "C" symbol; otherwise the
+    linker's own lines from linking the object against a caller of the launcher."""
+    nm = shutil.which("nm")
+    if nm:
+        out = subprocess.run([nm, "-g", "--defined-only", str(obj)], capture_output=True, text=True)
+        if out.returncode == 0:
+            if re.search(rf"\s[TtWw]\s+{re.escape(variant.launcher)}$", out.stdout, re.M):
+                return None
+    caller = bdir / "launcher_probe.cu"
+    caller.write_text(f'#include "common.cuh"\nLAB_EXPORT const char* {variant.launcher}(const LabAttentionArgs*, '
+                      f'cudaStream_t);\nint main() {{ return {variant.launcher}(nullptr, 0) != nullptr; }}\n')
+    includes = [a for d in include_dirs(variant) for a in ("-I", d)]
+    proc = subprocess.run([nvcc, *includes, "-o", str(bdir / "launcher_probe"), str(caller), str(obj)],
+                          capture_output=True, text=True)
+    if proc.returncode == 0:
+        return None
+    return _tail(proc.stdout + proc.stderr, 8)
 
 
 def _dump_sass(nvcc: str, obj: Path, dest: Path) -> Path | None:
@@ -377,9 +420,12 @@ def require_cuda_torch(command: str = "build") -> None:
 def build(variant: Variant, arch: str | None = None, verbose: bool = False,
           allow_compile: bool = True, tuning: bool = False) -> BuildResult:
     """Build (or load the cached build of) one rung; `allow_compile=False` refuses to compile;
-    `tuning=True` builds the rung's tuning candidates in (module.configs, module.forward_config)."""
+    `tuning=True` builds the rung's tuning candidates in (module.configs, module.forward_config).
+    A python rung builds nothing: its module is the callable behind the extension's interface."""
     started = time.perf_counter()
     require_cuda_torch()
+    if variant.kind == "python":
+        return _python_result(variant, started)
     arch = validate_arch(arch or device_arch())
     flags, key = _key_for(variant, arch, tuning)
     bdir = build_dir_for(variant, key, tuning)
@@ -407,7 +453,7 @@ def build(variant: Variant, arch: str | None = None, verbose: bool = False,
     try:
         module = load(name=module_name, sources=[str(variant.source), str(BINDING)],
                       extra_cflags=_cxx_flags(variant, tuning),
-                      extra_cuda_cflags=flags, extra_include_paths=[str(KERNELS_DIR)],
+                      extra_cuda_cflags=flags, extra_include_paths=include_dirs(variant),
                       build_directory=str(bdir), verbose=verbose)
     except (RuntimeError, OSError, subprocess.CalledProcessError) as e:
         raise LabError(f"building the {variant.id} extension failed: {_tail(str(e))}",
@@ -431,6 +477,17 @@ def is_built(variant: Variant, arch: str | None = None) -> bool:
         return (marker.parent / saved["library"]).is_file()
     except (OSError, ValueError, KeyError, TypeError):
         return False
+
+
+def _python_result(variant: Variant, started: float) -> BuildResult:
+    from lab.ladder import python_rung
+
+    if not variant.source.is_file():
+        raise LabError(f"{variant.id}: source {variant.source} is missing")
+    module = python_rung.load(variant)
+    return BuildResult(module=module, variant_id=variant.id, arch="", cache_key=python_rung.source_key(variant),
+                       flags=[], ptxas=[], sass_path=None, build_dir=variant.source.parent, built_now=False,
+                       seconds=time.perf_counter() - started)
 
 
 def load_cached(variant: Variant, arch: str | None = None):
@@ -461,3 +518,79 @@ def short_kernel_name(kernel: str) -> str:
     """`void attention_fwd_v1_kernel<128>(float const*, ...)` -> `attention_fwd_v1_kernel<128>`."""
     name = kernel.split("(", 1)[0].strip()
     return name[len("void "):] if name.startswith("void ") else name
+
+
+# ---------------------------------------------------------------------------------------------
+# Many rungs at once
+# ---------------------------------------------------------------------------------------------
+
+@dataclass
+class Outcome:
+    variant: Variant
+    result: Any = None           # PtxasReport (ptxas_only) or BuildResult; None when it failed
+    error: str | None = None     # the LabError's message (a compile error carries nvcc's lines)
+    hint: str | None = None
+
+
+def _compile_in_worker(variant: Variant, arch: str) -> tuple[float, bool]:
+    """Runs in a worker process: compile (or find cached) one rung's extension; the parent then
+    imports the finished .so from the cache. Returns (seconds, compiled now)."""
+    r = build(variant, arch)
+    return r.seconds, r.built_now
+
+
+def default_jobs(count: int) -> int:
+    return max(1, min(count, os.cpu_count() or 1))
+
+
+def build_many(variants: Sequence[Variant], arch: str | None, ptxas_only: bool, jobs: int | None = None,
+               on_start=None, on_done=None) -> list[Outcome]:
+    """Build rungs concurrently: the ptxas step in threads (each is an nvcc process), extension
+    builds in worker processes (each runs its own ninja), `jobs` at a time. One rung's compile
+    error does not stop the others; outcomes come back in the order given."""
+    from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor, as_completed
+    import multiprocessing
+
+    cuda = [v for v in variants if v.kind == "cuda"]
+    outcomes = {id(v): Outcome(v) for v in variants}
+    for v in variants:
+        if v.kind == "python":   # nothing to compile; importing its callable is its build step
+            try:
+                from lab.ladder import python_rung
+
+                python_rung.load_callable(v)
+            except LabError as e:
+                outcomes[id(v)].error, outcomes[id(v)].hint = str(e), e.hint
+    jobs = jobs or default_jobs(len(cuda))
+    if ptxas_only:
+        pool = ThreadPoolExecutor(max_workers=jobs)
+        submit = lambda v: pool.submit(ptxas_report, v, arch)  # noqa: E731
+    else:
+        arch = validate_arch(arch or device_arch())
+        for v in cuda:
+            _key_for(v, arch)   # a missing source is refused here, before any worker starts
+        pool = ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn"))
+        submit = lambda v: pool.submit(_compile_in_worker, v, arch)  # noqa: E731
+    with pool:
+        futures = {}
+        for v in cuda:
+            if on_start:
+                on_start(v)
+            futures[submit(v)] = v
+        for fut in as_completed(futures):
+            v = futures[fut]
+            out = outcomes[id(v)]
+            try:
+                value = fut.result()
+                if ptxas_only:
+                    out.result = value
+                else:  # cached now: this imports the worker's .so and reports the worker's time
+                    out.result = build(v, arch)
+                    out.result.seconds, out.result.built_now = value
+            except LabError as e:
+                out.error, out.hint = str(e), e.hint
+            except Exception as e:  # a worker that died (e.g. killed for memory) fails its rung only
+                out.error = f"{v.id}: the build worker failed: {type(e).__name__}: {e}"
+            if on_done:
+                on_done(out)
+    return [outcomes[id(v)] for v in variants]

@@ -1,18 +1,69 @@
-"""THE registry of kernel rungs. The CLI, tests, build, reports and README all read this list.
+"""THE registry of kernel rungs. The CLI, build, tests, advice, reports and README all read it.
 
-Each rung lives in `kernels/<id>_<slug>.cu` and exports one C launcher named
-`lab_forward_<id>` with the signature in `kernels/common.cuh`. Adding a rung is one entry here
-plus its file; nothing else lists rungs.
+One source of truth per rung: the rung's own file. Its header opens with a `lab:rung` block, TOML
+written in comment lines (`//` in a .cu, `#` in a .py), that declares the facts tools act on; the
+prose sections below it (What changed / Bottleneck / Predicted gain / Measured) are read as the
+rung's text. Nothing else restates them.
+
+    // lab:rung
+    // id = "v2"                       # also the launcher's name: lab_forward_v2
+    // slug = "float4"
+    // title = "float4: 16-byte vectorized global loads and stores"
+    // dtypes = ["float32"]            # the first is the default
+    // head_dims = [32, 64, 128]
+    // min_cc = "7.5"
+    // attacks = ["uncoalesced-global"]  # analysis classes this rung demonstrates the fix for
+    // aligned16 = true                # the launcher refuses q/k/v/o not 16-byte aligned
+    // grid = "bh"                     # grid.x[,grid.y]: "bh" or "q-tiles,bh" (B*H on grid.y)
+    // lab:end
+
+The block may sit anywhere in the file: `lab new` opens a new rung with it; the built-in rungs keep
+theirs at the end, so that the source line numbers recorded in stored profiles stay valid.
+
+Optional keys: kind ("cuda" for .cu, "python" for .py), layout ("BHND", or "BNHD" for a python
+rung that takes flash-attn's layout), arch_flags (extra nvcc -gencode flags), entry (python:
+"function" in this file, or "package.module:function").
+
+Where rungs come from: the built-in ladder is every file in the package's kernels/ with a block;
+a workspace (lab.ladder.workspace: a folder with lab.toml, found upward like .git) adds the rungs
+in its own kernels/. Id clash rule: inside a workspace, the workspace's rung wins (as a local file
+shadows an installed one); `lab variants` marks it, and the built-in stays reachable as
+`builtin:<id>`. Bad declarations raise LabError (exit 2) naming the file and line.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import re
+import tomllib
+from dataclasses import dataclass, field
+from functools import lru_cache
 from pathlib import Path
 
 from lab.errors import LabError
 
 KERNELS_DIR = Path(__file__).resolve().parents[2] / "kernels"
+
+# The analysis vocabulary of DESIGN.md: the classes a rung may declare it attacks.
+ANALYSIS_CLASSES = ("small-grid", "occupancy-limited", "latency-bound", "memory-bound", "compute-bound",
+                    "uncoalesced-global", "bank-conflicts", "local-memory", "divergence", "launch-bound")
+DTYPES = ("float32", "float16", "bfloat16")
+LAYOUTS = ("BHND", "BNHD")
+KINDS = {".cu": "cuda", ".py": "python"}
+COMMENT = {".cu": "//", ".py": "#"}
+BLOCK_START, BLOCK_END = "lab:rung", "lab:end"
+BUILTIN_PREFIX = "builtin:"
+
+_ID_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")     # it names a C symbol, a run id and a folder
+_SLUG_RE = re.compile(r"^[a-z0-9][a-z0-9_]*$")
+_CC_RE = re.compile(r"^(\d+)\.(\d+)$")
+_GRID_PARTS = ("bh", "q-tiles", "flat")
+# Header prose sections: the label starts the line, its text runs to the first ':' outside
+# parentheses and continues on indented lines.
+_SECTIONS = (("changed", "What changed"), ("bottleneck", "Bottleneck"), ("predicted_gain", "Predicted gain"),
+             ("measured", "Measured"), ("profile_command", "Profile"))
+
+REQUIRED = ("id", "slug", "title", "dtypes", "head_dims", "min_cc", "attacks")
+OPTIONAL = ("kind", "layout", "arch_flags", "aligned16", "grid", "entry")
 
 
 @dataclass(frozen=True)
@@ -20,17 +71,23 @@ class Variant:
     id: str                      # "v1"
     slug: str                    # "naive"
     title: str                   # one line for tables
-    dtypes: tuple[str, ...]      # torch dtype names the rung accepts: "float32", "float16", "bfloat16"
+    kind: str                    # "cuda" (a .cu exporting lab_forward_<id>) or "python" (a callable)
+    source: Path                 # the rung's file: the one source of its facts
+    dtypes: tuple[str, ...]      # torch dtype names the rung accepts; the first is the default
     head_dims: tuple[int, ...]   # supported D
     min_cc: tuple[int, int]      # minimum compute capability
-    changed: str                 # what changed since the previous rung
-    attacks: str                 # the bottleneck it attacks (with the previous rung's evidence)
-    predicted_gain: str          # written before it was measured
+    classes: tuple[str, ...]     # analysis classes it attacks (it demonstrates their fix)
+    layout: str = "BHND"         # the layout its inputs come in: (B, H, N, D) or (B, N, H, D)
     arch_flags: tuple[str, ...] = ()  # extra nvcc -gencode flags beyond the defaults (e.g. sm_90a)
-
-    @property
-    def source(self) -> Path:
-        return KERNELS_DIR / f"{self.id}_{self.slug}.cu"
+    aligned16: bool = False      # the launcher refuses q, k, v, o that are not 16-byte aligned
+    grid: str = ""               # launch grid "x[,y]": "bh" one CTA per (batch, head); "q-tiles,bh"
+    entry: str = ""              # python rungs: "function" in the file, or "module:function"
+    origin: str = "built-in"     # "built-in" or "workspace"
+    changed: str = ""            # header prose: what changed since the previous rung
+    attacks: str = ""            # header prose: the bottleneck it attacks, with the evidence
+    predicted_gain: str = ""     # header prose: written before it was measured
+    measured: str = ""           # header prose: the measured result (device, date)
+    shadows: bool = field(default=False, compare=False)  # a workspace rung hiding a built-in of its id
 
     @property
     def launcher(self) -> str:
@@ -40,128 +97,280 @@ class Variant:
     def default_dtype(self) -> str:
         return self.dtypes[0]
 
+    @property
+    def ref(self) -> str:
+        """A spec that `get` resolves to this very rung in a child process too."""
+        return f"{BUILTIN_PREFIX}{self.id}" if self.origin == "built-in" and _shadowed(self.id) else self.id
+
+    @property
+    def batch_heads_on_grid_y(self) -> bool:
+        """B*H on grid.y: the launcher must refuse more than 65535 (non-causal at least)."""
+        parts = [p.strip() for p in self.grid.split(",")]
+        return len(parts) > 1 and parts[1] == "bh"
+
     def label(self) -> str:
         return f"{self.id}_{self.slug}"
 
+    def to_dict(self) -> dict:
+        return {"id": self.id, "slug": self.slug, "title": self.title, "kind": self.kind, "origin": self.origin,
+                "source": str(self.source), "dtypes": list(self.dtypes), "head_dims": list(self.head_dims),
+                "layout": self.layout, "min_cc": ".".join(map(str, self.min_cc)), "arch_flags": list(self.arch_flags),
+                "aligned16": self.aligned16, "grid": self.grid, "entry": self.entry or None,
+                "attacks_classes": list(self.classes), "shadows_builtin": self.shadows,
+                "changed": self.changed, "attacks": self.attacks, "predicted_gain": self.predicted_gain,
+                "measured": self.measured}
 
-VARIANTS: tuple[Variant, ...] = (
-    Variant(
-        id="v1",
-        slug="naive",
-        title="Naive: fp32, one thread per query row, grid B x H",
-        dtypes=("float32",),
-        head_dims=(32, 64, 128),
-        min_cc=(7, 5),
-        changed="Starting point (flash-attention-minimal design): K/V tiles staged in shared memory, "
-        "online softmax with a running max and sum, one thread per query row, one CTA per (batch, head).",
-        attacks="None yet: the baseline every later rung is measured against.",
-        predicted_gain="Baseline; expected thousands of times slower than SDPA (grid of B*H CTAs, scalar loads).",
-    ),
-    Variant(
-        id="v2",
-        slug="float4",
-        title="float4: 16-byte vectorized global loads and stores",
-        dtypes=("float32",),
-        head_dims=(32, 64, 128),
-        min_cc=(7, 5),
-        changed="Global loads of Q, K, V and stores of O are 16-byte float4 accesses; the tile loads are "
-        "spread over the CTA's threads so that consecutive threads read consecutive 16-byte chunks.",
-        attacks="uncoalesced-global: v1 loads one 4-byte float per thread per instruction; its ncu report "
-        "shows 4 bytes used per 32-byte sector on global loads and stores.",
-        predicted_gain="1.2-2x on the load phase; the grid stays B*H CTAs, so small-grid remains.",
-    ),
-    Variant(
-        id="v3",
-        slug="unrolled",
-        title="Unrolled: query tiles across CTAs, 4 warps, register-tiled FFMA on conflict-free shared memory",
-        dtypes=("float32",),
-        head_dims=(32, 64, 128),
-        min_cc=(7, 5),
-        changed="Grid (ceil(N/BM), B*H): each CTA owns BM query rows (128 at D=32/64, 64 at D=128) of one "
-        "(batch, head), causal CTAs stop at their last visible key tile; 128 threads per CTA, each holding a "
-        "TM x TN tile of S = Q K^T and TM rows x D/8 columns of O in registers; inner loops over D and over "
-        "the keys unrolled, every 16-byte shared load of Q/K (P/V) feeding 4*TM*TN FFMAs; sQ/sK rows padded "
-        "to D+4 floats and sP to BN+8 so a warp's accesses hit distinct banks; Q pre-scaled by "
-        "softmax_scale*log2(e), exp2 softmax, row sums reduced across lanes once at the end.",
-        attacks="small-grid, occupancy-limited and latency-bound in v2's profile (H200, B8 H16 N1024 D64): "
-        "grid 128 x block 32 (0.16 waves), 1.5 warps per scheduler, short-scoreboard stalls 62% (a shared "
-        "load per FFMA), 5.5-way shared-memory bank conflicts, FP32 pipe at 0.8% of peak, 0.53 TFLOP/s.",
-        predicted_gain="30-60x over v2 at B8 H16 N1024 D64 (65.2 ms -> 1.1-2.2 ms, 16-30 TFLOP/s, "
-        "25-45% of the FFMA peak); synchronous K/V tile loads between barriers remain (v4).",
-    ),
-    Variant(
-        id="v4",
-        slug="double_buffer",
-        title="Async K/V loads: v3 plus cp.async K/V copies that run under the matrix products",
-        dtypes=("float32",),
-        head_dims=(32, 64, 128),
-        min_cc=(8, 0),
-        changed="K and V tiles go global -> shared with cp.async.cg (16 bytes per thread, no registers, rows "
-        "past seqlen_k zero-filled by the copy) instead of v3's LDG + STS between two barriers, each issued a "
-        "matrix product before it is needed. D=64 keeps v3's 128 x 64 tile, single sK and sV and 103 KB "
-        "(2 CTAs/SM) with FlashAttention-2's interleaved order: V(j) flies under S = Q K(j)^T, K(j+1) under "
-        "P V(j), two barriers per tile. D=32 uses two stages of sK and sV; D=128 the interleaved order with "
-        "split-phase mbarriers instead of CTA barriers (each the fastest measured for its D).",
-        attacks="latency on the tile loads in v3, which is issue-bound (73% of issue slots, FMA pipe 64%): every "
-        "K/V tile is loaded global -> register -> shared between two barriers, so a CTA's warps wait on the "
-        "load (long scoreboard, 1.9% of stall samples) and the barrier once per tile, and the copies take "
-        "issue slots.",
-        predicted_gain="first two-stage design: 1.1-1.3x over v3 at B8 H16 N1024 D64; the interleaved schedule "
-        "on v3's own tile (written before its first timing): 1.01-1.03x there, at most v3's 1.9% "
-        "long-scoreboard stalls and the ~0.5% of instructions its LDG/STS copies cost.",
-    ),
-    Variant(
-        id="v5",
-        slug="mma",
-        title="Tensor cores: FlashAttention-2 with mma.sync m16n8k16, fp16/bf16 in, fp32 accumulate",
-        dtypes=("float16", "bfloat16"),
-        head_dims=(64, 128),
-        min_cc=(8, 0),
-        changed="S = Q K^T and O += P V run on the tensor cores (mma.sync m16n8k16) instead of fp32 FFMA: "
-        "4 warps x 32 query rows per CTA, 64-key tiles; K/V through padded (conflict-free) shared memory in "
-        "a two-stage cp.async pipeline, read with ldmatrix (.trans for V); lazy O rescale (only when a row "
-        "max grows by > 2^8, warp vote); P re-packed in registers as the A operand of P V; a mask-free "
-        "steady loop, masking only ragged/diagonal tiles; causal CTAs skip fully masked tiles and run "
-        "longest-first.",
-        attacks="compute-bound on the FP32 pipe: v4's FFMA pipe is near its peak while the tensor pipe "
-        "is idle (fp32 ceiling ~67 TFLOP/s against ~790 for dense 16-bit matrix products on an H200).",
-        predicted_gain="~8-10x over the best fp32 rung: ~300 TFLOP/s fp16 at B=8,H=32,N=4096,D=64 and "
-        "~340 at D=128, the level of SDPA's flash backend (FA2), which uses the same design.",
-    ),
-    Variant(
-        id="v6",
-        slug="wgmma",
-        title="Hopper: wgmma + TMA, a producer warpgroup feeding consumer warpgroups (sm_90a)",
-        dtypes=("float16", "bfloat16"),
-        head_dims=(64, 128),
-        min_cc=(9, 0),
-        arch_flags=("-gencode=arch=compute_90a,code=sm_90a",),
-        changed="S = Q K^T and O += P V run as warpgroup MMAs (wgmma m64nNk16, HGMMA in SASS) with Q, K and V "
-        "read straight from 128-byte-swizzled shared memory and P from registers; a producer warpgroup "
-        "(setmaxnreg 24) issues TMA copies (cp.async.bulk.tensor, zero-filled past the sequence) into a "
-        "two-stage mbarrier ring of 128-key K and V tiles; consumer warpgroups own 64 query rows each (D=128: "
-        "two per CTA, setmaxnreg 240; D=64: one, two CTAs per SM, or three for long non-causal keys); "
-        "within a warpgroup the softmax of tile j runs while P V of tile j-1 is still on "
-        "the tensor cores; causal blocks run longest-first.",
-        attacks="tensor-path/instruction-issue limit of v5: mma.sync (HMMA, 16x8x16 per warp instruction, "
-        "operands through ldmatrix and registers) reaches only 30-35% of the H200's dense FP16 peak, with "
-        "the tensor pipe ~50-60% active in v5's ncu report; cuDNN's wgmma kernel is 1.4-1.9x faster.",
-        predicted_gain="1.3-1.6x over v5 on the FlashAttention grid (450-550 TFLOP/s at D=128, 380-450 at "
-        "D=64), about SDPA cuDNN's level.",
-    ),
-)
+
+# ---------------------------------------------------------------------------------------------
+# Reading a rung file
+# ---------------------------------------------------------------------------------------------
+
+def header_lines(text: str, comment: str) -> list[str]:
+    """The leading comment block (blank lines allowed before it; a .py shebang is skipped)."""
+    out = []
+    for line in text.splitlines():
+        stripped = line.strip()
+        if not out and (not stripped or stripped.startswith("#!")):
+            continue
+        if not stripped.startswith(comment):
+            break
+        out.append(stripped)
+    return out
+
+
+def _uncomment(line: str, comment: str) -> str:
+    body = line[len(comment):]
+    return body[1:] if body.startswith(" ") else body
+
+
+def read_block(path: Path) -> tuple[dict, list[str]] | None:
+    """(the block's TOML table, the header's prose lines) or None when the file has no block.
+
+    The block may sit anywhere in the file: a user's rung usually opens with it; the built-in rungs
+    keep theirs at the end, so that the source lines recorded in stored profiles stay where they were."""
+    comment = COMMENT.get(path.suffix)
+    if comment is None:
+        raise LabError(f"{path}: a rung is a .cu (kind cuda) or a .py (kind python) file")
+    try:
+        text = path.read_text()
+    except OSError as e:
+        raise LabError(f"cannot read rung file {path}: {e.strerror or e}") from None
+    lines = text.splitlines()
+    is_marker = lambda line, word: (line.strip().startswith(comment)  # noqa: E731
+                                    and _uncomment(line.strip(), comment).strip() == word)
+    start = next((i for i, line in enumerate(lines) if is_marker(line, BLOCK_START)), None)
+    if start is None:
+        return None
+    end = next((i for i in range(start + 1, len(lines)) if is_marker(lines[i], BLOCK_END)), None)
+    if end is None:
+        raise LabError(f"{path}:{start + 1}: the `{BLOCK_START}` block has no `{comment} {BLOCK_END}` line")
+    inside = lines[start + 1:end]
+    stray = next((start + 2 + i for i, line in enumerate(inside) if not line.strip().startswith(comment)), None)
+    if stray is not None:
+        raise LabError(f"{path}:{stray}: every line of the {BLOCK_START} block is a `{comment}` comment")
+    try:
+        table = tomllib.loads("\n".join(_uncomment(line.strip(), comment) for line in inside))
+    except tomllib.TOMLDecodeError as e:
+        m = re.search(r"line (\d+)", str(e))
+        where = start + 1 + int(m.group(1)) if m else start + 1
+        raise LabError(f"{path}:{where}: the {BLOCK_START} block is not valid TOML: {e}") from None
+    header = header_lines(text, comment)
+    first = next(i for i, line in enumerate(lines)
+                 if line.strip().startswith(comment) and not line.strip().startswith("#!")) if header else 0
+    prose = [_uncomment(line.strip(), comment) for i, line in enumerate(header, first) if not start <= i <= end]
+    return table, prose
+
+
+def prose_sections(lines: list[str]) -> dict[str, str]:
+    """The header's labelled prose, one string per section (continuation lines joined)."""
+    found: dict[str, list[str]] = {}
+    current: list[str] | None = None
+    for line in lines:
+        key = next((k for k, label in _SECTIONS if line.startswith(label)), None)
+        if key is not None and key not in found:
+            current = found[key] = [line]
+        elif current is not None and line[:1] in (" ", "\t") and line.strip():
+            current.append(line.strip())
+        else:
+            current = None
+    return {k: _strip_label(" ".join(v)) for k, v in found.items()}
+
+
+def _strip_label(text: str) -> str:
+    depth = 0
+    for i, ch in enumerate(text):
+        if ch == "(":
+            depth += 1
+        elif ch == ")":
+            depth = max(0, depth - 1)
+        elif ch == ":" and depth == 0:
+            label = text[:i]
+            if "(" in label:  # "Bottleneck attacked (the v2 profile, ...): ..." keeps its evidence, in order
+                return text[label.find("("):].strip()
+            return text[i + 1:].strip()
+    return text
+
+
+def parse_rung(path: Path, origin: str = "built-in") -> Variant | None:
+    """The rung declared in `path`, or None when the file has no lab:rung block."""
+    path = Path(path).resolve()
+    found = read_block(path)
+    if found is None:
+        return None
+    table, rest = found
+    where = f"{path}"
+
+    def bad(msg: str) -> LabError:
+        return LabError(f"{where}: {msg}", hint="the lab:rung block's keys are described in lab/ladder/registry.py")
+
+    missing = [k for k in REQUIRED if k not in table]
+    if missing:
+        return _raise(bad(f"the lab:rung block lacks {', '.join(missing)}"))
+    unknown = sorted(set(table) - set(REQUIRED) - set(OPTIONAL))
+    if unknown:
+        return _raise(bad(f"unknown key(s) in the lab:rung block: {', '.join(unknown)}"))
+    vid, slug = table["id"], table["slug"]
+    if not isinstance(vid, str) or not _ID_RE.match(vid):
+        return _raise(bad(f"id {vid!r} must be a letter then letters, digits or _ (e.g. v6)"))
+    if not isinstance(slug, str) or not _SLUG_RE.match(slug):
+        return _raise(bad(f"slug {slug!r} must be lower-case letters, digits or _"))
+    kind = table.get("kind", KINDS[path.suffix])
+    if kind != KINDS[path.suffix]:
+        return _raise(bad(f"kind {kind!r} does not match a {path.suffix} file (expected {KINDS[path.suffix]!r})"))
+    dtypes = _str_list(table["dtypes"], "dtypes", bad)
+    if not dtypes or any(d not in DTYPES for d in dtypes):
+        return _raise(bad(f"dtypes {dtypes} must be a non-empty list of {', '.join(DTYPES)}"))
+    head_dims = table["head_dims"]
+    if (not isinstance(head_dims, list) or not head_dims
+            or not all(isinstance(d, int) and not isinstance(d, bool) and d > 0 for d in head_dims)):
+        return _raise(bad(f"head_dims {head_dims!r} must be a non-empty list of positive integers"))
+    m = _CC_RE.match(str(table["min_cc"]))
+    if not m:
+        return _raise(bad(f"min_cc {table['min_cc']!r} must be \"major.minor\", e.g. \"8.0\""))
+    classes = _str_list(table["attacks"], "attacks", bad)
+    wrong = [c for c in classes if c not in ANALYSIS_CLASSES]
+    if wrong:
+        return _raise(bad(f"attacks: unknown class(es) {', '.join(wrong)}; the classes are "
+                          f"{', '.join(ANALYSIS_CLASSES)}"))
+    layout = table.get("layout", "BHND")
+    if layout not in LAYOUTS:
+        return _raise(bad(f"layout {layout!r} must be BHND or BNHD"))
+    if kind == "cuda" and layout != "BHND":
+        return _raise(bad("a cuda rung takes (B, H, N, D) as kernels/common.cuh's launcher contract says; "
+                          "layout BNHD is for python rungs"))
+    grid = table.get("grid", "")
+    if not isinstance(grid, str) or (grid and any(p.strip() not in _GRID_PARTS for p in grid.split(","))):
+        return _raise(bad(f"grid {grid!r} must be x[,y] of {', '.join(_GRID_PARTS)}, e.g. \"q-tiles,bh\""))
+    aligned16 = table.get("aligned16", False)
+    if not isinstance(aligned16, bool):
+        return _raise(bad("aligned16 must be true or false"))
+    entry = table.get("entry", "forward" if kind == "python" else "")
+    if kind == "cuda" and entry:
+        return _raise(bad("entry is for python rungs; a cuda rung exports lab_forward_<id>"))
+    if not isinstance(entry, str):
+        return _raise(bad("entry must be a string: \"function\" or \"module:function\""))
+    arch_flags = tuple(_str_list(table.get("arch_flags", []), "arch_flags", bad))
+    if not isinstance(table["title"], str) or not table["title"].strip():
+        return _raise(bad("title must be a non-empty string"))
+    prose = prose_sections(rest)
+    return Variant(id=vid, slug=slug, title=table["title"].strip(), kind=kind, source=path, dtypes=tuple(dtypes),
+                   head_dims=tuple(head_dims), min_cc=(int(m.group(1)), int(m.group(2))), classes=tuple(classes),
+                   layout=layout, arch_flags=arch_flags, aligned16=aligned16, grid=grid, entry=entry, origin=origin,
+                   changed=prose.get("changed", ""), attacks=prose.get("bottleneck", ""),
+                   predicted_gain=prose.get("predicted_gain", ""), measured=prose.get("measured", ""))
+
+
+def _raise(e: LabError):
+    raise e
+
+
+def _str_list(value, key: str, bad) -> list[str]:
+    if not isinstance(value, list) or not all(isinstance(x, str) for x in value):
+        raise bad(f"{key} must be a list of strings")
+    return list(value)
+
+
+def rung_files(folder: Path) -> list[Path]:
+    """Candidate rung files of a folder, in ladder order (v2 before v10)."""
+    if not folder.is_dir():
+        return []
+    files = [p for p in folder.iterdir() if p.suffix in KINDS and p.is_file() and not p.name.startswith(".")]
+    return sorted(files, key=_ladder_key)
+
+
+def _ladder_key(p: Path):
+    m = re.match(r"^[A-Za-z]*?(\d+)", p.stem)
+    return (0, int(m.group(1)), p.name) if m else (1, 0, p.name)
+
+
+def scan(files: list[Path], origin: str) -> list[Variant]:
+    """Rungs declared in `files`; two files with one id are refused."""
+    found: list[Variant] = []
+    for path in files:
+        v = parse_rung(path, origin)
+        if v is None:
+            continue
+        twin = next((o for o in found if o.id == v.id), None)
+        if twin is not None:
+            raise LabError(f"two rungs with id {v.id!r}: {twin.source} and {v.source}",
+                           hint="give one of them another id in its lab:rung block")
+        found.append(v)
+    return found
+
+
+# ---------------------------------------------------------------------------------------------
+# The registry: built-in ladder + the active workspace
+# ---------------------------------------------------------------------------------------------
+
+@lru_cache(maxsize=None)
+def _builtin_cached(folder: str) -> tuple[Variant, ...]:
+    return tuple(scan(rung_files(Path(folder)), "built-in"))
+
+
+def builtin() -> tuple[Variant, ...]:
+    """The ladder that ships with the lab (kernels/ of this package)."""
+    return _builtin_cached(str(KERNELS_DIR))
+
+
+def _workspace_rungs() -> tuple[Variant, ...]:
+    from lab.ladder import workspace
+
+    ws = workspace.active()
+    return ws.rungs() if ws is not None else ()
+
+
+def _shadowed(vid: str) -> bool:
+    return any(w.id == vid for w in _workspace_rungs())
+
+
+def variants() -> tuple[Variant, ...]:
+    """Every rung this command sees: the built-in ladder, then the workspace's rungs. A workspace
+    rung with a built-in's id takes its place in the list (the workspace wins)."""
+    ws = _workspace_rungs()
+    ws_ids = {w.id for w in ws}
+    from dataclasses import replace
+
+    builtins = builtin()
+    builtin_ids = {b.id for b in builtins}
+    merged = [b for b in builtins if b.id not in ws_ids]
+    merged += [replace(w, shadows=w.id in builtin_ids) for w in ws]
+    return tuple(merged)
 
 
 def all_ids() -> list[str]:
-    return [v.id for v in VARIANTS]
+    return [v.id for v in variants()]
 
 
 def get(variant_id: str) -> Variant:
-    """Look a rung up by id (`v2`) or label (`v2_float4`)."""
-    for v in VARIANTS:
-        if variant_id in (v.id, v.label()):
+    """Look a rung up by id (`v2`), label (`v2_float4`), or `builtin:v2` for the built-in one."""
+    spec = variant_id.strip()
+    pool = variants()
+    if spec.startswith(BUILTIN_PREFIX):
+        spec, pool = spec[len(BUILTIN_PREFIX):], builtin()
+    for v in pool:
+        if spec in (v.id, v.label()):
             return v
-    raise LabError(f"unknown variant {variant_id!r}; known: {', '.join(all_ids())}",
+    raise LabError(f"unknown variant {variant_id!r}; known: {', '.join(v.id for v in pool)}",
                    hint="`lab variants` lists the rungs")
 
 
@@ -169,17 +378,55 @@ def select(spec: str) -> list[Variant]:
     """Parse a CLI selection: `all`, `v2`, or `v1,v3`."""
     spec = spec.strip()
     if spec == "all":
-        return list(VARIANTS)
+        return list(variants())
     ids = [s.strip() for s in spec.split(",") if s.strip()]
     if not ids:
         raise LabError("no variant given; use an id such as v2, a list such as v1,v2, or all")
     return [get(i) for i in ids]
 
 
+def attacking(cls: str) -> list[Variant]:
+    """The built-in rungs that declare they attack `cls`, in ladder order."""
+    return [v for v in builtin() if cls in v.classes]
+
+
+def demonstrating(cls: str) -> Variant | None:
+    """The rung of the built-in ladder that demonstrates the fix for analysis class `cls`: the
+    first (lowest) one that declares it attacks the class; None where no rung does."""
+    found = attacking(cls)
+    return found[0] if found else None
+
+
+def source_label(v: Variant) -> str:
+    """The rung's file as a reader finds it: kernels/<file> under the lab, or under its workspace."""
+    if v.origin == "built-in":
+        return f"kernels/{v.source.name}"
+    from lab.ladder import workspace
+
+    ws = workspace.active()
+    return ws.relative(v.source) if ws is not None else str(v.source)
+
+
+def first_sentence(text: str) -> str:
+    m = re.match(r"(.+?\.)(\s|$)", text)
+    return (m.group(1) if m else text).strip()
+
+
 def markdown_table() -> str:
-    """The README's ladder table, generated so that it cannot drift from this registry."""
-    lines = ["| rung | file | dtypes | what changed | bottleneck it attacks |", "| --- | --- | --- | --- | --- |"]
-    for v in VARIANTS:
-        cells = [f"**{v.id}** {v.title}", f"`kernels/{v.source.name}`", ", ".join(v.dtypes), v.changed, v.attacks]
+    """The README's ladder table, generated from the rung files so that it cannot drift."""
+    lines = ["| rung | file | dtypes | D | min cc | analysis classes it attacks |",
+             "| --- | --- | --- | --- | --- | --- |"]
+    for v in builtin():
+        cells = [f"**{v.id}** {v.title}", f"`kernels/{v.source.name}`", ", ".join(v.dtypes),
+                 ", ".join(map(str, v.head_dims)), ".".join(map(str, v.min_cc)),
+                 ", ".join(v.classes) or "none (the baseline)"]
         lines.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
     return "\n".join(lines)
+
+
+def __getattr__(name: str):
+    # `VARIANTS` reads as the registry did when it was a tuple; it is computed per call now
+    # because a workspace adds rungs.
+    if name == "VARIANTS":
+        return variants()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

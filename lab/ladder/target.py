@@ -62,18 +62,13 @@ def main(argv=None) -> int:
     from lab.ladder import build
 
     from lab.ladder import registry as variants
-    from lab.measure.problem import check_supported, make_inputs, parse_shape, softmax_scale
+    from lab.measure.problem import check_supported, launch_fn, parse_shape
 
     variant = variants.get(args.variant)
     problem = parse_shape(args.shape, args.causal, args.dtype or variant.default_dtype, args.seqlen_k)
     check_supported(variant, problem)
     module = build.load_cached(variant)
-    q, k, v = make_inputs(problem, args.seed)
-    o = torch.empty_like(q)
-    scale = softmax_scale(problem)
-
-    def launch():
-        module.forward(q, k, v, o, problem.causal, scale)
+    launch = launch_fn(variant, module, problem, args.seed)
 
     for _ in range(args.warmup):
         launch()

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import re
 import warnings
+
+from lab.errors import LabError
 from dataclasses import asdict, dataclass
 
 from lab.errors import LabError
@@ -16,6 +18,10 @@ from lab.measure.problem import Problem, make_inputs
 
 BACKENDS = ("cudnn", "flash", "efficient", "math")
 BASELINE_DTYPES = ("float16", "float32")
+STANDARD = "standard"
+SWEEP_BASELINES = tuple(f"sdpa-{b}" for b in BACKENDS) + (STANDARD,)
+"""What a sweep can time beside the rungs: each SDPA backend pinned, and eager "standard attention"
+(the write-ups' baseline: softmax(Q K^T) V with the N x N scores materialised in memory)."""
 
 
 @dataclass
@@ -62,6 +68,59 @@ def _sdpa_backend(name: str):
 
     return {"cudnn": SDPBackend.CUDNN_ATTENTION, "flash": SDPBackend.FLASH_ATTENTION,
             "efficient": SDPBackend.EFFICIENT_ATTENTION, "math": SDPBackend.MATH}[name]
+
+
+def standard_attention(q, k, v, causal: bool, scale: float, mask=None):
+    """softmax(Q K^T * scale) V in eager PyTorch, materialising the B x H x Nq x Nk scores (and the
+    probabilities) in the input dtype: the O(N^2) memory flash attention avoids. GQA: K and V heads are
+    repeated to the query heads first, as an eager model does. `mask`: a precomputed top-left causal
+    mask (True = hidden), so building it is not timed."""
+    import torch
+
+    if k.shape[1] != q.shape[1]:
+        group = q.shape[1] // k.shape[1]
+        k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
+    scores = torch.matmul(q, k.transpose(-2, -1)) * scale
+    if causal:
+        scores = scores.masked_fill(mask, float("-inf"))
+    return torch.matmul(torch.softmax(scores, dim=-1), v)
+
+
+def causal_mask(seqlen_q: int, seqlen_k: int, device):
+    """True where query i must not see key j (j > i, top-left aligned as SDPA's is_causal)."""
+    import torch
+
+    return torch.ones(seqlen_q, seqlen_k, dtype=torch.bool, device=device).triu(1)
+
+
+def baseline_forward(name: str, problem: Problem, device="cuda"):
+    """(forward(q, k, v) -> o, a factory of the context to hold while timing) for a sweep baseline.
+    The SDPA backend is pinned by `sdpa_kernel` around the whole timing, not inside each call:
+    entering the context per call would add its own host time to every event-timed call. A factory,
+    because such a context can be entered once only, and a cell is timed once per method."""
+    import contextlib
+
+    import torch.nn.functional as F
+
+    from lab.measure.problem import softmax_scale
+
+    scale = softmax_scale(problem)
+    if name == STANDARD:
+        mask = causal_mask(problem.seqlen_q, problem.seqlen_k, device) if problem.causal else None
+        return (lambda q, k, v: standard_attention(q, k, v, problem.causal, scale, mask)), contextlib.nullcontext
+    if not name.startswith("sdpa-") or name[5:] not in BACKENDS:
+        raise LabError(f"unknown baseline {name!r}; known: {', '.join(SWEEP_BASELINES)}")
+    from torch.nn.attention import sdpa_kernel
+
+    gqa = {"enable_gqa": True} if problem.gqa else {}
+    return ((lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=problem.causal, scale=scale, **gqa)),
+            lambda: sdpa_kernel(_sdpa_backend(name[5:])))
+
+
+def unavailable_reason(messages: list[str], error: BaseException) -> str:
+    """Why a backend refused a call: PyTorch's warnings (the explanations only), else the error's
+    first line."""
+    return _unavailable_reason(messages) or (str(error).strip().splitlines() or [type(error).__name__])[0][:400]
 
 
 def run_baseline(problem: Problem, backend: str, dtype: str, reps: int, warmup: int,

@@ -1,5 +1,11 @@
 """Timing: CUDA events around each launch, warm-up first, L2 flushed before every repetition.
 
+Two timing methods, and every stored number says which one it is:
+  events  a CUDA event pair around each Python call: CALL LATENCY, host dispatch included. At tiny
+          shapes this measures the host (an SDPA call's ~0.03 ms of PyTorch dispatch), not the GPU.
+  graph   the call captured once into a CUDA graph, each replay between an event pair: DEVICE TIME of
+          the captured kernels plus one graph launch, without Python or PyTorch dispatch.
+
 Statistics reported: median (the headline), mean +- std, a 95% confidence interval of the median
 (distribution-free, from order statistics), min and max. Times are in milliseconds.
 """
@@ -79,6 +85,102 @@ def time_cuda(fn: Callable[[], object], reps: int = DEFAULT_REPS, warmup: int = 
     return summarize(samples, warmup, l2_flush)
 
 
+EVENTS, GRAPH = "events", "graph"
+TIMING_METHODS = (EVENTS, GRAPH)
+METHOD_DESCRIPTIONS = {
+    EVENTS: "call latency: a CUDA event pair around each Python call, started on an idle GPU (host dispatch included)",
+    GRAPH: "device time: the call captured once into a CUDA graph, an event pair around each replay on an idle GPU",
+}
+MIN_REPS = 5
+MIN_REPS_SLOW = 3          # calls of more than SLOW_CALL_MS (the math backend's backward at 16k tokens)
+SLOW_CALL_MS = 100.0
+
+
+def budget_reps(call_ms: float, reps: int, budget_s: float | None) -> int:
+    """Repetitions that fit a cell's time budget (at least MIN_REPS, or MIN_REPS_SLOW for calls over
+    SLOW_CALL_MS; at most `reps`): slow cells get fewer, so a sweep of many shapes ends in minutes.
+    The row stores the count it used."""
+    if not budget_s or call_ms <= 0:
+        return reps
+    floor = MIN_REPS_SLOW if call_ms > SLOW_CALL_MS else MIN_REPS
+    return max(min(floor, reps), min(reps, int(budget_s * 1e3 / call_ms)))
+
+
+def time_call(fn: Callable[[], object], method: str = EVENTS, reps: int = DEFAULT_REPS,
+              warmup: int = DEFAULT_WARMUP, l2_flush: bool = True, budget_s: float | None = None,
+              stream=None) -> tuple[Timing, int]:
+    """Time `fn` by `method`; returns (Timing, peak extra bytes one call allocated).
+
+    Every repetition starts on an idle GPU: the L2 flush, then a synchronize, then the event pair
+    around the call (or the graph replay). Without that synchronize the host runs ahead of a busy GPU
+    and its dispatch time hides under the previous work, so `events` would not be the call latency a
+    caller sees. The second warm-up call is timed to size the repetitions to `budget_s` (the first
+    includes one-off set-up: cuBLAS handles, cuDNN plans); warm-up stops early once it has used a fifth
+    of the budget. Peak memory is read over the warm-up calls: what one call allocates beyond what was
+    live before it.
+    """
+    import time
+
+    import torch
+
+    if method not in TIMING_METHODS:
+        raise ValueError(f"unknown timing method {method!r}")
+    flush = torch.empty(L2_FLUSH_BYTES // 4, dtype=torch.int32, device="cuda") if l2_flush else None
+    torch.cuda.synchronize()
+    before = torch.cuda.memory_allocated()
+    torch.cuda.reset_peak_memory_stats()
+    fn()
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    fn()
+    torch.cuda.synchronize()
+    per_call_ms = (time.perf_counter() - t0) * 1e3
+    done = 2
+    while done < warmup and (not budget_s or (time.perf_counter() - t0) < budget_s / 5):
+        fn()
+        done += 1
+    torch.cuda.synchronize()
+    peak = int(torch.cuda.max_memory_allocated() - before)
+    n = budget_reps(per_call_ms, reps, budget_s)
+    run = fn
+    if method == GRAPH:
+        graph = capture_graph(fn, stream)
+        graph.replay()  # one replay before timing: the graph's first launch uploads it
+        run = graph.replay
+    starts = [torch.cuda.Event(enable_timing=True) for _ in range(n)]
+    ends = [torch.cuda.Event(enable_timing=True) for _ in range(n)]
+    for i in range(n):
+        if flush is not None:
+            flush.zero_()
+        torch.cuda.synchronize()
+        starts[i].record()
+        run()
+        ends[i].record()
+    torch.cuda.synchronize()
+    timing = summarize([s.elapsed_time(e) for s, e in zip(starts, ends)], done, l2_flush)
+    timing.method = method
+    timing.sync = METHOD_DESCRIPTIONS[method]
+    return timing, peak
+
+
+def capture_graph(fn: Callable[[], object], stream=None):
+    """`fn` captured into a CUDA graph. Warm-up ran already (on `stream` where the caller's autograd
+    state lives there): libraries set up their workspaces before capture, as capture forbids that."""
+    import torch
+
+    stream = stream or torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        fn()  # one call on the capture stream, so lazily created per-stream state exists
+    torch.cuda.current_stream().wait_stream(stream)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph, stream=stream):
+        fn()
+    torch.cuda.synchronize()
+    return graph
+
+
 def time_interleaved(fns: dict[str, Callable[[], object]], reps: int = DEFAULT_REPS, warmup: int = DEFAULT_WARMUP,
                      l2_flush: bool = True) -> dict[str, Timing]:
     """Time several callables round-robin: repetition i runs each once, in an order rotated by i, so
@@ -125,17 +227,8 @@ def peak_memory_bytes(fn: Callable[[], object]) -> int:
 
 def bench_variant(variant, problem, module, reps: int, warmup: int):
     """Time one rung on one problem; returns (Timing, peak_memory_bytes)."""
-    import torch
+    from lab.measure.problem import launch_fn
 
-    from lab.measure.problem import make_inputs, softmax_scale
-
-    q, k, v = make_inputs(problem, seed=0)
-    scale = softmax_scale(problem)
-
-    def call():
-        o = torch.empty_like(q)  # allocate like SDPA does, so the comparison is even
-        module.forward(q, k, v, o, problem.causal, scale)
-        return o
-
+    call = launch_fn(variant, module, problem, seed=0)  # allocates its output like SDPA: an even comparison
     timing = time_cuda(call, reps=reps, warmup=warmup)
     return timing, peak_memory_bytes(call)

@@ -26,6 +26,10 @@ def child_env() -> dict:
     env = dict(os.environ)
     root = str(Path(__file__).resolve().parents[2])
     env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    from lab.ladder import workspace  # the child sees the parent's registry, whatever its cwd
+
+    ws = workspace.active()
+    env[workspace.ENV] = str(ws.root) if ws is not None else "none"
     return env
 
 
@@ -35,7 +39,7 @@ class PendingCheck:
     def __init__(self, variant, problem: Problem, extra_shapes: int, tune_config: int | None = None,
                  compile: bool = True):
         shape = f"{problem.batch},{problem.heads},{problem.seqlen_q},{problem.seqlen_k},{problem.head_dim}"
-        argv = [sys.executable, "-m", "lab.measure.isolated", "--variant", variant.id, "--shape", shape,
+        argv = [sys.executable, "-m", "lab.measure.isolated", "--variant", variant.ref, "--shape", shape,
                 "--dtype", problem.dtype, "--shapes", str(extra_shapes)]
         if tune_config is not None:   # that tuning candidate of the rung (its tuning build, `lab tune`)
             argv += ["--tune-config", str(tune_config)]

@@ -27,11 +27,17 @@ class Problem:
     head_dim: int
     causal: bool = False
     dtype: str = "float32"
+    heads_kv: int | None = None   # GQA/MQA: K and V heads (None: = heads); each serves heads/heads_kv queries
 
     def __post_init__(self):
-        for name in ("batch", "heads", "seqlen_q", "seqlen_k", "head_dim"):
+        if self.heads_kv is None:
+            object.__setattr__(self, "heads_kv", self.heads)
+        for name in ("batch", "heads", "seqlen_q", "seqlen_k", "head_dim", "heads_kv"):
             if getattr(self, name) <= 0:
                 raise LabError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.heads % self.heads_kv:
+            raise LabError(f"heads_kv ({self.heads_kv}) must divide heads ({self.heads}): each K/V head "
+                           "serves the same number of query heads")
         if self.dtype not in DTYPE_BYTES:
             raise LabError(f"unknown dtype {self.dtype!r}; use float32, float16 or bfloat16")
 
@@ -41,7 +47,11 @@ class Problem:
 
     @property
     def shape_kv(self) -> tuple[int, int, int, int]:
-        return (self.batch, self.heads, self.seqlen_k, self.head_dim)
+        return (self.batch, self.heads_kv, self.seqlen_k, self.head_dim)
+
+    @property
+    def gqa(self) -> bool:
+        return self.heads_kv != self.heads
 
     @property
     def flops(self) -> float:
@@ -52,7 +62,7 @@ class Problem:
     @property
     def min_bytes(self) -> int:
         """Fewest DRAM bytes: Q, K, V read once and O written once."""
-        elems = self.batch * self.heads * self.head_dim * (2 * self.seqlen_q + 2 * self.seqlen_k)
+        elems = self.batch * self.head_dim * (2 * self.heads * self.seqlen_q + 2 * self.heads_kv * self.seqlen_k)
         return elems * DTYPE_BYTES[self.dtype]
 
     @property
@@ -61,20 +71,24 @@ class Problem:
 
     def label(self) -> str:
         n = f"{self.seqlen_q}" if self.seqlen_q == self.seqlen_k else f"{self.seqlen_q}x{self.seqlen_k}"
-        return f"B{self.batch}-H{self.heads}-N{n}-D{self.head_dim}{'-causal' if self.causal else ''}-{self.dtype}"
+        h = f"{self.heads}" if not self.gqa else f"{self.heads}kv{self.heads_kv}"
+        return f"B{self.batch}-H{h}-N{n}-D{self.head_dim}{'-causal' if self.causal else ''}-{self.dtype}"
 
     def with_dtype(self, dtype: str) -> "Problem":
-        return Problem(self.batch, self.heads, self.seqlen_q, self.seqlen_k, self.head_dim, self.causal, dtype)
+        return Problem(self.batch, self.heads, self.seqlen_q, self.seqlen_k, self.head_dim, self.causal, dtype,
+                       self.heads_kv)
 
     def to_dict(self) -> dict:
         d = asdict(self)
+        if not self.gqa:
+            d.pop("heads_kv")   # stored problems without GQA read and round-trip as before
         d.update(flops=self.flops, min_bytes=self.min_bytes, label=self.label())
         return d
 
     @classmethod
     def from_dict(cls, d: dict) -> "Problem":
         return cls(d["batch"], d["heads"], d["seqlen_q"], d["seqlen_k"], d["head_dim"],
-                   d.get("causal", False), d.get("dtype", "float32"))
+                   d.get("causal", False), d.get("dtype", "float32"), d.get("heads_kv"))
 
 
 def normalize_dtype(name: str) -> str:
@@ -107,14 +121,17 @@ def check_supported(variant, problem: Problem) -> None:
     if problem.head_dim not in variant.head_dims:
         raise LabError(f"{variant.id} supports head_dim {', '.join(map(str, variant.head_dims))}; "
                        f"got {problem.head_dim}")
+    if problem.gqa and not getattr(variant, "gqa", False):
+        raise LabError(f"{variant.id} does not declare GQA support (heads_kv < heads); got {problem.label()}")
     if problem.dtype not in variant.dtypes:
         raise LabError(f"{variant.id} supports dtype {', '.join(variant.dtypes)}; got {problem.dtype}",
                        hint=f"pass --dtype {variant.default_dtype}")
 
 
-def make_inputs(problem: Problem, seed: int = 0, device: str = "cuda"):
+def make_inputs(problem: Problem, seed: int = 0, device: str = "cuda", layout: str = "BHND"):
     """Seeded Q, K, V of the problem's dtype: standard normal plus 0.5, so the scores are not
-    zero-mean (zero-mean data hides some indexing bugs and can time faster than real data)."""
+    zero-mean (zero-mean data hides some indexing bugs and can time faster than real data).
+    With layout "BNHD" the same values come as contiguous (B, N, H, D) tensors."""
     import torch
 
     dtype = getattr(torch, problem.dtype)
@@ -123,7 +140,27 @@ def make_inputs(problem: Problem, seed: int = 0, device: str = "cuda"):
     def one(shape):
         return (torch.randn(shape, generator=gen, device=device, dtype=torch.float32) + 0.5).to(dtype)
 
-    return one(problem.shape_q), one(problem.shape_kv), one(problem.shape_kv)
+    q, k, v = one(problem.shape_q), one(problem.shape_kv), one(problem.shape_kv)
+    if layout == "BNHD":
+        q, k, v = (t.transpose(1, 2).contiguous() for t in (q, k, v))
+    return q, k, v
+
+
+def launch_fn(variant, module, problem: Problem, seed: int = 0):
+    """A zero-argument function that runs the rung once on seeded inputs in its layout: a .cu
+    rung writes a freshly allocated output (as SDPA allocates its own), a python rung returns one."""
+    import torch
+
+    q, k, v = make_inputs(problem, seed, layout=variant.layout)
+    scale = softmax_scale(problem)
+    if variant.kind == "python":
+        return lambda: module.call(q, k, v, problem.causal, scale)
+
+    def call():
+        o = torch.empty_like(q)
+        module.forward(q, k, v, o, problem.causal, scale)
+        return o
+    return call
 
 
 def softmax_scale(problem: Problem) -> float:

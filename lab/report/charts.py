@@ -222,6 +222,100 @@ def ladder_svg(bars: list[Bar], width: int = 760, height: int = 300) -> Markup:
     return Markup("".join(out))
 
 
+# ----------------------------------------------------------------------------------- line charts
+
+LINE_COLOURS = ("#dc2626", "#2563eb", "#0f766e", "#7c3aed", "#ca8a04", "#db2777", "#0891b2", "#4d7c0f", "#6b7280")
+LINE_DASHES = ("", "6 3", "2 3", "8 3 2 3")
+
+
+@dataclass(frozen=True)
+class Series:
+    label: str
+    points: tuple[tuple[float, float], ...]   # (x, y); missing values are left out, the line breaks there
+    dashed: bool = False                      # e.g. a second timing method of the same implementation
+
+
+def _ticks(scale: LogScale, values: list[float]) -> list[float]:
+    """The data's own x values when few (N = 512, 1024, ...), else the decades."""
+    if len(set(values)) <= 12:
+        return sorted(set(values))
+    return [10.0 ** e for e in range(math.ceil(scale.lo_exp), math.floor(scale.hi_exp) + 1)]
+
+
+def _nice_step(raw: float) -> float:
+    """1, 2, 2.5 or 5 times a power of ten, at least `raw`: axis ticks a reader can add up."""
+    mag = 10.0 ** math.floor(math.log10(raw)) if raw > 0 else 1.0
+    return next(m * mag for m in (1, 2, 2.5, 5, 10) if m * mag >= raw)
+
+
+def _tick_label(v: float) -> str:
+    return f"{int(v):,}" if float(v).is_integer() else fmt_si(v)
+
+
+def line_svg(series: list[Series], x_title: str, y_title: str, title: str, width: int = 560, height: int = 300,
+             log_y: bool = True) -> Markup:
+    """Lines with markers on log-log axes (log x always: N and batch double), one colour per series;
+    a gap in a series (an out-of-memory point) breaks its line instead of bridging it."""
+    pts = [(x, y) for s in series for x, y in s.points if x and y and x > 0 and y > 0 and math.isfinite(y)]
+    if not pts:
+        return Markup("")
+    legend_w = min(200, int(max(len(s.label) for s in series) * CHAR_PX) + 34)
+    left, right, top, bottom = 60, legend_w, 22, 42
+    xs = [p[0] for p in pts]
+    ys = [p[1] for p in pts]
+    x = LogScale(min(xs) / 1.3, max(xs) * 1.3, left, width - right)
+    x.lo_exp, x.hi_exp = math.log10(min(xs) / 1.3), math.log10(max(xs) * 1.3)   # tight: ticks at the data
+    if log_y:
+        y = LogScale(min(ys) / 1.5, max(ys) * 1.5, height - bottom, top)
+        yticks = y.decades()
+        if len(yticks) <= 2:   # less than a decade: ticks at 1-2-5
+            yticks = sorted({m * 10.0 ** e for e in range(y.lo_exp, y.hi_exp + 1) for m in (1, 2, 5)
+                             if y.lo <= m * 10.0 ** e <= y.hi})
+        ypos = y
+    else:
+        step = _nice_step(max(ys) * 1.1 / 5)
+        hi = step * math.ceil(max(ys) * 1.1 / step)
+        ypos = lambda v: (height - bottom) - (height - bottom - top) * v / hi  # noqa: E731
+        yticks = [i * step for i in range(int(round(hi / step)) + 1)]
+    out = [_svg_open(width, height, title)]
+    out.append(f'<text class="legend" x="{left}" y="13">{escape(title)}</text>')
+    for v in yticks:
+        yy = ypos(v)
+        if top - 1 <= yy <= height - bottom + 1:
+            out.append(f'<line class="grid" x1="{left}" y1="{_num(yy)}" x2="{width - right}" y2="{_num(yy)}"/>')
+            out.append(f'<text class="tick" x="{left - 5}" y="{_num(yy + 4)}" text-anchor="end">{escape(_tick_label(v) if log_y else fmt_si(v))}</text>')
+    for v in _ticks(x, xs):
+        xx = x(v)
+        out.append(f'<line class="grid" x1="{_num(xx)}" y1="{top}" x2="{_num(xx)}" y2="{height - bottom}"/>')
+        out.append(f'<text class="tick" x="{_num(xx)}" y="{height - bottom + 14}" text-anchor="middle">{escape(_tick_label(v))}</text>')
+    out.append(f'<rect class="frame" x="{left}" y="{top}" width="{width - right - left}" height="{height - bottom - top}"/>')
+    out.append(_axis_titles(x_title, y_title, width - right, height, left, top, bottom))
+    for i, s in enumerate(series):
+        colour = LINE_COLOURS[i % len(LINE_COLOURS)]
+        dash = f' stroke-dasharray="{LINE_DASHES[1]}"' if s.dashed else ""
+        runs, cur = [], []
+        for px_, py_ in s.points:
+            if px_ and py_ and py_ > 0 and math.isfinite(py_):
+                cur.append((x(px_), ypos(py_), px_, py_))
+            elif cur:
+                runs.append(cur)
+                cur = []
+        if cur:
+            runs.append(cur)
+        for run in runs:
+            if len(run) > 1:
+                path = " ".join(f"{_num(a)},{_num(b)}" for a, b, _, _ in run)
+                out.append(f'<polyline fill="none" stroke="{colour}" stroke-width="2"{dash} points="{path}"/>')
+            for a, b, vx, vy in run:
+                out.append(f'<circle cx="{_num(a)}" cy="{_num(b)}" r="3" fill="{colour}"><title>{escape(s.label)}: '
+                           f'{escape(fmt_si(vy))} at {escape(fmt_si(vx))}</title></circle>')
+        ly = top + 8 + i * 15
+        out.append(f'<line x1="{width - right + 8}" y1="{ly - 4}" x2="{width - right + 26}" y2="{ly - 4}" stroke="{colour}" '
+                   f'stroke-width="2"{dash}/><text class="legend" x="{width - right + 30}" y="{ly}">{escape(s.label)}</text>')
+    out.append("</svg>")
+    return Markup("".join(out))
+
+
 # ------------------------------------------------------------------------------------- timeline
 
 @dataclass(frozen=True)

@@ -370,8 +370,16 @@ def _write(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
+def default_out() -> Path:
+    """reports/ of the active workspace (lab.ladder.workspace), else the lab's own reports/."""
+    from lab.ladder.workspace import active
+
+    ws = active()
+    return ws.reports_dir if ws is not None else DEFAULT_OUT
+
+
 def _out_dir(out: Path | None) -> Path:
-    out = Path(out) if out else DEFAULT_OUT
+    out = Path(out) if out else default_out()
     if out.exists() and not out.is_dir():
         raise LabError(f"--out {out} exists and is not a directory")
     out.mkdir(parents=True, exist_ok=True)
@@ -392,7 +400,7 @@ class Rendered:
         if self.damaged:
             return f"no readable runs in {self.empty_store}: {len(self.damaged)} damaged (listed above)"
         return (f"no stored runs in {self.empty_store} (nor in {self.empty_store / 'examples'}); "
-                f"`lab profile --variant v1` records one on a GPU machine")
+                f"`lab profile --variant ID` records one on a GPU machine (`lab variants` lists the ids)")
 
 
 def render(out: Path | None = None, root: Path | None = None, run_id: str | None = None) -> Rendered:
@@ -412,10 +420,12 @@ def render(out: Path | None = None, root: Path | None = None, run_id: str | None
         selected = [found]
     out_dir = _out_dir(out)
     env = environment()
+    sweeps = render_sweeps(out_dir, root) if run_id is None else []
     if not runs:   # not an error: an index that says so, and a message from the CLI
         index = out_dir / "index.html"
-        _write(index, env.get_template("index.html").render(**index_context([]), store=root, damaged=damaged))
-        return Rendered(index, {}, [], empty_store=root, damaged=damaged)
+        _write(index, env.get_template("index.html").render(**index_context([]), store=root, damaged=damaged,
+                                                                   sweeps=sweeps))
+        return Rendered(index, {}, [], empty_store=None if sweeps else root, damaged=damaged)
     page_t = env.get_template("run.html")
     pages, comparisons = {}, []
 
@@ -447,8 +457,35 @@ def render(out: Path | None = None, root: Path | None = None, run_id: str | None
             except RunDamaged as e:
                 set_aside(e, rd)
     index = out_dir / "index.html"
-    _write(index, env.get_template("index.html").render(**index_context(runs), store=root, damaged=damaged))
+    if run_id is not None:
+        from lab.report.sweeppage import sweep_index_rows
+        from lab.store.sweeps import list_sweeps
+
+        sweeps = sweep_index_rows(list_sweeps(root))   # the index lists them; their pages stay as they are
+    _write(index, env.get_template("index.html").render(**index_context(runs), store=root, damaged=damaged,
+                                                               sweeps=sweeps))
     return Rendered(index, pages, comparisons, damaged=damaged)
+
+
+def render_sweeps(out_dir: Path, root: Path) -> list[dict]:
+    """One page per stored sweep (<sweep-id>.html); returns the index's rows for them."""
+    from lab.report.sweeppage import sweep_context, sweep_index_rows
+    from lab.store.sweeps import list_sweeps
+
+    sweeps = list_sweeps(root)
+    template = environment().get_template("sweep.html")
+    for sw in sweeps:
+        _write(out_dir / f"{sw.id}.html", template.render(**sweep_context(sw)))
+    return sweep_index_rows(sweeps)
+
+
+def render_sweep_page(sweep, out: Path | None = None) -> Path:
+    from lab.report.sweeppage import sweep_context
+
+    out_dir = _out_dir(out)
+    path = out_dir / f"{sweep.id}.html"
+    _write(path, environment().get_template("sweep.html").render(**sweep_context(sweep)))
+    return path
 
 
 def render_compare(comparison, out: Path | None = None) -> Path:

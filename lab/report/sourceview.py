@@ -9,14 +9,17 @@ before they existed) gets a sentence saying so, never a guess from today's files
 
 from __future__ import annotations
 
+import html
 import json
 import os
 from functools import lru_cache
 
+
 from markupsafe import Markup
 
-MAX_FILE_LINES = 2000   # beyond this a file is shown only around its hot lines
+MAX_FILE_LINES = 2000   # beyond this even the kernel's own file is shown only around its hot lines
 CONTEXT = 3             # lines shown around a hot line in a long file
+SASS_LINES = 15         # the hottest lines whose SASS the page carries (a page over many runs stays light)
 
 
 @lru_cache(maxsize=64)
@@ -76,6 +79,7 @@ def source_context(rd, kernel: dict | None, findings: list[dict]) -> dict:
             continue
         per_file.setdefault(r["file"], {})[int(r["line"])] = r
     top = max((r.get("samples_pct") or 0.0) for r in rows) or 1.0
+    with_sass = {id(r) for r in sorted(rows, key=lambda r: -(r.get("samples") or 0.0))[:SASS_LINES]}
     files = []
     for path, data in sorted(per_file.items(), key=lambda kv: -sum(r.get("samples_pct") or 0 for r in kv[1].values())):
         base = os.path.basename(path or "")
@@ -87,7 +91,7 @@ def source_context(rd, kernel: dict | None, findings: list[dict]) -> dict:
             continue
         code = _highlighted(text)
         n = len(code)
-        if n <= MAX_FILE_LINES:
+        if n <= MAX_FILE_LINES and not files:   # the kernel's own file whole; helpers around their hot lines
             shown = range(1, n + 1)
         else:
             keep = sorted({i for ln in data for i in range(ln - CONTEXT, ln + CONTEXT + 1) if 1 <= i <= n})
@@ -102,7 +106,7 @@ def source_context(rd, kernel: dict | None, findings: list[dict]) -> dict:
                 "classes": cited.get((base, ln), []),
                 "stalls": list(_loads(r.get("stalls"), {}).items())[:3] if r else [],
                 "sass": _loads(r.get("sass"), []) if r else [],
-                "instructions": _loads(r.get("instructions"), []) if r else [],
+                "sass_html": _sass_table(_loads(r.get("instructions"), [])) if r and id(r) in with_sass else None,
                 "inst_executed": r.get("inst_executed") if r else None,
                 "flags": [(label, r.get(key)) for key, label in (("excess_global_sectors", "excess sectors"),
                                                                 ("excess_shared_wavefronts", "excess wavefronts"),
@@ -117,3 +121,11 @@ def source_context(rd, kernel: dict | None, findings: list[dict]) -> dict:
         {"pc": r.get("pc"), "pct": r.get("samples_pct") or 0.0, "sass": _loads(r.get("instructions"), []),
          "stalls": list(_loads(r.get("stalls"), {}).items())[:3]} for r in sass_rows],
         "style": style_defs()}
+
+
+def _sass_table(instructions: list) -> Markup:
+    """One line's instructions as table rows, escaped once here (a Jinja loop per instruction costs
+    more than the rest of the page over many runs)."""
+    return Markup("".join(f'<tr><td class="mono">{html.escape(str(pc))}</td><td class="mono">{html.escape(str(sass))}</td>'
+                          f'<td class="num">{ex:,.0f}</td><td class="num">{smp:,.0f}</td></tr>'
+                          for pc, sass, ex, smp in instructions))

@@ -28,3 +28,128 @@ def export_run(run: Run, out_dir: Path, fmt: str = "csv") -> list[Path]:
             df.to_json(path, orient="records", lines=True)
         written.append(path)
     return written
+
+
+# ------------------------------------------------------------------------------ sweeps
+
+SWEEP_FORMATS = ("csv", "parquet", "markdown")
+
+
+def export_sweep(sweep, out_dir: Path, fmt: str = "csv") -> list[Path]:
+    """The sweep's tidy table as CSV or Parquet (plus its manifest) under out_dir/<sweep-id>/."""
+    if fmt not in ("csv", "parquet"):
+        raise LabError(f"unknown format {fmt!r} for a sweep; use {', '.join(SWEEP_FORMATS)}")
+    out = Path(out_dir) / sweep.id
+    out.mkdir(parents=True, exist_ok=True)
+    manifest = out / "sweep.json"
+    manifest.write_text(json.dumps(sweep.manifest, indent=2))
+    df = sweep.table()
+    path = out / f"rows.{fmt}"
+    if fmt == "csv":
+        df.to_csv(path, index=False)
+    else:
+        df.to_parquet(path, index=False)
+    return [manifest, path]
+
+
+def _fmt(x, digits: int = 4) -> str:
+    if x is None or x != x:
+        return "n/a"
+    return f"{x:.{digits}g}"
+
+
+def markdown_sweep(sweep, metric: str = "tflops") -> str:
+    """The sweep's tables for benchmarks/RESULTS.md: one per group (mode, timing, dtype, D, mask),
+    a row per N (or batch), a column per implementation with median ms and TFLOP/s; batch sweeps add
+    the scaling efficiency. Headed by device, date, commit and the command that recorded it."""
+    from lab.store.sweeps import group_rows, oom_points
+
+    m = sweep.manifest
+    plan = m["plan"]
+    dev = m.get("device") or {}
+    git = m.get("git") or {}
+    commit = (git.get("commit") or "?")[:10] + ("" if git.get("dirty") is False else
+                                                " (uncommitted changes)" if git.get("dirty") else " (tree copied without .git)")
+    sw = m.get("software") or {}
+    rows = sweep.rows()
+    from lab.store.sweeps import add_ratios
+
+    rows = add_ratios(rows, plan.get("baselines", []))
+    lines = [f"### Sweep {sweep.id}", "",
+             f"`{plan.get('command') or 'lab sweep'}`: {dev.get('name', '?')} (cc {dev.get('compute_capability', '?')}, "
+             f"{dev.get('sm_count', '?')} SMs), torch {sw.get('torch', '?')}, CUDA {sw.get('cuda', '?')}, "
+             f"{(m.get('created_utc') or '?')[:10]}, commit {commit}; status {m.get('status')} "
+             f"({m.get('cells_done')} of {m.get('cells_planned')} cells). Median of up to {plan.get('reps')} repetitions "
+             f"(fewer where a cell's {plan.get('cell_budget_s')} s budget ran out; the table stores the count), "
+             "L2 flushed before each. Cells: median ms (TFLOP/s). Timing `events` = call latency (host dispatch "
+             "included), `graph` = CUDA-graph replay (device time). Backward FLOPs = 2.5x forward, forward+backward "
+             "= 3.5x (FlashAttention's convention); causal FLOPs are halved.", ""]
+    for g in group_rows(rows, plan.get("axis", "seqlen")):
+        xname = "B" if g["axis"] == "batch" else "N"
+        head = [xname, "shape"] + g["impls"]
+        eff = g["axis"] == "batch"
+        if eff:
+            head += [f"{i} scaling eff." for i in g["impls"]]
+        lines += [f"**{g['title']}**", "", "| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
+        first = {}
+        for x in g["xs"]:
+            shape = next(r["label"] for (i, xx), r in g["cells"].items() if xx == x)
+            cells = [str(x), shape.rsplit("-", 1)[0]]
+            effs = []
+            for impl in g["impls"]:
+                r = g["cells"].get((impl, x))
+                if r is None:
+                    cells.append("")
+                elif r.get("status") == "ok":
+                    cells.append(f"{_fmt(r['median_ms'])} ({_fmt(r['tflops'], 3)})")
+                else:
+                    cells.append(str(r.get("status")))
+                if eff:
+                    if r is not None and r.get("status") == "ok":
+                        first.setdefault(impl, (x, r["median_ms"]))
+                        x0, t0 = first[impl]
+                        effs.append(f"{t0 / x0 * x / r['median_ms']:.2f}")
+                    else:
+                        effs.append("")
+            lines.append("| " + " | ".join(cells + effs) + " |")
+        lines.append("")
+    reasons = {}
+    for r in rows:
+        if r.get("status") != "ok":
+            reasons.setdefault((r["impl"], r["status"], r.get("reason") or ""), []).append(r["label"])
+    if reasons:
+        lines.append("Cells without a time:")
+        for (impl, status, reason), labels in reasons.items():
+            lines.append(f"- {impl} {status} ({len(labels)} cells, e.g. {labels[0]}): {reason}")
+        lines.append("")
+    for r in oom_points(rows):
+        lines.append(f"{r['impl']} ({r['mode']}, D={r['head_dim']}{', causal' if r['causal'] else ''}) first ran out "
+                     f"of memory at N={r['seqlen_q']} ({r['label']}).")
+    if plan.get("axis") == "batch":
+        lines += ["", "Scaling efficiency = (time at the smallest batch / that batch x this batch) / measured time: "
+                  "1.00 is linear; above 1, the larger batch uses the GPU better."]
+    return "\n".join(lines).rstrip() + "\n"
+
+
+MARK_BEGIN = "<!-- lab export {id} --format markdown: generated, do not edit -->"
+MARK_END = "<!-- end lab export {id} -->"
+
+
+def update_markdown_section(path: Path, sweep, text: str) -> bool:
+    """Replace (or append) the sweep's generated section of a Markdown file between its markers.
+    Returns True when the file changed."""
+    path = Path(path)
+    begin, end = MARK_BEGIN.format(id=sweep.id), MARK_END.format(id=sweep.id)
+    old = path.read_text() if path.exists() else ""
+    block = f"{begin}\n{text.rstrip()}\n{end}"
+    if begin in old and end in old:
+        pre, rest = old.split(begin, 1)
+        _, post = rest.split(end, 1)
+        new = pre + block + post
+    else:
+        new = old.rstrip() + "\n\n" + block + "\n"
+    if new != old:
+        tmp = path.with_name(f".{path.name}.tmp")
+        tmp.write_text(new)
+        tmp.replace(path)
+    return new != old

@@ -127,12 +127,12 @@ def _convert(value, tp, where: str):
 
 def _problem(d: dict, where: str) -> Problem:
     spec = {"batch": int, "heads": int, "seqlen_q": int, "seqlen_k": int, "head_dim": int,
-            "causal": bool, "dtype": str}
+            "causal": bool, "dtype": str, "heads_kv": int}
     vals = {}
     for key, tp in spec.items():
         if key in d:
             vals[key] = _convert(d[key], tp, f"{where}.{key}")
-        elif key not in ("causal", "dtype"):
+        elif key not in ("causal", "dtype", "heads_kv"):
             raise ManifestError(f"{where}.{key}", "is missing")
     try:
         return Problem(**vals)
@@ -221,6 +221,10 @@ class VariantInfo(Section):
     changed: str | None = None
     attacks: str | None = None
     predicted_gain: str | None = None
+    kind: str | None = None            # cuda or python (lab.ladder.registry)
+    origin: str | None = None          # built-in or workspace
+    layout: str | None = None          # BHND or BNHD: the layout the rung's inputs came in
+    attacks_classes: list[str] | None = None   # the analysis classes the rung declares it attacks
 
 
 @dataclass

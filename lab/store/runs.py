@@ -33,7 +33,14 @@ MANIFEST = "manifest.json"
 
 
 def store_root() -> Path:
-    return Path(os.environ.get("LAB_PROFILES", DEFAULT_ROOT))
+    """LAB_PROFILES if set; else the active workspace's profiles/ (lab.ladder.workspace); else the
+    lab's own profiles/."""
+    if os.environ.get("LAB_PROFILES"):
+        return Path(os.environ["LAB_PROFILES"])
+    from lab.ladder.workspace import active
+
+    ws = active()
+    return ws.profiles_dir if ws is not None else DEFAULT_ROOT
 
 
 def new_run_id(variant_id: str, problem_label: str, now: datetime | None = None, root: Path | None = None) -> str:

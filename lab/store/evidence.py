@@ -1,0 +1,87 @@
+"""What the stored runs say about a rung's bottleneck: the evidence `lab new` writes into the
+header of the rung it copies forward ("Bottleneck attacked: <class> in v5's latest profile ...").
+
+Reads manifests and the findings table only (no torch, no ncu_report).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from lab.store.runs import Run, list_runs
+
+MAX_EVIDENCE = 4   # metrics quoted in the header: enough to say why, short enough to read
+
+
+@dataclass
+class Evidence:
+    run_id: str
+    run_path: Path
+    device: str | None
+    problem: str | None
+    median_ms: float | None
+    tflops: float | None
+    bottleneck: str | None      # the class of the run's most important finding
+    title: str | None           # that finding's title
+    metrics: dict               # a few of its evidence metrics
+
+    def header_text(self, variant_id: str) -> str:
+        """One paragraph for the rung header's "Bottleneck attacked" section."""
+        where = ", ".join(x for x in (self.device, self.problem) if x)
+        speed = (f"{self.median_ms:.4g} ms" + (f", {self.tflops:.3g} TFLOP/s" if self.tflops else "")
+                 if self.median_ms is not None else None)
+        head = f"{self.bottleneck or 'no finding'} in {variant_id}'s latest stored profile (run {self.run_id}"
+        head += f"; {where}" if where else ""
+        head += f"; {speed})" if speed else ")"
+        parts = [head + ":"]
+        if self.title:
+            parts.append(f"{self.title}.")
+        if self.metrics:
+            parts.append("Evidence: " + ", ".join(f"{k} = {_fmt(v)}" for k, v in self.metrics.items()) + ".")
+        return " ".join(parts)
+
+
+def _fmt(v) -> str:
+    if isinstance(v, float):
+        return f"{v:.4g}"
+    return str(v)
+
+
+def latest_run_of(variant_id: str, roots: list[Path]) -> Run | None:
+    """The most recent complete run of `variant_id` under any of the store roots (and their
+    examples/); runs with an ncu profile are preferred, since only they name a bottleneck."""
+    runs: dict[Path, Run] = {}
+    for root in roots:
+        for r in list_runs(root):
+            if (r.manifest.get("variant") or {}).get("id") == variant_id:
+                runs[r.path.resolve()] = r
+    if not runs:
+        return None
+    ordered = sorted(runs.values(), key=lambda r: (bool(r.manifest.get("findings_summary")),
+                                                   r.manifest.get("created_utc", ""), r.id))
+    return ordered[-1]
+
+
+def evidence_of(run: Run) -> Evidence:
+    m = run.manifest
+    summary = m.get("findings_summary") or {}
+    timing = m.get("timing") or {}
+    title, metrics = None, {}
+    try:
+        findings = run.table("findings")
+    except Exception:  # an unreadable table leaves the header without the metrics, never fails `lab new`
+        findings = None
+    if findings is not None and len(findings):
+        top = findings.sort_values(["kernel_index", "rank"]).iloc[0]
+        title = str(top["title"])
+        try:
+            ev = json.loads(top["evidence"]) if isinstance(top["evidence"], str) else {}
+        except json.JSONDecodeError:
+            ev = {}
+        metrics = {k: v for k, v in list(ev.items())[:MAX_EVIDENCE] if v is not None}
+        summary = summary or {"bottleneck": str(top["class"])}
+    return Evidence(run_id=run.id, run_path=run.path, device=(m.get("device") or {}).get("name"),
+                    problem=(m.get("problem") or {}).get("label"), median_ms=timing.get("median"),
+                    tflops=timing.get("tflops"), bottleneck=summary.get("bottleneck"), title=title, metrics=metrics)

@@ -1,0 +1,386 @@
+"""The sweep store: profiles/<sweep-id>/ holds sweep.json (the manifest) and rows.parquet (THE tidy
+table, a row per implementation x problem x mode x timing method).
+
+A sweep keeps what it finished. Rows are appended to a journal (`journal-<part>.jsonl`, one JSON
+object a line, flushed and fsynced per cell) while the sweep runs, so Ctrl-C, a crash or a killed
+worker loses at most the cell in flight; `finalize` folds the journals into rows.parquet and rewrites
+the manifest (each file replaced atomically, as lab.store.runs writes). Readers take the table plus
+any journal left behind. The manifest is named sweep.json, not manifest.json, so the run store's
+listing never mistakes a sweep for a run.
+
+Manifest (schema_version 1): schema_version, kind "sweep", sweep_id, created_utc, updated_utc,
+lab_version, git, status (running | complete | incomplete | interrupted), plan (lab.measure.sweepplan
+.Plan.to_dict(), with plan_key), device, devices (per worker), software, cells_planned, cells_done,
+rows, messages, merged_from, table.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from lab.errors import LabError
+from lab.store.runs import _SAFE, _write_json_atomic, store_root
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+SWEEP_SCHEMA = 1
+SWEEP_MANIFEST = "sweep.json"
+TABLE_FILE = "rows.parquet"
+ROW_KEY = ("impl", "label", "mode", "timing")
+
+# The tidy table's columns, in order (ratio columns vs_<baseline> follow, one per baseline).
+COLUMNS = ["impl", "impl_kind", "label", "batch", "heads", "heads_kv", "seqlen_q", "seqlen_k", "head_dim",
+           "causal", "dtype", "mode", "timing", "status", "reason", "median_ms", "mean_ms", "std_ms",
+           "ci95_low_ms", "ci95_high_ms", "min_ms", "max_ms", "reps", "warmup", "flops", "tflops",
+           "pct_of_peak", "tokens_per_s", "time_per_token_us", "peak_memory_bytes",
+           "memory_per_token_bytes", "worker"]
+
+
+def now_utc() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def new_sweep_id(name: str, now: datetime | None = None) -> str:
+    now = now or datetime.now(timezone.utc)
+    safe = "".join(c if c.isalnum() or c in "-_." else "-" for c in name) or "custom"
+    return f"{now:%Y%m%d-%H%M%S}-sweep-{safe}"
+
+
+def ratio_column(baseline: str) -> str:
+    return "vs_" + baseline.replace("-", "_")
+
+
+class Sweep:
+    """A sweep directory, complete or not (the read and the append side)."""
+
+    def __init__(self, path: Path):
+        self.path = Path(path)
+        try:
+            self.manifest = json.loads((self.path / SWEEP_MANIFEST).read_text())
+        except (OSError, json.JSONDecodeError) as e:
+            raise LabError(f"{self.path} is not a lab sweep: cannot read {SWEEP_MANIFEST} ({e})") from None
+        if self.manifest.get("schema_version") != SWEEP_SCHEMA or self.manifest.get("kind") != "sweep":
+            raise LabError(f"{self.path}: not a sweep manifest of schema {SWEEP_SCHEMA}")
+
+    @property
+    def id(self) -> str:
+        return self.manifest["sweep_id"]
+
+    @property
+    def plan_dict(self) -> dict:
+        return self.manifest["plan"]
+
+    def journals(self) -> list[Path]:
+        return sorted(self.path.glob("journal*.jsonl"))
+
+    def append_rows(self, rows: list[dict], part: str = "main") -> None:
+        """One cell's rows, durable before the next cell starts."""
+        with open(self.path / f"journal-{part}.jsonl", "a", encoding="utf-8") as fh:
+            for row in rows:
+                fh.write(json.dumps(row, default=_plain) + "\n")
+            fh.flush()
+            os.fsync(fh.fileno())
+
+    def rows(self) -> list[dict]:
+        """The table's rows, then every journal's (a later row of the same key wins: a resumed cell)."""
+        rows: list[dict] = []
+        table = self.path / TABLE_FILE
+        if table.is_file():
+            import pandas as pd
+
+            rows = [{k: _py(v) for k, v in r.items()} for r in pd.read_parquet(table).to_dict("records")]
+        for j in self.journals():
+            for line in j.read_text(encoding="utf-8").splitlines():
+                try:
+                    rows.append(json.loads(line))
+                except json.JSONDecodeError:
+                    pass   # a line cut by a kill mid-write: that cell is not done
+        by_key = {}
+        for r in rows:
+            by_key[tuple(r.get(k) for k in ROW_KEY)] = r
+        return list(by_key.values())
+
+    def done_cells(self) -> set[str]:
+        from lab.measure.sweepplan import cell_key
+
+        return {cell_key(r["impl"], r["label"], r["mode"]) for r in self.rows()}
+
+    def table(self) -> "pd.DataFrame":
+        import pandas as pd
+
+        rows = self.rows()
+        baselines = self.plan_dict.get("baselines", [])
+        cols = COLUMNS + [ratio_column(b) for b in baselines]
+        df = pd.DataFrame(rows)
+        for c in cols:
+            if c not in df.columns:
+                df[c] = None
+        return df[cols + [c for c in df.columns if c not in cols]]
+
+    def update_manifest(self, **fields) -> None:
+        self.manifest.update(fields)
+        self.manifest["updated_utc"] = now_utc()
+        _write_json_atomic(self.path / SWEEP_MANIFEST, self.manifest)
+
+    def finalize(self, status: str | None = None, messages: list[str] | None = None) -> "Sweep":
+        """Fold the journals into rows.parquet with the ratio columns, then the manifest; status is
+        complete when every planned cell has rows, else `status` (incomplete or interrupted)."""
+        from lab.measure.sweepplan import Plan
+
+        plan = Plan.from_dict(self.plan_dict)
+        rows = add_ratios(self.rows(), plan.baselines)
+        df = _frame(rows, plan.baselines)
+        tmp = self.path / f".{TABLE_FILE}.tmp"
+        df.to_parquet(tmp, index=False)
+        os.replace(tmp, self.path / TABLE_FILE)
+        planned = {c.key for c in plan.cells()}
+        done = {k for k in self.done_cells() if k in planned}
+        final = "complete" if done >= planned else (status or "incomplete")
+        self.update_manifest(status=final, cells_planned=len(planned), cells_done=len(done), rows=len(rows),
+                             messages=list(messages or []), table=TABLE_FILE)
+        for j in self.journals():   # folded into the table, which was replaced first
+            j.unlink()
+        return self
+
+    def missing_cells(self):
+        from lab.measure.sweepplan import Plan
+
+        plan = Plan.from_dict(self.plan_dict)
+        done = self.done_cells()
+        return [c for c in plan.cells() if c.key not in done]
+
+    def __repr__(self) -> str:
+        return f"Sweep({self.id})"
+
+
+def _py(v):
+    """pandas/NumPy scalars and NaN back to plain JSON values."""
+    if hasattr(v, "item"):
+        v = v.item()
+    if isinstance(v, float) and v != v:
+        return None
+    return v
+
+
+def _plain(o):
+    if hasattr(o, "item"):
+        return o.item()
+    raise TypeError(f"not JSON serializable: {type(o).__name__}")
+
+
+def _frame(rows: list[dict], baselines: list[str]) -> "pd.DataFrame":
+    import pandas as pd
+
+    cols = COLUMNS + [ratio_column(b) for b in baselines]
+    df = pd.DataFrame(rows, columns=cols + sorted({k for r in rows for k in r} - set(cols)))
+    for c in ("median_ms", "mean_ms", "std_ms", "ci95_low_ms", "ci95_high_ms", "min_ms", "max_ms", "flops", "tflops",
+              "pct_of_peak", "tokens_per_s", "time_per_token_us", "memory_per_token_bytes",
+              *[ratio_column(b) for b in baselines]):
+        df[c] = pd.to_numeric(df[c], errors="coerce").astype("float64")
+    for c in ("reps", "warmup", "peak_memory_bytes"):
+        df[c] = pd.to_numeric(df[c], errors="coerce").astype("Int64")
+    for c in ("batch", "heads", "heads_kv", "seqlen_q", "seqlen_k", "head_dim"):
+        df[c] = pd.to_numeric(df[c], errors="coerce").astype("Int64")
+    df["causal"] = df["causal"].astype("boolean")
+    for c in ("impl", "impl_kind", "label", "dtype", "mode", "timing", "status", "reason", "worker"):
+        df[c] = df[c].astype("string")
+    return df
+
+
+def add_ratios(rows: list[dict], baselines: list[str]) -> list[dict]:
+    """vs_<baseline> = the baseline's median / this row's (> 1: this row is faster), for the same
+    problem, mode and timing method; None where either is missing or not ok."""
+    med = {(r["impl"], r["label"], r["mode"], r["timing"]): r.get("median_ms")
+           for r in rows if r.get("status") == "ok" and r.get("median_ms")}
+    out = []
+    for r in rows:
+        r = dict(r)
+        for b in baselines:
+            theirs = med.get((b, r["label"], r["mode"], r["timing"]))
+            ours = r.get("median_ms") if r.get("status") == "ok" else None
+            r[ratio_column(b)] = theirs / ours if (theirs and ours) else None
+        out.append(r)
+    return out
+
+
+def create_sweep(sweep_id: str, manifest: dict, root: Path | None = None) -> Sweep:
+    """The sweep directory with its manifest (status running). Call after validating everything."""
+    root = Path(root or store_root())
+    if not _SAFE.match(sweep_id):
+        raise LabError(f"bad sweep id {sweep_id!r}")
+    root.mkdir(parents=True, exist_ok=True)
+    path, n = root / sweep_id, 1
+    while True:   # two sweeps started in the same second get -2, -3, ...
+        try:
+            path.mkdir()
+            break
+        except FileExistsError:
+            n += 1
+            path = root / f"{sweep_id}-{n}"
+    sweep_id = path.name
+    m = {"schema_version": SWEEP_SCHEMA, "kind": "sweep", "sweep_id": sweep_id, "created_utc": now_utc(),
+         "updated_utc": now_utc(), "status": "running", **manifest}
+    _write_json_atomic(path / SWEEP_MANIFEST, m)
+    return Sweep(path)
+
+
+def list_sweeps(root: Path | None = None) -> list[Sweep]:
+    """Sweeps under the store root and its examples/, oldest first."""
+    root = Path(root or store_root())
+    out = []
+    for base in (root, root / "examples"):
+        if not base.is_dir():
+            continue
+        for d in sorted(base.iterdir()):
+            if d.name.startswith(".") or not (d / SWEEP_MANIFEST).is_file():
+                continue
+            out.append(Sweep(d))
+    out.sort(key=lambda s: (s.manifest.get("created_utc", ""), s.id))
+    return out
+
+
+def find_sweep(sweep_id: str, root: Path | None = None) -> Sweep:
+    p = Path(sweep_id)
+    if (p / SWEEP_MANIFEST).is_file():
+        return Sweep(p)
+    matches = [s for s in list_sweeps(root) if s.id == sweep_id or s.id.startswith(sweep_id)]
+    if not matches:
+        raise LabError(f"no stored sweep {sweep_id!r}", hint="`lab report` lists the stored sweeps")
+    exact = [s for s in matches if s.id == sweep_id]
+    if len(matches) > 1 and not exact:
+        raise LabError(f"sweep id {sweep_id!r} is ambiguous: {', '.join(s.id for s in matches[:5])}")
+    return (exact or matches)[0]
+
+
+def is_sweep(ref: str, root: Path | None = None) -> bool:
+    try:
+        find_sweep(ref, root)
+        return True
+    except LabError:
+        return False
+
+
+def merge_sweeps(parts: list[Sweep], root: Path | None = None, allow_mismatch: bool = False,
+                 sweep_id: str | None = None) -> Sweep:
+    """Join partial sweeps (shards) of ONE plan into a new sweep. Refuses (exit 2, nothing stored)
+    partials of different plans, and of different devices or software unless `allow_mismatch`."""
+    if len(parts) < 2:
+        raise LabError("merge needs at least two partial sweeps")
+    keys = {p.manifest.get("plan_key") for p in parts}
+    if len(keys) != 1:
+        raise LabError("these partials belong to different sweeps (their plans differ: "
+                       + ", ".join(f"{p.id}: {p.manifest.get('plan_key')}" for p in parts) + ")")
+    shards = [tuple(p.plan_dict.get("shard") or ()) for p in parts]
+    dup = {s for s in shards if s and shards.count(s) > 1}
+    if dup:
+        raise LabError(f"shard {'/'.join(map(str, sorted(dup)[0]))} is given twice")
+    for what, get in (("device", lambda p: (p.manifest.get("device") or {}).get("name")),
+                      ("software", lambda p: (p.manifest.get("software") or {}).get("torch"))):
+        seen = {get(p) for p in parts}
+        if len(seen) > 1 and not allow_mismatch:
+            raise LabError(f"the partials were measured on different {what} ({', '.join(map(str, sorted(seen, key=str)))})",
+                           hint="pass --allow-mismatch to merge them anyway (the page will say so)")
+    first = parts[0].manifest
+    plan = dict(first["plan"], shard=None)
+    devices = [d for p in parts for d in (p.manifest.get("devices") or [p.manifest.get("device")]) if d]
+    manifest = {k: first.get(k) for k in ("lab_version", "git", "device", "software", "plan_key")}
+    manifest.update(plan=plan, devices=devices, merged_from=[p.id for p in parts],
+                    mismatch_allowed=bool(allow_mismatch))
+    merged = create_sweep(sweep_id or new_sweep_id(plan.get("name", "merged") + "-merged"), manifest, root)
+    rows = [dict(r, worker=r.get("worker") or p.id) for p in parts for r in p.rows()]
+    merged.append_rows(rows, "merge")
+    return merged.finalize()
+
+
+# ------------------------------------------------------------------------------ views of the table
+
+GROUP_FIELDS = ("mode", "timing", "dtype", "head_dim", "causal")
+
+
+def group_rows(rows: list[dict], axis: str = "seqlen") -> list[dict]:
+    """The table cut into chart-sized groups: rows that differ only in the swept axis (N, or the
+    batch) and the implementation. Returns [{key, title, axis, xs, impls, cells {(impl, x): row}}],
+    in the table's order. Where one implementation has several rows at one x (B and N both swept),
+    the group splits by batch, heads and K/V heads."""
+    xname = "batch" if axis == "batch" else "seqlen_q"
+
+    def base_key(r):
+        return tuple(r.get(f) for f in GROUP_FIELDS) + ((r.get("seqlen_q"), r.get("heads"), r.get("heads_kv"))
+                                                         if axis == "batch" else ())
+
+    buckets: dict[tuple, list[dict]] = {}
+    for r in rows:
+        buckets.setdefault(base_key(r), []).append(r)
+    out = []
+    for key, members in buckets.items():
+        seen = [(r["impl"], r[xname]) for r in members]
+        if len(seen) != len(set(seen)):
+            sub: dict[tuple, list[dict]] = {}
+            for r in members:
+                sub.setdefault(key + (r["batch"], r["heads"], r["heads_kv"]), []).append(r)
+            parts = list(sub.items())
+        else:
+            parts = [(key, members)]
+        for k, rs in parts:
+            out.append(_group(k, rs, xname))
+    return out
+
+
+def _group(key: tuple, rows: list[dict], xname: str) -> dict:
+    r0 = rows[0]
+    xs = sorted({r[xname] for r in rows})
+    impls = list(dict.fromkeys(r["impl"] for r in rows))
+    fixed = []
+    shapes = {(r["batch"], r["heads"], r["heads_kv"]) for r in rows}
+    if xname == "batch":
+        fixed.append(f"H={r0['heads']}" + (f" (K/V {r0['heads_kv']})" if r0["heads_kv"] != r0["heads"] else "")
+                     + f", N={r0['seqlen_q']}")
+    elif len(shapes) == 1:
+        b, h, kv = next(iter(shapes))
+        fixed.append(f"B={b}, H={h}" + (f" (K/V {kv})" if kv != h else ""))
+    else:
+        tokens = {r["batch"] * r["seqlen_q"] for r in rows}
+        hidden = {r["heads"] * r["head_dim"] for r in rows}
+        if len(tokens) == 1 and len(hidden) == 1:
+            fixed.append(f"{next(iter(tokens))} tokens, hidden {next(iter(hidden))}")
+    title = ", ".join([f"D={r0['head_dim']}", "causal" if r0["causal"] else "non-causal", r0["dtype"], *fixed,
+                       r0["mode"], f"{r0['timing']} timing"])
+    return {"key": "|".join(map(str, key)), "title": title, "axis": xname, "xs": xs, "impls": impls,
+            "mode": r0["mode"], "timing": r0["timing"], "dtype": r0["dtype"],
+            "cells": {(r["impl"], r[xname]): r for r in rows}}
+
+
+def oom_points(rows: list[dict]) -> list[dict]:
+    """Per implementation and problem family, the smallest N (or batch) that ran out of memory."""
+    out: dict[tuple, dict] = {}
+    for r in rows:
+        if r.get("status") != "oom":
+            continue
+        k = (r["impl"], r["mode"], r["head_dim"], r["causal"], r["dtype"])
+        if k not in out or r["seqlen_q"] < out[k]["seqlen_q"]:
+            out[k] = r
+    return list(out.values())
+
+
+def compare_sweeps(a: Sweep, b: Sweep) -> dict:
+    """Row by row (implementation, problem, mode, timing), do two sweeps agree within noise? A pair
+    agrees when the CI95 intervals of their medians overlap. Used to check that a sweep spread over
+    GPUs (--gpus, shards merged) equals the same sweep on one GPU."""
+    ra = {tuple(r.get(k) for k in ROW_KEY): r for r in a.rows() if r.get("status") == "ok"}
+    rb = {tuple(r.get(k) for k in ROW_KEY): r for r in b.rows() if r.get("status") == "ok"}
+    common = sorted(set(ra) & set(rb), key=str)
+    differ = []
+    for k in common:
+        x, y = ra[k], rb[k]
+        if x["ci95_high_ms"] < y["ci95_low_ms"] or y["ci95_high_ms"] < x["ci95_low_ms"]:
+            differ.append({"impl": k[0], "label": k[1], "mode": k[2], "timing": k[3], "a_ms": x["median_ms"],
+                           "b_ms": y["median_ms"], "ratio": y["median_ms"] / x["median_ms"]})
+    ratios = sorted(rb[k]["median_ms"] / ra[k]["median_ms"] for k in common)
+    return {"a": a.id, "b": b.id, "rows_compared": len(common), "only_in_a": len(set(ra) - set(rb)),
+            "only_in_b": len(set(rb) - set(ra)), "overlapping": len(common) - len(differ), "differing": differ,
+            "median_ratio_b_over_a": ratios[len(ratios) // 2] if ratios else None}

@@ -1,0 +1,315 @@
+"""lab sweep without a GPU: plans, bad input, the store (journal, Ctrl-C, resume), shards and merge,
+one worker per "GPU" (a worker killed mid-sweep), export and the page. Cells are measured by
+tests/sweep_fakes.py (deterministic rows); the real measurer's GPU test is tests/test_sweep_gpu.py."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from lab.errors import LabError
+from lab.measure import sweepplan
+from lab.store import sweeps as store
+from lab.ladder.registry import builtin  # rungs by what they declare, not by id
+
+F16 = next(v.id for v in builtin() if "float16" in v.dtypes and v.min_cc <= (8, 0))   # mma.sync rung
+F32 = next(v.id for v in builtin() if v.dtypes == ("float32",) and v.grid == "q-tiles,bh")
+
+REPO = Path(__file__).resolve().parents[1]
+FAKE = "tests.sweep_fakes:measure"
+
+
+class Result:
+    def __init__(self, returncode, stdout, stderr):
+        self.returncode, self.stdout, self.stderr = returncode, stdout, stderr
+
+
+def lab(*args, env=None, root=None, process=False):
+    """`lab ARGS` in this process (fast), or in a child process where the test kills it."""
+    e = {"LAB_PROFILES": str(root)} if root is not None else {}
+    e.update(env or {})
+    if process:
+        full = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""), **e)
+        r = subprocess.run([sys.executable, "-m", "lab.cli", *args], capture_output=True, text=True, env=full, cwd=REPO,
+                           timeout=300)
+        return Result(r.returncode, r.stdout, r.stderr)
+    from click.testing import CliRunner
+
+    from lab.cli import main
+
+    r = CliRunner().invoke(main, list(args), env=e, catch_exceptions=False)
+    return Result(r.exit_code, r.stdout, r.stderr)
+
+
+def plan(**kw):
+    args = dict(rungs={}, baselines=["sdpa-flash", "standard"], shapes=[], preset=None, batches=None, heads_kv=None,
+                causal=None, dtypes=[], modes=["fwd"], timing="auto", reps=30, warmup=5, cell_budget_s=0.4,
+                shard=None, yes=False)
+    args.update(kw)
+    return sweepplan.build_plan(**args)
+
+
+# ------------------------------------------------------------------------------ plans
+
+def test_shape_lists_ranges_gqa_and_batch_expand():
+    assert sweepplan.expand_shape("8,16,{512,1024,2048},64") == [(8, 16, 16, n, n, 64) for n in (512, 1024, 2048)]
+    assert [s[3] for s in sweepplan.expand_shape("1,1,512..4096,64")] == [512, 1024, 2048, 4096]
+    assert sweepplan.expand_shape("2,32:8,128,256,128") == [(2, 32, 8, 128, 256, 128)]
+    assert [s[0] for s in sweepplan.expand_shape("_,16,1024,64", batches=[1, 2, 4])] == [1, 2, 4]
+    p = plan(shapes=["2,{8,4}:2,{64,96},64"], causal="both")
+    assert len(p.problems) == 8 and all(x.heads_kv == 2 for x in p.problems)
+    assert {x.causal for x in p.problems} == {False, True}
+
+
+def test_fa_grid_preset_is_16k_tokens_hidden_2048():
+    p = plan(preset="fa-grid", rungs={F16: ["float16", "bfloat16"]}, modes=["fwd", "fwd+bwd"])
+    assert len(p.problems) == 24 and len(p.problems) * len(p.modes) == 48
+    for x in p.problems:
+        assert x.batch * x.seqlen_q == 16384 and x.heads * x.head_dim == 2048 and x.dtype == "float16"
+    assert sorted({x.seqlen_q for x in p.problems}) == [512, 1024, 2048, 4096, 8192, 16384]
+    assert {x.head_dim for x in p.problems} == {64, 128} and {x.causal for x in p.problems} == {False, True}
+
+
+@pytest.mark.parametrize("kw, words", [
+    (dict(shapes=["8,16,{},64"]), "empty"),
+    (dict(shapes=["8,16,4096..512,64"]), "empty"),
+    (dict(shapes=["8,16,1024,64"], batches=[1, 2]), "fixes it"),
+    (dict(shapes=["_,16,1024,64"]), "--batch"),
+    (dict(shapes=["1..128,{1,2,4,8},1..65536,{32,64,128}"]), "--yes"),
+    (dict(shapes=["8,16,1024,64"], modes=["sideways"]), "unknown mode"),
+    (dict(shapes=["8,6:4,1024,64"]), "divide"),
+    (dict(shapes=["8,16,1024,64"], rungs={F32: ["float32"]}, dtypes=["float16"]), f"{F32} runs float32"),
+    (dict(shapes=["8,16,1024,64"], rungs={}, baselines=[]), "nothing to sweep"),
+])
+def test_bad_plans_are_refused(kw, words):
+    with pytest.raises(LabError, match=words):
+        plan(**kw)
+
+
+def test_shard_parsing_and_interleaving():
+    assert sweepplan.parse_shard("2/4") == (2, 4)
+    for bad in ("3/2", "0/2", "x", "1/0"):
+        with pytest.raises(LabError):
+            sweepplan.parse_shard(bad)
+    p = plan(shapes=["1,1,{64,128,256,512,1024},64"])
+    parts = [p.problems_for_shard((i, 2)) for i in (1, 2)]
+    assert [x.seqlen_q for x in parts[0]] == [64, 256, 1024] and [x.seqlen_q for x in parts[1]] == [128, 512]
+    assert p.key() == plan(shapes=["1,1,{64,128,256,512,1024},64"], shard=(2, 2)).key()
+
+
+def test_mode_flops_follow_flashattention_convention():
+    p = plan(shapes=["1,2,128,64"], causal="yes").problems[0]
+    assert sweepplan.mode_flops(p, "bwd") == 2.5 * p.flops and sweepplan.mode_flops(p, "fwd+bwd") == 3.5 * p.flops
+
+
+# ------------------------------------------------------------------------------ the command
+
+def test_cli_bad_input_exits_2_and_stores_nothing(tmp_path):
+    for args in (["--shape", "8,16,{},64"], ["--batch", "1,2", "--shape", "8,16,1024,64"], ["--shard", "3/2", "--preset", "fa-grid"],
+                 ["--preset", "nope"], ["--shape", "8,16,1024,64", "--mode", "back"], ["--variant", "no_such_rung", "--preset", "fa-grid"]):
+        r = lab("sweep", *args, "--measure-with", FAKE, root=tmp_path)
+        assert r.returncode == 2, (args, r.stderr)
+        assert "Traceback" not in r.stderr and r.stderr.strip().startswith("error:")
+    assert not any(tmp_path.iterdir())
+
+
+def test_sweep_stores_one_tidy_table_with_reasons_and_ratios(tmp_path):
+    r = lab("sweep", "--variant", F16, "--preset", "fa-grid", "--mode", "fwd,fwd+bwd", "--measure-with", FAKE, root=tmp_path)
+    assert r.returncode == 0, r.stderr
+    (sw,) = store.list_sweeps(tmp_path)
+    assert sw.manifest["status"] == "complete" and sw.manifest["cells_planned"] == 24 * 6 * 2
+    df = sw.table()
+    for col in ("median_ms", "mean_ms", "std_ms", "ci95_low_ms", "ci95_high_ms", "min_ms", "max_ms", "reps", "tflops",
+                "pct_of_peak", "tokens_per_s", "peak_memory_bytes", "status", "reason", "vs_sdpa_flash", "vs_standard"):
+        assert col in df.columns
+    no_bwd = df[(df.impl == F16) & (df["mode"] == "fwd+bwd")]
+    assert len(no_bwd) == 24 and set(no_bwd.status) == {"unsupported"} and no_bwd.reason.str.contains("backward").all()
+    assert (df[df.impl == "standard"].status == "oom").any()
+    ok = df[(df.impl == "sdpa-flash") & (df.status == "ok")]
+    assert (ok.vs_sdpa_flash.round(9) == 1.0).all()
+    small = df[(df.impl == F16) & (df.seqlen_q == 512) & (df["mode"] == "fwd")]
+    assert set(small.timing) == {"events", "graph"}   # timing auto: both methods at small shapes
+    assert not (sw.path / "journal-main.jsonl").exists()
+
+
+def test_ctrl_c_keeps_finished_rows_and_resume_finishes(tmp_path):
+    args = ["sweep", "--shape", "2,4,{64,128,256},64", "--mode", "fwd,bwd", "--measure-with", FAKE]
+    r = lab(*args, env={"LAB_TEST_INTERRUPT": "4"}, root=tmp_path)
+    assert r.returncode == 130 and "--resume" in r.stderr
+    (sw,) = store.list_sweeps(tmp_path)
+    assert sw.manifest["status"] == "interrupted" and sw.manifest["cells_done"] == 3
+    assert len(sw.missing_cells()) == sw.manifest["cells_planned"] - 3
+    r = lab("sweep", "--resume", sw.id, "--measure-with", FAKE, root=tmp_path)
+    assert r.returncode == 0, r.stderr
+    sw = store.find_sweep(sw.id, tmp_path)
+    assert sw.manifest["status"] == "complete" and not sw.missing_cells()
+    assert len(sw.table()) == len({(x["impl"], x["label"], x["mode"], x["timing"]) for x in sw.rows()})
+
+
+def test_a_killed_process_leaves_its_journal_and_resume_reads_it(tmp_path):
+    r = lab("sweep", "--shape", "1,2,{64,128},64", "--measure-with", FAKE, env={"LAB_TEST_DIE": "main:3", "LAB_TEST_PART": "main"},
+            root=tmp_path, process=True)
+    assert r.returncode < 0   # SIGKILL: no chance to fold the journal
+    (sw,) = store.list_sweeps(tmp_path)
+    assert sw.manifest["status"] == "running" and len(sw.done_cells()) == 2
+    assert lab("sweep", "--resume", sw.id, "--measure-with", FAKE, root=tmp_path).returncode == 0
+    assert store.find_sweep(sw.id, tmp_path).manifest["status"] == "complete"
+
+
+def test_workers_per_gpu_one_dies_others_rows_stay_and_resume_finishes(tmp_path):
+    args = ["sweep", "--shape", "1,2,{64,128,256,512},64", "--baselines", "sdpa-flash,standard", "--gpus", "0,1",
+            "--measure-with", FAKE]
+    r = lab(*args, env={"LAB_TEST_DIE": "gpu1-2:2"}, root=tmp_path)
+    assert r.returncode == 1
+    assert "worker 2/2 on GPU 1 died (killed by SIGKILL) after 1 of its 4 cells" in r.stderr
+    (sw,) = store.list_sweeps(tmp_path)
+    assert sw.manifest["status"] == "incomplete" and sw.manifest["cells_done"] == 4 + 1
+    assert {d["worker"] for d in sw.manifest["devices"]} == {"gpu0-1", "gpu1-2"}
+    r = lab("sweep", "--resume", sw.id, "--gpus", "0,1", "--measure-with", FAKE, root=tmp_path)
+    assert r.returncode == 0, r.stderr
+    sw = store.find_sweep(sw.id, tmp_path)
+    assert sw.manifest["status"] == "complete" and sw.manifest["cells_done"] == 8
+
+
+def test_shards_merge_into_the_unsharded_table(tmp_path):
+    base = ["sweep", "--shape", "1,2,{64,128,256},64", "--mode", "fwd,bwd", "--measure-with", FAKE]
+    for i in (1, 2):
+        assert lab(*base, "--shard", f"{i}/2", root=tmp_path).returncode == 0
+    assert lab(*base, root=tmp_path / "whole").returncode == 0
+    parts = store.list_sweeps(tmp_path)
+    assert len(parts) == 2 and all(p.manifest["plan"]["shard"] for p in parts)
+    r = lab("sweep", "merge", parts[0].id, parts[1].id, root=tmp_path)
+    assert r.returncode == 0, r.stderr
+    merged = [s for s in store.list_sweeps(tmp_path) if s.manifest.get("merged_from")][0]
+    whole = store.list_sweeps(tmp_path / "whole")[0]
+    key = ["impl", "label", "mode", "timing"]
+    a = merged.table().sort_values(key)[key + ["median_ms"]].reset_index(drop=True)
+    b = whole.table().sort_values(key)[key + ["median_ms"]].reset_index(drop=True)
+    assert merged.manifest["status"] == "complete" and a.equals(b)
+
+
+def test_compare_sweeps_by_ci95_overlap(tmp_path):
+    base = ["sweep", "--shape", "1,2,{64,128},64", "--baselines", "sdpa-flash", "--measure-with", FAKE]
+    assert lab(*base, root=tmp_path).returncode == 0
+    assert lab(*base, "--gpus", "0,1", root=tmp_path).returncode == 0
+    a, b = store.list_sweeps(tmp_path)
+    r = lab("sweep", "compare", a.id, b.id, root=tmp_path)
+    assert r.returncode == 0 and "0 differ" in r.stdout, r.stdout + r.stderr
+    rows = b.rows()
+    rows[0] = dict(rows[0], median_ms=rows[0]["median_ms"] * 2, ci95_low_ms=rows[0]["ci95_high_ms"] * 1.5,
+                   ci95_high_ms=rows[0]["ci95_high_ms"] * 2)
+    b.append_rows([rows[0]], "edit")
+    r = lab("sweep", "compare", a.id, b.id, root=tmp_path)
+    assert r.returncode == 1 and "1 differ" in r.stdout
+
+
+def test_merge_refuses_partials_of_different_sweeps(tmp_path):
+    assert lab("sweep", "--shape", "1,2,64,64", "--shard", "1/1", "--measure-with", FAKE, root=tmp_path).returncode == 0
+    assert lab("sweep", "--shape", "1,2,128,64", "--shard", "1/1", "--measure-with", FAKE, root=tmp_path).returncode == 0
+    before = sorted(p.name for p in tmp_path.iterdir())
+    a, b = store.list_sweeps(tmp_path)
+    r = lab("sweep", "merge", a.id, b.id, root=tmp_path)
+    assert r.returncode == 2 and "different sweeps" in r.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == before
+
+
+def test_merge_refuses_different_devices_unless_asked(tmp_path):
+    base = ["sweep", "--shape", "1,2,{64,128},64", "--measure-with", FAKE]
+    for i in (1, 2):
+        assert lab(*base, "--shard", f"{i}/2", root=tmp_path).returncode == 0
+    a, b = store.list_sweeps(tmp_path)
+    b.update_manifest(device=dict(b.manifest["device"], name="Other GPU"))
+    r = lab("sweep", "merge", a.id, b.id, root=tmp_path)
+    assert r.returncode == 2 and "different device" in r.stderr
+    assert lab("sweep", "merge", a.id, b.id, "--allow-mismatch", root=tmp_path).returncode == 0
+
+
+# ------------------------------------------------------------------------------ export and page
+
+def test_export_csv_parquet_markdown_and_results_section(tmp_path):
+    assert lab("sweep", "--batch", "1,2,4,8,16", "--shape", "_,16,1024,64", "--measure-with", FAKE, root=tmp_path).returncode == 0
+    (sw,) = store.list_sweeps(tmp_path)
+    out = tmp_path / "out"
+    for fmt in ("csv", "parquet"):
+        r = lab("export", sw.id, "--format", fmt, "--out", str(out), root=tmp_path)
+        assert r.returncode == 0, r.stderr
+        assert (out / sw.id / f"rows.{fmt}").is_file()
+    import pandas as pd
+
+    assert len(pd.read_csv(out / sw.id / "rows.csv")) == len(sw.table())
+    md = lab("export", sw.id, "--format", "markdown", root=tmp_path)
+    assert md.returncode == 0 and "scaling eff." in md.stdout and "| 16 |" in md.stdout
+    results = tmp_path / "RESULTS.md"
+    results.write_text("# Results\n\nhand-written text\n")
+    assert lab("export", sw.id, "--format", "markdown", "--update", str(results), root=tmp_path).returncode == 0
+    text = results.read_text()
+    assert "hand-written text" in text and md.stdout.strip() in text
+    r = lab("export", sw.id, "--format", "markdown", "--update", str(results), root=tmp_path)
+    assert "already up to date" in r.stdout and results.read_text() == text
+
+
+def test_sweep_pages_and_index(tmp_path):
+    assert lab("sweep", "--variant", F16, "--preset", "fa-grid", "--mode", "fwd,fwd+bwd", "--measure-with", FAKE,
+               root=tmp_path).returncode == 0
+    assert lab("sweep", "--batch", "1,2,4", "--shape", "_,16,1024,64", "--measure-with", FAKE, root=tmp_path).returncode == 0
+    out = tmp_path / "html"
+    r = lab("report", "--out", str(out), root=tmp_path)
+    assert r.returncode == 0, r.stderr
+    index = (out / "index.html").read_text()
+    for sw in store.list_sweeps(tmp_path):
+        assert f'href="{sw.id}.html"' in index
+        page = (out / f"{sw.id}.html").read_text()
+        assert page.count("<svg") >= 4 and "2.5x forward" in page
+    grid = next(s for s in store.list_sweeps(tmp_path) if "fa-grid" in s.id)
+    page = (out / f"{grid.id}.html").read_text()
+    assert "provides no backward launcher" in page and "first ran out of memory at N=" in page
+    assert "Call latency vs device time" in page
+    batch = next(s for s in store.list_sweeps(tmp_path) if "batch" in s.id)
+    assert "batch-scaling efficiency" in (out / f"{batch.id}.html").read_text()
+
+
+def test_resume_refuses_a_new_plan(tmp_path):
+    r = lab("sweep", "--resume", "x", "--preset", "fa-grid", "--measure-with", FAKE, root=tmp_path)
+    assert r.returncode == 2 and "drop --preset" in r.stderr
+
+
+def test_runs_listing_ignores_sweeps(tmp_path):
+    assert lab("sweep", "--shape", "1,2,64,64", "--measure-with", FAKE, root=tmp_path).returncode == 0
+    from lab.store.runs import list_runs
+
+    assert list_runs(tmp_path) == [] and len(store.list_sweeps(tmp_path)) == 1
+
+
+def test_cell_budget_cuts_repetitions_of_slow_calls_only():
+    from lab.measure.bench import budget_reps
+
+    assert budget_reps(0.1, 30, 0.4) == 30          # 30 fast calls fit
+    assert budget_reps(40.0, 30, 0.4) == 10
+    assert budget_reps(90.0, 30, 0.4) == 5          # floor
+    assert budget_reps(400.0, 30, 0.4) == 3         # a 0.4 s call: the slow floor
+    assert budget_reps(400.0, 30, None) == 30       # no budget: as asked
+
+
+def test_line_chart_breaks_at_missing_points_and_escapes_labels():
+    from lab.report.charts import Series, line_svg
+
+    svg = str(line_svg([Series("<std>", ((512, 1.0), (1024, 4.0), (2048, None), (4096, 64.0))),
+                        Series("flash", ((512, 1.0), (1024, 2.0), (2048, 4.0), (4096, 8.0)), dashed=True)],
+                       "N", "MiB", "memory"))
+    assert svg.count("<polyline") == 2          # <std>: one run of two points, then a lone point; flash: one run
+    assert "&lt;std&gt;" in svg and "<std>" not in svg
+    assert 'stroke-dasharray' in svg and ">4,096<" in svg
+    assert str(line_svg([Series("x", ((1, None),))], "N", "y", "t")) == ""
+
+
+def test_memory_growth_exponents_on_the_page(tmp_path):
+    from lab.report.sweeppage import memory_growth
+
+    assert lab("sweep", "--shape", "1,16,{1024,2048,4096,8192},64", "--baselines", "sdpa-flash,standard",
+               "--measure-with", FAKE, root=tmp_path).returncode == 0
+    growth = {g["impl"]: g["exponent"] for g in memory_growth(store.list_sweeps(tmp_path)[0].rows())}
+    assert abs(growth["standard"] - 2) < 0.01 and abs(growth["sdpa-flash"] - 1) < 0.01

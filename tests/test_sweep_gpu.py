@@ -1,0 +1,72 @@
+"""lab sweep's real measurer on a GPU: v5 and the baselines in every mode and both timing methods,
+a GQA shape, an out-of-memory cell, and a sweep spread over two worker processes on one GPU that
+equals the same sweep in one process within noise. Run with `pytest -m gpu` on the GPU machine."""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch", reason="torch is not installed")
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (torch.cuda.is_available() is False)"),
+]
+
+from click.testing import CliRunner  # noqa: E402
+
+from lab.cli import main  # noqa: E402
+from lab.store import sweeps as store  # noqa: E402
+from lab.ladder.registry import builtin  # rungs by what they declare, not by id
+
+F16 = next(v.id for v in builtin() if "float16" in v.dtypes and v.min_cc <= (8, 0))   # mma.sync rung
+F32 = next(v.id for v in builtin() if v.dtypes == ("float32",) and v.grid == "q-tiles,bh")
+
+
+def sweep(root, *args):
+    r = CliRunner().invoke(main, ["sweep", *args], env={"LAB_PROFILES": str(root)}, catch_exceptions=False)
+    return r
+
+
+def test_every_mode_and_timing_method_on_small_and_gqa_shapes(tmp_path):
+    r = sweep(tmp_path, "--variant", F16, "--shape", "1,4,{128,512},64", "--shape", "2,8:2,256,128", "--causal", "both",
+              "--mode", "fwd,bwd,fwd+bwd", "--timing", "both", "--reps", "10", "--json")
+    assert r.exit_code == 0, r.output + r.stderr
+    (sw,) = store.list_sweeps(tmp_path)
+    df = sw.table()
+    v5 = df[(df.impl == F16) & (df.heads_kv == df.heads)]
+    assert set(v5[v5["mode"] == "fwd"].status) == {"ok"}   # graph capture of the rung included
+    assert set(df[(df.impl == F16) & (df.heads_kv != df.heads)].status) == {"unsupported"}
+    assert (v5[v5["mode"] != "fwd"].reason.str.contains("no backward")).all()
+    for impl in ("sdpa-flash", "sdpa-math", "standard"):
+        rows = df[(df.impl == impl) & (df.heads_kv == df.heads)]
+        assert set(rows.status) == {"ok"}, rows[["label", "mode", "timing", "reason"]].to_string()
+    gqa = df[(df.heads_kv != df.heads) & df.impl.isin(["sdpa-math", "standard"])]
+    assert len(gqa) and set(gqa.status) == {"ok"}
+    ok = df[df.status == "ok"]
+    assert (ok.median_ms > 0).all() and (ok.peak_memory_bytes >= 0).all()
+    # device time (graph) cannot exceed call latency (events) by more than noise
+    ev = ok[ok.timing == "events"].set_index(["impl", "label", "mode"]).median_ms
+    gr = ok[ok.timing == "graph"].set_index(["impl", "label", "mode"]).median_ms
+    both = ev.index.intersection(gr.index)
+    assert len(both) and (gr[both] <= ev[both] * 1.2).all()
+
+
+def test_standard_attention_out_of_memory_is_a_row(tmp_path):
+    r = sweep(tmp_path, "--shape", "1,16,262144,64", "--baselines", "standard", "--reps", "5")
+    assert r.exit_code == 0, r.output + r.stderr
+    (row,) = store.list_sweeps(tmp_path)[0].rows()
+    assert row["status"] == "oom" and "GiB" in row["reason"]
+
+
+def test_two_workers_on_one_gpu_equal_one_process_within_noise(tmp_path):
+    args = ["--shape", "4,16,{512,1024,2048},64", "--baselines", "sdpa-flash,sdpa-cudnn", "--timing", "events"]
+    assert sweep(tmp_path / "one", *args).exit_code == 0
+    r = sweep(tmp_path / "two", *args, "--gpus", "0,0")
+    assert r.exit_code == 0, r.output + r.stderr
+    one, two = store.list_sweeps(tmp_path / "one")[0].table(), store.list_sweeps(tmp_path / "two")[0].table()
+    key = ["impl", "label", "mode", "timing"]
+    m = one.merge(two, on=key, suffixes=("_1", "_2"))
+    assert len(m) == len(one) == len(two)
+    # medians within 25% (the two workers share one GPU, so they disturb each other a little)
+    assert ((m.median_ms_1 / m.median_ms_2 - 1).abs() < 0.25).all(), m[key + ["median_ms_1", "median_ms_2"]].to_string()

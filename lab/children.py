@@ -68,6 +68,18 @@ def run(argv, *, input=None, capture_output: bool = False, timeout: float | None
     return finish(proc, input=input, timeout=timeout)
 
 
+def end(proc: subprocess.Popen) -> None:
+    """End one started child and its group, not waiting for its output."""
+    if proc.poll() is None:
+        _end_group(proc)
+    else:
+        proc.wait()
+    for f in (proc.stdout, proc.stderr, proc.stdin):
+        if f is not None:
+            f.close()
+    _live.discard(proc)
+
+
 def end_all() -> None:
     """End every child started here and not yet waited for (on Ctrl-C, from the CLI)."""
     for proc in list(_live):

@@ -17,7 +17,7 @@ from lab import __version__
 from lab.errors import CheckFailed
 from lab.measure.problem import Problem, check_supported
 from lab.ladder.registry import Variant, source_label
-from lab.measure.isolated import child_env, start_check
+from lab.measure.isolated import NotBuilt, child_env, start_check
 from lab.store import manifest as mf
 
 
@@ -76,35 +76,46 @@ class Profiled:
 
 
 def profile(variant: Variant, problem: Problem, opts: ProfileOptions) -> Profiled:
-    """Build -> check -> bench -> baselines -> ncu -> timeline -> analysis -> store -> report."""
+    """Setup -> build -> check -> bench -> baselines -> ncu -> timeline -> analysis -> store -> report."""
     from lab.environment import device_info, git_info, require_compute_capability, require_gpu, software_info
 
     stage = Stages()
     check_supported(variant, problem)
-    require_gpu("profile")  # before importing the build machinery: a clear refusal, fast
-    require_compute_capability(variant)
-    from lab.ladder import build
-    from lab.store import runs as store
-    from lab.measure.bench import bench_variant, tflops
-    from lab.ladder.target import range_name
+    # The correctness child starts first, on the cached build only: its interpreter and CUDA start-up
+    # overlap the parent's (torch's import alone takes seconds). Where the rung is not built yet it
+    # says so at once and is started again after the build. (A python rung has nothing to compile.)
+    early = start_check(variant, problem, opts.check_shapes, compile=getattr(variant, "kind", "cuda") != "cuda")
+    try:
+        with stage("setup"):   # torch's import and CUDA's start-up, ncu found
+            require_gpu("profile")  # before importing the build machinery: a clear refusal, fast
+            require_compute_capability(variant)
+            from lab.ladder import build
+            from lab.store import runs as store
+            from lab.measure.bench import bench_variant, tflops
+            from lab.ladder.target import range_name
 
-    if opts.ncu:
-        from lab.profilers import ncu
-        ncu.require_ncu()  # fail before minutes of work, not after
+            if opts.ncu:
+                from lab.profilers import ncu
+                ncu.require_ncu()  # fail before minutes of work, not after
 
-    with stage("build"):
-        _say(f"build {variant.label()}")
-        built = build.build(variant)
-    _say(f"  {'compiled' if built.built_now else 'cached'} in {built.seconds:.1f} s")
+        with stage("build"):
+            _say(f"build {variant.label()}")
+            built = build.build(variant)
+        _say(f"  {'compiled' if built.built_now else 'cached'} in {built.seconds:.1f} s")
+    except BaseException:
+        early.cancel()
+        raise
 
     with stage("check"):
         _say(f"check {variant.id} against float64 on {problem.label()} and {opts.check_shapes} ragged shapes")
-        pending = start_check(variant, problem, opts.check_shapes)
-        # while the child starts and checks: what needs no GPU (facts for the manifest, the analysis's imports)
+        # while the child checks: what needs no GPU (facts for the manifest, the analysis's imports)
         dev, software, git = device_info(), software_info(), git_info()
         if opts.ncu:
             from lab.analysis import findings as analysis  # noqa: F401  (pandas, ncu_report: imported once, here)
-        correctness = pending.result()
+        try:
+            correctness = early.result()
+        except NotBuilt:   # compiled just now: check the fresh build
+            correctness = start_check(variant, problem, opts.check_shapes).result()
     if not correctness["passed"]:
         raise CheckFailed(f"{variant.id} is wrong on {correctness['failed_shape']}: rel_err "
                           f"{correctness['rel_err']}, tolerance {correctness['tolerance']} ({correctness['rule']})")

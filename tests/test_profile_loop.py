@@ -67,12 +67,12 @@ def _profile(**opts):
 def test_each_stage_is_timed_and_stored(stand_ins, capsys):
     done = _profile(report=True)
     m = store.Run(done.run_dir).record
-    assert list(m.stage_seconds) == ["build", "check", "bench", "baselines", "store", "report"]
+    assert list(m.stage_seconds) == ["setup", "build", "check", "bench", "baselines", "store", "report"]
     assert all(v >= 0 for v in m.stage_seconds.values())
     err = capsys.readouterr().err
     for name in m.stage_seconds:
         assert f"  {name}: " in err
-    assert "[lab] stages: build " in err and " · total " in err
+    assert "[lab] stages: setup " in err and " · total " in err
     assert done.page is not None and done.page.is_file()
 
 
@@ -107,3 +107,19 @@ def test_the_cache_key_and_a_damaged_entry(tmp_path):
     entry.write_text(json.dumps({"key": key, "timed_utc": "x", "baselines": [{"name": "x", "median_ms": "fast"}]}))
     assert baseline_cache.get(key, tmp_path) is None     # damaged: a miss, the baselines are timed again
     assert store.list_runs(tmp_path) == []               # the cache is not a run
+
+
+def test_the_early_check_child_is_started_again_when_the_rung_was_not_built(stand_ins, tmp_path, monkeypatch):
+    """The correctness child starts before the build, on the cached build only; where there is none
+    it says not_built and the check runs again once the parent has built the rung."""
+    calls = tmp_path / "calls"
+    exe = tmp_path / "fake-python-2"
+    exe.write_text("#!/bin/sh\necho \"$@\" >> " + str(calls) + "\n"
+                   "case \"$*\" in *--no-compile*) echo '{\"error\": \"v1 is not built yet\", \"not_built\": true}';;\n"
+                   "*) echo '{\"passed\": true, \"rel_err\": 0.0, \"rule\": \"test-made\"}';; esac\n")
+    exe.chmod(exe.stat().st_mode | stat.S_IEXEC)
+    monkeypatch.setattr(isolated.sys, "executable", str(exe))
+    m = store.Run(_profile().run_dir).record
+    lines = calls.read_text().splitlines()
+    assert len(lines) == 2 and "--no-compile" in lines[0] and "--no-compile" not in lines[1]
+    assert m.correctness.passed is True

@@ -465,6 +465,20 @@ def build(variant: Variant, arch: str | None = None, verbose: bool = False,
     return _result(variant, arch, flags, key, bdir, module, built_now=True, started=started)
 
 
+def is_built(variant: Variant, arch: str | None = None) -> bool:
+    """Whether a complete cached build of the rung exists for this GPU (compiles and loads nothing):
+    lets `lab profile` start its correctness child before it has made sure of the build."""
+    require_cuda_torch()
+    arch = validate_arch(arch or device_arch())
+    _, key = _key_for(variant, arch)
+    marker = build_dir_for(variant, key) / _BUILD_MARKER
+    try:
+        saved = json.loads(marker.read_text())
+        return (marker.parent / saved["library"]).is_file()
+    except (OSError, ValueError, KeyError, TypeError):
+        return False
+
+
 def _python_result(variant: Variant, started: float) -> BuildResult:
     from lab.ladder import python_rung
 

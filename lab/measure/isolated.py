@@ -36,12 +36,15 @@ def child_env() -> dict:
 class PendingCheck:
     """A correctness child that is running; `result()` waits for it and reads its verdict."""
 
-    def __init__(self, variant, problem: Problem, extra_shapes: int, tune_config: int | None = None):
+    def __init__(self, variant, problem: Problem, extra_shapes: int, tune_config: int | None = None,
+                 compile: bool = True):
         shape = f"{problem.batch},{problem.heads},{problem.seqlen_q},{problem.seqlen_k},{problem.head_dim}"
         argv = [sys.executable, "-m", "lab.measure.isolated", "--variant", variant.ref, "--shape", shape,
                 "--dtype", problem.dtype, "--shapes", str(extra_shapes)]
         if tune_config is not None:   # that tuning candidate of the rung (its tuning build, `lab tune`)
             argv += ["--tune-config", str(tune_config)]
+        if not compile:
+            argv.append("--no-compile")
         if problem.causal:
             argv.append("--causal")
         self.variant, self.problem = variant, problem
@@ -65,14 +68,27 @@ class PendingCheck:
             tail = " | ".join(res.stderr.strip().splitlines()[-3:])
             raise CheckFailed(f"{variant.id} crashed in its child process ({how}) while being checked on "
                               f"{problem.label()}: {tail or 'no output'}")
+        if result.get("not_built"):
+            raise NotBuilt(result["error"])
         if "error" in result and "passed" not in result:  # a LabError inside the child: bad input, not a crash
             raise LabError(result["error"])
         return result
 
+    def cancel(self) -> None:
+        """End the child (and its group) without reading it: the parent stopped before needing it."""
+        children.end(self.proc)
 
-def start_check(variant, problem: Problem, extra_shapes: int, tune_config: int | None = None) -> PendingCheck:
-    """Start the correctness child now, read its verdict later (`lab profile` works meanwhile)."""
-    return PendingCheck(variant, problem, extra_shapes, tune_config)
+
+class NotBuilt(LabError):
+    """A child started with compile=False found no cached build: check again once it is built."""
+
+
+def start_check(variant, problem: Problem, extra_shapes: int, tune_config: int | None = None,
+                compile: bool = True) -> PendingCheck:
+    """Start the correctness child now, read its verdict later (`lab profile` works meanwhile).
+    compile=False: the child only loads a cached build (and says not_built when there is none), so
+    it can start before the parent has made sure the rung is built."""
+    return PendingCheck(variant, problem, extra_shapes, tune_config, compile)
 
 
 def check_in_child(variant, problem: Problem, extra_shapes: int, tune_config: int | None = None) -> dict:
@@ -93,6 +109,8 @@ def _main(argv=None) -> int:
     p.add_argument("--shapes", type=int, default=0)
     p.add_argument("--causal", action="store_true")
     p.add_argument("--tune-config", type=int, default=None)
+    p.add_argument("--no-compile", action="store_true",
+                   help="use the cached build only; report not_built instead of compiling")
     a = p.parse_args(argv)
     try:
         variant = registry.get(a.variant)
@@ -101,6 +119,17 @@ def _main(argv=None) -> int:
         if a.tune_config is not None:
             from lab.measure.tune import Candidate, tuning_module
             module = Candidate(tuning_module(variant), a.tune_config)
+        elif a.no_compile:
+            from lab.ladder import build
+
+            try:
+                ready = build.is_built(variant)
+            except Exception:   # no CUDA torch, a rung kind this cache does not describe: the parent decides
+                ready = False
+            if not ready:   # the parent checks again after its build: never an error here
+                print(json.dumps({"error": f"{variant.id} has no cached build here", "not_built": True}))
+                return 0
+            module = build.load_cached(variant)
         result = check_variant(variant, problem=problem, extra_shapes=a.shapes, module=module)
     except LabError as e:
         print(json.dumps({"error": str(e)}))

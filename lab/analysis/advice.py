@@ -25,10 +25,12 @@ _CLASS_SYNONYMS = ((re.compile(r"tensor[- ]path|instruction[- ]issue"), "compute
                    (re.compile(r"\blatency\b"), "latency-bound"))
 
 
-def _declared_classes(attacks: str) -> set[str]:
+def _declared_classes(attacks) -> set[str]:
     """The analysis classes a rung's `attacks` text declares: those named (or called by a synonym the
     analysis' titles use) before its first colon. A fallback until the registry answers itself."""
-    head = (attacks or "").split(":", 1)[0]
+    if not isinstance(attacks, str):   # a registry that declares the classes as a list
+        return {c for c in (attacks or ()) if c in _CLASS_WORDS}
+    head = attacks.split(":", 1)[0]
     found = {c for c in _CLASS_WORDS if re.search(rf"\b{re.escape(c)}\b", head)}
     return found | {cls for pat, cls in _CLASS_SYNONYMS if pat.search(head)}
 
@@ -50,7 +52,8 @@ def _demonstrating(registry, cls: str) -> list:
         got = fn(cls)
         if got is None:
             return []
-        return [got] if hasattr(got, "id") else list(got)
+        got = [got] if (hasattr(got, "id") or isinstance(got, str)) else list(got)
+        return [registry.get(v) if isinstance(v, str) else v for v in got]   # rungs or their ids
     return [v for v in registry.VARIANTS if cls in _declared_classes(getattr(v, "attacks", ""))]
 
 

@@ -69,6 +69,12 @@ KEY_METRICS: tuple[tuple[str, str], ...] = (
     ("profiler__replayer_passes", "Replay passes"),
 )
 
+# What a page reads from the metrics table of a run that stored its derived values: the key metrics,
+# the launch and device attributes, the kernel's name.
+PAGE_COLUMNS_NARROW = re.compile(
+    r"^(" + "|".join(re.escape(n) for n, _ in KEY_METRICS) + r"|kernel_index|kernel|kernel_function|device"
+    r"|device__attribute_\w+|launch__\w+)$")
+
 # The columns a page reads from a stored metrics table: the key metrics, and what the interpreters
 # below need to derive the page's facts where a run stored no derived values (runs older than the
 # `derived` table). A detailed-set report stores ~1,400 columns per kernel; reading these keeps `lab
@@ -80,7 +86,8 @@ PAGE_COLUMNS = re.compile(
     r"|throughput\.avg\.pct_of_peak_sustained_elapsed|pipe_tensor_cycles_active\.avg\.pct_of_peak_sustained_active)"
     r"|smsp__average_warps_issue_stalled_\w+_per_issue_active\.ratio|smsp__average_warp_latency\w*(\.ratio|\.pct|\.sum)?"
     r"|smsp__pcsamp_warps_issue_stalled_\w+|smsp__sass_thread_inst_executed_op_f(add|mul|fma)_pred_on\.sum"
-    r"|sass__thread_inst_executed_true_per_opcode\[\w+\]|sass__inst_executed_per_opcode_with_modifier_all\[[\w.]+\]"
+    r"|sass__thread_inst_executed_true_per_opcode\[(FFMA|FADD|FMUL|FFMA2|FADD2|FMUL2|HFMA2|HADD2|HMUL2)\]"
+    r"|sass__inst_executed_per_opcode_with_modifier_all\[H[G]?MMA[\w.]*\]"
     r"|dram__(bytes|sectors)(_read|_write)?\.sum|dram__throughput\.avg\.pct_of_peak_sustained_elapsed"
     r"|lts__t_(bytes|sectors)\.sum|l1tex__t_(bytes|sectors)_pipe_lsu_mem_(global|local)_op_(ld|st)\.sum)$")
 

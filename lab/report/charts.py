@@ -260,11 +260,9 @@ def line_svg(series: list[Series], x_title: str, y_title: str, title: str, width
     if not pts:
         return Markup("")
     legend_w = min(200, int(max(len(s.label) for s in series) * CHAR_PX) + 34)
-    left, right, top, bottom = 60, legend_w, 22, 42
+    right, top, bottom = legend_w, 22, 42
     xs = [p[0] for p in pts]
     ys = [p[1] for p in pts]
-    x = LogScale(min(xs) / 1.3, max(xs) * 1.3, left, width - right)
-    x.lo_exp, x.hi_exp = math.log10(min(xs) / 1.3), math.log10(max(xs) * 1.3)   # tight: ticks at the data
     if log_y:
         y = LogScale(min(ys) / 1.5, max(ys) * 1.5, height - bottom, top)
         yticks = y.decades()
@@ -277,13 +275,18 @@ def line_svg(series: list[Series], x_title: str, y_title: str, title: str, width
         hi = step * math.ceil(max(ys) * 1.1 / step)
         ypos = lambda v: (height - bottom) - (height - bottom - top) * v / hi  # noqa: E731
         yticks = [i * step for i in range(int(round(hi / step)) + 1)]
+    ylabels = {v: _tick_label(v) if log_y else fmt_si(v) for v in yticks}
+    # room for the widest tick label and the rotated axis title, so "1,000,000" is never clipped
+    left = max(60, int(max((len(s) for s in ylabels.values()), default=0) * CHAR_PX) + 34)
+    x = LogScale(min(xs) / 1.3, max(xs) * 1.3, left, width - right)
+    x.lo_exp, x.hi_exp = math.log10(min(xs) / 1.3), math.log10(max(xs) * 1.3)   # tight: ticks at the data
     out = [_svg_open(width, height, title)]
     out.append(f'<text class="legend" x="{left}" y="13">{escape(title)}</text>')
     for v in yticks:
         yy = ypos(v)
         if top - 1 <= yy <= height - bottom + 1:
             out.append(f'<line class="grid" x1="{left}" y1="{_num(yy)}" x2="{width - right}" y2="{_num(yy)}"/>')
-            out.append(f'<text class="tick" x="{left - 5}" y="{_num(yy + 4)}" text-anchor="end">{escape(_tick_label(v) if log_y else fmt_si(v))}</text>')
+            out.append(f'<text class="tick" x="{left - 5}" y="{_num(yy + 4)}" text-anchor="end">{escape(ylabels[v])}</text>')
     for v in _ticks(x, xs):
         xx = x(v)
         out.append(f'<line class="grid" x1="{_num(xx)}" y1="{top}" x2="{_num(xx)}" y2="{height - bottom}"/>')

@@ -24,7 +24,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from lab.analysis import metrics as interpret
-from lab.analysis.metrics import PAGE_COLUMNS
+from lab.analysis.metrics import PAGE_COLUMNS, PAGE_COLUMNS_NARROW
 from lab.ladder import registry
 from lab.errors import LabError
 from lab.report.formatting import fmt_bytes, fmt_num, fmt_pct, speed_phrase
@@ -38,6 +38,9 @@ DURATION = "gpu__time_duration.sum"
 # The ncu metric columns a page (and a comparison) reads: lab.analysis.metrics names them, beside the
 # functions that interpret them.
 PAGE_METRICS = re.compile(PAGE_COLUMNS.pattern[:-2] + "|" + "|".join(re.escape(c) for c in KERNEL_COLUMNS) + ")$")
+# a run that stored its derived values needs only the metrics it shows (a fraction of the columns)
+PAGE_METRICS_NARROW = re.compile(PAGE_COLUMNS_NARROW.pattern[:-2] + "|"
+                                 + "|".join(re.escape(c) for c in KERNEL_COLUMNS) + ")$")
 
 
 class RunDamaged(LabError):
@@ -174,17 +177,17 @@ class RunData:
 
     @property
     def stored_metric_count(self) -> int:
-        t = self.table("metrics", PAGE_METRICS)
+        t = self.table("metrics", self.page_columns)
         return t.stored_columns if t is not None else 0
 
     @cached_property
     def kernels(self) -> list[dict]:
         """One dict per profiled kernel: {'kernel': name, metric: value}, the longest first."""
-        t = self.table("metrics", PAGE_METRICS)
+        stored = self.derived_values
+        t = self.table("metrics", self.page_columns)
         if t is None or not t.rows:
             return []
         name_col = next((c for c in KERNEL_COLUMNS if c in t.columns), None)
-        stored = self.derived_values
         rows = []
         for rec in t.rows:
             rec = dict(rec)
@@ -196,6 +199,12 @@ class RunData:
             rows.append(rec)
         rows.sort(key=lambda r: -(r.get(DURATION) or 0) if isinstance(r.get(DURATION), (int, float)) else 0)
         return rows
+
+    @property
+    def page_columns(self) -> re.Pattern:
+        """The metric columns the page reads: few where the derived values were stored, else those the
+        interpreter derives them from."""
+        return PAGE_METRICS_NARROW if self.derived_values else PAGE_METRICS
 
     @cached_property
     def derived_values(self) -> dict:
@@ -212,7 +221,7 @@ class RunData:
     @cached_property
     def units(self) -> dict[str, str]:
         """ncu's unit of each metric column, where the metrics table carries them."""
-        t = self.table("metrics", PAGE_METRICS)
+        t = self.table("metrics", self.page_columns)
         units = t.attrs.get("units") if t is not None else None
         return units if isinstance(units, dict) else {}
 

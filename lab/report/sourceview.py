@@ -115,7 +115,8 @@ def source_context(rd, kernel: dict | None, findings: list[dict]) -> dict:
                           if r and r.get(key)],
             })
             prev = ln
-        files.append({"name": base, "path": path, "share": share, "rows": out_rows, "missing": None})
+        files.append({"name": base, "path": path, "share": share, "rows": out_rows, "missing": None,
+                      "html": _rows_html(base, out_rows)})
     sass_rows = [r for r in rows if r.get("line") is None][:40]   # built without -lineinfo: per PC
     return {"recorded": True, "status": status, "note": note, "files": files, "sass_rows": [
         {"pc": r.get("pc"), "pct": r.get("samples_pct") or 0.0, "sass": _loads(r.get("instructions"), []),
@@ -129,3 +130,32 @@ def _sass_table(instructions: list) -> Markup:
     return Markup("".join(f'<tr><td class="mono">{html.escape(str(pc))}</td><td class="mono">{html.escape(str(sass))}</td>'
                           f'<td class="num">{ex:,.0f}</td><td class="num">{smp:,.0f}</td></tr>'
                           for pc, sass, ex, smp in instructions))
+
+
+def _rows_html(name: str, rows: list[dict]) -> Markup:
+    """A file's table rows, built here in one pass: the code is Pygments' escaped HTML, every other
+    text is escaped; a Jinja loop over hundreds of lines per page costs more than the page's rest."""
+    e = html.escape
+    out = []
+    for r in rows:
+        if r["gap"]:
+            out.append('<tr class="gap"><td colspan="4">&hellip;</td></tr>')
+        tags = "".join(f' <span class="tag">{e(str(c))}</span>' for c in r["classes"])
+        heat = (f'<span class="bar" style="width: {r["heat"]}%"></span><span class="pct">{r["pct"]:.3g}%</span>'
+                if r["pct"] else "")
+        code = f"<code>{r['code']}</code>"
+        if r["sass_html"] is not None:
+            info = ""
+            if r["stalls"] or r["flags"]:
+                parts = [f"{e(str(k))} {v:,.0f}" for k, v in r["stalls"]] + [f"{e(k)} {v:,.0f}" for k, v in r["flags"]]
+                info = (f'<p class="muted">stalls: {", ".join(parts)}; {(r["inst_executed"] or 0):,.0f} warp '
+                        "instructions executed</p>")
+            cell = (f"<details><summary>{code}{tags}</summary><div class=\"sass\">{info}<table><thead><tr><th>PC</th>"
+                    '<th>SASS</th><th class="num">executed</th><th class="num">samples</th></tr></thead><tbody>'
+                    f"{r['sass_html']}</tbody></table></div></details>")
+        else:
+            cell = code + tags
+        cls = ' class="cited"' if r["classes"] else ""
+        out.append(f'<tr{cls} id="L-{e(name)}-{r["n"]}"><td class="ln">{r["n"]}</td><td class="heat">{heat}</td>'
+                   f'<td class="code">{cell}</td></tr>')
+    return Markup("\n".join(out) + "\n")

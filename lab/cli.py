@@ -214,8 +214,10 @@ def _problem(variant, shape, causal, dtype, seqlen_k=None):
 @click.option("--ptxas-only", is_flag=True, help="only compile each rung's .cu with ptxas -v: needs nvcc, no GPU")
 @click.option("--jobs", "-j", type=int, default=None, help="rungs compiled at once (default: one per rung, up to the CPUs)")
 @click.option("--verbose", is_flag=True, help="show the compiler output of the extension build")
+@click.option("--markdown", "markdown_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="also append the build times as Markdown (device, date, commit) to this file")
 @json_option
-def build(variant_spec, arch, ptxas_only, jobs, verbose, as_json):
+def build(variant_spec, arch, ptxas_only, jobs, verbose, markdown_path, as_json):
     """Build rungs as PyTorch extensions, several at once (cached by source hash); registers, shared
     memory, spills per kernel. A python rung has nothing to compile: its callable is imported."""
     import time
@@ -259,6 +261,11 @@ def build(variant_spec, arch, ptxas_only, jobs, verbose, as_json):
                             "build_dir": str(r.build_dir), "sass": str(r.sass_path) if r.sass_path else None,
                             "built_now": r.built_now, "seconds": r.seconds, "ptxas": r.ptxas})
     failed = [o for o in outcomes if o.error]
+    if markdown_path:
+        command = f"lab build --variant {variant_spec}" + (" --ptxas-only" if ptxas_only else "") + \
+            (f" --jobs {jobs}" if jobs else "")
+        with open(markdown_path, "a") as fh:
+            fh.write(builder.markdown_builds(results, wall, command, jobs or builder.default_jobs(len(chosen))) + "\n")
     if as_json:
         click.echo(json.dumps(results, indent=2))
     else:

@@ -594,3 +594,31 @@ def build_many(variants: Sequence[Variant], arch: str | None, ptxas_only: bool, 
             if on_done:
                 on_done(out)
     return [outcomes[id(v)] for v in variants]
+
+
+def markdown_builds(results: list[dict], wall_s: float | None, command: str, jobs: int) -> str:
+    """The build times as Markdown for benchmarks/RESULTS.md, headed by the machine, date and commit."""
+    from datetime import datetime, timezone
+
+    from lab.environment import git_info
+
+    git = git_info()
+    commit = (git["commit"] or "?")[:10] + {True: " (with uncommitted changes)", None: "", False: ""}[git["dirty"]]
+    try:
+        import torch
+
+        device = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "no GPU (ptxas only)"
+        torch_v = torch.__version__
+    except ImportError:
+        device, torch_v = "no GPU (ptxas only)", None
+    compiled = sum(1 for r in results if r["built_now"])
+    lines = [f"### `{command}`", "",
+             f"{device}, {os.cpu_count()} CPU cores, {jobs} rungs at a time, nvcc {nvcc_release(find_nvcc())}, torch "
+             f"{torch_v}, {datetime.now(timezone.utc):%Y-%m-%d}, commit {commit}. "
+             f"{compiled} of {len(results)} compiled now (the rest came from the cache).", "",
+             "| rung | seconds | compiled now |", "| --- | --- | --- |"]
+    for r in results:
+        lines.append(f"| {r['variant']} | {r['seconds']:.1f} | {'yes' if r['built_now'] else 'cached'} |")
+    if wall_s is not None:
+        lines.append(f"| **all, wall clock** | **{wall_s:.1f}** | |")
+    return "\n".join(lines) + "\n"

@@ -24,8 +24,11 @@ def rung_forward(module, problem) -> Callable:
     from lab.measure.problem import softmax_scale
 
     scale = softmax_scale(problem)
+    if getattr(module, "call", None) is not None and module.variant.layout == "BHND":
+        # a python rung (lab.ladder.python_rung) in the lab's layout: its callable returns o itself
+        return lambda q, k, v: module.call(q, k, v, problem.causal, scale)
 
-    def forward(q, k, v):
+    def forward(q, k, v):   # a .cu rung; a python rung in another layout goes through its adapter
         o = torch.empty_like(q)
         module.forward(q, k, v, o, problem.causal, scale)
         return o

@@ -76,6 +76,8 @@ def test_find_run_by_prefix_and_errors(tmp_path):
         store.find_run("20261121-000000-v1", tmp_path)
     with pytest.raises(LabError, match="no stored run"):
         store.find_run("nope", tmp_path)
+    with pytest.raises(LabError, match="empty"):   # not a prefix of every run
+        store.find_run(" ", tmp_path)
 
 
 def test_find_run_by_rung_id_takes_its_latest_run(tmp_path):

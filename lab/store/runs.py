@@ -233,6 +233,8 @@ def list_runs(root: Path | None = None) -> list[Run]:
 def find_run(run_id: str, root: Path | None = None) -> Run:
     """A run by its id, a prefix of it, or its folder's path; or by a rung's id (`lab compare v5 v6`):
     that rung's latest stored run."""
+    if not run_id.strip():
+        raise LabError("the run id is empty", hint="`lab report` lists the stored runs")
     p = Path(run_id)
     try:
         is_dir_run = (p / MANIFEST).is_file()

@@ -482,7 +482,8 @@ def report(out_dir, run_id, profiles_dir, open_browser):
 @profiles_option
 @json_option
 def compare(run_a, run_b, threshold_pct, out_dir, profiles_dir, as_json):
-    """Compare two stored runs side by side; exit 1 when B regresses beyond noise and the threshold."""
+    """Compare two stored runs side by side (each a run id, a prefix, a run folder, or a rung id for its
+    latest run: `lab compare v5 v6`); exit 1 when B regresses beyond noise and the threshold."""
     from lab.report.compare import compare_ids, text_lines
     from lab.report.pages import render_compare
 

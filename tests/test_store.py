@@ -80,6 +80,16 @@ def test_find_run_by_prefix_and_errors(tmp_path):
         store.find_run(" ", tmp_path)
 
 
+def test_find_run_by_rung_id_takes_its_latest_run(tmp_path):
+    """`lab compare v5 v6` compares each rung's latest stored run."""
+    _write_run(tmp_path, "20261121-000000-x-a", extra={"created_utc": "2026-11-21T00:00:00+00:00"})
+    _write_run(tmp_path, "20261122-000000-x-b", extra={"created_utc": "2026-11-22T00:00:00+00:00"})
+    _write_run(tmp_path, "20261123-000000-y-c", extra={"created_utc": "2026-11-23T00:00:00+00:00",
+                                                        "variant": {"id": "other"}})
+    assert store.find_run("mine", tmp_path).id == "20261122-000000-x-b"
+    assert store.find_run("other", tmp_path).id == "20261123-000000-y-c"
+
+
 def test_a_malformed_manifest_is_listed_as_damaged_not_fatal(tmp_path):
     _write_run(tmp_path, "20261121-000000-v1-good")
     bad = tmp_path / "20261121-000000-v1-bad"

@@ -299,3 +299,45 @@ def test_a_wrong_output_is_a_runtime_error_the_gate_records(tmp_path, ret, messa
     q = torch.zeros(2, 3, 5, 4)
     with pytest.raises(RuntimeError, match=message):
         rung.forward(q, q, q, torch.empty_like(q), False, 1.0)
+
+
+# ----------------------------------------------------------------------------------------------
+# The example workspace shipped in the repository
+# ----------------------------------------------------------------------------------------------
+
+EXAMPLE = ROOT / "examples" / "workspace"
+
+
+def test_the_example_workspace_has_a_cuda_and_a_python_rung(tmp_path):
+    rungs = workspace.load(EXAMPLE).rungs()
+    kinds = {v.kind: v for v in rungs}
+    assert set(kinds) == {"cuda", "python"} and kinds["python"].layout == "BNHD"
+    assert all(v.changed and v.attacks and v.predicted_gain and v.measured for v in rungs)
+    listed = json.loads(lab("variants", "--json", cwd=EXAMPLE).stdout)
+    assert [v["id"] for v in listed if v["origin"] == "workspace"] == [v.id for v in rungs]
+    # `lab report` reads the workspace's own store (its recorded runs, or says there are none)
+    res = lab("report", "--out", str(tmp_path / "out"), cwd=EXAMPLE)
+    assert res.returncode == 0, res.stderr
+    assert (tmp_path / "out" / "index.html").is_file()
+    stored = list((EXAMPLE / "profiles").glob("*/manifest.json")) if (EXAMPLE / "profiles").is_dir() else []
+    assert stored or "no stored runs" in res.stderr
+
+
+@needs_nvcc
+def test_the_example_cuda_rung_compiles(tmp_path):
+    cuda = next(v for v in workspace.load(EXAMPLE).rungs() if v.kind == "cuda")
+    res = lab("build", "--ptxas-only", "--variant", cuda.id, "--json", cwd=EXAMPLE, env={"LAB_CACHE": str(tmp_path)})
+    assert res.returncode == 0, res.stderr
+    (rec,) = json.loads(res.stdout)
+    assert rec["ptxas"] and all(r["spill_stores_bytes"] == 0 for r in rec["ptxas"])
+
+
+def test_the_example_python_rung_imports_or_names_what_is_missing():
+    py = next(v for v in workspace.load(EXAMPLE).rungs() if v.kind == "python")
+    res = lab("build", "--ptxas-only", "--variant", py.id, cwd=EXAMPLE)
+    try:
+        import triton  # noqa: F401
+    except ImportError:
+        refused(res, "No module named 'triton'")
+    else:
+        assert res.returncode == 0 and "python rung, nothing to compile" in res.stdout, res.stderr

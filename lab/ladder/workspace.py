@@ -202,6 +202,7 @@ def init(folder: Path) -> Workspace:
         folder / "kernels" / "README.md": KERNELS_README.format(common=KERNELS_DIR / "common.cuh"),
         folder / "README.md": README.format(name=name),
         folder / ".gitignore": "reports/\n",
+        folder / "profiles" / ".gitkeep": "",   # git keeps the (empty) run store, so `lab report` finds it
     }
     folder.mkdir(parents=True, exist_ok=True)
     for sub in ("kernels", "profiles", "reports"):

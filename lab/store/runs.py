@@ -231,7 +231,8 @@ def list_runs(root: Path | None = None) -> list[Run]:
 
 
 def find_run(run_id: str, root: Path | None = None) -> Run:
-    """A run by its id, a prefix of it, or its folder's path."""
+    """A run by its id, a prefix of it, or its folder's path; or by a rung's id (`lab compare v5 v6`):
+    that rung's latest stored run."""
     if not run_id.strip():
         raise LabError("the run id is empty", hint="`lab report` lists the stored runs")
     p = Path(run_id)
@@ -244,6 +245,9 @@ def find_run(run_id: str, root: Path | None = None) -> Run:
     runs, damaged = scan_runs(root)
     matches = [r for r in runs if r.id == run_id or r.id.startswith(run_id)]
     if not matches:
+        of_rung = [r for r in runs if (r.manifest.get("variant") or {}).get("id") == run_id]
+        if of_rung:   # runs come oldest first
+            return of_rung[-1]
         bad = next((d for d in damaged if d.id == run_id or d.id.startswith(run_id)), None)
         if bad is not None:
             raise LabError(f"run {bad.id} is damaged: {bad.reason}")

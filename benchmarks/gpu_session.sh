@@ -33,9 +33,29 @@ for s in $STEPS; do
               step fullset ncu --set full --clock-control none --nvtx --nvtx-include "$r/" -f -o "$OUT/v5-full-6k" \
                 python3 -m lab.ladder.target --variant v5 --shape 8,16,1024,64 --dtype float16 --repeat 6
               xz -T0 -f "$OUT/v5-full-6k.ncu-rep" ;;
+    coldbuild) # every built-in rung from an empty cache, in parallel (issue 10's build target); warms the cache
+              step coldbuild lab build --variant all --markdown "$OUT/build-cold.md" ;;
+    examples) # re-record the shipped example runs with this commit's code (sweeps in examples/ stay)
+              mkdir -p /tmp/old-examples && find profiles/examples -maxdepth 1 -name '2026*' ! -name '*sweep*' \
+                -exec mv {} /tmp/old-examples/ \;
+              for v in $(lab variants --json | python3 -c 'import json,sys; print(" ".join(r["id"] for r in json.load(sys.stdin) if r["origin"] == "built-in"))'); do
+                step "example_$v" env LAB_PROFILES=$PWD/profiles/examples lab profile --variant $v --timeline --no-report
+              done ;;
+    workspace) # the example workspace's own rungs (a first-time user's CUDA rung, a Triton rung)
+              pushd examples/workspace >/dev/null
+              for v in my1 my2; do
+                d=""; [ $v = my2 ] && d="--dtype float16"
+                step "workspace_$v" lab profile --variant $v $d --timeline --no-report
+              done
+              tar czf "$OUT/workspace-profiles.tgz" profiles; popd >/dev/null ;;
+    sweepgrid) # the FlashAttention grid: v5 and v6 beside cuDNN and FA2 (RESULTS.md's grid table)
+              step sweepgrid env LAB_PROFILES=$PWD/profiles/examples lab sweep --variant v5,v6 --preset fa-grid \
+                --mode fwd --baselines sdpa-cudnn,sdpa-flash --name fa-grid-v6 ;;
+    loop)     step loop python3 benchmarks/profile_loop.py --variant v3 --out "$OUT/profile_loop.md" ;;
+    tune)     step tune lab tune --variant ${TUNE_VARIANT:-v6} --shape ${TUNE_SHAPE:-4,16,4096,128} --dtype float16 ;;
   esac
 done
-(cd profiles && tar cJf "$OUT/examples.tar.xz" examples) 2>/dev/null
+[ -n "${NO_EXAMPLES_TAR:-}" ] || (cd profiles && tar cJf "$OUT/examples.tar.xz" examples) 2>/dev/null
 echo "== step  result"; for k in "${!RC[@]}"; do echo "$k ${RC[$k]}"; done | sort
 for f in "$OUT"/*.log; do echo "== tail $(basename $f)"; tail -n ${TAIL:-6} "$f"; done
 # at most 8 files come back: the logs travel as one archive

@@ -62,7 +62,14 @@ def test_run_without_lines_says_so(tmp_path):
     src = next(iter(sorted(EXAMPLES.glob("*-v2-*"))), None)
     if src is None:
         pytest.skip("no shipped v2 run")
-    shutil.copytree(src, tmp_path / "store" / src.name)
+    run = tmp_path / "store" / src.name
+    shutil.copytree(src, run)
+    # a run recorded before per-line evidence existed: no lines table in its manifest
+    manifest = json.loads((run / "manifest.json").read_text())
+    for name in ("lines", "sources"):
+        if manifest.get("tables", {}).pop(name, None):
+            (run / f"{name}.parquet").unlink()
+    (run / "manifest.json").write_text(json.dumps(manifest))
     html = next(iter(report.render(tmp_path / "out", root=tmp_path / "store").pages.values())).read_text()
     sec = html[html.index('<section id="source">'):html.index('<section id="timeline">')]
     assert "No per-line data was stored with this run" in sec

@@ -21,6 +21,23 @@ TUNABLE = [v for v in registry.VARIANTS
 needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc (the CUDA toolkit) on PATH")
 
 
+def test_a_candidate_is_checked_on_its_own_head_dim_and_dtype():
+    """A candidate is one configuration compiled for one head_dim: checking it on the seeded shapes
+    of another head_dim would launch another list's index (measured: v5's D=64 candidate 4 'failed'
+    on a D=128 shape, where only four candidates exist)."""
+    from lab.measure.check import gate_shapes
+    from lab.measure.problem import Problem
+
+    variant = next(v for v in TUNABLE if len(v.head_dims) > 1)
+    problem = Problem(1, 2, 130, 130, variant.head_dims[-1], True, variant.dtypes[-1])
+    pinned = gate_shapes(variant, problem, 12, pin_to_problem=True)
+    assert pinned[0] == problem and len(pinned) == 13
+    assert {(p.head_dim, p.dtype) for p in pinned} == {(problem.head_dim, problem.dtype)}
+    assert len({p.seqlen_q for p in pinned}) > 3       # still ragged
+    unpinned = gate_shapes(variant, problem, 12)
+    assert len({p.head_dim for p in unpinned}) > 1     # the rung's own check spans its head dims
+
+
 def test_some_rung_is_tunable():
     assert TUNABLE, "no rung declares tuning candidates: `lab tune` would have nothing to do"
 

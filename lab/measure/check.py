@@ -13,6 +13,7 @@ rel_err uses Frobenius norms over the whole output; every error is reported whic
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 import random
@@ -297,12 +298,25 @@ def check_problem(variant: Variant, problem: Problem, module, seed: int = 0) -> 
                       errors["mean_abs_err"], tolerance, errors["nonfinite"], errors["numel"], metric=metric)
 
 
+def gate_shapes(variant: Variant, problem: Problem | None, extra_shapes: int, seed: int = 0,
+                pin_to_problem: bool = False) -> list[Problem]:
+    """`problem` (if given), then `extra_shapes` seeded shapes; pinned: the extra shapes take
+    `problem`'s head_dim and dtype."""
+    extra = check_shapes(variant, extra_shapes, seed)
+    if pin_to_problem and problem is not None:
+        extra = [dataclasses.replace(p, head_dim=problem.head_dim, dtype=problem.dtype) for p in extra]
+    return ([problem] if problem is not None else []) + extra
+
+
 def check_variant(variant: Variant, problem: Problem | None = None, extra_shapes: int = DEFAULT_SHAPE_COUNT,
                   seed: int = 0, module=None,
-                  progress: Callable[[ShapeCheck], None] | None = None) -> CheckResult:
+                  progress: Callable[[ShapeCheck], None] | None = None,
+                  pin_to_problem: bool = False) -> CheckResult:
     """Check a rung on `problem` (if given) followed by `extra_shapes` seeded shapes from
-    `check_shapes`. Bad input (unsupported D or dtype, no GPU) raises LabError before any launch."""
-    problems = ([problem] if problem is not None else []) + check_shapes(variant, extra_shapes, seed)
+    `check_shapes`. Bad input (unsupported D or dtype, no GPU) raises LabError before any launch.
+    `pin_to_problem`: the extra shapes keep `problem`'s head_dim and dtype (a tuning candidate is
+    one compiled configuration for one head_dim, so only its own head_dim can be checked)."""
+    problems = gate_shapes(variant, problem, extra_shapes, seed, pin_to_problem)
     if not problems:
         raise LabError("nothing to check: give a shape or a number of shapes >= 1")
     for p in problems:

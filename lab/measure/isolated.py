@@ -130,7 +130,8 @@ def _main(argv=None) -> int:
                 print(json.dumps({"error": f"{variant.id} has no cached build here", "not_built": True}))
                 return 0
             module = build.load_cached(variant)
-        result = check_variant(variant, problem=problem, extra_shapes=a.shapes, module=module)
+        result = check_variant(variant, problem=problem, extra_shapes=a.shapes, module=module,
+                               pin_to_problem=a.tune_config is not None)
     except LabError as e:
         print(json.dumps({"error": str(e)}))
         return 0

@@ -20,14 +20,14 @@
 //   wgmma kernel reaches 45-65%.
 // Predicted gain (written before measuring): 1.3-1.6x over v5 on the FlashAttention grid:
 //   450-550 TFLOP/s at D=128, 380-450 at D=64, about SDPA cuDNN's level.
-// Measured (NVIDIA H200, torch 2.11 + CUDA 13.0, 2026-11-23, commit 75a281e; fp16, FlashAttention
-//   grid B = 16384/N, H = 2048/D, N = 1024..16384; lab timer, median of 30, L2 flushed; table in
-//   benchmarks/RESULTS.md): D=128 510-651 TFLOP/s (52-66% of the dense FP16 peak), 0.86-0.99x SDPA
-//   cuDNN non-causal, 0.78-1.06x causal, 1.24-1.90x v5; D=64 271-486 TFLOP/s (27-49%), 0.92-1.08x
-//   cuDNN non-causal, 0.81-0.99x causal, 1.11-1.47x v5. `lab bench --variant v5,v6 --backends
-//   cudnn,flash` at N=4096: D=64 470 / 422 causal (0.98x / 0.97x cuDNN, 1.39x / 1.31x v5), D=128
-//   653 / 551 causal (0.98x / 0.96x cuDNN, 1.78x / 1.61x v5). Short of cuDNN at N <= 2048 (the
-//   per-CTA prologue and epilogue are not hidden: no persistent scheduler) and on D=64 causal.
+// Measured (NVIDIA H200, 2026-11-23, commit 6e391e6; `lab sweep --variant v5,v6 --preset fa-grid
+//   --mode fwd --baselines sdpa-cudnn,sdpa-flash`, profiles/examples/*-sweep-fa-grid-v6, exported into
+//   benchmarks/RESULTS.md; fp16, B = 16384/N, H = 2048/D, N = 1024..16384): D=128 498-664 TFLOP/s
+//   (50-67% of the dense FP16 peak), 0.91-1.02x SDPA cuDNN non-causal, 0.85-0.99x causal, 1.24-1.89x
+//   v5; D=64 264-486 TFLOP/s (27-49%), 0.96-1.08x cuDNN non-causal, 0.84-0.96x causal, 1.10-1.49x v5;
+//   1.29-1.97x SDPA's FA2. >= 1.0x cuDNN in 4 of 20 cells (non-causal N >= 8192), >= 1.3x v5 in 13.
+//   Short of cuDNN at N <= 2048 (per-CTA prologue and epilogue not hidden: no persistent scheduler)
+//   and on causal D=64 (its softmax as long as its products). lab profile (B8 H16 N1024 D64): 1.25x v5.
 //   Prediction held at D=128 (above it) and at D=64 for N >= 2048; missed at N = 1024.
 // Why raw PTX (common.cuh) and not CuTe: the ladder's rungs are read as one file each, and the
 //   wrappers are ~20 short asm blocks whose operands a reader can check against the PTX ISA tables;

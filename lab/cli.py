@@ -473,6 +473,23 @@ def report(out_dir, run_id, profiles_dir, open_browser):
 
 
 @main.command()
+@click.argument("runs", nargs=-1, required=True)
+@profiles_option
+def reanalyze(runs, profiles_dir):
+    """Run this lab's analysis again on stored runs' own ncu reports (no GPU): new findings, lines and
+    derived values; the timings, baselines and recorded source stay as measured."""
+    from lab.pipeline import reanalyze as run_reanalyze
+    from lab.store.runs import find_run, open_root
+
+    root = open_root(profiles_dir)
+    targets = [find_run(ref, root) for ref in runs]   # every id resolved before anything is rewritten
+    for run in targets:
+        before = (run.manifest.get("findings_summary") or {}).get("bottleneck")
+        path, analyses = run_reanalyze(run)
+        after = analyses[0].bottleneck if analyses else None
+        click.echo(f"{run.id}: bottleneck {before} -> {after}" if before != after else f"{run.id}: bottleneck {after}")
+
+@main.command()
 @click.argument("run_a")
 @click.argument("run_b")
 @click.option("--threshold", "threshold_pct", type=float, default=5.0, show_default=True,

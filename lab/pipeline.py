@@ -6,6 +6,7 @@ that ran finished: the run directory is staged and renamed into place last (lab.
 from __future__ import annotations
 
 import hashlib
+import os
 import sys
 import time
 from contextlib import contextmanager
@@ -73,6 +74,63 @@ class Stages:
 class Profiled:
     run_dir: Path
     page: Path | None
+
+
+def analysis_tables(report_path: Path, problem: dict | None, timeline_info: dict | None) -> tuple[list, dict]:
+    """The analysis of one ncu report and the tables a run stores from it (metrics, derived values,
+    findings, Nsight's rules, per-line counters). The timeline runs first: the launch-bound judgement
+    uses the launch cost it measured, the steady-state gap between consecutive kernels (the per-range
+    overhead also spreads the first launch's delay, profiler start-up included, over the launches)."""
+    from lab.analysis import findings as analysis
+    from lab.analysis import lines as source_lines
+
+    tl_info = timeline_info or {}
+    overhead = ((tl_info.get("launch_overhead") or {}).get("kernel_gap_ns_median") or tl_info.get("launch_overhead_ns"))
+    analyses = analysis.analyze_report(report_path, problem=problem, launch_overhead_ns=overhead)
+    tables = {"metrics": analysis.metrics_frame(report_path),
+              "derived": analysis.derived_frame(analyses),
+              "findings": analysis.findings_frame(analyses),
+              "ncu_rules": analysis.rules_frame(report_path),
+              "lines": source_lines.lines_frame(source_lines.report_lines(report_path))}
+    return analyses, tables
+
+
+def reanalyze(run) -> tuple[Path, list]:
+    """Run this lab's analysis again on a stored run's own ncu report (no GPU): its metrics, derived,
+    findings, rules and lines tables and its findings summary are replaced; everything measured (timing,
+    baselines, correctness, the recorded source) stays. The run is rebuilt in a staging copy and swapped
+    into place, so a reader never sees half of it."""
+    import shutil
+    import tempfile
+
+    from lab.errors import LabError
+    from lab.store import manifest as mf
+    from lab.store.runs import MANIFEST, _write_json_atomic
+
+    report = run.artifact("ncu_report")
+    if report is None or not report.is_file():
+        raise LabError(f"run {run.id} has no ncu report to analyze again",
+                       hint="it was stored with --no-ncu; profile the rung again")
+    staging = Path(tempfile.mkdtemp(prefix=f".{run.id}.", suffix=".partial", dir=run.path.parent))
+    try:
+        shutil.rmtree(staging)
+        shutil.copytree(run.path, staging)
+        analyses, tables = analysis_tables(staging / report.name, run.manifest.get("problem"), run.manifest.get("timeline"))
+        d = run.record.to_dict()
+        for name, df in tables.items():
+            df.to_parquet(staging / f"{name}.parquet", index=False)
+            d.setdefault("tables", {})[name] = f"{name}.parquet"
+        d["findings_summary"] = ({"bottleneck": analyses[0].bottleneck, "count": sum(len(a.findings) for a in analyses)}
+                                 if analyses else None)
+        _write_json_atomic(staging / MANIFEST, mf.Manifest.from_dict(d).to_dict())
+        old = run.path.with_name(f".{run.id}.old")
+        os.replace(run.path, old)
+        os.replace(staging, run.path)
+        shutil.rmtree(old, ignore_errors=True)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return run.path, analyses
 
 
 def profile(variant: Variant, problem: Problem, opts: ProfileOptions) -> Profiled:
@@ -179,25 +237,11 @@ def profile(variant: Variant, problem: Problem, opts: ProfileOptions) -> Profile
 
         if profile_info is not None:
             with stage("analysis"):
-                from lab.analysis import findings as analysis
                 from lab.analysis import lines as source_lines
 
-                # the timeline ran first: the launch-bound judgement uses the launch cost it measured,
-                # the steady-state gap between consecutive kernels (the per-range overhead also spreads
-                # the first launch's delay, profiler start-up included, over the launches)
-                tl_info = timeline_info or {}
-                overhead = ((tl_info.get("launch_overhead") or {}).get("kernel_gap_ns_median")
-                            or tl_info.get("launch_overhead_ns"))
-                analyses = analysis.analyze_report(report_path, problem=problem.to_dict(), launch_overhead_ns=overhead)
-                # per-line counters and the code they point at, extracted once here so pages never
-                # reopen the report; the rung's own source kept too, as it was when profiled
-                tables = {"metrics": analysis.metrics_frame(report_path),
-                          "derived": analysis.derived_frame(analyses),
-                          "findings": analysis.findings_frame(analyses),
-                          "ncu_rules": analysis.rules_frame(report_path),
-                          "lines": source_lines.lines_frame(source_lines.report_lines(report_path)),
-                          "sources": source_lines.sources_frame(source_lines.source_texts(report_path),
-                                                                [variant.source])}
+                analyses, tables = analysis_tables(report_path, problem.to_dict(), timeline_info)
+                # the code the lines point at, as it was when profiled (pages never reopen the report)
+                tables["sources"] = source_lines.sources_frame(source_lines.source_texts(report_path), [variant.source])
 
         with stage("store"):
             if profile_info is not None:

@@ -473,6 +473,25 @@ def test_v5_on_hopper_names_the_tensor_path_and_wgmma_tma():
     assert not any(demonstrating("uncoalesced-global").id in f.advice for f in a.findings)
 
 
+
+def test_a_wgmma_rung_is_judged_by_its_overlap_not_its_occupancy():
+    """The Hopper rung (wgmma + TMA, warp-specialised) runs 2 CTAs of 8 warps per SM by design: its
+    consumer warpgroups take the registers. Raising occupancy is not its lever (Nsight's occupancy
+    rule still says 75%); the stalls on wgmma results and mbarriers, with the tensor pipe at 40%, are:
+    the verdict names the overlap (ping-pong, more stages, persistent CTAs) and lists occupancy last."""
+    wgmma_rungs = [v for v in builtin() if tuple(v.min_cc) >= (9, 0)]
+    if not wgmma_rungs:
+        pytest.skip("no Hopper-only rung in the registry")
+    man, rep = _example_run(wgmma_rungs[0].id)
+    (a,) = analysis.analyze_report(rep, problem=man["problem"])
+    first = a.findings[0]
+    assert first.cls == "latency-bound", [f.cls for f in a.findings]
+    assert "wgmma" in first.advice and "ping-pong" in first.advice and "persistent" in first.advice
+    occ = [f for f in a.findings if f.cls == "occupancy-limited"]
+    assert len(occ) == 1 and occ[0] is a.findings[-1] and occ[0].est_speedup_pct is None
+    assert occ[0].severity == "low" and "by design" in occ[0].title
+    assert any(e["source"] == "ncu-rule:TheoreticalOccupancy" for e in occ[0].estimates)
+
 def test_shape_without_dtype_takes_the_reports_dtype():
     man, rep = _example_run(MMA.id)
     p = man["problem"]

@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import re
 
-from lab.analysis.metrics import KernelFacts, occupancy_limiter, tensor_instructions, tensor_path, unit_name
+from lab.analysis.metrics import (KernelFacts, hopper_async, occupancy_limiter, tensor_instructions, tensor_path,
+                                 unit_name, warp_specialised)
 
 _CLASS_WORDS = ("small-grid", "occupancy-limited", "latency-bound", "memory-bound", "compute-bound",
                 "uncoalesced-global", "bank-conflicts", "local-memory", "divergence", "launch-bound")
@@ -126,6 +127,14 @@ def advice_by_class(c: KernelFacts) -> dict[str, str]:
         "barriers": "fewer named barriers per block",
     }.get(lim or "", "find the limiting resource in the Occupancy section") +
         (f" (now {lim} allows {int(lim_blocks)} block(s) per SM)." if lim and lim_blocks is not None else "."))
+    path = tensor_path(M, c.device)
+    wgmma = bool(path and path["instruction"] == "HGMMA")
+    tma = bool((hopper_async(M) or {}).get("tma"))
+    if warp_specialised(M, c.device):
+        occ = ("Few warps per SM is how a warp-specialised wgmma kernel is built (its consumer warpgroups take the "
+               "registers, setmaxnreg); "
+               "more warps is not the lever: keep more work in flight per warpgroup instead (see latency-bound)"
+               + (f"; now {lim} allows {int(lim_blocks)} block(s) per SM." if lim and lim_blocks is not None else "."))
     top_stall = c.stalls[0][0] if c.stalls else None
     long_sb = ("Warps wait on global/local loads (long scoreboard): keep more loads in flight, "
                + ("e.g. cp.async double buffering of the K/V tiles so the next tile loads under this one's math."
@@ -146,6 +155,18 @@ def advice_by_class(c: KernelFacts) -> dict[str, str]:
         "math_pipe_throttle": "A math pipe is saturated: see compute-bound.",
         "membar": "Memory barriers: fewer fences.",
     }.get(top_stall or "", "Hide latency with more warps per SM or more independent work per warp (ILP).")
+    if wgmma and (top_stall in ("wait", "barrier", "membar", None) or top_stall == "long_scoreboard" and tma):
+        # warpgroups waiting on wgmma results and mbarriers (with TMA feeding the tiles, the long-scoreboard
+        # waits are the copies' mbarriers, not loads the warps issue): the tensor pipe idles between tiles
+        pipe = f" (tensor pipe {path['pipe_pct']:.0f}% busy)" if path.get("pipe_pct") is not None else ""
+        lat = (f"The warpgroups wait on their wgmma results and mbarriers{pipe}: overlap more of the non-matrix work "
+               "with the matrix products: two consumer warpgroups in ping-pong (one's softmax under the other's "
+               "wgmma), more TMA stages in flight, and persistent CTAs with a tile scheduler so the next tile's "
+               "loads and first products run under this tile's epilogue (stored with TMA)."
+               if ladder else
+               f"The warpgroups wait on their wgmma results and mbarriers{pipe}: overlap the non-matrix work with the "
+               "matrix products (ping-pong between consumer warpgroups), keep more TMA stages in flight, and make "
+               "CTAs persistent so one tile's prologue and epilogue run under another's products.")
     mem_unit = unit_name(c.tp["memory_metric"] or "")
     if mem_unit == "DRAM":
         mem = ("DRAM bandwidth is the limit: only moving fewer bytes helps "

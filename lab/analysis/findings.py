@@ -59,7 +59,8 @@ from lab.analysis.lines import cite, report_lines, where
 from lab.analysis.metrics import KEY_METRICS as METRIC_LABELS
 from lab.analysis.metrics import (SECTOR_BYTES, KernelFacts, bank_conflict_nway, derived_values, flop_rates,
                                  global_excess, kernel_facts, local_share, occupancy_limiter, plain, rounded,
-                                 sum_or_none, tensor_path, threads_per_instruction, unit_name, warps_in_flight)
+                                 sum_or_none, tensor_path, threads_per_instruction, unit_name, warp_specialised,
+                                 warps_in_flight)
 from lab.analysis.rules import map_rule
 
 CLASSES = ("small-grid", "occupancy-limited", "latency-bound", "memory-bound", "compute-bound",
@@ -255,8 +256,17 @@ def _lab_findings(c: KernelFacts, advice: dict[str, str]) -> list[Finding]:
               **{k: v for k, v in limits.items()},
               "launch__shared_mem_per_block_dynamic": M.num("launch__shared_mem_per_block_dynamic"),
               "launch__registers_per_thread": M.num("launch__registers_per_thread")}
-        out.append(Finding("occupancy-limited", f"Occupancy {theo:.1f}% at most, limited by {lim or 'unknown'}", "",
-                           est, ev, advice["occupancy-limited"], "lab", est))
+        if warp_specialised(M, c.device):
+            # A warp-specialised wgmma kernel hides latency with asynchronous depth (wgmma groups and TMA
+            # stages in flight), not with resident warps: its warpgroups trade registers (setmaxnreg) and
+            # few warps per SM is the design. The lab has no model of what more warps would gain there,
+            # so occupancy is context, ranked last with no estimate; Nsight's stays in `estimates`.
+            out.append(Finding("occupancy-limited", f"Occupancy {theo:.1f}% at most, limited by {lim or 'unknown'}: "
+                               "few warps by design in a warp-specialised wgmma kernel", "", None, ev,
+                               advice["occupancy-limited"], "lab", 0.5))
+        else:
+            out.append(Finding("occupancy-limited", f"Occupancy {theo:.1f}% at most, limited by {lim or 'unknown'}", "",
+                               est, ev, advice["occupancy-limited"], "lab", est))
 
     # coalescing: excessive sectors of global accesses (a broadcast wastes none)
     unit_l1 = M.num("l1tex__throughput.avg.pct_of_peak_sustained_elapsed", "l1tex__throughput.avg.pct_of_peak_sustained_active")

@@ -447,6 +447,26 @@ def tensor_instructions(M: KernelMetrics) -> dict[str, float] | None:
     return {op: v for op, v in ops.items() if op.endswith("MMA") and v}
 
 
+
+def hopper_async(M: KernelMetrics) -> dict[str, bool] | None:
+    """Hopper's asynchronous machinery in the kernel's SASS, or None without per-opcode counts:
+    `tma` (UTMALDG: bulk tensor copies), `mbarrier` (SYNCS), `setmaxnreg` (USETMAXREG: warpgroups
+    that trade registers, i.e. a warp-specialised producer/consumer kernel)."""
+    ops = {k[len("sass__inst_executed_per_opcode["):-1]: M.num(k) for k in M.row
+           if k.startswith("sass__inst_executed_per_opcode[")}
+    if not ops:
+        return None
+    has = lambda *names: any((ops.get(n) or 0) > 0 for n in names)  # noqa: E731
+    return {"tma": has("UTMALDG"), "mbarrier": has("SYNCS"), "setmaxnreg": has("USETMAXREG")}
+
+
+def warp_specialised(M: KernelMetrics, device: str | None) -> bool:
+    """Matrix work on wgmma (HGMMA) in warpgroups that trade registers (setmaxnreg): the
+    producer/consumer design of FlashAttention-3, which runs few warps per SM on purpose."""
+    path = tensor_path(M, device)
+    sync = hopper_async(M)
+    return bool(path and path["instruction"] == "HGMMA" and sync and sync["setmaxnreg"])
+
 def has_tensor_cores(M: KernelMetrics, device: str | None) -> bool:
     """Compute capability 7.0 and up, except the Turing parts without them."""
     major = M.num("device__attribute_compute_capability_major")

@@ -1,0 +1,61 @@
+"""`lab reanalyze`: a stored run's own ncu report analyzed again on a machine with no GPU; what was
+measured stays, the judgement and its tables are replaced whole."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+EXAMPLES = REPO / "profiles" / "examples"
+
+
+def _a_shipped_run() -> Path:
+    for m in sorted(EXAMPLES.glob("*/manifest.json")):
+        man = json.loads(m.read_text())
+        if (man.get("artifacts") or {}).get("ncu_report"):
+            return m.parent
+    pytest.skip("no shipped run with an ncu report")
+
+
+def _lab(*args):
+    return subprocess.run([sys.executable, "-m", "lab.cli", *args], capture_output=True, text=True)
+
+
+def test_reanalyze_replaces_the_judgement_and_keeps_the_measurements(tmp_path):
+    src = _a_shipped_run()
+    run = tmp_path / "store" / src.name
+    shutil.copytree(src, run)
+    before = json.loads((run / "manifest.json").read_text())
+    # a stale judgement, as an older lab would have stored it
+    findings = pd.read_parquet(run / "findings.parquet")
+    findings.iloc[0:0].to_parquet(run / "findings.parquet", index=False)
+    stale = dict(before, findings_summary={"bottleneck": "divergence", "count": 0})
+    (run / "manifest.json").write_text(json.dumps(stale))
+
+    res = _lab("reanalyze", str(run))
+    assert res.returncode == 0, res.stderr
+    after = json.loads((run / "manifest.json").read_text())
+    assert after["findings_summary"] == before["findings_summary"]
+    assert len(pd.read_parquet(run / "findings.parquet")) == len(findings)
+    for measured in ("timing", "baselines", "correctness", "variant", "problem"):
+        assert after[measured] == before[measured]
+    assert sorted(p.name for p in run.parent.iterdir()) == [run.name]   # no staging or old copy left
+
+
+def test_reanalyze_refuses_what_it_cannot_do(tmp_path):
+    src = _a_shipped_run()
+    run = tmp_path / "store" / src.name
+    shutil.copytree(src, run)
+    man = json.loads((run / "manifest.json").read_text())
+    (run / man["artifacts"]["ncu_report"]).unlink()
+    res = _lab("reanalyze", str(run))
+    assert res.returncode == 2 and "no ncu report" in res.stderr and "Traceback" not in res.stderr
+    res = _lab("reanalyze", "no-such-run", "--profiles", str(tmp_path / "store"))
+    assert res.returncode == 2 and "no stored run" in res.stderr

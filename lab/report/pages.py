@@ -203,7 +203,10 @@ def headline(rd: RunData, perf: list[dict], fctx: dict) -> list[str]:
                    + (f" ({c['rule']})." if c.get("rule") else "."))
     if fctx["primary"]:
         f = fctx["primary"]
-        out.append(f"Primary bottleneck: {f.get('class')}: {f.get('title')}.")
+        cls, title = f.get("class") or "", f.get("title") or ""
+        # a title that already opens with its class ("Latency-bound: compute at ...") is not repeated
+        said = title.lower().replace("-", " ").startswith(cls.lower().replace("-", " "))
+        out.append(f"Primary bottleneck: {title if said else f'{cls}: {title}'}.")
     elif rd.bottleneck:
         out.append(f"Primary bottleneck: {rd.bottleneck}.")
     return out

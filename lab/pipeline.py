@@ -76,54 +76,6 @@ class Profiled:
     page: Path | None
 
 
-class EarlyNcu:
-    """ncu started before the check: its target starts up (Python, torch, CUDA: seconds) while the
-    parent checks and times the rung, then waits for `run()` before its first launch, so profiling
-    is still gated by correctness and never overlaps the timing (lab.ladder.target --go-file)."""
-
-    def __init__(self, variant: Variant, problem: Problem, nvtx_range: str, section_set: str | None, root: Path):
-        import tempfile
-
-        from lab.profilers import ncu
-
-        root.mkdir(parents=True, exist_ok=True)
-        self.dir = Path(tempfile.mkdtemp(prefix=".ncu-", suffix=".partial", dir=root))   # hidden from the store
-        self.go = self.dir / "go"
-        self.report = self.dir / "profile.ncu-rep"
-        self.cmd = ncu.ncu_command(target_argv(variant, problem) + ["--go-file", str(self.go)], self.report,
-                                   nvtx_range, section_set=section_set)
-        self.proc = ncu.start_ncu(self.cmd, env=child_env())
-
-    def run(self, report_path: Path, log_path: Path) -> None:
-        """Let the target launch, wait for ncu, and move its report to `report_path`."""
-        from lab.profilers import ncu
-
-        self.go.touch()
-        written = ncu.finish_ncu(self.proc, self.cmd, log_path)
-        os.replace(written, report_path)
-        self.close()
-
-    def stored_command(self, report_name: str) -> list[str]:
-        """The command as a user reruns it: the stored report's name, no --go-file handshake."""
-        out, skip = [], False
-        for a in self.cmd:
-            if skip or a == "--go-file":
-                skip = not skip
-                continue
-            out.append(report_name if a == str(self.report) else a)
-        return out
-
-    def close(self) -> None:
-        """End the target if it still waits (a failed check, Ctrl-C) and remove the scratch folder."""
-        import shutil
-
-        from lab import children
-
-        if self.proc.poll() is None:
-            children.end(self.proc)
-        shutil.rmtree(self.dir, ignore_errors=True)
-
-
 def analysis_tables(report_path: Path, problem: dict | None, timeline_info: dict | None) -> tuple[list, dict]:
     """The analysis of one ncu report and the tables a run stores from it (metrics, derived values,
     findings, Nsight's rules, per-line counters). The timeline runs first: the launch-bound judgement
@@ -183,15 +135,6 @@ def reanalyze(run) -> tuple[Path, list]:
 
 def profile(variant: Variant, problem: Problem, opts: ProfileOptions) -> Profiled:
     """Setup -> build -> check -> bench -> baselines -> ncu -> timeline -> analysis -> store -> report."""
-    pending: list[EarlyNcu] = []
-    try:
-        return _profile(variant, problem, opts, pending)
-    finally:
-        for p in pending:   # a failed check, a refusal, Ctrl-C: the waiting target ends, its scratch goes
-            p.close()
-
-
-def _profile(variant: Variant, problem: Problem, opts: ProfileOptions, pending: list) -> Profiled:
     from lab.environment import device_info, git_info, require_compute_capability, require_gpu, software_info
 
     stage = Stages()
@@ -212,10 +155,6 @@ def _profile(variant: Variant, problem: Problem, opts: ProfileOptions, pending: 
             if opts.ncu:
                 from lab.profilers import ncu
                 ncu.require_ncu()  # fail before minutes of work, not after
-                # the profiled child starts up now, beside the check and the timing, and waits
-                early_ncu = EarlyNcu(variant, problem, range_name(variant.id, problem.label()), opts.section_set,
-                                     store.store_root())
-                pending.append(early_ncu)
 
         with stage("build"):
             _say(f"build {variant.label()}")
@@ -271,11 +210,12 @@ def _profile(variant: Variant, problem: Problem, opts: ProfileOptions, pending: 
             with stage("ncu"):
                 _say(f"ncu: profiling the launch inside NVTX range '{rng}'")
                 report_path = run.artifact_path("profile.ncu-rep")
-                early_ncu.run(report_path, run.artifact_path("ncu.log"))
+                cmd = ncu.ncu_command(target_argv(variant, problem), report_path, rng, section_set=opts.section_set)
+                ncu.run_ncu(cmd, run.artifact_path("ncu.log"), env=child_env())
             run.register_artifact("ncu_report", report_path.name)
             run.register_artifact("ncu_log", "ncu.log")
-            # as the user would rerun it: the report path as stored, not the scratch folder's
-            stored_cmd = early_ncu.stored_command(report_path.name)
+            # as the user would rerun it: the report path as stored, not the staging directory's
+            stored_cmd = [report_path.name if a == str(report_path) else a for a in cmd]
             profile_info = {"tool": "ncu", "command": stored_cmd, "section_set": opts.section_set or ncu.DEFAULT_IS,
                             "report": report_path.name, "nvtx_range": rng}
         timeline_info = None

@@ -52,27 +52,3 @@ def test_bad_input_inside_the_child_is_bad_input_not_a_crash(tmp_path, monkeypat
     with pytest.raises(LabError, match="head dims") as e:
         isolated.check_in_child(RUNG, parse_shape("1,1,17,64"), extra_shapes=0)
     assert not isinstance(e.value, CheckFailed)
-
-
-def test_the_profiled_child_waits_for_go_or_cancel(tmp_path):
-    """`lab profile` starts ncu's target early; it launches nothing until the parent says go."""
-    from lab.ladder import target
-
-    go = tmp_path / "go"
-    (tmp_path / "go.cancel").touch()
-    assert target.wait_for_go(go) is False
-    go.touch()
-    assert target.wait_for_go(go) is True
-
-
-def test_the_stored_ncu_command_is_the_one_a_user_reruns(tmp_path, monkeypatch):
-    """No --go-file handshake and the stored report's name, so `benchmarks/profile_loop.py` and a user
-    rerun exactly what was profiled."""
-    from lab import pipeline
-
-    early = pipeline.EarlyNcu.__new__(pipeline.EarlyNcu)
-    early.report = tmp_path / ".ncu-x.partial" / "profile.ncu-rep"
-    early.cmd = ["ncu", "--nvtx", "-o", str(early.report), "python3", "-m", "lab.ladder.target", "--variant", "vX",
-                 "--go-file", str(tmp_path / "go"), "--repeat", "1"]
-    assert early.stored_command("profile.ncu-rep") == ["ncu", "--nvtx", "-o", "profile.ncu-rep", "python3", "-m",
-                                                       "lab.ladder.target", "--variant", "vX", "--repeat", "1"]

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-import time
 from pathlib import Path
 
 
@@ -53,26 +52,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--torch-profile", type=Path, default=None,
                     help="run the launches under torch.profiler and write its trace JSON here")
-    ap.add_argument("--go-file", type=Path, default=None,
-                    help="start up (Python, torch, CUDA), then wait for this file before the first launch; "
-                         "exit without launching if FILE.cancel appears instead")
     return ap.parse_args(argv)
-
-
-GO_TIMEOUT_S = 3600.0   # a parent that never says go or cancel (killed hard) leaves no waiting child
-
-
-def wait_for_go(go: Path) -> bool:
-    """True once `go` exists; False if `go`.cancel does (or the parent never answers)."""
-    cancel = go.with_name(go.name + ".cancel")
-    deadline = time.monotonic() + GO_TIMEOUT_S
-    while time.monotonic() < deadline:
-        if go.exists():
-            return True
-        if cancel.exists():
-            return False
-        time.sleep(0.005)
-    return False
 
 
 def main(argv=None) -> int:
@@ -87,12 +67,6 @@ def main(argv=None) -> int:
     variant = variants.get(args.variant)
     problem = parse_shape(args.shape, args.causal, args.dtype or variant.default_dtype, args.seqlen_k)
     check_supported(variant, problem)
-    if args.go_file is not None:
-        # started early by `lab profile`: the start-up above and CUDA's below run while the parent
-        # checks and times the rung; nothing touches the GPU's queues until the parent says go
-        torch.cuda.init()
-        if not wait_for_go(args.go_file):
-            return 0
     module = build.load_cached(variant)
     launch = launch_fn(variant, module, problem, args.seed)
 

@@ -259,29 +259,15 @@ def run_ncu(cmd: list[str], log_path: str | os.PathLike, env: dict | None = None
             timeout_s: float | None = None) -> Path:
     """Run an `ncu_command` line, writing ncu's and the target's output to `log_path`; return the
     report's path. Every way it can fail becomes a LabError carrying ncu's own ==ERROR== lines."""
-    return finish_ncu(start_ncu(cmd, env), cmd, log_path, timeout_s)
-
-
-def start_ncu(cmd: list[str], env: dict | None = None):
-    """Start an `ncu_command` line and return at once (`lab profile` starts ncu while it checks and
-    times the rung: the target's start-up then runs beside that work; see lab.ladder.target's
-    --go-file). Read it with `finish_ncu`."""
-    try:
-        return children.start(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
-                              errors="replace")
-    except FileNotFoundError:
-        raise LabError(f"cannot run {cmd[0]!r}: not found", hint=_INSTALL_HINT) from None
-
-
-def finish_ncu(proc, cmd: list[str], log_path: str | os.PathLike, timeout_s: float | None = None) -> Path:
-    """Wait for a started ncu, write its output to `log_path` and return the report's path; every way
-    it can fail becomes a LabError carrying ncu's own ==ERROR== lines."""
     log_path = Path(log_path)
     report_path = Path(cmd[cmd.index("-o") + 1])
     try:
-        res = children.finish(proc, timeout=timeout_s)
+        res = children.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
+                             timeout=timeout_s, errors="replace")
         text = res.stdout or ""
         returncode = res.returncode
+    except FileNotFoundError:
+        raise LabError(f"cannot run {cmd[0]!r}: not found", hint=_INSTALL_HINT) from None
     except subprocess.TimeoutExpired as e:
         out = e.stdout.decode(errors="replace") if isinstance(e.stdout, bytes) else (e.stdout or "")
         log_path.write_text(out)

@@ -491,6 +491,10 @@ def test_a_wgmma_rung_is_judged_by_its_overlap_not_its_occupancy():
     assert len(occ) == 1 and occ[0] is a.findings[-1] and occ[0].est_speedup_pct is None
     assert occ[0].severity == "low" and "by design" in occ[0].title
     assert any(e["source"] == "ncu-rule:TheoreticalOccupancy" for e in occ[0].estimates)
+    # its scattered global traffic is the output stored from the accumulators: the fix is a TMA store,
+    # not the float4 loads of the fp32 ladder
+    unc = [f for f in a.findings if f.cls == "uncoalesced-global"]
+    assert unc and "TMA store" in unc[0].advice and "float4" not in unc[0].advice
 
 def test_shape_without_dtype_takes_the_reports_dtype():
     man, rep = _example_run(MMA.id)

@@ -187,8 +187,13 @@ def advice_by_class(c: KernelFacts) -> dict[str, str]:
         "latency-bound": lat,
         "memory-bound": mem,
         "compute-bound": comp,
-        "uncoalesced-global": "Make the 32 lanes of a warp read consecutive addresses so that each 32-byte sector "
-                              f"is used whole: consecutive threads on consecutive {wide}." + rung("uncoalesced-global"),
+        "uncoalesced-global": (("In a warp-specialised wgmma kernel the scattered accesses are usually the output "
+                                "written straight from the accumulators (each thread holds pairs of adjacent "
+                                "elements): stage the tile through shared memory (stmatrix) and write it with a TMA "
+                                "store (cp.async.bulk.tensor), as the loads already arrive.")
+                               if warp_specialised(M, c.device) else
+                               "Make the 32 lanes of a warp read consecutive addresses so that each 32-byte sector "
+                               f"is used whole: consecutive threads on consecutive {wide}." + rung("uncoalesced-global")),
         "bank-conflicts": "Pad each shared-memory row (e.g. +1 or +4 elements) or swizzle the layout so that the "
                           "32 lanes of a warp hit 32 different banks." + rung("bank-conflicts"),
         "local-memory": "Keep per-thread arrays in registers: index them only with compile-time constants "

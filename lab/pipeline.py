@@ -103,6 +103,7 @@ def reanalyze(run) -> tuple[Path, list]:
     import shutil
     import tempfile
 
+    from lab.environment import git_info
     from lab.errors import LabError
     from lab.store import manifest as mf
     from lab.store.runs import MANIFEST, _write_json_atomic
@@ -122,6 +123,9 @@ def reanalyze(run) -> tuple[Path, list]:
             d.setdefault("tables", {})[name] = f"{name}.parquet"
         d["findings_summary"] = ({"bottleneck": analyses[0].bottleneck, "count": sum(len(a.findings) for a in analyses)}
                                  if analyses else None)
+        # provenance: the judgement is newer than the measurements, and by which lab
+        d["reanalyzed"] = {"utc": datetime.now(timezone.utc).isoformat(timespec="seconds"), "lab_version": __version__,
+                           "git": git_info()}
         _write_json_atomic(staging / MANIFEST, mf.Manifest.from_dict(d).to_dict())
         old = run.path.with_name(f".{run.id}.old")
         os.replace(run.path, old)

@@ -47,6 +47,7 @@ def test_reanalyze_replaces_the_judgement_and_keeps_the_measurements(tmp_path):
     for measured in ("timing", "baselines", "correctness", "variant", "problem"):
         assert after[measured] == before[measured]
     assert sorted(p.name for p in run.parent.iterdir()) == [run.name]   # no staging or old copy left
+    assert after["reanalyzed"]["utc"] and "lab_version" in after["reanalyzed"]     # provenance of the new judgement
 
 
 def test_reanalyze_refuses_what_it_cannot_do(tmp_path):

@@ -112,6 +112,7 @@ def reanalyze(run) -> tuple[Path, list]:
     if report is None or not report.is_file():
         raise LabError(f"run {run.id} has no ncu report to analyze again",
                        hint="it was stored with --no-ncu; profile the rung again")
+    git = git_info()   # before the staging copy exists: it would count as a change to the tree
     staging = Path(tempfile.mkdtemp(prefix=f".{run.id}.", suffix=".partial", dir=run.path.parent))
     try:
         shutil.rmtree(staging)
@@ -125,7 +126,7 @@ def reanalyze(run) -> tuple[Path, list]:
                                  if analyses else None)
         # provenance: the judgement is newer than the measurements, and by which lab
         d["reanalyzed"] = {"utc": datetime.now(timezone.utc).isoformat(timespec="seconds"), "lab_version": __version__,
-                           "git": git_info()}
+                           "git": git}
         _write_json_atomic(staging / MANIFEST, mf.Manifest.from_dict(d).to_dict())
         old = run.path.with_name(f".{run.id}.old")
         os.replace(run.path, old)

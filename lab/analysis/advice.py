@@ -14,11 +14,11 @@ from __future__ import annotations
 
 import re
 
+from lab.analysis.classes import CLASSES
 from lab.analysis.metrics import (KernelFacts, hopper_async, occupancy_limiter, tensor_instructions, tensor_path,
                                  unit_name, warp_specialised)
 
-_CLASS_WORDS = ("small-grid", "occupancy-limited", "latency-bound", "memory-bound", "compute-bound",
-                "uncoalesced-global", "bank-conflicts", "local-memory", "divergence", "launch-bound")
+_CLASS_WORDS = CLASSES
 
 
 # Words a rung's `attacks` text may use for a class instead of its name (the analysis' own titles).

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import re
 
-from lab.analysis.classes import CLASSES
+from lab.vocabulary import CLASSES
 from lab.analysis.metrics import (KernelFacts, hopper_async, occupancy_limiter, tensor_instructions, tensor_path,
                                  unit_name, warp_specialised)
 

@@ -54,7 +54,7 @@ from typing import Any, Iterable
 import numpy as np
 import pandas as pd
 
-from lab.analysis import classes as vocabulary
+from lab import vocabulary
 from lab.analysis.advice import advice_by_class, rung_of
 from lab.analysis.lines import cite, report_lines, where
 from lab.analysis.metrics import KEY_METRICS as METRIC_LABELS
@@ -64,7 +64,7 @@ from lab.analysis.metrics import (SECTOR_BYTES, KernelFacts, bank_conflict_nway,
                                  warps_in_flight)
 from lab.analysis.rules import map_rule
 
-CLASSES = vocabulary.CLASSES   # every finding carries one (lab.analysis.classes)
+CLASSES = vocabulary.CLASSES   # every finding carries one (lab.vocabulary)
 
 # Which specific causes explain which symptom; on equal rank a cause is listed first.
 _CAUSES = {

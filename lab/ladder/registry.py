@@ -39,13 +39,13 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 
-from lab.analysis.classes import CLASSES
+from lab.vocabulary import CLASSES
 from lab.errors import LabError
 
 KERNELS_DIR = Path(__file__).resolve().parents[2] / "kernels"
 
 # The analysis vocabulary of DESIGN.md: the classes a rung may declare it attacks.
-ANALYSIS_CLASSES = CLASSES   # the analysis's own vocabulary (lab.analysis.classes)
+ANALYSIS_CLASSES = CLASSES   # lab.vocabulary: shared by rungs and findings
 DTYPES = ("float32", "float16", "bfloat16")
 LAYOUTS = ("BHND", "BNHD")
 KINDS = {".cu": "cuda", ".py": "python"}

@@ -1,0 +1,6 @@
+"""The analysis vocabulary, a contract between parts (DESIGN.md, "Analysis vocabulary"): every finding
+carries one of these classes, and every rung declares the ones it attacks from the same list. It
+sits beside errors.py, above the data flow, so the registry and the analysis read it alike."""
+
+CLASSES = ("small-grid", "occupancy-limited", "latency-bound", "memory-bound", "compute-bound",
+           "uncoalesced-global", "bank-conflicts", "local-memory", "divergence", "launch-bound")

@@ -463,7 +463,7 @@ def report(out_dir, run_id, profiles_dir, open_browser):
 
     done = render(out_dir, root=profiles_dir, run_id=run_id)
     for d in done.damaged:   # the others rendered; the damaged ones are listed on the index too
-        click.secho(f"warning: damaged run left out: {d.id}: {d.reason}", fg="yellow", err=True)
+        click.secho(f"warning: damaged {d.kind} left out: {d.id}: {d.reason}", fg="yellow", err=True)
     if done.empty_message():
         click.echo(done.empty_message(), err=True)
     page = done.pages[next(iter(done.pages))] if run_id else done.index

@@ -140,6 +140,29 @@ def test_a_damaged_run_does_not_block_the_others(tmp_path):
     assert "table 'metrics' cannot be read" in line
 
 
+def test_a_damaged_sweep_does_not_block_the_runs_or_the_other_sweeps(tmp_path):
+    """The same class as a damaged run: one unreadable sweep.json is listed with its reason."""
+    import shutil
+
+    store = tmp_path / "store"
+    good_run = make_run(store, R1)
+    shipped = sorted((REPO_ROOT / "profiles" / "examples").glob("*sweep*/sweep.json"))
+    if not shipped:
+        pytest.skip("no shipped sweep to copy")
+    good_sweep = store / shipped[0].parent.name
+    shutil.copytree(shipped[0].parent, good_sweep)
+    bad = store / "20260109-000000-sweep-broken"
+    bad.mkdir()
+    (bad / "sweep.json").write_text('{"schema_version": ')
+    out = tmp_path / "o"
+    r = lab("report", "--out", str(out), store=store, in_process=False)
+    assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr
+    assert any(bad.name in ln and "cannot read sweep.json" in ln for ln in r.stderr.splitlines()
+               if ln.startswith("warning: damaged sweep left out"))
+    assert (out / f"{good_run.name}.html").is_file() and (out / f"{good_sweep.name}.html").is_file()
+    assert bad.name in Parsed((out / "index.html").read_text()).visible
+
+
 # ------------------------------------------------------------------------------ lab compare
 
 @pytest.mark.parametrize("threshold", ["nan", "inf", "-inf", "-1", "-0.5"])

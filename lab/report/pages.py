@@ -423,7 +423,7 @@ def render(out: Path | None = None, root: Path | None = None, run_id: str | None
         selected = [found]
     out_dir = _out_dir(out)
     env = environment()
-    sweeps = render_sweeps(out_dir, root) if run_id is None else []
+    sweeps = render_sweeps(out_dir, root, damaged) if run_id is None else []
     if not runs:   # not an error: an index that says so, and a message from the CLI
         index = out_dir / "index.html"
         _write(index, env.get_template("index.html").render(**index_context([]), store=root, damaged=damaged,
@@ -470,12 +470,14 @@ def render(out: Path | None = None, root: Path | None = None, run_id: str | None
     return Rendered(index, pages, comparisons, damaged=damaged)
 
 
-def render_sweeps(out_dir: Path, root: Path) -> list[dict]:
-    """One page per stored sweep (<sweep-id>.html); returns the index's rows for them."""
+def render_sweeps(out_dir: Path, root: Path, damaged: list) -> list[dict]:
+    """One page per readable stored sweep (<sweep-id>.html); the damaged ones join `damaged`.
+    Returns the index's rows for the readable ones."""
     from lab.report.sweeppage import sweep_context, sweep_index_rows
-    from lab.store.sweeps import list_sweeps
+    from lab.store.sweeps import scan_sweeps
 
-    sweeps = list_sweeps(root)
+    sweeps, bad = scan_sweeps(root)
+    damaged.extend(bad)
     template = environment().get_template("sweep.html")
     for sw in sweeps:
         _write(out_dir / f"{sw.id}.html", template.render(**sweep_context(sw)))

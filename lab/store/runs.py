@@ -199,30 +199,38 @@ class DamagedRun:
 
     path: Path
     reason: str
+    kind: str = "run"   # or "sweep"
 
     @property
     def id(self) -> str:
         return self.path.name
 
 
-def scan_runs(root: Path | None = None) -> tuple[list[Run], list[DamagedRun]]:
-    """Complete runs under the store root and its examples/, oldest first, and the damaged ones
-    (a manifest that is not JSON or not a valid record). Staging dirs are skipped."""
+def scan_store(root: Path | None, marker: str, open_entry, kind: str) -> tuple[list, list[DamagedRun]]:
+    """The store's entries of one kind (the folders holding `marker`) under the root and its
+    examples/, opened with `open_entry` and sorted oldest first, and the damaged ones with their
+    reason: one unreadable entry never hides the others. Staging folders (dot names) are skipped."""
     root = Path(root or store_root())
-    runs: list[Run] = []
+    found: list = []
     damaged: list[DamagedRun] = []
     for base in (root, root / "examples"):
         if not base.is_dir():
             continue
         for d in sorted(base.iterdir()):
-            if d.name.startswith(".") or not (d / MANIFEST).is_file():
+            if d.name.startswith(".") or not (d / marker).is_file():
                 continue
             try:
-                runs.append(Run(d))
+                found.append(open_entry(d))
             except LabError as e:
-                damaged.append(DamagedRun(d, str(e)))
-    runs.sort(key=lambda r: (r.manifest.get("created_utc") or "", r.id))
-    return runs, damaged
+                damaged.append(DamagedRun(d, str(e), kind))
+    found.sort(key=lambda e: (e.manifest.get("created_utc") or "", e.id))
+    return found, damaged
+
+
+def scan_runs(root: Path | None = None) -> tuple[list[Run], list[DamagedRun]]:
+    """Complete runs, oldest first, and the damaged ones (a manifest that is not JSON or not a
+    valid record)."""
+    return scan_store(root, MANIFEST, Run, "run")
 
 
 def list_runs(root: Path | None = None) -> list[Run]:

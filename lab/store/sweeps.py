@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from lab.errors import LabError
-from lab.store.runs import _SAFE, _write_json_atomic, store_root
+from lab.store.runs import _SAFE, _write_json_atomic, scan_store, store_root
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -229,19 +229,15 @@ def create_sweep(sweep_id: str, manifest: dict, root: Path | None = None) -> Swe
     return Sweep(path)
 
 
+def scan_sweeps(root: Path | None = None) -> tuple[list[Sweep], list]:
+    """Sweeps under the store root and its examples/, oldest first, and the damaged ones with their
+    reason (lab.store.runs.DamagedRun)."""
+    return scan_store(root, SWEEP_MANIFEST, Sweep, "sweep")
+
+
 def list_sweeps(root: Path | None = None) -> list[Sweep]:
-    """Sweeps under the store root and its examples/, oldest first."""
-    root = Path(root or store_root())
-    out = []
-    for base in (root, root / "examples"):
-        if not base.is_dir():
-            continue
-        for d in sorted(base.iterdir()):
-            if d.name.startswith(".") or not (d / SWEEP_MANIFEST).is_file():
-                continue
-            out.append(Sweep(d))
-    out.sort(key=lambda s: (s.manifest.get("created_utc", ""), s.id))
-    return out
+    """The readable sweeps, oldest first."""
+    return scan_sweeps(root)[0]
 
 
 def find_sweep(sweep_id: str, root: Path | None = None) -> Sweep:

@@ -440,11 +440,17 @@ def infer_dtype(kernel_name: str | None) -> str | None:
 def tensor_instructions(M: KernelMetrics) -> dict[str, float] | None:
     """Tensor-core instructions executed, by opcode (HMMA, HGMMA, IMMA, ...), or None when the report
     has no per-opcode counts. HFMA2.MMA (an FP16 FMA issued to the MMA pipe) is not one."""
-    ops = {k[len("sass__inst_executed_per_opcode["):-1]: M.num(k) for k in M.row
-           if k.startswith("sass__inst_executed_per_opcode[")}
+    ops = opcode_counts(M)
     if not ops:
         return None
     return {op: v for op, v in ops.items() if op.endswith("MMA") and v}
+
+
+def opcode_counts(M: KernelMetrics) -> dict[str, float | None]:
+    """SASS instructions executed per opcode (the report's sass__inst_executed_per_opcode
+    instances); empty when the report has none."""
+    prefix = "sass__inst_executed_per_opcode["
+    return {k[len(prefix):-1]: M.num(k) for k in M.row if k.startswith(prefix)}
 
 
 
@@ -452,8 +458,7 @@ def hopper_async(M: KernelMetrics) -> dict[str, bool] | None:
     """Hopper's asynchronous machinery in the kernel's SASS, or None without per-opcode counts:
     `tma` (UTMALDG: bulk tensor copies), `mbarrier` (SYNCS), `setmaxnreg` (USETMAXREG: warpgroups
     that trade registers, i.e. a warp-specialised producer/consumer kernel)."""
-    ops = {k[len("sass__inst_executed_per_opcode["):-1]: M.num(k) for k in M.row
-           if k.startswith("sass__inst_executed_per_opcode[")}
+    ops = opcode_counts(M)
     if not ops:
         return None
     has = lambda *names: any((ops.get(n) or 0) > 0 for n in names)  # noqa: E731

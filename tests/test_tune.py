@@ -77,3 +77,12 @@ def test_lab_tune_checks_and_times_every_candidate(variant):
     assert out["rows"][0]["label"] == "default" and len(out["rows"]) >= 2
     assert all(r["passed"] and r["timing"]["reps"] == 3 for r in out["rows"]), out["rows"]
     assert out["fastest"] in {r["label"] for r in out["rows"]}
+
+
+def test_a_rung_without_candidates_is_refused_before_any_work():
+    """No tuning block: exit 2 with the contract to follow, not a tuning build that cannot link."""
+    plain = next((v for v in registry.VARIANTS if v not in TUNABLE), None)
+    if plain is None:
+        pytest.skip("every rung declares tuning candidates")
+    res = subprocess.run([sys.executable, "-m", "lab.cli", "tune", "--variant", plain.id], capture_output=True, text=True)
+    assert res.returncode == 2 and "declares no tuning candidates" in res.stderr and "Traceback" not in res.stderr

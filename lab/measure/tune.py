@@ -32,10 +32,19 @@ class Candidate:
         self.module.forward_config(q, k, v, o, causal, softmax_scale, self.index)
 
 
+def require_tunable(variant) -> None:
+    """Refuse (exit 2), before any build or GPU work, a rung without the tuning contract: its tuning
+    binding would not link."""
+    if getattr(variant, "kind", "cuda") != "cuda" or "LAB_TUNING" not in variant.source.read_text():
+        raise LabError(f"{variant.id} declares no tuning candidates",
+                       hint="a CUDA rung lists them under #ifdef LAB_TUNING (the tuning contract in kernels/common.cuh)")
+
+
 def tuning_module(variant):
     """The rung's tuning extension; refuses a rung whose file does not follow the tuning contract."""
     from lab.ladder.build import build
 
+    require_tunable(variant)
     module = build(variant, tuning=True).module
     if not hasattr(module, "forward_config"):
         raise LabError(f"{variant.id}'s tuning build exposes no candidates",
@@ -83,6 +92,7 @@ def _say(msg: str) -> None:
 
 def tune(variant, problem: Problem, reps: int = 30, warmup: int = 5, check_shapes: int = 4) -> TuneResult:
     check_supported(variant, problem)
+    require_tunable(variant)
     from lab.environment import require_compute_capability, require_gpu
 
     require_gpu("tune")

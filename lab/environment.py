@@ -117,6 +117,8 @@ def git_info() -> dict:
     env_commit = os.environ.get("LAB_GIT_COMMIT", "").strip()
     if _SHA.match(env_commit):
         return {"commit": env_commit, "dirty": None}
+    if not (REPO_ROOT / ".git").exists():   # an installed wheel: no checkout of ours (and a venv inside
+        return {"commit": None, "dirty": None}   # the user's repo must not record the user's commit)
     commit = (_run(["git", "-C", str(REPO_ROOT), "rev-parse", "HEAD"]) or "").strip()
     if _SHA.match(commit):
         dirty = _run(["git", "-C", str(REPO_ROOT), "status", "--porcelain", "--untracked-files=no"])

@@ -22,7 +22,9 @@ import pytest
 from click.testing import CliRunner
 
 from lab import cli
-from lab.store.runs import REPO_ROOT, list_runs
+from lab.store.runs import list_runs
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
 from test_report import R1, R2, Parsed, make_run   # tests/ is on sys.path under pytest's default import mode
 
 EXAMPLES = REPO_ROOT / "profiles" / "examples"

@@ -1,6 +1,7 @@
 """The manifest is one typed record: every stored example reads and writes back unchanged, a field
 of the wrong type is a LabError naming it, and a field added with a default reads older manifests."""
 
+from pathlib import Path
 import json
 from dataclasses import dataclass
 
@@ -11,7 +12,7 @@ from lab.measure.problem import Problem
 from lab.store import manifest as mf
 from lab.store import runs as store
 
-EXAMPLES = sorted((store.REPO_ROOT / "profiles" / "examples").glob("*/manifest.json"))
+EXAMPLES = sorted((Path(__file__).resolve().parents[1] / "profiles" / "examples").glob("*/manifest.json"))
 
 
 def _without_nulls(x):

@@ -27,7 +27,9 @@ from lab.report import pages as report
 from lab.report import rundata
 from lab.report.compare import compare_runs
 from lab.measure.problem import Problem
-from lab.store.runs import REPO_ROOT, Run, create_run, list_runs
+from lab.store.runs import Run, create_run, list_runs
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
 from lab.ladder.registry import builtin
 
 R1, R2 = (v.id for v in builtin()[:2])   # two consecutive rungs of the ladder: the page names the previous one

@@ -26,7 +26,9 @@ from lab.report import formatting
 from lab.report import pages as report
 
 from lab.report import rundata
-from lab.store.runs import REPO_ROOT, list_runs
+from lab.store.runs import list_runs
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
 
 CHROMIUM = Path("/usr/bin/chromium")
 pytestmark = pytest.mark.skipif(not CHROMIUM.exists(), reason="no /usr/bin/chromium (apt-get install -y chromium)")

@@ -11,7 +11,7 @@ import pytest
 from lab.analysis import findings as analysis
 from lab.analysis import lines as source_lines
 from lab.report import pages as report
-from lab.store.runs import REPO_ROOT
+REPO_ROOT = Path(__file__).resolve().parents[1]
 from lab.ladder.registry import builtin
 
 BASELINE = builtin()[0]   # the ladder's first rung, whose shipped run this page is built from
@@ -32,7 +32,7 @@ def _v1_run(tmp_path: Path) -> Path:
               "lines": source_lines.lines_frame(source_lines.report_lines(rep)),
               # this report was recorded before --import-source yes: the rung's source, as lab profile keeps it
               "sources": source_lines.sources_frame(source_lines.source_texts(rep),
-                                                    [REPO_ROOT / man["variant"]["source"]])}
+                                                    [REPO_ROOT / "lab" / man["variant"]["source"]])}
     for name, df in tables.items():
         df.to_parquet(run / f"{name}.parquet", index=False)
         man["tables"][name] = f"{name}.parquet"

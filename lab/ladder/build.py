@@ -28,10 +28,11 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Sequence
 
+import platformdirs
+
 from lab.errors import LabError
 from lab.ladder.registry import KERNELS_DIR, Variant
 
-REPO_ROOT = KERNELS_DIR.parent
 BINDING = KERNELS_DIR / "binding.cpp"
 COMMON_HEADER = KERNELS_DIR / "common.cuh"
 
@@ -95,7 +96,10 @@ class BuildResult:
 # ---------------------------------------------------------------------------------------------
 
 def cache_root() -> Path:
-    return Path(os.environ.get("LAB_CACHE", REPO_ROOT / ".lab-cache")) / "build"
+    """LAB_CACHE, else the user's cache folder (platformdirs: ~/.cache/flash-lab on Linux): never
+    the package's own folder, which may be a read-only site-packages."""
+    base = os.environ.get("LAB_CACHE") or platformdirs.user_cache_dir("flash-lab", appauthor=False)
+    return Path(base) / "build"
 
 
 def find_nvcc() -> str:
@@ -227,6 +231,12 @@ def cache_key(sources: Sequence[Path], flags: Sequence[str], versions_: dict) ->
 
 def _cxx_flags(variant: Variant, tuning: bool) -> list[str]:
     flags = [*BASE_CXX_FLAGS, f"-DLAB_LAUNCHER={variant.launcher}"]
+    if variant.backward_launcher:   # common.cuh's backward contract
+        flags += [f"-DLAB_BACKWARD_LAUNCHER={variant.backward_launcher}",
+                  f"-DLAB_BACKWARD_WORKSPACE={variant.backward_launcher}_workspace"]
+        if tuning:
+            flags += [f"-DLAB_BACKWARD_TUNE_CONFIGS={variant.backward_launcher}_configs",
+                      f"-DLAB_BACKWARD_TUNE_LAUNCHER={variant.backward_launcher}_config"]
     if tuning:
         flags += [TUNING_DEFINE, f"-DLAB_TUNE_CONFIGS={variant.launcher}_configs",
                   f"-DLAB_TUNE_LAUNCHER={variant.launcher}_config"]
@@ -348,7 +358,13 @@ def ptxas_report(variant: Variant, arch: str | None = None, tuning: bool = False
         tmp_obj.unlink(missing_ok=True)
         raise LabError(f"{variant.source} does not export its launcher {variant.launcher}:\n{missing}",
                        hint=f'define LAB_EXPORT const char* {variant.launcher}(const LabAttentionArgs* args, '
-                            'cudaStream_t stream) (kernels/common.cuh has the contract)')
+                            'cudaStream_t stream) (lab/kernels/common.cuh has the contract)')
+    absent = _backward_missing(tmp_obj, variant)
+    if absent:
+        tmp_obj.unlink(missing_ok=True)
+        raise LabError(f"{variant.source} declares backward = true but does not export {', '.join(absent)}",
+                       hint="lab/kernels/common.cuh's backward contract lists the two functions, or drop "
+                            "`backward = true` from its lab:rung block")
     os.replace(tmp_obj, obj)
     records = parse_ptxas(log)
     if not records:
@@ -358,6 +374,21 @@ def ptxas_report(variant: Variant, arch: str | None = None, tuning: bool = False
                                 "records": [r.to_dict() for r in records], "sass": str(sass) if sass else None})
     return PtxasReport(variant.id, arch, flags, key, bdir, records, sass, bdir / "ptxas.log",
                        compiled_now=True, seconds=time.perf_counter() - started)
+
+
+def _backward_missing(obj: Path, variant: Variant) -> list[str]:
+    """The backward contract's symbols the object lacks (none when it declares no backward, or where
+    nm is not there to tell: the extension's link then names what is missing)."""
+    if not variant.backward_launcher:
+        return []
+    nm = shutil.which("nm")
+    if not nm:
+        return []
+    out = subprocess.run([nm, "-g", "--defined-only", str(obj)], capture_output=True, text=True)
+    if out.returncode != 0:
+        return []
+    wanted = [variant.backward_launcher, f"{variant.backward_launcher}_workspace"]
+    return [w for w in wanted if not re.search(rf"\s[TtWw]\s+{re.escape(w)}$", out.stdout, re.M)]
 
 
 def _launcher_missing(nvcc: str, obj: Path, variant: Variant, bdir: Path) -> str | None:

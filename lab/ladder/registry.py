@@ -15,6 +15,7 @@ rung's text. Nothing else restates them.
     // attacks = ["uncoalesced-global"]  # analysis classes this rung demonstrates the fix for
     // aligned16 = true                # the launcher refuses q/k/v/o not 16-byte aligned
     // grid = "bh"                     # grid.x[,grid.y]: "bh" or "q-tiles,bh" (B*H on grid.y)
+    // backward = true                 # it also exports lab_backward_<id> (common.cuh's backward contract)
     // lab:end
 
 The block may sit anywhere in the file: `lab new` opens a new rung with it; the built-in rungs keep
@@ -42,7 +43,7 @@ from pathlib import Path
 from lab.vocabulary import CLASSES
 from lab.errors import LabError
 
-KERNELS_DIR = Path(__file__).resolve().parents[2] / "kernels"
+KERNELS_DIR = Path(__file__).resolve().parents[1] / "kernels"   # package data: lab/kernels/
 
 # The analysis vocabulary of DESIGN.md: the classes a rung may declare it attacks.
 ANALYSIS_CLASSES = CLASSES   # lab.vocabulary: shared by rungs and findings
@@ -63,7 +64,7 @@ _SECTIONS = (("changed", "What changed"), ("bottleneck", "Bottleneck"), ("predic
              ("measured", "Measured"), ("profile_command", "Profile"))
 
 REQUIRED = ("id", "slug", "title", "dtypes", "head_dims", "min_cc", "attacks")
-OPTIONAL = ("kind", "layout", "arch_flags", "aligned16", "grid", "entry")
+OPTIONAL = ("kind", "layout", "arch_flags", "aligned16", "grid", "entry", "backward")
 
 
 @dataclass(frozen=True)
@@ -82,6 +83,7 @@ class Variant:
     aligned16: bool = False      # the launcher refuses q, k, v, o that are not 16-byte aligned
     grid: str = ""               # launch grid "x[,y]": "bh" one CTA per (batch, head); "q-tiles,bh"
     entry: str = ""              # python rungs: "function" in the file, or "module:function"
+    backward: bool = False       # it has a backward (cuda: lab_backward_<id>; python: a `backward` callable)
     origin: str = "built-in"     # "built-in" or "workspace"
     changed: str = ""            # header prose: what changed since the previous rung
     attacks: str = ""            # header prose: the bottleneck it attacks, with the evidence
@@ -92,6 +94,10 @@ class Variant:
     @property
     def launcher(self) -> str:
         return f"lab_forward_{self.id}"
+
+    @property
+    def backward_launcher(self) -> str | None:
+        return f"lab_backward_{self.id}" if self.backward and self.kind == "cuda" else None
 
     @property
     def default_dtype(self) -> str:
@@ -115,7 +121,7 @@ class Variant:
         return {"id": self.id, "slug": self.slug, "title": self.title, "kind": self.kind, "origin": self.origin,
                 "source": str(self.source), "dtypes": list(self.dtypes), "head_dims": list(self.head_dims),
                 "layout": self.layout, "min_cc": ".".join(map(str, self.min_cc)), "arch_flags": list(self.arch_flags),
-                "aligned16": self.aligned16, "grid": self.grid, "entry": self.entry or None,
+                "aligned16": self.aligned16, "grid": self.grid, "entry": self.entry or None, "backward": self.backward,
                 "attacks_classes": list(self.classes), "shadows_builtin": self.shadows,
                 "changed": self.changed, "attacks": self.attacks, "predicted_gain": self.predicted_gain,
                 "measured": self.measured}
@@ -269,6 +275,9 @@ def parse_rung(path: Path, origin: str = "built-in") -> Variant | None:
         return _raise(bad("entry is for python rungs; a cuda rung exports lab_forward_<id>"))
     if not isinstance(entry, str):
         return _raise(bad("entry must be a string: \"function\" or \"module:function\""))
+    backward = table.get("backward", False)
+    if not isinstance(backward, bool):
+        return _raise(bad("backward must be true or false"))
     arch_flags = tuple(_str_list(table.get("arch_flags", []), "arch_flags", bad))
     if not isinstance(table["title"], str) or not table["title"].strip():
         return _raise(bad("title must be a non-empty string"))
@@ -276,6 +285,7 @@ def parse_rung(path: Path, origin: str = "built-in") -> Variant | None:
     return Variant(id=vid, slug=slug, title=table["title"].strip(), kind=kind, source=path, dtypes=tuple(dtypes),
                    head_dims=tuple(head_dims), min_cc=(int(m.group(1)), int(m.group(2))), classes=tuple(classes),
                    layout=layout, arch_flags=arch_flags, aligned16=aligned16, grid=grid, entry=entry, origin=origin,
+                   backward=backward,
                    changed=prose.get("changed", ""), attacks=prose.get("bottleneck", ""),
                    predicted_gain=prose.get("predicted_gain", ""), measured=prose.get("measured", ""))
 
@@ -400,7 +410,7 @@ def demonstrating(cls: str) -> Variant | None:
 def source_label(v: Variant) -> str:
     """The rung's file as a reader finds it: kernels/<file> under the lab, or under its workspace."""
     if v.origin == "built-in":
-        return f"kernels/{v.source.name}"
+        return f"lab/kernels/{v.source.name}"
     from lab.ladder import workspace
 
     ws = workspace.active()
@@ -414,11 +424,11 @@ def first_sentence(text: str) -> str:
 
 def markdown_table() -> str:
     """The README's ladder table, generated from the rung files so that it cannot drift."""
-    lines = ["| rung | file | dtypes | D | min cc | analysis classes it attacks |",
-             "| --- | --- | --- | --- | --- | --- |"]
+    lines = ["| rung | file | dtypes | D | min cc | backward | analysis classes it attacks |",
+             "| --- | --- | --- | --- | --- | --- | --- |"]
     for v in builtin():
-        cells = [f"**{v.id}** {v.title}", f"`kernels/{v.source.name}`", ", ".join(v.dtypes),
-                 ", ".join(map(str, v.head_dims)), ".".join(map(str, v.min_cc)),
+        cells = [f"**{v.id}** {v.title}", f"`lab/kernels/{v.source.name}`", ", ".join(v.dtypes),
+                 ", ".join(map(str, v.head_dims)), ".".join(map(str, v.min_cc)), "yes" if v.backward else "no",
                  ", ".join(v.classes) or "none (the baseline)"]
         lines.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
     return "\n".join(lines)

@@ -31,10 +31,10 @@ from lab.measure.problem import DTYPE_BYTES
 from lab.report.rundata import (DURATION, RunData, RunDamaged, below_minimum_note, prediction_shape_note, section_set_label, Table, ci_overlap, dram_bytes, findings_context, ladder_neighbour, load,
                          load_all, memory_levels, occupancy, performance_rows, sass_fp32_flops, stall_reasons)
 from lab.report.sourceview import source_context
-from lab.store.runs import REPO_ROOT, DamagedRun, find_run, open_root
+from lab.store.runs import DamagedRun, find_run, open_root
 
-TEMPLATES_DIR = REPO_ROOT / "templates"
-DEFAULT_OUT = REPO_ROOT / "reports"
+TEMPLATES_DIR = Path(__file__).resolve().parents[1] / "templates"   # package data: lab/templates/
+DEFAULT_OUT = Path("reports")   # relative: pages go where the user runs the lab (or the workspace)
 
 
 # ------------------------------------------------------------------------- the run's context
@@ -348,7 +348,7 @@ def index_context(runs: list[RunData]) -> dict:
 def environment() -> jinja2.Environment:
     """Compiled once per process: `lab report` over many runs reuses the parsed templates."""
     if not (TEMPLATES_DIR / "run.html").is_file():
-        raise LabError(f"report templates not found in {TEMPLATES_DIR}", hint="reinstall with `pip install -e .`")
+        raise LabError(f"report templates not found in {TEMPLATES_DIR}", hint="the flash-lab installation is incomplete: reinstall it (pip install flash-lab)")
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(TEMPLATES_DIR)), autoescape=True,
                              undefined=jinja2.ChainableUndefined, trim_blocks=True, lstrip_blocks=True)
     env.filters.update(num=fmt_num, pct=fmt_pct, bytes=fmt_bytes, capacity=fmt_capacity, count=fmt_count, ms=fmt_ms, times=fmt_times, shell=fmt_shell,
@@ -374,7 +374,7 @@ def _write(path: Path, text: str) -> None:
 
 
 def default_out() -> Path:
-    """reports/ of the active workspace (lab.ladder.workspace), else the lab's own reports/."""
+    """reports/ of the active workspace (lab.ladder.workspace), else reports/ in the current folder."""
     from lab.ladder.workspace import active
 
     ws = active()

@@ -6,10 +6,10 @@ import json
 from pathlib import Path
 
 from lab.errors import LabError
-from lab.store.runs import REPO_ROOT, Run
+from lab.store.runs import Run
 
 FORMATS = ("csv", "json")
-DEFAULT_OUT = REPO_ROOT / "reports" / "export"   # beside `lab report`'s pages: one place for what the lab writes out
+DEFAULT_OUT = Path("reports") / "export"   # beside `lab report`'s pages: one place for what the lab writes out
 
 
 def export_run(run: Run, out_dir: Path, fmt: str = "csv") -> list[Path]:

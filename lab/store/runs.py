@@ -27,14 +27,15 @@ if TYPE_CHECKING:  # pandas is imported where a table is read or written: `lab r
 
 from lab.errors import LabError
 from lab.store.manifest import SCHEMA_VERSION, Manifest, ManifestError
-REPO_ROOT = Path(__file__).resolve().parents[2]
-DEFAULT_ROOT = REPO_ROOT / "profiles"
+# Relative on purpose: the store is where the user runs the lab (or the workspace), never the
+# package's own folder, which may be site-packages.
+DEFAULT_ROOT = Path("profiles")
 MANIFEST = "manifest.json"
 
 
 def store_root() -> Path:
     """LAB_PROFILES if set; else the active workspace's profiles/ (lab.ladder.workspace); else the
-    lab's own profiles/."""
+    current folder's profiles/."""
     if os.environ.get("LAB_PROFILES"):
         return Path(os.environ["LAB_PROFILES"])
     from lab.ladder.workspace import active

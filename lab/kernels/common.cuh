@@ -19,6 +19,33 @@
 //
 // The lab builds, checks and times every candidate through the same extension; nothing outside
 // the rung's file names them.
+//
+// The backward contract (optional; a rung whose lab:rung block says `backward = true`). Training
+// needs the forward's row statistic and three more functions:
+//
+//   * Its forward writes the row log-sum-exp when args->lse is not null: lse[b, h, i] =
+//     log(sum_j exp(softmax_scale * q_i . k_j)) over the keys row i attends (natural log, fp32,
+//     [batch, heads, seqlen_q], contiguous), as torch's flash backend returns it. A rung without a
+//     backward ignores args->lse (the lab passes nullptr to it).
+//   * It exports
+//
+//     extern "C" size_t lab_backward_<id>_workspace(const LabBackwardArgs* args);
+//         // bytes of scratch the backward needs for this problem (0 for none)
+//     extern "C" const char* lab_backward_<id>(const LabBackwardArgs* args, cudaStream_t stream);
+//         // dQ, dK, dV from Q, K, V, O, dO and the forward's LSE; same return convention as forward
+//
+// Who owns what: the LAB owns the memory of every tensor, scratch included. It allocates
+// args->workspace (workspace_bytes of it, 256-byte aligned, uninitialised, from torch's
+// stream-ordered allocator so peak memory counts it) before each call. The RUNG owns the
+// workspace's layout and contents: typically the fp32 dQ accumulator and the row statistic
+// D = rowsum(dO * O), which its own kernels initialise (a preprocess kernel computes D and zeroes
+// the accumulator) on `stream`. dq, dk and dv are written whole, never accumulated into: the lab
+// poisons them with NaN before a check. Every launch of a backward goes on `stream`.
+//
+// Tuning a backward (`lab tune --mode bwd`, optional): built with -DLAB_TUNING a rung may also
+// export lab_backward_<id>_configs(int head_dim, LabDtype dtype) and
+// lab_backward_<id>_config(const LabBackwardArgs*, cudaStream_t, int config), as for the forward;
+// lab_backward_<id>_workspace covers every candidate.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -38,6 +65,31 @@ struct LabAttentionArgs {
   int head_dim;
   int causal;           // 1: query i attends keys j <= i (top-left aligned, as torch SDPA)
   float softmax_scale;  // usually 1/sqrt(head_dim)
+  LabDtype dtype;
+  float* lse;           // [batch, heads, seqlen_q] fp32 row log-sum-exp to write, or nullptr (backward contract)
+};
+
+// The backward's arguments (the backward contract above). Every tensor is contiguous (B, H, N, D)
+// in the inputs' dtype unless its comment says otherwise.
+struct LabBackwardArgs {
+  const void* q;      // [batch, heads, seqlen_q, head_dim]
+  const void* k;      // [batch, heads, seqlen_k, head_dim]
+  const void* v;      // [batch, heads, seqlen_k, head_dim]
+  const void* o;      // [batch, heads, seqlen_q, head_dim]: the forward's output
+  const void* dout;   // [batch, heads, seqlen_q, head_dim]: dL/dO
+  const float* lse;   // [batch, heads, seqlen_q] fp32: the forward's row log-sum-exp
+  void* dq;           // [batch, heads, seqlen_q, head_dim]: written whole
+  void* dk;           // [batch, heads, seqlen_k, head_dim]: written whole
+  void* dv;           // [batch, heads, seqlen_k, head_dim]: written whole
+  void* workspace;    // workspace_bytes of uninitialised scratch, 256-byte aligned (the rung's layout)
+  size_t workspace_bytes;
+  int batch;
+  int heads;
+  int seqlen_q;
+  int seqlen_k;
+  int head_dim;
+  int causal;
+  float softmax_scale;
   LabDtype dtype;
 };
 

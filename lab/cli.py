@@ -168,13 +168,13 @@ def new(new_id, from_id, slug):
 
 def _latest_evidence(source, ws):
     """The newest stored profile of `source`: in this workspace's store, and for a built-in rung
-    also in the lab's own (its shipped examples)."""
+    also in the current folder's and the lab checkout's shipped examples."""
     from lab.store import runs
     from lab.store.evidence import evidence_of, latest_run_of
 
     roots = [runs.store_root()]
     if source.origin == "built-in":
-        roots.append(runs.DEFAULT_ROOT)
+        roots += [r for r in (runs.DEFAULT_ROOT, runs.shipped_root()) if r is not None]
     run = latest_run_of(source.id, roots)
     return evidence_of(run) if run is not None else None
 

@@ -30,6 +30,13 @@ from lab.store.manifest import SCHEMA_VERSION, Manifest, ManifestError
 # Relative on purpose: the store is where the user runs the lab (or the workspace), never the
 # package's own folder, which may be site-packages.
 DEFAULT_ROOT = Path("profiles")
+
+
+def shipped_root() -> Path | None:
+    """The runs recorded with the lab's own ladder (profiles/examples/ of its source checkout), where
+    the package runs from a checkout; an installed wheel ships none (None)."""
+    checkout = Path(__file__).resolve().parents[2]
+    return checkout / "profiles" if (checkout / "profiles" / "examples").is_dir() else None
 MANIFEST = "manifest.json"
 
 

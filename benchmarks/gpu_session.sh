@@ -31,7 +31,7 @@ for s in $STEPS; do
     fullset)  # a 6-kernel `--set full` report, to time `lab analyze` on the kind of file issue 3 names
               r="lab v5 B8-H16-N1024-D64-float16"
               step fullset ncu --set full --clock-control none --nvtx --nvtx-include "$r/" -f -o "$OUT/v5-full-6k" \
-                python3 -m lab.ladder.target --variant v5 --shape 8,16,1024,64 --dtype float16 --repeat 6
+                python3 -m lab.measure.target --variant v5 --shape 8,16,1024,64 --dtype float16 --repeat 6
               xz -T0 -f "$OUT/v5-full-6k.ncu-rep" ;;
     coldbuild) # every built-in rung from an empty cache, in parallel (issue 10's build target); warms the cache
               step coldbuild lab build --variant all --markdown "$OUT/build-cold.md" ;;

@@ -129,9 +129,9 @@ def variants(as_json, markdown):
 @click.argument("folder", type=click.Path(path_type=Path))
 def init(folder):
     """Make FOLDER a workspace for your own rungs: lab.toml, kernels/, profiles/, reports/."""
-    from lab.ladder import workspace
+    from lab.ladder import scaffold
 
-    ws = workspace.init(folder)
+    ws = scaffold.init(folder)
     click.echo(f"workspace {ws.name}: {ws.root}")
     click.echo(f"  rungs go in {ws.kernels_dir} (kernels/README.md says how); runs in {ws.profiles_dir}")
     click.echo(f"  next: cd {folder} && lab new <id> --from <rung>   (`lab variants` lists the rungs)")
@@ -144,7 +144,7 @@ def init(folder):
 def new(new_id, from_id, slug):
     """Copy a rung forward into this workspace as NEW_ID: launcher renamed, header skeleton with the
     evidence from the latest stored profile of the rung it came from."""
-    from lab.ladder import registry, workspace
+    from lab.ladder import registry, scaffold, workspace
 
     ws = workspace.active()
     if ws is None:
@@ -152,7 +152,7 @@ def new(new_id, from_id, slug):
                        hint="`lab init DIR` makes one (or pass --workspace DIR)")
     source = registry.get(from_id)
     evidence = _latest_evidence(source, ws)
-    dest = workspace.new_rung(ws, new_id, source, slug=slug,
+    dest = scaffold.new_rung(ws, new_id, source, slug=slug,
                               bottleneck=evidence.bottleneck if evidence else None,
                               evidence_text=evidence.header_text(source.id) if evidence else None)
     click.echo(f"{new_id}: {dest}")
@@ -687,7 +687,7 @@ def sweep(ctx, variant_spec, shapes, preset, batch_spec, heads_kv_spec, causal, 
     (profiles/<sweep-id>/): Ctrl-C keeps finished rows, --resume finishes, `lab report` draws it."""
     if ctx.invoked_subcommand:
         return
-    from lab.measure import sweep as sweeper
+    from lab import sweeping as sweeper
     from lab.measure import sweepplan
     from lab.store import sweeps as store
 

@@ -17,6 +17,7 @@ from pathlib import Path
 from lab import __version__
 from lab.errors import CheckFailed
 from lab.measure.problem import Problem, check_supported
+from lab.ladder import registry
 from lab.ladder.registry import Variant, source_label
 from lab.measure.isolated import NotBuilt, child_env, start_check
 from lab.store import manifest as mf
@@ -41,7 +42,7 @@ def _say(msg: str) -> None:
 
 
 def target_argv(variant: Variant, problem: Problem, repeat: int = 1) -> list[str]:
-    argv = [sys.executable, "-m", "lab.ladder.target", "--variant", variant.ref,
+    argv = [sys.executable, "-m", "lab.measure.target", "--variant", registry.ref(variant),
             "--shape", f"{problem.batch},{problem.heads},{problem.seqlen_q},{problem.head_dim}",
             "--seqlen-k", str(problem.seqlen_k), "--dtype", problem.dtype, "--repeat", str(repeat)]
     if problem.causal:
@@ -155,7 +156,7 @@ def profile(variant: Variant, problem: Problem, opts: ProfileOptions) -> Profile
             from lab.ladder import build
             from lab.store import runs as store
             from lab.measure.bench import bench_variant, tflops
-            from lab.ladder.target import range_name
+            from lab.measure.target import range_name
 
             if opts.ncu:
                 from lab.profilers import ncu

@@ -135,14 +135,14 @@ def test_bad_xz(tmp_path):
 # ----------------------------------------------------------------------------- the command line
 
 def test_ncu_command_default():
-    cmd = ncu.ncu_command(["python", "-m", "lab.ladder.target", "--variant", "mine"], "/tmp/r.ncu-rep", "lab mine B8-H16-N1024-D64-float32")
+    cmd = ncu.ncu_command(["python", "-m", "lab.measure.target", "--variant", "mine"], "/tmp/r.ncu-rep", "lab mine B8-H16-N1024-D64-float32")
     s = " ".join(cmd)
     assert cmd[:3] == ["ncu", "--target-processes", "all"]
     assert cmd[cmd.index("--nvtx-include") + 1] == "lab mine B8-H16-N1024-D64-float32/"   # push/pop: trailing /
     assert "--nvtx" in cmd and cmd[cmd.index("--clock-control") + 1] == "none"
     assert cmd[cmd.index("--import-source") + 1] == "yes"   # the code travels with the report
     assert cmd[cmd.index("-o") + 1] == "/tmp/r.ncu-rep" and "-f" in cmd
-    assert cmd[-5:] == ["python", "-m", "lab.ladder.target", "--variant", "mine"]
+    assert cmd[-5:] == ["python", "-m", "lab.measure.target", "--variant", "mine"]
     assert ncu.section_args(None) == ncu.section_args(ncu.DEFAULT_SECTION_SET)
     assert " ".join(ncu.section_args(None)) in s
 

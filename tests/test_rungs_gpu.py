@@ -180,7 +180,7 @@ def test_second_build_compiles_nothing(built):
     code = ("import sys\nfrom lab.ladder import build, registry\n"
             "r = build.build(registry.get(sys.argv[1]))\n"
             "print('built_now', r.built_now, r.cache_key)\n")
-    res = subprocess.run([sys.executable, "-c", code, first.ref], capture_output=True, text=True, cwd=ROOT,
+    res = subprocess.run([sys.executable, "-c", code, registry.ref(first)], capture_output=True, text=True, cwd=ROOT,
                          env=_child_env())
     assert res.returncode == 0, res.stderr
     assert f"built_now False {made.cache_key}" in res.stdout

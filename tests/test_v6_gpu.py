@@ -170,7 +170,7 @@ def test_v6_compute_sanitizer_is_clean(tool, v6, tmp_path):
 
     env = dict(os.environ, PYTORCH_NO_CUDA_MEMORY_CACHING="1")
     env["PYTHONPATH"] = str(ROOT) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-    res = subprocess.run([sanitizer, "--tool", tool, "--error-exitcode", "3", sys.executable, str(script), RUNG.ref],
+    res = subprocess.run([sanitizer, "--tool", tool, "--error-exitcode", "3", sys.executable, str(script), registry.ref(RUNG)],
                          capture_output=True, text=True, cwd=ROOT, env=env, timeout=420)
     out = res.stdout + res.stderr
     assert "sanitized launches: 3" in out, out[-4000:]

@@ -122,7 +122,7 @@ def test_a_workspace_rung_with_a_built_in_id_wins_and_the_built_in_stays_reachab
         os.environ.update(env)
         assert registry.get(TOP.id).origin == "workspace"
         assert registry.get(f"builtin:{TOP.id}").source == TOP.source
-        assert registry.get(f"builtin:{TOP.id}").ref == f"builtin:{TOP.id}"
+        assert registry.ref(registry.get(f"builtin:{TOP.id}")) == f"builtin:{TOP.id}"
     finally:
         os.environ.clear()
         os.environ.update(old)

@@ -31,7 +31,7 @@ from typing import Any, Sequence
 import platformdirs
 
 from lab.errors import LabError
-from lab.ladder.registry import KERNELS_DIR, Variant
+from lab.ladder.rungfile import KERNELS_DIR, Variant
 
 BINDING = KERNELS_DIR / "binding.cpp"
 COMMON_HEADER = KERNELS_DIR / "common.cuh"

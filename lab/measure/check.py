@@ -24,7 +24,7 @@ from typing import Callable
 
 from lab.errors import LabError
 from lab.measure.problem import Problem, check_supported
-from lab.ladder.registry import Variant
+from lab.ladder.rungfile import Variant
 
 FP32_REL_TOL = 1e-4
 """Relative error (Frobenius) allowed for an fp32 rung against the float64 reference.

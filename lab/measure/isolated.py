@@ -16,7 +16,10 @@ from pathlib import Path
 
 from lab import children
 from lab.errors import CheckFailed, LabError
-from lab.measure.problem import Problem
+from lab.ladder import build, registry, workspace
+from lab.ladder.tuning import Candidate, tuning_module
+from lab.measure.check import check_variant
+from lab.measure.problem import Problem, parse_shape
 
 CHECK_TIMEOUT_S = 900
 
@@ -26,9 +29,7 @@ def child_env() -> dict:
     env = dict(os.environ)
     root = str(Path(__file__).resolve().parents[2])
     env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-    from lab.ladder import workspace  # the child sees the parent's registry, whatever its cwd
-
-    ws = workspace.active()
+    ws = workspace.active()   # the child sees the parent's registry, whatever its cwd
     env[workspace.ENV] = str(ws.root) if ws is not None else "none"
     return env
 
@@ -39,7 +40,7 @@ class PendingCheck:
     def __init__(self, variant, problem: Problem, extra_shapes: int, tune_config: int | None = None,
                  compile: bool = True):
         shape = f"{problem.batch},{problem.heads},{problem.seqlen_q},{problem.seqlen_k},{problem.head_dim}"
-        argv = [sys.executable, "-m", "lab.measure.isolated", "--variant", variant.ref, "--shape", shape,
+        argv = [sys.executable, "-m", "lab.measure.isolated", "--variant", registry.ref(variant), "--shape", shape,
                 "--dtype", problem.dtype, "--shapes", str(extra_shapes)]
         if tune_config is not None:   # that tuning candidate of the rung (its tuning build, `lab tune`)
             argv += ["--tune-config", str(tune_config)]
@@ -98,10 +99,6 @@ def check_in_child(variant, problem: Problem, extra_shapes: int, tune_config: in
 
 
 def _main(argv=None) -> int:
-    from lab.ladder import registry
-    from lab.measure.check import check_variant
-    from lab.measure.problem import parse_shape
-
     p = argparse.ArgumentParser(prog="python -m lab.measure.isolated")
     p.add_argument("--variant", required=True)
     p.add_argument("--shape", required=True)
@@ -117,11 +114,8 @@ def _main(argv=None) -> int:
         problem = parse_shape(a.shape, causal=a.causal, dtype=a.dtype)
         module = None
         if a.tune_config is not None:
-            from lab.measure.tune import Candidate, tuning_module
             module = Candidate(tuning_module(variant), a.tune_config)
         elif a.no_compile:
-            from lab.ladder import build
-
             try:
                 ready = build.is_built(variant)
             except Exception:   # no CUDA torch, a rung kind this cache does not describe: the parent decides

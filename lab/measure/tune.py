@@ -15,42 +15,14 @@ import sys
 from dataclasses import dataclass, field
 
 from lab.errors import CheckFailed, LabError
-from lab.measure.problem import Problem, check_supported
+from lab.environment import require_compute_capability, require_gpu
+from lab.ladder.build import build
+from lab.ladder.tuning import Candidate, require_tunable, tuning_module
+from lab.measure.bench import time_interleaved, tflops
+from lab.measure.isolated import check_in_child
+from lab.measure.problem import Problem, check_supported, make_inputs, softmax_scale
 
 DEFAULT_LABEL = "default"
-
-
-class Candidate:
-    """One candidate of a tuning build, shaped like a rung's extension (`.forward(...)`), so the
-    correctness gate and the timer take it as they take the rung itself."""
-
-    def __init__(self, module, index: int):
-        self.module = module
-        self.index = index
-
-    def forward(self, q, k, v, o, causal, softmax_scale):
-        self.module.forward_config(q, k, v, o, causal, softmax_scale, self.index)
-
-
-def require_tunable(variant) -> None:
-    """Refuse (exit 2), before any build or GPU work, a rung without the tuning contract: its tuning
-    binding would not link."""
-    if getattr(variant, "kind", "cuda") != "cuda" or "LAB_TUNING" not in variant.source.read_text():
-        raise LabError(f"{variant.id} declares no tuning candidates",
-                       hint="a CUDA rung lists them under #ifdef LAB_TUNING (the tuning contract in kernels/common.cuh)")
-
-
-def tuning_module(variant):
-    """The rung's tuning extension; refuses a rung whose file does not follow the tuning contract."""
-    from lab.ladder.build import build
-
-    require_tunable(variant)
-    module = build(variant, tuning=True).module
-    if not hasattr(module, "forward_config"):
-        raise LabError(f"{variant.id}'s tuning build exposes no candidates",
-                       hint="export lab_forward_<id>_configs and lab_forward_<id>_config under "
-                            "#ifdef LAB_TUNING (see the tuning contract in kernels/common.cuh)")
-    return module
 
 
 @dataclass
@@ -93,16 +65,9 @@ def _say(msg: str) -> None:
 def tune(variant, problem: Problem, reps: int = 30, warmup: int = 5, check_shapes: int = 4) -> TuneResult:
     check_supported(variant, problem)
     require_tunable(variant)
-    from lab.environment import require_compute_capability, require_gpu
-
     require_gpu("tune")
     require_compute_capability(variant)
-    import torch
-
-    from lab.ladder.build import build
-    from lab.measure.bench import time_interleaved, tflops
-    from lab.measure.isolated import check_in_child
-    from lab.measure.problem import make_inputs, softmax_scale
+    import torch   # lazy: `lab tune`'s refusals (no tuning contract, no GPU) come before torch loads
 
     plain = build(variant).module
     module = tuning_module(variant)

@@ -229,7 +229,7 @@ def ncu_command(target_argv: Iterable[str], report_path: str | os.PathLike,
         if "/" in r or "@" in r or not r.strip():
             raise LabError(f"NVTX range name {r!r} cannot be filtered on",
                            hint="ncu's --nvtx-include uses '/' for nested ranges and '@' for domains; name the "
-                                "range without them (lab.ladder.target.range_name does)")
+                                "range without them (lab.measure.target.range_name does)")
     cmd = [exe or "ncu", "--target-processes", "all"]
     if ranges:
         cmd.append("--nvtx")

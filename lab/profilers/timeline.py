@@ -391,7 +391,7 @@ def collect_timeline(target_argv: list[str], out_dir: Path, range_name: str, rep
     """Record the child's timeline: under nsys where `nsys_status()` says it can write reports,
     else (or when nsys wrote no report) under torch.profiler via the child's --torch-profile.
 
-    target_argv is the child's whole command line ([python, -m, lab.ladder.target, ...]); `--repeat
+    target_argv is the child's whole command line ([python, -m, lab.measure.target, ...]); `--repeat
     <repeats>` is appended when absent. Artifacts (.nsys-rep + .sqlite, or the trace JSON, and the
     log) are written to out_dir. use_nsys=False skips nsys (tests of the fallback)."""
     out_dir = Path(out_dir)

@@ -3,7 +3,7 @@
 Run under ncu by tests/planted/record.sh (one ncu run, one --nvtx-include per backend) so that
 lab/analysis/findings.py is tested on the kernels it will be compared against: flash (FA2), memory-efficient,
 cuDNN and math. Warm-up runs happen outside the ranges. A backend this GPU or torch build lacks is
-reported and skipped. Range names follow lab.ladder.target.range_name: no '/' or '@' (ncu filter syntax).
+reported and skipped. Range names follow lab.measure.target.range_name: no '/' or '@' (ncu filter syntax).
 """
 
 import sys

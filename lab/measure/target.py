@@ -1,4 +1,8 @@
-"""The child process a profiler runs: `python -m lab.ladder.target --variant v3 --shape B,H,N,D ...`.
+"""The child process a profiler runs: `python -m lab.measure.target --variant v3 --shape B,H,N,D ...`.
+
+It lives in lab.measure (it runs a rung on a problem, as the correctness and timing children do),
+above the profilers it may run under, not in them: the profilers are a lower layer (the environment
+asks them for their versions).
 
 It builds nothing (the parent built the rung; loading the cached extension is all that happens
 here), warms up outside any range, then launches the rung `--repeat` times inside one NVTX range
@@ -10,8 +14,13 @@ takes down only this process.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 from pathlib import Path
+
+from lab.ladder import build, registry
+from lab.measure.problem import check_supported, launch_fn, parse_shape
+from lab.profilers.kineto import profile_launches
 
 
 def range_name(variant_id: str, problem_label: str) -> str:
@@ -25,9 +34,7 @@ def _nvtx_range(name: str):
 
         return nvtx.annotate(name)
     except ImportError:  # torch's own NVTX binding emits the same push/pop range
-        import contextlib
-
-        import torch
+        import torch   # lazy: the child's parent (pipeline, ncu, nsys) imports this module for range_name
 
         @contextlib.contextmanager
         def rng():
@@ -41,7 +48,7 @@ def _nvtx_range(name: str):
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    ap = argparse.ArgumentParser(prog="python -m lab.ladder.target", description=__doc__)
+    ap = argparse.ArgumentParser(prog="python -m lab.measure.target", description=__doc__)
     ap.add_argument("--variant", required=True)
     ap.add_argument("--shape", required=True, help="B,H,N,D")
     ap.add_argument("--seqlen-k", type=int, default=None)
@@ -57,14 +64,9 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    import torch
+    import torch   # lazy: importing this module (range_name) must not need torch
 
-    from lab.ladder import build
-
-    from lab.ladder import registry as variants
-    from lab.measure.problem import check_supported, launch_fn, parse_shape
-
-    variant = variants.get(args.variant)
+    variant = registry.get(args.variant)
     problem = parse_shape(args.shape, args.causal, args.dtype or variant.default_dtype, args.seqlen_k)
     check_supported(variant, problem)
     module = build.load_cached(variant)
@@ -75,8 +77,6 @@ def main(argv=None) -> int:
     torch.cuda.synchronize()
     name = range_name(variant.id, problem.label())
     if args.torch_profile is not None:
-        from lab.profilers.kineto import profile_launches
-
         profile_launches(launch, args.repeat, args.torch_profile, name)
     else:
         with _nvtx_range(name):

@@ -1,0 +1,319 @@
+"""A rung's file: the `lab:rung` block that declares its facts and the prose sections of its
+header, parsed into a Variant (lab.ladder.registry gathers them into the ladder; lab.ladder.workspace
+scans a workspace's kernels/ with the same parser).
+
+
+One source of truth per rung: the rung's own file. Its header opens with a `lab:rung` block, TOML
+written in comment lines (`//` in a .cu, `#` in a .py), that declares the facts tools act on; the
+prose sections below it (What changed / Bottleneck / Predicted gain / Measured) are read as the
+rung's text. Nothing else restates them.
+
+    // lab:rung
+    // id = "v2"                       # also the launcher's name: lab_forward_v2
+    // slug = "float4"
+    // title = "float4: 16-byte vectorized global loads and stores"
+    // dtypes = ["float32"]            # the first is the default
+    // head_dims = [32, 64, 128]
+    // min_cc = "7.5"
+    // attacks = ["uncoalesced-global"]  # analysis classes this rung demonstrates the fix for
+    // aligned16 = true                # the launcher refuses q/k/v/o not 16-byte aligned
+    // grid = "bh"                     # grid.x[,grid.y]: "bh" or "q-tiles,bh" (B*H on grid.y)
+    // backward = true                 # it also exports lab_backward_<id> (common.cuh's backward contract)
+    // lab:end
+
+The block may sit anywhere in the file: `lab new` opens a new rung with it; the built-in rungs keep
+theirs at the end, so that the source line numbers recorded in stored profiles stay valid.
+
+Optional keys: kind ("cuda" for .cu, "python" for .py), layout ("BHND", or "BNHD" for a python
+rung that takes flash-attn's layout), arch_flags (extra nvcc -gencode flags), entry (python:
+"function" in this file, or "package.module:function").
+"""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from lab.vocabulary import CLASSES
+from lab.errors import LabError
+
+KERNELS_DIR = Path(__file__).resolve().parents[1] / "kernels"   # package data: lab/kernels/
+
+# The analysis vocabulary of DESIGN.md: the classes a rung may declare it attacks.
+ANALYSIS_CLASSES = CLASSES   # lab.vocabulary: shared by rungs and findings
+DTYPES = ("float32", "float16", "bfloat16")
+LAYOUTS = ("BHND", "BNHD")
+KINDS = {".cu": "cuda", ".py": "python"}
+COMMENT = {".cu": "//", ".py": "#"}
+BLOCK_START, BLOCK_END = "lab:rung", "lab:end"
+BUILTIN_PREFIX = "builtin:"
+
+_ID_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")     # it names a C symbol, a run id and a folder
+_SLUG_RE = re.compile(r"^[a-z0-9][a-z0-9_]*$")
+_CC_RE = re.compile(r"^(\d+)\.(\d+)$")
+_GRID_PARTS = ("bh", "q-tiles", "flat")
+# Header prose sections: the label starts the line, its text runs to the first ':' outside
+# parentheses and continues on indented lines.
+_SECTIONS = (("changed", "What changed"), ("bottleneck", "Bottleneck"), ("predicted_gain", "Predicted gain"),
+             ("measured", "Measured"), ("profile_command", "Profile"))
+
+REQUIRED = ("id", "slug", "title", "dtypes", "head_dims", "min_cc", "attacks")
+OPTIONAL = ("kind", "layout", "arch_flags", "aligned16", "grid", "entry", "backward")
+
+
+@dataclass(frozen=True)
+class Variant:
+    id: str                      # "v1"
+    slug: str                    # "naive"
+    title: str                   # one line for tables
+    kind: str                    # "cuda" (a .cu exporting lab_forward_<id>) or "python" (a callable)
+    source: Path                 # the rung's file: the one source of its facts
+    dtypes: tuple[str, ...]      # torch dtype names the rung accepts; the first is the default
+    head_dims: tuple[int, ...]   # supported D
+    min_cc: tuple[int, int]      # minimum compute capability
+    classes: tuple[str, ...]     # analysis classes it attacks (it demonstrates their fix)
+    layout: str = "BHND"         # the layout its inputs come in: (B, H, N, D) or (B, N, H, D)
+    arch_flags: tuple[str, ...] = ()  # extra nvcc -gencode flags beyond the defaults (e.g. sm_90a)
+    aligned16: bool = False      # the launcher refuses q, k, v, o that are not 16-byte aligned
+    grid: str = ""               # launch grid "x[,y]": "bh" one CTA per (batch, head); "q-tiles,bh"
+    entry: str = ""              # python rungs: "function" in the file, or "module:function"
+    backward: bool = False       # it has a backward (cuda: lab_backward_<id>; python: a `backward` callable)
+    origin: str = "built-in"     # "built-in" or "workspace"
+    changed: str = ""            # header prose: what changed since the previous rung
+    attacks: str = ""            # header prose: the bottleneck it attacks, with the evidence
+    predicted_gain: str = ""     # header prose: written before it was measured
+    measured: str = ""           # header prose: the measured result (device, date)
+    shadows: bool = field(default=False, compare=False)  # a workspace rung hiding a built-in of its id
+
+    @property
+    def launcher(self) -> str:
+        return f"lab_forward_{self.id}"
+
+    @property
+    def backward_launcher(self) -> str | None:
+        return f"lab_backward_{self.id}" if self.backward and self.kind == "cuda" else None
+
+    @property
+    def default_dtype(self) -> str:
+        return self.dtypes[0]
+
+    @property
+    def batch_heads_on_grid_y(self) -> bool:
+        """B*H on grid.y: the launcher must refuse more than 65535 (non-causal at least)."""
+        parts = [p.strip() for p in self.grid.split(",")]
+        return len(parts) > 1 and parts[1] == "bh"
+
+    def label(self) -> str:
+        return f"{self.id}_{self.slug}"
+
+    def to_dict(self) -> dict:
+        return {"id": self.id, "slug": self.slug, "title": self.title, "kind": self.kind, "origin": self.origin,
+                "source": str(self.source), "dtypes": list(self.dtypes), "head_dims": list(self.head_dims),
+                "layout": self.layout, "min_cc": ".".join(map(str, self.min_cc)), "arch_flags": list(self.arch_flags),
+                "aligned16": self.aligned16, "grid": self.grid, "entry": self.entry or None, "backward": self.backward,
+                "attacks_classes": list(self.classes), "shadows_builtin": self.shadows,
+                "changed": self.changed, "attacks": self.attacks, "predicted_gain": self.predicted_gain,
+                "measured": self.measured}
+
+
+# ---------------------------------------------------------------------------------------------
+# Reading a rung file
+# ---------------------------------------------------------------------------------------------
+
+def header_lines(text: str, comment: str) -> list[str]:
+    """The leading comment block (blank lines allowed before it; a .py shebang is skipped)."""
+    out = []
+    for line in text.splitlines():
+        stripped = line.strip()
+        if not out and (not stripped or stripped.startswith("#!")):
+            continue
+        if not stripped.startswith(comment):
+            break
+        out.append(stripped)
+    return out
+
+
+def _uncomment(line: str, comment: str) -> str:
+    body = line[len(comment):]
+    return body[1:] if body.startswith(" ") else body
+
+
+def read_block(path: Path) -> tuple[dict, list[str]] | None:
+    """(the block's TOML table, the header's prose lines) or None when the file has no block.
+
+    The block may sit anywhere in the file: a user's rung usually opens with it; the built-in rungs
+    keep theirs at the end, so that the source lines recorded in stored profiles stay where they were."""
+    comment = COMMENT.get(path.suffix)
+    if comment is None:
+        raise LabError(f"{path}: a rung is a .cu (kind cuda) or a .py (kind python) file")
+    try:
+        text = path.read_text()
+    except OSError as e:
+        raise LabError(f"cannot read rung file {path}: {e.strerror or e}") from None
+    lines = text.splitlines()
+    is_marker = lambda line, word: (line.strip().startswith(comment)  # noqa: E731
+                                    and _uncomment(line.strip(), comment).strip() == word)
+    start = next((i for i, line in enumerate(lines) if is_marker(line, BLOCK_START)), None)
+    if start is None:
+        return None
+    end = next((i for i in range(start + 1, len(lines)) if is_marker(lines[i], BLOCK_END)), None)
+    if end is None:
+        raise LabError(f"{path}:{start + 1}: the `{BLOCK_START}` block has no `{comment} {BLOCK_END}` line")
+    inside = lines[start + 1:end]
+    stray = next((start + 2 + i for i, line in enumerate(inside) if not line.strip().startswith(comment)), None)
+    if stray is not None:
+        raise LabError(f"{path}:{stray}: every line of the {BLOCK_START} block is a `{comment}` comment")
+    try:
+        table = tomllib.loads("\n".join(_uncomment(line.strip(), comment) for line in inside))
+    except tomllib.TOMLDecodeError as e:
+        m = re.search(r"line (\d+)", str(e))
+        where = start + 1 + int(m.group(1)) if m else start + 1
+        raise LabError(f"{path}:{where}: the {BLOCK_START} block is not valid TOML: {e}") from None
+    header = header_lines(text, comment)
+    first = next(i for i, line in enumerate(lines)
+                 if line.strip().startswith(comment) and not line.strip().startswith("#!")) if header else 0
+    prose = [_uncomment(line.strip(), comment) for i, line in enumerate(header, first) if not start <= i <= end]
+    return table, prose
+
+
+def prose_sections(lines: list[str]) -> dict[str, str]:
+    """The header's labelled prose, one string per section (continuation lines joined)."""
+    found: dict[str, list[str]] = {}
+    current: list[str] | None = None
+    for line in lines:
+        key = next((k for k, label in _SECTIONS if line.startswith(label)), None)
+        if key is not None and key not in found:
+            current = found[key] = [line]
+        elif current is not None and line[:1] in (" ", "\t") and line.strip():
+            current.append(line.strip())
+        else:
+            current = None
+    return {k: _strip_label(" ".join(v)) for k, v in found.items()}
+
+
+def _strip_label(text: str) -> str:
+    depth = 0
+    for i, ch in enumerate(text):
+        if ch == "(":
+            depth += 1
+        elif ch == ")":
+            depth = max(0, depth - 1)
+        elif ch == ":" and depth == 0:
+            label = text[:i]
+            if "(" in label:  # "Bottleneck attacked (the v2 profile, ...): ..." keeps its evidence, in order
+                return text[label.find("("):].strip()
+            return text[i + 1:].strip()
+    return text
+
+
+def parse_rung(path: Path, origin: str = "built-in") -> Variant | None:
+    """The rung declared in `path`, or None when the file has no lab:rung block."""
+    path = Path(path).resolve()
+    found = read_block(path)
+    if found is None:
+        return None
+    table, rest = found
+    where = f"{path}"
+
+    def bad(msg: str) -> LabError:
+        return LabError(f"{where}: {msg}", hint="the lab:rung block's keys are described in lab/ladder/registry.py")
+
+    missing = [k for k in REQUIRED if k not in table]
+    if missing:
+        return _raise(bad(f"the lab:rung block lacks {', '.join(missing)}"))
+    unknown = sorted(set(table) - set(REQUIRED) - set(OPTIONAL))
+    if unknown:
+        return _raise(bad(f"unknown key(s) in the lab:rung block: {', '.join(unknown)}"))
+    vid, slug = table["id"], table["slug"]
+    if not isinstance(vid, str) or not _ID_RE.match(vid):
+        return _raise(bad(f"id {vid!r} must be a letter then letters, digits or _ (e.g. v6)"))
+    if not isinstance(slug, str) or not _SLUG_RE.match(slug):
+        return _raise(bad(f"slug {slug!r} must be lower-case letters, digits or _"))
+    kind = table.get("kind", KINDS[path.suffix])
+    if kind != KINDS[path.suffix]:
+        return _raise(bad(f"kind {kind!r} does not match a {path.suffix} file (expected {KINDS[path.suffix]!r})"))
+    dtypes = _str_list(table["dtypes"], "dtypes", bad)
+    if not dtypes or any(d not in DTYPES for d in dtypes):
+        return _raise(bad(f"dtypes {dtypes} must be a non-empty list of {', '.join(DTYPES)}"))
+    head_dims = table["head_dims"]
+    if (not isinstance(head_dims, list) or not head_dims
+            or not all(isinstance(d, int) and not isinstance(d, bool) and d > 0 for d in head_dims)):
+        return _raise(bad(f"head_dims {head_dims!r} must be a non-empty list of positive integers"))
+    m = _CC_RE.match(str(table["min_cc"]))
+    if not m:
+        return _raise(bad(f"min_cc {table['min_cc']!r} must be \"major.minor\", e.g. \"8.0\""))
+    classes = _str_list(table["attacks"], "attacks", bad)
+    wrong = [c for c in classes if c not in ANALYSIS_CLASSES]
+    if wrong:
+        return _raise(bad(f"attacks: unknown class(es) {', '.join(wrong)}; the classes are "
+                          f"{', '.join(ANALYSIS_CLASSES)}"))
+    layout = table.get("layout", "BHND")
+    if layout not in LAYOUTS:
+        return _raise(bad(f"layout {layout!r} must be BHND or BNHD"))
+    if kind == "cuda" and layout != "BHND":
+        return _raise(bad("a cuda rung takes (B, H, N, D) as kernels/common.cuh's launcher contract says; "
+                          "layout BNHD is for python rungs"))
+    grid = table.get("grid", "")
+    if not isinstance(grid, str) or (grid and any(p.strip() not in _GRID_PARTS for p in grid.split(","))):
+        return _raise(bad(f"grid {grid!r} must be x[,y] of {', '.join(_GRID_PARTS)}, e.g. \"q-tiles,bh\""))
+    aligned16 = table.get("aligned16", False)
+    if not isinstance(aligned16, bool):
+        return _raise(bad("aligned16 must be true or false"))
+    entry = table.get("entry", "forward" if kind == "python" else "")
+    if kind == "cuda" and entry:
+        return _raise(bad("entry is for python rungs; a cuda rung exports lab_forward_<id>"))
+    if not isinstance(entry, str):
+        return _raise(bad("entry must be a string: \"function\" or \"module:function\""))
+    backward = table.get("backward", False)
+    if not isinstance(backward, bool):
+        return _raise(bad("backward must be true or false"))
+    arch_flags = tuple(_str_list(table.get("arch_flags", []), "arch_flags", bad))
+    if not isinstance(table["title"], str) or not table["title"].strip():
+        return _raise(bad("title must be a non-empty string"))
+    prose = prose_sections(rest)
+    return Variant(id=vid, slug=slug, title=table["title"].strip(), kind=kind, source=path, dtypes=tuple(dtypes),
+                   head_dims=tuple(head_dims), min_cc=(int(m.group(1)), int(m.group(2))), classes=tuple(classes),
+                   layout=layout, arch_flags=arch_flags, aligned16=aligned16, grid=grid, entry=entry, origin=origin,
+                   backward=backward,
+                   changed=prose.get("changed", ""), attacks=prose.get("bottleneck", ""),
+                   predicted_gain=prose.get("predicted_gain", ""), measured=prose.get("measured", ""))
+
+
+def _raise(e: LabError):
+    raise e
+
+
+def _str_list(value, key: str, bad) -> list[str]:
+    if not isinstance(value, list) or not all(isinstance(x, str) for x in value):
+        raise bad(f"{key} must be a list of strings")
+    return list(value)
+
+
+def rung_files(folder: Path) -> list[Path]:
+    """Candidate rung files of a folder, in ladder order (v2 before v10)."""
+    if not folder.is_dir():
+        return []
+    files = [p for p in folder.iterdir() if p.suffix in KINDS and p.is_file() and not p.name.startswith(".")]
+    return sorted(files, key=_ladder_key)
+
+
+def _ladder_key(p: Path):
+    m = re.match(r"^[A-Za-z]*?(\d+)", p.stem)
+    return (0, int(m.group(1)), p.name) if m else (1, 0, p.name)
+
+
+def scan(files: list[Path], origin: str) -> list[Variant]:
+    """Rungs declared in `files`; two files with one id are refused."""
+    found: list[Variant] = []
+    for path in files:
+        v = parse_rung(path, origin)
+        if v is None:
+            continue
+        twin = next((o for o in found if o.id == v.id), None)
+        if twin is not None:
+            raise LabError(f"two rungs with id {v.id!r}: {twin.source} and {v.source}",
+                           hint="give one of them another id in its lab:rung block")
+        found.append(v)
+    return found

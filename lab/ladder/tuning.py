@@ -1,0 +1,40 @@
+"""A rung's tuning build and its candidates. A rung declares them in its own file, through
+common.cuh's tuning contract: built with -DLAB_TUNING it exports `lab_forward_<id>_configs(head_dim,
+dtype)` (the labels) and `lab_forward_<id>_config(args, stream, index)`. `lab tune`
+(lab.measure.tune) times them; the correctness child (lab.measure.isolated) checks one."""
+
+from __future__ import annotations
+
+from lab.errors import LabError
+from lab.ladder.build import build
+
+
+class Candidate:
+    """One candidate of a tuning build, shaped like a rung's extension (`.forward(...)`), so the
+    correctness gate and the timer take it as they take the rung itself."""
+
+    def __init__(self, module, index: int):
+        self.module = module
+        self.index = index
+
+    def forward(self, q, k, v, o, causal, softmax_scale):
+        self.module.forward_config(q, k, v, o, causal, softmax_scale, self.index)
+
+
+def require_tunable(variant) -> None:
+    """Refuse (exit 2), before any build or GPU work, a rung without the tuning contract: its tuning
+    binding would not link."""
+    if getattr(variant, "kind", "cuda") != "cuda" or "LAB_TUNING" not in variant.source.read_text():
+        raise LabError(f"{variant.id} declares no tuning candidates",
+                       hint="a CUDA rung lists them under #ifdef LAB_TUNING (the tuning contract in kernels/common.cuh)")
+
+
+def tuning_module(variant):
+    """The rung's tuning extension; refuses a rung whose file does not follow the tuning contract."""
+    require_tunable(variant)
+    module = build(variant, tuning=True).module
+    if not hasattr(module, "forward_config"):
+        raise LabError(f"{variant.id}'s tuning build exposes no candidates",
+                       hint="export lab_forward_<id>_configs and lab_forward_<id>_config under "
+                            "#ifdef LAB_TUNING (see the tuning contract in kernels/common.cuh)")
+    return module

@@ -16,6 +16,13 @@ class Peaks:
     fp32_tflops: float          # FFMA, non-tensor
     dram_tbps: float            # HBM/GDDR bandwidth, TB/s
     source: str = "datasheet"
+    tf32_tensor_tflops: float | None = None   # dense TF32 tensor core; None: the GPU has none (before Ampere)
+
+    @property
+    def fastest_fp32_tflops(self) -> float:
+        """The fastest rate any fp32-input matrix product can run at here: TF32 tensor cores where the
+        GPU has them, else FFMA (the timer's floor for float32 work, lab.measure.floor)."""
+        return max(self.fp32_tflops, self.tf32_tensor_tflops or 0.0)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -23,20 +30,21 @@ class Peaks:
 
 # Ordered: the first key contained in the device name wins, so specific names come first.
 _PEAKS: tuple[tuple[str, Peaks], ...] = (
-    ("H200", Peaks(989.4, 66.9, 4.8)),
-    ("H100 PCIe", Peaks(756.0, 51.2, 2.0)),
-    ("H100", Peaks(989.4, 66.9, 3.35)),          # SXM
-    ("GH200", Peaks(989.4, 66.9, 4.0)),
-    ("A100", Peaks(312.0, 19.5, 2.04)),
-    ("L40S", Peaks(362.1, 91.6, 0.864)),
-    ("L4", Peaks(121.0, 30.3, 0.3)),
-    ("A10", Peaks(125.0, 31.2, 0.6)),
-    ("RTX 4090", Peaks(165.2, 82.6, 1.008)),
-    ("RTX 3080", Peaks(59.5, 29.8, 0.76)),
+    ("H200", Peaks(989.4, 66.9, 4.8, tf32_tensor_tflops=494.7)),
+    ("H100 PCIe", Peaks(756.0, 51.2, 2.0, tf32_tensor_tflops=378.0)),
+    ("H100", Peaks(989.4, 66.9, 3.35, tf32_tensor_tflops=494.7)),          # SXM
+    ("GH200", Peaks(989.4, 66.9, 4.0, tf32_tensor_tflops=494.7)),
+    ("A100", Peaks(312.0, 19.5, 2.04, tf32_tensor_tflops=156.0)),
+    ("L40S", Peaks(362.1, 91.6, 0.864, tf32_tensor_tflops=183.0)),
+    ("L4", Peaks(121.0, 30.3, 0.3, tf32_tensor_tflops=60.0)),
+    ("A10", Peaks(125.0, 31.2, 0.6, tf32_tensor_tflops=62.5)),
+    ("RTX 4090", Peaks(165.2, 82.6, 1.008, tf32_tensor_tflops=82.6)),
+    ("RTX 3080", Peaks(59.5, 29.8, 0.76, tf32_tensor_tflops=29.8)),
     ("T4", Peaks(65.0, 8.1, 0.32)),
     ("V100", Peaks(125.0, 15.7, 0.9)),
     ("GTX 1660 SUPER", Peaks(10.1, 5.0, 0.336)),  # Turing TU116 has no tensor cores; fp16 via FMA
 )
+# T4, V100 and the GTX 1660 predate TF32 (Ampere): their fp32 work runs on FFMA only.
 
 
 def peaks_for(device_name: str | None) -> Peaks | None:

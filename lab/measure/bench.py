@@ -37,6 +37,8 @@ class Timing:
     method: str = "cuda-events"
     sync: str = ("a CUDA event pair around each launch on the current stream; one device "
                  "synchronize after the last repetition, before the events are read")
+    peak_memory_bytes: int | None = None   # extra device memory one call allocated at its peak
+    checks: dict | None = None             # what lab.measure.timed checked before trusting the time
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -164,7 +166,13 @@ def time_call(fn: Callable[[], object], method: str = EVENTS, reps: int = DEFAUL
 
 
 def capture_graph(fn: Callable[[], object], stream=None):
-    """`fn` captured into a CUDA graph. Warm-up ran already (on `stream` where the caller's autograd
+    """`fn` captured into a CUDA graph (see capture_graph_output)."""
+    return capture_graph_output(fn, stream)[0]
+
+
+def capture_graph_output(fn: Callable[[], object], stream=None):
+    """(graph, output): `fn` captured into a CUDA graph, and what the captured call returned (the
+    static output every replay rewrites). Warm-up ran already (on `stream` where the caller's autograd
     state lives there): libraries set up their workspaces before capture, as capture forbids that."""
     import torch
 
@@ -176,9 +184,9 @@ def capture_graph(fn: Callable[[], object], stream=None):
     torch.cuda.synchronize()
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph, stream=stream):
-        fn()
+        output = fn()
     torch.cuda.synchronize()
-    return graph
+    return graph, output
 
 
 def time_interleaved(fns: dict[str, Callable[[], object]], reps: int = DEFAULT_REPS, warmup: int = DEFAULT_WARMUP,

@@ -234,6 +234,7 @@ class Peaks(Section):
     fp32_tflops: float | None = None
     dram_tbps: float | None = None
     source: str | None = None
+    tf32_tensor_tflops: float | None = None
 
 
 @dataclass
@@ -309,6 +310,7 @@ class Timing(Section):
     sync: str | None = None
     tflops: float | None = None
     peak_memory_bytes: int | None = None
+    checks: dict | None = None      # what the timer checked (lab.measure.timed): outside work, outputs, floor
 
     def validate(self, where: str) -> None:
         if self.unit != "ms":

@@ -1,0 +1,345 @@
+"""The one timer of the lab, and the checks that keep its numbers true.
+
+`time_checked` times a call by CUDA events (call latency, on the current stream) or by CUDA-graph
+replays (device time), as lab.measure.bench describes, and returns a Timing only when three checks
+pass; otherwise it raises TimingRefused (a CheckFailed: exit 1) with one of three statuses:
+
+  work-outside-stream  Every call runs between a start and an end event on the current stream, then a
+          DEVICE-WIDE torch.cuda.synchronize() (it waits for every stream of the device), then an
+          `after` event. end -> after is the synchronize's own latency when all the call's work was
+          on the stream (or joined back to it: wait_stream, an event); it grows by the work still
+          running elsewhere (a kernel launched on a side stream and never joined, which the end event
+          does not wait for). The same protocol around an empty call, before timing, measures that
+          latency. A call whose median end -> after exceeds it by more than OUTSIDE_SLACK_MS plus
+          OUTSIDE_SHARE of its own median time is refused. The graph method probes its eager warm-up
+          calls this way (a graph cannot hold unjoined work: a capture that fails on that is refused
+          too). The timed region itself is unchanged: the end event is still recorded right after
+          the call, so an honest call's time is what it was.
+  wrong-output   `prepare(rep)` runs before each call, outside the timed region (lab.measure.rotation
+          refills the call's inputs with the next of several seeded sets), and `verify(token, output)`
+          judges every call's output, warm-up and timed, against that set's reference: a result kept
+          from earlier inputs, work skipped on a repeated call, a partly written output are wrong for
+          the set in the slots. The first wrong output ends the timing.
+  impossible     `floor` (lab.measure.floor): the time no correct implementation can beat on this
+          device. The fastest repetition under it is not printed as a result; the reason gives both.
+
+`time_checked_interleaved` is the same timer over several candidates, repetition by repetition in
+rotated order so that drift hits them alike (`lab tune`); a refused candidate gets its refusal.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+from lab.errors import CheckFailed
+from lab.measure.bench import (DEFAULT_REPS, DEFAULT_WARMUP, EVENTS, GRAPH, L2_FLUSH_BYTES, METHOD_DESCRIPTIONS,
+                               TIMING_METHODS, Timing, budget_reps, summarize)
+
+OUTSIDE_STREAM, WRONG_OUTPUT, IMPOSSIBLE = "work-outside-stream", "wrong-output", "impossible"
+STATUSES = (OUTSIDE_STREAM, WRONG_OUTPUT, IMPOSSIBLE)
+
+OUTSIDE_SHARE = 0.05
+"""Work outside the stream, as a share of the call's median time, that refuses it: below it the
+printed time is within 5% of all the call's work, about the spread of one repetition to the next."""
+OUTSIDE_SLACK_MS = 0.01
+"""Work outside the stream shorter than this is not told from the synchronize's own jitter (a few
+microseconds of host wake-up): a side stream hidden in a call of a few microseconds goes unseen, but
+such a call's event time is host dispatch anyway."""
+NOOP_PROBES = 8          # empty calls that measure the synchronize's own latency
+MIN_PROBES = 3           # eager calls probed for outside work before a graph is captured
+CAPTURE_JOIN_ERRORS = ("unjoined", "captureisolation", "capture isolation", "captureimplicit")
+"""Fragments of the CUDA errors a capture raises when work forks to a stream it never joins."""
+
+
+class TimingRefused(CheckFailed):
+    """The timer measured the call but will not give its time: `status` (one of STATUSES) and the
+    reason; `timing` holds what was measured, for the record, never to be printed as a result."""
+
+    def __init__(self, status: str, reason: str, timing: Timing | None = None, what: str | None = None):
+        self.status, self.reason, self.timing, self.what = status, reason, timing, what
+        super().__init__(f"{what + ': ' if what else ''}no time ({status}): {reason}")
+
+    def row_reason(self) -> str:
+        """The reason a sweep row or a table cell shows."""
+        return f"refused by the timer ({self.status}): {self.reason}"
+
+    def to_dict(self) -> dict:
+        return {"status": self.status, "reason": self.reason, "what": self.what}
+
+
+class CudaDevice:
+    """The device operations the timer uses (a test hands the timer a simulated device instead)."""
+
+    def __init__(self):
+        import torch
+
+        self.torch = torch
+
+    def synchronize(self) -> None:
+        self.torch.cuda.synchronize()
+
+    def event(self):
+        return self.torch.cuda.Event(enable_timing=True)
+
+    def flush_buffer(self, nbytes: int):
+        return self.torch.empty(nbytes // 4, dtype=self.torch.int32, device="cuda")
+
+    def memory_allocated(self) -> int:
+        return self.torch.cuda.memory_allocated()
+
+    def reset_peak_memory(self) -> None:
+        self.torch.cuda.reset_peak_memory_stats()
+
+    def max_memory_allocated(self) -> int:
+        return self.torch.cuda.max_memory_allocated()
+
+    def capture(self, fn: Callable[[], object], stream=None):
+        """(replay, output) of `fn` captured into a CUDA graph."""
+        from lab.measure.bench import capture_graph_output
+
+        graph, output = capture_graph_output(fn, stream)
+        return graph.replay, output
+
+
+@dataclass
+class Checked:
+    """One thing to time and what to hold it to (see time_checked)."""
+    call: Callable[[], object]
+    prepare: Callable[[int], object] | None = None
+    verify: Callable[[object, object], str | None] | None = None
+    floor: object | None = None      # lab.measure.floor.Floor
+    what: str = "the call"
+
+
+def outside_stream_verdict(call_gaps_ms: list[float], noop_gaps_ms: list[float], call_ms: float) -> tuple[float, float]:
+    """(work outside the stream, allowance), both in ms, from the end -> after gaps of the call and of
+    an empty call: the median excess over the synchronize's median latency, against the latency's own
+    upper spread + OUTSIDE_SLACK_MS + OUTSIDE_SHARE of the call's median time."""
+    latency = statistics.median(noop_gaps_ms)
+    outside = statistics.median(call_gaps_ms) - latency
+    allowance = (max(noop_gaps_ms) - latency) + OUTSIDE_SLACK_MS + OUTSIDE_SHARE * call_ms
+    return outside, allowance
+
+
+def floor_verdict(samples_ms: list[float], floor, l2_flush: bool) -> str | None:
+    """None when the fastest sample is at or above the floor, else the reason."""
+    if floor is None:
+        return None
+    limit = floor.limit_ms(l2_flush)
+    fastest = min(samples_ms)
+    if fastest >= limit:
+        return None
+    return (f"the fastest of {len(samples_ms)} repetitions took {fastest:.4g} ms, under the {floor.describe(l2_flush)}: "
+            "faster than this GPU can do the work (work outside the timed region, or a kept result)")
+
+
+class _Run:
+    """The timer's state for one Checked: its events, probes and verdicts."""
+
+    def __init__(self, spec: Checked, device, method: str, l2_flush: bool, noop_gaps: list[float]):
+        self.spec, self.dev, self.method, self.l2_flush, self.noop_gaps = spec, device, method, l2_flush, noop_gaps
+        self.timed: list[tuple] = []      # (start, end, after) of the timed repetitions
+        self.probes: list[tuple] = []     # (start, end, after) of eager warm-up calls
+        self.verified = 0
+        self.warmup_done = 0
+        self.peak = 0
+        self.replay = None
+        self.static_output = None
+
+    def refuse(self, status: str, reason: str, timing: Timing | None = None):
+        raise TimingRefused(status, reason, timing, self.spec.what)
+
+    def load(self, rep: int):
+        return self.spec.prepare(rep) if self.spec.prepare is not None else None
+
+    def judge_output(self, token, output) -> None:
+        if self.spec.verify is None:
+            return
+        reason = self.spec.verify(token, output)
+        self.verified += 1
+        if reason:
+            self.refuse(WRONG_OUTPUT, reason)
+
+    def probe(self, run: Callable[[], object], flush=None):
+        """One call between start and end events on the current stream, then the device-wide
+        synchronize and the `after` event; returns (output, events)."""
+        return probe_call(self.dev, run, flush)
+
+    def warm(self, warmup: int, budget_s: float | None) -> float:
+        """Warm-up calls (each output judged; all but the first probed for outside work); returns the
+        per-call time of the second, which sizes the repetitions to a budget."""
+        dev = self.dev
+        dev.synchronize()
+        before = dev.memory_allocated()
+        dev.reset_peak_memory()
+        token = self.load(0)
+        out = self.spec.call()   # the first call: one-off set-up (cuBLAS handles, cuDNN plans), not probed
+        dev.synchronize()
+        self.judge_output(token, out)
+        del out
+        t0 = time.perf_counter()
+        done = 1
+        need = max(warmup, 2, MIN_PROBES + 1 if self.method == GRAPH else 0)
+        per_call_ms = None
+        while done < need:
+            if done >= max(warmup, 2) and budget_s and (time.perf_counter() - t0) >= budget_s / 5:
+                if self.method != GRAPH or len(self.probes) >= MIN_PROBES:
+                    break
+            token = self.load(done)
+            t1 = time.perf_counter()
+            out, events = self.probe(self.spec.call)
+            if per_call_ms is None:
+                per_call_ms = (time.perf_counter() - t1) * 1e3
+            self.probes.append(events)
+            self.judge_output(token, out)
+            del out
+            done += 1
+        dev.synchronize()
+        self.peak = int(dev.max_memory_allocated() - before)
+        self.warmup_done = done
+        if len(self.probes) >= MIN_PROBES:   # refuse before timing what the warm-up already shows
+            self.check_outside(self.probes)
+        return per_call_ms or 0.0
+
+    def prepare_method(self, stream=None) -> None:
+        if self.method != GRAPH:
+            return
+        self.load(self.warmup_done)
+        try:
+            self.replay, self.static_output = self.dev.capture(self.spec.call, stream)
+        except RuntimeError as e:
+            text = str(e).lower().replace("_", "")
+            if any(k in text for k in CAPTURE_JOIN_ERRORS):
+                self.refuse(OUTSIDE_STREAM, "CUDA graph capture failed: the call forks work to a stream it never "
+                            f"joins back to the calling stream ({str(e).strip().splitlines()[0][:200]})")
+            raise
+        self.replay()   # one replay before timing: the graph's first launch uploads it
+
+    def rep(self, i: int, flush) -> None:
+        token = self.load(self.warmup_done + i)
+        if self.method == GRAPH:
+            _, events = self.probe(self.replay, flush)
+            out = self.static_output
+        else:
+            out, events = self.probe(self.spec.call, flush)
+        self.timed.append(events)
+        self.judge_output(token, out)
+
+    def check_outside(self, events: list[tuple], timing: Timing | None = None) -> None:
+        gaps = [e.elapsed_time(a) for _, e, a in events]
+        call_ms = statistics.median(s.elapsed_time(e) for s, e, _ in events)
+        outside, allowance = outside_stream_verdict(gaps, self.noop_gaps, call_ms)
+        self.outside_ms = outside
+        if outside > allowance:
+            self.refuse(OUTSIDE_STREAM,
+                        f"{outside:.4g} ms of GPU work was still running after the call's stream had finished "
+                        f"(median of {len(gaps)} calls, a device-wide synchronize after each; the calls take "
+                        f"{call_ms:.4g} ms between events on their stream; allowed {allowance:.4g} ms): a stream "
+                        "the call launched work on and did not join back (wait_stream, an event) before returning",
+                        timing)
+
+    def finish(self) -> Timing:
+        self.dev.synchronize()
+        samples = [s.elapsed_time(e) for s, e, _ in self.timed]
+        timing = summarize(samples, self.warmup_done, self.l2_flush)
+        timing.method = self.method
+        timing.sync = METHOD_DESCRIPTIONS[self.method]
+        timing.peak_memory_bytes = self.peak
+        floor = self.spec.floor
+        timing.checks = {
+            "outside_stream_ms": None,
+            "sync_latency_ms": statistics.median(self.noop_gaps),
+            "input_sets": getattr(getattr(self.spec.prepare, "__self__", None), "count", None),  # RotatingInputs
+            "outputs_verified": self.verified if self.spec.verify is not None else None,
+            "floor_ms": floor.limit_ms(self.l2_flush) if floor is not None else None,
+            "floor": floor.describe(self.l2_flush) if floor is not None else "no floor: this device's peaks are unknown",
+        }
+        # a graph's replays cannot hold unjoined work: its verdict rests on the eager warm-up calls
+        probed = self.timed if self.method == EVENTS else self.probes
+        if probed:
+            self.check_outside(probed, timing)
+            timing.checks["outside_stream_ms"] = self.outside_ms
+        reason = floor_verdict(samples, floor, self.l2_flush)
+        if reason:
+            self.refuse(IMPOSSIBLE, reason, timing)
+        return timing
+
+
+def probe_call(dev, run: Callable[[], object], flush=None):
+    if flush is not None:
+        flush.zero_()   # evict the inputs from L2 so every repetition reads them from DRAM
+    dev.synchronize()   # start on an idle GPU: the host's dispatch is not hidden under earlier work
+    start, end, after = dev.event(), dev.event(), dev.event()
+    start.record()
+    out = run()
+    end.record()
+    dev.synchronize()   # device-wide: every stream, so work the call left elsewhere ends before `after`
+    after.record()
+    return out, (start, end, after)
+
+
+def sync_latency(dev, probes: int = NOOP_PROBES) -> list[float]:
+    """end -> after gaps of an empty call: the synchronize's own latency on this machine."""
+    events = [probe_call(dev, lambda: None)[1] for _ in range(probes)]
+    dev.synchronize()
+    return [e.elapsed_time(a) for _, e, a in events]
+
+
+def time_checked(call: Callable[[], object], *, prepare: Callable[[int], object] | None = None,
+                 verify: Callable[[object, object], str | None] | None = None, floor=None, method: str = EVENTS,
+                 reps: int = DEFAULT_REPS, warmup: int = DEFAULT_WARMUP, l2_flush: bool = True,
+                 budget_s: float | None = None, stream=None, what: str = "the call", device=None) -> Timing:
+    """Time `call` by `method` (events or graph) and return its Timing (peak_memory_bytes and checks
+    filled), or raise TimingRefused. `prepare(rep)` runs before every call outside the timed region
+    and returns the token `verify(token, output)` receives with that call's output (None: passes;
+    else the reason it is wrong); `floor` is a lab.measure.floor.Floor or None (unknown device).
+    `budget_s`: size the repetitions to about this many seconds (lab.measure.bench.budget_reps);
+    `stream`: where a graph is captured (the stream the call's autograd state lives on).
+    """
+    if method not in TIMING_METHODS:
+        raise ValueError(f"unknown timing method {method!r}")
+    dev = device or CudaDevice()
+    run = _Run(Checked(call, prepare, verify, floor, what), dev, method, l2_flush, sync_latency(dev))
+    flush = dev.flush_buffer(L2_FLUSH_BYTES) if l2_flush else None
+    per_call_ms = run.warm(warmup, budget_s)
+    run.prepare_method(stream)
+    for i in range(budget_reps(per_call_ms, reps, budget_s)):
+        run.rep(i, flush)
+    return run.finish()
+
+
+def time_checked_interleaved(specs: dict[str, Checked], reps: int = DEFAULT_REPS, warmup: int = DEFAULT_WARMUP,
+                             l2_flush: bool = True, device=None) -> dict[str, Timing | TimingRefused]:
+    """Several candidates by events, repetition i running each once in an order rotated by i, so
+    clock or thermal drift hits every candidate alike. Each gets its Timing or its TimingRefused."""
+    dev = device or CudaDevice()
+    noop = sync_latency(dev)
+    flush = dev.flush_buffer(L2_FLUSH_BYTES) if l2_flush else None
+    runs: dict[str, _Run] = {}
+    results: dict[str, Timing | TimingRefused] = {}
+    for name, spec in specs.items():
+        runs[name] = _Run(spec, dev, EVENTS, l2_flush, noop)
+        try:
+            runs[name].warm(warmup, None)
+        except TimingRefused as refused:
+            results[name] = refused
+    names = [n for n in specs if n not in results]
+    for i in range(reps):
+        for j in range(len(names)):
+            name = names[(i + j) % len(names)]
+            if name in results:
+                continue
+            try:
+                runs[name].rep(i, flush)
+            except TimingRefused as refused:
+                results[name] = refused
+    for name in names:
+        if name not in results:
+            try:
+                results[name] = runs[name].finish()
+            except TimingRefused as refused:
+                results[name] = refused
+    return {name: results[name] for name in specs}

@@ -25,7 +25,7 @@ from lab.analysis import findings as analysis
 from lab.analysis import metrics as derived_metrics
 
 from lab.analysis import lines as source_lines
-from lab.analysis import rules as ncu_rules
+from lab.analysis import ncu_rules
 from lab.cli import main
 from lab.profilers import ncu
 from lab.measure.problem import Problem

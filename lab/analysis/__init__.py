@@ -1,3 +1,4 @@
 """From Nsight Compute metrics to a verdict: `metrics` is the one reader of ncu metric names, `rules`
-maps Nsight's own rule results, `findings` judges and ranks, `advice` words the next step. Imports
-without torch or a GPU."""
+holds the lab's own rules (one file per analysis class), `ncu_rules` maps Nsight's own rule results,
+`findings` merges and ranks, `advice` names the rung that demonstrates a fix. Imports without torch
+or a GPU."""

@@ -37,9 +37,10 @@ Each finding cites the source lines it rests on (lab.analysis.lines).
 A metric the report lacks (a basic-set report has no stall reasons) leaves its evidence null and
 lowers the finding's severity one step; it never raises.
 
-This module judges and orders; the pieces it judges from live beside it: lab.analysis.metrics
-(what the raw metrics say: busiest units, stalls, occupancy limiter, FLOPs, bytes per sector, ...),
-lab.analysis.rules (Nsight's rule results onto CLASSES) and lab.analysis.advice (the next step per class).
+This module merges and orders; the judgement of each class is its rule (lab.analysis.rules, one file
+per class with its doc, evidence, advice and lines), from lab.analysis.metrics (what the raw metrics
+say: busiest units, stalls, occupancy limiter, FLOPs, bytes per sector, ...); lab.analysis.ncu_rules
+files Nsight's rule results under the same classes, and lab.analysis.advice names the rung of a fix.
 """
 
 from __future__ import annotations
@@ -55,55 +56,22 @@ import numpy as np
 import pandas as pd
 
 from lab import vocabulary
-from lab.analysis.advice import advice_by_class, rung_of
-from lab.analysis.lines import cite, report_lines, where
+from lab.analysis.advice import rung_of
+from lab.analysis.lines import report_lines, where
 from lab.analysis.metrics import KEY_METRICS as METRIC_LABELS
-from lab.analysis.metrics import (SECTOR_BYTES, KernelFacts, bank_conflict_nway, derived_values, flop_rates,
-                                 global_excess, kernel_facts, local_share, occupancy_limiter, plain, rounded,
-                                 sum_or_none, tensor_path, threads_per_instruction, unit_name, warp_specialised,
-                                 warps_in_flight)
-from lab.analysis.rules import map_rule
+from lab.analysis.metrics import SECTOR_BYTES, KernelFacts, derived_values, global_excess, kernel_facts, plain, rounded
+from lab.analysis.ncu_rules import map_rule
+from lab.analysis.rules import BY_CLASS, CAUSES, RULES, TIE_ORDER, Context, Finding, context
 
 CLASSES = vocabulary.CLASSES   # every finding carries one (lab.vocabulary)
 
-# Which specific causes explain which symptom; on equal rank a cause is listed first.
-_CAUSES = {
-    "memory-bound": ("uncoalesced-global", "bank-conflicts", "local-memory"),
-    "compute-bound": ("divergence",),
-    "latency-bound": ("small-grid", "occupancy-limited", "local-memory"),
-}
-_TIE_ORDER = ("small-grid", "uncoalesced-global", "bank-conflicts", "local-memory", "divergence",
-              "occupancy-limited", "launch-bound", "memory-bound", "compute-bound", "latency-bound")
-
-BOUND_PCT = 60.0        # ncu's SpeedOfLight rule: above 60% of a unit's peak is throughput-bound territory
 LOCAL_WEIGHT = 0.5      # a `local` Nsight estimate (one unit's efficiency) counts half toward the rank
-LAUNCH_OVERHEAD_NS = 3000.0  # typical CUDA launch-to-launch gap; a kernel near it is launch-bound
 
 # The curated metrics of each kernel (`metrics` in the JSON): lab.analysis.metrics' one list, present ones only.
 KEY_METRICS = tuple(name for name, _ in METRIC_LABELS)
 
 
 # ----------------------------------------------------------------------------- data model
-
-@dataclass
-class Finding:
-    cls: str
-    title: str
-    severity: str
-    est_speedup_pct: float | None    # the gain it is ranked by (percent of runtime); None: a unit at its roof
-    evidence: dict[str, Any]
-    advice: str
-    source: str                      # where the ranking estimate comes from: "lab" or "ncu-rule:<id>"
-    rank: float = 0.0                # share of runtime (percent) used for ordering; see module doc
-    estimates: list[dict] = field(default_factory=list)   # every estimate of this cause, the lab's and Nsight's
-    lines: list[dict] = field(default_factory=list)       # the source lines it rests on (lab.analysis.lines.cite)
-
-    def to_dict(self) -> dict:
-        return {"class": self.cls, "title": self.title, "severity": self.severity,
-                "est_speedup_pct": None if self.est_speedup_pct is None else round(float(self.est_speedup_pct), 2),
-                "evidence": self.evidence, "advice": self.advice, "source": self.source,
-                "ranked_by": self.source, "estimates": self.estimates, "lines": self.lines}
-
 
 @dataclass
 class KernelAnalysis:
@@ -147,218 +115,17 @@ def _lowered(evidence: dict) -> bool:
     return any(v is None for v in evidence.values())
 
 
-def _lab_findings(c: KernelFacts, advice: dict[str, str]) -> list[Finding]:
-    M, tp = c.M, c.tp
+def _lab_findings(c: KernelFacts, ctx: Context) -> list[Finding]:
+    """The lab's own judgement: every rule of the registry (lab.analysis.rules) that applies."""
     out: list[Finding] = []
-    cpct, mpct = tp["compute_pct"], tp["memory_pct"]
-    top = max(v for v in (cpct, mpct, 0.0) if v is not None)
-
-    # saturated units
-    if mpct is not None and mpct >= BOUND_PCT:
-        unit = unit_name(tp["memory_metric"])
-        ev = {tp["memory_metric"]: rounded(mpct),
-              "gpu__compute_memory_throughput.avg.pct_of_peak_sustained_elapsed":
-                  rounded(M.num("gpu__compute_memory_throughput.avg.pct_of_peak_sustained_elapsed"))}
-        out.append(Finding("memory-bound", f"Memory-bound: {unit} at {mpct:.3g}% of its peak", "", None, ev,
-                           advice["memory-bound"], "lab", mpct))
-    path = tensor_path(M, c.device)
-    rates = flop_rates(c)
-    if path and path["hmma_on_hopper"] and path["pipe_pct"] and path["pipe_pct"] >= 0.5 * (cpct or 0.0):
-        # The matrix work runs on mma.sync, which Hopper executes below the dense rate wgmma reaches: the
-        # tensor path is the roof a fix that keeps HMMA cannot lift. Its gain: the distance from the
-        # achieved tensor FLOP/s to the dense peak, weighted by the share of the busiest unit's time the
-        # tensor pipe accounts for.
-        pipe = path["pipe_pct"]
-        achieved = rates.get("lab__tensor_pct_of_fp16_peak")
-        share = min(1.0, pipe / max(top, pipe))
-        est = (100.0 - achieved) * share if achieved is not None else None
-        ev = {"sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_elapsed": rounded(pipe),
-              "sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_elapsed":
-                  rounded(M.num("sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_elapsed")),
-              "sm__inst_executed_pipe_tensor_op_gmma.avg.pct_of_peak_sustained_elapsed":
-                  rounded(M.num("sm__inst_executed_pipe_tensor_op_gmma.avg.pct_of_peak_sustained_elapsed")),
-              "lab__tensor_tflops": rates.get("lab__tensor_tflops"), "lab__tensor_pct_of_fp16_peak": achieved}
-        if achieved is not None and pipe:
-            ev["lab__hmma_roof_pct_of_fp16_peak"] = rounded(100.0 * achieved / pipe, 1)   # HMMA's rate with the pipe full
-        at = f" at {achieved:.1f}% of the dense FP16 peak" if achieved is not None else ""
-        out.append(Finding("compute-bound", f"Tensor path: the matrix products run on mma.sync (HMMA){at}, tensor pipe "
-                           f"{pipe:.0f}% busy; on Hopper only wgmma (HGMMA) fed by TMA reaches the dense rate", "",
-                           est, ev, advice["compute-bound"], "lab", est if est is not None else pipe))
-    elif cpct is not None and cpct >= BOUND_PCT:
-        unit = unit_name(tp["compute_metric"])
-        if tp["math_pct"] is not None and tp["math_pct"] >= 0.7 * cpct and tp["math_metric"] != tp["compute_metric"]:
-            unit = f"{unit_name(tp['math_metric'])} at {tp['math_pct']:.3g}%, {unit}"
-        ev = {tp["compute_metric"]: rounded(cpct),
-              **({tp["math_metric"]: rounded(tp["math_pct"])} if tp["math_metric"] else {}),
-              "sm__throughput.avg.pct_of_peak_sustained_elapsed":
-              rounded(M.num("sm__throughput.avg.pct_of_peak_sustained_elapsed")),
-              "sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_active":
-              rounded(M.num("sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_active"))}
-        ev.update(rates)
-        out.append(Finding("compute-bound", f"Compute-bound: {unit} at {cpct:.3g}% of its peak", "", None, ev,
-                           advice["compute-bound"], "lab", cpct))
-
-    # far from every roof: latency
-    if (cpct is not None or mpct is not None) and top < BOUND_PCT:
-        est = (100.0 - top) * c.busy_fraction
-        ev = {"compute_pct_of_peak": rounded(cpct), "memory_pct_of_peak": rounded(mpct)}
-        lat_cycles = M.num("smsp__average_warp_latency_per_inst_issued.ratio")
-        if lat_cycles is not None:   # WarpStateStats only; the stall shares below carry the judgement
-            ev["smsp__average_warp_latency_per_inst_issued.ratio"] = rounded(lat_cycles)
-        for reason, v, share in c.stalls[:3]:
-            ev[f"stall:{reason} (% of stalls)"] = rounded(share, 1)
-        if not c.stalls:
-            ev["stall reasons (WarpStateStats)"] = None
-        top_txt = f"; top stall: {c.stalls[0][0].replace('_', ' ')} ({c.stalls[0][2]:.0f}%)" if c.stalls else ""
-        out.append(Finding("latency-bound", f"Latency-bound: compute at {cpct or 0:.3g}%, memory at {mpct or 0:.3g}% "
-                           f"of peak{top_txt}", "", est, ev, advice["latency-bound"], "lab", est))
-
-    # parallelism: the warps the launch puts in flight against the device's warp slots
-    w = warps_in_flight(M)
-    if w is not None and w["grid_limits"]:
-        idle_sms = 100.0 * (1.0 - c.ctas / c.sms) if (c.ctas and c.sms and c.ctas < c.sms) else 0.0
-        # latency is hidden by warps in flight: the share of the resident warps the grid leaves empty,
-        # times the distance to the nearest roof
-        unfilled = (1.0 - w["launched"] / w["resident_limit"]) * (100.0 - top)
-        est = max(idle_sms, unfilled)
-        ev = {"launch__grid_size": int(c.ctas), "launch__block_size": M.num("launch__block_size"),
-              "device__attribute_multiprocessor_count": int(c.sms),
-              "device__attribute_max_warps_per_multiprocessor": M.num("device__attribute_max_warps_per_multiprocessor"),
-              "launch__waves_per_multiprocessor": rounded(c.waves, 3),
-              "sm__warps_active.avg.pct_of_peak_sustained_active":
-                  rounded(M.num("sm__warps_active.avg.pct_of_peak_sustained_active")),
-              "lab__warps_in_flight": int(w["in_flight"]), "lab__warp_slots": int(w["slots"]),
-              "lab__warps_in_flight_pct_of_slots": rounded(100 * w["share_of_slots"], 2)}
-        wpb = int(w["warps_per_cta"])
-        title = (f"Too little parallelism: {int(w['launched']):,} warps in flight ({int(c.ctas):,} CTAs x {wpb} "
-                 f"warp{'s' if wpb > 1 else ''}) for the {int(w['slots']):,} warp slots of {int(c.sms)} SMs "
-                 f"({100 * w['share_of_slots']:.1f}%)")
-        if est >= 1.0:
-            out.append(Finding("small-grid", title, "", est, ev, advice["small-grid"], "lab", est))
-    elif w is None and c.ctas is not None and c.sms and (c.ctas < c.sms or c.fill < 1.0):
-        idle_sms = 100.0 * (1.0 - c.ctas / c.sms) if c.ctas < c.sms else 0.0
-        est = max(idle_sms, (1.0 - c.fill) * (100.0 - top))
-        ev = {"launch__grid_size": int(c.ctas), "device__attribute_multiprocessor_count": int(c.sms),
-              "launch__waves_per_multiprocessor": rounded(c.waves, 3), "launch__block_size": M.num("launch__block_size")}
-        if est >= 1.0:
-            out.append(Finding("small-grid", f"Small grid: {int(c.ctas)} CTAs on {int(c.sms)} SMs", "", est, ev,
-                               advice["small-grid"], "lab", est))
-
-    # occupancy
-    theo = M.num("sm__maximum_warps_per_active_cycle_pct")
-    if theo is not None and theo <= 50.0 and top < BOUND_PCT:
-        lim, blocks, limits = occupancy_limiter(M)
-        # raising the limit helps only as far as the grid fills it
-        est = (100.0 - top) * c.busy_fraction * (1.0 - theo / 100.0) * c.fill
-        ev = {"sm__maximum_warps_per_active_cycle_pct": rounded(theo),
-              "sm__warps_active.avg.pct_of_peak_sustained_active":
-                  rounded(M.num("sm__warps_active.avg.pct_of_peak_sustained_active")),
-              **{k: v for k, v in limits.items()},
-              "launch__shared_mem_per_block_dynamic": M.num("launch__shared_mem_per_block_dynamic"),
-              "launch__registers_per_thread": M.num("launch__registers_per_thread")}
-        if warp_specialised(M, c.device):
-            # A warp-specialised wgmma kernel hides latency with asynchronous depth (wgmma groups and TMA
-            # stages in flight), not with resident warps: its warpgroups trade registers (setmaxnreg) and
-            # few warps per SM is the design. The lab has no model of what more warps would gain there,
-            # so occupancy is context, ranked last with no estimate; Nsight's stays in `estimates`.
-            out.append(Finding("occupancy-limited", f"Occupancy {theo:.1f}% at most, limited by {lim or 'unknown'}: "
-                               "few warps by design in a warp-specialised wgmma kernel", "", None, ev,
-                               advice["occupancy-limited"], "lab", 0.5))
-        else:
-            out.append(Finding("occupancy-limited", f"Occupancy {theo:.1f}% at most, limited by {lim or 'unknown'}", "",
-                               est, ev, advice["occupancy-limited"], "lab", est))
-
-    # coalescing: excessive sectors of global accesses (a broadcast wastes none)
-    unit_l1 = M.num("l1tex__throughput.avg.pct_of_peak_sustained_elapsed", "l1tex__throughput.avg.pct_of_peak_sustained_active")
-    busy_mem = max(v for v in (unit_l1, mpct, 0.0) if v is not None)
-    share, ev, exact = global_excess(M)
-    if share is not None and share > 1.0 / SECTOR_BYTES:
-        # wasted sectors cost time in proportion to the global share of the load/store traffic
-        global_part = 1.0 - (c.local_share or 0.0)
-        est = share * busy_mem * global_part
-        ev = dict(ev, lab__global_excess_sector_pct=rounded(100 * share, 1),
-                  lab__global_bytes_used_per_sector=rounded(SECTOR_BYTES * (1 - share)),
-                  **{c.tp["memory_metric"] or "memory_pct_of_peak": rounded(mpct)})
-        if not exact:   # bytes per sector cannot tell a broadcast apart: say so, and lower the severity
-            ev["derived__memory_l2_theoretical_sectors_global_excessive"] = None
-        if c.local_share:
-            ev["lab__local_share_pct"] = rounded(100 * c.local_share, 1)
-        how = "excessive" if exact else "unused (bytes per sector; SourceCounters would tell a broadcast apart)"
-        out.append(Finding("uncoalesced-global", f"Uncoalesced global accesses: {100 * share:.0f}% of their sectors "
-                           f"{how}", "", est, ev, advice["uncoalesced-global"], "lab", est))
-
-    # bank conflicts, as n-way
-    shared_util = M.num("l1tex__data_pipe_lsu_wavefronts_mem_shared.sum.pct_of_peak_sustained_elapsed")
-    for what, nway, ev in bank_conflict_nway(M):
-        if nway >= 1.5:
-            util = shared_util if shared_util is not None else busy_mem
-            est = (1.0 - 1.0 / nway) * util
-            ev = dict(ev, lab__shared_bank_conflict_nway=rounded(nway, 1),
-                      **{"l1tex__data_pipe_lsu_wavefronts_mem_shared.sum.pct_of_peak_sustained_elapsed":
-                         rounded(shared_util)})
-            out.append(Finding("bank-conflicts", f"{nway:.1f}-way shared-memory bank conflicts on {what}", "", est, ev,
-                               advice["bank-conflicts"], "lab", est))
-
-    # local memory
-    if c.local_share is not None and c.local_share >= 0.01:
-        wait = sum(share for reason, _, share in c.stalls if reason in ("long_scoreboard", "lg_throttle"))
-        est = c.local_share * max(busy_mem, wait, M.num("lts__throughput.avg.pct_of_peak_sustained_elapsed") or 0.0)
-        ev = dict(local_share(M)[1], lab__local_share_pct=rounded(100 * c.local_share, 1))
-        out.append(Finding("local-memory", f"Local memory: {100 * c.local_share:.0f}% of global+local traffic is "
-                           "thread-local (spills or a dynamically indexed array)", "", est, ev, advice["local-memory"],
-                           "lab", est))
-
-    # divergence: threads per warp instruction
-    t, t_src = threads_per_instruction(M)
-    exact = t_src == "smsp__thread_inst_executed_per_inst_executed.ratio"
-    # The SASS fallback counts predicated-on threads, so predicated bounds checks lower it too: it
-    # must fall further before it is called divergence.
-    if t is not None and 0 < t < (30.0 if exact else 24.0):
-        est = 100.0 * (1.0 - t / 32.0)
-        ev = {t_src: rounded(t)}
-        what = "active" if exact else "active and predicated on"
-        out.append(Finding("divergence", f"Divergence: {t:.1f} of 32 threads {what} per warp instruction", "", est, ev,
-                           advice["divergence"], "lab", est))
-
-    # launch-bound: the launch overhead the run's timeline measured, else a typical one
-    d = M.num("gpu__time_duration.sum")
-    if d is not None and d > 0:
-        measured = c.launch_overhead_ns is not None and c.launch_overhead_ns > 0
-        overhead = float(c.launch_overhead_ns) if measured else LAUNCH_OVERHEAD_NS
-        est = 100.0 * overhead / (d + overhead)
-        if est >= 10.0:
-            how = "the launch overhead this run's timeline measured" if measured else "a typical launch's overhead"
-            out.append(Finding("launch-bound", f"Short kernel: {d / 1000:.1f} us, near {how} ({overhead / 1000:.1f} us)",
-                               "", est, {"gpu__time_duration.sum": d, "lab__launch_overhead_ns": rounded(overhead, 0),
-                                         "lab__launch_overhead_source": "timeline" if measured else "typical (assumed)"},
-                               advice["launch-bound"], "lab", est))
-
-    # attention: DRAM bytes against the minimum for Q, K, V and O
-    if c.problem and c.problem.get("min_bytes"):
-        rd, wr = M.num("dram__bytes_read.sum"), M.num("dram__bytes_write.sum")
-        moved = sum_or_none(rd, wr)
-        dram_pct = M.num("gpu__dram_throughput.avg.pct_of_peak_sustained_elapsed", "dram__throughput.avg.pct_of_peak_sustained_elapsed")
-        if moved and dram_pct is not None:
-            ratio = moved / float(c.problem["min_bytes"])
-            if ratio > 1.5 and dram_pct >= 30.0:
-                est = (1.0 - 1.0 / ratio) * dram_pct
-                ev = {"dram__bytes_read.sum": rd, "dram__bytes_write.sum": wr,
-                      "lab__min_bytes_qkvo": c.problem["min_bytes"], "lab__dram_bytes_x_min": rounded(ratio),
-                      "gpu__dram_throughput.avg.pct_of_peak_sustained_elapsed": rounded(dram_pct)}
-                excess = Finding("memory-bound", f"DRAM traffic is {ratio:.1f}x the minimum for Q, K, V and O", "",
-                                 est, ev, advice["memory-bound"], "lab", est)
-                bound = next((f for f in out if f.cls == "memory-bound"), None)
-                if bound is None:
-                    out.append(excess)
-                else:   # one finding: the saturated unit, with the gain of moving only the minimum
-                    bound.title += f"; {excess.title[0].lower()}{excess.title[1:]}"
-                    bound.est_speedup_pct = est
-                    bound.rank = max(bound.rank, est)
-                    bound.evidence.update(ev)
+    for rule in RULES:
+        got = rule.applies(c, ctx)
+        if got is not None:
+            out += got if isinstance(got, list) else [got]
     return out
 
 
-def _rule_findings(c: KernelFacts, rules: list[dict], advice: dict[str, str]) -> list[Finding]:
+def _rule_findings(c: KernelFacts, rules: list[dict], ctx: Context) -> list[Finding]:
     out = []
     share, _, exact = global_excess(c.M)
     no_waste = exact and share is not None and share <= 1.0 / SECTOR_BYTES
@@ -384,7 +151,7 @@ def _rule_findings(c: KernelFacts, rules: list[dict], advice: dict[str, str]) ->
         ev = {fm["name"]: rounded(fm["value"], 3) if isinstance(fm.get("value"), (int, float)) else fm.get("value")
               for fm in r.get("focus_metrics") or [] if fm.get("name")}
         # Nsight's own words where the lab has no judgement of this class (it is then the only voice)
-        adv = _first_sentences(r.get("message") or "") or advice[cls]
+        adv = _first_sentences(r.get("message") or "") or BY_CLASS[cls].advice(c, ctx)
         if r.get("rule_id") == "AchievedOccupancy":
             adv = ("Achieved occupancy is well below the theoretical: warps or CTAs finish unevenly (imbalanced work, "
                    "a partial last wave) or too few CTAs reach each SM; balance the work per CTA, launch more CTAs.")
@@ -431,14 +198,14 @@ def _order(findings: list[Finding], c: KernelFacts) -> list[Finding]:
     top = max(v for v in (c.tp["compute_pct"], c.tp["memory_pct"], 0.0) if v is not None)
     for f in findings:
         # at U% of the busiest unit's peak, a fix that leaves that unit's work unchanged gains at most 100-U
-        if f.cls in ("latency-bound", "occupancy-limited", "small-grid"):
+        if BY_CLASS[f.cls].capped_by_busiest_unit:
             f.rank = min(f.rank, 100.0 - top)
     ranks = {f.cls: f.rank for f in findings}
     for f in findings:
-        causes = [ranks[x] for x in _CAUSES.get(f.cls, ()) if x in ranks]
+        causes = [ranks[x] for x in CAUSES.get(f.cls, ()) if x in ranks]
         if causes and max(causes) >= 0.5 * f.rank:
             f.rank = min(f.rank, max(causes))   # listed right after its cause (the tie order puts causes first)
-    findings.sort(key=lambda f: (-round(f.rank, 6), _TIE_ORDER.index(f.cls)))
+    findings.sort(key=lambda f: (-round(f.rank, 6), TIE_ORDER.index(f.cls)))
     for f in findings:
         if f.est_speedup_pct is not None:
             f.est_speedup_pct = f.rank   # the gain shown is the gain ranked by, so severity and gain agree
@@ -446,40 +213,26 @@ def _order(findings: list[Finding], c: KernelFacts) -> list[Finding]:
     return [f for f in findings if f.rank >= 1.0 or f.est_speedup_pct is None and f.rank > 0]
 
 
-# What each class's lines are: the counter (or stall reason, or opcodes) that locates its cause.
 def _cite(f: Finding, k: dict | None, c: KernelFacts) -> list[dict]:
+    """The source lines a finding rests on: its rule's counter, stall reason or opcodes."""
     if not k or not k.get("lines"):
         return []
-    if f.cls == "uncoalesced-global":
-        return cite(k, "excess_global_sectors")
-    if f.cls == "bank-conflicts":
-        return cite(k, "excess_shared_wavefronts")
-    if f.cls == "local-memory":
-        return cite(k, "local_inst_executed")
-    if f.cls == "divergence":
-        return cite(k, "divergent_branches") or cite(k, "samples")
-    if f.cls == "compute-bound" and f.title.startswith("Tensor path"):
-        return cite(k, "inst_executed", opcodes=("HMMA", "HGMMA"))
-    if f.cls in ("latency-bound", "memory-bound") and c.stalls:
-        reason = next((r for r, _, _ in c.stalls if r != "selected"), None)
-        return cite(k, "samples", reason=reason) if reason else cite(k, "samples")
-    if f.cls == "launch-bound":
-        return []
-    return cite(k, "samples")
+    return BY_CLASS[f.cls].lines(f, k, c)
 
 
 def analyze_kernel(row: dict, rules: list[dict], problem: dict | None = None, lines: dict | None = None,
-                   launch_overhead_ns: float | None = None) -> KernelAnalysis:
+                   launch_overhead_ns: float | None = None, mode: str | None = None) -> KernelAnalysis:
     c = kernel_facts(row, problem)
     c.rung = rung_of(plain(row.get("nvtx")))
     c.launch_overhead_ns = launch_overhead_ns
-    advice = advice_by_class(c)
-    findings = _order(_merge(_lab_findings(c, advice) + _rule_findings(c, rules, advice)), c)
+    ctx = context(c, mode)
+    findings = _order(_merge(_lab_findings(c, ctx) + _rule_findings(c, rules, ctx)), c)
     for f in findings:
-        if f.cls in ("small-grid", "occupancy-limited") and f.source != "lab":
+        rule = BY_CLASS[f.cls]
+        if f.source != "lab" and not rule.nsight_results_have_lines:
             continue   # a launch-shape rule (tail effect, achieved occupancy) has no lines behind it
         f.lines = _cite(f, lines, c)
-        if f.lines and f.cls != "compute-bound":
+        if f.lines and rule.advice_names_lines:
             f.advice += f" {'Lines' if f.lines[0].get('line') is not None else 'SASS at PC'}: {where(f.lines)}."
     metrics = {k: plain(row[k]) for k in KEY_METRICS if k in row and plain(row[k]) is not None}
     kernel = plain(row.get("kernel")) or plain(row.get("kernel_function")) or "?"

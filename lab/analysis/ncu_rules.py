@@ -1,4 +1,5 @@
-"""Nsight Compute's rule results mapped onto the lab's bottleneck classes (lab.analysis.findings.CLASSES).
+"""Nsight Compute's own rule results mapped onto the lab's bottleneck classes (lab.vocabulary.CLASSES).
+(The lab's own rules, one per class, are lab.analysis.rules.)
 
 ncu's rules (SOLBottleneck, CPIStall, LaunchConfiguration, SharedMemoryConflicts, ...) name a
 problem in their own words and give an estimated speedup; the lab keeps their estimate and files each

@@ -1,0 +1,103 @@
+"""What every lab rule is: one analysis class, a docstring saying what it looks for, `applies` (the
+judgement: a Finding with its evidence and estimated gain, or None), `advice` (the next step for this
+kernel) and `lines` (the source lines the finding rests on). The model is Nsight Compute's rules
+(`sections/*.py` beside an ncu install): one file each, read and tested alone.
+
+The Finding record lives here because rules make it; lab.analysis.findings merges the lab's findings
+with Nsight's rule results, ranks them and cites their lines.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from lab.analysis.advice import cc_of, next_rung
+from lab.analysis.lines import cite
+from lab.analysis.metrics import KernelFacts
+
+BOUND_PCT = 60.0   # ncu's SpeedOfLight rule: above 60% of a unit's peak is throughput-bound territory
+
+
+@dataclass
+class Finding:
+    cls: str
+    title: str
+    severity: str
+    est_speedup_pct: float | None    # the gain it is ranked by (percent of runtime); None: a unit at its roof
+    evidence: dict[str, Any]
+    advice: str
+    source: str                      # where the ranking estimate comes from: "lab" or "ncu-rule:<id>"
+    rank: float = 0.0                # share of runtime (percent) used for ordering; see lab.analysis.findings
+    estimates: list[dict] = field(default_factory=list)   # every estimate of this cause, the lab's and Nsight's
+    lines: list[dict] = field(default_factory=list)       # the source lines it rests on (lab.analysis.lines.cite)
+
+    def to_dict(self) -> dict:
+        return {"class": self.cls, "title": self.title, "severity": self.severity,
+                "est_speedup_pct": None if self.est_speedup_pct is None else round(float(self.est_speedup_pct), 2),
+                "evidence": self.evidence, "advice": self.advice, "source": self.source,
+                "ranked_by": self.source, "estimates": self.estimates, "lines": self.lines}
+
+
+@dataclass
+class Context:
+    """What the rules of one kernel share: its facts, the busiest unit's share of its peak (`top`),
+    whether the advice speaks to an attention rung (`ladder`), and the run's mode ("fwd", "bwd",
+    "fwd+bwd"; None for a report the lab did not make)."""
+
+    c: KernelFacts
+    top: float
+    ladder: bool
+    mode: str | None = None
+
+    def rung(self, cls: str) -> str:
+        """" The v3 (unrolled) rung demonstrates this fix." where the ladder has a later rung for `cls`."""
+        r = next_rung(cls, self.c.rung, cc_of(self.c))
+        return f" The {r} rung demonstrates this fix." if r else ""
+
+
+def context(c: KernelFacts, mode: str | None = None) -> Context:
+    tp = c.tp
+    top = max(v for v in (tp["compute_pct"], tp["memory_pct"], 0.0) if v is not None)
+    return Context(c, top, bool(c.rung or c.problem), mode)
+
+
+class Rule:
+    """One class of the vocabulary, judged from the metrics. Subclasses set `cls` and write a docstring
+    saying what they look for, and override `applies` and `advice` (and `lines` where the default, the
+    lines with the most stall samples, is not where the cause is)."""
+
+    cls: str = ""
+    # Symptoms this cause explains: when both are found, the cause ranks just above the symptom, its fix
+    # being the actionable one (lab.analysis.findings orders them).
+    explains: tuple[str, ...] = ()
+    # A fix of this class leaves the busiest unit's work unchanged: at U% of that unit's peak it gains at
+    # most 100-U% (latency, occupancy and parallelism fixes).
+    capped_by_busiest_unit: bool = False
+    # Nsight's launch-shape rules of this class (tail effect, achieved occupancy) have no lines behind them.
+    nsight_results_have_lines: bool = True
+    # The finding's advice ends with where its lines are.
+    advice_names_lines: bool = True
+
+    def applies(self, c: KernelFacts, ctx: Context) -> Finding | None:
+        raise NotImplementedError
+
+    def advice(self, c: KernelFacts, ctx: Context) -> str:
+        raise NotImplementedError
+
+    def lines(self, f: Finding, k: dict, c: KernelFacts) -> list[dict]:
+        return cite(k, "samples")
+
+    def finding(self, title: str, est: float | None, evidence: dict, c: KernelFacts, ctx: Context,
+                rank: float | None = None) -> Finding:
+        """A Finding of this rule's class from the lab's model, with this rule's advice; ranked by
+        `rank` (default: the estimate)."""
+        return Finding(self.cls, title, "", est, evidence, self.advice(c, ctx), "lab", est if rank is None else rank)
+
+
+def top_stall_lines(k: dict, c: KernelFacts) -> list[dict]:
+    """The lines where warps wait most on the kernel's top stall reason (issuing is not waiting)."""
+    if c.stalls:
+        reason = next((r for r, _, _ in c.stalls if r != "selected"), None)
+        return cite(k, "samples", reason=reason) if reason else cite(k, "samples")
+    return cite(k, "samples")

@@ -1,0 +1,94 @@
+"""compute-bound: a compute unit at or above 60% of its peak, or, on Hopper, matrix work on mma.sync
+(HMMA), which Hopper runs below the dense rate only wgmma (HGMMA) reaches: the tensor path is then the
+roof a fix that keeps HMMA cannot lift, and the gain is the distance from the achieved tensor FLOP/s
+to the dense peak, weighted by the tensor pipe's share of the busiest unit's time.
+"""
+
+from __future__ import annotations
+
+from lab.analysis.lines import cite
+from lab.analysis.metrics import (KernelFacts, flop_rates, rounded, tensor_instructions, tensor_path,
+                                  unit_name)
+from lab.analysis.rules.base import BOUND_PCT, Context, Finding, Rule
+
+
+class ComputeBound(Rule):
+    cls = "compute-bound"
+    advice_names_lines = False   # the tensor-path lines are the matrix products themselves
+
+    def applies(self, c: KernelFacts, ctx: Context) -> Finding | None:
+        M, tp = c.M, c.tp
+        cpct = tp["compute_pct"]
+        path = tensor_path(M, c.device)
+        rates = flop_rates(c)
+        if path and path["hmma_on_hopper"] and path["pipe_pct"] and path["pipe_pct"] >= 0.5 * (cpct or 0.0):
+            pipe = path["pipe_pct"]
+            achieved = rates.get("lab__tensor_pct_of_fp16_peak")
+            share = min(1.0, pipe / max(ctx.top, pipe))
+            est = (100.0 - achieved) * share if achieved is not None else None
+            ev = {"sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_elapsed": rounded(pipe),
+                  "sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_elapsed":
+                      rounded(M.num("sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_elapsed")),
+                  "sm__inst_executed_pipe_tensor_op_gmma.avg.pct_of_peak_sustained_elapsed":
+                      rounded(M.num("sm__inst_executed_pipe_tensor_op_gmma.avg.pct_of_peak_sustained_elapsed")),
+                  "lab__tensor_tflops": rates.get("lab__tensor_tflops"), "lab__tensor_pct_of_fp16_peak": achieved}
+            if achieved is not None and pipe:
+                ev["lab__hmma_roof_pct_of_fp16_peak"] = rounded(100.0 * achieved / pipe, 1)   # HMMA's rate, pipe full
+            at = f" at {achieved:.1f}% of the dense FP16 peak" if achieved is not None else ""
+            return self.finding(f"Tensor path: the matrix products run on mma.sync (HMMA){at}, tensor pipe "
+                                f"{pipe:.0f}% busy; on Hopper only wgmma (HGMMA) fed by TMA reaches the dense rate",
+                                est, ev, c, ctx, rank=est if est is not None else pipe)
+        if cpct is None or cpct < BOUND_PCT:
+            return None
+        unit = unit_name(tp["compute_metric"])
+        if tp["math_pct"] is not None and tp["math_pct"] >= 0.7 * cpct and tp["math_metric"] != tp["compute_metric"]:
+            unit = f"{unit_name(tp['math_metric'])} at {tp['math_pct']:.3g}%, {unit}"
+        ev = {tp["compute_metric"]: rounded(cpct),
+              **({tp["math_metric"]: rounded(tp["math_pct"])} if tp["math_metric"] else {}),
+              "sm__throughput.avg.pct_of_peak_sustained_elapsed":
+              rounded(M.num("sm__throughput.avg.pct_of_peak_sustained_elapsed")),
+              "sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_active":
+              rounded(M.num("sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_active"))}
+        ev.update(rates)
+        return self.finding(f"Compute-bound: {unit} at {cpct:.3g}% of its peak", None, ev, c, ctx, rank=cpct)
+
+    def advice(self, c: KernelFacts, ctx: Context) -> str:
+        tp, ladder = c.tp, ctx.ladder
+        top_pipe = unit_name(tp["compute_metric"] or "")
+        if tp["math_pct"] is not None and tp["compute_pct"] and tp["math_pct"] >= 0.7 * tp["compute_pct"]:
+            top_pipe = unit_name(tp["math_metric"])   # issue is busy because one math pipe is
+        path = tensor_path(c.M, c.device)
+        tensor_busy = bool(path and path["pipe_pct"] and path["pipe_pct"] >= 0.5 * (tp["compute_pct"] or 0.0))
+        if path and path["hmma_on_hopper"] and tensor_busy:
+            r = ctx.rung("compute-bound") if ladder else ""
+            return ("On Hopper, warp-level mma.sync (HMMA) cannot reach the tensor cores' dense rate: issue the matrix "
+                    "products as warpgroup wgmma (HGMMA) on operands in shared memory, fed by TMA bulk copies through "
+                    "an mbarrier-guarded ring of stages" + (" (warp-specialized producer and consumer warpgroups)"
+                                                            if ladder else "") + "." + r)
+        mma = tensor_instructions(c.M)
+        if mma is None:   # no per-opcode counts: the pipe metric (HFMA2.MMA moves alone reach a few %)
+            tensor = c.M.num("sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_active")
+            no_tensor = tensor is None or tensor < 5.0
+        else:
+            no_tensor = not mma
+        if top_pipe == "FMA pipe" and c.has_tensor_cores and no_tensor:
+            if ladder:
+                return ("FP32 FFMA-bound on a GPU with tensor cores: move the two matrix products to tensor cores "
+                        "(16-bit inputs, mma.sync or wgmma)." + ctx.rung("compute-bound"))
+            return ("FP32 FFMA-bound on a GPU with tensor cores: if the work is matrix products, run them on the "
+                    "tensor cores (16-bit or TF32 inputs); otherwise fewer FP32 operations per result.")
+        if top_pipe in ("tensor pipe", "FP16+tensor pipe") and path and path["instruction"] == "HGMMA":
+            return ("Already on warpgroup wgmma and the tensor pipe is the limit: overlap the non-matrix work with the "
+                    "next tile's matrix products (warp specialization, ping-pong between warpgroups), or use FP8.")
+        if top_pipe in ("tensor pipe", "FP16+tensor pipe"):
+            return "The tensor pipe is the limit: fewer non-matrix instructions per tile, or a lower-precision format."
+        if top_pipe == "XU (transcendental) pipe":
+            return "Transcendentals are the limit: exp2f on pre-scaled inputs, fewer calls per result."
+        if top_pipe in ("ALU pipe", "instruction issue", "uniform pipe"):
+            return "Instruction issue is the limit: fewer index/address instructions per result (hoist, vectorize, unroll)."
+        return f"The {top_pipe} is the limit: fewer instructions on it, or move the work to a faster pipe."
+
+    def lines(self, f: Finding, k: dict, c: KernelFacts) -> list[dict]:
+        if f.title.startswith("Tensor path"):
+            return cite(k, "inst_executed", opcodes=("HMMA", "HGMMA"))
+        return cite(k, "samples")

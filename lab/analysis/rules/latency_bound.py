@@ -1,0 +1,73 @@
+"""latency-bound: far from every roof (compute and memory both below 60% of peak): warps wait, and
+the top stall reasons say on what. The gain is the distance to the nearest roof, on the SMs with work.
+"""
+
+from __future__ import annotations
+
+from lab.analysis.metrics import KernelFacts, hopper_async, rounded, tensor_path
+from lab.analysis.rules.base import BOUND_PCT, Context, Finding, Rule, top_stall_lines
+
+
+class LatencyBound(Rule):
+    cls = "latency-bound"
+    capped_by_busiest_unit = True
+
+    def applies(self, c: KernelFacts, ctx: Context) -> Finding | None:
+        M, tp = c.M, c.tp
+        cpct, mpct = tp["compute_pct"], tp["memory_pct"]
+        if not ((cpct is not None or mpct is not None) and ctx.top < BOUND_PCT):
+            return None
+        est = (100.0 - ctx.top) * c.busy_fraction
+        ev = {"compute_pct_of_peak": rounded(cpct), "memory_pct_of_peak": rounded(mpct)}
+        lat_cycles = M.num("smsp__average_warp_latency_per_inst_issued.ratio")
+        if lat_cycles is not None:   # WarpStateStats only; the stall shares below carry the judgement
+            ev["smsp__average_warp_latency_per_inst_issued.ratio"] = rounded(lat_cycles)
+        for reason, v, share in c.stalls[:3]:
+            ev[f"stall:{reason} (% of stalls)"] = rounded(share, 1)
+        if not c.stalls:
+            ev["stall reasons (WarpStateStats)"] = None
+        top_txt = f"; top stall: {c.stalls[0][0].replace('_', ' ')} ({c.stalls[0][2]:.0f}%)" if c.stalls else ""
+        return self.finding(f"Latency-bound: compute at {cpct or 0:.3g}%, memory at {mpct or 0:.3g}% of peak{top_txt}",
+                            est, ev, c, ctx)
+
+    def advice(self, c: KernelFacts, ctx: Context) -> str:
+        M, ladder = c.M, ctx.ladder
+        path = tensor_path(M, c.device)
+        wgmma = bool(path and path["instruction"] == "HGMMA")
+        tma = bool((hopper_async(M) or {}).get("tma"))
+        top_stall = c.stalls[0][0] if c.stalls else None
+        long_sb = ("Warps wait on global/local loads (long scoreboard): keep more loads in flight, "
+                   + ("e.g. cp.async double buffering of the K/V tiles so the next tile loads under this one's math."
+                      + ctx.rung("latency-bound") if ladder else
+                      "e.g. prefetch the next iteration's data (cp.async or registers), several independent loads "
+                      "per thread, or more warps per SM."))
+        lat = {
+            "long_scoreboard": long_sb,
+            "barrier": "Warps wait at __syncthreads: fewer barriers per tile, or more independent warps per SM.",
+            "wait": "Dependent instruction chains (fixed-latency waits): more instruction-level parallelism (unroll, "
+                    "independent accumulators), or more warps per SM to interleave.",
+            "short_scoreboard": "Waits on shared memory or special functions (short scoreboard): fewer shared loads "
+                                "per FLOP (reuse values from registers); check bank conflicts.",
+            "mio_throttle": "The shared-memory/MIO queue is full: fewer, wider shared accesses; check bank conflicts.",
+            "lg_throttle": "The global/local load queue is full: fewer, wider (16-byte) memory instructions; if the "
+                           "traffic is local memory, keep that array in registers.",
+            "no_instruction": "Instruction-cache misses: a smaller unrolled loop body.",
+            "math_pipe_throttle": "A math pipe is saturated: see compute-bound.",
+            "membar": "Memory barriers: fewer fences.",
+        }.get(top_stall or "", "Hide latency with more warps per SM or more independent work per warp (ILP).")
+        if wgmma and (top_stall in ("wait", "barrier", "membar", None) or top_stall == "long_scoreboard" and tma):
+            # warpgroups waiting on wgmma results and mbarriers (with TMA feeding the tiles, the long-scoreboard
+            # waits are the copies' mbarriers, not loads the warps issue): the tensor pipe idles between tiles
+            pipe = f" (tensor pipe {path['pipe_pct']:.0f}% busy)" if path.get("pipe_pct") is not None else ""
+            lat = (f"The warpgroups wait on their wgmma results and mbarriers{pipe}: overlap more of the non-matrix "
+                   "work with the matrix products: two consumer warpgroups in ping-pong (one's softmax under the "
+                   "other's wgmma), more TMA stages in flight, and persistent CTAs with a tile scheduler so the next "
+                   "tile's loads and first products run under this tile's epilogue (stored with TMA)."
+                   if ladder else
+                   f"The warpgroups wait on their wgmma results and mbarriers{pipe}: overlap the non-matrix work with "
+                   "the matrix products (ping-pong between consumer warpgroups), keep more TMA stages in flight, and "
+                   "make CTAs persistent so one tile's prologue and epilogue run under another's products.")
+        return lat
+
+    def lines(self, f: Finding, k: dict, c: KernelFacts) -> list[dict]:
+        return top_stall_lines(k, c)

@@ -9,6 +9,11 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from lab.environment import nvcc_version
+from lab.errors import LabError
+from lab.profilers import ncu
+from lab.profilers.nsys import nsys_status
+
 
 @dataclass
 class Check:
@@ -40,8 +45,6 @@ def _torch_checks() -> list[Check]:
 
 
 def _nvcc_check() -> Check:
-    from lab.environment import nvcc_version
-
     v = nvcc_version()
     if not v:
         return Check("nvcc", False, "not on PATH", "install the CUDA toolkit and put its bin/ on PATH (or set CUDA_HOME)",
@@ -61,9 +64,6 @@ _COUNTER_PROBE = "import torch; x = torch.ones(1024, device='cuda'); (x + 1).sum
 
 
 def _ncu_checks(probe: bool) -> list[Check]:
-    from lab.errors import LabError
-    from lab.profilers import ncu
-
     try:
         version = ncu.ncu_version()
         exe = ncu.find_ncu()
@@ -101,8 +101,6 @@ def _ncu_checks(probe: bool) -> list[Check]:
 
 
 def _nsys_check() -> Check:
-    from lab.profilers.nsys import nsys_status
-
     st = nsys_status()
     if st.can_write_reports:
         return Check("nsys", True, f"{st.version}: writes reports")

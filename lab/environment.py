@@ -11,6 +11,8 @@ from pathlib import Path
 
 from lab.errors import LabError
 from lab.gpu_specs import peaks_for
+from lab.profilers.ncu import ncu_version
+from lab.profilers.nsys import nsys_status
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -92,14 +94,10 @@ def software_info() -> dict:
     except ImportError:
         pass
     try:
-        from lab.profilers.ncu import ncu_version
-
         info["ncu"] = ncu_version()
     except (ImportError, LabError):
         pass
     try:
-        from lab.profilers.nsys import nsys_status
-
         info["nsys"] = nsys_status().version
     except (ImportError, LabError):
         pass

@@ -1,26 +1,40 @@
-"""What `lab profile` does, in order: build -> check -> bench -> ncu -> timeline -> analyze -> store
--> report. Correctness gates timing; timing gates profiling. Nothing is stored unless every step
-that ran finished: the run directory is staged and renamed into place last (lab.store.runs).
+"""What `lab profile` does, in order: setup -> build -> check -> bench -> baselines -> ncu -> timeline
+-> analysis -> store -> report, one function per stage. Correctness gates timing; timing gates
+profiling. Nothing is stored unless every step that ran finished: the run directory is staged and
+renamed into place last (lab.store.runs).
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
+import shutil
 import sys
+import tempfile
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
-from lab import __version__
-from lab.errors import CheckFailed
-from lab.measure.problem import Problem, check_supported
-from lab.ladder import registry
+from lab import __version__, environment
+from lab.analysis import findings as analysis
+from lab.analysis import lines as source_lines
+from lab.errors import CheckFailed, LabError
+from lab.ladder import build, registry
 from lab.ladder.registry import Variant, source_label
+from lab.measure import baselines, bench
 from lab.measure.isolated import NotBuilt, child_env, start_check
+from lab.measure.problem import Problem, check_supported
+from lab.measure.target import range_name
+from lab.profilers import ncu
+from lab.profilers.timeline import collect_timeline
+from lab.report.pages import render_run_page
+from lab.store import baseline_cache, runs
 from lab.store import manifest as mf
+
+# Modules are called through their module (environment.require_gpu, build.build, bench.bench_variant,
+# baselines.run_baselines, ncu.require_ncu): the stand-ins of the tests without a GPU replace those.
 
 
 @dataclass
@@ -82,9 +96,6 @@ def analysis_tables(report_path: Path, problem: dict | None, timeline_info: dict
     findings, Nsight's rules, per-line counters). The timeline runs first: the launch-bound judgement
     uses the launch cost it measured, the steady-state gap between consecutive kernels (the per-range
     overhead also spreads the first launch's delay, profiler start-up included, over the launches)."""
-    from lab.analysis import findings as analysis
-    from lab.analysis import lines as source_lines
-
     tl_info = timeline_info or {}
     overhead = ((tl_info.get("launch_overhead") or {}).get("kernel_gap_ns_median") or tl_info.get("launch_overhead_ns"))
     analyses = analysis.analyze_report(report_path, problem=problem, launch_overhead_ns=overhead)
@@ -101,19 +112,11 @@ def reanalyze(run) -> tuple[Path, list]:
     findings, rules and lines tables and its findings summary are replaced; everything measured (timing,
     baselines, correctness, the recorded source) stays. The run is rebuilt in a staging copy and swapped
     into place, so a reader never sees half of it."""
-    import shutil
-    import tempfile
-
-    from lab.environment import git_info
-    from lab.errors import LabError
-    from lab.store import manifest as mf
-    from lab.store.runs import MANIFEST, _write_json_atomic
-
     report = run.artifact("ncu_report")
     if report is None or not report.is_file():
         raise LabError(f"run {run.id} has no ncu report to analyze again",
                        hint="it was stored with --no-ncu; profile the rung again")
-    git = git_info()   # before the staging copy exists: it would count as a change to the tree
+    git = environment.git_info()   # before the staging copy exists: it would count as a change to the tree
     staging = Path(tempfile.mkdtemp(prefix=f".{run.id}.", suffix=".partial", dir=run.path.parent))
     try:
         shutil.rmtree(staging)
@@ -128,7 +131,7 @@ def reanalyze(run) -> tuple[Path, list]:
         # provenance: the judgement is newer than the measurements, and by which lab
         d["reanalyzed"] = {"utc": datetime.now(timezone.utc).isoformat(timespec="seconds"), "lab_version": __version__,
                            "git": git}
-        _write_json_atomic(staging / MANIFEST, mf.Manifest.from_dict(d).to_dict())
+        runs._write_json_atomic(staging / runs.MANIFEST, mf.Manifest.from_dict(d).to_dict())
         old = run.path.with_name(f".{run.id}.old")
         os.replace(run.path, old)
         os.replace(staging, run.path)
@@ -140,9 +143,8 @@ def reanalyze(run) -> tuple[Path, list]:
 
 
 def profile(variant: Variant, problem: Problem, opts: ProfileOptions) -> Profiled:
-    """Setup -> build -> check -> bench -> baselines -> ncu -> timeline -> analysis -> store -> report."""
-    from lab.environment import device_info, git_info, require_compute_capability, require_gpu, software_info
-
+    """Setup -> build -> check -> bench -> baselines -> ncu -> timeline -> analysis -> store -> report,
+    each a named stage below; the wall time of each is printed and stored (Stages)."""
     stage = Stages()
     check_supported(variant, problem)
     # The correctness child starts first, on the cached build only: its interpreter and CUDA start-up
@@ -151,143 +153,185 @@ def profile(variant: Variant, problem: Problem, opts: ProfileOptions) -> Profile
     early = start_check(variant, problem, opts.check_shapes, compile=getattr(variant, "kind", "cuda") != "cuda")
     try:
         with stage("setup"):   # torch's import and CUDA's start-up, ncu found
-            require_gpu("profile")  # before importing the build machinery: a clear refusal, fast
-            require_compute_capability(variant)
-            from lab.ladder import build
-            from lab.store import runs as store
-            from lab.measure.bench import bench_variant, tflops
-            from lab.measure.target import range_name
-
-            if opts.ncu:
-                from lab.profilers import ncu
-                ncu.require_ncu()  # fail before minutes of work, not after
-
+            setup(variant, opts)
         with stage("build"):
-            _say(f"build {variant.label()}")
-            built = build.build(variant)
-        _say(f"  {'compiled' if built.built_now else 'cached'} in {built.seconds:.1f} s")
+            built = build_rung(variant)
+        source_sha = hashlib.sha256(variant.source.read_bytes()).hexdigest()   # the source as built
     except BaseException:
         early.cancel()
         raise
-
     with stage("check"):
-        _say(f"check {variant.id} against float64 on {problem.label()} and {opts.check_shapes} ragged shapes")
-        # while the child checks: what needs no GPU (facts for the manifest, the analysis's imports)
-        dev, software, git = device_info(), software_info(), git_info()
-        if opts.ncu:
-            from lab.analysis import findings as analysis  # noqa: F401  (pandas, ncu_report: imported once, here)
-        try:
-            correctness = early.result()
-        except NotBuilt:   # compiled just now: check the fresh build
-            correctness = start_check(variant, problem, opts.check_shapes).result()
-    if not correctness["passed"]:
-        raise CheckFailed(f"{variant.id} is wrong on {correctness['failed_shape']}: rel_err "
-                          f"{correctness['rel_err']}, tolerance {correctness['tolerance']} ({correctness['rule']})")
-
+        facts, correctness = gate(variant, problem, opts, early)
     with stage("bench"):
-        _say(f"bench {variant.id}: {opts.reps} reps after {opts.warmup} warm-up, L2 flushed")
-        timing, peak_mem = bench_variant(variant, problem, built.module, opts.reps, opts.warmup)
+        timing, peak_mem = time_rung(variant, problem, built, opts)
+    base = baselines_beside(problem, timing, facts, opts, stage)
 
-    base_dicts, base_timed, base_cached = [], None, None
-    if opts.baselines:
-        from lab.measure.baselines import BACKENDS, BASELINE_DTYPES, run_baselines
-        from lab.store import baseline_cache
-
-        key = baseline_cache.cache_key(dev, software, problem, reps=opts.reps, warmup=opts.warmup,
-                                       backends=BACKENDS, dtypes=BASELINE_DTYPES)
-        hit = None if opts.fresh_baselines else baseline_cache.get(key)
-        with stage("baselines", "cached in the store; --fresh-baselines re-times them" if hit else "timed"):
-            if hit:
-                base_dicts, base_timed = hit
-                base_cached = True
-            else:
-                base_dicts = [b.to_dict() for b in run_baselines(problem, opts.reps, opts.warmup, progress=_say)]
-                base_timed, base_cached = baseline_cache.put(key, base_dicts), False
-        for b in base_dicts:   # ratio: the baseline's time / ours (above 1, ours is faster)
-            b["ratio"] = b["median_ms"] / timing.median if b.get("median_ms") and timing.median else None
-
-    run_id = store.new_run_id(variant.id, problem.label())
-    source_sha = hashlib.sha256(variant.source.read_bytes()).hexdigest()
     rng = range_name(variant.id, problem.label())
-    with store.create_run(run_id) as run:
-        profile_info = None
-        analyses = []
+    with runs.create_run(runs.new_run_id(variant.id, problem.label())) as run:
+        ncu_info = timeline_info = None
+        analyses: list = []
+        tables: dict = {}
         if opts.ncu:
             with stage("ncu"):
-                _say(f"ncu: profiling the launch inside NVTX range '{rng}'")
-                report_path = run.artifact_path("profile.ncu-rep")
-                cmd = ncu.ncu_command(target_argv(variant, problem), report_path, rng, section_set=opts.section_set)
-                ncu.run_ncu(cmd, run.artifact_path("ncu.log"), env=child_env())
-            run.register_artifact("ncu_report", report_path.name)
-            run.register_artifact("ncu_log", "ncu.log")
-            # as the user would rerun it: the report path as stored, not the staging directory's
-            stored_cmd = [report_path.name if a == str(report_path) else a for a in cmd]
-            profile_info = {"tool": "ncu", "command": stored_cmd, "section_set": opts.section_set or ncu.DEFAULT_IS,
-                            "report": report_path.name, "nvtx_range": rng}
-        timeline_info = None
+                ncu_info = profile_ncu(run, variant, problem, opts, rng)
         if opts.timeline:
-            from lab.profilers.timeline import collect_timeline
-
             with stage("timeline"):
-                _say(f"timeline: {opts.timeline_repeats} launches in range '{rng}'")
-                tl = collect_timeline(target_argv(variant, problem, opts.timeline_repeats), run.dir / "timeline",
-                                      rng, opts.timeline_repeats, env=child_env())
-                for name, df in tl.tables().items():
-                    run.add_table(f"timeline_{name}", df)
-            for name, path in tl.artifacts.items():
-                rel = Path(path).relative_to(run.dir)
-                run.register_artifact(f"timeline_{name}", str(rel))
-            timeline_info = {"source": tl.source, "reason": tl.reason, "input_format": tl.input_format,
-                             "launch_overhead_ns": tl.launch_overhead_ns, "launch_overhead": tl.launch_overhead,
-                             "repeats": opts.timeline_repeats}
-
-        if profile_info is not None:
+                timeline_info = record_timeline(run, variant, problem, opts, rng)
+        if ncu_info is not None:
             with stage("analysis"):
-                from lab.analysis import lines as source_lines
-
-                analyses, tables = analysis_tables(report_path, problem.to_dict(), timeline_info)
-                # the code the lines point at, as it was when profiled (pages never reopen the report)
-                tables["sources"] = source_lines.sources_frame(source_lines.source_texts(report_path), [variant.source])
-
+                analyses, tables = analyze(run, variant, problem, timeline_info)
         with stage("store"):
-            if profile_info is not None:
-                for name, df in tables.items():
-                    run.add_table(name, df)
-            record = mf.Manifest(
-                created_utc=datetime.now(timezone.utc).isoformat(timespec="seconds"),
-                lab_version=__version__,
-                git=mf.Git.from_dict(git, "git"),
-                variant=mf.VariantInfo(id=variant.id, slug=variant.slug, title=variant.title,
-                                       source=source_label(variant), source_sha256=source_sha,
-                                       changed=variant.changed, attacks=variant.attacks,
-                                       predicted_gain=variant.predicted_gain, kind=variant.kind,
-                                       origin=variant.origin, layout=variant.layout,
-                                       attacks_classes=list(variant.classes)),
-                problem=problem,
-                device=mf.Device.from_dict(dev, "device"),
-                software=mf.Software.from_dict(software, "software"),
-                build=mf.Build(flags=list(built.flags), cache_key=built.cache_key,
-                               ptxas=[mf.PtxasEntry.from_dict(p, "build.ptxas[]") for p in built.ptxas]),
-                correctness=mf.Correctness.from_dict(correctness, "correctness"),
-                timing=mf.Timing.from_dict({**timing.to_dict(), "tflops": tflops(problem.flops, timing.median),
-                                            "peak_memory_bytes": peak_mem}, "timing"),
-                baselines=[mf.Baseline.from_dict(b, "baselines[]") for b in base_dicts],
-                baselines_timed_utc=base_timed, baselines_cached=base_cached,
-                profile=mf.ProfileInfo.from_dict(profile_info, "profile") if profile_info else None,
-                timeline=mf.TimelineInfo.from_dict(timeline_info, "timeline") if timeline_info else None,
-                findings_summary=(mf.FindingsSummary(bottleneck=analyses[0].bottleneck,
-                                                     count=sum(len(a.findings) for a in analyses))
-                                  if analyses else None),
-                stage_seconds=dict(stage.seconds),
-            )
-            final = run.commit(record)
+            for name, df in tables.items():
+                run.add_table(name, df)
+            final = run.commit(run_record(variant, source_sha, problem, facts, built, correctness, timing, peak_mem, base,
+                                          ncu_info, timeline_info, analyses, stage))
 
     page = None
     if opts.report:
-        from lab.report.pages import render_run_page
-
         with stage("report"):
             page = render_run_page(final)
-        store.amend_manifest(final, stage_seconds=dict(stage.seconds))   # the report's own time, once known
+        runs.amend_manifest(final, stage_seconds=dict(stage.seconds))   # the report's own time, once known
     _say(f"stages: {stage.summary()}")
     return Profiled(final, page)
+
+
+# ----------------------------------------------------------------------------- the stages, in order
+
+def setup(variant: Variant, opts: ProfileOptions) -> None:
+    """Refuse, before minutes of work: no GPU, a GPU too old for the rung, no ncu."""
+    environment.require_gpu("profile")
+    environment.require_compute_capability(variant)
+    if opts.ncu:
+        ncu.require_ncu()
+
+
+def build_rung(variant: Variant):
+    _say(f"build {variant.label()}")
+    built = build.build(variant)
+    _say(f"  {'compiled' if built.built_now else 'cached'} in {built.seconds:.1f} s")
+    return built
+
+
+@dataclass
+class Facts:
+    """The machine the run was measured on, as the manifest records it."""
+    device: dict
+    software: dict
+    git: dict
+
+
+def gate(variant: Variant, problem: Problem, opts: ProfileOptions, early) -> tuple[Facts, dict]:
+    """Correctness gates timing: the child's verdict on the problem and the ragged shapes (CheckFailed
+    when wrong). While the child checks, what needs no GPU: the machine's facts for the manifest."""
+    _say(f"check {variant.id} against float64 on {problem.label()} and {opts.check_shapes} ragged shapes")
+    facts = Facts(environment.device_info(), environment.software_info(), environment.git_info())
+    try:
+        correctness = early.result()
+    except NotBuilt:   # compiled just now: check the fresh build
+        correctness = start_check(variant, problem, opts.check_shapes).result()
+    if not correctness["passed"]:
+        raise CheckFailed(f"{variant.id} is wrong on {correctness['failed_shape']}: rel_err "
+                          f"{correctness['rel_err']}, tolerance {correctness['tolerance']} ({correctness['rule']})")
+    return facts, correctness
+
+
+def time_rung(variant: Variant, problem: Problem, built, opts: ProfileOptions):
+    _say(f"bench {variant.id}: {opts.reps} reps after {opts.warmup} warm-up, L2 flushed")
+    return bench.bench_variant(variant, problem, built.module, opts.reps, opts.warmup)
+
+
+@dataclass
+class BaselinesTimed:
+    rows: list
+    timed_utc: str | None = None
+    cached: bool | None = None
+
+
+def baselines_beside(problem: Problem, timing, facts: Facts, opts: ProfileOptions, stage: Stages) -> BaselinesTimed:
+    """The SDPA baselines on this problem, from the store's cache where this device and software timed
+    them with this protocol; each with its ratio (the baseline's time / ours: above 1, ours is faster)."""
+    if not opts.baselines:
+        return BaselinesTimed([])
+    key = baseline_cache.cache_key(facts.device, facts.software, problem, reps=opts.reps, warmup=opts.warmup,
+                                   backends=baselines.BACKENDS, dtypes=baselines.BASELINE_DTYPES)
+    hit = None if opts.fresh_baselines else baseline_cache.get(key)
+    with stage("baselines", "cached in the store; --fresh-baselines re-times them" if hit else "timed"):
+        if hit:
+            out = BaselinesTimed(hit[0], hit[1], True)
+        else:
+            rows = [b.to_dict() for b in baselines.run_baselines(problem, opts.reps, opts.warmup, progress=_say)]
+            out = BaselinesTimed(rows, baseline_cache.put(key, rows), False)
+    for b in out.rows:
+        b["ratio"] = b["median_ms"] / timing.median if b.get("median_ms") and timing.median else None
+    return out
+
+
+def profile_ncu(run, variant: Variant, problem: Problem, opts: ProfileOptions, rng: str) -> dict:
+    """Nsight Compute on the child's launch inside NVTX range `rng`; the manifest's profile section."""
+    _say(f"ncu: profiling the launch inside NVTX range '{rng}'")
+    report_path = run.artifact_path("profile.ncu-rep")
+    cmd = ncu.ncu_command(target_argv(variant, problem), report_path, rng, section_set=opts.section_set)
+    ncu.run_ncu(cmd, run.artifact_path("ncu.log"), env=child_env())
+    run.register_artifact("ncu_report", report_path.name)
+    run.register_artifact("ncu_log", "ncu.log")
+    # as the user would rerun it: the report path as stored, not the staging directory's
+    stored_cmd = [report_path.name if a == str(report_path) else a for a in cmd]
+    return {"tool": "ncu", "command": stored_cmd, "section_set": opts.section_set or ncu.DEFAULT_IS,
+            "report": report_path.name, "nvtx_range": rng}
+
+
+def record_timeline(run, variant: Variant, problem: Problem, opts: ProfileOptions, rng: str) -> dict:
+    """nsys (or torch.profiler where nsys cannot write reports) on `timeline_repeats` launches."""
+    _say(f"timeline: {opts.timeline_repeats} launches in range '{rng}'")
+    tl = collect_timeline(target_argv(variant, problem, opts.timeline_repeats), run.dir / "timeline",
+                          rng, opts.timeline_repeats, env=child_env())
+    for name, df in tl.tables().items():
+        run.add_table(f"timeline_{name}", df)
+    for name, path in tl.artifacts.items():
+        run.register_artifact(f"timeline_{name}", str(Path(path).relative_to(run.dir)))
+    return {"source": tl.source, "reason": tl.reason, "input_format": tl.input_format,
+            "launch_overhead_ns": tl.launch_overhead_ns, "launch_overhead": tl.launch_overhead,
+            "repeats": opts.timeline_repeats}
+
+
+def analyze(run, variant: Variant, problem: Problem, timeline_info: dict | None) -> tuple[list, dict]:
+    """The analysis of the run's ncu report and its tables, with the code the lines point at as it
+    was when profiled (pages never reopen the report)."""
+    report_path = run.artifact_path("profile.ncu-rep")
+    analyses, tables = analysis_tables(report_path, problem.to_dict(), timeline_info)
+    tables["sources"] = source_lines.sources_frame(source_lines.source_texts(report_path), [variant.source])
+    return analyses, tables
+
+
+def run_record(variant: Variant, source_sha: str, problem: Problem, facts: Facts, built, correctness: dict, timing, peak_mem,
+               base: BaselinesTimed, ncu_info: dict | None, timeline_info: dict | None, analyses: list,
+               stage: Stages) -> mf.Manifest:
+    """The run's manifest: every stage's result, checked against the schema (lab.store.manifest)."""
+    return mf.Manifest(
+        created_utc=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        lab_version=__version__,
+        git=mf.Git.from_dict(facts.git, "git"),
+        variant=mf.VariantInfo(id=variant.id, slug=variant.slug, title=variant.title,
+                               source=source_label(variant),
+                               source_sha256=source_sha,
+                               changed=variant.changed, attacks=variant.attacks,
+                               predicted_gain=variant.predicted_gain, kind=variant.kind,
+                               origin=variant.origin, layout=variant.layout,
+                               attacks_classes=list(variant.classes)),
+        problem=problem,
+        device=mf.Device.from_dict(facts.device, "device"),
+        software=mf.Software.from_dict(facts.software, "software"),
+        build=mf.Build(flags=list(built.flags), cache_key=built.cache_key,
+                       ptxas=[mf.PtxasEntry.from_dict(p, "build.ptxas[]") for p in built.ptxas]),
+        correctness=mf.Correctness.from_dict(correctness, "correctness"),
+        timing=mf.Timing.from_dict({**timing.to_dict(), "tflops": bench.tflops(problem.flops, timing.median),
+                                    "peak_memory_bytes": peak_mem}, "timing"),
+        baselines=[mf.Baseline.from_dict(b, "baselines[]") for b in base.rows],
+        baselines_timed_utc=base.timed_utc, baselines_cached=base.cached,
+        profile=mf.ProfileInfo.from_dict(ncu_info, "profile") if ncu_info else None,
+        timeline=mf.TimelineInfo.from_dict(timeline_info, "timeline") if timeline_info else None,
+        findings_summary=(mf.FindingsSummary(bottleneck=analyses[0].bottleneck,
+                                             count=sum(len(a.findings) for a in analyses))
+                          if analyses else None),
+        stage_seconds=dict(stage.seconds),
+    )

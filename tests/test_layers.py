@@ -4,6 +4,8 @@ functions included, so a lazy import cannot hide a climb back up the chain."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import grimp
@@ -75,3 +77,15 @@ def test_layers_contracts_kept(capsys):
     out = capsys.readouterr().out
     assert "the lab's layers, one way down KEPT" in out, out
     assert kept, out
+
+
+def test_every_module_imports_without_torch():
+    """Top-level imports everywhere, torch still lazy: importing all of lab loads no torch (`lab
+    report`, `lab analyze` and the layers above run on a machine without it)."""
+    code = ("import importlib, pkgutil, sys, lab\n"
+            "for m in pkgutil.walk_packages(lab.__path__, 'lab.'):\n"
+            "    importlib.import_module(m.name)\n"
+            "print(sorted(k for k in sys.modules if k == 'torch' or k.startswith('torch.')))\n")
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.strip() == "[]", f"torch imported at module level: {res.stdout.strip()[:300]}"

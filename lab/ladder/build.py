@@ -30,7 +30,9 @@ from typing import Any, Sequence
 
 import platformdirs
 
+from lab.environment import git_info, require_gpu
 from lab.errors import LabError
+from lab.ladder import python_rung
 from lab.ladder.rungfile import KERNELS_DIR, Variant
 
 BINDING = KERNELS_DIR / "binding.cpp"
@@ -443,8 +445,6 @@ def _default_arch() -> str:
 
 def require_cuda_torch(command: str = "build") -> None:
     """Building and loading the extension needs CUDA torch and a GPU; the ptxas report does not."""
-    from lab.environment import require_gpu
-
     require_gpu(command, hint="`lab build --ptxas-only` reports registers, shared memory and spills without a GPU")
 
 
@@ -511,8 +511,6 @@ def is_built(variant: Variant, arch: str | None = None) -> bool:
 
 
 def _python_result(variant: Variant, started: float) -> BuildResult:
-    from lab.ladder import python_rung
-
     if not variant.source.is_file():
         raise LabError(f"{variant.id}: source {variant.source} is missing")
     module = python_rung.load(variant)
@@ -587,8 +585,6 @@ def build_many(variants: Sequence[Variant], arch: str | None, ptxas_only: bool, 
     for v in variants:
         if v.kind == "python":   # nothing to compile; importing its callable is its build step
             try:
-                from lab.ladder import python_rung
-
                 python_rung.load_callable(v)
             except LabError as e:
                 outcomes[id(v)].error, outcomes[id(v)].hint = str(e), e.hint
@@ -630,8 +626,6 @@ def build_many(variants: Sequence[Variant], arch: str | None, ptxas_only: bool, 
 def markdown_builds(results: list[dict], wall_s: float | None, command: str, jobs: int) -> str:
     """The build times as Markdown for benchmarks/RESULTS.md, headed by the machine, date and commit."""
     from datetime import datetime, timezone
-
-    from lab.environment import git_info
 
     git = git_info()
     commit = (git["commit"] or "?")[:10] + {True: " (with uncommitted changes)", None: "", False: ""}[git["dirty"]]

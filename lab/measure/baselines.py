@@ -8,13 +8,11 @@ from __future__ import annotations
 
 import re
 import warnings
-
-from lab.errors import LabError
 from dataclasses import asdict, dataclass
 
 from lab.errors import LabError
-from lab.measure.bench import Timing, peak_memory_bytes, time_cuda, tflops
-from lab.measure.problem import Problem, make_inputs
+from lab.measure.bench import Timing, peak_memory_bytes, tflops, time_cuda
+from lab.measure.problem import Problem, make_inputs, softmax_scale
 
 BACKENDS = ("cudnn", "flash", "efficient", "math")
 BASELINE_DTYPES = ("float16", "float32")
@@ -101,8 +99,6 @@ def baseline_forward(name: str, problem: Problem, device="cuda"):
     import contextlib
 
     import torch.nn.functional as F
-
-    from lab.measure.problem import softmax_scale
 
     scale = softmax_scale(problem)
     if name == STANDARD:

@@ -16,6 +16,8 @@ import math
 from dataclasses import asdict, dataclass
 from typing import Callable
 
+from lab.measure.problem import launch_fn
+
 DEFAULT_WARMUP = 5
 DEFAULT_REPS = 30
 L2_FLUSH_BYTES = 256 * 1024 * 1024  # > 4x the largest L2 we run on (H200: 60 MB)
@@ -235,8 +237,6 @@ def peak_memory_bytes(fn: Callable[[], object]) -> int:
 
 def bench_variant(variant, problem, module, reps: int, warmup: int):
     """Time one rung on one problem; returns (Timing, peak_memory_bytes)."""
-    from lab.measure.problem import launch_fn
-
     call = launch_fn(variant, module, problem, seed=0)  # allocates its output like SDPA: an even comparison
     timing = time_cuda(call, reps=reps, warmup=warmup)
     return timing, peak_memory_bytes(call)

@@ -9,20 +9,18 @@ from __future__ import annotations
 
 import sys
 
+from lab.environment import device_info, git_info, require_compute_capability, require_gpu, software_info
 from lab.errors import CheckFailed
+from lab.ladder import build
+from lab.measure.baselines import run_baselines
+from lab.measure.bench import bench_variant, tflops
+from lab.measure.isolated import check_in_child
 
 
 def bench_ladder(chosen, problems, reps: int, warmup: int, baselines: bool = True, backends=None) -> dict:
-    from lab.environment import device_info, git_info, require_compute_capability, require_gpu, software_info
-
-    require_gpu("bench")  # before importing the build machinery: a clear refusal, fast
+    require_gpu("bench")  # a clear refusal before any work
     for variant in chosen:
         require_compute_capability(variant)
-    from lab.ladder import build
-    from lab.measure.baselines import run_baselines
-    from lab.measure.bench import tflops
-    from lab.measure.bench import bench_variant
-    from lab.measure.isolated import check_in_child
 
     rows, base_by_shape, failed = [], {}, []
     for variant, problem in zip(chosen, problems):

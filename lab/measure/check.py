@@ -22,9 +22,11 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Callable
 
+from lab.environment import require_compute_capability, require_gpu
 from lab.errors import LabError
-from lab.measure.problem import Problem, check_supported
+from lab.ladder.build import build
 from lab.ladder.rungfile import Variant
+from lab.measure.problem import Problem, check_supported, make_inputs, softmax_scale
 
 FP32_REL_TOL = 1e-4
 """Relative error (Frobenius) allowed for an fp32 rung against the float64 reference.
@@ -277,8 +279,6 @@ def check_problem(variant: Variant, problem: Problem, module, seed: int = 0) -> 
     """Run the rung once on `problem` into a NaN-poisoned output and judge it."""
     import torch
 
-    from lab.measure.problem import make_inputs, softmax_scale
-
     scale = softmax_scale(problem)
     try:
         q, k, v = make_inputs(problem, shape_seed(seed, problem), device="cuda")
@@ -321,13 +321,10 @@ def check_variant(variant: Variant, problem: Problem | None = None, extra_shapes
         raise LabError("nothing to check: give a shape or a number of shapes >= 1")
     for p in problems:
         check_supported(variant, p)
-    from lab.environment import require_compute_capability, require_gpu
 
     require_gpu("check")
     require_compute_capability(variant)
     if module is None:
-        from lab.ladder.build import build
-
         module = build(variant).module
     result = CheckResult(variant.id, "; ".join(dict.fromkeys(rule_for(p.dtype) for p in problems)))
     for p in problems:

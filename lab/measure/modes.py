@@ -14,14 +14,13 @@ from __future__ import annotations
 
 from typing import Callable
 
+from lab.measure.problem import softmax_scale
 from lab.measure.sweepplan import MODES
 
 
 def rung_forward(module, problem) -> Callable:
     """A rung's launcher as forward(q, k, v) -> o (the output allocated per call, as SDPA does)."""
     import torch
-
-    from lab.measure.problem import softmax_scale
 
     scale = softmax_scale(problem)
     if getattr(module, "call", None) is not None and module.variant.layout == "BHND":

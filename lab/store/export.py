@@ -7,6 +7,7 @@ from pathlib import Path
 
 from lab.errors import LabError
 from lab.store.runs import Run
+from lab.store.sweeps import add_ratios, group_rows, oom_points
 
 FORMATS = ("csv", "json")
 DEFAULT_OUT = Path("reports") / "export"   # beside `lab report`'s pages: one place for what the lab writes out
@@ -62,8 +63,6 @@ def markdown_sweep(sweep, metric: str = "tflops") -> str:
     """The sweep's tables for benchmarks/RESULTS.md: one per group (mode, timing, dtype, D, mask),
     a row per N (or batch), a column per implementation with median ms and TFLOP/s; batch sweeps add
     the scaling efficiency. Headed by device, date, commit and the command that recorded it."""
-    from lab.store.sweeps import group_rows, oom_points
-
     m = sweep.manifest
     plan = m["plan"]
     dev = m.get("device") or {}
@@ -72,7 +71,6 @@ def markdown_sweep(sweep, metric: str = "tflops") -> str:
                                                 " (uncommitted changes)" if git.get("dirty") else " (tree copied without .git)")
     sw = m.get("software") or {}
     rows = sweep.rows()
-    from lab.store.sweeps import add_ratios
 
     rows = add_ratios(rows, plan.get("baselines", []))
     lines = [f"### Sweep {sweep.id}", "",

@@ -26,7 +26,8 @@ if TYPE_CHECKING:  # pandas is imported where a table is read or written: `lab r
     import pandas as pd
 
 from lab.errors import LabError
-from lab.store.manifest import SCHEMA_VERSION, Manifest, ManifestError
+from lab.ladder.workspace import active
+from lab.store.manifest import Manifest, ManifestError, SCHEMA_VERSION
 # Relative on purpose: the store is where the user runs the lab (or the workspace), never the
 # package's own folder, which may be site-packages.
 DEFAULT_ROOT = Path("profiles")
@@ -45,7 +46,6 @@ def store_root() -> Path:
     current folder's profiles/."""
     if os.environ.get("LAB_PROFILES"):
         return Path(os.environ["LAB_PROFILES"])
-    from lab.ladder.workspace import active
 
     ws = active()
     return ws.profiles_dir if ws is not None else DEFAULT_ROOT

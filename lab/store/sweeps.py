@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from lab.errors import LabError
+from lab.measure.sweepplan import Plan, cell_key
 from lab.store.runs import _SAFE, _write_json_atomic, scan_store, store_root
 
 if TYPE_CHECKING:
@@ -106,8 +107,6 @@ class Sweep:
         return list(by_key.values())
 
     def done_cells(self) -> set[str]:
-        from lab.measure.sweepplan import cell_key
-
         return {cell_key(r["impl"], r["label"], r["mode"]) for r in self.rows()}
 
     def table(self) -> "pd.DataFrame":
@@ -130,8 +129,6 @@ class Sweep:
     def finalize(self, status: str | None = None, messages: list[str] | None = None) -> "Sweep":
         """Fold the journals into rows.parquet with the ratio columns, then the manifest; status is
         complete when every planned cell has rows, else `status` (incomplete or interrupted)."""
-        from lab.measure.sweepplan import Plan
-
         plan = Plan.from_dict(self.plan_dict)
         rows = add_ratios(self.rows(), plan.baselines)
         df = _frame(rows, plan.baselines)
@@ -148,8 +145,6 @@ class Sweep:
         return self
 
     def missing_cells(self):
-        from lab.measure.sweepplan import Plan
-
         plan = Plan.from_dict(self.plan_dict)
         done = self.done_cells()
         return [c for c in plan.cells() if c.key not in done]

@@ -18,9 +18,11 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from lab import __version__, environment
+from lab.console import say as _say
 from lab.analysis import findings as analysis
 from lab.analysis import lines as source_lines
 from lab.errors import CheckFailed, LabError
+from lab.files import write_json_atomic
 from lab.ladder import build, registry
 from lab.ladder.registry import Variant, source_label
 from lab.measure import baselines, bench
@@ -49,10 +51,6 @@ class ProfileOptions:
     report: bool = True
     check_shapes: int = 4
     fresh_baselines: bool = False   # re-time the SDPA baselines instead of reading the store's cache
-
-
-def _say(msg: str) -> None:
-    print(f"[lab] {msg}", file=sys.stderr, flush=True)
 
 
 def target_argv(variant: Variant, problem: Problem, repeat: int = 1) -> list[str]:
@@ -131,7 +129,7 @@ def reanalyze(run) -> tuple[Path, list]:
         # provenance: the judgement is newer than the measurements, and by which lab
         d["reanalyzed"] = {"utc": datetime.now(timezone.utc).isoformat(timespec="seconds"), "lab_version": __version__,
                            "git": git}
-        runs._write_json_atomic(staging / runs.MANIFEST, mf.Manifest.from_dict(d).to_dict())
+        write_json_atomic(staging / runs.MANIFEST, mf.Manifest.from_dict(d).to_dict())
         old = run.path.with_name(f".{run.id}.old")
         os.replace(run.path, old)
         os.replace(staging, run.path)

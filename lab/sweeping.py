@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Callable
 
 from lab import __version__
+from lab.console import say
 from lab.environment import git_info
 from lab.errors import LabError
 from lab.ladder import build, registry
@@ -231,7 +232,7 @@ def _worker_main(argv=None) -> int:
     cells = [c for c in sweep.missing_cells() if c.key in keys] if keys is not None else _slice(sweep.missing_cells(), i, n)
     plan = Plan.from_dict(sweep.plan_dict)
     try:
-        measurer = load_measurer(a.measure_with, plan, lambda s: print(f"[lab] {s}", file=sys.stderr, flush=True))
+        measurer = load_measurer(a.measure_with, plan, say)
         facts = environment_facts(measurer)
         (sweep.path / f".worker-{a.part}.json").write_text(json.dumps({**facts, "worker": a.part}, default=str))
         progress = Progress(cells, f"worker {a.part}", enabled=True)

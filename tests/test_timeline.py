@@ -19,6 +19,7 @@ import pytest
 from click.testing import CliRunner
 
 from lab.cli import main
+from lab.demangle import demangle
 from lab.errors import LabError
 from lab.profilers import nsys
 from lab.profilers.timeline import collect_timeline, read_any
@@ -229,7 +230,7 @@ def test_mangled_kernel_names_are_demangled():
                           "WHERE m.value LIKE '\\_Z%' ESCAPE '\\' LIMIT 1").fetchone()
         if row:
             mangled, short = row
-            [demangled] = nsys.demangle([mangled])
+            [demangled] = demangle([mangled])
             assert demangled != mangled and short in demangled and "(" in demangled
             return
     pytest.skip("no fixture keeps a mangled name")

@@ -21,6 +21,7 @@ import re
 from dataclasses import dataclass
 
 from lab.gpu_specs import peaks_for
+from lab.jsonvalues import plain  # noqa: F401  (metrics.plain: one home, lab.jsonvalues)
 
 SECTOR_BYTES = 32.0     # an L1/L2/DRAM sector, the unit ncu counts memory traffic in
 
@@ -93,15 +94,6 @@ PAGE_COLUMNS = re.compile(
 
 
 # ----------------------------------------------------------------------------- metric access
-
-def plain(v):
-    """numpy scalars to Python values, NaN (ncu_report's missing value in a frame) to None."""
-    if hasattr(v, "item") and not isinstance(v, (str, bytes)):
-        v = v.item()
-    if isinstance(v, float) and math.isnan(v):
-        return None
-    return v
-
 
 class KernelMetrics:
     """One kernel's metrics by ncu name; `num` gives a float or None (missing, NaN or text)."""

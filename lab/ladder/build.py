@@ -31,7 +31,9 @@ from typing import Any, Sequence
 import platformdirs
 
 from lab.environment import git_info, require_gpu
+from lab.demangle import demangle as demangle_names
 from lab.errors import LabError
+from lab.files import write_json_atomic
 from lab.ladder import python_rung
 from lab.ladder.rungfile import KERNELS_DIR, Variant
 
@@ -260,12 +262,6 @@ def build_dir_for(variant: Variant, key: str, tuning: bool = False) -> Path:
     return cache_root() / f"{variant.label()}{'-tuning' if tuning else ''}-{key[:16]}"
 
 
-def _write_json_atomic(path: Path, obj) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(obj, indent=2, default=str))
-    os.replace(tmp, path)
-
-
 # ---------------------------------------------------------------------------------------------
 # ptxas resource usage
 # ---------------------------------------------------------------------------------------------
@@ -304,25 +300,12 @@ def parse_ptxas(log: str, demangle: bool = True) -> list[PtxasRecord]:
             if s := _SMEM_RE.search(line):
                 current["smem_bytes"] = int(s.group(1))
     names = [e["mangled"] for e in entries]
-    pretty = dict(zip(names, _demangle(names))) if demangle else {}
+    pretty = dict(zip(names, demangle_names(names))) if demangle else {}
     return [PtxasRecord(kernel=pretty.get(e["mangled"], e["mangled"]), registers=e["registers"] or 0,
                         smem_bytes=e["smem_bytes"], stack_bytes=e["stack_bytes"],
                         spill_stores_bytes=e["spill_stores_bytes"], spill_loads_bytes=e["spill_loads_bytes"],
                         arch=e["arch"])
             for e in entries]
-
-
-def _demangle(names: list[str]) -> list[str]:
-    """Itanium names through c++filt (one process for all); unchanged where it is missing."""
-    tool = shutil.which("c++filt") or shutil.which("cu++filt")
-    if not names or not tool:
-        return names
-    try:
-        out = subprocess.run([tool], input="\n".join(names) + "\n", capture_output=True, text=True, timeout=30)
-    except (OSError, subprocess.TimeoutExpired):
-        return names
-    lines = out.stdout.splitlines()
-    return lines if out.returncode == 0 and len(lines) == len(names) else names
 
 
 def ptxas_report(variant: Variant, arch: str | None = None, tuning: bool = False) -> PtxasReport:
@@ -372,8 +355,8 @@ def ptxas_report(variant: Variant, arch: str | None = None, tuning: bool = False
     if not records:
         raise LabError(f"ptxas reported no kernels for {variant.source.name}; log: {bdir / 'ptxas.log'}")
     sass = _dump_sass(nvcc, obj, bdir / f"{variant.label()}.sass")
-    _write_json_atomic(marker, {"cache_key": key, "arch": arch, "flags": flags,
-                                "records": [r.to_dict() for r in records], "sass": str(sass) if sass else None})
+    write_json_atomic(marker, {"cache_key": key, "arch": arch, "flags": flags,
+                               "records": [r.to_dict() for r in records], "sass": str(sass) if sass else None})
     return PtxasReport(variant.id, arch, flags, key, bdir, records, sass, bdir / "ptxas.log",
                        compiled_now=True, seconds=time.perf_counter() - started)
 
@@ -489,9 +472,9 @@ def build(variant: Variant, arch: str | None = None, verbose: bool = False,
     except (RuntimeError, OSError, subprocess.CalledProcessError) as e:
         raise LabError(f"building the {variant.id} extension failed: {_tail(str(e))}",
                        hint="rerun with `lab build --verbose` to see the compiler output") from None
-    _write_json_atomic(marker, {"cache_key": key, "arch": arch, "flags": flags, "versions": versions(),
-                                "module_name": module.__name__, "library": Path(module.__file__).name,
-                                "seconds": time.perf_counter() - started})
+    write_json_atomic(marker, {"cache_key": key, "arch": arch, "flags": flags, "versions": versions(),
+                               "module_name": module.__name__, "library": Path(module.__file__).name,
+                               "seconds": time.perf_counter() - started})
     _loaded[key] = module
     return _result(variant, arch, flags, key, bdir, module, built_now=True, started=started)
 

@@ -4,12 +4,12 @@ README, profiles/, reports/), `lab new` copies a rung forward into its kernels/.
 from __future__ import annotations
 
 import json
-import os
 import re
 import textwrap
 from pathlib import Path
 
 from lab.errors import LabError
+from lab.files import write_text_atomic
 from lab.ladder import registry
 from lab.ladder.rungfile import _ID_RE, _SECTIONS, _SLUG_RE, COMMENT, KERNELS_DIR, header_lines, read_block
 from lab.ladder.workspace import LAB_TOML, TEMPLATE, Workspace, load, valid_name
@@ -74,14 +74,8 @@ def init(folder: Path) -> Workspace:
     for path, text in files.items():
         if not path.exists():   # a user's own README or .gitignore stays as it is
             path.write_text(text)
-    _write_atomic(folder / LAB_TOML, TEMPLATE.format(name=name))  # last: the workspace appears whole
+    write_text_atomic(folder / LAB_TOML, TEMPLATE.format(name=name))  # last: the workspace appears whole
     return load(folder)
-
-
-def _write_atomic(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -107,7 +101,7 @@ def new_rung(ws: Workspace, new_id: str, source, slug: str | None = None, bottle
         raise LabError(f"{dest} already exists", hint="pick another id or --slug")
     text = copy_forward(source, new_id, slug, bottleneck, evidence_text)
     ws.kernels_dir.mkdir(parents=True, exist_ok=True)
-    _write_atomic(dest, text)
+    write_text_atomic(dest, text)
     return dest
 
 

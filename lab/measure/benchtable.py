@@ -7,8 +7,7 @@ and run as the rungs, so the ratios are side by side.
 
 from __future__ import annotations
 
-import sys
-
+from lab.console import say
 from lab.environment import device_info, git_info, require_compute_capability, require_gpu, software_info
 from lab.errors import CheckFailed
 from lab.ladder import build
@@ -26,7 +25,7 @@ def bench_ladder(chosen, problems, reps: int, warmup: int, baselines: bool = Tru
     for variant, problem in zip(chosen, problems):
         shape_key = problem.with_dtype("float32").label()
         if baselines and shape_key not in base_by_shape:
-            print(f"[lab] baselines for {shape_key}", file=sys.stderr, flush=True)
+            say(f"baselines for {shape_key}")
             base_by_shape[shape_key] = run_baselines(problem, reps, warmup, **({"backends": backends} if backends else {}))
         built = build.build(variant)
         # correctness gates timing: the benched shape and a few ragged ones, causal and not, in a
@@ -41,7 +40,7 @@ def bench_ladder(chosen, problems, reps: int, warmup: int, baselines: bool = Tru
             failed.append(variant.id)
             rows.append(row)
             continue
-        print(f"[lab] bench {variant.id} {problem.label()}", file=sys.stderr, flush=True)
+        say(f"bench {variant.id} {problem.label()}")
         timing, peak = bench_variant(variant, problem, built.module, reps, warmup)
         row.update(timing=timing.to_dict(), tflops=tflops(problem.flops, timing.median), peak_memory_bytes=peak,
                    baselines=[b.to_dict(timing.median) for b in base_by_shape.get(shape_key, [])])

@@ -23,6 +23,7 @@ from typing import Callable
 from rich.console import Console
 from rich.progress import BarColumn, Progress as RichProgress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
+from lab.console import line, say
 from lab.environment import device_info, require_compute_capability, require_gpu, software_info
 from lab.errors import CheckFailed, LabError
 from lab.ladder import build, registry
@@ -223,16 +224,16 @@ class Progress:
         eta = self.eta_s()
         summary = "; ".join(f"{r['timing']} {r['median_ms']:.4g} ms" if r.get("status") == "ok"
                             else f"{r['timing']} {r['status']}" for r in rows)
-        print(f"[lab] {self.done}/{self.count} {cell.impl} {cell.problem.label()} {cell.mode}: {summary or 'done'}"
-              + (f" (ETA {eta:.0f} s)" if eta is not None else ""), file=sys.stderr, flush=True)
+        say(f"{self.done}/{self.count} {cell.impl} {cell.problem.label()} {cell.mode}: {summary or 'done'}"
+            + (f" (ETA {eta:.0f} s)" if eta is not None else ""))
 
     def log(self, text: str) -> None:
         if not self.enabled:
             return
         if self._rich is not None:
-            self._rich.console.print(f"[lab] {text}")
+            self._rich.console.print(line(text), markup=False)
         else:
-            print(f"[lab] {text}", file=sys.stderr, flush=True)
+            say(text)
 
     def close(self) -> None:
         if self._rich is not None:

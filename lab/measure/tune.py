@@ -11,10 +11,10 @@ repetition, so that drift hits all of them alike.
 
 from __future__ import annotations
 
-import sys
 from dataclasses import dataclass, field
 
 from lab.errors import CheckFailed, LabError
+from lab.console import say as _say
 from lab.environment import require_compute_capability, require_gpu
 from lab.ladder.build import build
 from lab.ladder.tuning import Candidate, require_tunable, tuning_module
@@ -56,10 +56,6 @@ class TuneResult:
         best = self.fastest()
         return {"variant": self.variant_id, "problem": self.problem.to_dict(),
                 "fastest": best.label if best else None, "rows": [r.to_dict() for r in self.rows]}
-
-
-def _say(msg: str) -> None:
-    print(f"[lab] {msg}", file=sys.stderr, flush=True)
 
 
 def tune(variant, problem: Problem, reps: int = 30, warmup: int = 5, check_shapes: int = 4) -> TuneResult:

@@ -21,9 +21,10 @@ from typing import Callable
 
 import pandas as pd
 
+from lab.demangle import demangle
 from lab.errors import LabError
 from lab.profilers.nsys import (KERNEL_COLUMNS, MEMORY_COLUMNS, NVTX_COLUMNS, RUNTIME_COLUMNS, EventTables,
-                             demangle, empty_frame)
+                             empty_frame)
 
 
 def profile_launches(launch: Callable[[], None], repeats: int, trace_path: Path, range_name: str) -> None:

@@ -28,6 +28,7 @@ from typing import NamedTuple
 import pandas as pd
 
 from lab import children
+from lab.demangle import demangle
 from lab.errors import LabError
 
 # ----------------------------------------------------------------------------------- raw events
@@ -425,44 +426,6 @@ def _read_memory(con, tables) -> pd.DataFrame:
     if not parts:
         return empty_frame(MEMORY_COLUMNS)
     return pd.concat(parts, ignore_index=True)[MEMORY_COLUMNS]
-
-
-# ----------------------------------------------------------------------------------- demangling
-
-_demangled: dict[str, str] = {}
-
-
-def demangle(names: list[str | None]) -> list[str | None]:
-    """Itanium-demangle names that are still mangled (`_Z...`), in one c++filt call; without
-    c++filt, the cxxfilt module if installed; else they stay as they are."""
-    todo = sorted({n for n in names if isinstance(n, str) and n.startswith("_Z") and n not in _demangled})
-    if todo:
-        _demangled.update(_demangle_batch(todo))
-    return [_demangled.get(n, n) if isinstance(n, str) else n for n in names]
-
-
-def _demangle_batch(names: list[str]) -> dict[str, str]:
-    tool = shutil.which("c++filt")
-    if tool:
-        try:
-            out = subprocess.run([tool], input="\n".join(names) + "\n", capture_output=True, text=True, timeout=60)
-            lines = out.stdout.splitlines()
-            if out.returncode == 0 and len(lines) == len(names):
-                return dict(zip(names, lines))
-        except (OSError, subprocess.TimeoutExpired):
-            pass
-    try:
-        import cxxfilt  # optional
-
-        result = {}
-        for n in names:
-            try:
-                result[n] = cxxfilt.demangle(n)
-            except Exception:  # a name cxxfilt cannot parse stays mangled rather than failing the read
-                result[n] = n
-        return result
-    except ImportError:
-        return {n: n for n in names}
 
 
 # -------------------------------------------------------------------------------- stats CSV

@@ -18,7 +18,6 @@ An `nsys stats --format csv` file holds summaries only; its Timeline has no even
 
 from __future__ import annotations
 
-import math
 import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,7 +26,9 @@ import numpy as np
 import pandas as pd
 
 from lab import children
+from lab.demangle import demangle
 from lab.errors import LabError
+from lab.jsonvalues import plain
 from lab.profilers import kineto, nsys
 from lab.profilers.nsys import EventTables
 
@@ -91,22 +92,11 @@ class Timeline:
         }
 
 
-def _py(v):
-    """numpy / pandas scalars to JSON values; NaN and NA to null."""
-    if v is None or v is pd.NA:
-        return None
-    if isinstance(v, (np.integer,)):
-        return int(v)
-    if isinstance(v, (np.floating, float)):
-        return None if math.isnan(v) else float(v)
-    return v
-
-
 def _records(df: pd.DataFrame, columns: list[str]) -> list[dict]:
     """Rows as dicts with every schema column; one the source lacks (Med in a 2021 CSV) is null."""
     cols = [c for c in columns if c in df.columns]
     missing = {c: None for c in columns if c not in df.columns}
-    return [{**{c: _py(v) for c, v in zip(cols, row)}, **missing} for row in df[cols].itertuples(index=False, name=None)]
+    return [{**{c: plain(v) for c, v in zip(cols, row)}, **missing} for row in df[cols].itertuples(index=False, name=None)]
 
 
 # --------------------------------------------------------------------------------- summaries
@@ -317,7 +307,7 @@ def from_stats_csv(path: Path) -> Timeline:
                        hint="run `nsys stats --report cuda_gpu_kern_sum,cuda_api_sum,cuda_gpu_mem_time_sum,nvtx_sum "
                             "--format csv REPORT`, or pass the .sqlite / .nsys-rep itself")
     kernels = used.get("kernels", pd.DataFrame(columns=["name", "instances", *STAT_COLUMNS]))
-    kernels = kernels.assign(name=nsys.demangle(list(kernels["name"])))
+    kernels = kernels.assign(name=demangle(list(kernels["name"])))
     memory = used.get("memory", pd.DataFrame(columns=["operation", "count", *STAT_COLUMNS]))
     if "memory_size" in tables and "total_bytes" in tables["memory_size"]:
         memory = memory.merge(tables["memory_size"][["operation", "total_bytes"]], on="operation", how="outer")
@@ -467,7 +457,7 @@ def require_range(tl: Timeline, range_name: str) -> Timeline:
 # ------------------------------------------------------------------------------------ text
 
 def _fmt_ns(v) -> str:
-    v = _py(v)
+    v = plain(v)
     if v is None:
         return "-"
     for unit, scale in (("s", 1e9), ("ms", 1e6), ("us", 1e3)):

@@ -14,7 +14,6 @@ Drawing (charts, Markup, Jinja) is lab.report.pages's job; wording numbers is la
 from __future__ import annotations
 
 import json
-import math
 import re
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -27,6 +26,7 @@ from lab.analysis import metrics as interpret
 from lab.analysis.metrics import PAGE_COLUMNS, PAGE_COLUMNS_NARROW
 from lab.ladder import registry
 from lab.errors import LabError
+from lab.jsonvalues import plain as _plain
 from lab.report.formatting import fmt_bytes, fmt_num, fmt_pct, speed_phrase
 from lab.measure.problem import DTYPE_BYTES, Problem
 from lab.store.runs import DamagedRun, Run, open_root, scan_runs
@@ -246,15 +246,6 @@ def _pandas_attrs(t: "pa.Table") -> dict:
     except ValueError:
         return {}
     return attrs if isinstance(attrs, dict) else {}
-
-
-def _plain(v):
-    """numpy scalars and NaN to plain Python values (None for missing)."""
-    if hasattr(v, "item"):
-        v = v.item()
-    if isinstance(v, float) and math.isnan(v):
-        return None
-    return v
 
 
 def load(run: Run) -> RunData:

@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from datetime import datetime, timezone
 from pathlib import Path
 
+from lab.files import write_json_atomic
 from lab.store.manifest import Baseline, ManifestError
 from lab.store.runs import store_root
 
@@ -58,9 +58,7 @@ def put(key: dict, baselines: list[dict], root: Path | None = None) -> str:
     path = _path(key, root)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        tmp.write_text(json.dumps({"key": key, "timed_utc": timed, "baselines": clean}, indent=1))
-        os.replace(tmp, path)
+        write_json_atomic(path, {"key": key, "timed_utc": timed, "baselines": clean}, indent=1)
     except OSError:
         pass
     return timed

@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 from lab.errors import LabError
+from lab.files import write_text_atomic
 from lab.store.runs import Run
 from lab.store.sweeps import add_ratios, group_rows, oom_points
 
@@ -147,7 +148,5 @@ def update_markdown_section(path: Path, sweep, text: str) -> bool:
     else:
         new = old.rstrip() + "\n\n" + block + "\n"
     if new != old:
-        tmp = path.with_name(f".{path.name}.tmp")
-        tmp.write_text(new)
-        tmp.replace(path)
+        write_text_atomic(path, new)
     return new != old

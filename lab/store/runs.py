@@ -26,6 +26,7 @@ if TYPE_CHECKING:  # pandas is imported where a table is read or written: `lab r
     import pandas as pd
 
 from lab.errors import LabError
+from lab.files import write_json_atomic
 from lab.ladder.workspace import active
 from lab.store.manifest import Manifest, ManifestError, SCHEMA_VERSION
 # Relative on purpose: the store is where the user runs the lab (or the workspace), never the
@@ -102,7 +103,7 @@ class RunWriter:
             checked = Manifest.from_dict(d)
         except ManifestError as e:
             raise LabError(f"run {self.final.name} not stored: its manifest is malformed: {e}") from None
-        _write_json_atomic(self.dir / MANIFEST, checked.to_dict())
+        write_json_atomic(self.dir / MANIFEST, checked.to_dict())
         os.replace(self.dir, self.final)  # atomic on one filesystem: the run appears whole
         return self.final
 
@@ -126,20 +127,6 @@ def create_run(run_id: str, root: Path | None = None) -> Iterator[RunWriter]:
         raise
     if staging.exists():  # caller did not commit: nothing appears
         shutil.rmtree(staging, ignore_errors=True)
-
-
-def _write_json_atomic(path: Path, obj) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(obj, indent=2, sort_keys=False, default=_json_default))
-    os.replace(tmp, path)
-
-
-def _json_default(o):
-    if hasattr(o, "item"):
-        return o.item()
-    if isinstance(o, Path):
-        return str(o)
-    raise TypeError(f"not JSON serializable: {type(o).__name__}")
 
 
 class Run:
@@ -182,7 +169,7 @@ def amend_manifest(run_dir: Path, **fields) -> Path:
     run = Run(Path(run_dir))
     d = run.record.to_dict()
     d.update(fields)
-    _write_json_atomic(run.path / MANIFEST, Manifest.from_dict(d).to_dict())
+    write_json_atomic(run.path / MANIFEST, Manifest.from_dict(d).to_dict())
     return run.path
 
 

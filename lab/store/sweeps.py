@@ -23,8 +23,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from lab.errors import LabError
+from lab.files import replacing, write_json_atomic
+from lab.jsonvalues import json_default, plain
 from lab.measure.sweepplan import Plan, cell_key
-from lab.store.runs import _SAFE, _write_json_atomic, scan_store, store_root
+from lab.store.runs import _SAFE, scan_store, store_root
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -83,7 +85,7 @@ class Sweep:
         """One cell's rows, durable before the next cell starts."""
         with open(self.path / f"journal-{part}.jsonl", "a", encoding="utf-8") as fh:
             for row in rows:
-                fh.write(json.dumps(row, default=_plain) + "\n")
+                fh.write(json.dumps(row, default=json_default) + "\n")
             fh.flush()
             os.fsync(fh.fileno())
 
@@ -94,7 +96,7 @@ class Sweep:
         if table.is_file():
             import pandas as pd
 
-            rows = [{k: _py(v) for k, v in r.items()} for r in pd.read_parquet(table).to_dict("records")]
+            rows = [{k: plain(v) for k, v in r.items()} for r in pd.read_parquet(table).to_dict("records")]
         for j in self.journals():
             for line in j.read_text(encoding="utf-8").splitlines():
                 try:
@@ -124,7 +126,7 @@ class Sweep:
     def update_manifest(self, **fields) -> None:
         self.manifest.update(fields)
         self.manifest["updated_utc"] = now_utc()
-        _write_json_atomic(self.path / SWEEP_MANIFEST, self.manifest)
+        write_json_atomic(self.path / SWEEP_MANIFEST, self.manifest)
 
     def finalize(self, status: str | None = None, messages: list[str] | None = None) -> "Sweep":
         """Fold the journals into rows.parquet with the ratio columns, then the manifest; status is
@@ -132,9 +134,8 @@ class Sweep:
         plan = Plan.from_dict(self.plan_dict)
         rows = add_ratios(self.rows(), plan.baselines)
         df = _frame(rows, plan.baselines)
-        tmp = self.path / f".{TABLE_FILE}.tmp"
-        df.to_parquet(tmp, index=False)
-        os.replace(tmp, self.path / TABLE_FILE)
+        with replacing(self.path / TABLE_FILE) as tmp:
+            df.to_parquet(tmp, index=False)
         planned = {c.key for c in plan.cells()}
         done = {k for k in self.done_cells() if k in planned}
         final = "complete" if done >= planned else (status or "incomplete")
@@ -151,21 +152,6 @@ class Sweep:
 
     def __repr__(self) -> str:
         return f"Sweep({self.id})"
-
-
-def _py(v):
-    """pandas/NumPy scalars and NaN back to plain JSON values."""
-    if hasattr(v, "item"):
-        v = v.item()
-    if isinstance(v, float) and v != v:
-        return None
-    return v
-
-
-def _plain(o):
-    if hasattr(o, "item"):
-        return o.item()
-    raise TypeError(f"not JSON serializable: {type(o).__name__}")
 
 
 def _frame(rows: list[dict], baselines: list[str]) -> "pd.DataFrame":
@@ -220,7 +206,7 @@ def create_sweep(sweep_id: str, manifest: dict, root: Path | None = None) -> Swe
     sweep_id = path.name
     m = {"schema_version": SWEEP_SCHEMA, "kind": "sweep", "sweep_id": sweep_id, "created_utc": now_utc(),
          "updated_utc": now_utc(), "status": "running", **manifest}
-    _write_json_atomic(path / SWEEP_MANIFEST, m)
+    write_json_atomic(path / SWEEP_MANIFEST, m)
     return Sweep(path)
 
 

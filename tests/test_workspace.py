@@ -84,14 +84,15 @@ def test_new_copies_forward_with_the_launcher_renamed_and_a_header_skeleton(ws):
     v = registry.parse_rung(path, "workspace")
     assert (v.id, v.slug, v.dtypes, v.head_dims, v.min_cc) == (NEW, "mine", TOP.dtypes, TOP.head_dims, TOP.min_cc)
     assert f"lab profile --variant {NEW}" in text and v.changed and v.predicted_gain
-    # The copied code is the source's code: the diff is the header and the launcher's name only.
-    def body(t: str, launcher: str) -> str:   # the code, without a block that follows it
+    # The copied code is the source's code: the diff is the header and the launchers' names only
+    # (the forward's, and the backward's where the source has one).
+    def body(t: str, rung_id: str) -> str:   # the code, without a block that follows it
         code = t[t.index("#include"):]
         if "// lab:rung" in code:
             code = code[:code.index("// lab:rung")]
             code = code[:code.rstrip().rfind("\n\n") + 1] if "// The rung's facts" in code else code
-        return code.replace(launcher, "LAUNCHER").rstrip()
-    assert body(text, f"lab_forward_{NEW}") == body(TOP.source.read_text(), f"lab_forward_{TOP.id}")
+        return code.replace(f"lab_forward_{rung_id}", "LAUNCHER").replace(f"lab_backward_{rung_id}", "BACKWARD").rstrip()
+    assert body(text, NEW) == body(TOP.source.read_text(), TOP.id)
 
 
 def test_new_writes_the_evidence_of_the_sources_latest_profile(ws):

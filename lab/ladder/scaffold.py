@@ -129,8 +129,8 @@ def copy_forward(source, new_id: str, slug: str, bottleneck: str | None, evidenc
     end = first + len(header)
     kept_notes = _notes_after_sections(lines[first:end], comment)
     body = "\n".join(lines[end:])
-    if source.kind == "cuda":  # the launcher (and any _config variant of it) takes the new id
-        body = re.sub(rf"\blab_forward_{re.escape(source.id)}(?=\b|_)", f"lab_forward_{new_id}", body)
+    if source.kind == "cuda":  # the launchers (and their _config/_workspace variants) take the new id
+        body = re.sub(rf"\blab_(forward|backward)_{re.escape(source.id)}(?=\b|_)", rf"lab_\1_{new_id}", body)
     block = dict(table, id=new_id, slug=slug,
                  title=f"{new_id}: (one line: what it changes; copied forward from {source.id})",
                  attacks=[bottleneck] if bottleneck else [])

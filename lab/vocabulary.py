@@ -3,4 +3,7 @@ carries one of these classes, and every rung declares the ones it attacks from t
 sits beside errors.py, above the data flow, so the registry and the analysis read it alike."""
 
 CLASSES = ("small-grid", "occupancy-limited", "latency-bound", "memory-bound", "compute-bound",
-           "uncoalesced-global", "bank-conflicts", "local-memory", "divergence", "launch-bound")
+           "uncoalesced-global", "bank-conflicts", "local-memory", "divergence", "launch-bound",
+           # what a backward pass adds (DESIGN.md: a new class only where none of the above names the cause):
+           # dQ's global reductions and their contention in L2; the dK/dV accumulators' registers, spilled
+           "reduction-traffic", "register-pressure")

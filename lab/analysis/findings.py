@@ -59,7 +59,8 @@ from lab import vocabulary
 from lab.analysis.advice import rung_of
 from lab.analysis.lines import report_lines, where
 from lab.analysis.metrics import KEY_METRICS as METRIC_LABELS
-from lab.analysis.metrics import SECTOR_BYTES, KernelFacts, derived_values, global_excess, kernel_facts, plain, rounded
+from lab.analysis.metrics import (SECTOR_BYTES, KernelFacts, derived_values, duration_shares, global_excess, kernel_facts,
+                                 plain, rounded)
 from lab.analysis.ncu_rules import map_rule
 from lab.analysis.rules import BY_CLASS, CAUSES, RULES, TIE_ORDER, Context, Finding, context
 
@@ -250,11 +251,13 @@ def _problem_applies(df: pd.DataFrame) -> bool:
 
 
 def analyze_frame(df: pd.DataFrame, rules: Iterable[dict], problem: dict | None = None,
-                  lines: list[dict] | None = None, launch_overhead_ns: float | None = None) -> list[KernelAnalysis]:
+                  lines: list[dict] | None = None, launch_overhead_ns: float | None = None,
+                  mode: str | None = None) -> list[KernelAnalysis]:
     """Findings for every kernel (row) of a `lab.profilers.ncu.load_report` frame, given the report's
     rule results (`lab.profilers.ncu.rule_results`), optionally the lab's problem dict
     (`Problem.to_dict()`: batch, heads, flops, min_bytes, dtype, ...), the per-line tables of
-    `lab.analysis.lines.report_lines` (by kernel_index) and the launch overhead a timeline measured."""
+    `lab.analysis.lines.report_lines` (by kernel_index), the launch overhead a timeline measured and the
+    run's mode ("fwd", "bwd", "fwd+bwd": a backward's kernels hear backward advice; None: their names tell)."""
     rules = list(rules)
     if problem is not None and not problem.get("min_bytes") and "batch" in problem and problem.get("dtype"):
         from lab.measure.problem import Problem
@@ -268,7 +271,11 @@ def analyze_frame(df: pd.DataFrame, rules: Iterable[dict], problem: dict | None 
         idx = int(plain(row.get("kernel_index")) if row.get("kernel_index") is not None else pos)
         k_lines = lines[idx] if lines is not None and idx < len(lines) else None
         out.append(analyze_kernel(row, [r for r in rules if r.get("kernel_index") == idx], use_problem, k_lines,
-                                  launch_overhead_ns))
+                                  launch_overhead_ns, mode))
+    # each kernel's share of the time of all profiled kernels: of a multi-kernel backward (preprocess,
+    # main loop, dQ convert), which one the time goes to
+    for a, share in zip(out, duration_shares([a.duration_ns for a in out])):
+        a.derived["duration_share_pct"] = share
     return out
 
 
@@ -292,14 +299,14 @@ def select_kernels(df: pd.DataFrame, kernel_regex: str | None) -> pd.DataFrame:
 
 def analyze_report(path: str | os.PathLike, problem: dict | None = None,
                    kernel_regex: str | None = None, launch_overhead_ns: float | None = None,
-                   with_lines: bool = True) -> list[KernelAnalysis]:
+                   with_lines: bool = True, mode: str | None = None) -> list[KernelAnalysis]:
     """Findings for every profiled kernel of an .ncu-rep (optionally only those matching a regex),
     each citing its source lines where the report has per-PC counters."""
     from lab.profilers import ncu
 
     df = select_kernels(ncu.load_report(path), kernel_regex)
     lines = report_lines(path) if with_lines else None
-    return analyze_frame(df, ncu.rule_results(path), problem, lines, launch_overhead_ns)
+    return analyze_frame(df, ncu.rule_results(path), problem, lines, launch_overhead_ns, mode)
 
 
 def report_dtype(path: str | os.PathLike, kernel_regex: str | None = None) -> str | None:

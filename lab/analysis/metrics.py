@@ -311,8 +311,24 @@ def local_share(M: KernelMetrics) -> tuple[float | None, dict]:
         glob_ = sum_or_none(*(M.num(n) for n in glob_names))
         if loc is not None and glob_ is not None:
             ev = {n: M.num(n) for n in loc_names + glob_names}
+            bulk = _bulk_copy_sectors(M)
+            if bulk is not None and bulk > glob_:
+                # The load/store unit's counters miss what TMA moves (one UTMALDG brings kilobytes): a
+                # kernel fed by bulk copies would look local-heavy. Its global side is what L2 served it.
+                glob_ = bulk
+                ev.update({n: M.num(n) for n in _L2_FROM_SM})
             return (loc / (loc + glob_) if loc + glob_ > 0 else 0.0), ev
     return None, {}
+
+
+_L2_FROM_SM = ("lts__t_sectors_srcunit_tex_op_read.sum", "lts__t_sectors_srcunit_tex_op_write.sum")
+
+
+def _bulk_copy_sectors(M: KernelMetrics) -> float | None:
+    """The sectors L2 served the SMs, for a kernel that moves data with TMA bulk copies; else None."""
+    if not (hopper_async(M) or {}).get("tma"):
+        return None
+    return sum_or_none(*(M.num(n) for n in _L2_FROM_SM))
 
 
 def bank_conflict_nway(M: KernelMetrics) -> list[tuple[str, float, dict]]:
@@ -539,6 +555,14 @@ def flop_rates(c: KernelFacts) -> dict:
             peak = peaks.fp32_tflops if dt == "float32" else peaks.tensor_fp16_tflops
             ev[f"lab__problem_pct_of_{'fp32' if dt == 'float32' else 'tensor'}_peak"] = rounded(100 * tf / peak, 2)
     return ev
+
+
+def duration_shares(durations: list[float | None]) -> list[float | None]:
+    """Each kernel's share (percent) of the summed duration of the kernels profiled together; None where
+    a duration is unknown (then the shares of the others are of the known total)."""
+    known = [d for d in durations if d is not None and d > 0]
+    total = sum(known)
+    return [rounded(100.0 * d / total, 2) if (d is not None and d > 0 and total) else None for d in durations]
 
 
 # ----------------------------------------------------------------------------- memory traffic per level

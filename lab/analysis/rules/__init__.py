@@ -18,11 +18,14 @@ from lab.analysis.rules.launch_bound import LaunchBound
 from lab.analysis.rules.local_memory import LocalMemory
 from lab.analysis.rules.memory_bound import MemoryBound
 from lab.analysis.rules.occupancy_limited import OccupancyLimited
+from lab.analysis.rules.reduction_traffic import ReductionTraffic
+from lab.analysis.rules.register_pressure import RegisterPressure
 from lab.analysis.rules.small_grid import SmallGrid
 from lab.analysis.rules.uncoalesced_global import UncoalescedGlobal
 
-RULES: tuple[Rule, ...] = (SmallGrid(), UncoalescedGlobal(), BankConflicts(), LocalMemory(), Divergence(),
-                           OccupancyLimited(), LaunchBound(), MemoryBound(), ComputeBound(), LatencyBound())
+RULES: tuple[Rule, ...] = (SmallGrid(), UncoalescedGlobal(), BankConflicts(), ReductionTraffic(), RegisterPressure(),
+                           LocalMemory(), Divergence(), OccupancyLimited(), LaunchBound(), MemoryBound(), ComputeBound(),
+                           LatencyBound())
 BY_CLASS: dict[str, Rule] = {r.cls: r for r in RULES}
 TIE_ORDER: tuple[str, ...] = tuple(r.cls for r in RULES)
 # symptom -> the causes that explain it

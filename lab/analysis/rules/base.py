@@ -9,6 +9,7 @@ with Nsight's rule results, ranks them and cites their lines.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -17,6 +18,10 @@ from lab.analysis.lines import cite
 from lab.analysis.metrics import KernelFacts
 
 BOUND_PCT = 60.0   # ncu's SpeedOfLight rule: above 60% of a unit's peak is throughput-bound territory
+BACKWARD_MODES = ("bwd", "fwd+bwd")
+# The names backward kernels carry: FlashAttention-2's flash_bwd_* and dq_dk_dv loop, cuDNN's "bprop",
+# CUTLASS's fmha_cutlassB, the dQ convert and dot(dO, O) preprocess kernels
+_BACKWARD_NAME = re.compile(r"bwd|bprop|backward|cutlassB|dq_dk_dv|convert_dq|dot_do_o", re.IGNORECASE)
 
 
 @dataclass
@@ -93,6 +98,17 @@ class Rule:
         """A Finding of this rule's class from the lab's model, with this rule's advice; ranked by
         `rank` (default: the estimate)."""
         return Finding(self.cls, title, "", est, evidence, self.advice(c, ctx), "lab", est if rank is None else rank)
+
+
+def is_backward(c: KernelFacts, mode: str | None) -> bool:
+    """A kernel of a backward pass: a run of mode "bwd" says so for all its kernels, "fwd" for none; in a
+    fwd+bwd run, or a report the lab did not make, the kernel's name tells."""
+    if mode == "bwd":
+        return True
+    if mode == "fwd":
+        return False
+    name = c.M.text("kernel") or c.M.text("kernel_function") or ""
+    return bool(_BACKWARD_NAME.search(name))
 
 
 def top_stall_lines(k: dict, c: KernelFacts) -> list[dict]:

@@ -349,7 +349,9 @@ def render(analyses: list[KernelAnalysis], console=None) -> None:
         head.append(f"[{a.kernel_index}] ", style="dim")
         head.append(a.kernel if len(a.kernel) <= 200 else a.kernel[:197] + "...", style="bold")
         console.print(head)
-        console.print(f"    {_fmt((a.duration_ns or 0) / 1000)} us on {a.device or 'unknown device'}; grid "
+        share = d.get("duration_share_pct") if len(analyses) > 1 else None
+        of_all = f" ({share:.1f}% of the profiled kernels' time)" if share is not None else ""
+        console.print(f"    {_fmt((a.duration_ns or 0) / 1000)} us{of_all} on {a.device or 'unknown device'}; grid "
                       f"{_fmt(m.get('launch__grid_size'))} x block {_fmt(m.get('launch__block_size'))}, "
                       f"{_fmt(m.get('launch__registers_per_thread'))} registers/thread", highlight=False)
         busy = (f"    compute {_fmt(d.get('compute_pct_of_peak'))}% ({d.get('compute_unit') or 'n/a'}), memory "

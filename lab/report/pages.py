@@ -28,7 +28,7 @@ from lab.errors import LabError
 from lab.report.formatting import (NWAY_DEFINITION, fmt_bytes, fmt_capacity, fmt_count, fmt_change, fmt_ms, fmt_num, fmt_pct, fmt_shell, fmt_times, is_missing,
                             speed_phrase)
 from lab.measure.problem import DTYPE_BYTES
-from lab.report.rundata import (DURATION, RunData, RunDamaged, below_minimum_note, prediction_shape_note, section_set_label, Table, ci_overlap, dram_bytes, findings_context, ladder_neighbour, load,
+from lab.report.rundata import (DURATION, RunData, RunDamaged, backward_kernels, below_minimum_note, prediction_shape_note, section_set_label, Table, ci_overlap, dram_bytes, findings_context, ladder_neighbour, load,
                          load_all, memory_levels, occupancy, performance_rows, sass_fp32_flops, stall_reasons)
 from lab.report.sourceview import source_context
 from lab.store.runs import DamagedRun, find_run, open_root
@@ -44,7 +44,7 @@ DTYPE_MARKERS = {"float16": "circle", "bfloat16": "triangle", "float32": "diamon
 
 def roofline(rd: RunData, kernel: dict | None) -> dict:
     """Points and roofs for the chart, and notes on what each coordinate rests on."""
-    flops = rd.problem.flops
+    flops = rd.flops   # the FLOPs of what was timed: a backward counts 2.5x its forward
     notes = []
     points = []
     dram, dram_src = dram_bytes(kernel)
@@ -258,7 +258,7 @@ def run_context(rd: RunData, runs: list[RunData], out_dir: Path) -> dict:
         "next_variant": next_variant, "in_registry": rd.variant_id in registry.all_ids(), "kernel": k, "kernels": rd.kernels,
         "roofline": roofline(rd, k), "stalls": stalls, "stall_unit": stall_unit, "stall_family": stall_family,
         "stall_svg": stall_svg, "occupancy": occupancy(k, rd.device), "memory": mem, "memory_svg": mem_svg,
-        "f": fctx, "timeline": timeline_context(rd), "artifacts": artifacts,
+        "f": fctx, "timeline": timeline_context(rd), "artifacts": artifacts, "backward": backward_kernels(rd),
         "source": source_context(rd, k, fctx["findings"]),
         "raw_metrics": raw_metrics_html(rd.kernels, rd.units), "units": rd.units,
         "stored_metric_count": rd.stored_metric_count,

@@ -29,11 +29,13 @@ from lab.errors import LabError
 from lab.jsonvalues import plain as _plain
 from lab.report.formatting import fmt_bytes, fmt_num, fmt_pct, speed_phrase
 from lab.measure.problem import DTYPE_BYTES, Problem
+from lab.measure.sweepplan import MODE_FLOP_FACTOR, mode_flops
 from lab.store.runs import DamagedRun, Run, open_root, scan_runs
 
 
 KERNEL_COLUMNS = ("kernel", "kernel_name", "Kernel Name", "name", "demangled_name", "function")
 DURATION = "gpu__time_duration.sum"
+BACKWARD_MODES = ("bwd", "fwd+bwd")   # runs whose profile holds a backward's kernels
 
 # The ncu metric columns a page (and a comparison) reads: lab.analysis.metrics names them, beside the
 # functions that interpret them.
@@ -111,10 +113,20 @@ class RunData:
         return self.timing.get("median")
 
     @property
+    def mode(self) -> str:
+        """What the run timed and profiled: "fwd", "bwd" or "fwd+bwd" (a run from before the backward: fwd)."""
+        return self.manifest.get("mode") or "fwd"
+
+    @property
+    def flops(self) -> float:
+        """The FLOPs of what the run timed, as FlashAttention counts them (backward = 2.5x forward)."""
+        return mode_flops(self.problem, self.mode)
+
+    @property
     def tflops(self) -> float | None:
         if self.timing.get("tflops") is not None:
             return self.timing["tflops"]
-        return self.problem.flops / (self.median_ms * 1e9) if self.median_ms else None
+        return self.flops / (self.median_ms * 1e9) if self.median_ms else None
 
     def peak_for(self, dtype: str) -> tuple[str, float | None]:
         """The ceiling a dtype is measured against: FP32 FFMA for float32, the tensor cores otherwise."""
@@ -444,7 +456,7 @@ def performance_rows(rd: RunData) -> list[dict]:
         dtype = b.get("dtype") or "?"
         tfl = b.get("tflops")
         if tfl is None and b.get("median_ms"):
-            tfl = rd.problem.flops / (b["median_ms"] * 1e9)
+            tfl = rd.flops / (b["median_ms"] * 1e9)
         name = f"SDPA {b.get('backend') or str(b.get('name', '?')).removeprefix('sdpa-')}"
         rows.append({"name": name, "dtype": dtype, "ours": False, "status": b.get("status", "?"),
                      "reason": b.get("reason") or "", "median_ms": b.get("median_ms"), "std_ms": b.get("std_ms"),
@@ -492,3 +504,58 @@ def findings_context(rd: RunData, primary: dict | None) -> dict:
     out["primary"] = out["findings"][0] if out["findings"] else None
     out["secondary"] = out["findings"][1:]
     return out
+
+
+# -------------------------------------------------------------------- the kernels of a backward
+
+def _cited(lines_json) -> list[str]:
+    """'planted_bwd.cu:39' (or 'PC 0x7f...' where the module has no line information) for each line a
+    stored finding cites."""
+    try:
+        cited = json.loads(lines_json) if isinstance(lines_json, str) else (lines_json or [])
+    except ValueError:
+        return []
+    out = []
+    for c in cited if isinstance(cited, list) else []:
+        if not isinstance(c, dict):
+            continue
+        if c.get("line") is not None:
+            out.append(f"{c.get('file') or '?'}:{c['line']}")
+        elif c.get("pc"):
+            out.append(f"PC {c['pc']}")
+    return out
+
+
+def backward_kernels(rd: RunData) -> dict | None:
+    """The kernels of a backward (or forward+backward) run, in launch order: each with its share of the
+    profiled time, its verdict (its first stored finding) and the source lines the verdict rests on; and
+    the tensor work all of them executed against the forward's FLOPs. None for a forward run."""
+    if rd.mode not in BACKWARD_MODES or not rd.kernels:
+        return None
+    ks = sorted(rd.kernels, key=lambda k: k.get("kernel_index") if isinstance(k.get("kernel_index"), int) else 0)
+    durations = [k.get(DURATION) if isinstance(k.get(DURATION), (int, float)) else None for k in ks]
+    stored = [_derived(k).get("duration_share_pct") for k in ks]
+    # the shares the analysis stored; a run older than them gets them from the same function
+    shares = stored if all(s is not None for s in stored) else interpret.duration_shares(durations)
+    found = rd.table("findings")
+    by_kernel: dict = {}
+    for rec in sorted(found.rows if found is not None else [], key=lambda r: r.get("rank") or 0):
+        by_kernel.setdefault(rec.get("kernel_index"), []).append(rec)
+    rows = []
+    for k, d, share in zip(ks, durations, shares):
+        fs = by_kernel.get(k.get("kernel_index"), [])
+        top = fs[0] if fs else None
+        rows.append({"index": k.get("kernel_index"), "kernel": k["kernel"],
+                     "function": k.get("kernel_function") or k["kernel"], "duration_ns": d, "share_pct": share,
+                     "verdict": top.get("class") if top else None, "title": top.get("title") if top else None,
+                     "severity": top.get("severity") if top else None,
+                     "advice": top.get("advice") if top else None,
+                     "lines": _cited(top.get("lines")) if top else [],
+                     "also": [f.get("class") for f in fs[1:]],
+                     "registers": k.get("launch__registers_per_thread")})
+    tensor = [_derived(k).get("tensor_flops") for k in ks]
+    tensor_total = sum(t for t in tensor if t) if any(tensor) else None
+    return {"rows": rows, "total_ns": sum(d for d in durations if d) or None, "recorded": found is not None,
+            "tensor_flops": tensor_total, "forward_flops": rd.problem.flops,
+            "tensor_x_forward": tensor_total / rd.problem.flops if (tensor_total and rd.problem.flops) else None,
+            "convention_x_forward": MODE_FLOP_FACTOR[rd.mode]}

@@ -411,6 +411,8 @@ def bench(variant_spec, shape, causal, dtype, reps, warmup, no_baselines, backen
         click.echo(json.dumps(result, indent=2))
     else:
         print_ladder(result)
+    if result["failures"]:   # a wrong rung, or one the timer gave no time: after the table, exit 1
+        raise CheckFailed("; ".join(result["failures"]))
 
 
 @main.command()
@@ -862,6 +864,9 @@ def tune(variant_id, shape, causal, dtype, reps, warmup, check_shapes, as_json):
         click.echo(json.dumps(result.to_dict(), indent=2))
     else:
         _print_tune(result)
+    refused = [r for r in result.rows if r.refused]
+    if refused:   # the timer measured them and would not give a time: a failed check, not a slow config
+        raise CheckFailed("; ".join(f"{variant.id} {r.label}: {r.error}" for r in refused))
     if not any(r.timing for r in result.rows):
         raise CheckFailed(f"no configuration of {variant.id} passed its check on {problem.label()}")
 
@@ -882,7 +887,8 @@ def _print_tune(result) -> None:
         cells = (["-"] * 4 if not t else
                  [f"{t['median']:.4f}", f"{t['ci95_low']:.4f}-{t['ci95_high']:.4f}", f"{t['tflops']:.1f}",
                   f"{default.timing['median'] / t['median']:.3f}x" if default else "-"])
-        mark = "[green]pass[/]" if r.passed else f"[red]FAIL[/] {r.error or ''}"
+        mark = (f"[red]no time[/] ({r.refused})" if r.refused else "[green]pass[/]" if r.passed
+                else f"[red]FAIL[/] {r.error or ''}")
         label = f"[bold]{r.label}[/]" if r is best else r.label
         table.add_row("" if r.index is None else str(r.index), label, *cells, mark)
     Console().print(table)

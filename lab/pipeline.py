@@ -25,7 +25,7 @@ from lab.errors import CheckFailed, LabError
 from lab.files import write_json_atomic
 from lab.ladder import build, registry
 from lab.ladder.registry import Variant, source_label
-from lab.measure import baselines, bench
+from lab.measure import baselines, bench, checked
 from lab.measure.isolated import NotBuilt, child_env, start_check
 from lab.measure.problem import Problem, check_supported
 from lab.measure.target import range_name
@@ -35,7 +35,7 @@ from lab.report.pages import render_run_page
 from lab.store import baseline_cache, runs
 from lab.store import manifest as mf
 
-# Modules are called through their module (environment.require_gpu, build.build, bench.bench_variant,
+# Modules are called through their module (environment.require_gpu, build.build, checked.time_rung,
 # baselines.run_baselines, ncu.require_ncu): the stand-ins of the tests without a GPU replace those.
 
 
@@ -234,8 +234,11 @@ def gate(variant: Variant, problem: Problem, opts: ProfileOptions, early) -> tup
 
 
 def time_rung(variant: Variant, problem: Problem, built, opts: ProfileOptions):
-    _say(f"bench {variant.id}: {opts.reps} reps after {opts.warmup} warm-up, L2 flushed")
-    return bench.bench_variant(variant, problem, built.module, opts.reps, opts.warmup)
+    """(Timing, peak memory) through the checked timer (lab.measure.timed): a time that cannot be
+    true raises TimingRefused, a CheckFailed (exit 1), before ncu spends minutes on the rung."""
+    _say(f"bench {variant.id}: {opts.reps} reps after {opts.warmup} warm-up, L2 flushed, inputs rotating")
+    timing = checked.time_rung(variant, built.module, problem, opts.reps, opts.warmup)
+    return timing, timing.peak_memory_bytes
 
 
 @dataclass

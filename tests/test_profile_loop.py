@@ -45,7 +45,9 @@ def stand_ins(tmp_path, monkeypatch):
     exe.write_text("#!/bin/sh\necho '{\"passed\": true, \"rel_err\": 0.0, \"rule\": \"test-made\"}'\n")
     exe.chmod(exe.stat().st_mode | stat.S_IEXEC)
     monkeypatch.setattr(isolated.sys, "executable", str(exe))
-    monkeypatch.setattr(bench, "bench_variant", lambda *a, **k: (bench.summarize([2.0] * 30, 5, True), 0))
+    import lab.measure.checked as checked
+
+    monkeypatch.setattr(checked, "time_rung", lambda *a, **k: bench.summarize([2.0] * 30, 5, True))
     timed = []
 
     def fake_baselines(problem, reps, warmup, progress=None, **k):

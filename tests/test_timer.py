@@ -260,7 +260,9 @@ def test_every_output_is_verified_and_the_first_wrong_one_refuses():
 
 def test_a_time_under_the_floor_is_refused_with_its_timing_attached():
     dev = SimDevice()
-    floor = Floor(1e12, 1000.0, "fp16 tensor", 10**6, 3.0)   # 1 ms of FLOPs
+    # 1 ms to read the inputs from DRAM, 0.001 ms of FLOPs: the warm-up (no L2 flush) is held to the
+    # compute floor only, the timed repetitions (flushed) to the memory floor
+    floor = Floor(1e9, 1000.0, "fp16 tensor", 3 * 10**9, 3.0)
     with pytest.raises(TimingRefused) as refused:
         time_checked(lambda: dev.launch(0.1), floor=floor, reps=5, warmup=2, device=dev)
     assert refused.value.status == IMPOSSIBLE and refused.value.timing.median < 1
@@ -275,3 +277,48 @@ def test_interleaved_candidates_get_a_timing_or_their_refusal():
                                    reps=6, warmup=3, device=dev)
     assert 1.0 <= out["a"].median < 1.01 and 2.0 <= out["b"].median < 2.01
     assert isinstance(out["cheat"], TimingRefused) and out["cheat"].status == OUTSIDE_STREAM
+
+
+# ------------------------------------------------------------------------------ where verdicts show
+
+def test_the_cheats_workspace_declares_every_planted_rung(monkeypatch):
+    from pathlib import Path
+
+    from lab.ladder import registry
+
+    monkeypatch.setenv("LAB_WORKSPACE", str(Path(__file__).resolve().parent / "cheats"))
+    ids = {v.id for v in registry.select("all")}
+    assert {"side", "cached", "lazy", "partial", "precision", "deferred", "valuecache", "honest", "joined"} <= ids
+    assert registry.get("side").kind == "python"
+
+
+def test_bench_tables_show_a_refusal_and_never_a_number(capsys):
+    from lab.measure.benchtable import markdown_ladder, print_ladder
+
+    refused = TimingRefused(IMPOSSIBLE, "the fastest of 10 repetitions took 0.01 ms, under the floor 0.139 ms",
+                            what="valuecache")
+    problem = Problem(8, 16, 2048, 2048, 64, dtype="float16").to_dict()
+    result = {"device": {"name": "NVIDIA H200", "compute_capability": "9.0", "sm_count": 132},
+              "software": {"torch": "2.11"}, "git": {"commit": "abc", "dirty": False}, "reps": 10, "warmup": 5,
+              "rows": [{"variant": "valuecache", "title": "t", "problem": problem, "correct": True,
+                        "correctness": {"passed": True}, "refused": refused.to_dict()}]}
+    print_ladder(result)
+    out = capsys.readouterr().out
+    assert "impossible" in out and "0.139 ms" in out and "0.01 ms" in out
+    md = markdown_ladder(result)
+    assert "no time: impossible" in md
+
+
+def test_a_call_that_cannot_be_captured_is_still_held_to_the_floor_in_warm_up():
+    dev = SimDevice()
+    floor = Floor(1e12, 1000.0, "fp16 tensor", 10**6, 3.0)   # 1 ms of FLOPs
+    calls = []
+
+    def kept_after_two():   # computes for its first calls, then answers at once (a value-keyed cache)
+        calls.append(1)
+        dev.launch(1.5 if len(calls) <= 2 else 0.01)
+        if dev.capturing:
+            raise RuntimeError("operation not permitted when stream is capturing")
+    with pytest.raises(TimingRefused) as refused:
+        time_checked(kept_after_two, floor=floor, method="graph", reps=5, warmup=5, device=dev)
+    assert refused.value.status == IMPOSSIBLE and "in warm-up" in refused.value.reason

@@ -11,8 +11,11 @@ import warnings
 from dataclasses import asdict, dataclass
 
 from lab.errors import LabError
-from lab.measure.bench import Timing, peak_memory_bytes, tflops, time_cuda
-from lab.measure.problem import Problem, make_inputs, softmax_scale
+from lab.measure.bench import Timing, tflops
+from lab.measure.checked import device_floor
+from lab.measure.problem import Problem, softmax_scale
+from lab.measure.rotation import problem_inputs
+from lab.measure.timed import TimingRefused, time_checked
 
 BACKENDS = ("cudnn", "flash", "efficient", "math")
 BASELINE_DTYPES = ("float16", "float32")
@@ -121,6 +124,8 @@ def unavailable_reason(messages: list[str], error: BaseException) -> str:
 
 def run_baseline(problem: Problem, backend: str, dtype: str, reps: int, warmup: int,
                  seed: int = 0) -> Baseline:
+    """One SDPA backend timed through the checked timer, its inputs rotating like a rung's (so that
+    both are timed alike) and held to the same floor; its outputs are the reference, not checked."""
     import torch
     import torch.nn.functional as F
     from torch.nn.attention import sdpa_kernel
@@ -128,9 +133,10 @@ def run_baseline(problem: Problem, backend: str, dtype: str, reps: int, warmup: 
     name = f"sdpa-{backend}"
     p = problem.with_dtype(dtype)
     try:
-        q, k, v = make_inputs(p, seed)
+        rotating = problem_inputs(p, seed=seed)
     except torch.OutOfMemoryError:
         return Baseline(name, backend, dtype, "unavailable", "out of memory allocating inputs")
+    q, k, v = rotating.slots
 
     def call():
         with sdpa_kernel(_sdpa_backend(backend)):
@@ -146,12 +152,15 @@ def run_baseline(problem: Problem, backend: str, dtype: str, reps: int, warmup: 
         torch.cuda.empty_cache()
         return Baseline(name, backend, dtype, "unavailable", reason)
     try:
-        timing = time_cuda(call, reps=reps, warmup=warmup)
-        peak = peak_memory_bytes(call)
+        timing = time_checked(call, prepare=rotating.prepare, floor=device_floor(p), reps=reps, warmup=warmup,
+                              what=f"{name} {dtype}")
     except torch.OutOfMemoryError:
         torch.cuda.empty_cache()
         return Baseline(name, backend, dtype, "unavailable", "out of memory while timing")
-    return Baseline(name, backend, dtype, "ok", "", timing, tflops(problem.flops, timing.median), peak)
+    except TimingRefused as refused:   # never on PyTorch's own kernels, unless a peak is wrong: say so
+        return Baseline(name, backend, dtype, "unavailable", refused.row_reason())
+    return Baseline(name, backend, dtype, "ok", "", timing, tflops(problem.flops, timing.median),
+                    timing.peak_memory_bytes)
 
 
 def select_backends(spec: str) -> tuple[str, ...]:

@@ -12,16 +12,17 @@ from lab.environment import device_info, git_info, require_compute_capability, r
 from lab.errors import CheckFailed
 from lab.ladder import build
 from lab.measure.baselines import run_baselines
-from lab.measure.bench import bench_variant, tflops
+from lab.measure.bench import tflops
+from lab.measure.checked import time_rung
 from lab.measure.isolated import check_in_child
+from lab.measure.timed import TimingRefused
 
 
 def bench_ladder(chosen, problems, reps: int, warmup: int, baselines: bool = True, backends=None) -> dict:
     require_gpu("bench")  # a clear refusal before any work
     for variant in chosen:
         require_compute_capability(variant)
-
-    rows, base_by_shape, failed = [], {}, []
+    rows, base_by_shape, failed, refusals = [], {}, [], []
     for variant, problem in zip(chosen, problems):
         shape_key = problem.with_dtype("float32").label()
         if baselines and shape_key not in base_by_shape:
@@ -41,8 +42,15 @@ def bench_ladder(chosen, problems, reps: int, warmup: int, baselines: bool = Tru
             rows.append(row)
             continue
         say(f"bench {variant.id} {problem.label()}")
-        timing, peak = bench_variant(variant, problem, built.module, reps, warmup)
-        row.update(timing=timing.to_dict(), tflops=tflops(problem.flops, timing.median), peak_memory_bytes=peak,
+        try:
+            timing = time_rung(variant, built.module, problem, reps, warmup)
+        except TimingRefused as refused:   # measured, but not a time the lab will print
+            row["refused"] = refused.to_dict()
+            refusals.append(str(refused))
+            rows.append(row)
+            continue
+        row.update(timing=timing.to_dict(), tflops=tflops(problem.flops, timing.median),
+                   peak_memory_bytes=timing.peak_memory_bytes,
                    baselines=[b.to_dict(timing.median) for b in base_by_shape.get(shape_key, [])])
         rows.append(row)
     for prev, row in zip(rows, rows[1:]):
@@ -51,9 +59,8 @@ def bench_ladder(chosen, problems, reps: int, warmup: int, baselines: bool = Tru
             row["speedup_vs_previous"] = prev["timing"]["median"] / row["timing"]["median"]
     out = {"device": device_info(), "software": software_info(), "git": git_info(), "reps": reps,
            "warmup": warmup, "rows": rows}
-    if failed:
-        print_ladder(out)
-        raise CheckFailed(f"wrong results from {', '.join(failed)}: not timed")
+    # the caller prints and stores the table first, then exits 1 on these (lab.cli bench)
+    out["failures"] = ([f"wrong results from {', '.join(failed)}: not timed"] if failed else []) + refusals
     return out
 
 
@@ -82,7 +89,8 @@ def print_ladder(result: dict) -> None:
     for key in backends:
         t.add_column(f"x {key}", justify="right")
     for row in result["rows"]:
-        cells = [row["variant"], row["problem"]["label"], "yes" if row["correct"] else "NO"]
+        cells = [row["variant"], row["problem"]["label"],
+                 f"[red]{row['refused']['status']}[/]" if "refused" in row else "yes" if row["correct"] else "NO"]
         if "timing" not in row:
             t.add_row(*cells, *[""] * (4 + len(backends)))
             continue
@@ -97,6 +105,10 @@ def print_ladder(result: dict) -> None:
     console.print(t)
     console.print("x backend: the backend's median time / ours (> 1: ours is faster). n/a: the backend cannot "
                   "run this shape or dtype (reason in --json).")
+    for row in result["rows"]:
+        if "refused" in row:
+            console.print(f"{row['variant']}: no time ({row['refused']['status']}): {row['refused']['reason']}",
+                          markup=False, highlight=False)
 
 
 def markdown_ladder(result: dict, title: str | None = None) -> str:
@@ -111,7 +123,9 @@ def markdown_ladder(result: dict, title: str | None = None) -> str:
              f"{dev.get('sm_clock_mhz') or '?'} MHz), driver {dev.get('driver') or '?'}, torch "
              f"{result['software'].get('torch')}, {datetime.now(timezone.utc):%Y-%m-%d}, commit {commit}. "
              f"Median of {result['reps']} repetitions after {result['warmup']} warm-up, L2 flushed before each; "
-             "every rung passed its float64 check on this shape first.", ""]
+             "every rung passed its float64 check on this shape first, and the timer's checks (lab.measure.timed: "
+             "no work outside the stream, every timed output right with inputs rotating, no time under the "
+             "device's floor).", ""]
     backends = []
     for row in result["rows"]:
         for b in row.get("baselines", []):
@@ -121,6 +135,10 @@ def markdown_ladder(result: dict, title: str | None = None) -> str:
     head += [f"SDPA {b} {d.replace('float', 'fp')}: ms (speed-up)" for b, d in backends]
     lines += ["| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
     for row in result["rows"]:
+        if "refused" in row:
+            lines.append(f"| {row['variant']} | {row['problem']['label']} | no time: {row['refused']['status']} |"
+                         + " |" * (len(head) - 3))
+            continue
         if "timing" not in row:
             lines.append(f"| {row['variant']} | {row['problem']['label']} | FAILED its check |" + " |" * (len(head) - 3))
             continue

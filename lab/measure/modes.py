@@ -7,7 +7,7 @@
 Gradients come from `torch.autograd.grad` (no .grad accumulation between repetitions) against a
 fixed seeded upstream gradient. Autograd runs the backward on the forward's stream, so a CUDA-graph
 capture of `bwd` must have done its forward on the capture stream: build the call inside
-`torch.cuda.stream(s)` and capture on `s` (lab.measure.bench.time_call's `stream`).
+`torch.cuda.stream(s)` and capture on `s` (lab.measure.timed.time_checked's `stream`).
 """
 
 from __future__ import annotations

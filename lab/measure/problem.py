@@ -146,12 +146,13 @@ def make_inputs(problem: Problem, seed: int = 0, device: str = "cuda", layout: s
     return q, k, v
 
 
-def launch_fn(variant, module, problem: Problem, seed: int = 0):
-    """A zero-argument function that runs the rung once on seeded inputs in its layout: a .cu
-    rung writes a freshly allocated output (as SDPA allocates its own), a python rung returns one."""
+def launch_fn(variant, module, problem: Problem, seed: int = 0, inputs=None):
+    """A zero-argument function that runs the rung once on seeded inputs in its layout (or on
+    `inputs`, a (q, k, v) already in its layout: the timer's rotating slots), returning the output: a
+    .cu rung writes a freshly allocated output (as SDPA allocates its own), a python rung returns one."""
     import torch
 
-    q, k, v = make_inputs(problem, seed, layout=variant.layout)
+    q, k, v = inputs if inputs is not None else make_inputs(problem, seed, layout=variant.layout)
     scale = softmax_scale(problem)
     if variant.kind == "python":
         return lambda: module.call(q, k, v, problem.causal, scale)

@@ -28,10 +28,12 @@ from lab.environment import device_info, require_compute_capability, require_gpu
 from lab.errors import CheckFailed, LabError
 from lab.ladder import build, registry
 from lab.measure.baselines import baseline_forward, unavailable_reason
-from lab.measure.bench import EVENTS, GRAPH, time_call
+from lab.measure.bench import EVENTS, GRAPH
+from lab.measure.floor import attention_floor
 from lab.measure.isolated import check_in_child
 from lab.measure.modes import has_backward, make_call, rung_forward
-from lab.measure.problem import check_supported, make_inputs
+from lab.measure.problem import check_supported
+from lab.measure.timed import TimingRefused, time_checked
 from lab.measure.sweepplan import GRAPH_AUTO_BELOW_MS, MODE_FLOP_FACTOR, Cell, Plan, mode_flops
 
 SLOW_IMPLS = {"sdpa-math": 12.0, "standard": 12.0}   # cost weights for the ETA (per FLOP, vs flash)
@@ -91,6 +93,7 @@ class GpuMeasurer:
         self._modules: dict[str, object] = {}
         self._gates: dict[tuple, str | None] = {}
         self._inputs: tuple | None = None
+        self._checks = None
 
     # rungs: build once, check once per dtype (in a child), then time
     def _rung(self, cell: Cell):
@@ -116,22 +119,35 @@ class GpuMeasurer:
         return self._modules[variant.id], None
 
     def inputs(self, problem):
+        """The problem's rotating input sets (lab.measure.rotation), shared by its cells."""
+        from lab.measure.rotation import problem_inputs
+
         if self._inputs is None or self._inputs[0] != problem:
-            self._inputs = None
-            self._inputs = (problem, *make_inputs(problem, seed=0))
-        return self._inputs[1:]
+            self._inputs = self._checks = None
+            self._inputs = (problem, problem_inputs(problem))
+        return self._inputs[1]
+
+    def output_check(self, problem):
+        """The float64 references of the problem's input sets, made once for all its rung cells."""
+        from lab.measure.rotation import OutputCheck
+
+        rotating = self.inputs(problem)
+        if self._checks is None:
+            self._checks = OutputCheck(problem, rotating)
+        return self._checks
 
     def release(self):
         import torch   # lazy, here and below: the sweep's plan, rows and tests import without torch
 
-        self._inputs = None
+        self._inputs = self._checks = None
         torch.cuda.empty_cache()
 
     def __call__(self, cell: Cell) -> list[dict]:
         import torch
 
         p = cell.problem
-        if cell.impl in self.plan.rungs:
+        rung = cell.impl in self.plan.rungs
+        if rung:
             module, why = self._rung(cell)
             if module is None:
                 return [status_row(cell, "failed" if "check" in why else "unsupported", why)]
@@ -151,16 +167,25 @@ class GpuMeasurer:
                 caught = []
                 with warnings.catch_warnings(record=True) as caught, context():
                     warnings.simplefilter("always")
-                    q, k, v = self.inputs(p)
+                    rotating = self.inputs(p)
+                    # a forward's output is checked every call (a rung's: the baselines are the reference);
+                    # `bwd` keeps one forward's autograd graph, which an in-place refill would invalidate
+                    verify = self.output_check(p) if rung and cell.mode == "fwd" else None
+                    prepare = rotating.prepare if cell.mode != "bwd" else None
                     stream = torch.cuda.Stream() if method == GRAPH else None
                     with torch.cuda.stream(stream) if stream is not None else contextlib.nullcontext():
-                        call = make_call(forward, q, k, v, cell.mode)
-                        timing, peak = time_call(call, method, self.plan.reps, self.plan.warmup, self.plan.l2_flush,
-                                                 self.plan.cell_budget_s, stream=stream)
+                        call = make_call(forward, *rotating.slots, cell.mode)
+                        timing = time_checked(call, prepare=prepare, verify=verify,
+                                              floor=attention_floor(p, cell.mode, self.peaks, self.device.get("name")),
+                                              method=method, reps=self.plan.reps, warmup=self.plan.warmup,
+                                              l2_flush=self.plan.l2_flush, budget_s=self.plan.cell_budget_s,
+                                              stream=stream, what=f"{cell.impl} {p.label()} {cell.mode}")
                     del call
-                rows.append(timed_row(cell, timing, peak, self.peaks))
+                rows.append(timed_row(cell, timing, timing.peak_memory_bytes, self.peaks))
                 if (self.plan.timing == "auto" and method == EVENTS and timing.median < GRAPH_AUTO_BELOW_MS):
                     methods.append(GRAPH)   # small shape: the call latency is partly host; add device time
+            except TimingRefused as refused:   # measured, but not a time the lab prints: a failed row, its reason
+                rows.append(status_row(cell, "failed", refused.row_reason(), method))
             except torch.OutOfMemoryError as e:
                 rows.append(status_row(cell, "oom", _oom_reason(cell, e), method))
                 self.release()

@@ -185,9 +185,11 @@ class _Run:
         need = max(warmup, 2, MIN_PROBES + 1 if self.method == GRAPH else 0)
         per_call_ms = None
         while done < need:
-            if done >= max(warmup, 2) and budget_s and (time.perf_counter() - t0) >= budget_s / 5:
-                if self.method != GRAPH or len(self.probes) >= MIN_PROBES:
-                    break
+            # warm-up stops once it has used a fifth of the budget (after two calls, and the probes a
+            # graph's verdict needs)
+            if (done >= 2 and budget_s and (time.perf_counter() - t0) >= budget_s / 5
+                    and (self.method != GRAPH or len(self.probes) >= MIN_PROBES)):
+                break
             token = self.load(done)
             t1 = time.perf_counter()
             out, events = self.probe(self.spec.call)
@@ -202,6 +204,10 @@ class _Run:
         self.warmup_done = done
         if len(self.probes) >= MIN_PROBES:   # refuse before timing what the warm-up already shows
             self.check_outside(self.probes)
+        if self.probes:   # an eager call is never faster than the device time; no flush: compute floor only
+            reason = floor_verdict([s.elapsed_time(e) for s, e, _ in self.probes], self.spec.floor, False)
+            if reason:
+                self.refuse(IMPOSSIBLE, f"in warm-up, {reason}")
         return per_call_ms or 0.0
 
     def prepare_method(self, stream=None) -> None:

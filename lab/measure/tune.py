@@ -18,9 +18,9 @@ from lab.console import say as _say
 from lab.environment import require_compute_capability, require_gpu
 from lab.ladder.build import build
 from lab.ladder.tuning import Candidate, require_tunable, tuning_module
-from lab.measure.bench import time_interleaved, tflops
+from lab.measure.bench import tflops
 from lab.measure.isolated import check_in_child
-from lab.measure.problem import Problem, check_supported, make_inputs, softmax_scale
+from lab.measure.problem import Problem, check_supported, softmax_scale
 
 DEFAULT_LABEL = "default"
 
@@ -32,6 +32,7 @@ class TuneRow:
     correctness: dict
     timing: dict | None = None    # lab.measure.bench.Timing.to_dict(), with tflops
     error: str | None = None
+    refused: str | None = None    # the timer's verdict (lab.measure.timed.STATUSES) when it gave no time
 
     @property
     def passed(self) -> bool:
@@ -39,7 +40,7 @@ class TuneRow:
 
     def to_dict(self) -> dict:
         return {"label": self.label, "index": self.index, "passed": self.passed, "correctness": self.correctness,
-                "timing": self.timing, "error": self.error}
+                "timing": self.timing, "error": self.error, "refused": self.refused}
 
 
 @dataclass
@@ -85,23 +86,36 @@ def tune(variant, problem: Problem, reps: int = 30, warmup: int = 5, check_shape
         result.rows.append(TuneRow(label, index, correctness, error=error))
         _say(f"  {'ok  ' if correctness.get('passed') else 'FAIL'} {label}" + (f": {error}" if error else ""))
 
-    q, k, v = make_inputs(problem, seed=0)
+    from lab.measure.floor import attention_floor
+    from lab.measure.rotation import OutputCheck, problem_inputs
+    from lab.measure.timed import Checked, TimingRefused, time_checked_interleaved
+
+    # every candidate reads the same rotating slots (each call refills them first) and is held to the
+    # same output check and floor as `lab bench` holds a rung (lab.measure.timed)
+    rotating = problem_inputs(problem)
+    q, k, v = rotating.slots
+    verify = OutputCheck(problem, rotating)
+    floor = attention_floor(problem, "fwd", device=torch.cuda.get_device_name())
     scale = softmax_scale(problem)
 
     def caller(impl):
         def call():
             o = torch.empty_like(q)
             impl.forward(q, k, v, o, problem.causal, scale)
+            return o
         return call
 
-    passing = {r.label: caller(plain if r.index is None else Candidate(module, r.index))
+    passing = {r.label: Checked(caller(plain if r.index is None else Candidate(module, r.index)), rotating.prepare,
+                                verify, floor, f"{variant.id} {r.label}")
                for r in result.rows if r.passed}
     if passing:
         _say(f"time {len(passing)} configurations round-robin: {reps} reps each after {warmup} warm-up, L2 flushed")
-        timings = time_interleaved(passing, reps=reps, warmup=warmup)
+        timings = time_checked_interleaved(passing, reps=reps, warmup=warmup)
         for row in result.rows:
-            if row.label in timings:
-                t = timings[row.label]
+            t = timings.get(row.label)
+            if isinstance(t, TimingRefused):   # measured, but not a time the lab prints
+                row.refused, row.error = t.status, t.row_reason()
+            elif t is not None:
                 row.timing = {**t.to_dict(), "method": "cuda-events, interleaved round-robin",
                               "tflops": tflops(problem.flops, t.median)}
     return result

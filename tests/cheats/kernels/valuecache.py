@@ -1,0 +1,25 @@
+# valuecache: a result kept by the inputs' values.
+# lab:rung
+# id = "valuecache"
+# slug = "valuecache"
+# title = "cheat: returns a stored output when a sample of the inputs' values repeats"
+# dtypes = ["float16", "bfloat16", "float32"]
+# head_dims = [64, 128]
+# min_cc = "8.0"
+# attacks = []
+# entry = "forward"
+# lab:end
+#
+# What changed: the output is kept, keyed by a few of the inputs' values, so it stays right when the
+# same tensors are refilled with inputs seen before: the outputs check passes, and only the floor can
+# tell that no GPU computes this shape that fast. Expected verdict: impossible.
+import torch.nn.functional as F
+
+_kept = {}
+
+
+def forward(q, k, v, causal, scale):
+    key = (tuple(q.shape), causal, tuple(q.reshape(-1)[:8].tolist()), tuple(v.reshape(-1)[-8:].tolist()))
+    if key not in _kept:
+        _kept[key] = F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale)
+    return _kept[key]

@@ -1,0 +1,162 @@
+"""The checked timer on a GPU against planted cheats (tests/cheats: python rungs that cheat the ways
+kernel benchmarks have been cheated): each cheat gets no time, by either timing method and from every
+command, and each honest rung the time the bare timer (the lab's events protocol before the checks)
+gives it, within noise. Shape and dtype of issue 22: B8 H16 N2048 D64 fp16. Run with `pytest -m gpu`."""
+
+from __future__ import annotations
+
+import statistics
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch", reason="torch is not installed")
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (torch.cuda.is_available() is False)"),
+]
+
+from click.testing import CliRunner  # noqa: E402
+
+from lab.measure.bench import EVENTS, GRAPH, L2_FLUSH_BYTES  # noqa: E402
+from lab.measure.problem import Problem, launch_fn, make_inputs  # noqa: E402
+from lab.measure.timed import IMPOSSIBLE, OUTSIDE_STREAM, WRONG_OUTPUT, TimingRefused  # noqa: E402
+
+CHEATS = Path(__file__).resolve().parent / "cheats"
+PROBLEM = Problem(8, 16, 2048, 2048, 64, dtype="float16")
+SHAPE = "8,16,2048,64"
+VERDICTS = {"side": OUTSIDE_STREAM, "cached": WRONG_OUTPUT, "lazy": WRONG_OUTPUT, "partial": WRONG_OUTPUT,
+            "deferred": WRONG_OUTPUT, "valuecache": IMPOSSIBLE}
+HONEST = ("honest", "joined")
+NOISE = 0.10   # medians of the same call by two protocols, a few seconds apart on an idle GPU
+
+
+@pytest.fixture(autouse=True)
+def cheats_workspace(monkeypatch, tmp_path):
+    monkeypatch.setenv("LAB_WORKSPACE", str(CHEATS))
+    monkeypatch.setenv("LAB_PROFILES", str(tmp_path / "store"))
+
+
+def text(result) -> str:
+    """What a command printed, stdout and stderr."""
+    try:
+        return result.output + result.stderr
+    except ValueError:   # an older click that mixes stderr into output
+        return result.output
+
+
+def rung(rung_id):
+    from lab.ladder import build, registry
+
+    variant = registry.get(rung_id)
+    return variant, build.build(variant).module
+
+
+def bare_events_median(call, reps=30, warmup=5) -> float:
+    """The lab's events protocol before the checks: warm-up, then per repetition an L2 flush, a
+    synchronize, and an event pair around the call on the current stream."""
+    flush = torch.empty(L2_FLUSH_BYTES // 4, dtype=torch.int32, device="cuda")
+    for _ in range(warmup):
+        call()
+    torch.cuda.synchronize()
+    pairs = []
+    for _ in range(reps):
+        flush.zero_()
+        torch.cuda.synchronize()
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        call()
+        end.record()
+        pairs.append((start, end))
+    torch.cuda.synchronize()
+    return statistics.median(s.elapsed_time(e) for s, e in pairs)
+
+
+@pytest.mark.parametrize("method", [EVENTS, GRAPH])
+@pytest.mark.parametrize("cheat", sorted(VERDICTS))
+def test_each_cheat_gets_no_time(cheat, method):
+    from lab.measure.checked import time_rung
+
+    variant, module = rung(cheat)
+    with pytest.raises(TimingRefused) as refused:
+        time_rung(variant, module, PROBLEM, reps=10, warmup=5, method=method)
+    assert refused.value.status == VERDICTS[cheat], str(refused.value)
+
+
+def test_the_bare_timer_is_fooled_by_the_cheats():
+    """The premise: without the checks, the side-stream and value-cache rungs time faster than the
+    floor, and the cached rung returns a wrong output unnoticed."""
+    from lab.measure.checked import device_floor
+
+    floor = device_floor(PROBLEM).limit_ms()
+    for cheat in ("side", "valuecache"):
+        variant, module = rung(cheat)
+        assert bare_events_median(launch_fn(variant, module, PROBLEM)) < floor, cheat
+
+
+def test_the_precision_cheat_fails_the_correctness_gate():
+    from lab.measure.check import check_variant
+
+    variant, module = rung("precision")
+    assert not check_variant(variant, PROBLEM, extra_shapes=2, module=module).passed
+
+
+@pytest.mark.parametrize("honest", HONEST)
+def test_honest_rungs_time_as_the_bare_timer(honest):
+    from lab.measure.checked import time_rung
+
+    variant, module = rung(honest)
+    bare, checked = [], []
+    for _ in range(3):   # alternated, so drift hits both protocols alike
+        bare.append(bare_events_median(launch_fn(variant, module, PROBLEM)))
+        timing = time_rung(variant, module, PROBLEM, reps=30, warmup=5)
+        checked.append(timing.median)
+        assert timing.checks["outputs_verified"] == 30 + timing.warmup
+    b, c = statistics.median(bare), statistics.median(checked)
+    assert abs(c / b - 1) < NOISE, (bare, checked)
+    graph = time_rung(variant, module, PROBLEM, reps=30, warmup=5, method=GRAPH)
+    assert graph.median <= c * 1.1
+
+
+def test_sdpa_baselines_pass_the_checks():
+    from lab.measure.baselines import run_baseline
+
+    for backend in ("cudnn", "flash"):
+        b = run_baseline(PROBLEM, backend, "float16", reps=10, warmup=3)
+        assert b.status == "ok", b.reason
+        assert b.timing.checks["floor_ms"] < b.timing.min
+
+
+def test_bench_and_profile_exit_1_with_the_verdict():
+    from lab.cli import main
+
+    r = CliRunner().invoke(main, ["bench", "--variant", "cached,honest", "--shape", SHAPE, "--dtype", "float16",
+                                  "--no-baselines", "--reps", "10"])
+    assert r.exit_code == 1, text(r)
+    assert "wrong-output" in text(r) and "honest" in text(r)
+    r = CliRunner().invoke(main, ["profile", "--variant", "side", "--shape", SHAPE, "--dtype", "float16",
+                                  "--no-ncu", "--no-baselines", "--no-report", "--reps", "10"])
+    assert r.exit_code == 1 and "work-outside-stream" in text(r), text(r)
+
+
+def test_sweep_gives_a_cheat_a_failed_row_with_its_reason(tmp_path):
+    from lab.cli import main
+    from lab.store import sweeps as store
+
+    r = CliRunner().invoke(main, ["sweep", "--variant", "side,valuecache,honest", "--shape", SHAPE, "--dtype",
+                                  "float16", "--no-baselines", "--timing", "events", "--reps", "10"])
+    assert r.exit_code == 0, text(r)
+    (sw,) = store.list_sweeps(tmp_path / "store")
+    rows = {row["impl"]: row for row in sw.rows()}
+    assert rows["side"]["status"] == "failed" and OUTSIDE_STREAM in rows["side"]["reason"]
+    assert rows["valuecache"]["status"] == "failed" and IMPOSSIBLE in rows["valuecache"]["reason"]
+    assert rows["honest"]["status"] == "ok" and rows["honest"]["median_ms"] > 0
+
+
+def test_make_inputs_rotation_sets_differ():
+    from lab.measure.rotation import problem_inputs
+
+    rot = problem_inputs(Problem(1, 2, 64, 64, 64, dtype="float16"))
+    assert torch.equal(rot.sets[0][0], make_inputs(Problem(1, 2, 64, 64, 64, dtype="float16"), 0)[0])
+    assert not torch.equal(rot.sets[0][0], rot.sets[1][0])

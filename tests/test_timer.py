@@ -322,3 +322,23 @@ def test_a_call_that_cannot_be_captured_is_still_held_to_the_floor_in_warm_up():
     with pytest.raises(TimingRefused) as refused:
         time_checked(kept_after_two, floor=floor, method="graph", reps=5, warmup=5, device=dev)
     assert refused.value.status == IMPOSSIBLE and "in warm-up" in refused.value.reason
+
+
+def test_chunked_output_errors_match_the_checks_compare():
+    torch = pytest.importorskip("torch")
+    from lab.measure.check import compare
+    from lab.measure.rotation import output_errors
+
+    gen = torch.Generator().manual_seed(3)
+    ref = torch.randn(2, 3, 37, 8, generator=gen, dtype=torch.float64)
+    out = (ref + 1e-3 * torch.randn(ref.shape, generator=gen, dtype=torch.float64)).to(torch.float16)
+    for chunk in (7, 100, 1 << 20):   # chunks that do not divide the size, and one that holds it all
+        mine, theirs = output_errors(out, ref.float(), chunk), compare(out, ref.float().double())
+        for key in ("rel_err", "max_abs_err", "mean_abs_err"):
+            assert math.isclose(mine[key], theirs[key], rel_tol=1e-9), key
+        assert mine["nonfinite"] == 0 and mine["numel"] == ref.numel()
+    out[0, 0, 5:9] = float("nan")
+    bad = output_errors(out, ref.float(), 7)
+    assert bad["nonfinite"] == 4 * 8 and math.isnan(bad["rel_err"])
+    with pytest.raises(RuntimeError):
+        output_errors(out[:, :, :10], ref.float())

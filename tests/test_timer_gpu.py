@@ -114,6 +114,7 @@ def test_honest_rungs_time_as_the_bare_timer(honest):
         checked.append(timing.median)
         assert timing.checks["outputs_verified"] == 30 + timing.warmup
     b, c = statistics.median(bare), statistics.median(checked)
+    print(f"{honest}: bare timer {b:.4f} ms, checked timer {c:.4f} ms ({c / b - 1:+.1%}); rounds {bare} {checked}")
     assert abs(c / b - 1) < NOISE, (bare, checked)
     graph = time_rung(variant, module, PROBLEM, reps=30, warmup=5, method=GRAPH)
     assert graph.median <= c * 1.1

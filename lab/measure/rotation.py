@@ -59,11 +59,47 @@ def problem_inputs(problem, count: int = DEFAULT_SETS, seed: int = 0, device: st
     return RotatingInputs([make_inputs(problem, seed + i, device=device, layout=layout) for i in range(count)])
 
 
+VERIFY_CHUNK_ELEMS = 1 << 20
+"""Output elements compared at a time: the check's temporaries stay a few MB, whatever the shape, so
+it neither needs much memory nor sweeps through much of it between two timed calls."""
+
+
+def output_errors(out, ref, chunk_elems: int = VERIFY_CHUNK_ELEMS) -> dict:
+    """lab.measure.check.compare's errors (rel_err, max_abs_err, mean_abs_err, nonfinite, numel) of
+    `out` against `ref` (same shape and layout), accumulated chunk by chunk in float64 on the device,
+    with one transfer to the host at the end."""
+    import math
+
+    import torch
+
+    if tuple(out.shape) != tuple(ref.shape):
+        raise RuntimeError(f"shape {tuple(out.shape)}, expected {tuple(ref.shape)}")
+    o, r = out.reshape(-1), ref.reshape(-1)
+    n = o.numel()
+    sq, absum, peak, bad, ref_sq = [], [], [], [], []
+    for i in range(0, n, chunk_elems):
+        oc, rc = o[i:i + chunk_elems].to(torch.float64), r[i:i + chunk_elems].to(torch.float64)
+        d = (oc - rc).abs_()
+        sq.append(d.square().sum())
+        absum.append(d.sum())
+        peak.append(d.max())   # NaN propagates, as in compare()
+        bad.append((~torch.isfinite(oc)).sum().to(torch.float64))
+        ref_sq.append(rc.square().sum())
+    sq_sum, abs_sum, max_abs, nonfinite, ref_norm_sq = torch.stack(
+        [torch.stack(sq).sum(), torch.stack(absum).sum(), torch.stack(peak).max(), torch.stack(bad).sum(),
+         torch.stack(ref_sq).sum()]).tolist()
+    ref_norm = math.sqrt(ref_norm_sq)
+    rel = math.sqrt(sq_sum) / ref_norm if ref_norm > 0 else math.nan
+    return {"rel_err": math.nan if nonfinite else rel, "max_abs_err": max_abs, "mean_abs_err": abs_sum / n,
+            "nonfinite": int(nonfinite), "numel": n}
+
+
 class OutputCheck:
     """verify(token, output) for forward outputs: each set's float64 reference (kept in float32, which
-    moves it by 6e-8 relative, far under any tolerance) and tolerance, judged by the check's rule
-    (lab.measure.check: rel_err for float32, max_abs_err against 2x SDPA's for fp16/bf16).
-    Returns None when the output passes, else the reason."""
+    moves it by 6e-8 relative, far under any tolerance; in the rung's layout, so that an output is
+    compared where it lies) and tolerance, judged by the check's rule (lab.measure.check: rel_err for
+    float32, max_abs_err against 2x SDPA's for fp16/bf16). Returns None when the output passes, else
+    the reason."""
 
     def __init__(self, problem, rotating: RotatingInputs, layout: str = "BHND"):
         import torch
@@ -76,25 +112,26 @@ class OutputCheck:
         scale = softmax_scale(problem)
         self.refs, self.tolerances = [], []
         for q, k, v in rotating.sets:
-            q, k, v = (self._bhnd(t) for t in (q, k, v))
+            q, k, v = (self._swap(t) for t in (q, k, v))   # (B, H, N, D) for the reference
             if problem.gqa:   # the reference and SDPA's tolerance run on K/V repeated to the query heads
                 group = problem.heads // problem.heads_kv
                 k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
             ref = reference_attention(q, k, v, problem.causal, scale, device=_reference_device(problem, q.device))
             self.tolerances.append(_tolerance(problem, q, k, v, ref, scale))
-            self.refs.append(ref.to(device=q.device, dtype=torch.float32))
+            self.refs.append(self._swap(ref).to(device=q.device, dtype=torch.float32).contiguous())
             del ref
 
-    def _bhnd(self, t):
+    def _swap(self, t):
+        """(B, N, H, D) <-> (B, H, N, D) for a BNHD rung; nothing for BHND."""
         return t if self.layout == "BHND" else t.transpose(1, 2)
 
     def __call__(self, token: int, output) -> str | None:
-        from lab.measure.check import compare, judge
+        from lab.measure.check import judge
 
         if isinstance(output, (tuple, list)):
             output = output[0]
         try:
-            errors = compare(self._bhnd(output), self.refs[token])
+            errors = output_errors(output, self.refs[token])
         except (RuntimeError, TypeError, AttributeError) as e:   # no tensor, the wrong shape
             return f"a timed call returned an output that cannot be compared: {str(e).strip()[:200]}"
         tolerance = self.tolerances[token]

@@ -13,13 +13,15 @@
 # What changed: the output is kept, keyed by a few of the inputs' values, so it stays right when the
 # same tensors are refilled with inputs seen before: the outputs check passes, and only the floor can
 # tell that no GPU computes this shape that fast. Expected verdict: impossible.
+import torch
 import torch.nn.functional as F
 
 _kept = {}
 
 
 def forward(q, k, v, causal, scale):
-    key = (tuple(q.shape), causal, tuple(q.reshape(-1)[:8].tolist()), tuple(v.reshape(-1)[-8:].tolist()))
+    sample = torch.cat([q.reshape(-1)[:8], v.reshape(-1)[-8:]])   # one copy to the host per call
+    key = (tuple(q.shape), causal, tuple(sample.tolist()))
     if key not in _kept:
         _kept[key] = F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale)
     return _kept[key]

@@ -9,7 +9,7 @@ The rung is built through the lab's own build (lab.ladder.build), so what is che
 what `lab check` / `lab bench` load. Correctness rule (the lab's: issue 4's and v5's): for every
 output tensor, max |rung - ref| <= 2 x max |SDPA(same dtype) - ref|, ref in float64 autograd, causal
 aligned top-left as torch, floored at one rounding step of the dtype at max |ref|. Timing: CUDA events
-around each call on an idle GPU, L2 flushed before each repetition (lab.measure.bench.time_call),
+around each call on an idle GPU, L2 flushed before each repetition (lab.measure.timed.time_checked),
 median; backward FLOPs = 2.5 x 4 B H Nq Nk D, halved when causal (FlashAttention's convention).
 """
 
@@ -26,7 +26,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from lab.ladder import build, registry  # noqa: E402
-from lab.measure.bench import time_call  # noqa: E402
+from lab.measure.timed import time_checked  # noqa: E402
 
 RUNG = "v7"
 TOKENS, HIDDEN = 16384, 2048
@@ -181,7 +181,7 @@ def run_bench(quick: bool, reps: int) -> int:
                                      ("fa2", sdpa_backward_fn(SDPBackend.FLASH_ATTENTION, q, k, v, dout, causal)),
                                      ("cudnn", sdpa_backward_fn(SDPBackend.CUDNN_ATTENTION, q, k, v, dout, causal))):
                         try:
-                            times[name] = time_call(fn, reps=reps, warmup=3)[0].median
+                            times[name] = time_checked(fn, reps=reps, warmup=3).median
                         except RuntimeError as e:  # a backend that refuses the shape: say so, keep going
                             print(f"  {name} B{b} H{h} N{n} D{d}: {str(e).splitlines()[0][:100]}")
                             times[name] = math.nan
@@ -211,10 +211,10 @@ def run_tune(reps: int) -> int:
         mk = lambda: (torch.randn(b, h, n, d, device="cuda") + 0.5).half()
         q, k, v, dout = mk(), mk(), mk(), mk() - 0.5
         fl = bwd_flops(b, h, n, d, causal)
-        fa2 = time_call(sdpa_backward_fn(SDPBackend.FLASH_ATTENTION, q, k, v, dout, causal), reps=reps, warmup=3)[0].median
+        fa2 = time_checked(sdpa_backward_fn(SDPBackend.FLASH_ATTENTION, q, k, v, dout, causal), reps=reps, warmup=3).median
         print(f"D{d} N{n} causal={causal}: FA2 {fa2:.3f} ms ({fl / fa2 / 1e9:.0f} TF)")
         for i, label in enumerate(labels):
-            ms = time_call(rung_backward_fn(mod, q, k, v, dout, causal, config=i), reps=reps, warmup=3)[0].median
+            ms = time_checked(rung_backward_fn(mod, q, k, v, dout, causal, config=i), reps=reps, warmup=3).median
             print(f"   {label:24s} {ms:8.3f} ms {fl / ms / 1e9:6.0f} TF  {fa2 / ms:5.2f}x FA2")
     return 0
 

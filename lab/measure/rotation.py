@@ -17,6 +17,9 @@ from __future__ import annotations
 
 from typing import Sequence
 
+from lab.measure.check import _reference_device, _tolerance, judge, judged_metric, reference_attention
+from lab.measure.problem import make_inputs, softmax_scale
+
 DEFAULT_SETS = 3
 """Input sets cycled through the calls. Three, not two: the caching allocator often hands a call the
 block freed two calls before, and with two sets that block would hold the same set's right answer
@@ -54,8 +57,6 @@ def problem_inputs(problem, count: int = DEFAULT_SETS, seed: int = 0, device: st
                    layout: str = "BHND") -> RotatingInputs:
     """`count` seeded Q, K, V sets of `problem` (seeds seed, seed+1, ...; set 0 is make_inputs(seed),
     the inputs the rest of the lab uses) in the rung's layout."""
-    from lab.measure.problem import make_inputs
-
     return RotatingInputs([make_inputs(problem, seed + i, device=device, layout=layout) for i in range(count)])
 
 
@@ -104,9 +105,6 @@ class OutputCheck:
     def __init__(self, problem, rotating: RotatingInputs, layout: str = "BHND"):
         import torch
 
-        from lab.measure.check import _reference_device, _tolerance, judged_metric, reference_attention
-        from lab.measure.problem import softmax_scale
-
         self.problem, self.layout = problem, layout
         self.metric = judged_metric(problem.dtype)
         scale = softmax_scale(problem)
@@ -126,8 +124,6 @@ class OutputCheck:
         return t if self.layout == "BHND" else t.transpose(1, 2)
 
     def __call__(self, token: int, output) -> str | None:
-        from lab.measure.check import judge
-
         if isinstance(output, (tuple, list)):
             output = output[0]
         try:

@@ -33,6 +33,7 @@ from lab.measure.floor import attention_floor
 from lab.measure.isolated import check_in_child
 from lab.measure.modes import has_backward, make_call, rung_forward
 from lab.measure.problem import check_supported
+from lab.measure.rotation import OutputCheck, problem_inputs
 from lab.measure.timed import TimingRefused, time_checked
 from lab.measure.sweepplan import GRAPH_AUTO_BELOW_MS, MODE_FLOP_FACTOR, Cell, Plan, mode_flops
 
@@ -120,8 +121,6 @@ class GpuMeasurer:
 
     def inputs(self, problem):
         """The problem's rotating input sets (lab.measure.rotation), shared by its cells."""
-        from lab.measure.rotation import problem_inputs
-
         if self._inputs is None or self._inputs[0] != problem:
             self._inputs = self._checks = None
             self._inputs = (problem, problem_inputs(problem))
@@ -129,8 +128,6 @@ class GpuMeasurer:
 
     def output_check(self, problem):
         """The float64 references of the problem's input sets, made once for all its rung cells."""
-        from lab.measure.rotation import OutputCheck
-
         rotating = self.inputs(problem)
         if self._checks is None:
             self._checks = OutputCheck(problem, rotating)

@@ -36,7 +36,7 @@ from typing import Callable
 
 from lab.errors import CheckFailed
 from lab.measure.bench import (DEFAULT_REPS, DEFAULT_WARMUP, EVENTS, GRAPH, L2_FLUSH_BYTES, METHOD_DESCRIPTIONS,
-                               TIMING_METHODS, Timing, budget_reps, summarize)
+                               TIMING_METHODS, Timing, budget_reps, capture_graph_output, summarize)
 
 OUTSIDE_STREAM, WRONG_OUTPUT, IMPOSSIBLE = "work-outside-stream", "wrong-output", "impossible"
 STATUSES = (OUTSIDE_STREAM, WRONG_OUTPUT, IMPOSSIBLE)
@@ -98,8 +98,6 @@ class CudaDevice:
 
     def capture(self, fn: Callable[[], object], stream=None):
         """(replay, output) of `fn` captured into a CUDA graph."""
-        from lab.measure.bench import capture_graph_output
-
         graph, output = capture_graph_output(fn, stream)
         return graph.replay, output
 

@@ -19,8 +19,11 @@ from lab.environment import require_compute_capability, require_gpu
 from lab.ladder.build import build
 from lab.ladder.tuning import Candidate, require_tunable, tuning_module
 from lab.measure.bench import tflops
+from lab.measure.floor import attention_floor
 from lab.measure.isolated import check_in_child
 from lab.measure.problem import Problem, check_supported, softmax_scale
+from lab.measure.rotation import OutputCheck, problem_inputs
+from lab.measure.timed import Checked, TimingRefused, time_checked_interleaved
 
 DEFAULT_LABEL = "default"
 
@@ -85,10 +88,6 @@ def tune(variant, problem: Problem, reps: int = 30, warmup: int = 5, check_shape
             error = None if correctness["passed"] else f"wrong on {correctness.get('failed_shape')}"
         result.rows.append(TuneRow(label, index, correctness, error=error))
         _say(f"  {'ok  ' if correctness.get('passed') else 'FAIL'} {label}" + (f": {error}" if error else ""))
-
-    from lab.measure.floor import attention_floor
-    from lab.measure.rotation import OutputCheck, problem_inputs
-    from lab.measure.timed import Checked, TimingRefused, time_checked_interleaved
 
     # every candidate reads the same rotating slots (each call refills them first) and is held to the
     # same output check and floor as `lab bench` holds a rung (lab.measure.timed)

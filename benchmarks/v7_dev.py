@@ -37,6 +37,14 @@ def rung_module(tuning: bool = False):
     return build.build(registry.get(RUNG), tuning=tuning).module
 
 
+def backward_variants(mod, d: int, tuning: bool) -> list[tuple[str, int | None]]:
+    """("default", None), then each backward tuning candidate (label, index) when `tuning`."""
+    out = [("default", None)]
+    if tuning:
+        out += [(label, i) for i, label in enumerate(mod.backward_configs(d, "float16"))]
+    return out
+
+
 # --------------------------------------------------------------------------- correctness
 
 def reference(q, k, v, dout, causal, scale):
@@ -67,12 +75,15 @@ def sdpa_grads(q, k, v, dout, causal, scale):
     return o.detach(), dq, dk, dv
 
 
-def rung_forward_backward(mod, q, k, v, dout, causal, scale):
+def rung_forward_backward(mod, q, k, v, dout, causal, scale, config=None):
     o = torch.full_like(q, float("nan"))
     lse = torch.full(q.shape[:-1], float("nan"), device=q.device, dtype=torch.float32)
     mod.forward(q, k, v, o, causal, scale, lse)
     dq, dk, dv = (torch.full_like(t, float("nan")) for t in (q, k, v))
-    mod.backward(q, k, v, o, dout, lse, dq, dk, dv, causal, scale)
+    if config is None:
+        mod.backward(q, k, v, o, dout, lse, dq, dk, dv, causal, scale)
+    else:
+        mod.backward_config(q, k, v, o, dout, lse, dq, dk, dv, causal, scale, config)
     return o, lse, dq, dk, dv
 
 
@@ -95,8 +106,8 @@ def check_shapes():
     return out
 
 
-def run_check() -> int:
-    mod = rung_module()
+def run_check(tuning: bool) -> int:
+    mod = rung_module(tuning)
     failures = 0
     print(f"{'shape':38s} {'tensor':6s} {'max_err':>10s} {'tol':>10s}  ok")
     for (b, h, nq, nk, d, causal, dtype, std) in check_shapes():
@@ -107,27 +118,38 @@ def run_check() -> int:
         scale = d ** -0.5
         ro, rlse, rdq, rdk, rdv = reference(q, k, v, dout, causal, scale)
         so, sdq, sdk, sdv = sdpa_grads(q, k, v, dout, causal, scale)
-        o, lse, dq, dk, dv = rung_forward_backward(mod, q, k, v, dout, causal, scale)
-        torch.cuda.synchronize()
-        eps = torch.finfo(dtype).eps
-        label = f"B{b} H{h} Nq{nq} Nk{nk} D{d} {'causal' if causal else 'full'} {str(dtype)[6:]} std{std:g}"
-        for name, got, ref, sd in (("O", o, ro, so), ("dQ", dq, rdq, sdq), ("dK", dk, rdk, sdk), ("dV", dv, rdv, sdv)):
-            err = (got.double() - ref).abs()
-            worst = err.max().item() if torch.isfinite(err).all() else float("inf")
-            sdpa_err = (sd.double() - ref).abs().max().item()
-            tol = max(2.0 * sdpa_err, eps * ref.abs().max().item())
-            ok = worst <= tol
-            failures += not ok
-            where = "" if ok else f"  worst at {tuple(int(i) for i in divmod_index(err))}"
-            print(f"{label:38s} {name:6s} {worst:10.3e} {tol:10.3e}  {'ok' if ok else 'FAIL'}{where}")
-        # LSE in fp32: against float64, relative to its magnitude (no SDPA counterpart on every backend).
-        lerr = (lse.double() - rlse).abs().max().item()
-        ltol = 1e-5 * max(1.0, rlse.abs().max().item()) * 4
-        ok = lerr <= ltol
-        failures += not ok
-        print(f"{label:38s} {'LSE':6s} {lerr:10.3e} {ltol:10.3e}  {'ok' if ok else 'FAIL'}")
+        for cfg_label, cfg in backward_variants(mod, d, tuning):
+            failures += check_one(mod, cfg_label, cfg, q, k, v, dout, causal, scale, (ro, rlse, rdq, rdk, rdv),
+                                  (so, sdq, sdk, sdv), (b, h, nq, nk, d, causal, dtype, std))
     print(f"check: {failures} failure(s)")
     return 1 if failures else 0
+
+
+def check_one(mod, cfg_label, cfg, q, k, v, dout, causal, scale, refs, sdpa, shape) -> int:
+    (b, h, nq, nk, d, causal, dtype, std) = shape
+    ro, rlse, rdq, rdk, rdv = refs
+    so, sdq, sdk, sdv = sdpa
+    failures = 0
+    o, lse, dq, dk, dv = rung_forward_backward(mod, q, k, v, dout, causal, scale, cfg)
+    torch.cuda.synchronize()
+    eps = torch.finfo(dtype).eps
+    label = f"B{b} H{h} Nq{nq} Nk{nk} D{d} {'causal' if causal else 'full'} {str(dtype)[6:]} std{std:g} [{cfg_label}]"
+    for name, got, ref, sd in (("O", o, ro, so), ("dQ", dq, rdq, sdq), ("dK", dk, rdk, sdk), ("dV", dv, rdv, sdv)):
+        err = (got.double() - ref).abs()
+        worst = err.max().item() if torch.isfinite(err).all() else float("inf")
+        sdpa_err = (sd.double() - ref).abs().max().item()
+        tol = max(2.0 * sdpa_err, eps * ref.abs().max().item())
+        ok = worst <= tol
+        failures += not ok
+        where = "" if ok else f"  worst at {tuple(int(i) for i in divmod_index(err))}"
+        print(f"{label:38s} {name:6s} {worst:10.3e} {tol:10.3e}  {'ok' if ok else 'FAIL'}{where}")
+    # LSE in fp32: against float64, relative to its magnitude (no SDPA counterpart on every backend).
+    lerr = (lse.double() - rlse).abs().max().item()
+    ltol = 1e-5 * max(1.0, rlse.abs().max().item()) * 4
+    ok = lerr <= ltol
+    failures += not ok
+    print(f"{label:38s} {'LSE':6s} {lerr:10.3e} {ltol:10.3e}  {'ok' if ok else 'FAIL'}")
+    return failures
 
 
 def divmod_index(err):
@@ -163,10 +185,10 @@ def rung_backward_fn(mod, q, k, v, dout, causal, config=None):
     return lambda: mod.backward_config(q, k, v, o, dout, lse, dq, dk, dv, causal, scale, config)
 
 
-def run_bench(quick: bool, reps: int) -> int:
-    mod = rung_module()
+def run_bench(quick: bool, reps: int, tuning: bool, dtypes_arg: str) -> int:
+    mod = rung_module(tuning)
     rows = []
-    dtypes = (torch.float16,) if quick else (torch.float16, torch.bfloat16)
+    dtypes = tuple(getattr(torch, t) for t in dtypes_arg.split(","))
     ns = (512, 4096, 16384) if quick else GRID_N
     for dtype in dtypes:
         for d in (64, 128):
@@ -177,9 +199,11 @@ def run_bench(quick: bool, reps: int) -> int:
                     mk = lambda: (torch.randn(b, h, n, d, generator=gen, device="cuda") + 0.5).to(dtype)
                     q, k, v, dout = mk(), mk(), mk(), mk() - 0.5
                     times = {}
-                    for name, fn in (("v7", rung_backward_fn(mod, q, k, v, dout, causal)),
-                                     ("fa2", sdpa_backward_fn(SDPBackend.FLASH_ATTENTION, q, k, v, dout, causal)),
-                                     ("cudnn", sdpa_backward_fn(SDPBackend.CUDNN_ATTENTION, q, k, v, dout, causal))):
+                    impls = [("fa2", sdpa_backward_fn(SDPBackend.FLASH_ATTENTION, q, k, v, dout, causal)),
+                             ("cudnn", sdpa_backward_fn(SDPBackend.CUDNN_ATTENTION, q, k, v, dout, causal))]
+                    impls += [("v7" if cfg is None else f"v7[{label}]", rung_backward_fn(mod, q, k, v, dout, causal, cfg))
+                              for label, cfg in backward_variants(mod, d, tuning)]
+                    for name, fn in impls:
                         try:
                             times[name] = time_checked(fn, reps=reps, warmup=3).median
                         except RuntimeError as e:  # a backend that refuses the shape: say so, keep going
@@ -199,6 +223,11 @@ def run_bench(quick: bool, reps: int) -> int:
         print(f"{dtype:9s} {d:4d} {n:6d} {str(causal):>6s} {t['v7']:8.3f} {t['fa2']:8.3f} {t['cudnn']:8.3f} "
               f"{tf['v7']:6.0f} {tf['fa2']:6.0f} {tf['cudnn']:8.0f} {r_fa2:6.2f}x {r_cud:7.2f}x")
     print(f"rung >= FA2 in {wins}/{len(rows)} cells")
+    if tuning:
+        print("\ncandidates, rung / FA2 (fp16 and bf16 rows as above):")
+        for dtype, d, n, causal, t, fl in rows:
+            cands = "  ".join(f"{k[3:-1]}: {t['fa2'] / ms:4.2f}x" for k, ms in t.items() if k.startswith("v7["))
+            print(f"{dtype:9s} D{d:<4d} N{n:<6d} {'causal' if causal else 'full  '}  {cands}")
     return 0
 
 
@@ -219,9 +248,9 @@ def run_tune(reps: int) -> int:
     return 0
 
 
-def run_sanitize() -> int:
+def run_sanitize(tuning: bool) -> int:
     """A few small ragged shapes, fwd + bwd, both dtypes: the workload compute-sanitizer inspects."""
-    mod = rung_module()
+    mod = rung_module(tuning)
     for (b, h, nq, nk, d, causal, dtype) in ((1, 2, 113, 203, 64, True, torch.float16),
                                               (1, 1, 203, 113, 128, False, torch.bfloat16),
                                               (1, 1, 130, 130, 128, True, torch.float16),
@@ -239,11 +268,14 @@ def main() -> int:
     ap.add_argument("what", choices=("check", "bench", "sanitize", "tune"))
     ap.add_argument("--quick", action="store_true", help="bench: fp16, N in 512/4096/16384 only")
     ap.add_argument("--reps", type=int, default=20)
+    ap.add_argument("--tuning", action="store_true", help="build the tuning candidates too; check/bench each")
+    ap.add_argument("--dtypes", default="float16,bfloat16", help="bench: comma-separated dtypes")
     a = ap.parse_args()
     if not torch.cuda.is_available():
         print("v7_dev needs a CUDA GPU", file=sys.stderr)
         return 2
-    return {"check": run_check, "bench": lambda: run_bench(a.quick, a.reps), "sanitize": run_sanitize,
+    return {"check": lambda: run_check(a.tuning), "bench": lambda: run_bench(a.quick, a.reps, a.tuning, a.dtypes),
+            "sanitize": lambda: run_sanitize(a.tuning),
             "tune": lambda: run_tune(a.reps)}[a.what]()
 
 

@@ -27,6 +27,7 @@ import pytest
 
 torch = pytest.importorskip("torch", reason="torch is not installed")
 
+from lab.ladder import registry  # noqa: E402
 from lab.ladder.registry import builtin  # noqa: E402
 
 RUNG = next(v for v in builtin() if v.backward and v.kind == "cuda")
@@ -179,7 +180,7 @@ def test_compute_sanitizer_is_clean(tool, module, tmp_path):
     script.write_text(SANITIZER_SCRIPT)
     env = dict(os.environ, PYTORCH_NO_CUDA_MEMORY_CACHING="1")
     env["PYTHONPATH"] = str(ROOT) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-    res = subprocess.run([sanitizer, "--tool", tool, "--error-exitcode", "3", sys.executable, str(script), RUNG.ref],
+    res = subprocess.run([sanitizer, "--tool", tool, "--error-exitcode", "3", sys.executable, str(script), registry.ref(RUNG)],
                          capture_output=True, text=True, cwd=ROOT, env=env, timeout=420)
     out = res.stdout + res.stderr
     assert "sanitized backward calls: 4" in out, out[-4000:]

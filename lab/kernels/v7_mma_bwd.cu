@@ -28,7 +28,21 @@
 //   on one side, more dQ reduction traffic with 128-key blocks at D=64 on the other), the weakest
 //   cells at short N (few key blocks per head: the three-kernel overhead and the causal
 //   triangle's imbalance) and at D=128 N=16384 (dQ reductions: nk/128 x nq x D x 4 bytes per head).
-// Measured: see benchmarks/v7_notes.md (filled in from the H200 runs).
+// Measured (NVIDIA H100 80GB HBM3 -- the device tool gave no H200 -- 2026-11-25, commit ea2c755;
+//   benchmarks/v7_dev.py bench: CUDA events, L2 flushed, median of 20, side by side with SDPA's FA2
+//   and cuDNN backends; fa-grid, 16k tokens, hidden 2048), backward TFLOP/s and v7 / FA2, fp16:
+//     D=64:  N=512 175 (1.24x), causal 124 (1.46x); N=4096 225 (0.89x), causal 213 (1.01x);
+//            N=16384 234 (0.83x), causal 238 (0.91x)
+//     D=128: N=512 176 (1.28x), causal 127 (1.56x); N=4096 241 (0.89x), causal 221 (0.97x);
+//            N=16384 255 (0.85x), causal 254 (0.86x)
+//   >= FA2 in 21 of 48 cells (fp16 and bf16 alike): ahead at N <= 1024 (and causal to 2048-4096),
+//   10-17% behind in the steady state of long sequences, where FA2 reaches 263-300 TFLOP/s; cuDNN is
+//   1.7-2x faster than v7 there. The prediction missed the long-N cells; deferring dQ (one barrier
+//   per step) and 2 CTAs of 4 warps did not close the gap (tuning candidates, measured in
+//   benchmarks/v7_notes.md, which estimates the loop shared-memory-bandwidth bound: 184 ldmatrix.x4
+//   per 320 mma.sync per warp and step). Correct on all 56 shapes of the check (O, LSE, dQ, dK,
+//   dV within 2x SDPA's error against float64 autograd); compute-sanitizer memcheck and racecheck
+//   clean. ptxas: 255 registers at D=128, 223-227 at D=64, no spills.
 // Profile it: lab profile --variant v7 --dtype float16 --mode bwd
 //
 // Layout of one backward CTA (default: 8 warps, BC = 128 keys, BR = 64 queries per step):
@@ -554,10 +568,13 @@ static __device__ __forceinline__ void red_add2(float* addr, float a, float b) {
 
 // (b) The main loop's tile configuration. Every warp owns 16 keys (one m16 tile), so a CTA holds a
 // key block of BC = 16 x warps keys; it walks the query blocks of BR rows.
-//   D: head dim; WARPS: warps per CTA; BR: query rows per step; MIN_BLOCKS: CTAs per SM to fit.
-template <int D_, int WARPS_, int BR_, int MIN_BLOCKS_>
+//   D: head dim; WARPS: warps per CTA; BR: query rows per step; MIN_BLOCKS: CTAs per SM to fit;
+//   DEFER_DQ: compute dQ of query block i in step i+1 from a second dS^T buffer (one barrier per
+//   step instead of two), rather than behind a barrier at the end of step i.
+template <int D_, int WARPS_, int BR_, int MIN_BLOCKS_, bool DEFER_DQ_ = false>
 struct BwdConfig {
   static constexpr int D = D_, kWarps = WARPS_, BR = BR_, kMinBlocks = MIN_BLOCKS_;
+  static constexpr bool kDeferDq = DEFER_DQ_;
   static constexpr int kThreads = kWarps * 32;
   static constexpr int BC = 16 * kWarps;
   static constexpr int kRowBytes = D * 2 + 16;       // K, V, Q, dO rows: one 16-byte chunk of padding
@@ -568,13 +585,16 @@ struct BwdConfig {
   static constexpr int kMTilesQ = BR / 16;
   static constexpr int kDqGroups = kWarps / kMTilesQ;
   static constexpr int kDqCols = D / kDqGroups;
-  // Shared memory: [K][V][Q x2 stages][dO x2][lse2 x2][D x2][dS^T]
+  // Shared memory: [K][V][Q x2 stages][dO x2][lse2 x2][D x2][dS^T] (deferred dQ: two dS^T buffers,
+  // block i's read for dQ_i in step i+1 while step i+1 writes the other)
   static constexpr int kOffK = 0, kOffV = kTileKVBytes, kOffQ = 2 * kTileKVBytes;
   static constexpr int kOffDO = kOffQ + 2 * kTileQBytes;
   static constexpr int kOffL = kOffDO + 2 * kTileQBytes;
   static constexpr int kOffDsum = kOffL + 2 * BR * 4;
   static constexpr int kOffDS = kOffDsum + 2 * BR * 4;
-  static constexpr int kSmemBytes = kOffDS + BC * kDsRowBytes;
+  static constexpr int kTileDsBytes = BC * kDsRowBytes;
+  static constexpr int kDsBuffers = kDeferDq ? 2 : 1;
+  static constexpr int kSmemBytes = kOffDS + kDsBuffers * kTileDsBytes;
   static_assert(D == 64 || D == 128, "head_dim 64 or 128");
   static_assert(BR % 16 == 0 && BR <= kMaxQueryBlock, "query block: whole m16 tiles, within the padding");
   static_assert(kWarps % kMTilesQ == 0 && kDqCols % 16 == 0, "dQ tiles must split evenly over the warps");
@@ -659,13 +679,61 @@ bwd_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict
 
   const int kw0 = n0 + warp * 16;  // this warp's first key
 
+  // dQ_i (partial over this key block) = dS_i K_j, from dS^T of query block i in buffer `buf`:
+  // warp (mq, dgrp) owns query rows 16 mq.. of the block and D columns kDqCols * dgrp..; k = the BC
+  // keys. Causal, masked blocks: key steps right of the tile's last query hold zeros and are skipped.
+  auto dq_step = [&](const int m, const int buf, auto masked_tag) {
+    constexpr bool kMasked = decltype(masked_tag)::value;
+    const int q_lo = m * BR + mq * 16;
+    if (q_lo >= nq) return;
+    const int kk_end = (kMasked && CAUSAL) ? min(BC / 16, lab_cdiv(q_lo + 16 - n0, 16)) : BC / 16;
+    if (kk_end <= 0) return;
+    const uint32_t s_dsb = s_ds + buf * C::kTileDsBytes;
+    float acc[C::kDqCols / 8][4];
+#pragma unroll
+    for (int kk = 0; kk < BC / 16; ++kk) {
+      if (kk < kk_end) {
+        uint32_t a[4];
+        lab_ldmatrix_x4_trans(a, s_dsb + dsa_off + kk * 16 * RBS);
+#pragma unroll
+        for (int dp = 0; dp < C::kDqCols / 16; ++dp) {
+          uint32_t b[4];
+          lab_ldmatrix_x4_trans(b, s_k + bt_off + (dgrp * C::kDqCols + dp * 16) * 2 + kk * 16 * RB);
+          if (kk == 0) {
+            lab_mma_m16n8k16_zero_acc<T>(acc[2 * dp], a, b[0], b[1]);
+            lab_mma_m16n8k16_zero_acc<T>(acc[2 * dp + 1], a, b[2], b[3]);
+          } else {
+            lab_mma_m16n8k16<T>(acc[2 * dp], a, b[0], b[1]);
+            lab_mma_m16n8k16<T>(acc[2 * dp + 1], a, b[2], b[3]);
+          }
+        }
+      }
+    }
+    // Into the fp32 accumulator in global memory: the other key blocks' CTAs add into the same
+    // rows, so these are reductions (RED, no return value), two floats each.
+    float* row_g = dq_acc + (size_t)(q_lo + g) * D + dgrp * C::kDqCols + c2;
+    const bool ok_g = q_lo + g < nq, ok_g8 = q_lo + g + 8 < nq;
+#pragma unroll
+    for (int nt = 0; nt < C::kDqCols / 8; ++nt) {
+      if (ok_g) red_add2(row_g + nt * 8, acc[nt][0], acc[nt][1]);
+      if (ok_g8) red_add2(row_g + 8 * D + nt * 8, acc[nt][2], acc[nt][3]);
+    }
+  };
+
   auto step = [&](const int m, const int stage, auto masked_tag) {
     constexpr bool kMasked = decltype(masked_tag)::value;
     lab_cp_async_wait<0>();  // query block m (and, the first time, K_j and V_j) landed
-    // Visible to every warp; every warp is done with the other stage and with dS^T of block m-1.
+    // Visible to every warp; every warp is done with the other stage and has read the dS^T buffer
+    // this step writes (deferred: block m-2's; otherwise block m-1's).
     __syncthreads();
     if (m + 1 < m_blocks) load_q_block(m + 1, stage ^ 1);
     lab_cp_async_commit();
+    // Deferred: dQ of the previous query block, whose dS^T (the other buffer) is complete since the
+    // barrier; warps drift apart, one warp's dQ products overlapping another's exponentials.
+    // (Its causal skip is computed at run time: the previous block may or may not be masked.)
+    if constexpr (C::kDeferDq)
+      if (m > m_first) dq_step(m - 1, stage ^ 1, std::true_type{});
+    const int ds_buf = C::kDeferDq ? stage : 0;
 
     const int m0 = m * BR;
     const uint32_t s_q = s_base + C::kOffQ + stage * C::kTileQBytes;
@@ -741,10 +809,10 @@ bwd_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict
         ds_frag[kk][2] = lab_pack2<T>(dpt[2 * kk + 1][0], dpt[2 * kk + 1][1]);
         ds_frag[kk][3] = lab_pack2<T>(dpt[2 * kk + 1][2], dpt[2 * kk + 1][3]);
       }
-      // dS^T -> shared memory first, so the barrier below can follow dV and dK's products.
+      // dS^T -> shared memory: every warp reads it back for dQ.
 #pragma unroll
       for (int kk = 0; kk < BR / 16; ++kk) {
-        uint8_t* row_g = smem + C::kOffDS + (warp * 16 + g) * RBS + (kk * 16 + c2) * 2;
+        uint8_t* row_g = smem + C::kOffDS + ds_buf * C::kTileDsBytes + (warp * 16 + g) * RBS + (kk * 16 + c2) * 2;
         *reinterpret_cast<uint32_t*>(row_g) = ds_frag[kk][0];
         *reinterpret_cast<uint32_t*>(row_g + 8 * RBS) = ds_frag[kk][1];
         *reinterpret_cast<uint32_t*>(row_g + 16) = ds_frag[kk][2];
@@ -773,50 +841,48 @@ bwd_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict
       // Skipped warp: its rows of dS^T are zero for the dQ product.
 #pragma unroll
       for (int kk = 0; kk < BR / 16; ++kk) {
-        uint8_t* row_g = smem + C::kOffDS + (warp * 16 + g) * RBS + (kk * 16 + c2) * 2;
+        uint8_t* row_g = smem + C::kOffDS + ds_buf * C::kTileDsBytes + (warp * 16 + g) * RBS + (kk * 16 + c2) * 2;
         *reinterpret_cast<uint32_t*>(row_g) = 0u;
         *reinterpret_cast<uint32_t*>(row_g + 8 * RBS) = 0u;
         *reinterpret_cast<uint32_t*>(row_g + 16) = 0u;
         *reinterpret_cast<uint32_t*>(row_g + 8 * RBS + 16) = 0u;
       }
     }
-    __syncthreads();  // dS^T of the whole key block visible
-
-    // dQ_i (partial over this key block) = dS K_j: warp (mq, dgrp) owns query rows m0 + 16 mq ..
-    // and D columns kDqCols * dgrp ..; k = the BC keys. Causal: key steps right of the tile's last
-    // query are zero and skipped.
-    const int q_lo = m0 + mq * 16;
-    if (q_lo < nq) {
-      const int kk_end = (kMasked && CAUSAL) ? min(BC / 16, lab_cdiv(q_lo + 16 - n0, 16)) : BC / 16;
-      if (kk_end > 0) {
-        float acc[C::kDqCols / 8][4];
+    if constexpr (!C::kDeferDq) {
+      __syncthreads();  // dS^T of the whole key block visible
+      // dQ_i of this block, as dq_step above (kept inline: this is the default configurations'
+      // code as measured, and the lambda call changes their register allocation).
+      const int q_lo = m0 + mq * 16;
+      if (q_lo < nq) {
+        const int kk_end = (kMasked && CAUSAL) ? min(BC / 16, lab_cdiv(q_lo + 16 - n0, 16)) : BC / 16;
+        if (kk_end > 0) {
+          float acc[C::kDqCols / 8][4];
 #pragma unroll
-        for (int kk = 0; kk < BC / 16; ++kk) {
-          if (kk < kk_end) {
-            uint32_t a[4];
-            lab_ldmatrix_x4_trans(a, s_ds + dsa_off + kk * 16 * RBS);
+          for (int kk = 0; kk < BC / 16; ++kk) {
+            if (kk < kk_end) {
+              uint32_t a[4];
+              lab_ldmatrix_x4_trans(a, s_ds + dsa_off + kk * 16 * RBS);
 #pragma unroll
-            for (int dp = 0; dp < C::kDqCols / 16; ++dp) {
-              uint32_t b[4];
-              lab_ldmatrix_x4_trans(b, s_k + bt_off + (dgrp * C::kDqCols + dp * 16) * 2 + kk * 16 * RB);
-              if (kk == 0) {
-                lab_mma_m16n8k16_zero_acc<T>(acc[2 * dp], a, b[0], b[1]);
-                lab_mma_m16n8k16_zero_acc<T>(acc[2 * dp + 1], a, b[2], b[3]);
-              } else {
-                lab_mma_m16n8k16<T>(acc[2 * dp], a, b[0], b[1]);
-                lab_mma_m16n8k16<T>(acc[2 * dp + 1], a, b[2], b[3]);
+              for (int dp = 0; dp < C::kDqCols / 16; ++dp) {
+                uint32_t b[4];
+                lab_ldmatrix_x4_trans(b, s_k + bt_off + (dgrp * C::kDqCols + dp * 16) * 2 + kk * 16 * RB);
+                if (kk == 0) {
+                  lab_mma_m16n8k16_zero_acc<T>(acc[2 * dp], a, b[0], b[1]);
+                  lab_mma_m16n8k16_zero_acc<T>(acc[2 * dp + 1], a, b[2], b[3]);
+                } else {
+                  lab_mma_m16n8k16<T>(acc[2 * dp], a, b[0], b[1]);
+                  lab_mma_m16n8k16<T>(acc[2 * dp + 1], a, b[2], b[3]);
+                }
               }
             }
           }
-        }
-        // Into the fp32 accumulator in global memory: the other key blocks' CTAs add into the same
-        // rows, so these are reductions (RED, no return value), two floats each.
-        float* row_g = dq_acc + (size_t)(q_lo + g) * D + dgrp * C::kDqCols + c2;
-        const bool ok_g = q_lo + g < nq, ok_g8 = q_lo + g + 8 < nq;
+          float* row_g = dq_acc + (size_t)(q_lo + g) * D + dgrp * C::kDqCols + c2;
+          const bool ok_g = q_lo + g < nq, ok_g8 = q_lo + g + 8 < nq;
 #pragma unroll
-        for (int nt = 0; nt < C::kDqCols / 8; ++nt) {
-          if (ok_g) red_add2(row_g + nt * 8, acc[nt][0], acc[nt][1]);
-          if (ok_g8) red_add2(row_g + 8 * D + nt * 8, acc[nt][2], acc[nt][3]);
+          for (int nt = 0; nt < C::kDqCols / 8; ++nt) {
+            if (ok_g) red_add2(row_g + nt * 8, acc[nt][0], acc[nt][1]);
+            if (ok_g8) red_add2(row_g + 8 * D + nt * 8, acc[nt][2], acc[nt][3]);
+          }
         }
       }
     }
@@ -825,6 +891,10 @@ bwd_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict
   int m = m_first, it = 0;
   for (; m < m_full; ++m, ++it) step(m, it & 1, std::true_type{});
   for (; m < m_blocks; ++m, ++it) step(m, it & 1, std::false_type{});
+  if (C::kDeferDq && it > 0) {  // dQ of the last query block
+    __syncthreads();
+    dq_step(m_blocks - 1, (it - 1) & 1, std::true_type{});
+  }
 
   // Epilogue: dK (times scale) and dV to 16 bits, staged through the K and V tiles (free once every
   // warp has passed this barrier) so that the global stores are 16 bytes per lane, whole rows.
@@ -930,14 +1000,14 @@ struct BwdCandidate {
 };
 static const BwdCandidate kBwdCandidates64[] = {
     {"W8 BC128 BR64", bwd_launch<BwdConfig<64, 8, 64, 1>>},
-    {"W4 BC64 BR64 2/SM", bwd_launch<BwdConfig<64, 4, 64, 2>>},
-    {"W8 BC128 BR128", bwd_launch<BwdConfig<64, 8, 128, 1>>},
-    {"W4 BC64 BR32 2/SM", bwd_launch<BwdConfig<64, 4, 32, 2>>},
+    {"W8 BC128 BR64 deferred-dQ", bwd_launch<BwdConfig<64, 8, 64, 1, true>>},
+    {"W4 BC64 BR64 2/SM deferred-dQ", bwd_launch<BwdConfig<64, 4, 64, 2, true>>},
+    {"W8 BC128 BR32 deferred-dQ", bwd_launch<BwdConfig<64, 8, 32, 1, true>>},
 };
 static const BwdCandidate kBwdCandidates128[] = {
     {"W8 BC128 BR64", bwd_launch<BwdConfig<128, 8, 64, 1>>},
-    {"W8 BC128 BR32", bwd_launch<BwdConfig<128, 8, 32, 1>>},
-    {"W4 BC64 BR64", bwd_launch<BwdConfig<128, 4, 64, 1>>},
+    {"W8 BC128 BR64 deferred-dQ", bwd_launch<BwdConfig<128, 8, 64, 1, true>>},
+    {"W8 BC128 BR32 deferred-dQ", bwd_launch<BwdConfig<128, 8, 32, 1, true>>},
 };
 template <int N>
 static const char* bwd_labels(const BwdCandidate (&items)[N]) {

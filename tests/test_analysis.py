@@ -1,6 +1,6 @@
 """lab.analysis.findings and `lab analyze` on real Nsight Compute reports.
 
-  * ../shared/fixtures/ncu-public/: public reports written on a Turing GPU (sgemm naive and
+  * tests/fixtures/ncu-public/ (unpacked by conftest.py): public reports written on a Turing GPU (sgemm naive and
     coalesced, dot product, vector add).
   * tests/fixtures/ncu/: reports recorded on the lab's H200 by tests/planted/record.sh: ten
     kernels with one planted bottleneck each (built with -lineinfo, sources imported; `detailed` and
@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from conftest import FIXTURES, PUBLIC_NCU, REPO
 from lab.analysis import findings as analysis
 
 from lab.analysis import metrics as derived_metrics
@@ -34,9 +35,8 @@ from lab.ladder.registry import builtin, demonstrating  # rungs named through th
 BASELINE = builtin()[0]                     # the ladder's first rung: one CTA per (batch, head)
 MMA = demonstrating("compute-bound")        # the ladder's first tensor-core rung (mma.sync)
 
-REPO = Path(__file__).resolve().parent.parent
-PUBLIC = REPO.parent / "shared" / "fixtures" / "ncu-public"
-OURS = REPO / "tests" / "fixtures" / "ncu"
+PUBLIC = PUBLIC_NCU
+OURS = FIXTURES / "ncu"
 NAIVE = PUBLIC / "LakshyaSingh354__CudaCode__gemm_reps_naive.ncu-rep"
 COALESCED = PUBLIC / "LakshyaSingh354__CudaCode__gemm_reps_global_mem_coalesce.ncu-rep"
 DOT = PUBLIC / "LakshyaSingh354__CudaCode__stage1_reps_dot_product.ncu-rep"
@@ -471,7 +471,6 @@ def test_v5_on_hopper_names_the_tensor_path_and_wgmma_tma():
     assert len(occ) == 1 and {e["source"] for e in occ[0].estimates} >= {"lab", "ncu-rule:TheoreticalOccupancy"}
     # no advice to go back to float4 loads (v2) on a fp16 tensor-core kernel
     assert not any(demonstrating("uncoalesced-global").id in f.advice for f in a.findings)
-
 
 
 def test_a_wgmma_rung_is_judged_by_its_overlap_not_its_occupancy():

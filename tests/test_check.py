@@ -9,7 +9,6 @@ from __future__ import annotations
 import math
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
@@ -18,8 +17,8 @@ torch = pytest.importorskip("torch", reason="torch is not installed")
 from lab.measure import check  # noqa: E402
 from lab.measure.problem import Problem  # noqa: E402
 from lab.ladder.registry import builtin  # noqa: E402
+from conftest import REPO  # noqa: E402
 
-ROOT = Path(__file__).resolve().parent.parent
 HAS_GPU = torch.cuda.is_available()
 needs_gpu = pytest.mark.skipif(not HAS_GPU, reason="needs a CUDA GPU (torch.cuda.is_available() is False)")
 GPU_SHAPES = 104  # >= 100: the 24 corners (N in {1, 17, 1000, 1023} x D x causal) and 80 random ragged

@@ -3,15 +3,13 @@
 import json
 import subprocess
 import sys
-from pathlib import Path
 
 import pandas as pd
 import pytest
 
 from lab.store import runs as store
 from lab.store.export import export_run
-
-EXAMPLES = Path(__file__).resolve().parent.parent / "profiles" / "examples"
+from conftest import EXAMPLES  # noqa: E402
 
 
 def _runs():

@@ -24,10 +24,9 @@ from click.testing import CliRunner
 from lab import cli
 from lab.store.runs import list_runs
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
 from test_report import R1, R2, Parsed, make_run   # tests/ is on sys.path under pytest's default import mode
+from conftest import EXAMPLES, REPO  # noqa: E402
 
-EXAMPLES = REPO_ROOT / "profiles" / "examples"
 TRACE = next(iter(sorted(EXAMPLES.glob("*/timeline/torch_trace.json"))), None)   # a recorded torch.profiler trace
 
 
@@ -148,7 +147,7 @@ def test_a_damaged_sweep_does_not_block_the_runs_or_the_other_sweeps(tmp_path):
 
     store = tmp_path / "store"
     good_run = make_run(store, R1)
-    shipped = sorted((REPO_ROOT / "profiles" / "examples").glob("*sweep*/sweep.json"))
+    shipped = sorted((REPO / "profiles" / "examples").glob("*sweep*/sweep.json"))
     if not shipped:
         pytest.skip("no shipped sweep to copy")
     good_sweep = store / shipped[0].parent.name
@@ -304,7 +303,7 @@ def test_ctrl_c_leaves_no_run_and_no_orphan(tmp_path, command, stage):
     work = tmp_path / "work"
     work.mkdir()
     store = tmp_path / "store"
-    env = dict(os.environ, LAB_PROFILES=str(store), PYTHONPATH=str(REPO_ROOT))
+    env = dict(os.environ, LAB_PROFILES=str(store), PYTHONPATH=str(REPO))
     # a session of its own: the driver leads its process group, as a command started from a shell does
     proc = subprocess.Popen([sys.executable, "-c", DRIVER, stage, str(work), command], env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)

@@ -6,14 +6,11 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from pathlib import Path
 
 import grimp
-import pytest
 from importlinter.application.use_cases import lint_imports
 from importlinter.configuration import configure
-
-REPO = Path(__file__).resolve().parents[1]
+from conftest import REPO
 
 
 def cycles(graph: grimp.ImportGraph) -> list[list[str]]:

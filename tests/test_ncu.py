@@ -1,6 +1,6 @@
 """lab.profilers.ncu: the ncu command line, running it, and reading real reports with ncu_report.
 
-Reports: ../shared/fixtures/ncu-public/ (written by Nsight Compute on a Turing GPU, public) and
+Reports: tests/fixtures/ncu-public/ (unpacked by conftest.py) (written by Nsight Compute on a Turing GPU, public) and
 tests/fixtures/ncu/ (recorded on the lab's H200 by tests/planted/record.sh). Values are checked
 against what ncu_report itself reads, never against numbers typed here.
 """
@@ -10,12 +10,12 @@ from pathlib import Path
 
 import pytest
 
+from conftest import FIXTURES, PUBLIC_NCU
 from lab.errors import LabError
 from lab.profilers import ncu
 
-REPO = Path(__file__).resolve().parent.parent
-PUBLIC = REPO.parent / "shared" / "fixtures" / "ncu-public"
-OURS = REPO / "tests" / "fixtures" / "ncu"
+PUBLIC = PUBLIC_NCU
+OURS = FIXTURES / "ncu"
 NAIVE = PUBLIC / "LakshyaSingh354__CudaCode__gemm_reps_naive.ncu-rep"
 DOT = PUBLIC / "LakshyaSingh354__CudaCode__stage1_reps_dot_product.ncu-rep"
 PLANTED = OURS / "planted-detailed.ncu-rep.xz"

@@ -11,9 +11,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-
-REPO = Path(__file__).resolve().parent.parent
-EXAMPLES = REPO / "profiles" / "examples"
+from conftest import EXAMPLES, REPO  # noqa: E402
 
 
 def _a_shipped_run() -> Path:

@@ -4,7 +4,6 @@ STYLE.md asks for; bad declarations are refused with the file and line; the advi
 through `demonstrating`, and no rung id is written anywhere else."""
 
 import re
-from pathlib import Path
 
 import pytest
 
@@ -12,8 +11,8 @@ from lab.errors import LabError
 from lab.ladder import registry
 from lab.ladder.registry import ANALYSIS_CLASSES, KERNELS_DIR, builtin, demonstrating, get, parse_rung, select
 from lab.measure.problem import DTYPE_BYTES
+from conftest import REPO  # noqa: E402
 
-ROOT = Path(__file__).resolve().parent.parent
 VARIANTS = builtin()
 
 # The header sections of a rung file, as patterns: rungs word them a little differently
@@ -223,7 +222,7 @@ def test_no_rung_id_is_written_outside_the_rung_files():
     label_re = re.compile(r"\b(%s)" % "|".join(re.escape(v.label()) for v in VARIANTS))
     offenders = []
     for folder in ("lab", "tools", "tests"):
-        for path in sorted((ROOT / folder).rglob("*.py")):
+        for path in sorted((REPO / folder).rglob("*.py")):
             tree = ast.parse(path.read_text())
             docstrings = {id(n.body[0].value) for n in ast.walk(tree)
                           if isinstance(n, (ast.Module, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
@@ -231,5 +230,5 @@ def test_no_rung_id_is_written_outside_the_rung_files():
             for node in ast.walk(tree):
                 if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings:
                     if node.value in ids or label_re.search(node.value):
-                        offenders.append(f"{path.relative_to(ROOT)}:{node.lineno}: {node.value[:80]!r}")
+                        offenders.append(f"{path.relative_to(REPO)}:{node.lineno}: {node.value[:80]!r}")
     assert not offenders, "rung ids written outside the registry's data:\n" + "\n".join(offenders[:20])

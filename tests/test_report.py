@@ -20,6 +20,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from conftest import EXAMPLES, PUBLIC_NCU, PUBLIC_NSYS
 from lab.report import formatting
 
 from lab.report import pages as report
@@ -28,13 +29,10 @@ from lab.report import rundata
 from lab.report.compare import compare_runs
 from lab.measure.problem import Problem
 from lab.store.runs import Run, create_run, list_runs
-
-REPO_ROOT = Path(__file__).resolve().parents[1]
 from lab.ladder.registry import builtin
 
 R1, R2 = (v.id for v in builtin()[:2])   # two consecutive rungs of the ladder: the page names the previous one
 
-EXAMPLES = REPO_ROOT / "profiles" / "examples"
 EVIL = '<script>alert("x")</script>&'   # a kernel name no page may interpret as markup
 DEVICE = "Test GPU (test-made manifest)"
 
@@ -246,10 +244,10 @@ def test_index_lists_runs_with_filters_ladder_and_history(tmp_path):
     assert "SDPA flash float16" in index     # a baseline bar beside the rungs
 
 
-NCU_FIXTURE = REPO_ROOT.parent / "shared" / "fixtures" / "ncu-public" / "LakshyaSingh354__CudaCode__gemm_reps_naive.ncu-rep"
+NCU_FIXTURE = PUBLIC_NCU / "LakshyaSingh354__CudaCode__gemm_reps_naive.ncu-rep"
 
 
-@pytest.mark.skipif(not NCU_FIXTURE.exists(), reason="../shared/fixtures/ncu-public/ is not beside this checkout")
+@pytest.mark.skipif(not NCU_FIXTURE.exists(), reason="tests/fixtures/ncu-public/ lacks it")
 def test_page_from_a_real_ncu_report(tmp_path):
     """Metrics and rule results of a real public report (a naive sgemm on a GTX 1660 SUPER), read with
     lab.profilers.ncu, stored under a test-made manifest: the page reads ncu's own column names."""
@@ -284,10 +282,10 @@ def test_page_from_a_real_ncu_report(tmp_path):
     assert rules["rule_name"].iloc[0] in text and "ns" in rd.units.get("gpu__time_duration.sum", "")
 
 
-NSYS_FIXTURE = REPO_ROOT.parent / "shared" / "fixtures" / "nsys-public" / "Sh1mwww__llama3-inference__real_inference_simulation.sqlite"
+NSYS_FIXTURE = PUBLIC_NSYS / "Sh1mwww__llama3-inference__real_inference_simulation.sqlite"
 
 
-@pytest.mark.skipif(not NSYS_FIXTURE.exists(), reason="../shared/fixtures/nsys-public/ is not beside this checkout")
+@pytest.mark.skipif(not NSYS_FIXTURE.exists(), reason="tests/fixtures/nsys-public/ lacks it")
 def test_timeline_section_from_a_real_nsys_export(tmp_path):
     """The tables lab.profilers.timeline makes from a real public nsys export, stored as `lab profile --timeline`
     stores them, under a test-made manifest."""

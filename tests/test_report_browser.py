@@ -27,13 +27,12 @@ from lab.report import pages as report
 
 from lab.report import rundata
 from lab.store.runs import list_runs
+from conftest import EXAMPLES, REPO  # noqa: E402
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
 
 CHROMIUM = Path("/usr/bin/chromium")
 pytestmark = pytest.mark.skipif(not CHROMIUM.exists(), reason="no /usr/bin/chromium (apt-get install -y chromium)")
 
-EXAMPLES = REPO_ROOT / "profiles" / "examples"
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
          "--disable-background-networking", "--disable-component-update", "--disable-sync",
          "--enable-logging=stderr", "--v=0"]

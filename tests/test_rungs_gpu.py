@@ -30,9 +30,9 @@ from lab.errors import LabError  # noqa: E402
 from lab.ladder import registry, workspace  # noqa: E402
 from lab.measure import check  # noqa: E402
 from lab.measure.problem import Problem, make_inputs, softmax_scale  # noqa: E402
+from conftest import REPO  # noqa: E402
 
-ROOT = Path(__file__).resolve().parent.parent
-EXAMPLE_WORKSPACE = ROOT / "examples" / "workspace"
+EXAMPLE_WORKSPACE = REPO / "examples" / "workspace"
 HAS_GPU = torch.cuda.is_available()
 pytestmark = [pytest.mark.gpu,
               pytest.mark.skipif(not HAS_GPU, reason="needs a CUDA GPU (torch.cuda.is_available() is False)")]
@@ -180,7 +180,7 @@ def test_second_build_compiles_nothing(built):
     code = ("import sys\nfrom lab.ladder import build, registry\n"
             "r = build.build(registry.get(sys.argv[1]))\n"
             "print('built_now', r.built_now, r.cache_key)\n")
-    res = subprocess.run([sys.executable, "-c", code, registry.ref(first)], capture_output=True, text=True, cwd=ROOT,
+    res = subprocess.run([sys.executable, "-c", code, registry.ref(first)], capture_output=True, text=True, cwd=REPO,
                          env=_child_env())
     assert res.returncode == 0, res.stderr
     assert f"built_now False {made.cache_key}" in res.stdout
@@ -232,7 +232,7 @@ def test_compute_sanitizer_is_clean(tool, built, tmp_path):
     script.write_text(SANITIZER_SCRIPT)
     env = _child_env(PYTORCH_NO_CUDA_MEMORY_CACHING="1")
     res = subprocess.run([sanitizer, "--tool", tool, "--error-exitcode", "3", sys.executable, str(script), *rungs],
-                         capture_output=True, text=True, cwd=ROOT, env=env, timeout=420)
+                         capture_output=True, text=True, cwd=REPO, env=env, timeout=420)
     out = res.stdout + res.stderr
     assert f"sanitized launches: {len(rungs) * 9}" in out, out[-4000:]
     assert res.returncode == 0, out[-4000:]
@@ -249,5 +249,5 @@ def _beside_nvcc(name: str) -> str | None:
 
 def _child_env(**extra) -> dict:
     env = dict(os.environ, **extra)
-    env["PYTHONPATH"] = str(ROOT) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    env["PYTHONPATH"] = str(REPO) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     return env

@@ -11,12 +11,10 @@ import pytest
 from lab.analysis import findings as analysis
 from lab.analysis import lines as source_lines
 from lab.report import pages as report
-REPO_ROOT = Path(__file__).resolve().parents[1]
 from lab.ladder.registry import builtin
+from conftest import EXAMPLES, REPO  # noqa: E402
 
 BASELINE = builtin()[0]   # the ladder's first rung, whose shipped run this page is built from
-
-EXAMPLES = REPO_ROOT / "profiles" / "examples"
 
 
 def _v1_run(tmp_path: Path) -> Path:
@@ -32,7 +30,7 @@ def _v1_run(tmp_path: Path) -> Path:
               "lines": source_lines.lines_frame(source_lines.report_lines(rep)),
               # this report was recorded before --import-source yes: the rung's source, as lab profile keeps it
               "sources": source_lines.sources_frame(source_lines.source_texts(rep),
-                                                    [REPO_ROOT / "lab" / man["variant"]["source"]])}
+                                                    [REPO / "lab" / man["variant"]["source"]])}
     for name, df in tables.items():
         df.to_parquet(run / f"{name}.parquet", index=False)
         man["tables"][name] = f"{name}.parquet"

@@ -7,7 +7,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
@@ -15,11 +14,11 @@ from lab.errors import LabError
 from lab.measure import sweepplan
 from lab.store import sweeps as store
 from lab.ladder.registry import builtin  # rungs by what they declare, not by id
+from conftest import REPO  # noqa: E402
 
 F16 = next(v.id for v in builtin() if "float16" in v.dtypes and v.min_cc <= (8, 0))   # mma.sync rung
 F32 = next(v.id for v in builtin() if v.dtypes == ("float32",) and v.grid == "q-tiles,bh")
 
-REPO = Path(__file__).resolve().parents[1]
 FAKE = "tests.sweep_fakes:measure"
 
 

@@ -4,12 +4,10 @@
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 from lab.store.export import MARK_BEGIN, MARK_END, markdown_sweep
 from lab.store.sweeps import find_sweep
-
-REPO = Path(__file__).resolve().parents[1]
+from conftest import REPO  # noqa: E402
 
 
 def test_results_sweep_blocks_match_the_stored_sweeps():

@@ -1,4 +1,4 @@
-"""The timeline readers on real Nsight Systems output: every file in ../shared/fixtures/nsys-public
+"""The timeline readers on real Nsight Systems output: every file in tests/fixtures/nsys-public
 (SQLite exports of nsys 2020.5 to 2026.2, and `nsys stats --format csv` files). Expected values come
 from SQL written here over the export itself, or from the CSV read with the csv module, never from
 the code under test. Bad input goes through the CLI and must exit 2 with a message.
@@ -18,15 +18,15 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from conftest import PUBLIC_NCU, PUBLIC_NSYS
 from lab.cli import main
 from lab.demangle import demangle
 from lab.errors import LabError
 from lab.profilers import nsys
 from lab.profilers.timeline import collect_timeline, read_any
 
-REPO = Path(__file__).resolve().parent.parent
-FIXTURES = REPO.parent / "shared" / "fixtures" / "nsys-public"
-NCU_FIXTURES = REPO.parent / "shared" / "fixtures" / "ncu-public"
+FIXTURES = PUBLIC_NSYS
+NCU_FIXTURES = PUBLIC_NCU
 
 pytestmark = pytest.mark.skipif(not FIXTURES.is_dir(), reason=f"nsys fixtures not found at {FIXTURES}")
 

@@ -23,8 +23,8 @@ pytestmark = [
 
 from lab.profilers import kineto, nsys  # noqa: E402
 from lab.profilers.timeline import collect_timeline, from_events  # noqa: E402
+from conftest import REPO  # noqa: E402
 
-REPO = Path(__file__).resolve().parent.parent
 RANGE = "lab timeline gpu test"
 LAUNCH_APIS = ("cudaLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernel", "cuLaunchKernelEx")
 

@@ -27,12 +27,13 @@ torch = pytest.importorskip("torch", reason="torch is not installed")
 
 from lab.measure import check  # noqa: E402
 from lab.measure.problem import Problem, make_inputs, softmax_scale  # noqa: E402
+from lab.ladder import registry  # noqa: E402
 from lab.ladder.registry import builtin  # noqa: E402
+from conftest import REPO  # noqa: E402
 
 # The ladder's Hopper rung, found by what it declares (compute capability 9.0, sm_90a), not by id.
 RUNG = next(v for v in builtin() if v.min_cc >= (9, 0))
 
-ROOT = Path(__file__).resolve().parent.parent
 HAS_GPU = torch.cuda.is_available()
 IS_HOPPER = HAS_GPU and torch.cuda.get_device_capability(0) == (9, 0)
 needs_hopper = pytest.mark.skipif(not IS_HOPPER, reason="v6 needs compute capability 9.0 (sm_90a: wgmma, TMA)")
@@ -169,9 +170,9 @@ def test_v6_compute_sanitizer_is_clean(tool, v6, tmp_path):
     import os
 
     env = dict(os.environ, PYTORCH_NO_CUDA_MEMORY_CACHING="1")
-    env["PYTHONPATH"] = str(ROOT) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    env["PYTHONPATH"] = str(REPO) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     res = subprocess.run([sanitizer, "--tool", tool, "--error-exitcode", "3", sys.executable, str(script), registry.ref(RUNG)],
-                         capture_output=True, text=True, cwd=ROOT, env=env, timeout=420)
+                         capture_output=True, text=True, cwd=REPO, env=env, timeout=420)
     out = res.stdout + res.stderr
     assert "sanitized launches: 3" in out, out[-4000:]
     assert res.returncode == 0, out[-4000:]

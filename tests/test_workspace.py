@@ -15,8 +15,8 @@ import pytest
 
 from lab.ladder import registry, workspace
 from lab.ladder.registry import builtin
+from conftest import REPO  # noqa: E402
 
-ROOT = Path(__file__).resolve().parent.parent
 NVCC = shutil.which("nvcc")
 needs_nvcc = pytest.mark.skipif(NVCC is None, reason="nvcc not on PATH: the test compiles the copied rung")
 
@@ -27,7 +27,7 @@ FP32 = next(v for v in LADDER if v.dtypes == ("float32",))
 
 
 def lab(*args, cwd, env=None):
-    full = dict(os.environ, PYTHONPATH=str(ROOT), **(env or {}))
+    full = dict(os.environ, PYTHONPATH=str(REPO), **(env or {}))
     full.pop("LAB_WORKSPACE", None)
     full.pop("LAB_PROFILES", None)
     if env:
@@ -306,7 +306,7 @@ def test_a_wrong_output_is_a_runtime_error_the_gate_records(tmp_path, ret, messa
 # The example workspace shipped in the repository
 # ----------------------------------------------------------------------------------------------
 
-EXAMPLE = ROOT / "examples" / "workspace"
+EXAMPLE = REPO / "examples" / "workspace"
 
 
 def test_the_example_workspace_has_a_cuda_and_a_python_rung(tmp_path):

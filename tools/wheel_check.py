@@ -1,0 +1,173 @@
+"""Does a wheel of this repository work as a user installs it? Build the wheel, install it into a
+fresh virtual environment, and from an empty temporary folder run what a new user runs:
+
+    lab variants                     every built-in rung is listed
+    lab report --profiles <examples> ./reports/index.html is written there, in the user's folder
+    lab init ws; cd ws; lab new ...  a workspace, and a rung copied forward into it
+    lab build --ptxas-only           the new rung compiles against the shipped common.cuh (where nvcc is)
+    lab analyze <report>             an ncu report of the shipped examples is explained
+    lab export <run>                 ./reports/export/<run>/ is written there
+
+and check that nothing was written into the installed package (its file list before and after).
+
+Offline on purpose: the wheel is built without build isolation and installed without its
+dependencies into a venv that sees this interpreter's packages (--system-site-packages), so the
+check needs no index. Exit 0 when every step passed, 1 when one failed (the step and its output
+printed), 2 when the check cannot run here (no pip, no venv, no setuptools able to build a wheel).
+
+    python3 tools/wheel_check.py [--keep]     (--keep: leave the temporary folder for a look)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+EXAMPLES = REPO / "profiles" / "examples"
+CANNOT_RUN = 2
+
+
+class Failed(Exception):
+    pass
+
+
+class CannotRun(Exception):
+    pass
+
+
+def _clean_env(**extra) -> dict:
+    """The user's environment: none of this checkout's PYTHONPATH, workspace or store settings."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH" and not k.startswith("LAB_")}
+    env.update(extra)
+    return env
+
+
+def _run(argv, cwd: Path, env: dict, what: str, timeout: float = 900) -> subprocess.CompletedProcess:
+    res = subprocess.run([str(a) for a in argv], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+    if res.returncode != 0:
+        raise Failed(f"{what}: exit {res.returncode}\n$ {' '.join(map(str, argv))}\n{res.stdout[-3000:]}{res.stderr[-3000:]}")
+    print(f"ok   {what}", flush=True)
+    return res
+
+
+def build_wheel(tmp: Path) -> Path:
+    """From a copy of what the wheel is made of: setuptools writes build/ and *.egg-info beside the
+    sources it builds, which must not land in the checkout."""
+    src, dist = tmp / "src", tmp / "dist"
+    src.mkdir()
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy2(REPO / name, src / name)
+    shutil.copytree(REPO / "lab", src / "lab", ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    res = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--no-index",
+                          "-w", str(dist), str(src)], capture_output=True, text=True, timeout=600)
+    wheels = sorted(dist.glob("flash_lab-*.whl"))
+    if res.returncode != 0 or not wheels:
+        raise CannotRun("cannot build a wheel offline here (pip wheel --no-build-isolation needs setuptools "
+                        f">= 68 installed): {(res.stderr or res.stdout).strip()[-600:]}")
+    print(f"ok   wheel built: {wheels[0].name}", flush=True)
+    return wheels[0]
+
+
+def make_venv(tmp: Path, wheel: Path) -> Path:
+    venv = tmp / "venv"
+    res = subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)],
+                         capture_output=True, text=True, timeout=300)
+    if res.returncode != 0:
+        raise CannotRun(f"cannot make a virtual environment here: {(res.stderr or res.stdout).strip()[-400:]}")
+    py = venv / "bin" / "python"
+    # the dependencies come from this interpreter's packages (offline): the wheel alone is installed
+    _run([py, "-m", "pip", "install", "-q", "--no-deps", "--no-index", wheel], tmp, _clean_env(), "wheel installed")
+    return venv
+
+
+def installed_files(venv: Path) -> tuple[Path, list[str]]:
+    py = venv / "bin" / "python"
+    res = _run([py, "-c", "import lab, pathlib; print(pathlib.Path(lab.__file__).parent)"], venv, _clean_env(),
+               "the venv imports its own lab")
+    pkg = Path(res.stdout.strip())
+    if venv.resolve() not in pkg.resolve().parents:
+        raise Failed(f"the venv imports lab from {pkg}, not from its own install under {venv}")
+    root = pkg.parent
+    files = sorted(str(p.relative_to(root)) for p in root.rglob("*")
+                   if p.is_file() and (p.is_relative_to(pkg) or p.parts[len(root.parts)].startswith("flash_lab-")))
+    return pkg, files
+
+
+def check(tmp: Path) -> None:
+    if not EXAMPLES.is_dir() or not any(EXAMPLES.glob("*/manifest.json")):
+        raise CannotRun(f"no shipped example runs at {EXAMPLES}")
+    wheel = build_wheel(tmp)
+    venv = make_venv(tmp, wheel)
+    pkg, before = installed_files(venv)
+    lab = venv / "bin" / "lab"
+    user = tmp / "user"     # the user's empty folder
+    user.mkdir()
+    env = _clean_env(XDG_CACHE_HOME=str(tmp / "cache"), PATH=f"{venv / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}")
+
+    # every built-in rung, as the package's own kernels/ declares them
+    rung_files = sorted(p.name for p in (pkg / "kernels").iterdir()
+                        if p.suffix in (".cu", ".py") and "lab:rung" in p.read_text(errors="replace"))
+    listed = json.loads(_run([lab, "variants", "--json"], user, env, "lab variants").stdout)
+    if not rung_files or sorted(Path(v["source"]).name for v in listed) != rung_files:
+        raise Failed(f"lab variants lists {[v['id'] for v in listed]}; the package's kernels/ declares {rung_files}")
+    ids = [v["id"] for v in listed]
+
+    _run([lab, "report", "--profiles", EXAMPLES], user, env, "lab report --profiles <examples>")
+    if not (user / "reports" / "index.html").is_file():
+        raise Failed(f"lab report wrote no {user / 'reports' / 'index.html'}")
+
+    _run([lab, "init", "ws"], user, env, "lab init ws")
+    ws = user / "ws"
+    source = "v5" if "v5" in ids else ids[-1]
+    _run([lab, "new", "v9", "--from", source], ws, env, f"lab new v9 --from {source}")
+    if not list((ws / "kernels").glob("v9_*")):
+        raise Failed("lab new wrote no kernels/v9_* in the workspace")
+    if shutil.which("nvcc"):
+        _run([lab, "build", "--ptxas-only", "--variant", "v9"], ws, env, "lab build --ptxas-only --variant v9")
+    else:
+        print("skip lab build --ptxas-only: no nvcc on PATH", flush=True)
+
+    run = sorted(p for p in EXAMPLES.iterdir() if (p / "profile.ncu-rep").is_file())[0]
+    _run([lab, "analyze", run / "profile.ncu-rep"], user, env, f"lab analyze {run.name}/profile.ncu-rep")
+    _run([lab, "export", run.name, "--profiles", EXAMPLES], user, env, f"lab export {run.name}")
+    if not (user / "reports" / "export" / run.name).is_dir():
+        raise Failed(f"lab export wrote no {user / 'reports' / 'export' / run.name}")
+
+    _, after = installed_files(venv)
+    if after != before:
+        added, gone = sorted(set(after) - set(before)), sorted(set(before) - set(after))
+        raise Failed(f"the installed package changed: added {added[:10]}, removed {gone[:10]}")
+    print("ok   nothing written into the installed package", flush=True)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--keep", action="store_true", help="leave the temporary folder (its path is printed)")
+    a = ap.parse_args(argv)
+    tmp = Path(tempfile.mkdtemp(prefix="lab-wheel-check-"))
+    try:
+        check(tmp)
+    except CannotRun as e:
+        print(f"cannot run the wheel check here: {e}", file=sys.stderr)
+        return CANNOT_RUN
+    except (Failed, subprocess.TimeoutExpired) as e:
+        print(f"FAIL {e}", file=sys.stderr)
+        return 1
+    finally:
+        if a.keep:
+            print(f"kept: {tmp}", file=sys.stderr)
+        else:
+            shutil.rmtree(tmp, ignore_errors=True)
+    print("wheel check passed", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

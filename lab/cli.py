@@ -823,20 +823,24 @@ def sweep_compare(sweep_a, sweep_b, profiles_dir, as_json):
 
 
 @sweep.command("merge")
-@click.argument("partials", nargs=-1, required=True)
+@click.argument("partials", nargs=-1)
+@click.option("--name", default=None, help="merge every stored shard of the sweep named NAME (`lab sweep --name NAME --shard i/N`)")
 @click.option("--allow-mismatch", is_flag=True, help="merge partials measured on different devices or software")
 @profiles_option
-def sweep_merge(partials, allow_mismatch, profiles_dir):
-    """Join partial sweeps (--shard i/N) of one plan into one sweep."""
+def sweep_merge(partials, name, allow_mismatch, profiles_dir):
+    """Join the shards (--shard i/N) of one plan into one sweep: all N of them, each once, of one plan
+    hash (exit 2 otherwise); exit 1 where a shard left cells unmeasured."""
     from lab.store import sweeps as store
 
-    parts = [store.find_sweep(p, profiles_dir) for p in partials]
+    if bool(partials) == bool(name):
+        raise LabError("name the shards to merge (sweep ids or folders) or --name NAME, not both")
+    parts = [store.find_sweep(p, profiles_dir) for p in partials] if partials else store.shards_named(name, profiles_dir)
     merged = store.merge_sweeps(parts, profiles_dir, allow_mismatch)
     m = merged.manifest
     click.echo(f"merged: {merged.id} ({m['status']}, {m['cells_done']} of {m['cells_planned']} cells) -> {merged.path}")
     if m["status"] != "complete":
         click.secho(f"{m['cells_planned'] - m['cells_done']} cells missing: `lab sweep --resume {merged.id}`", fg="yellow", err=True)
-
+        sys.exit(1)
 
 
 @main.command()

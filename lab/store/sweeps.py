@@ -242,20 +242,52 @@ def is_sweep(ref: str, root: Path | None = None) -> bool:
         return False
 
 
-def merge_sweeps(parts: list[Sweep], root: Path | None = None, allow_mismatch: bool = False,
-                 sweep_id: str | None = None) -> Sweep:
-    """Join partial sweeps (shards) of ONE plan into a new sweep. Refuses (exit 2, nothing stored)
-    partials of different plans, and of different devices or software unless `allow_mismatch`."""
-    if len(parts) < 2:
-        raise LabError("merge needs at least two partial sweeps")
+def shards_named(name: str, root: Path | None = None) -> list[Sweep]:
+    """The stored shards of the plan named `name` (`lab sweep --name NAME --shard i/N`), in shard order."""
+    found = [s for s in list_sweeps(root) if s.plan_dict.get("name") == name and s.plan_dict.get("shard")]
+    if not found:
+        raise LabError(f"no stored shard of a sweep named {name!r} in {Path(root or store_root())}",
+                       hint="the shards' store must be this one: run the merge where they were written, or set --profiles")
+    return sorted(found, key=lambda s: (tuple(s.plan_dict["shard"]), s.id))
+
+
+def check_shards(parts: list[Sweep]) -> int:
+    """That `parts` are every shard of one plan, each once; returns N. LabError (exit 2) otherwise."""
+    if not parts:
+        raise LabError("nothing to merge: name the shards (sweep ids or folders), or --name")
     keys = {p.manifest.get("plan_key") for p in parts}
     if len(keys) != 1:
         raise LabError("these partials belong to different sweeps (their plans differ: "
                        + ", ".join(f"{p.id}: {p.manifest.get('plan_key')}" for p in parts) + ")")
-    shards = [tuple(p.plan_dict.get("shard") or ()) for p in parts]
-    dup = {s for s in shards if s and shards.count(s) > 1}
+    whole = [p.id for p in parts if not p.plan_dict.get("shard")]
+    if whole:
+        raise LabError(f"{', '.join(whole)} is not a shard (measured without --shard i/N): there is nothing to join it with")
+    shards = [tuple(p.plan_dict["shard"]) for p in parts]
+    counts = sorted({n for _, n in shards})
+    if len(counts) > 1:
+        raise LabError(f"the shards split the plan differently (N = {', '.join(map(str, counts))}): "
+                       "a merge joins the i/N of one N")
+    n = counts[0]
+    dup = sorted({s for s in shards if shards.count(s) > 1})
     if dup:
-        raise LabError(f"shard {'/'.join(map(str, sorted(dup)[0]))} is given twice")
+        twice = [p.id for p in parts if tuple(p.plan_dict["shard"]) == dup[0]]
+        raise LabError(f"shard {'/'.join(map(str, dup[0]))} is given twice ({', '.join(twice)})",
+                       hint="keep one of them (a shard measured again is a second sweep; remove the other's folder)")
+    missing = [i for i in range(1, n + 1) if (i, n) not in shards]
+    if missing:
+        raise LabError(f"shard{'s' if len(missing) > 1 else ''} {', '.join(f'{i}/{n}' for i in missing)} "
+                       f"missing: a merge joins all {n} shards of the plan",
+                       hint="measure the missing ones with the same options and --shard i/N, then merge all of them")
+    return n
+
+
+def merge_sweeps(parts: list[Sweep], root: Path | None = None, allow_mismatch: bool = False,
+                 sweep_id: str | None = None) -> Sweep:
+    """Join the shards (--shard i/N) of ONE plan into a new sweep. Refuses (exit 2, nothing stored)
+    partials of different plans (their plan hashes differ), a sweep that is not a shard, shards that
+    split the plan differently, a shard given twice or missing, and partials of different devices or
+    software unless `allow_mismatch`."""
+    check_shards(parts)
     for what, get in (("device", lambda p: (p.manifest.get("device") or {}).get("name")),
                       ("software", lambda p: (p.manifest.get("software") or {}).get("torch"))):
         seen = {get(p) for p in parts}

@@ -1,21 +1,52 @@
 """The `lab` command line. Thin: parse, call the module that does the work, print.
 
 Exit codes: 0 success, 1 a failed check or a regression, 2 bad usage or input (a clear message,
-no traceback). Heavy modules (torch, the extension build) are imported inside the commands that
-need them, so `lab report`, `lab analyze` and `lab timeline` run on a machine without torch or GPU.
+no traceback). torch is imported only inside what runs on a GPU, so `lab report`, `lab analyze` and
+`lab timeline` run on a machine without torch or GPU.
 """
 
 from __future__ import annotations
 
 import errno
 import json
+import re
+import shlex
 import sys
+import time
 from pathlib import Path
 
 import click
+from rich.console import Console
+from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+from rich.table import Table
 
 from lab import __version__
+from lab import sweeping as sweeper
+from lab.analysis import findings as analysis
+from lab.analysis.lines import render_lines, source_texts
+from lab.children import end_all, end_own_group
+from lab.doctor import essentials_failed, run_checks
+from lab.environment import require_gpus
 from lab.errors import CheckFailed, LabError
+from lab.ladder import build as builder
+from lab.ladder import registry, scaffold, workspace
+from lab.measure import check as gate
+from lab.measure import sweepplan
+from lab.measure.baselines import select_backends
+from lab.measure.benchtable import bench_ladder, markdown_ladder, print_ladder
+from lab.measure.problem import DEFAULT_SHAPE, check_supported, parse_shape
+from lab.measure.tune import tune as run_tune
+from lab.pipeline import ProfileOptions, profile as run_profile, reanalyze as run_reanalyze
+from lab.profilers.ncu import section_args
+from lab.profilers.timeline import read_any, renderables, require_range
+from lab.report.compare import compare_ids, text_lines
+from lab.report.pages import open_in_browser, render, render_compare
+from lab.store import runs
+from lab.store import sweeps as sweep_store
+from lab.store.evidence import latest_evidence
+from lab.store.export import (DEFAULT_OUT, export_run, export_sweep, markdown_sweep, resolve_targets,
+                              update_markdown_section)
+from lab.store.runs import find_run, open_root
 
 shape_option = click.option("--shape", default=None, metavar="B,H,N,D",
                             help="problem shape, e.g. 8,16,1024,64 (default: 8,16,1024,64)")
@@ -49,7 +80,6 @@ class LabGroup(click.Group):
             click.secho(f"check failed: {e}", fg="red", err=True)
             sys.exit(e.exit_code)
         except KeyboardInterrupt:
-            from lab.children import end_all, end_own_group
 
             end_all()          # children started here that the interrupted code did not end itself
             end_own_group()    # and those started by code the lab does not control
@@ -85,16 +115,8 @@ def _short_path(name: str, limit: int = 120) -> str:
                    "folder or the nearest parent with lab.toml; 'none' for the built-in ladder alone")
 def main(workspace_dir):
     """Flash Lab: build, check, time, profile and explain a ladder of Flash-Attention kernels."""
-    import os
-
-    from lab.ladder import workspace
-
     if workspace_dir is not None:
-        if str(workspace_dir).lower() != "none" and not (workspace_dir / workspace.LAB_TOML).is_file():
-            raise LabError(f"--workspace {workspace_dir}: no {workspace.LAB_TOML} there",
-                           hint=f"create one with `lab init {workspace_dir}`")
-        # through the environment, so every child process (check, profiler target) sees it too
-        os.environ[workspace.ENV] = "none" if str(workspace_dir).lower() == "none" else str(workspace_dir.resolve())
+        workspace.use(workspace_dir)
 
 
 @main.command()
@@ -102,7 +124,6 @@ def main(workspace_dir):
 @click.option("--markdown", is_flag=True, help="print the README's ladder table")
 def variants(as_json, markdown):
     """List the rungs: the built-in ladder and this workspace's, marked by origin."""
-    from lab.ladder import registry, workspace
 
     if markdown:
         click.echo(registry.markdown_table())
@@ -111,8 +132,6 @@ def variants(as_json, markdown):
     if as_json:
         click.echo(json.dumps([v.to_dict() for v in rungs], indent=2))
         return
-    from rich.console import Console
-    from rich.table import Table
 
     ws = workspace.active()
     table = Table(show_lines=True, title=f"workspace {ws.name}: {ws.root}" if ws else "the built-in ladder")
@@ -129,7 +148,6 @@ def variants(as_json, markdown):
 @click.argument("folder", type=click.Path(path_type=Path))
 def init(folder):
     """Make FOLDER a workspace for your own rungs: lab.toml, kernels/, profiles/, reports/."""
-    from lab.ladder import scaffold
 
     ws = scaffold.init(folder)
     click.echo(f"workspace {ws.name}: {ws.root}")
@@ -144,14 +162,13 @@ def init(folder):
 def new(new_id, from_id, slug):
     """Copy a rung forward into this workspace as NEW_ID: launcher renamed, header skeleton with the
     evidence from the latest stored profile of the rung it came from."""
-    from lab.ladder import registry, scaffold, workspace
 
     ws = workspace.active()
     if ws is None:
         raise LabError("not inside a workspace: no lab.toml here or in a parent folder",
                        hint="`lab init DIR` makes one (or pass --workspace DIR)")
     source = registry.get(from_id)
-    evidence = _latest_evidence(source, ws)
+    evidence = latest_evidence(source)
     dest = scaffold.new_rung(ws, new_id, source, slug=slug,
                               bottleneck=evidence.bottleneck if evidence else None,
                               evidence_text=evidence.header_text(source.id) if evidence else None)
@@ -166,25 +183,11 @@ def new(new_id, from_id, slug):
     click.echo(f"  next: edit it, then `lab build --ptxas-only --variant {new_id}` and `lab profile --variant {new_id}`")
 
 
-def _latest_evidence(source, ws):
-    """The newest stored profile of `source`: in this workspace's store, and for a built-in rung
-    also in the current folder's and the lab checkout's shipped examples."""
-    from lab.store import runs
-    from lab.store.evidence import evidence_of, latest_run_of
-
-    roots = [runs.store_root()]
-    if source.origin == "built-in":
-        roots += [r for r in (runs.DEFAULT_ROOT, runs.shipped_root()) if r is not None]
-    run = latest_run_of(source.id, roots)
-    return evidence_of(run) if run is not None else None
-
-
 @main.command()
 @click.option("--no-probe", is_flag=True, help="skip the ncu counter-permission probe (it runs a tiny kernel)")
 @json_option
 def doctor(no_probe, as_json):
     """Check the GPU, torch + CUDA, nvcc, ncu (and counter permission), nsys, compilers; each problem with its fix."""
-    from lab.doctor import run_checks
 
     checks = run_checks(probe_counters=not no_probe)
     if as_json:
@@ -195,13 +198,10 @@ def doctor(no_probe, as_json):
             click.echo(f"{mark} {c.name:18} {c.detail}")
             if not c.ok and c.fix:
                 click.echo(f"     {'':18} fix: {c.fix}" + (f"  (needed for: {c.required_for})" if c.required_for else ""))
-    essential = {"torch", "gpu", "nvcc", "ncu", "ncu counters", "ninja", "c++"}
-    sys.exit(1 if any(not c.ok and c.name in essential for c in checks) else 0)
+    sys.exit(1 if essentials_failed(checks) else 0)
 
 
 def _problem(variant, shape, causal, dtype, seqlen_k=None):
-    from lab.measure.problem import DEFAULT_SHAPE, check_supported, parse_shape
-
     problem = parse_shape(shape or DEFAULT_SHAPE, causal, dtype or variant.default_dtype, seqlen_k)
     check_supported(variant, problem)
     return problem
@@ -220,10 +220,7 @@ def _problem(variant, shape, causal, dtype, seqlen_k=None):
 def build(variant_spec, arch, ptxas_only, jobs, verbose, markdown_path, as_json):
     """Build rungs as PyTorch extensions, several at once (cached by source hash); registers, shared
     memory, spills per kernel. A python rung has nothing to compile: its callable is imported."""
-    import time
 
-    from lab.ladder import build as builder
-    from lab.ladder import registry
     chosen = registry.select(variant_spec)
     if arch:
         builder.validate_arch(arch)
@@ -233,33 +230,12 @@ def build(variant_spec, arch, ptxas_only, jobs, verbose, markdown_path, as_json)
         builder.require_cuda_torch("build")  # refuse before compiling anything
     if verbose and not ptxas_only:
         jobs = 1  # the compiler output of one build at a time reads; interleaved, it does not
-        outcomes = []
-        for v in chosen:
-            try:
-                outcomes.append(builder.Outcome(v, builder.build(v, arch, verbose=True)))
-            except LabError as e:
-                outcomes.append(builder.Outcome(v, None, str(e), e.hint))
-        wall = None
+        outcomes, wall = builder.build_one_by_one(chosen, arch, verbose=True), None
     else:
         started = time.perf_counter()
         outcomes = _build_with_progress(builder, chosen, arch, ptxas_only, jobs, quiet=as_json)
         wall = time.perf_counter() - started
-    results = []
-    for o in outcomes:
-        v, r = o.variant, o.result
-        if o.error or r is None:
-            continue
-        if v.kind == "python" and not isinstance(r, builder.BuildResult):
-            continue
-        if ptxas_only:
-            results.append({"variant": v.id, "arch": r.arch, "cache_key": r.cache_key, "flags": r.flags,
-                            "build_dir": str(r.build_dir), "sass": str(r.sass_path) if r.sass_path else None,
-                            "built_now": r.compiled_now, "seconds": r.seconds,
-                            "ptxas": [rec.to_dict() for rec in r.records]})
-        else:
-            results.append({"variant": v.id, "kind": v.kind, "arch": r.arch, "cache_key": r.cache_key, "flags": r.flags,
-                            "build_dir": str(r.build_dir), "sass": str(r.sass_path) if r.sass_path else None,
-                            "built_now": r.built_now, "seconds": r.seconds, "ptxas": r.ptxas})
+    results = builder.outcome_records(outcomes, ptxas_only)
     failed = [o for o in outcomes if o.error]
     if markdown_path:
         command = f"lab build --variant {variant_spec}" + (" --ptxas-only" if ptxas_only else "") + \
@@ -280,8 +256,6 @@ def build(variant_spec, arch, ptxas_only, jobs, verbose, markdown_path, as_json)
 
 def _build_with_progress(builder, chosen, arch, ptxas_only, jobs, quiet: bool):
     """build_many with a live line per rung on stderr (none with --json or when stderr is not a terminal)."""
-    from rich.console import Console
-    from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
     console = Console(stderr=True)
     if quiet or not console.is_terminal:
@@ -302,9 +276,6 @@ def _build_with_progress(builder, chosen, arch, ptxas_only, jobs, quiet: bool):
 
 
 def _print_build_table(builder, results, outcomes, wall):
-    from rich.console import Console
-    from rich.table import Table
-
     table = Table(title="ptxas resource usage (static shared memory; dynamic is set at launch)")
     for col in ("variant", "kernel", "arch"):
         table.add_column(col, overflow="fold")
@@ -340,8 +311,6 @@ def _print_build_table(builder, results, outcomes, wall):
 @json_option
 def check(variant_spec, shape_count, seed, shape, causal, dtype, as_json):
     """Check rungs against a float64 reference on seeded shapes; exit 1 if any output is wrong."""
-    from lab.measure import check as gate
-    from lab.ladder import registry
     chosen = registry.select(variant_spec)
     problems = {v.id: (_problem(v, shape, causal, dtype) if shape else None) for v in chosen}
     if shape_count is None:
@@ -358,8 +327,6 @@ def check(variant_spec, shape_count, seed, shape, causal, dtype, as_json):
         click.echo(json.dumps([{"variant": r.variant_id, **r.to_dict(), "shapes": [s.to_dict() for s in r.shapes]}
                                for r in results], indent=2))
     else:
-        from rich.console import Console
-        from rich.table import Table
 
         table = Table()
         for col in ("variant", "shape", "rel_err", "max_abs_err", "mean_abs_err", "tolerance", "result"):
@@ -393,16 +360,12 @@ def check(variant_spec, shape_count, seed, shape, causal, dtype, as_json):
 @json_option
 def bench(variant_spec, shape, causal, dtype, reps, warmup, no_baselines, backends_spec, markdown_path, as_json):
     """Time rungs beside the SDPA backends (cudnn, flash, efficient, math) in fp16 and fp32."""
-    from lab.ladder import registry
-    from lab.measure.baselines import select_backends
-    from lab.measure.benchtable import bench_ladder, print_ladder
 
     chosen = registry.select(variant_spec)
     problems = [_problem(v, shape, causal, dtype) for v in chosen]
     backends = select_backends(backends_spec)
     result = bench_ladder(chosen, problems, reps, warmup, baselines=not no_baselines, backends=backends)
     if markdown_path:
-        from lab.measure.benchtable import markdown_ladder
 
         with open(markdown_path, "a") as fh:
             fh.write(markdown_ladder(result, f"lab bench --variant {variant_spec} --shape {shape or 'default'}"
@@ -434,13 +397,10 @@ def bench(variant_spec, shape, causal, dtype, reps, warmup, no_baselines, backen
 def profile(variant_id, shape, causal, dtype, reps, section_set, no_ncu, timeline, no_baselines, fresh_baselines,
             no_report):
     """Build (cached) -> check -> bench -> ncu -> store -> report; prints the run id and its HTML page."""
-    from lab.ladder import registry
-    from lab.pipeline import ProfileOptions, profile as run_profile
 
     variant = registry.get(variant_id)
     problem = _problem(variant, shape, causal, dtype)
     if section_set is not None:
-        from lab.profilers.ncu import section_args
 
         section_args(section_set)  # a bad name is refused now, not after the build and bench
     opts = ProfileOptions(reps=reps, ncu=not no_ncu, section_set=None if section_set == "default" else section_set,
@@ -461,7 +421,6 @@ def profile(variant_id, shape, causal, dtype, reps, section_set, no_ncu, timelin
 @click.option("--open", "open_browser", is_flag=True, help="open the page in a web browser where one exists")
 def report(out_dir, run_id, profiles_dir, open_browser):
     """Render reports/index.html and one HTML write-up per stored run; prints the index path."""
-    from lab.report.pages import open_in_browser, render
 
     done = render(out_dir, root=profiles_dir, run_id=run_id)
     for d in done.damaged:   # the others rendered; the damaged ones are listed on the index too
@@ -480,8 +439,6 @@ def report(out_dir, run_id, profiles_dir, open_browser):
 def reanalyze(runs, profiles_dir):
     """Run this lab's analysis again on stored runs' own ncu reports (no GPU): new findings, lines and
     derived values; the timings, baselines and recorded source stay as measured."""
-    from lab.pipeline import reanalyze as run_reanalyze
-    from lab.store.runs import find_run, open_root
 
     root = open_root(profiles_dir)
     targets = [find_run(ref, root) for ref in runs]   # every id resolved before anything is rewritten
@@ -503,8 +460,6 @@ def reanalyze(runs, profiles_dir):
 def compare(run_a, run_b, threshold_pct, out_dir, profiles_dir, as_json):
     """Compare two stored runs side by side (each a run id, a prefix, a run folder, or a rung id for its
     latest run: `lab compare v5 v6`); exit 1 when B regresses beyond noise and the threshold."""
-    from lab.report.compare import compare_ids, text_lines
-    from lab.report.pages import render_compare
 
     result = compare_ids(run_a, run_b, threshold_pct, root=profiles_dir)
     page = render_compare(result, out_dir)
@@ -527,7 +482,6 @@ def compare(run_a, run_b, threshold_pct, out_dir, profiles_dir, as_json):
 @json_option
 def timeline(file, range_name, launches, top, as_json):
     """Read a timeline: nsys SQLite export, .nsys-rep, `nsys stats --format csv`, or torch.profiler trace."""
-    from lab.profilers.timeline import read_any, renderables, require_range
 
     if launches is not None and not range_name:
         raise LabError("--launches counts the launches inside each instance of --range: pass --range too")
@@ -537,7 +491,6 @@ def timeline(file, range_name, launches, top, as_json):
     if as_json:
         click.echo(json.dumps(tl.to_json(), indent=2))
         return
-    from rich.console import Console
 
     console = Console()
     for item in renderables(tl, top=top):
@@ -559,8 +512,6 @@ def timeline(file, range_name, launches, top, as_json):
 def analyze(report_path, kernel_regex, shape, causal, dtype, n_lines, as_json):
     """Name each kernel's bottleneck in an Nsight Compute report (.ncu-rep, or .xz/.gz of one): the
     evidence, the estimated gain, the source lines behind it and the next step. Needs no GPU."""
-    from lab.analysis import findings as analysis
-    from lab.measure.problem import parse_shape
 
     problem = None
     if shape:
@@ -578,7 +529,6 @@ def analyze(report_path, kernel_regex, shape, causal, dtype, n_lines, as_json):
         click.echo("note: --shape ignored: the report holds several different kernels; pick one with --kernel", err=True)
     analysis.render(analyses)
     if n_lines:
-        from lab.analysis.lines import render_lines, source_texts
 
         render_lines(analyses, n_lines, source_texts(report_path))
 
@@ -595,21 +545,8 @@ def analyze(report_path, kernel_regex, shape, causal, dtype, n_lines, as_json):
 def export(ids, fmt, out_dir, update_path, profiles_dir):
     """Write stored runs (manifest and tables: metrics, findings, timeline) or sweeps (the tidy
     table) as CSV, JSON lines, Parquet or Markdown, for other tools and for RESULTS.md."""
-    from lab.store import sweeps as sweep_store
-    from lab.store.export import DEFAULT_OUT, export_run, export_sweep, markdown_sweep, update_markdown_section
-    from lab.store.runs import find_run, open_root
 
-    root = open_root(profiles_dir)
-    targets = []   # every id resolved before anything is written
-    for ref in ids:
-        if sweep_store.is_sweep(ref, root):
-            if fmt == "json":
-                raise LabError(f"{ref} is a sweep: it exports as csv, parquet or markdown")
-            targets.append(("sweep", sweep_store.find_sweep(ref, root)))
-        else:
-            if fmt in ("parquet", "markdown"):
-                raise LabError(f"--format {fmt} is for sweeps; {ref} is not a stored sweep (runs: csv or json)")
-            targets.append(("run", find_run(ref, root)))
+    targets = resolve_targets(ids, fmt, open_root(profiles_dir))   # every id resolved before anything is written
     for kind, target in targets:
         if kind == "sweep" and fmt == "markdown":
             text = markdown_sweep(target)
@@ -635,12 +572,10 @@ class SweepGroup(click.Group):
             raise click.UsageError(f"unknown sweep subcommand {args[0]!r}; use `lab sweep [OPTIONS]` or `lab sweep merge`")
         return super().parse_args(ctx, args)
 
-
     @staticmethod
     def shapes_from_brace_expansion(args: list[str]) -> list[str]:
         """bash expands `--shape 8,16,{512,1024},64` into `--shape 8,16,512,64 8,16,1024,64`: the
         words after a --shape value that are shapes too become --shape options of their own."""
-        import re
 
         out, prev_is_shape_value = [], False
         for i, a in enumerate(args):
@@ -689,9 +624,6 @@ def sweep(ctx, variant_spec, shapes, preset, batch_spec, heads_kv_spec, causal, 
     (profiles/<sweep-id>/): Ctrl-C keeps finished rows, --resume finishes, `lab report` draws it."""
     if ctx.invoked_subcommand:
         return
-    from lab import sweeping as sweeper
-    from lab.measure import sweepplan
-    from lab.store import sweeps as store
 
     gpus = sweepplan.parse_list(gpus_spec, "--gpus") if gpus_spec is not None else None
     given = [name for name, v in (("--variant", variant_spec), ("--shape", shapes), ("--preset", preset),
@@ -700,34 +632,24 @@ def sweep(ctx, variant_spec, shapes, preset, batch_spec, heads_kv_spec, causal, 
     if resume_id and given:
         raise LabError(f"--resume measures the stored sweep's own plan; drop {', '.join(given)}")
     if resume_id:
-        target = store.find_sweep(resume_id, profiles_dir)
+        target = sweep_store.find_sweep(resume_id, profiles_dir)
         if target.manifest.get("status") == "complete" and not target.missing_cells():
             click.echo(f"sweep {target.id} is complete: nothing to resume")
             return
         if allow_mismatch:
             target.update_manifest(mismatch_allowed=True)
     else:
-        from lab.ladder import registry
-        from lab.measure.baselines import SWEEP_BASELINES
-
-        chosen = registry.select(variant_spec) if variant_spec and variant_spec != "none" else []
-        baselines = [] if no_baselines else (sweepplan.parse_list(baseline_spec, "baseline", SWEEP_BASELINES)
-                                             if baseline_spec else list(SWEEP_BASELINES))
-        plan = sweepplan.build_plan(
-            rungs={v.id: list(v.dtypes) for v in chosen}, baselines=baselines, shapes=list(shapes), preset=preset,
-            batches=sweepplan.parse_ints(batch_spec, "--batch") if batch_spec is not None else None,
-            heads_kv=sweepplan.parse_ints(heads_kv_spec, "--heads-kv") if heads_kv_spec is not None else None,
-            causal=causal, dtypes=sweepplan.parse_list(dtype_spec, "--dtype") if dtype_spec else [],
-            modes=sweepplan.parse_list(mode_spec, "--mode"), timing=timing, reps=reps, warmup=warmup,
-            cell_budget_s=cell_budget_s, shard=sweepplan.parse_shard(shard_spec), yes=yes,
-            command=_command_line("sweep"), name=name)
         if shard_spec and gpus:
             raise LabError("--gpus shards the sweep itself; give --shard or --gpus, not both")
+        plan = sweeper.plan_from_specs(
+            variant_spec=variant_spec, shapes=list(shapes), preset=preset, batch_spec=batch_spec,
+            heads_kv_spec=heads_kv_spec, causal=causal, dtype_spec=dtype_spec, mode_spec=mode_spec, timing=timing,
+            baseline_spec=baseline_spec, no_baselines=no_baselines, reps=reps, warmup=warmup,
+            cell_budget_s=cell_budget_s, shard_spec=shard_spec, yes=yes, command=_command_line("sweep"), name=name)
     if not measure_with:
-        _require_gpus(gpus)
+        require_gpus("sweep", gpus)
     if not resume_id:
-        target = store.create_sweep(store.new_sweep_id(plan.name + (f"-shard{plan.shard[0]}of{plan.shard[1]}" if plan.shard else "")),
-                                    sweeper.sweep_manifest(plan), profiles_dir)
+        target = sweeper.create(plan, profiles_dir)
     click.echo(f"sweep: {target.id} ({len(target.missing_cells())} cells to measure) -> {target.path}", err=True)
     try:
         status, messages = sweeper.execute(target, gpus, measure_with, show_progress=not as_json)
@@ -755,7 +677,6 @@ def sweep(ctx, variant_spec, shapes, preset, batch_spec, heads_kv_spec, causal, 
 
 def _command_line(command: str) -> str:
     """The command as typed, for the record (empty where `lab` was called from Python)."""
-    import shlex
 
     argv = sys.argv
     if Path(argv[0]).name not in ("lab", "cli.py") or command not in argv:
@@ -763,24 +684,9 @@ def _command_line(command: str) -> str:
     return "lab " + " ".join(shlex.quote(a) for a in argv[argv.index(command):])
 
 
-def _require_gpus(gpus) -> None:
-    from lab.environment import require_gpu
-
-    require_gpu("sweep")
-    if gpus:
-        import torch
-
-        count = torch.cuda.device_count()
-        bad = [g for g in gpus if not g.isdigit() or int(g) >= count]
-        if bad:
-            raise LabError(f"--gpus {','.join(gpus)}: no GPU {', '.join(bad)} here ({count} visible: 0..{count - 1})")
-
-
 def _print_sweep_summary(target) -> None:
     """TFLOP/s of the call-latency (events) rows, a line per problem and mode; the page and
     `lab export` have everything else (graph rows, memory, ratios, reasons)."""
-    from rich.console import Console
-    from rich.table import Table
 
     df = target.table()
     df = df[df["timing"] == "events"]
@@ -806,9 +712,8 @@ def _print_sweep_summary(target) -> None:
 @json_option
 def sweep_compare(sweep_a, sweep_b, profiles_dir, as_json):
     """Do two sweeps agree within noise (per-row CI95 overlap)? Exit 1 where rows differ."""
-    from lab.store import sweeps as store
 
-    result = store.compare_sweeps(store.find_sweep(sweep_a, profiles_dir), store.find_sweep(sweep_b, profiles_dir))
+    result = sweep_store.compare_sweeps(sweep_store.find_sweep(sweep_a, profiles_dir), sweep_store.find_sweep(sweep_b, profiles_dir))
     if as_json:
         click.echo(json.dumps(result, indent=2))
     else:
@@ -830,12 +735,11 @@ def sweep_compare(sweep_a, sweep_b, profiles_dir, as_json):
 def sweep_merge(partials, name, allow_mismatch, profiles_dir):
     """Join the shards (--shard i/N) of one plan into one sweep: all N of them, each once, of one plan
     hash (exit 2 otherwise); exit 1 where a shard left cells unmeasured."""
-    from lab.store import sweeps as store
 
     if bool(partials) == bool(name):
         raise LabError("name the shards to merge (sweep ids or folders) or --name NAME, not both")
-    parts = [store.find_sweep(p, profiles_dir) for p in partials] if partials else store.shards_named(name, profiles_dir)
-    merged = store.merge_sweeps(parts, profiles_dir, allow_mismatch)
+    parts = [sweep_store.find_sweep(p, profiles_dir) for p in partials] if partials else sweep_store.shards_named(name, profiles_dir)
+    merged = sweep_store.merge_sweeps(parts, profiles_dir, allow_mismatch)
     m = merged.manifest
     click.echo(f"merged: {merged.id} ({m['status']}, {m['cells_done']} of {m['cells_planned']} cells) -> {merged.path}")
     if m["status"] != "complete":
@@ -854,8 +758,6 @@ def sweep_merge(partials, name, allow_mismatch, profiles_dir):
 @json_option
 def tune(variant_id, shape, causal, dtype, reps, warmup, check_shapes, as_json):
     """Check and time a rung's candidate configurations (declared in its own file) round-robin."""
-    from lab.ladder import registry
-    from lab.measure.tune import tune as run_tune
 
     variant = registry.get(variant_id)
     problem = _problem(variant, shape, causal, dtype)
@@ -876,9 +778,6 @@ def tune(variant_id, shape, causal, dtype, reps, warmup, check_shapes, as_json):
 
 
 def _print_tune(result) -> None:
-    from rich.console import Console
-    from rich.table import Table
-
     default = next((r for r in result.rows if r.index is None and r.timing), None)
     best = result.fastest()
     table = Table(title=f"lab tune {result.variant_id} on {result.problem.label()}"

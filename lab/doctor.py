@@ -116,6 +116,14 @@ def _sanitizer_check() -> Check:
                  "" if path else "comes with the CUDA toolkit; needed only for the memcheck tests", "" if path else "tests")
 
 
+# Without these the lab cannot build, check, time and profile a rung: `lab doctor` exits 1.
+ESSENTIAL = ("torch", "gpu", "nvcc", "ncu", "ncu counters", "ninja", "c++")
+
+
+def essentials_failed(checks: list[Check]) -> list[Check]:
+    return [c for c in checks if not c.ok and c.name in ESSENTIAL]
+
+
 def run_checks(probe_counters: bool = True) -> list[Check]:
     checks = [Check("python", True, sys.version.split()[0])]
     checks += _torch_checks()

@@ -38,6 +38,18 @@ def require_gpu(command: str, hint: str = _NO_GPU_HINT) -> None:
         raise LabError(f"`lab {command}` needs an NVIDIA GPU: {why} (torch {torch.__version__})", hint=hint)
 
 
+def require_gpus(command: str, gpus: list[str] | None = None) -> None:
+    """A GPU, and each of `gpus` (CUDA device indices as given to --gpus) visible here."""
+    require_gpu(command)
+    if gpus:
+        import torch
+
+        count = torch.cuda.device_count()
+        bad = [g for g in gpus if not g.isdigit() or int(g) >= count]
+        if bad:
+            raise LabError(f"--gpus {','.join(gpus)}: no GPU {', '.join(bad)} here ({count} visible: 0..{count - 1})")
+
+
 def require_compute_capability(variant, index: int = 0) -> None:
     """Refuse a rung the GPU cannot run (e.g. a Hopper-only rung on an Ampere card), exit 2."""
     import torch

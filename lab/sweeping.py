@@ -25,8 +25,33 @@ from lab.errors import LabError
 from lab.ladder import build, registry
 from lab.measure.isolated import child_env
 from lab.measure.sweep import Progress, environment_facts, load_measurer, status_row
+from lab.measure import sweepplan
+from lab.measure.baselines import SWEEP_BASELINES
 from lab.measure.sweepplan import Cell, Plan, parse_shard
-from lab.store.sweeps import Sweep
+from lab.store.sweeps import Sweep, create_sweep, new_sweep_id
+
+
+def plan_from_specs(*, variant_spec, shapes, preset, batch_spec, heads_kv_spec, causal, dtype_spec, mode_spec,
+                    timing, baseline_spec, no_baselines, reps, warmup, cell_budget_s, shard_spec, yes, command,
+                    name) -> Plan:
+    """`lab sweep`'s options, as typed, into its plan: the rungs from the registry (with the dtypes
+    each accepts), the baselines, the shapes; bad input is refused (LabError) before anything runs."""
+    chosen = registry.select(variant_spec) if variant_spec and variant_spec != "none" else []
+    baselines = [] if no_baselines else (sweepplan.parse_list(baseline_spec, "baseline", SWEEP_BASELINES)
+                                         if baseline_spec else list(SWEEP_BASELINES))
+    return sweepplan.build_plan(
+        rungs={v.id: list(v.dtypes) for v in chosen}, baselines=baselines, shapes=list(shapes), preset=preset,
+        batches=sweepplan.parse_ints(batch_spec, "--batch") if batch_spec is not None else None,
+        heads_kv=sweepplan.parse_ints(heads_kv_spec, "--heads-kv") if heads_kv_spec is not None else None,
+        causal=causal, dtypes=sweepplan.parse_list(dtype_spec, "--dtype") if dtype_spec else [],
+        modes=sweepplan.parse_list(mode_spec, "--mode"), timing=timing, reps=reps, warmup=warmup,
+        cell_budget_s=cell_budget_s, shard=sweepplan.parse_shard(shard_spec), yes=yes, command=command, name=name)
+
+
+def create(plan: Plan, root: Path | None = None) -> Sweep:
+    """A new stored sweep for `plan` (status running), its id naming the shard where it is one."""
+    shard = f"-shard{plan.shard[0]}of{plan.shard[1]}" if plan.shard else ""
+    return create_sweep(new_sweep_id(plan.name + shard), sweep_manifest(plan), root)
 
 
 def run_cells(sweep, cells: list[Cell], measure: Callable[[Cell], list[dict]], part: str = "main",

@@ -544,6 +544,40 @@ class Outcome:
     hint: str | None = None
 
 
+def build_one_by_one(variants: Sequence[Variant], arch: str | None, verbose: bool = False) -> list[Outcome]:
+    """Build rungs in turn (with verbose, one compiler output at a time reads); one rung's error
+    does not stop the others."""
+    outcomes = []
+    for v in variants:
+        try:
+            outcomes.append(Outcome(v, build(v, arch, verbose=verbose)))
+        except LabError as e:
+            outcomes.append(Outcome(v, None, str(e), e.hint))
+    return outcomes
+
+
+def outcome_records(outcomes: list[Outcome], ptxas_only: bool) -> list[dict]:
+    """The built rungs as `lab build --json` prints them (and markdown_builds reads them)."""
+    records = []
+    for o in outcomes:
+        v, r = o.variant, o.result
+        if o.error or r is None:
+            continue
+        if v.kind == "python" and not isinstance(r, BuildResult):
+            continue
+        if ptxas_only:
+            records.append({"variant": v.id, "arch": r.arch, "cache_key": r.cache_key, "flags": r.flags,
+                            "build_dir": str(r.build_dir), "sass": str(r.sass_path) if r.sass_path else None,
+                            "built_now": r.compiled_now, "seconds": r.seconds,
+                            "ptxas": [rec.to_dict() for rec in r.records]})
+        else:
+            records.append({"variant": v.id, "kind": v.kind, "arch": r.arch, "cache_key": r.cache_key,
+                            "flags": r.flags, "build_dir": str(r.build_dir),
+                            "sass": str(r.sass_path) if r.sass_path else None,
+                            "built_now": r.built_now, "seconds": r.seconds, "ptxas": r.ptxas})
+    return records
+
+
 def _compile_in_worker(variant: Variant, arch: str) -> tuple[float, bool]:
     """Runs in a worker process: compile (or find cached) one rung's extension; the parent then
     imports the finished .so from the cache. Returns (seconds, compiled now)."""

@@ -133,6 +133,17 @@ def active() -> Workspace | None:
     return _load_cached(str(root), (root / LAB_TOML).stat().st_mtime_ns)
 
 
+def use(folder: Path) -> None:
+    """`--workspace DIR` (or "none"): the workspace for this command and, through the environment,
+    for every child process it starts (check, profiler target)."""
+    if str(folder).lower() == "none":
+        os.environ[ENV] = "none"
+        return
+    if not (Path(folder) / LAB_TOML).is_file():
+        raise LabError(f"--workspace {folder}: no {LAB_TOML} there", hint=f"create one with `lab init {folder}`")
+    os.environ[ENV] = str(Path(folder).resolve())
+
+
 @lru_cache(maxsize=16)
 def _load_cached(root: str, mtime_ns: int) -> Workspace:
     return load(Path(root))

@@ -10,6 +10,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from lab.store import runs
 from lab.store.runs import Run, list_runs
 
 MAX_EVIDENCE = 4   # metrics quoted in the header: enough to say why, short enough to read
@@ -85,3 +86,14 @@ def evidence_of(run: Run) -> Evidence:
     return Evidence(run_id=run.id, run_path=run.path, device=(m.get("device") or {}).get("name"),
                     problem=(m.get("problem") or {}).get("label"), median_ms=timing.get("median"),
                     tflops=timing.get("tflops"), bottleneck=summary.get("bottleneck"), title=title, metrics=metrics)
+
+
+def latest_evidence(variant) -> Evidence | None:
+    """The newest stored profile of rung `variant`: in this store (the workspace's, or the current
+    folder's), and for a built-in rung also in the current folder's and the lab checkout's shipped
+    examples."""
+    roots = [runs.store_root()]
+    if variant.origin == "built-in":
+        roots += [r for r in (runs.DEFAULT_ROOT, runs.shipped_root()) if r is not None]
+    run = latest_run_of(variant.id, roots)
+    return evidence_of(run) if run is not None else None

@@ -7,8 +7,8 @@ from pathlib import Path
 
 from lab.errors import LabError
 from lab.files import write_text_atomic
-from lab.store.runs import Run
-from lab.store.sweeps import add_ratios, group_rows, oom_points
+from lab.store.runs import Run, find_run
+from lab.store.sweeps import add_ratios, find_sweep, group_rows, is_sweep, oom_points
 
 FORMATS = ("csv", "json")
 DEFAULT_OUT = Path("reports") / "export"   # beside `lab report`'s pages: one place for what the lab writes out
@@ -150,3 +150,19 @@ def update_markdown_section(path: Path, sweep, text: str) -> bool:
     if new != old:
         write_text_atomic(path, new)
     return new != old
+
+
+def resolve_targets(ids, fmt: str, root: Path) -> list[tuple[str, object]]:
+    """("sweep", Sweep) or ("run", Run) per id, in order; an id whose kind cannot be written in
+    `fmt` is refused (LabError) before anything is written."""
+    targets = []
+    for ref in ids:
+        if is_sweep(ref, root):
+            if fmt == "json":
+                raise LabError(f"{ref} is a sweep: it exports as csv, parquet or markdown")
+            targets.append(("sweep", find_sweep(ref, root)))
+        else:
+            if fmt in ("parquet", "markdown"):
+                raise LabError(f"--format {fmt} is for sweeps; {ref} is not a stored sweep (runs: csv or json)")
+            targets.append(("run", find_run(ref, root)))
+    return targets

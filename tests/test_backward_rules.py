@@ -99,3 +99,20 @@ def test_forward_mode_hears_no_backward_advice(flash):
     fwd = _kernels("sdpa-flash-bwd", mode="fwd")
     rp = _found(_one(fwd, "flash_bwd_dq_dk_dv_loop"), "register-pressure")
     assert rp is not None and "dK/dV" not in rp.advice
+
+
+def test_analyze_json_gives_each_kernel_its_share_of_the_time():
+    import json
+
+    from click.testing import CliRunner
+
+    from lab.cli import main
+
+    res = CliRunner().invoke(main, ["analyze", str(OURS / "sdpa-cudnn-bwd.ncu-rep.xz"), "--json"])
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.output)
+    total = sum(k["duration_ns"] for k in out)
+    for k in out:
+        assert k["duration_share_pct"] == pytest.approx(100 * k["duration_ns"] / total, abs=0.01)
+    bprop = next(k for k in out if "bprop" in k["kernel"])
+    assert bprop["duration_share_pct"] == max(k["duration_share_pct"] for k in out)

@@ -94,6 +94,8 @@ class KernelAnalysis:
         from lab.analysis.lines import json_lines
 
         out = {"kernel": self.kernel, "duration_ns": self.duration_ns, "device": self.device,
+               # its share of the time of the kernels analyzed together (a backward's preprocess, main, convert)
+               "duration_share_pct": self.derived.get("duration_share_pct"),
                "metrics": self.metrics, "bottleneck": self.bottleneck,
                "findings": [f.to_dict() for f in self.findings]}
         k = self.lines or {"status": "not-read", "note": None, "lines": []}

@@ -116,3 +116,22 @@ def test_analyze_json_gives_each_kernel_its_share_of_the_time():
         assert k["duration_share_pct"] == pytest.approx(100 * k["duration_ns"] / total, abs=0.01)
     bprop = next(k for k in out if "bprop" in k["kernel"])
     assert bprop["duration_share_pct"] == max(k["duration_share_pct"] for k in out)
+
+
+def test_a_backward_kernel_is_held_against_the_backward_flops():
+    """With the attention problem and mode bwd, a single-kernel report's problem TFLOP/s counts the
+    backward's FLOPs (2.5x the forward's) and no forward minimum of DRAM bytes is applied to it."""
+    from lab.measure.problem import Problem
+    from lab.measure.sweepplan import MODE_FLOP_FACTOR
+    from lab.profilers import ncu
+
+    problem = Problem(2, 8, 1024, 1024, 128, False, "float16")   # tests/planted/record_bwd.sh's shape
+    path = OURS / "sdpa-flash-bwd.ncu-rep.xz"
+    main = analysis.select_kernels(ncu.load_report(path), "dq_dk_dv_loop")
+    (bwd,) = analysis.analyze_frame(main, ncu.rule_results(path), problem.to_dict(), mode="bwd")
+    (fwd,) = analysis.analyze_frame(main, ncu.rule_results(path), problem.to_dict(), mode="fwd")
+    assert bwd.derived["lab__problem_tflops"] == pytest.approx(
+        MODE_FLOP_FACTOR["bwd"] * problem.flops / bwd.duration_ns / 1e3, rel=1e-3)
+    assert bwd.derived["lab__problem_tflops"] == pytest.approx(MODE_FLOP_FACTOR["bwd"] * fwd.derived["lab__problem_tflops"],
+                                                            rel=1e-3)
+    assert not any("minimum for Q, K, V and O" in f.title for f in bwd.findings)

@@ -63,6 +63,9 @@ from lab.analysis.metrics import (SECTOR_BYTES, KernelFacts, derived_values, dur
                                  plain, rounded)
 from lab.analysis.ncu_rules import map_rule
 from lab.analysis.rules import BY_CLASS, CAUSES, RULES, TIE_ORDER, Context, Finding, context
+from lab.analysis.rules.base import BACKWARD_MODES
+from lab.measure.problem import Problem
+from lab.measure.sweepplan import mode_flops
 
 CLASSES = vocabulary.CLASSES   # every finding carries one (lab.vocabulary)
 
@@ -262,9 +265,12 @@ def analyze_frame(df: pd.DataFrame, rules: Iterable[dict], problem: dict | None 
     run's mode ("fwd", "bwd", "fwd+bwd": a backward's kernels hear backward advice; None: their names tell)."""
     rules = list(rules)
     if problem is not None and not problem.get("min_bytes") and "batch" in problem and problem.get("dtype"):
-        from lab.measure.problem import Problem
-
         problem = Problem.from_dict(problem).to_dict()
+    if problem is not None and mode in BACKWARD_MODES and "batch" in problem:
+        # The problem's FLOPs and minimum bytes are the forward's: a backward's FLOPs count 2.5x the forward's
+        # (FlashAttention's convention, the one the run's timing used) and it moves other tensors (dO, dQ,
+        # dK, dV), so the forward's Q, K, V, O minimum is no floor for it.
+        problem = dict(problem, flops=mode_flops(Problem.from_dict(problem), mode), min_bytes=None)
     use_problem = problem if (problem and _problem_applies(df)) else None
     out = []
     bare = df.copy(deep=False)

@@ -7,6 +7,9 @@ and run as the rungs, so the ratios are side by side.
 
 from __future__ import annotations
 
+from rich.console import Console
+from rich.table import Table
+
 from lab.console import say
 from lab.environment import device_info, git_info, require_compute_capability, require_gpu, software_info
 from lab.errors import CheckFailed
@@ -69,9 +72,6 @@ def _shape_key(problem: dict) -> tuple:
 
 
 def print_ladder(result: dict) -> None:
-    from rich.console import Console
-    from rich.table import Table
-
     console = Console()
     dev = result["device"]
     console.print(f"{dev['name']} (cc {dev['compute_capability']}, {dev['sm_count']} SMs), "

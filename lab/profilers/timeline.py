@@ -24,6 +24,8 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+from rich.table import Table
+from rich.text import Text
 
 from lab import children
 from lab.demangle import demangle
@@ -468,9 +470,6 @@ def _fmt_ns(v) -> str:
 
 def renderables(tl: Timeline, top: int = 15) -> list:
     """Rich tables for `lab timeline` without --json: the top rows of each summary."""
-    from rich.table import Table
-    from rich.text import Text
-
     head = f"source: {tl.source} ({tl.input_format})"
     if tl.meta.get("nsys_version"):
         head += f", nsys {tl.meta['nsys_version']}"

@@ -20,10 +20,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterator
+from typing import Iterator
 
-if TYPE_CHECKING:  # pandas is imported where a table is read or written: `lab report` starts faster
-    import pandas as pd
+import pandas as pd
 
 from lab.errors import LabError
 from lab.files import write_json_atomic
@@ -150,8 +149,6 @@ class Run:
         return self.manifest["run_id"]
 
     def table(self, name: str) -> "pd.DataFrame | None":
-        import pandas as pd
-
         fname = self.manifest.get("tables", {}).get(name)
         return pd.read_parquet(self.path / fname) if fname else None
 

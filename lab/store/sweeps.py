@@ -20,16 +20,14 @@ import json
 import os
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING
+
+import pandas as pd
 
 from lab.errors import LabError
 from lab.files import replacing, write_json_atomic
 from lab.jsonvalues import json_default, plain
 from lab.measure.sweepplan import Plan, cell_key
 from lab.store.runs import _SAFE, scan_store, store_root
-
-if TYPE_CHECKING:
-    import pandas as pd
 
 SWEEP_SCHEMA = 1
 SWEEP_MANIFEST = "sweep.json"
@@ -94,8 +92,6 @@ class Sweep:
         rows: list[dict] = []
         table = self.path / TABLE_FILE
         if table.is_file():
-            import pandas as pd
-
             rows = [{k: plain(v) for k, v in r.items()} for r in pd.read_parquet(table).to_dict("records")]
         for j in self.journals():
             for line in j.read_text(encoding="utf-8").splitlines():
@@ -112,8 +108,6 @@ class Sweep:
         return {cell_key(r["impl"], r["label"], r["mode"]) for r in self.rows()}
 
     def table(self) -> "pd.DataFrame":
-        import pandas as pd
-
         rows = self.rows()
         baselines = self.plan_dict.get("baselines", [])
         cols = COLUMNS + [ratio_column(b) for b in baselines]
@@ -155,8 +149,6 @@ class Sweep:
 
 
 def _frame(rows: list[dict], baselines: list[str]) -> "pd.DataFrame":
-    import pandas as pd
-
     cols = COLUMNS + [ratio_column(b) for b in baselines]
     df = pd.DataFrame(rows, columns=cols + sorted({k for r in rows for k in r} - set(cols)))
     for c in ("median_ms", "mean_ms", "std_ms", "ci95_low_ms", "ci95_high_ms", "min_ms", "max_ms", "flops", "tflops",

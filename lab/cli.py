@@ -33,7 +33,10 @@ from lab.ladder import registry, scaffold, workspace
 from lab.measure import check as gate
 from lab.measure import sweepplan
 from lab.measure.baselines import select_backends
+from lab.measure.bench import DEFAULT_REPS, DEFAULT_WARMUP
+from lab.measure.call import require_mode
 from lab.measure.benchtable import bench_ladder, markdown_ladder, print_ladder
+from lab.measure.gate import GATE_SHAPES
 from lab.measure.problem import DEFAULT_SHAPE, check_supported, parse_shape
 from lab.measure.tune import tune as run_tune
 from lab.pipeline import ProfileOptions, profile as run_profile, reanalyze as run_reanalyze
@@ -59,8 +62,11 @@ profiles_option = click.option("--profiles", "profiles_dir", type=click.Path(pat
                                help="the run store to read (default: profiles/, and its examples/; env LAB_PROFILES)")
 MAX_REPS = 100_000          # a bound that still lets a careful user ask for a lot, and refuses a typo
 MAX_CHECK_SHAPES = 1_000    # seeded shapes `lab check` may be asked for: each is a float64 reference run (default 24)
-reps_option = click.option("--reps", type=click.IntRange(2, MAX_REPS), default=30, show_default=True,
+reps_option = click.option("--reps", type=click.IntRange(2, MAX_REPS), default=DEFAULT_REPS, show_default=True,
                            help="timed repetitions (>= 30 for a CI95 worth reading)")
+warmup_option = click.option("--warmup", type=click.IntRange(0, MAX_REPS), default=DEFAULT_WARMUP, show_default=True)
+mode_option = click.option("--mode", type=click.Choice(["fwd", "bwd", "fwd+bwd"]), default="fwd", show_default=True,
+                           help="the forward, the backward (dQ, dK, dV from O, dO and the LSE), or both in one call")
 
 
 class LabGroup(click.Group):
@@ -135,12 +141,13 @@ def variants(as_json, markdown):
 
     ws = workspace.active()
     table = Table(show_lines=True, title=f"workspace {ws.name}: {ws.root}" if ws else "the built-in ladder")
-    for col in ("id", "origin", "kind", "title", "dtype", "D", "cc", "attacks", "changed"):
-        table.add_column(col, overflow="fold", no_wrap=col in ("id", "kind", "cc"))
+    for col in ("id", "origin", "kind", "title", "dtype", "D", "cc", "backward", "attacks", "changed"):
+        table.add_column(col, overflow="fold", no_wrap=col in ("id", "kind", "cc", "backward"))
     for v in rungs:
         origin = v.origin + (" (shadows the built-in)" if v.shadows else "")
         table.add_row(v.id, origin, v.kind, v.title, ",".join(v.dtypes), ",".join(map(str, v.head_dims)),
-                      ".".join(map(str, v.min_cc)), ", ".join(v.classes) or "-", registry.first_sentence(v.changed))
+                      ".".join(map(str, v.min_cc)), "yes" if v.backward else "no",
+                      ", ".join(v.classes) or "-", registry.first_sentence(v.changed))
     Console().print(table)
 
 
@@ -308,33 +315,43 @@ def _print_build_table(builder, results, outcomes, wall):
 @shape_option
 @causal_option
 @dtype_option
+@mode_option
 @json_option
-def check(variant_spec, shape_count, seed, shape, causal, dtype, as_json):
-    """Check rungs against a float64 reference on seeded shapes; exit 1 if any output is wrong."""
+def check(variant_spec, shape_count, seed, shape, causal, dtype, mode, as_json):
+    """Check rungs against a float64 reference on seeded shapes; exit 1 if any output is wrong.
+    --mode bwd (or fwd+bwd): O, LSE, dQ, dK and dV against float64 autograd, each tensor judged."""
     chosen = registry.select(variant_spec)
+    for v in chosen:
+        require_mode(v, mode)   # a rung without a backward: exit 2 before anything runs
     problems = {v.id: (_problem(v, shape, causal, dtype) if shape else None) for v in chosen}
     if shape_count is None:
         shape_count = 0 if shape else gate.DEFAULT_SHAPE_COUNT
 
     def progress(s):
         mark = "ok  " if s.passed else "FAIL"
-        click.echo(f"[lab] {mark} {s.problem.label()}  rel_err {s.rel_err:.3g}" + (f"  {s.error}" if s.error else ""),
-                   err=True)
+        t = s.worst_tensor
+        click.echo(f"[lab] {mark} {s.label}  " + (f"{t.name} max_abs_err {t.max_abs_err:.3g} (tol {t.tolerance:.3g})"
+                                                   if t else f"rel_err {s.rel_err:.3g}")
+                   + (f"  {s.error}" if s.error else ""), err=True)
 
     results = [gate.check_variant(v, problem=problems[v.id], extra_shapes=shape_count, seed=seed,
-                                  progress=None if as_json else progress) for v in chosen]
+                                  progress=None if as_json else progress, mode=mode) for v in chosen]
     if as_json:
         click.echo(json.dumps([{"variant": r.variant_id, **r.to_dict(), "shapes": [s.to_dict() for s in r.shapes]}
                                for r in results], indent=2))
     else:
 
         table = Table()
-        for col in ("variant", "shape", "rel_err", "max_abs_err", "mean_abs_err", "tolerance", "result"):
+        backward = mode != "fwd"
+        cols = ("variant", "shape") + (("worst tensor",) if backward else ()) + (
+            "rel_err", "max_abs_err", "mean_abs_err", "tolerance", "result")
+        for col in cols:
             table.add_column(col, justify="right" if col.endswith(("err", "tolerance")) else "left")
         for r in results:
             for s in r.shapes:
                 cells = [f"{x:.3g}" for x in (s.rel_err, s.max_abs_err, s.mean_abs_err, s.tolerance)]
-                table.add_row(r.variant_id, s.problem.label(), *cells,
+                tensor = [s.worst_tensor.name if s.worst_tensor else "-"] if backward else []
+                table.add_row(r.variant_id, s.label, *tensor, *cells,
                               "[green]pass[/]" if s.passed else f"[red]FAIL[/] {s.error or ''}".strip())
         console = Console()
         console.print(table)
@@ -342,7 +359,8 @@ def check(variant_spec, shape_count, seed, shape, causal, dtype, as_json):
             console.print(f"{r.variant_id}: {'passed' if r.passed else 'FAILED'}: {r.summary()}; rule: {r.rule}")
     failed = [r for r in results if not r.passed]
     if failed:
-        raise CheckFailed("; ".join(f"{r.variant_id} is wrong on {r.failed_shape}" for r in failed))
+        raise CheckFailed("; ".join(f"{r.variant_id} is wrong: {r.failure}" if r.mode != "fwd"
+                                    else f"{r.variant_id} is wrong on {r.failed_shape}" for r in failed))
 
 
 @main.command()
@@ -351,25 +369,28 @@ def check(variant_spec, shape_count, seed, shape, causal, dtype, as_json):
 @causal_option
 @dtype_option
 @reps_option
-@click.option("--warmup", type=click.IntRange(0, MAX_REPS), default=5, show_default=True)
+@warmup_option
+@mode_option
 @click.option("--no-baselines", is_flag=True, help="skip the SDPA backends")
 @click.option("--backends", "backends_spec", default="all", show_default=True,
               help="SDPA backends to time beside the rungs: all, or a list such as cudnn,flash")
 @click.option("--markdown", "markdown_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="also append the table as Markdown (device, date, commit) to this file")
 @json_option
-def bench(variant_spec, shape, causal, dtype, reps, warmup, no_baselines, backends_spec, markdown_path, as_json):
-    """Time rungs beside the SDPA backends (cudnn, flash, efficient, math) in fp16 and fp32."""
+def bench(variant_spec, shape, causal, dtype, reps, warmup, mode, no_baselines, backends_spec, markdown_path, as_json):
+    """Time rungs beside the SDPA backends (cudnn, flash, efficient, math) in fp16 and fp32; --mode bwd
+    or fwd+bwd times the backward (the rung's own launcher; the backends' through autograd)."""
 
     chosen = registry.select(variant_spec)
     problems = [_problem(v, shape, causal, dtype) for v in chosen]
     backends = select_backends(backends_spec)
-    result = bench_ladder(chosen, problems, reps, warmup, baselines=not no_baselines, backends=backends)
+    result = bench_ladder(chosen, problems, reps, warmup, baselines=not no_baselines, backends=backends, mode=mode)
     if markdown_path:
 
         with open(markdown_path, "a") as fh:
             fh.write(markdown_ladder(result, f"lab bench --variant {variant_spec} --shape {shape or 'default'}"
-                                             f"{' --causal' if causal else ''}{f' --dtype {dtype}' if dtype else ''}") + "\n")
+                                             f"{' --causal' if causal else ''}{f' --dtype {dtype}' if dtype else ''}"
+                                             f"{f' --mode {mode}' if mode != 'fwd' else ''}") + "\n")
     if as_json:
         click.echo(json.dumps(result, indent=2))
     else:
@@ -384,6 +405,7 @@ def bench(variant_spec, shape, causal, dtype, reps, warmup, no_baselines, backen
 @causal_option
 @dtype_option
 @reps_option
+@mode_option
 @click.option("--set", "section_set", default=None,
               help="ncu sections: default (ncu's `detailed`, 20 replay passes), full, a lab set "
                    "(lab-tables, lab-lean, ...) or section names separated by commas")
@@ -394,16 +416,18 @@ def bench(variant_spec, shape, causal, dtype, reps, warmup, no_baselines, backen
               help="re-time the SDPA baselines (default: read them from the store's cache when this device, "
                    "software, shape and protocol timed them before)")
 @click.option("--no-report", is_flag=True, help="do not render the HTML page")
-def profile(variant_id, shape, causal, dtype, reps, section_set, no_ncu, timeline, no_baselines, fresh_baselines,
+def profile(variant_id, shape, causal, dtype, reps, mode, section_set, no_ncu, timeline, no_baselines, fresh_baselines,
             no_report):
-    """Build (cached) -> check -> bench -> ncu -> store -> report; prints the run id and its HTML page."""
+    """Build (cached) -> check -> bench -> ncu -> store -> report; prints the run id and its HTML page.
+    --mode bwd (or fwd+bwd): every kernel of the rung's backward, profiled inside one NVTX range."""
 
     variant = registry.get(variant_id)
     problem = _problem(variant, shape, causal, dtype)
+    require_mode(variant, mode)
     if section_set is not None:
 
         section_args(section_set)  # a bad name is refused now, not after the build and bench
-    opts = ProfileOptions(reps=reps, ncu=not no_ncu, section_set=None if section_set == "default" else section_set,
+    opts = ProfileOptions(reps=reps, mode=mode, ncu=not no_ncu, section_set=None if section_set == "default" else section_set,
                           timeline=timeline, baselines=not no_baselines, fresh_baselines=fresh_baselines,
                           report=not no_report)
     done = run_profile(variant, problem, opts)
@@ -603,8 +627,8 @@ class SweepGroup(click.Group):
 @click.option("--baselines", "baseline_spec", default=None,
               help="sdpa-cudnn,sdpa-flash,sdpa-efficient,sdpa-math,standard (default: all)")
 @click.option("--no-baselines", is_flag=True)
-@click.option("--reps", default=30, show_default=True, help="timed repetitions per cell (fewer where --cell-budget runs out; min 5)")
-@click.option("--warmup", default=5, show_default=True)
+@click.option("--reps", default=DEFAULT_REPS, show_default=True, help="timed repetitions per cell (fewer where --cell-budget runs out; min 5)")
+@click.option("--warmup", default=DEFAULT_WARMUP, show_default=True)
 @click.option("--cell-budget", "cell_budget_s", type=float, default=0.4, show_default=True,
               help="seconds of timed calls a cell may take before its repetitions are cut (never below 5; 3 for calls over 100 ms)")
 @click.option("--gpus", "gpus_spec", default=None, metavar="0,1", help="one worker process per GPU, each an interleaved shard")
@@ -752,9 +776,9 @@ def sweep_merge(partials, name, allow_mismatch, profiles_dir):
 @shape_option
 @causal_option
 @dtype_option
-@click.option("--reps", default=30, show_default=True, help="timed repetitions per candidate, interleaved")
-@click.option("--warmup", default=5, show_default=True)
-@click.option("--check-shapes", default=4, show_default=True, help="ragged shapes each candidate is checked on")
+@click.option("--reps", default=DEFAULT_REPS, show_default=True, help="timed repetitions per candidate, interleaved")
+@click.option("--warmup", default=DEFAULT_WARMUP, show_default=True)
+@click.option("--check-shapes", default=GATE_SHAPES, show_default=True, help="ragged shapes each candidate is checked on")
 @json_option
 def tune(variant_id, shape, causal, dtype, reps, warmup, check_shapes, as_json):
     """Check and time a rung's candidate configurations (declared in its own file) round-robin."""

@@ -25,7 +25,9 @@ from lab.errors import CheckFailed, LabError
 from lab.files import write_json_atomic
 from lab.ladder import build, registry
 from lab.ladder.registry import Variant, source_label
-from lab.measure import baselines, bench, checked
+from lab.measure import baselines, bench, checked, rates
+from lab.measure.call import require_mode
+from lab.measure.gate import GATE_SHAPES
 from lab.measure.isolated import NotBuilt, child_env, start_check
 from lab.measure.problem import Problem, check_supported
 from lab.measure.target import range_name
@@ -41,25 +43,22 @@ from lab.store import manifest as mf
 
 @dataclass
 class ProfileOptions:
-    reps: int = 30
-    warmup: int = 5
+    reps: int = bench.DEFAULT_REPS
+    warmup: int = bench.DEFAULT_WARMUP
+    mode: str = "fwd"                # fwd, bwd or fwd+bwd: what is checked, timed and profiled
     baselines: bool = True
     ncu: bool = True
     section_set: str | None = None   # None: the lab's default (<= 20 replay passes); "full" on request
     timeline: bool = False
     timeline_repeats: int = 20
     report: bool = True
-    check_shapes: int = 4
+    check_shapes: int = GATE_SHAPES
     fresh_baselines: bool = False   # re-time the SDPA baselines instead of reading the store's cache
 
 
-def target_argv(variant: Variant, problem: Problem, repeat: int = 1) -> list[str]:
-    argv = [sys.executable, "-m", "lab.measure.target", "--variant", registry.ref(variant),
-            "--shape", f"{problem.batch},{problem.heads},{problem.seqlen_q},{problem.head_dim}",
-            "--seqlen-k", str(problem.seqlen_k), "--dtype", problem.dtype, "--repeat", str(repeat)]
-    if problem.causal:
-        argv.append("--causal")
-    return argv
+def target_argv(variant: Variant, problem: Problem, repeat: int = 1, mode: str = "fwd") -> list[str]:
+    return [sys.executable, "-m", "lab.measure.target", "--variant", registry.ref(variant), "--problem", problem.label(),
+            "--mode", mode, "--repeat", str(repeat)]
 
 
 class Stages:
@@ -148,7 +147,8 @@ def profile(variant: Variant, problem: Problem, opts: ProfileOptions) -> Profile
     # The correctness child starts first, on the cached build only: its interpreter and CUDA start-up
     # overlap the parent's (torch's import alone takes seconds). Where the rung is not built yet it
     # says so at once and is started again after the build. (A python rung has nothing to compile.)
-    early = start_check(variant, problem, opts.check_shapes, compile=getattr(variant, "kind", "cuda") != "cuda")
+    require_mode(variant, opts.mode)
+    early = start_check(variant, problem, opts.check_shapes, compile=variant.kind != "cuda", mode=opts.mode)
     try:
         with stage("setup"):   # torch's import and CUDA's start-up, ncu found
             setup(variant, opts)
@@ -164,7 +164,7 @@ def profile(variant: Variant, problem: Problem, opts: ProfileOptions) -> Profile
         timing, peak_mem = time_rung(variant, problem, built, opts)
     base = baselines_beside(problem, timing, facts, opts, stage)
 
-    rng = range_name(variant.id, problem.label())
+    rng = range_name(variant.id, problem.label(), opts.mode)
     with runs.create_run(runs.new_run_id(variant.id, problem.label())) as run:
         ncu_info = timeline_info = None
         analyses: list = []
@@ -182,7 +182,7 @@ def profile(variant: Variant, problem: Problem, opts: ProfileOptions) -> Profile
             for name, df in tables.items():
                 run.add_table(name, df)
             final = run.commit(run_record(variant, source_sha, problem, facts, built, correctness, timing, peak_mem, base,
-                                          ncu_info, timeline_info, analyses, stage))
+                                          ncu_info, timeline_info, analyses, stage, opts.mode))
 
     page = None
     if opts.report:
@@ -221,13 +221,16 @@ class Facts:
 def gate(variant: Variant, problem: Problem, opts: ProfileOptions, early) -> tuple[Facts, dict]:
     """Correctness gates timing: the child's verdict on the problem and the ragged shapes (CheckFailed
     when wrong). While the child checks, what needs no GPU: the machine's facts for the manifest."""
-    _say(f"check {variant.id} against float64 on {problem.label()} and {opts.check_shapes} ragged shapes")
+    _say(f"check {variant.id}{'' if opts.mode == 'fwd' else ' ' + opts.mode} against float64 on {problem.label()} "
+         f"and {opts.check_shapes} ragged shapes")
     facts = Facts(environment.device_info(), environment.software_info(), environment.git_info())
     try:
         correctness = early.result()
     except NotBuilt:   # compiled just now: check the fresh build
-        correctness = start_check(variant, problem, opts.check_shapes).result()
+        correctness = start_check(variant, problem, opts.check_shapes, mode=opts.mode).result()
     if not correctness["passed"]:
+        if correctness.get("failure"):   # the backward's: the tensor, the shape and the worst element
+            raise CheckFailed(f"{variant.id} is wrong: {correctness['failure']} ({correctness['rule']})")
         raise CheckFailed(f"{variant.id} is wrong on {correctness['failed_shape']}: rel_err "
                           f"{correctness['rel_err']}, tolerance {correctness['tolerance']} ({correctness['rule']})")
     return facts, correctness
@@ -236,8 +239,9 @@ def gate(variant: Variant, problem: Problem, opts: ProfileOptions, early) -> tup
 def time_rung(variant: Variant, problem: Problem, built, opts: ProfileOptions):
     """(Timing, peak memory) through the checked timer (lab.measure.timed): a time that cannot be
     true raises TimingRefused, a CheckFailed (exit 1), before ncu spends minutes on the rung."""
-    _say(f"bench {variant.id}: {opts.reps} reps after {opts.warmup} warm-up, L2 flushed, inputs rotating")
-    timing = checked.time_rung(variant, built.module, problem, opts.reps, opts.warmup)
+    _say(f"bench {variant.id} {opts.mode}: {opts.reps} reps after {opts.warmup} warm-up, L2 flushed"
+         + (", inputs rotating" if opts.mode != "bwd" else ""))
+    timing = checked.time_rung(variant, built.module, problem, opts.reps, opts.warmup, mode=opts.mode)
     return timing, timing.peak_memory_bytes
 
 
@@ -253,25 +257,26 @@ def baselines_beside(problem: Problem, timing, facts: Facts, opts: ProfileOption
     them with this protocol; each with its ratio (the baseline's time / ours: above 1, ours is faster)."""
     if not opts.baselines:
         return BaselinesTimed([])
-    key = baseline_cache.cache_key(facts.device, facts.software, problem, reps=opts.reps, warmup=opts.warmup,
+    key = baseline_cache.cache_key(facts.device, facts.software, problem, reps=opts.reps, warmup=opts.warmup, mode=opts.mode,
                                    backends=baselines.BACKENDS, dtypes=baselines.BASELINE_DTYPES)
     hit = None if opts.fresh_baselines else baseline_cache.get(key)
     with stage("baselines", "cached in the store; --fresh-baselines re-times them" if hit else "timed"):
         if hit:
             out = BaselinesTimed(hit[0], hit[1], True)
         else:
-            rows = [b.to_dict() for b in baselines.run_baselines(problem, opts.reps, opts.warmup, progress=_say)]
+            rows = [b.to_dict() for b in baselines.run_baselines(problem, opts.reps, opts.warmup, progress=_say,
+                                                                 mode=opts.mode)]
             out = BaselinesTimed(rows, baseline_cache.put(key, rows), False)
     for b in out.rows:
-        b["ratio"] = b["median_ms"] / timing.median if b.get("median_ms") and timing.median else None
+        b["ratio"] = rates.ratio(b.get("median_ms"), timing.median)
     return out
 
 
 def profile_ncu(run, variant: Variant, problem: Problem, opts: ProfileOptions, rng: str) -> dict:
     """Nsight Compute on the child's launch inside NVTX range `rng`; the manifest's profile section."""
-    _say(f"ncu: profiling the launch inside NVTX range '{rng}'")
+    _say(f"ncu: profiling every kernel of the {opts.mode} inside NVTX range '{rng}'")
     report_path = run.artifact_path("profile.ncu-rep")
-    cmd = ncu.ncu_command(target_argv(variant, problem), report_path, rng, section_set=opts.section_set)
+    cmd = ncu.ncu_command(target_argv(variant, problem, mode=opts.mode), report_path, rng, section_set=opts.section_set)
     ncu.run_ncu(cmd, run.artifact_path("ncu.log"), env=child_env())
     run.register_artifact("ncu_report", report_path.name)
     run.register_artifact("ncu_log", "ncu.log")
@@ -284,7 +289,7 @@ def profile_ncu(run, variant: Variant, problem: Problem, opts: ProfileOptions, r
 def record_timeline(run, variant: Variant, problem: Problem, opts: ProfileOptions, rng: str) -> dict:
     """nsys (or torch.profiler where nsys cannot write reports) on `timeline_repeats` launches."""
     _say(f"timeline: {opts.timeline_repeats} launches in range '{rng}'")
-    tl = collect_timeline(target_argv(variant, problem, opts.timeline_repeats), run.dir / "timeline",
+    tl = collect_timeline(target_argv(variant, problem, opts.timeline_repeats, opts.mode), run.dir / "timeline",
                           rng, opts.timeline_repeats, env=child_env())
     for name, df in tl.tables().items():
         run.add_table(f"timeline_{name}", df)
@@ -306,7 +311,7 @@ def analyze(run, variant: Variant, problem: Problem, timeline_info: dict | None)
 
 def run_record(variant: Variant, source_sha: str, problem: Problem, facts: Facts, built, correctness: dict, timing, peak_mem,
                base: BaselinesTimed, ncu_info: dict | None, timeline_info: dict | None, analyses: list,
-               stage: Stages) -> mf.Manifest:
+               stage: Stages, mode: str = "fwd") -> mf.Manifest:
     """The run's manifest: every stage's result, checked against the schema (lab.store.manifest)."""
     return mf.Manifest(
         created_utc=datetime.now(timezone.utc).isoformat(timespec="seconds"),
@@ -320,12 +325,13 @@ def run_record(variant: Variant, source_sha: str, problem: Problem, facts: Facts
                                origin=variant.origin, layout=variant.layout,
                                attacks_classes=list(variant.classes)),
         problem=problem,
+        mode=mode,
         device=mf.Device.from_dict(facts.device, "device"),
         software=mf.Software.from_dict(facts.software, "software"),
         build=mf.Build(flags=list(built.flags), cache_key=built.cache_key,
                        ptxas=[mf.PtxasEntry.from_dict(p, "build.ptxas[]") for p in built.ptxas]),
         correctness=mf.Correctness.from_dict(correctness, "correctness"),
-        timing=mf.Timing.from_dict({**timing.to_dict(), "tflops": bench.tflops(problem.flops, timing.median),
+        timing=mf.Timing.from_dict({**timing.to_dict(), "tflops": rates.tflops(rates.flops(problem, mode), timing.median),
                                     "peak_memory_bytes": peak_mem}, "timing"),
         baselines=[mf.Baseline.from_dict(b, "baselines[]") for b in base.rows],
         baselines_timed_utc=base.timed_utc, baselines_cached=base.cached,

@@ -57,8 +57,8 @@ def test_gpu_command_without_gpu_exits_2(command, tmp_path):
 def test_variants_lists_every_rung():
     import json
 
-    from lab.ladder.registry import VARIANTS
+    from lab.ladder.registry import variants
 
     res = lab("variants", "--json")
     assert res.returncode == 0
-    assert [v["id"] for v in json.loads(res.stdout)] == [v.id for v in VARIANTS]
+    assert [v["id"] for v in json.loads(res.stdout)] == [v.id for v in variants()]

@@ -68,7 +68,7 @@ def test_n_way_is_defined_wherever_it_is_given(tmp_path):
     assert formatting.NWAY_DEFINITION not in Parsed(done.pages[plain.name].read_text()).visible
     # the registry's prose uses the same n-way as the analysis (v2's recorded profile: 5.5-way)
     from lab.ladder import registry
-    assert "13-way" not in " ".join(v.attacks + v.changed + v.predicted_gain for v in registry.VARIANTS)
+    assert "13-way" not in " ".join(v.attacks + v.changed + v.predicted_gain for v in registry.variants())
 
 
 def test_dram_bytes_under_the_minimum_are_explained_and_the_point_is_honest(tmp_path):

@@ -42,8 +42,8 @@ def test_the_child_is_asked_for_the_exact_problem(tmp_path, monkeypatch):
     _fake_python(tmp_path, monkeypatch, f'echo "$@" > {argv_file}; echo \'{{"passed": true}}\'')
     assert isolated.check_in_child(RUNG, parse_shape("2,3,100,300,64", causal=True), extra_shapes=4) == {"passed": True}
     argv = argv_file.read_text().split()
-    assert argv[argv.index("--shape") + 1] == "2,3,100,300,64"
-    assert argv[argv.index("--shapes") + 1] == "4" and "--causal" in argv
+    assert argv[argv.index("--problem") + 1] == "B2-H3-N100x300-D64-causal-float32"
+    assert argv[argv.index("--shapes") + 1] == "4" and argv[argv.index("--mode") + 1] == "fwd"
 
 
 def test_bad_input_inside_the_child_is_bad_input_not_a_crash(tmp_path, monkeypatch):

@@ -2,7 +2,8 @@
 
 import pytest
 
-from lab.measure.bench import median_ci95, summarize, tflops
+from lab.measure.bench import median_ci95, summarize
+from lab.measure.rates import tflops
 from lab.errors import LabError
 from lab.measure.problem import Problem, check_supported, parse_shape
 from lab.ladder.registry import builtin

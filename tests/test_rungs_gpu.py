@@ -161,8 +161,8 @@ def test_python_rung_with_a_wrong_output_fails_its_shape(variant, built):
 
     good = built(variant)
     problem = Problem(1, 2, 17, 17, variant.head_dims[0], False, variant.default_dtype)
-    for wrong in (lambda q, k, v, c, s: good.call(q, k, v, c, s)[..., :-1],
-                  lambda q, k, v, c, s: good.call(q, k, v, c, s).double()):
+    for wrong in (lambda q, k, v, c, s: good.call_forward(q, k, v, c, s)[0][..., :-1],
+                  lambda q, k, v, c, s: good.call_forward(q, k, v, c, s)[0].double()):
         shape = check.check_problem(variant, problem, PythonRung(variant, wrong), seed=0)
         assert not shape.passed and re.search(r"returned (shape|float64)", shape.error or ""), shape.to_dict()
 

@@ -1,6 +1,6 @@
 """The sweep's implementations and modes on CPU tensors (no GPU needed): eager standard attention
 and SDPA agree in forward and backward, causal, GQA included; bwd and fwd+bwd give the same
-gradients; a rung's extension without a backward is reported as such."""
+gradients; a rung without a backward is refused as such."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from lab.measure.baselines import baseline_forward  # noqa: E402
-from lab.measure.modes import has_backward, make_call  # noqa: E402
+from lab.measure.baselines import attention  # noqa: E402
+from lab.measure.call import make_call  # noqa: E402
 from lab.measure.problem import Problem, make_inputs  # noqa: E402
 
 
@@ -18,9 +18,9 @@ from lab.measure.problem import Problem, make_inputs  # noqa: E402
 def test_standard_attention_matches_sdpa_forward_and_backward(causal, heads_kv):
     p = Problem(2, 4, 33, 33, 16, causal, "float32", heads_kv)
     q, k, v = make_inputs(p, seed=3, device="cpu")
-    std, _ = baseline_forward("standard", p, device="cpu")
-    sdpa, ctx = baseline_forward("sdpa-math", p, device="cpu")
-    with ctx():
+    std = attention("standard", p, device="cpu")
+    sdpa = attention("sdpa-math", p, device="cpu")
+    with sdpa.context():
         o_sdpa = make_call(sdpa, q, k, v, "fwd")()
         g_sdpa = make_call(sdpa, q, k, v, "fwd+bwd")()
     o_std = make_call(std, q, k, v, "fwd")()
@@ -35,7 +35,7 @@ def test_standard_attention_matches_sdpa_forward_and_backward(causal, heads_kv):
 def test_bwd_alone_equals_the_backward_of_fwd_bwd_and_repeats():
     p = Problem(1, 2, 20, 20, 8, True, "float32")
     q, k, v = make_inputs(p, seed=1, device="cpu")
-    std, _ = baseline_forward("standard", p, device="cpu")
+    std = attention("standard", p, device="cpu")
     bwd = make_call(std, q, k, v, "bwd")
     first, second = bwd(), bwd()   # retain_graph: repeatable, and no .grad accumulation between calls
     both = make_call(std, q, k, v, "fwd+bwd")()
@@ -44,28 +44,16 @@ def test_bwd_alone_equals_the_backward_of_fwd_bwd_and_repeats():
         torch.testing.assert_close(a, c)
 
 
-def test_rung_without_backward_is_detected():
-    class ForwardOnly:
-        def forward(self, *a):
-            pass
-
-    class WithBackward(ForwardOnly):
-        def backward(self, *a):
-            pass
-
-    assert not has_backward(ForwardOnly()) and has_backward(WithBackward())
-
-
 def test_unknown_baseline_is_bad_input():
     from lab.errors import LabError
 
     with pytest.raises(LabError):
-        baseline_forward("sdpa-nope", Problem(1, 1, 8, 8, 8), device="cpu")
+        attention("sdpa-nope", Problem(1, 1, 8, 8, 8), device="cpu")
 
 
 def test_sdpa_context_factory_enters_once_per_timing_method():
     p = Problem(1, 1, 8, 8, 8)
-    _, ctx = baseline_forward("sdpa-math", p, device="cpu")
+    sdpa = attention("sdpa-math", p, device="cpu")
     for _ in range(2):   # events, then graph: a fresh context each time
-        with ctx():
+        with sdpa.context():
             pass

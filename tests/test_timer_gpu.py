@@ -20,7 +20,8 @@ pytestmark = [
 from click.testing import CliRunner  # noqa: E402
 
 from lab.measure.bench import EVENTS, GRAPH, L2_FLUSH_BYTES  # noqa: E402
-from lab.measure.problem import Problem, launch_fn, make_inputs  # noqa: E402
+from lab.measure.call import launch as launch_fn  # noqa: E402
+from lab.measure.problem import Problem, make_inputs  # noqa: E402
 from lab.measure.timed import IMPOSSIBLE, OUTSIDE_STREAM, WRONG_OUTPUT, TimingRefused  # noqa: E402
 
 CHEATS = Path(__file__).resolve().parent / "cheats"

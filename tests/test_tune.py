@@ -16,7 +16,7 @@ import pytest
 
 from lab.ladder import build, registry
 
-TUNABLE = [v for v in registry.VARIANTS
+TUNABLE = [v for v in registry.variants()
            if getattr(v, "kind", "cuda") == "cuda" and "LAB_TUNING" in v.source.read_text()]
 needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc (the CUDA toolkit) on PATH")
 
@@ -81,7 +81,7 @@ def test_lab_tune_checks_and_times_every_candidate(variant):
 
 def test_a_rung_without_candidates_is_refused_before_any_work():
     """No tuning block: exit 2 with the contract to follow, not a tuning build that cannot link."""
-    plain = next((v for v in registry.VARIANTS if v not in TUNABLE), None)
+    plain = next((v for v in registry.variants() if v not in TUNABLE), None)
     if plain is None:
         pytest.skip("every rung declares tuning candidates")
     res = subprocess.run([sys.executable, "-m", "lab.cli", "tune", "--variant", plain.id], capture_output=True, text=True)

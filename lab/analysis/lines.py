@@ -35,7 +35,6 @@ from pathlib import Path
 
 import pandas as pd
 
-from lab.analysis.metrics import plain
 
 SAMPLES = "smsp__pcsamp_sample_count"
 STALL_PREFIX = "smsp__pcsamp_warps_issue_stalled_"
@@ -322,33 +321,6 @@ def lines_frame(per_kernel: list[dict], max_lines: int = 400) -> pd.DataFrame:
               "divergent_branches", "local_inst_executed"):
         df[c] = df[c].astype("float64")
     return df
-
-
-def from_rows(rows: list[dict]) -> dict[int, dict]:
-    """Stored table rows (plain dicts) back into `kernel_lines`-shaped dicts, by kernel_index."""
-    out: dict[int, dict] = {}
-    for r in sorted(rows, key=lambda r: (r["kernel_index"], r["rank"])):
-        k = out.setdefault(int(r["kernel_index"]), {"status": r.get("status") or "ok", "note": r.get("note"),
-                                                     "lines": [], "instructions": {}})
-        if r["rank"] < 0:
-            continue
-        line = {key: plain(r.get(key)) for key in ("file", "line", "pc", "samples", "samples_pct", "inst_executed",
-                                                   "excess_global_sectors", "excess_shared_wavefronts",
-                                                   "divergent_branches", "local_inst_executed")}
-        for key in ("stalls", "sass", "called_from"):
-            line[key] = _loads(r.get(key), {} if key == "stalls" else [])
-        k["lines"].append(line)
-        k["instructions"][_key_text(line)] = _loads(r.get("instructions"), [])
-    return out
-
-
-def _loads(v, default):
-    if not isinstance(v, str):
-        return default
-    try:
-        return json.loads(v)
-    except ValueError:
-        return default
 
 
 # ----------------------------------------------------------------------------- terminal view

@@ -602,7 +602,7 @@ def build_many(variants: Sequence[Variant], arch: str | None, ptxas_only: bool, 
     for v in variants:
         if v.kind == "python":   # nothing to compile; importing its callable is its build step
             try:
-                python_rung.load_callable(v)
+                python_rung.load_functions(v)
             except LabError as e:
                 outcomes[id(v)].error, outcomes[id(v)].hint = str(e), e.hint
     jobs = jobs or default_jobs(len(cuda))

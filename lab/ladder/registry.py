@@ -128,11 +128,3 @@ def markdown_table() -> str:
                  ", ".join(v.classes) or "none (the baseline)"]
         lines.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
     return "\n".join(lines)
-
-
-def __getattr__(name: str):
-    # `VARIANTS` reads as the registry did when it was a tuple; it is computed per call now
-    # because a workspace adds rungs.
-    if name == "VARIANTS":
-        return variants()
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -19,6 +19,7 @@ rung's text. Nothing else restates them.
     // aligned16 = true                # the launcher refuses q/k/v/o not 16-byte aligned
     // grid = "bh"                     # grid.x[,grid.y]: "bh" or "q-tiles,bh" (B*H on grid.y)
     // backward = true                 # it also exports lab_backward_<id> (common.cuh's backward contract)
+    // gqa = true                      # python rungs: K and V may have fewer heads than Q (GQA/MQA)
     // lab:end
 
 The block may sit anywhere in the file: `lab new` opens a new rung with it; the built-in rungs keep
@@ -60,7 +61,7 @@ _SECTIONS = (("changed", "What changed"), ("bottleneck", "Bottleneck"), ("predic
              ("measured", "Measured"), ("profile_command", "Profile"))
 
 REQUIRED = ("id", "slug", "title", "dtypes", "head_dims", "min_cc", "attacks")
-OPTIONAL = ("kind", "layout", "arch_flags", "aligned16", "grid", "entry", "backward")
+OPTIONAL = ("kind", "layout", "arch_flags", "aligned16", "grid", "entry", "backward", "gqa")
 
 
 @dataclass(frozen=True)
@@ -80,6 +81,7 @@ class Variant:
     grid: str = ""               # launch grid "x[,y]": "bh" one CTA per (batch, head); "q-tiles,bh"
     entry: str = ""              # python rungs: "function" in the file, or "module:function"
     backward: bool = False       # it has a backward (cuda: lab_backward_<id>; python: a `backward` callable)
+    gqa: bool = False            # it takes K and V with fewer heads than Q (heads_kv divides heads)
     origin: str = "built-in"     # "built-in" or "workspace"
     changed: str = ""            # header prose: what changed since the previous rung
     attacks: str = ""            # header prose: the bottleneck it attacks, with the evidence
@@ -112,7 +114,7 @@ class Variant:
         return {"id": self.id, "slug": self.slug, "title": self.title, "kind": self.kind, "origin": self.origin,
                 "source": str(self.source), "dtypes": list(self.dtypes), "head_dims": list(self.head_dims),
                 "layout": self.layout, "min_cc": ".".join(map(str, self.min_cc)), "arch_flags": list(self.arch_flags),
-                "aligned16": self.aligned16, "grid": self.grid, "entry": self.entry or None, "backward": self.backward,
+                "aligned16": self.aligned16, "grid": self.grid, "entry": self.entry or None, "backward": self.backward, "gqa": self.gqa,
                 "attacks_classes": list(self.classes), "shadows_builtin": self.shadows,
                 "changed": self.changed, "attacks": self.attacks, "predicted_gain": self.predicted_gain,
                 "measured": self.measured}
@@ -269,6 +271,13 @@ def parse_rung(path: Path, origin: str = "built-in") -> Variant | None:
     backward = table.get("backward", False)
     if not isinstance(backward, bool):
         return _raise(bad("backward must be true or false"))
+    gqa = table.get("gqa", False)
+    if not isinstance(gqa, bool):
+        return _raise(bad("gqa must be true or false"))
+    if gqa and kind == "cuda":
+        # LabAttentionArgs carries one heads count for Q, K and V; the binding refuses K/V heads != Q heads
+        return _raise(bad("gqa is for python rungs: kernels/common.cuh's launcher contract passes one heads "
+                          "count for Q, K and V"))
     arch_flags = tuple(_str_list(table.get("arch_flags", []), "arch_flags", bad))
     if not isinstance(table["title"], str) or not table["title"].strip():
         return _raise(bad("title must be a non-empty string"))
@@ -276,7 +285,7 @@ def parse_rung(path: Path, origin: str = "built-in") -> Variant | None:
     return Variant(id=vid, slug=slug, title=table["title"].strip(), kind=kind, source=path, dtypes=tuple(dtypes),
                    head_dims=tuple(head_dims), min_cc=(int(m.group(1)), int(m.group(2))), classes=tuple(classes),
                    layout=layout, arch_flags=arch_flags, aligned16=aligned16, grid=grid, entry=entry, origin=origin,
-                   backward=backward,
+                   backward=backward, gqa=gqa,
                    changed=prose.get("changed", ""), attacks=prose.get("bottleneck", ""),
                    predicted_gain=prose.get("predicted_gain", ""), measured=prose.get("measured", ""))
 

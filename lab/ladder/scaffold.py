@@ -32,9 +32,15 @@ what the lab needs to know (see any built-in rung, e.g. `lab new vN --from v1` c
 
   It launches on `stream` and returns nullptr, or a message saying why it cannot run the problem.
   Q, K, V, O are contiguous (B, H, N, D) tensors; causal masking is top-left aligned.
+  With `backward = true` in its block it also exports `lab_backward_<id>` and
+  `lab_backward_<id>_workspace`, and its forward writes the row log-sum-exp (common.cuh's backward
+  contract).
 * a **python** rung is a `.py` whose function `forward(q, k, v, causal, softmax_scale) -> o`
   (or the `entry` the block names, "module:function") computes attention; with `layout = "BNHD"`
   it gets (B, N, H, D) tensors, as flash-attn's API takes them, and returns O the same way.
+  With `backward = true` its forward returns (o, lse) (lse: fp32 [B, H, Nq], natural log) and the
+  same module has `backward(q, k, v, o, dout, lse, causal, softmax_scale) -> (dq, dk, dv)`; with
+  `gqa = true` K and V may have fewer heads than Q.
 
 Below the block, the header's sections are the rung's record: What changed, Bottleneck attacked,
 Predicted gain (before you measure), Measured, and `Profile: lab profile --variant <id>`.

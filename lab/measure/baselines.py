@@ -11,7 +11,9 @@ import warnings
 from dataclasses import asdict, dataclass
 
 from lab.errors import LabError
-from lab.measure.bench import Timing, tflops
+from lab.measure import rates
+from lab.measure.bench import DEFAULT_REPS, DEFAULT_WARMUP, Timing
+from lab.measure.call import Attention, make_call
 from lab.measure.checked import device_floor
 from lab.measure.problem import Problem, softmax_scale
 from lab.measure.rotation import problem_inputs
@@ -43,8 +45,7 @@ class Baseline:
         d.update(median_ms=t.median if t else None, std_ms=t.std if t else None,
                  ci95_low=t.ci95_low if t else None, ci95_high=t.ci95_high if t else None,
                  reps=t.reps if t else None)
-        # ratio > 1: the baseline takes longer than ours (we are faster)
-        d["ratio"] = (t.median / ours_median_ms) if (t and ours_median_ms) else None
+        d["ratio"] = rates.ratio(t.median if t else None, ours_median_ms)
         return d
 
 
@@ -64,7 +65,7 @@ def _unavailable_reason(messages: list[str]) -> str:
     return "; ".join(reasons)[:400]
 
 
-def _sdpa_backend(name: str):
+def sdpa_backend(name: str):
     from torch.nn.attention import SDPBackend
 
     return {"cudnn": SDPBackend.CUDNN_ATTENTION, "flash": SDPBackend.FLASH_ATTENTION,
@@ -94,26 +95,25 @@ def causal_mask(seqlen_q: int, seqlen_k: int, device):
     return torch.ones(seqlen_q, seqlen_k, dtype=torch.bool, device=device).triu(1)
 
 
-def baseline_forward(name: str, problem: Problem, device="cuda"):
-    """(forward(q, k, v) -> o, a factory of the context to hold while timing) for a sweep baseline.
-    The SDPA backend is pinned by `sdpa_kernel` around the whole timing, not inside each call:
-    entering the context per call would add its own host time to every event-timed call. A factory,
-    because such a context can be entered once only, and a cell is timed once per method."""
-    import contextlib
-
-    import torch.nn.functional as F
-
+def attention(name: str, problem: Problem, device="cuda") -> Attention:
+    """A baseline as lab.measure.call calls it: `sdpa-<backend>` pinned by `sdpa_kernel` around the
+    whole timing (entering it per call would add its own host time to every event-timed call; a
+    factory, because such a context is entered once only and a cell is timed once per method), or
+    `standard`. Either one's backward is autograd's."""
     scale = softmax_scale(problem)
     if name == STANDARD:
         mask = causal_mask(problem.seqlen_q, problem.seqlen_k, device) if problem.causal else None
-        return (lambda q, k, v: standard_attention(q, k, v, problem.causal, scale, mask)), contextlib.nullcontext
+        return Attention(name, lambda q, k, v: standard_attention(q, k, v, problem.causal, scale, mask), autograd=True)
     if not name.startswith("sdpa-") or name[5:] not in BACKENDS:
         raise LabError(f"unknown baseline {name!r}; known: {', '.join(SWEEP_BASELINES)}")
+    import torch.nn.functional as F
     from torch.nn.attention import sdpa_kernel
 
     gqa = {"enable_gqa": True} if problem.gqa else {}
-    return ((lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=problem.causal, scale=scale, **gqa)),
-            lambda: sdpa_kernel(_sdpa_backend(name[5:])))
+    backend = sdpa_backend(name[5:])
+    return Attention(name, lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=problem.causal,
+                                                                          scale=scale, **gqa),
+                     autograd=True, context=lambda: sdpa_kernel(backend))
 
 
 def unavailable_reason(messages: list[str], error: BaseException) -> str:
@@ -122,44 +122,39 @@ def unavailable_reason(messages: list[str], error: BaseException) -> str:
     return _unavailable_reason(messages) or (str(error).strip().splitlines() or [type(error).__name__])[0][:400]
 
 
-def run_baseline(problem: Problem, backend: str, dtype: str, reps: int, warmup: int,
-                 seed: int = 0) -> Baseline:
-    """One SDPA backend timed through the checked timer, its inputs rotating like a rung's (so that
-    both are timed alike) and held to the same floor; its outputs are the reference, not checked."""
+def run_baseline(problem: Problem, backend: str, dtype: str, reps: int = DEFAULT_REPS, warmup: int = DEFAULT_WARMUP,
+                 seed: int = 0, mode: str = "fwd") -> Baseline:
+    """One SDPA backend timed in `mode` through the checked timer, its inputs rotating like a rung's
+    (so that both are timed alike; not for bwd, whose autograd graph a refill would leave stale) and
+    held to the same floor; its outputs are the reference, not checked."""
     import torch
-    import torch.nn.functional as F
-    from torch.nn.attention import sdpa_kernel
 
     name = f"sdpa-{backend}"
     p = problem.with_dtype(dtype)
+    impl = attention(name, p)
     try:
-        rotating = problem_inputs(p, seed=seed)
+        rotating = problem_inputs(p, seed=seed) if mode != "bwd" else problem_inputs(p, 1, seed)
     except torch.OutOfMemoryError:
         return Baseline(name, backend, dtype, "unavailable", "out of memory allocating inputs")
-    q, k, v = rotating.slots
-
-    def call():
-        with sdpa_kernel(_sdpa_backend(backend)):
-            return F.scaled_dot_product_attention(q, k, v, is_causal=problem.causal)
-
+    caught: list = []
     try:
-        with warnings.catch_warnings(record=True) as caught:
+        with warnings.catch_warnings(record=True) as caught, impl.context():
             warnings.simplefilter("always")
+            call = make_call(impl, *rotating.slots, mode)
             call()
             torch.cuda.synchronize()
-    except (RuntimeError, torch.OutOfMemoryError) as e:
-        reason = _unavailable_reason([str(w.message) for w in caught]) or str(e).splitlines()[0][:400]
-        torch.cuda.empty_cache()
-        return Baseline(name, backend, dtype, "unavailable", reason)
-    try:
-        timing = time_checked(call, prepare=rotating.prepare, floor=device_floor(p), reps=reps, warmup=warmup,
-                              what=f"{name} {dtype}")
+            timing = time_checked(call, prepare=rotating.prepare if mode != "bwd" else None,
+                                  floor=device_floor(p, mode), reps=reps, warmup=warmup,
+                                  what=f"{name} {dtype}" + ("" if mode == "fwd" else f" {mode}"))
     except torch.OutOfMemoryError:
         torch.cuda.empty_cache()
-        return Baseline(name, backend, dtype, "unavailable", "out of memory while timing")
+        return Baseline(name, backend, dtype, "unavailable", "out of memory")
     except TimingRefused as refused:   # never on PyTorch's own kernels, unless a peak is wrong: say so
         return Baseline(name, backend, dtype, "unavailable", refused.row_reason())
-    return Baseline(name, backend, dtype, "ok", "", timing, tflops(problem.flops, timing.median),
+    except RuntimeError as e:
+        torch.cuda.empty_cache()
+        return Baseline(name, backend, dtype, "unavailable", unavailable_reason([str(w.message) for w in caught], e))
+    return Baseline(name, backend, dtype, "ok", "", timing, rates.tflops(rates.flops(p, mode), timing.median),
                     timing.peak_memory_bytes)
 
 
@@ -175,12 +170,12 @@ def select_backends(spec: str) -> tuple[str, ...]:
     return chosen
 
 
-def run_baselines(problem: Problem, reps: int, warmup: int, backends=BACKENDS,
-                  dtypes=BASELINE_DTYPES, progress=None) -> list[Baseline]:
+def run_baselines(problem: Problem, reps: int = DEFAULT_REPS, warmup: int = DEFAULT_WARMUP, backends=BACKENDS,
+                  dtypes=BASELINE_DTYPES, progress=None, mode: str = "fwd") -> list[Baseline]:
     out = []
     for dtype in dtypes:
         for backend in backends:
             if progress:
-                progress(f"baseline sdpa-{backend} {dtype}")
-            out.append(run_baseline(problem, backend, dtype, reps, warmup))
+                progress(f"baseline sdpa-{backend} {dtype}" + (f" {mode}" if mode != "fwd" else ""))
+            out.append(run_baseline(problem, backend, dtype, reps, warmup, mode=mode))
     return out

@@ -112,7 +112,3 @@ def capture_graph_output(fn: Callable[[], object], stream=None):
         output = fn()
     torch.cuda.synchronize()
     return graph, output
-
-
-def tflops(flops: float, ms: float) -> float:
-    return flops / (ms * 1e-3) / 1e12

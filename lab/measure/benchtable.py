@@ -12,16 +12,23 @@ from rich.table import Table
 
 from lab.console import say
 from lab.environment import device_info, git_info, require_compute_capability, require_gpu, software_info
-from lab.errors import CheckFailed
-from lab.ladder import build
+from lab.measure import rates
 from lab.measure.baselines import run_baselines
-from lab.measure.bench import tflops
+from lab.measure.bench import DEFAULT_REPS, DEFAULT_WARMUP
+from lab.measure.call import require_mode
 from lab.measure.checked import time_rung
-from lab.measure.isolated import check_in_child
+from lab.measure.gate import gated
+from lab.measure.problem import check_supported
 from lab.measure.timed import TimingRefused
 
 
-def bench_ladder(chosen, problems, reps: int, warmup: int, baselines: bool = True, backends=None) -> dict:
+def bench_ladder(chosen, problems, reps: int = DEFAULT_REPS, warmup: int = DEFAULT_WARMUP, baselines: bool = True,
+                 backends=None, mode: str = "fwd") -> dict:
+    """Each rung built, gated in a child and timed in `mode` (lab.measure.gate), beside the SDPA
+    backends timed in the same mode once per shape."""
+    for variant, problem in zip(chosen, problems):   # every refusal (exit 2) before any GPU work
+        check_supported(variant, problem)
+        require_mode(variant, mode)
     require_gpu("bench")  # a clear refusal before any work
     for variant in chosen:
         require_compute_capability(variant)
@@ -29,39 +36,36 @@ def bench_ladder(chosen, problems, reps: int, warmup: int, baselines: bool = Tru
     for variant, problem in zip(chosen, problems):
         shape_key = problem.with_dtype("float32").label()
         if baselines and shape_key not in base_by_shape:
-            say(f"baselines for {shape_key}")
-            base_by_shape[shape_key] = run_baselines(problem, reps, warmup, **({"backends": backends} if backends else {}))
-        built = build.build(variant)
-        # correctness gates timing: the benched shape and a few ragged ones, causal and not, in a
-        # child process so that a crashing rung cannot take the table down with it
-        try:
-            correctness = check_in_child(variant, problem, extra_shapes=4)
-        except CheckFailed as crash:
-            correctness = {"passed": False, "error": str(crash)}
-        row = {"variant": variant.id, "title": variant.title, "problem": problem.to_dict(),
-               "correct": correctness["passed"], "correctness": correctness}
-        if not correctness["passed"]:
+            say(f"baselines for {shape_key}" + ("" if mode == "fwd" else f" ({mode})"))
+            base_by_shape[shape_key] = run_baselines(problem, reps, warmup, mode=mode,
+                                                     **({"backends": backends} if backends else {}))
+        # correctness gates timing: built, then checked in a child on the benched shape and a few
+        # ragged ones, causal and not, so that a crashing rung cannot take the table down with it
+        rung = gated(variant, problem, mode)
+        row = {"variant": variant.id, "title": variant.title, "problem": problem.to_dict(), "mode": mode,
+               "correct": rung.passed, "correctness": rung.verdict}
+        if not rung.passed:
             failed.append(variant.id)
             rows.append(row)
             continue
-        say(f"bench {variant.id} {problem.label()}")
+        say(f"bench {variant.id} {problem.label()}" + ("" if mode == "fwd" else f" {mode}"))
         try:
-            timing = time_rung(variant, built.module, problem, reps, warmup)
+            timing = time_rung(variant, rung.module, problem, reps, warmup, mode=mode)
         except TimingRefused as refused:   # measured, but not a time the lab will print
             row["refused"] = refused.to_dict()
             refusals.append(str(refused))
             rows.append(row)
             continue
-        row.update(timing=timing.to_dict(), tflops=tflops(problem.flops, timing.median),
+        row.update(timing=timing.to_dict(), tflops=rates.tflops(rates.flops(problem, mode), timing.median),
                    peak_memory_bytes=timing.peak_memory_bytes,
                    baselines=[b.to_dict(timing.median) for b in base_by_shape.get(shape_key, [])])
         rows.append(row)
     for prev, row in zip(rows, rows[1:]):
         # the same problem up to dtype (the ladder's fp32 -> fp16 step is a gain we want to show)
         if "timing" in prev and "timing" in row and _shape_key(prev["problem"]) == _shape_key(row["problem"]):
-            row["speedup_vs_previous"] = prev["timing"]["median"] / row["timing"]["median"]
+            row["speedup_vs_previous"] = rates.ratio(prev["timing"]["median"], row["timing"]["median"])
     out = {"device": device_info(), "software": software_info(), "git": git_info(), "reps": reps,
-           "warmup": warmup, "rows": rows}
+           "warmup": warmup, "mode": mode, "rows": rows}
     # the caller prints and stores the table first, then exits 1 on these (lab.cli bench)
     out["failures"] = ([f"wrong results from {', '.join(failed)}: not timed"] if failed else []) + refusals
     return out
@@ -76,7 +80,7 @@ def print_ladder(result: dict) -> None:
     dev = result["device"]
     console.print(f"{dev['name']} (cc {dev['compute_capability']}, {dev['sm_count']} SMs), "
                   f"commit {(result['git']['commit'] or '?')[:10]}{' (dirty)' if result['git']['dirty'] else ''}, "
-                  f"median of {result['reps']} reps, L2 flushed")
+                  f"{result.get('mode', 'fwd')}, median of {result['reps']} reps, L2 flushed")
     t = Table()
     for col in ("rung", "problem", "ok", "median ms", "± std", "TFLOP/s", "vs prev"):
         t.add_column(col, justify="right" if col not in ("rung", "problem") else "left")
@@ -122,7 +126,7 @@ def markdown_ladder(result: dict, title: str | None = None) -> str:
              f"{dev['name']} (cc {dev['compute_capability']}, {dev['sm_count']} SMs, SM clock "
              f"{dev.get('sm_clock_mhz') or '?'} MHz), driver {dev.get('driver') or '?'}, torch "
              f"{result['software'].get('torch')}, {datetime.now(timezone.utc):%Y-%m-%d}, commit {commit}. "
-             f"Median of {result['reps']} repetitions after {result['warmup']} warm-up, L2 flushed before each; "
+             f"Mode {result.get('mode', 'fwd')}. Median of {result['reps']} repetitions after {result['warmup']} warm-up, L2 flushed before each; "
              "every rung passed its float64 check on this shape first, and the timer's checks (lab.measure.timed: "
              "no work outside the stream, every timed output right with inputs rotating, no time under the "
              "device's floor).", ""]

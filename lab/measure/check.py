@@ -26,6 +26,9 @@ from lab.environment import require_compute_capability, require_gpu
 from lab.errors import LabError
 from lab.ladder.build import build
 from lab.ladder.rungfile import Variant
+from lab.measure import gradcheck
+from lab.measure.call import require_mode, upstream_grad
+from lab.measure.gradcheck import GradShape, backward_shapes
 from lab.measure.problem import Problem, check_supported, make_inputs, softmax_scale
 
 FP32_REL_TOL = 1e-4
@@ -74,16 +77,37 @@ class ShapeCheck:
     numel: int = 0
     error: str | None = None    # the launch raised instead of returning
     metric: str = "rel_err"     # the error the rule judges: rel_err (fp32) or max_abs_err (fp16/bf16)
+    tensors: list | None = None  # the backward's O, LSE, dQ, dK, dV (lab.measure.gradcheck.TensorCheck)
+    label_text: str | None = None   # the shape as the backward names it (large logits marked)
 
     @property
     def judged_err(self) -> float:
         return getattr(self, self.metric)
 
+    @property
+    def label(self) -> str:
+        return self.label_text or self.problem.label()
+
+    @property
+    def failed_tensor(self):
+        """The first tensor of a backward check that failed (None: all passed, or a forward check)."""
+        return next((t for t in self.tensors or () if not t.passed), None)
+
+    @property
+    def worst_tensor(self):
+        """The failing tensor, else the one closest to its tolerance."""
+        if not self.tensors:
+            return None
+        return self.failed_tensor or max(self.tensors, key=lambda t: t.max_abs_err / t.tolerance if t.tolerance else 0)
+
     def to_dict(self) -> dict:
-        return {"shape": self.problem.label(), "passed": self.passed, "rel_err": _finite(self.rel_err),
-                "max_abs_err": _finite(self.max_abs_err), "mean_abs_err": _finite(self.mean_abs_err),
-                "tolerance": _finite(self.tolerance), "judged": self.metric, "nonfinite": self.nonfinite,
-                "error": self.error}
+        d = {"shape": self.label, "passed": self.passed, "rel_err": _finite(self.rel_err),
+             "max_abs_err": _finite(self.max_abs_err), "mean_abs_err": _finite(self.mean_abs_err),
+             "tolerance": _finite(self.tolerance), "judged": self.metric, "nonfinite": self.nonfinite,
+             "error": self.error}
+        if self.tensors is not None:
+            d["tensors"] = [t.to_dict() for t in self.tensors]
+        return d
 
 
 @dataclass
@@ -91,6 +115,7 @@ class CheckResult:
     variant_id: str
     rule: str
     shapes: list[ShapeCheck] = field(default_factory=list)
+    mode: str = "fwd"
 
     @property
     def passed(self) -> bool:
@@ -98,7 +123,20 @@ class CheckResult:
 
     @property
     def failed_shape(self) -> str | None:
-        return next((s.problem.label() for s in self.shapes if not s.passed), None)
+        return next((s.label for s in self.shapes if not s.passed), None)
+
+    @property
+    def failure(self) -> str | None:
+        """What is wrong, in one line: the shape, and for a backward the tensor and its worst element."""
+        bad = next((s for s in self.shapes if not s.passed), None)
+        if bad is None:
+            return None
+        t = bad.failed_tensor
+        if bad.error or t is None:
+            return f"{bad.label}" + (f": {bad.error}" if bad.error else "")
+        what = (f"{t.nonfinite} non-finite elements" if t.nonfinite
+                else f"max_abs_err {_fmt(t.max_abs_err)} > tolerance {_fmt(t.tolerance)}")
+        return f"{t.name} on {bad.label}: {what}; worst element {t.worst_text()}"
 
     @property
     def worst(self) -> ShapeCheck | None:
@@ -126,20 +164,27 @@ class CheckResult:
         bad = [s for s in self.shapes if not s.passed]
         head = (f"{len(bad)} of {len(self.shapes)} shapes failed" if bad
                 else f"{len(self.shapes)} shapes passed")
+        wt = w.worst_tensor
         detail = (w.error if w.error else
-                  f"worst {w.metric} {_fmt(w.judged_err)} (tolerance {_fmt(w.tolerance)}) on {w.problem.label()}"
-                  + (f", {w.nonfinite} non-finite output elements" if w.nonfinite else ""))
+                  f"worst {(wt.name + ' ') if wt else ''}{w.metric} {_fmt(w.judged_err)} (tolerance {_fmt(w.tolerance)}) "
+                  f"on {w.label}" + (f", {w.nonfinite} non-finite output elements" if w.nonfinite else ""))
         return f"{head}; {detail}"
 
     def to_dict(self) -> dict:
         """The manifest's `correctness` section (lab.store.runs); non-finite errors become null."""
         w = self.worst
-        return {"passed": self.passed, "max_abs_err": _finite(self.max_abs_err),
-                "mean_abs_err": _finite(self.mean_abs_err), "rel_err": _finite(w.rel_err) if w else None,
-                "tolerance": _finite(w.tolerance) if w else None, "judged": w.metric if w else None,
-                "rule": self.rule,
-                "shapes_checked": [s.problem.label() for s in self.shapes],
-                "failed_shape": self.failed_shape}
+        d = {"passed": self.passed, "max_abs_err": _finite(self.max_abs_err),
+             "mean_abs_err": _finite(self.mean_abs_err), "rel_err": _finite(w.rel_err) if w else None,
+             "tolerance": _finite(w.tolerance) if w else None, "judged": w.metric if w else None,
+             "rule": self.rule,
+             "shapes_checked": [s.label for s in self.shapes],
+             "failed_shape": self.failed_shape, "mode": self.mode}
+        if self.mode != "fwd":
+            bad = next((s for s in self.shapes if not s.passed), None)
+            t = bad.failed_tensor if bad else None
+            d.update(tensors=list(gradcheck.TENSORS), failed_tensor=t.name if t else None,
+                     worst_element=t.worst_text() if t else None, failure=self.failure)
+        return d
 
 
 def _finite(x: float) -> float | None:
@@ -211,6 +256,8 @@ def reference_attention(q, k, v, causal: bool, softmax_scale: float, device=None
     device = torch.device(device) if device is not None else q.device
     b, h, nq, d = q.shape
     nk = k.shape[2]
+    if k.shape[1] != h:   # GQA/MQA: each K/V head serves h / heads_kv query heads
+        k, v = (t.repeat_interleave(h // k.shape[1], dim=1) for t in (k, v))
     q64 = q.to(device=device, dtype=torch.float64).reshape(b * h, nq, d)
     k64 = k.to(device=device, dtype=torch.float64).reshape(b * h, nk, d)
     v64 = v.to(device=device, dtype=torch.float64).reshape(b * h, nk, d)
@@ -265,7 +312,8 @@ def _tolerance(problem: Problem, q, k, v, ref, scale: float) -> float:
     import torch
     import torch.nn.functional as F
 
-    sdpa = F.scaled_dot_product_attention(q, k, v, is_causal=problem.causal, scale=scale)
+    gqa = {"enable_gqa": True} if problem.gqa else {}
+    sdpa = F.scaled_dot_product_attention(q, k, v, is_causal=problem.causal, scale=scale, **gqa)
     # floored at one rounding step of the output's magnitude, for shapes where SDPA is exact
     floor = torch.finfo(q.dtype).eps * ref.abs().max().item()
     return max(LOW_PRECISION_FACTOR * compare(sdpa, ref)["max_abs_err"], floor)
@@ -308,27 +356,100 @@ def gate_shapes(variant: Variant, problem: Problem | None, extra_shapes: int, se
     return ([problem] if problem is not None else []) + extra
 
 
+def check_backward_problem(variant: Variant, shape, module, seed: int = 0, device: str = "cuda") -> ShapeCheck:
+    """The rung's forward (O and LSE) then its backward (dQ, dK, dV) on one shape, every output
+    poisoned with NaN first, each tensor judged against float64 autograd (lab.measure.gradcheck).
+    `device`: "cuda" in the lab; "cpu" lets the tests run a python rung's backward without a GPU."""
+    import torch
+
+    problem = shape.problem
+    scale = softmax_scale(problem)
+    label = shape.label()
+    metric = "max_abs_err"
+    try:
+        q, k, v = make_inputs(problem, shape_seed(seed, problem), device=device)
+        if shape.q_scale != 1.0:
+            q = (q.float() * shape.q_scale).to(q.dtype)
+        dout = upstream_grad(q, shape_seed(seed + 1, problem))
+        o = torch.full_like(q, float("nan"))
+        lse = torch.full(q.shape[:3], float("nan"), dtype=torch.float32, device=q.device)
+        dq, dk, dv = (torch.full_like(t, float("nan")) for t in (q, k, v))
+        module.forward(q, k, v, o, problem.causal, scale, lse)
+        module.backward(q, k, v, o, dout, lse, dq, dk, dv, problem.causal, scale)
+        if q.is_cuda:
+            torch.cuda.synchronize()
+        ref = gradcheck.reference_backward(q, k, v, dout, problem.causal, scale,
+                                           device=_reference_device(problem, q.device))
+        tol = gradcheck.tolerances(gradcheck.sdpa_errors(q, k, v, dout, problem.causal, scale, ref), ref, problem.dtype,
+                                   FP32_REL_TOL)
+        got = {"O": o, "LSE": lse, "dQ": dq, "dK": dk, "dV": dv}
+        tensors = [gradcheck.judge_tensor(name, got[name], ref[name], tol[name]) for name in gradcheck.TENSORS]
+    except RuntimeError as e:  # the launcher's refusal, a launch or memory error: this shape fails
+        message = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        return ShapeCheck(problem, False, math.nan, math.nan, math.nan, math.nan, error=message, metric=metric,
+                          tensors=[], label_text=label)
+    worst = next((t for t in tensors if not t.passed), None) or max(
+        tensors, key=lambda t: t.max_abs_err / t.tolerance if t.tolerance else 0)
+    return ShapeCheck(problem, all(t.passed for t in tensors), worst.rel_err, worst.max_abs_err, worst.mean_abs_err,
+                      worst.tolerance, sum(t.nonfinite for t in tensors), sum(t.numel for t in tensors),
+                      metric=metric, tensors=tensors, label_text=label)
+
+
+BACKWARD_RULE = ("each of O, LSE, dQ, dK, dV: max_abs_err <= 2 x torch's own (SDPA forward and autograd backward "
+                 "in the same dtype; LSE from scores in that dtype), both against float64 autograd")
+
+
 def check_variant(variant: Variant, problem: Problem | None = None, extra_shapes: int = DEFAULT_SHAPE_COUNT,
                   seed: int = 0, module=None,
                   progress: Callable[[ShapeCheck], None] | None = None,
-                  pin_to_problem: bool = False) -> CheckResult:
+                  pin_to_problem: bool = False, mode: str = "fwd") -> CheckResult:
     """Check a rung on `problem` (if given) followed by `extra_shapes` seeded shapes from
     `check_shapes`. Bad input (unsupported D or dtype, no GPU) raises LabError before any launch.
     `pin_to_problem`: the extra shapes keep `problem`'s head_dim and dtype (a tuning candidate is
-    one compiled configuration for one head_dim, so only its own head_dim can be checked)."""
+    one compiled configuration for one head_dim, so only its own head_dim can be checked).
+    mode bwd or fwd+bwd: the backward's check (`check_backward_problem`) on the backward's shapes;
+    a rung without a backward is refused (exit 2) before anything runs."""
+    if mode != "fwd":
+        return _check_backward(variant, problem, extra_shapes, seed, module, progress, pin_to_problem, mode)
     problems = gate_shapes(variant, problem, extra_shapes, seed, pin_to_problem)
     if not problems:
         raise LabError("nothing to check: give a shape or a number of shapes >= 1")
     for p in problems:
         check_supported(variant, p)
+    module = _ready(variant, module)
+    result = CheckResult(variant.id, "; ".join(dict.fromkeys(rule_for(p.dtype) for p in problems)))
+    for p in problems:
+        shape = check_problem(variant, p, module, seed)
+        result.shapes.append(shape)
+        if progress:
+            progress(shape)
+    return result
 
+
+def _ready(variant, module):
+    """The module to check, after the refusals that need no build (no GPU, a GPU too old)."""
     require_gpu("check")
     require_compute_capability(variant)
     if module is None:
         module = build(variant).module
-    result = CheckResult(variant.id, "; ".join(dict.fromkeys(rule_for(p.dtype) for p in problems)))
-    for p in problems:
-        shape = check_problem(variant, p, module, seed)
+    return module
+
+
+def _check_backward(variant, problem, extra_shapes, seed, module, progress, pin_to_problem, mode) -> CheckResult:
+    require_mode(variant, mode)
+    extra = backward_shapes(variant, extra_shapes, seed)
+    if pin_to_problem and problem is not None:
+        extra = [GradShape(dataclasses.replace(g.problem, head_dim=problem.head_dim, dtype=problem.dtype), g.q_scale)
+                 for g in extra]
+    shapes = ([GradShape(problem)] if problem is not None else []) + extra
+    if not shapes:
+        raise LabError("nothing to check: give a shape or a number of shapes >= 1")
+    for g in shapes:
+        check_supported(variant, g.problem)
+    module = _ready(variant, module)
+    result = CheckResult(variant.id, BACKWARD_RULE, mode=mode)
+    for g in shapes:
+        shape = check_backward_problem(variant, g, module, seed)
         result.shapes.append(shape)
         if progress:
             progress(shape)

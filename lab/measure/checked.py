@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from lab.measure.bench import DEFAULT_REPS, DEFAULT_WARMUP, EVENTS, Timing
 from lab.measure.floor import Floor, attention_floor
-from lab.measure.problem import Problem, launch_fn
+from lab.measure.call import launch
+from lab.measure.problem import Problem
 from lab.measure.rotation import DEFAULT_SETS, OutputCheck, problem_inputs
 from lab.measure.timed import time_checked
 
@@ -25,11 +26,15 @@ def device_floor(problem: Problem, mode: str = "fwd", peaks: dict | None = None)
 
 def time_rung(variant, module, problem: Problem, reps: int = DEFAULT_REPS, warmup: int = DEFAULT_WARMUP, *,
               method: str = EVENTS, l2_flush: bool = True, budget_s: float | None = None, peaks: dict | None = None,
-              sets: int = DEFAULT_SETS, seed: int = 0) -> Timing:
-    """A rung's forward on `problem`, in its own layout, timed and checked; raises TimingRefused."""
-    rotating = problem_inputs(problem, sets, seed, layout=variant.layout)
-    verify = OutputCheck(problem, rotating, layout=variant.layout)
-    call = launch_fn(variant, module, problem, inputs=rotating.slots)  # allocates its output, as SDPA does
-    return time_checked(call, prepare=rotating.prepare, verify=verify, floor=device_floor(problem, "fwd", peaks),
-                        method=method, reps=reps, warmup=warmup, l2_flush=l2_flush, budget_s=budget_s,
-                        what=f"{variant.id} on {problem.label()}")
+              sets: int = DEFAULT_SETS, seed: int = 0, mode: str = "fwd") -> Timing:
+    """A rung on `problem` in `mode` (lab.measure.call), in its own layout, timed and checked; raises
+    TimingRefused. The forward's inputs rotate and its every output is checked; a backward's (bwd)
+    O and LSE are computed once before timing, so its inputs stay put (a refill would leave them
+    stale) and its gradients are the correctness gate's to judge (lab.measure.gradcheck)."""
+    rotating = problem_inputs(problem, sets if mode != "bwd" else 1, seed, layout=variant.layout)
+    verify = OutputCheck(problem, rotating, layout=variant.layout) if mode == "fwd" else None
+    call = launch(variant, module, problem, mode, inputs=rotating.slots)  # allocates its outputs, as SDPA does
+    return time_checked(call, prepare=rotating.prepare if mode != "bwd" else None, verify=verify,
+                        floor=device_floor(problem, mode, peaks), method=method, reps=reps, warmup=warmup,
+                        l2_flush=l2_flush, budget_s=budget_s,
+                        what=f"{variant.id} on {problem.label()}" + ("" if mode == "fwd" else f" {mode}"))

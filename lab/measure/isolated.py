@@ -1,8 +1,8 @@
 """The correctness gate in a child process, so that a rung that crashes (a segfault, an illegal
 address that poisons the CUDA context) takes down only that child.
 
-The parent runs `python -m lab.measure.isolated --variant v3 --shape B,H,NQ,NK,D ...`: the module's
-own entry point, not the CLI, and reads one JSON object from its stdout."""
+The parent runs `python -m lab.measure.isolated --variant v3 --problem <Problem.label()> ...`: the
+module's own entry point, not the CLI, and reads one JSON object from its stdout."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from lab.errors import CheckFailed, LabError
 from lab.ladder import build, registry, workspace
 from lab.ladder.tuning import Candidate, tuning_module
 from lab.measure.check import check_variant
-from lab.measure.problem import Problem, parse_shape
+from lab.measure.problem import Problem
 
 CHECK_TIMEOUT_S = 900
 
@@ -38,16 +38,13 @@ class PendingCheck:
     """A correctness child that is running; `result()` waits for it and reads its verdict."""
 
     def __init__(self, variant, problem: Problem, extra_shapes: int, tune_config: int | None = None,
-                 compile: bool = True):
-        shape = f"{problem.batch},{problem.heads},{problem.seqlen_q},{problem.seqlen_k},{problem.head_dim}"
-        argv = [sys.executable, "-m", "lab.measure.isolated", "--variant", registry.ref(variant), "--shape", shape,
-                "--dtype", problem.dtype, "--shapes", str(extra_shapes)]
+                 compile: bool = True, mode: str = "fwd"):
+        argv = [sys.executable, "-m", "lab.measure.isolated", "--variant", registry.ref(variant),
+                "--problem", problem.label(), "--shapes", str(extra_shapes), "--mode", mode]
         if tune_config is not None:   # that tuning candidate of the rung (its tuning build, `lab tune`)
             argv += ["--tune-config", str(tune_config)]
         if not compile:
             argv.append("--no-compile")
-        if problem.causal:
-            argv.append("--causal")
         self.variant, self.problem = variant, problem
         self.proc = children.start(argv, capture_output=True, text=True, env=child_env())
 
@@ -85,33 +82,33 @@ class NotBuilt(LabError):
 
 
 def start_check(variant, problem: Problem, extra_shapes: int, tune_config: int | None = None,
-                compile: bool = True) -> PendingCheck:
+                compile: bool = True, mode: str = "fwd") -> PendingCheck:
     """Start the correctness child now, read its verdict later (`lab profile` works meanwhile).
     compile=False: the child only loads a cached build (and says not_built when there is none), so
     it can start before the parent has made sure the rung is built."""
-    return PendingCheck(variant, problem, extra_shapes, tune_config, compile)
+    return PendingCheck(variant, problem, extra_shapes, tune_config, compile, mode)
 
 
-def check_in_child(variant, problem: Problem, extra_shapes: int, tune_config: int | None = None) -> dict:
+def check_in_child(variant, problem: Problem, extra_shapes: int, tune_config: int | None = None,
+                   mode: str = "fwd") -> dict:
     """Run the correctness child and return its verdict (see PendingCheck.result). `tune_config`:
     check that tuning candidate of the rung (its tuning build, `lab tune`) instead of its launcher."""
-    return start_check(variant, problem, extra_shapes, tune_config).result()
+    return start_check(variant, problem, extra_shapes, tune_config, mode=mode).result()
 
 
 def _main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m lab.measure.isolated")
     p.add_argument("--variant", required=True)
-    p.add_argument("--shape", required=True)
-    p.add_argument("--dtype", required=True)
+    p.add_argument("--problem", required=True, help="a Problem.label(), e.g. B2-H8kv2-N113x203-D64-causal-float16")
     p.add_argument("--shapes", type=int, default=0)
-    p.add_argument("--causal", action="store_true")
+    p.add_argument("--mode", default="fwd")
     p.add_argument("--tune-config", type=int, default=None)
     p.add_argument("--no-compile", action="store_true",
                    help="use the cached build only; report not_built instead of compiling")
     a = p.parse_args(argv)
     try:
         variant = registry.get(a.variant)
-        problem = parse_shape(a.shape, causal=a.causal, dtype=a.dtype)
+        problem = Problem.from_label(a.problem)
         module = None
         if a.tune_config is not None:
             module = Candidate(tuning_module(variant), a.tune_config)
@@ -125,7 +122,7 @@ def _main(argv=None) -> int:
                 return 0
             module = build.load_cached(variant)
         result = check_variant(variant, problem=problem, extra_shapes=a.shapes, module=module,
-                               pin_to_problem=a.tune_config is not None)
+                               pin_to_problem=a.tune_config is not None, mode=a.mode)
     except LabError as e:
         print(json.dumps({"error": str(e)}))
         return 0

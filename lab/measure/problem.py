@@ -6,6 +6,7 @@ aligned top-left (query i sees keys j <= i), as in PyTorch's `scaled_dot_product
 
 from __future__ import annotations
 
+import re
 from dataclasses import asdict, dataclass
 
 from lab.errors import LabError
@@ -16,6 +17,7 @@ DTYPE_ALIASES = {"fp32": "float32", "float": "float32", "f32": "float32", "fp16"
                  "float16": "float16", "bfloat16": "bfloat16"}
 
 DEFAULT_SHAPE = "8,16,1024,64"
+_LABEL_RE = re.compile(r"B(\d+)-H(\d+)(?:kv(\d+))?-N(\d+)(?:x(\d+))?-D(\d+)(-causal)?-(float32|float16|bfloat16)")
 
 
 @dataclass(frozen=True)
@@ -70,9 +72,22 @@ class Problem:
         return self.flops / self.min_bytes
 
     def label(self) -> str:
+        """The problem in one word, every field in it: B8-H16kv4-N1024x2048-D64-causal-float16. It
+        names runs and rows, and it is how a problem travels to a child process (`from_label`)."""
         n = f"{self.seqlen_q}" if self.seqlen_q == self.seqlen_k else f"{self.seqlen_q}x{self.seqlen_k}"
         h = f"{self.heads}" if not self.gqa else f"{self.heads}kv{self.heads_kv}"
         return f"B{self.batch}-H{h}-N{n}-D{self.head_dim}{'-causal' if self.causal else ''}-{self.dtype}"
+
+    @classmethod
+    def from_label(cls, label: str) -> "Problem":
+        """The problem a `label()` names (the one encoding of a problem on a child's command line)."""
+        m = _LABEL_RE.fullmatch(label.strip())
+        if m is None:
+            raise LabError(f"bad problem label {label!r}: expected e.g. B8-H16-N1024-D64-float16 "
+                           "(B8-H16kv4-N1024x2048-D64-causal-float16 with GQA, Nq != Nk and a mask)")
+        b, h, hkv, nq, nk, d, causal, dtype = m.groups()
+        return cls(int(b), int(h), int(nq), int(nk or nq), int(d), causal is not None, dtype,
+                   int(hkv) if hkv else None)
 
     def with_dtype(self, dtype: str) -> "Problem":
         return Problem(self.batch, self.heads, self.seqlen_q, self.seqlen_k, self.head_dim, self.causal, dtype,
@@ -100,8 +115,15 @@ def normalize_dtype(name: str) -> str:
 
 def parse_shape(spec: str, causal: bool = False, dtype: str = "float32",
                 seqlen_k: int | None = None) -> Problem:
-    """Parse `B,H,N,D` (or `B,H,Nq,Nk,D`) into a Problem."""
+    """Parse `B,H,N,D` (or `B,H,Nq,Nk,D`; heads `H:Hkv` for GQA/MQA) into a Problem."""
     parts = [p.strip() for p in spec.replace("x", ",").split(",") if p.strip()]
+    heads_kv = None
+    if len(parts) >= 2 and ":" in parts[1]:   # as a sweep's shape spec writes K/V heads: 32:8
+        parts[1], _, kv = parts[1].partition(":")
+        try:
+            heads_kv = int(kv)
+        except ValueError:
+            raise LabError(f"bad shape {spec!r}: heads H:Hkv takes integers, e.g. 32:8") from None
     try:
         nums = [int(p) for p in parts]
     except ValueError:
@@ -113,7 +135,7 @@ def parse_shape(spec: str, causal: bool = False, dtype: str = "float32",
         b, h, n, nk, d = nums
     else:
         raise LabError(f"bad shape {spec!r}: expected B,H,N,D (or B,H,Nq,Nk,D), e.g. {DEFAULT_SHAPE}")
-    return Problem(b, h, n, nk, d, causal, normalize_dtype(dtype))
+    return Problem(b, h, n, nk, d, causal, normalize_dtype(dtype), heads_kv)
 
 
 def check_supported(variant, problem: Problem) -> None:
@@ -121,8 +143,9 @@ def check_supported(variant, problem: Problem) -> None:
     if problem.head_dim not in variant.head_dims:
         raise LabError(f"{variant.id} supports head_dim {', '.join(map(str, variant.head_dims))}; "
                        f"got {problem.head_dim}")
-    if problem.gqa and not getattr(variant, "gqa", False):
-        raise LabError(f"{variant.id} does not declare GQA support (heads_kv < heads); got {problem.label()}")
+    if problem.gqa and not variant.gqa:
+        raise LabError(f"{variant.id} does not declare GQA support (heads_kv < heads); got {problem.label()}",
+                       hint="a rung that takes K and V with fewer heads declares gqa = true in its lab:rung block")
     if problem.dtype not in variant.dtypes:
         raise LabError(f"{variant.id} supports dtype {', '.join(variant.dtypes)}; got {problem.dtype}",
                        hint=f"pass --dtype {variant.default_dtype}")
@@ -144,24 +167,6 @@ def make_inputs(problem: Problem, seed: int = 0, device: str = "cuda", layout: s
     if layout == "BNHD":
         q, k, v = (t.transpose(1, 2).contiguous() for t in (q, k, v))
     return q, k, v
-
-
-def launch_fn(variant, module, problem: Problem, seed: int = 0, inputs=None):
-    """A zero-argument function that runs the rung once on seeded inputs in its layout (or on
-    `inputs`, a (q, k, v) already in its layout: the timer's rotating slots), returning the output: a
-    .cu rung writes a freshly allocated output (as SDPA allocates its own), a python rung returns one."""
-    import torch
-
-    q, k, v = inputs if inputs is not None else make_inputs(problem, seed, layout=variant.layout)
-    scale = softmax_scale(problem)
-    if variant.kind == "python":
-        return lambda: module.call(q, k, v, problem.causal, scale)
-
-    def call():
-        o = torch.empty_like(q)
-        module.forward(q, k, v, o, problem.causal, scale)
-        return o
-    return call
 
 
 def softmax_scale(problem: Problem) -> float:

@@ -24,18 +24,19 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress as RichProgress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from lab.console import line, say
-from lab.environment import device_info, require_compute_capability, require_gpu, software_info
-from lab.errors import CheckFailed, LabError
-from lab.ladder import build, registry
-from lab.measure.baselines import baseline_forward, unavailable_reason
+from lab.environment import device_info, require_gpu, software_info
+from lab.errors import LabError
+from lab.ladder import registry
+from lab.measure import rates
+from lab.measure.baselines import attention, unavailable_reason
 from lab.measure.bench import EVENTS, GRAPH
+from lab.measure.call import make_call, rung
 from lab.measure.floor import attention_floor
-from lab.measure.isolated import check_in_child
-from lab.measure.modes import has_backward, make_call, rung_forward
+from lab.measure.gate import GATE_SHAPES, gated
 from lab.measure.problem import check_supported
 from lab.measure.rotation import OutputCheck, problem_inputs
 from lab.measure.timed import TimingRefused, time_checked
-from lab.measure.sweepplan import GRAPH_AUTO_BELOW_MS, MODE_FLOP_FACTOR, Cell, Plan, mode_flops
+from lab.measure.sweepplan import GRAPH_AUTO_BELOW_MS, Cell, Plan
 
 SLOW_IMPLS = {"sdpa-math": 12.0, "standard": 12.0}   # cost weights for the ETA (per FLOP, vs flash)
 
@@ -48,7 +49,7 @@ def base_row(cell: Cell) -> dict:
         "sdpa" if cell.impl.startswith("sdpa-") else "eager")
     return {"impl": cell.impl, "impl_kind": kind, "label": p.label(), "batch": p.batch, "heads": p.heads,
             "heads_kv": p.heads_kv, "seqlen_q": p.seqlen_q, "seqlen_k": p.seqlen_k, "head_dim": p.head_dim,
-            "causal": p.causal, "dtype": p.dtype, "mode": cell.mode, "flops": mode_flops(p, cell.mode)}
+            "causal": p.causal, "dtype": p.dtype, "mode": cell.mode, "flops": rates.flops(p, cell.mode)}
 
 
 def status_row(cell: Cell, status: str, reason: str, timing: str = "events") -> dict:
@@ -62,9 +63,8 @@ def timed_row(cell: Cell, timing, peak_bytes: int | None, peaks: dict | None) ->
            "ci95_low_ms": timing.ci95_low, "ci95_high_ms": timing.ci95_high, "min_ms": timing.min,
            "max_ms": timing.max, "reps": timing.reps, "warmup": timing.warmup}
     tokens = p.batch * p.seqlen_q
-    row["tflops"] = row["flops"] / (timing.median * 1e-3) / 1e12
-    peak_key = "fp32_tflops" if p.dtype == "float32" else "tensor_fp16_tflops"
-    row["pct_of_peak"] = 100 * row["tflops"] / peaks[peak_key] if peaks and peaks.get(peak_key) else None
+    row["tflops"] = rates.tflops(row["flops"], timing.median)
+    row["pct_of_peak"] = rates.pct_of_peak(row["tflops"], peaks, p.dtype)
     row["tokens_per_s"] = tokens / (timing.median * 1e-3)
     row["time_per_token_us"] = timing.median * 1e3 / tokens
     row["peak_memory_bytes"] = peak_bytes
@@ -75,7 +75,7 @@ def timed_row(cell: Cell, timing, peak_bytes: int | None, peaks: dict | None) ->
 def cell_cost(cell: Cell, budget_s: float = 0.4) -> float:
     """Estimated seconds of a cell for the ETA: ~37 calls at ~300 TFLOP/s (slow implementations
     weighted), capped by the cell budget plus two warm-up calls, plus a fixed overhead."""
-    call_s = cell.problem.flops * MODE_FLOP_FACTOR[cell.mode] * SLOW_IMPLS.get(cell.impl, 1.0) / 300e12
+    call_s = rates.flops(cell.problem, cell.mode) * SLOW_IMPLS.get(cell.impl, 1.0) / 300e12
     return min(37 * call_s, budget_s + 3 * call_s) + 0.05
 
 
@@ -91,46 +91,43 @@ class GpuMeasurer:
         self.log = log or (lambda s: None)
         self.device = device_info()
         self.peaks = self.device.get("peaks")
-        self._modules: dict[str, object] = {}
-        self._gates: dict[tuple, str | None] = {}
+        self._gates: dict[tuple, object] = {}
         self._inputs: tuple | None = None
         self._checks = None
 
-    # rungs: build once, check once per dtype (in a child), then time
+    # rungs: built once, gated once per (dtype, mode) in a child (lab.measure.gate), then timed
     def _rung(self, cell: Cell):
+        """(the rung as lab.measure.call calls it, None) or (None, why it is not timed)."""
         variant = registry.get(cell.impl)
-        try:
+        gate_key = (variant.id, cell.problem.dtype, cell.mode)
+        if gate_key not in self._gates:
+            self.log(f"checking {variant.id} {cell.mode} against float64 on {cell.problem.label()} "
+                     f"and {GATE_SHAPES} ragged shapes")
+            try:
+                self._gates[gate_key] = gated(variant, cell.problem, cell.mode)
+            except LabError as e:   # what the rung cannot run (no backward, a head_dim it lacks): a row saying why
+                return None, str(e)
+        done = self._gates[gate_key]
+        if not done.passed:
+            return None, done.reason()
+        try:   # a later cell of another head_dim or GQA shape than the gated one
             check_supported(variant, cell.problem)
-            require_compute_capability(variant)
         except LabError as e:
             return None, str(e)
-        if variant.id not in self._modules:
-            self._modules[variant.id] = build.build(variant).module
-        gate_key = (variant.id, cell.problem.dtype)
-        if gate_key not in self._gates:
-            self.log(f"checking {variant.id} against float64 on {cell.problem.label()} and 8 ragged shapes")
-            try:
-                result = check_in_child(variant, cell.problem, extra_shapes=8)
-                self._gates[gate_key] = None if result.get("passed") else (
-                    f"failed its float64 check ({result.get('failed_shape') or result.get('error') or 'see lab check'}): not timed")
-            except CheckFailed as e:
-                self._gates[gate_key] = f"failed its float64 check: {e}"
-        if self._gates[gate_key]:
-            return None, self._gates[gate_key]
-        return self._modules[variant.id], None
+        return rung(variant, done.module, cell.problem), None
 
-    def inputs(self, problem):
-        """The problem's rotating input sets (lab.measure.rotation), shared by its cells."""
-        if self._inputs is None or self._inputs[0] != problem:
+    def inputs(self, problem, layout: str = "BHND"):
+        """The problem's rotating input sets (lab.measure.rotation) in `layout`, shared by its cells."""
+        if self._inputs is None or self._inputs[0] != (problem, layout):
             self._inputs = self._checks = None
-            self._inputs = (problem, problem_inputs(problem))
+            self._inputs = ((problem, layout), problem_inputs(problem, layout=layout))
         return self._inputs[1]
 
-    def output_check(self, problem):
+    def output_check(self, problem, layout: str = "BHND"):
         """The float64 references of the problem's input sets, made once for all its rung cells."""
-        rotating = self.inputs(problem)
+        rotating = self.inputs(problem, layout)
         if self._checks is None:
-            self._checks = OutputCheck(problem, rotating)
+            self._checks = OutputCheck(problem, rotating, layout=layout)
         return self._checks
 
     def release(self):
@@ -143,17 +140,13 @@ class GpuMeasurer:
         import torch
 
         p = cell.problem
-        rung = cell.impl in self.plan.rungs
-        if rung:
-            module, why = self._rung(cell)
-            if module is None:
-                return [status_row(cell, "failed" if "check" in why else "unsupported", why)]
-            if cell.mode != "fwd" and not has_backward(module):
-                return [status_row(cell, "unsupported", f"{cell.impl} provides no backward launcher "
-                                   "(the launcher contract of kernels/common.cuh has a forward only)")]
-            forward, context = rung_forward(module, p), contextlib.nullcontext
+        is_rung = cell.impl in self.plan.rungs
+        if is_rung:
+            impl, why = self._rung(cell)
+            if impl is None:
+                return [status_row(cell, "failed" if "float64 check" in why else "unsupported", why)]
         else:
-            forward, context = baseline_forward(cell.impl, p)
+            impl = attention(cell.impl, p)
         methods = {"auto": [EVENTS], "events": [EVENTS], "graph": [GRAPH], "both": [EVENTS, GRAPH]}[self.plan.timing]
         rows: list[dict] = []
         i = 0
@@ -162,16 +155,17 @@ class GpuMeasurer:
             i += 1
             try:
                 caught = []
-                with warnings.catch_warnings(record=True) as caught, context():
+                with warnings.catch_warnings(record=True) as caught, impl.context():
                     warnings.simplefilter("always")
-                    rotating = self.inputs(p)
+                    rotating = self.inputs(p, impl.layout)
                     # a forward's output is checked every call (a rung's: the baselines are the reference);
-                    # `bwd` keeps one forward's autograd graph, which an in-place refill would invalidate
-                    verify = self.output_check(p) if rung and cell.mode == "fwd" else None
+                    # `bwd` keeps one forward's outputs (a rung's O and LSE, a baseline's autograd graph),
+                    # which an in-place refill would leave stale
+                    verify = self.output_check(p, impl.layout) if is_rung and cell.mode == "fwd" else None
                     prepare = rotating.prepare if cell.mode != "bwd" else None
                     stream = torch.cuda.Stream() if method == GRAPH else None
                     with torch.cuda.stream(stream) if stream is not None else contextlib.nullcontext():
-                        call = make_call(forward, *rotating.slots, cell.mode)
+                        call = make_call(impl, *rotating.slots, cell.mode)
                         timing = time_checked(call, prepare=prepare, verify=verify,
                                               floor=attention_floor(p, cell.mode, self.peaks, self.device.get("name")),
                                               method=method, reps=self.plan.reps, warmup=self.plan.warmup,

@@ -22,12 +22,10 @@ import re
 from dataclasses import asdict, dataclass, field
 
 from lab.errors import LabError
+from lab.measure.bench import DEFAULT_REPS, DEFAULT_WARMUP
 from lab.measure.problem import Problem, normalize_dtype
+from lab.measure.rates import MODES
 
-MODES = ("fwd", "bwd", "fwd+bwd")
-MODE_FLOP_FACTOR = {"fwd": 1.0, "bwd": 2.5, "fwd+bwd": 3.5}
-"""Backward FLOPs = 2.5x forward (FlashAttention's convention: five N x N matrix products against
-the forward's two, of which the recomputation of S is one); forward+backward = 3.5x."""
 TIMINGS = ("auto", "events", "graph", "both")
 MAX_SHAPES = 256
 """More problems than this need --yes: a typo in a range (1..65536 of batch) should not start hours."""
@@ -41,10 +39,6 @@ PRESETS = {
     "memory": "standard attention's O(N^2) memory beside flash's O(N): B=1, H=16, D=64, N 1024..65536, "
               "forward, float16, until standard attention runs out of memory",
 }
-
-
-def mode_flops(problem: Problem, mode: str) -> float:
-    return problem.flops * MODE_FLOP_FACTOR[mode]
 
 
 # ------------------------------------------------------------------------------ parsing
@@ -228,8 +222,8 @@ class Plan:
     problems: list[Problem]
     modes: list[str]
     timing: str = "auto"
-    reps: int = 30
-    warmup: int = 5
+    reps: int = DEFAULT_REPS
+    warmup: int = DEFAULT_WARMUP
     cell_budget_s: float = 0.4
     l2_flush: bool = True
     axis: str = "seqlen"               # the x axis of the page's charts: "seqlen" or "batch"

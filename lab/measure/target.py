@@ -1,12 +1,13 @@
-"""The child process a profiler runs: `python -m lab.measure.target --variant v3 --shape B,H,N,D ...`.
+"""The child process a profiler runs: `python -m lab.measure.target --variant v3 --problem LABEL ...`.
 
 It lives in lab.measure (it runs a rung on a problem, as the correctness and timing children do),
 above the profilers it may run under, not in them: the profilers are a lower layer (the environment
 asks them for their versions).
 
 It builds nothing (the parent built the rung; loading the cached extension is all that happens
-here), warms up outside any range, then launches the rung `--repeat` times inside one NVTX range
-named by `range_name()`. ncu filters on that range (`--nvtx --nvtx-include "<name>/"`); the same
+here), warms up outside any range, then calls the rung `--repeat` times in `--mode` (lab.measure.call:
+a backward is the rung's own launcher, called on this thread, so every kernel of it falls inside
+the range) inside one NVTX range named by `range_name()`. ncu filters on that range (`--nvtx --nvtx-include "<name>/"`); the same
 child serves nsys, and with `--torch-profile` the torch.profiler fallback. A rung that crashes
 takes down only this process.
 """
@@ -19,13 +20,15 @@ import sys
 from pathlib import Path
 
 from lab.ladder import build, registry
-from lab.measure.problem import check_supported, launch_fn, parse_shape
+from lab.measure.call import launch as launch_of, require_mode
+from lab.measure.problem import Problem, check_supported
 from lab.profilers.kineto import profile_launches
 
 
-def range_name(variant_id: str, problem_label: str) -> str:
-    # No '/' or '@': ncu's --nvtx-include syntax uses them as separators.
-    return f"lab {variant_id} {problem_label}"
+def range_name(variant_id: str, problem_label: str, mode: str = "fwd") -> str:
+    # No '/' or '@': ncu's --nvtx-include syntax uses them as separators. The forward's name is
+    # unchanged (stored runs' ranges and the analysis' rung_of read it); other modes end in theirs.
+    return f"lab {variant_id} {problem_label}" + ("" if mode == "fwd" else f" {mode}")
 
 
 def _nvtx_range(name: str):
@@ -50,10 +53,8 @@ def _nvtx_range(name: str):
 def parse_args(argv=None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(prog="python -m lab.measure.target", description=__doc__)
     ap.add_argument("--variant", required=True)
-    ap.add_argument("--shape", required=True, help="B,H,N,D")
-    ap.add_argument("--seqlen-k", type=int, default=None)
-    ap.add_argument("--causal", action="store_true")
-    ap.add_argument("--dtype", default=None)
+    ap.add_argument("--problem", required=True, help="a Problem.label(), e.g. B8-H16-N1024-D64-float16")
+    ap.add_argument("--mode", default="fwd", help="fwd, bwd or fwd+bwd")
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--repeat", type=int, default=1)
     ap.add_argument("--seed", type=int, default=0)
@@ -67,15 +68,16 @@ def main(argv=None) -> int:
     import torch   # lazy: importing this module (range_name) must not need torch
 
     variant = registry.get(args.variant)
-    problem = parse_shape(args.shape, args.causal, args.dtype or variant.default_dtype, args.seqlen_k)
+    problem = Problem.from_label(args.problem)
     check_supported(variant, problem)
+    require_mode(variant, args.mode)
     module = build.load_cached(variant)
-    launch = launch_fn(variant, module, problem, args.seed)
+    launch = launch_of(variant, module, problem, args.mode, args.seed)
 
     for _ in range(args.warmup):
         launch()
     torch.cuda.synchronize()
-    name = range_name(variant.id, problem.label())
+    name = range_name(variant.id, problem.label(), args.mode)
     if args.torch_profile is not None:
         profile_launches(launch, args.repeat, args.torch_profile, name)
     else:

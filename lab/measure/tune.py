@@ -13,15 +13,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from lab.errors import CheckFailed, LabError
 from lab.console import say as _say
 from lab.environment import require_compute_capability, require_gpu
+from lab.errors import LabError
 from lab.ladder.build import build
-from lab.ladder.tuning import Candidate, require_tunable, tuning_module
-from lab.measure.bench import tflops
+from lab.ladder.tuning import Candidate, candidate_labels, require_tunable, tuning_module
+from lab.measure import rates
+from lab.measure.bench import DEFAULT_REPS, DEFAULT_WARMUP
+from lab.measure.call import make_call, require_mode, rung
 from lab.measure.floor import attention_floor
-from lab.measure.isolated import check_in_child
-from lab.measure.problem import Problem, check_supported, softmax_scale
+from lab.measure.gate import GATE_SHAPES, verdict
+from lab.measure.problem import Problem, check_supported
 from lab.measure.rotation import OutputCheck, problem_inputs
 from lab.measure.timed import Checked, TimingRefused, time_checked_interleaved
 
@@ -51,6 +53,7 @@ class TuneResult:
     variant_id: str
     problem: Problem
     rows: list[TuneRow] = field(default_factory=list)
+    mode: str = "fwd"
 
     def fastest(self) -> TuneRow | None:
         timed = [r for r in self.rows if r.timing]
@@ -58,12 +61,16 @@ class TuneResult:
 
     def to_dict(self) -> dict:
         best = self.fastest()
-        return {"variant": self.variant_id, "problem": self.problem.to_dict(),
+        return {"variant": self.variant_id, "problem": self.problem.to_dict(), "mode": self.mode,
                 "fastest": best.label if best else None, "rows": [r.to_dict() for r in self.rows]}
 
 
-def tune(variant, problem: Problem, reps: int = 30, warmup: int = 5, check_shapes: int = 4) -> TuneResult:
+def tune(variant, problem: Problem, reps: int = DEFAULT_REPS, warmup: int = DEFAULT_WARMUP,
+         check_shapes: int = GATE_SHAPES, mode: str = "fwd") -> TuneResult:
+    """mode bwd / fwd+bwd: the backward's candidates (lab_backward_<id>_configs), each checked on
+    the backward's gate and timed in that mode behind the rung's own forward."""
     check_supported(variant, problem)
+    require_mode(variant, mode)
     require_tunable(variant)
     require_gpu("tune")
     require_compute_capability(variant)
@@ -71,40 +78,35 @@ def tune(variant, problem: Problem, reps: int = 30, warmup: int = 5, check_shape
 
     plain = build(variant).module
     module = tuning_module(variant)
-    labels = list(module.configs(problem.head_dim, problem.dtype))
+    labels = candidate_labels(module, problem.head_dim, problem.dtype, mode)
     if not labels:
-        raise LabError(f"{variant.id} declares no tuning candidates for head_dim {problem.head_dim}, "
-                       f"{problem.dtype}", hint="its file lists them per head_dim and dtype (kernels/common.cuh)")
+        raise LabError(f"{variant.id} declares no {'backward ' if mode != 'fwd' else ''}tuning candidates for "
+                       f"head_dim {problem.head_dim}, {problem.dtype}",
+                       hint="its file lists them per head_dim and dtype (kernels/common.cuh)")
 
-    result = TuneResult(variant.id, problem)
+    result = TuneResult(variant.id, problem, mode=mode)
     _say(f"check {variant.id}'s default and {len(labels)} candidates on {problem.label()} "
          f"and {check_shapes} ragged shapes each")
     for index, label in [(None, DEFAULT_LABEL), *enumerate(labels)]:
-        try:
-            correctness = check_in_child(variant, problem, check_shapes, tune_config=index)
-        except CheckFailed as crash:
-            correctness, error = {"passed": False}, str(crash)
-        else:
-            error = None if correctness["passed"] else f"wrong on {correctness.get('failed_shape')}"
+        correctness = verdict(variant, problem, mode, tune_config=index, extra_shapes=check_shapes)
+        error = None if correctness["passed"] else (correctness.get("error")
+                                                     or f"wrong on {correctness.get('failed_shape')}")
         result.rows.append(TuneRow(label, index, correctness, error=error))
         _say(f"  {'ok  ' if correctness.get('passed') else 'FAIL'} {label}" + (f": {error}" if error else ""))
 
     # every candidate reads the same rotating slots (each call refills them first) and is held to the
     # same output check and floor as `lab bench` holds a rung (lab.measure.timed)
-    rotating = problem_inputs(problem)
-    q, k, v = rotating.slots
-    verify = OutputCheck(problem, rotating)
-    floor = attention_floor(problem, "fwd", device=torch.cuda.get_device_name())
-    scale = softmax_scale(problem)
+    # (a backward's candidates: its O and LSE computed once, so no refill and no per-call output check;
+    # the gate judged its gradients)
+    rotating = problem_inputs(problem, 1) if mode == "bwd" else problem_inputs(problem)
+    verify = OutputCheck(problem, rotating) if mode == "fwd" else None
+    prepare = rotating.prepare if mode != "bwd" else None
+    floor = attention_floor(problem, mode, device=torch.cuda.get_device_name())
 
     def caller(impl):
-        def call():
-            o = torch.empty_like(q)
-            impl.forward(q, k, v, o, problem.causal, scale)
-            return o
-        return call
+        return make_call(rung(variant, impl, problem), *rotating.slots, mode)
 
-    passing = {r.label: Checked(caller(plain if r.index is None else Candidate(module, r.index)), rotating.prepare,
+    passing = {r.label: Checked(caller(plain if r.index is None else Candidate(module, r.index, mode)), prepare,
                                 verify, floor, f"{variant.id} {r.label}")
                for r in result.rows if r.passed}
     if passing:
@@ -116,5 +118,5 @@ def tune(variant, problem: Problem, reps: int = 30, warmup: int = 5, check_shape
                 row.refused, row.error = t.status, t.row_reason()
             elif t is not None:
                 row.timing = {**t.to_dict(), "method": "cuda-events, interleaved round-robin",
-                              "tflops": tflops(problem.flops, t.median)}
+                              "tflops": rates.tflops(rates.flops(problem, mode), t.median)}
     return result

@@ -484,15 +484,6 @@ def render_sweeps(out_dir: Path, root: Path, damaged: list) -> list[dict]:
     return sweep_index_rows(sweeps)
 
 
-def render_sweep_page(sweep, out: Path | None = None) -> Path:
-    from lab.report.sweeppage import sweep_context
-
-    out_dir = _out_dir(out)
-    path = out_dir / f"{sweep.id}.html"
-    _write(path, environment().get_template("sweep.html").render(**sweep_context(sweep)))
-    return path
-
-
 def render_compare(comparison, out: Path | None = None) -> Path:
     out_dir = _out_dir(out)
     path = out_dir / compare_filename(comparison.a.id, comparison.b.id)

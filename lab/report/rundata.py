@@ -29,7 +29,8 @@ from lab.errors import LabError
 from lab.jsonvalues import plain as _plain
 from lab.report.formatting import fmt_bytes, fmt_num, fmt_pct, speed_phrase
 from lab.measure.problem import DTYPE_BYTES, Problem
-from lab.measure.sweepplan import MODE_FLOP_FACTOR, mode_flops
+from lab.measure.rates import MODE_FLOP_FACTOR
+from lab.measure.rates import flops as mode_flops
 from lab.store.runs import DamagedRun, Run, open_root, scan_runs
 
 

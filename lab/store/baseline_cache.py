@@ -25,9 +25,13 @@ FORMAT = 2
 format 1, timed without those checks, are misses."""
 
 
-def cache_key(device: dict, software: dict, problem, *, reps: int, warmup: int, backends, dtypes) -> dict:
-    """What the baselines' timings depend on (the clocks are not: they vary between runs anyway)."""
-    return {"format": FORMAT,
+def cache_key(device: dict, software: dict, problem, *, reps: int, warmup: int, backends, dtypes,
+              mode: str = "fwd") -> dict:
+    """What the baselines' timings depend on (the clocks are not: they vary between runs anyway).
+    K/V heads and a mode other than the forward join the key only where they apply, so the
+    forward's cached entries stay valid."""
+    extra = {**({"heads_kv": problem.heads_kv} if problem.gqa else {}), **({"mode": mode} if mode != "fwd" else {})}
+    return {"format": FORMAT, **extra,
             "device": {k: device.get(k) for k in ("name", "compute_capability", "sm_count", "memory_bytes", "driver")},
             "software": {k: software.get(k) for k in ("torch", "cuda", "cudnn")},
             "shape": [problem.batch, problem.heads, problem.seqlen_q, problem.seqlen_k, problem.head_dim, problem.causal],

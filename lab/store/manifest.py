@@ -291,6 +291,10 @@ class Correctness(Section):
     rule: str | None = None
     shapes_checked: list[str] = field(default_factory=list)
     failed_shape: str | None = None
+    mode: str | None = None            # what was checked: fwd (O), bwd or fwd+bwd (O, LSE, dQ, dK, dV)
+    tensors: list[str] | None = None   # the tensors judged, each against its own tolerance
+    failed_tensor: str | None = None   # the first tensor that failed, on failed_shape
+    worst_element: str | None = None   # where it was furthest off: index, value, reference
 
 
 @dataclass
@@ -366,6 +370,7 @@ class Manifest(Section):
 
     variant: VariantInfo
     problem: Problem
+    mode: str | None = None                    # what was checked, timed and profiled: fwd, bwd or fwd+bwd (None: a run from before modes, fwd)
     schema_version: int = SCHEMA_VERSION
     run_id: str = ""
     created_utc: str | None = None

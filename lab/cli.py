@@ -779,8 +779,9 @@ def sweep_merge(partials, name, allow_mismatch, profiles_dir):
 @click.option("--reps", default=DEFAULT_REPS, show_default=True, help="timed repetitions per candidate, interleaved")
 @click.option("--warmup", default=DEFAULT_WARMUP, show_default=True)
 @click.option("--check-shapes", default=GATE_SHAPES, show_default=True, help="ragged shapes each candidate is checked on")
+@mode_option
 @json_option
-def tune(variant_id, shape, causal, dtype, reps, warmup, check_shapes, as_json):
+def tune(variant_id, shape, causal, dtype, reps, warmup, check_shapes, mode, as_json):
     """Check and time a rung's candidate configurations (declared in its own file) round-robin."""
 
     variant = registry.get(variant_id)
@@ -789,7 +790,7 @@ def tune(variant_id, shape, causal, dtype, reps, warmup, check_shapes, as_json):
         raise LabError("--reps must be at least 2")
     if check_shapes < 0:
         raise LabError(f"--check-shapes must be >= 0, got {check_shapes}")
-    result = run_tune(variant, problem, reps=reps, warmup=warmup, check_shapes=check_shapes)
+    result = run_tune(variant, problem, reps=reps, warmup=warmup, check_shapes=check_shapes, mode=mode)
     if as_json:
         click.echo(json.dumps(result.to_dict(), indent=2))
     else:
@@ -804,7 +805,7 @@ def tune(variant_id, shape, causal, dtype, reps, warmup, check_shapes, as_json):
 def _print_tune(result) -> None:
     default = next((r for r in result.rows if r.index is None and r.timing), None)
     best = result.fastest()
-    table = Table(title=f"lab tune {result.variant_id} on {result.problem.label()}"
+    table = Table(title=f"lab tune {result.variant_id}{'' if result.mode == 'fwd' else ' ' + result.mode} on {result.problem.label()}"
                         f"{' causal' if result.problem.causal else ''} (median of {best.timing['reps'] if best else 0},"
                         " interleaved, L2 flushed)")
     for col in ("#", "configuration", "median ms", "CI95 ms", "TFLOP/s", "vs default", "check"):

@@ -294,6 +294,12 @@ def test_asking_the_backward_of_a_rung_without_one_exits_2(command):
     refused(lab(*args), "b3 has no backward", "backward = true")
 
 
+def test_tune_of_a_backward_refuses_what_it_cannot_tune():
+    builtin_rung = next(p.stem.split("_")[0] for p in sorted((ROOT / "lab" / "kernels").glob("v*_*.cu")))
+    refused(lab("tune", "--variant", f"builtin:{builtin_rung}", "--mode", "bwd"), "has no backward")
+    refused(lab("tune", "--variant", "b1", "--mode", "bwd", "--shape", "1,2,64,64"), "b1 declares no tuning candidates")
+
+
 def test_a_sweep_row_says_unsupported_with_the_reason(backward_ws):
     from lab.measure.sweep import GpuMeasurer
     from lab.measure.sweepplan import Cell

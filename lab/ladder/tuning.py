@@ -10,15 +10,29 @@ from lab.ladder.build import build
 
 
 class Candidate:
-    """One candidate of a tuning build, shaped like a rung's extension (`.forward(...)`), so the
-    correctness gate and the timer take it as they take the rung itself."""
+    """One candidate of a tuning build, shaped like a rung's extension (`.forward(...)`, and
+    `.backward(...)` for a backward candidate), so the correctness gate and the timer take it as
+    they take the rung itself. A backward candidate (mode bwd or fwd+bwd) runs the rung's own
+    forward and candidate `index` of its backward (lab_backward_<id>_config)."""
 
-    def __init__(self, module, index: int):
+    def __init__(self, module, index: int, mode: str = "fwd"):
         self.module = module
         self.index = index
+        self.mode = mode
 
-    def forward(self, q, k, v, o, causal, softmax_scale):
-        self.module.forward_config(q, k, v, o, causal, softmax_scale, self.index)
+    def forward(self, q, k, v, o, causal, softmax_scale, lse=None):
+        if self.mode == "fwd":
+            self.module.forward_config(q, k, v, o, causal, softmax_scale, self.index)
+        else:
+            self.module.forward(q, k, v, o, causal, softmax_scale, lse)
+
+    def backward(self, q, k, v, o, dout, lse, dq, dk, dv, causal, softmax_scale):
+        self.module.backward_config(q, k, v, o, dout, lse, dq, dk, dv, causal, softmax_scale, self.index)
+
+
+def candidate_labels(module, head_dim: int, dtype: str, mode: str = "fwd") -> list[str]:
+    """The labels of the forward's candidates, or of the backward's for mode bwd / fwd+bwd."""
+    return list(module.configs(head_dim, dtype) if mode == "fwd" else module.backward_configs(head_dim, dtype))
 
 
 def require_tunable(variant) -> None:

@@ -111,7 +111,7 @@ def _main(argv=None) -> int:
         problem = Problem.from_label(a.problem)
         module = None
         if a.tune_config is not None:
-            module = Candidate(tuning_module(variant), a.tune_config)
+            module = Candidate(tuning_module(variant), a.tune_config, a.mode)
         elif a.no_compile:
             try:
                 ready = build.is_built(variant)

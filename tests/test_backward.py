@@ -336,3 +336,18 @@ def test_the_profilers_child_names_its_range_by_mode():
     argv = target_argv(V(), Problem(1, 2, 64, 64, 64, True, "float16", 1), mode="fwd+bwd")
     assert argv[argv.index("--problem") + 1] == "B1-H2kv1-N64-D64-causal-float16"
     assert argv[argv.index("--mode") + 1] == "fwd+bwd"
+
+
+def test_a_gradient_that_is_zero_in_float64_keeps_a_rounding_floor():
+    """One key: P = 1, so dQ and dK are exactly zero in float64 and SDPA may be exact too; a correct
+    kernel's rounding residue must still pass, on the scale of the gradients beside it (dV = dO)."""
+    from lab.measure import gradcheck
+
+    zero = torch.zeros(1, 1, 1, 8, dtype=torch.float64)
+    ref = {"O": torch.ones(1, 1, 1, 8, dtype=torch.float64), "LSE": torch.zeros(1, 1, 1, dtype=torch.float64),
+           "dQ": zero, "dK": zero, "dV": torch.full((1, 1, 1, 8), 3.0, dtype=torch.float64)}
+    tol = gradcheck.tolerances({name: 0.0 for name in gradcheck.TENSORS}, ref, "float16", 1e-4)
+    eps16 = torch.finfo(torch.float16).eps
+    assert tol["dQ"] == tol["dK"] == tol["dV"] == pytest.approx(eps16 * 3.0) and tol["O"] == pytest.approx(eps16)
+    assert gradcheck.judge_tensor("dK", torch.full((1, 1, 1, 8), 1e-6), zero, tol["dK"]).passed
+    assert not gradcheck.judge_tensor("dK", torch.full((1, 1, 1, 8), 0.1), zero, tol["dK"]).passed

@@ -30,7 +30,8 @@ pytestmark = [pytest.mark.gpu,
 @pytest.fixture
 def lab(tmp_path):
     def run(*args):
-        env = dict(os.environ, PYTHONPATH=str(ROOT), LAB_WORKSPACE=str(WS), LAB_PROFILES=str(tmp_path / "store"))
+        path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)   # keep what the caller added
+        env = dict(os.environ, PYTHONPATH=path, LAB_WORKSPACE=str(WS), LAB_PROFILES=str(tmp_path / "store"))
         return subprocess.run([sys.executable, "-m", "lab.cli", *args], capture_output=True, text=True, cwd=tmp_path,
                               env=env)
     return run
@@ -56,7 +57,7 @@ def test_a_wrong_dk_exits_1_naming_the_tensor_shape_and_element(lab):
 
 def test_bench_times_the_rungs_backward_beside_sdpas(lab):
     res = lab("bench", "--variant", "b1", "--mode", "bwd", "--shape", "2,8:2,512,64", "--dtype", "float16",
-              "--backends", "flash,efficient", "--reps", "10", "--json")
+              "--backends", "flash,math", "--reps", "10", "--json")
     assert res.returncode == 0, res.stderr[-3000:]
     out = json.loads(res.stdout)
     [row] = out["rows"]

@@ -45,7 +45,9 @@ def test_a_right_backward_passes_its_check(lab, dtype, shapes):
     assert result["passed"] and result["mode"] == "bwd" and len(result["shapes"]) == shapes
     assert all([t["tensor"] for t in s["tensors"]] == ["O", "LSE", "dQ", "dK", "dV"] for s in result["shapes"])
     labels = " ".join(result["shapes_checked"])
-    assert "N113x203" in labels and "large logits" in labels and "kv2" in labels   # ragged, big scores, GQA
+    assert "N1-" in labels and "N113x203" in labels   # one row, ragged Nq != Nk
+    if shapes >= 14:   # the corners through large logits and GQA
+        assert "large logits" in labels and "kv2" in labels and "N1x239" in labels
 
 
 def test_a_wrong_dk_exits_1_naming_the_tensor_shape_and_element(lab):

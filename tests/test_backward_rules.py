@@ -122,7 +122,7 @@ def test_a_backward_kernel_is_held_against_the_backward_flops():
     """With the attention problem and mode bwd, a single-kernel report's problem TFLOP/s counts the
     backward's FLOPs (2.5x the forward's) and no forward minimum of DRAM bytes is applied to it."""
     from lab.measure.problem import Problem
-    from lab.measure.sweepplan import MODE_FLOP_FACTOR
+    from lab.measure.rates import MODE_FLOP_FACTOR
     from lab.profilers import ncu
 
     problem = Problem(2, 8, 1024, 1024, 128, False, "float16")   # tests/planted/record_bwd.sh's shape

@@ -12,7 +12,7 @@ import pytest
 
 from lab.analysis.metrics import duration_shares
 from lab.measure.problem import Problem
-from lab.measure.sweepplan import MODE_FLOP_FACTOR
+from lab.measure.rates import MODE_FLOP_FACTOR
 from lab.pipeline import analysis_tables
 from lab.profilers import ncu
 from lab.report import pages, rundata

@@ -65,7 +65,7 @@ from lab.analysis.ncu_rules import map_rule
 from lab.analysis.rules import BY_CLASS, CAUSES, RULES, TIE_ORDER, Context, Finding, context
 from lab.analysis.rules.base import BACKWARD_MODES
 from lab.measure.problem import Problem
-from lab.measure.sweepplan import mode_flops
+from lab.measure.rates import flops as mode_flops
 
 CLASSES = vocabulary.CLASSES   # every finding carries one (lab.vocabulary)
 

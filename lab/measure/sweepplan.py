@@ -24,7 +24,8 @@ from dataclasses import asdict, dataclass, field
 from lab.errors import LabError
 from lab.measure.bench import DEFAULT_REPS, DEFAULT_WARMUP
 from lab.measure.problem import Problem, normalize_dtype
-from lab.measure.rates import MODES
+from lab.measure.rates import MODE_FLOP_FACTOR, MODES  # noqa: F401  (re-exported: plans name modes; rates defines them)
+from lab.measure.rates import flops as mode_flops  # noqa: F401  (the one FLOP count per mode, lab.measure.rates)
 
 TIMINGS = ("auto", "events", "graph", "both")
 MAX_SHAPES = 256

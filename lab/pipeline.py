@@ -88,14 +88,16 @@ class Profiled:
     page: Path | None
 
 
-def analysis_tables(report_path: Path, problem: dict | None, timeline_info: dict | None) -> tuple[list, dict]:
+def analysis_tables(report_path: Path, problem: dict | None, timeline_info: dict | None,
+                    mode: str = "fwd") -> tuple[list, dict]:
     """The analysis of one ncu report and the tables a run stores from it (metrics, derived values,
     findings, Nsight's rules, per-line counters). The timeline runs first: the launch-bound judgement
     uses the launch cost it measured, the steady-state gap between consecutive kernels (the per-range
     overhead also spreads the first launch's delay, profiler start-up included, over the launches)."""
     tl_info = timeline_info or {}
     overhead = ((tl_info.get("launch_overhead") or {}).get("kernel_gap_ns_median") or tl_info.get("launch_overhead_ns"))
-    analyses = analysis.analyze_report(report_path, problem=problem, launch_overhead_ns=overhead)
+    # the mode sets the FLOPs a kernel is held against (a backward does 2.5x the forward's work)
+    analyses = analysis.analyze_report(report_path, problem=problem, launch_overhead_ns=overhead, mode=mode)
     tables = {"metrics": analysis.metrics_frame(report_path),
               "derived": analysis.derived_frame(analyses),
               "findings": analysis.findings_frame(analyses),
@@ -118,7 +120,8 @@ def reanalyze(run) -> tuple[Path, list]:
     try:
         shutil.rmtree(staging)
         shutil.copytree(run.path, staging)
-        analyses, tables = analysis_tables(staging / report.name, run.manifest.get("problem"), run.manifest.get("timeline"))
+        analyses, tables = analysis_tables(staging / report.name, run.manifest.get("problem"), run.manifest.get("timeline"),
+                                           run.manifest.get("mode") or "fwd")
         d = run.record.to_dict()
         for name, df in tables.items():
             df.to_parquet(staging / f"{name}.parquet", index=False)
@@ -177,7 +180,7 @@ def profile(variant: Variant, problem: Problem, opts: ProfileOptions) -> Profile
                 timeline_info = record_timeline(run, variant, problem, opts, rng)
         if ncu_info is not None:
             with stage("analysis"):
-                analyses, tables = analyze(run, variant, problem, timeline_info)
+                analyses, tables = analyze(run, variant, problem, timeline_info, opts.mode)
         with stage("store"):
             for name, df in tables.items():
                 run.add_table(name, df)
@@ -300,11 +303,12 @@ def record_timeline(run, variant: Variant, problem: Problem, opts: ProfileOption
             "repeats": opts.timeline_repeats}
 
 
-def analyze(run, variant: Variant, problem: Problem, timeline_info: dict | None) -> tuple[list, dict]:
+def analyze(run, variant: Variant, problem: Problem, timeline_info: dict | None,
+            mode: str = "fwd") -> tuple[list, dict]:
     """The analysis of the run's ncu report and its tables, with the code the lines point at as it
     was when profiled (pages never reopen the report)."""
     report_path = run.artifact_path("profile.ncu-rep")
-    analyses, tables = analysis_tables(report_path, problem.to_dict(), timeline_info)
+    analyses, tables = analysis_tables(report_path, problem.to_dict(), timeline_info, mode)
     tables["sources"] = source_lines.sources_frame(source_lines.source_texts(report_path), [variant.source])
     return analyses, tables
 

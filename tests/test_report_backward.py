@@ -68,7 +68,7 @@ class Section(HTMLParser):
 def _store(root: Path, mode: str | None) -> Path:
     """One run of the store holding the report, its analysis tables and a manifest of `mode`."""
     problem = PROBLEM.to_dict()
-    analyses, tables = analysis_tables(REPORT, problem, None)
+    analyses, tables = analysis_tables(REPORT, problem, None, mode or "fwd")
     durations_ms = sum(a.duration_ns for a in analyses) / 1e6   # the profiled kernels' own time
     run_id = f"20261125-000000-sdpa-flash-{mode or 'none'}-{PROBLEM.label()}"
     with create_run(run_id, root) as w:

@@ -100,6 +100,10 @@ def test_rotation_refills_the_same_slots_with_each_set_in_turn():
     assert not torch.equal(seen[0], seen[1]) and not torch.equal(seen[1], seen[2])
     with pytest.raises(ValueError):
         RotatingInputs([(torch.zeros(2),)])
+    with pytest.raises(ValueError):
+        RotatingInputs([], fixed=True)
+    fixed = RotatingInputs([(torch.ones(2),)], fixed=True)   # the backward's one set: every call reads it
+    assert fixed.prepare(0) == fixed.prepare(5) == 0 and torch.equal(fixed.slots[0], torch.ones(2))
 
 
 def test_output_check_refuses_a_kept_result_and_a_half_written_output():

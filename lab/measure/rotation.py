@@ -29,9 +29,11 @@ block freed two calls before, and with two sets that block would hold the same s
 class RotatingInputs:
     """`count` input sets (tuples of tensors of the same shapes) and the slots the timed call reads."""
 
-    def __init__(self, sets: Sequence[tuple]):
-        if len(sets) < 2:
-            raise ValueError("rotation needs at least two input sets")
+    def __init__(self, sets: Sequence[tuple], fixed: bool = False):
+        # fixed: one set on purpose (a backward, whose O and LSE are computed once from its inputs, so
+        # a refill would leave them stale); otherwise one set is a mistake that would let a kept result pass
+        if not sets or (len(sets) < 2 and not fixed):
+            raise ValueError("rotation needs at least two input sets (one only when fixed on purpose)")
         shapes = [tuple(tuple(t.shape) for t in s) for s in sets]
         if any(s != shapes[0] for s in shapes):
             raise ValueError(f"input sets differ in shape: {shapes}")
@@ -56,8 +58,9 @@ class RotatingInputs:
 def problem_inputs(problem, count: int = DEFAULT_SETS, seed: int = 0, device: str = "cuda",
                    layout: str = "BHND") -> RotatingInputs:
     """`count` seeded Q, K, V sets of `problem` (seeds seed, seed+1, ...; set 0 is make_inputs(seed),
-    the inputs the rest of the lab uses) in the rung's layout."""
-    return RotatingInputs([make_inputs(problem, seed + i, device=device, layout=layout) for i in range(count)])
+    the inputs the rest of the lab uses) in the rung's layout; count 1 is the backward's fixed set."""
+    sets = [make_inputs(problem, seed + i, device=device, layout=layout) for i in range(count)]
+    return RotatingInputs(sets, fixed=count == 1)
 
 
 VERIFY_CHUNK_ELEMS = 1 << 20

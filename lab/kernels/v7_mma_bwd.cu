@@ -43,6 +43,12 @@
 //   per 320 mma.sync per warp and step). Correct on all 56 shapes of the check (O, LSE, dQ, dK,
 //   dV within 2x SDPA's error against float64 autograd); compute-sanitizer memcheck and racecheck
 //   clean. ptxas: 255 registers at D=128, 223-227 at D=64, no spills.
+//   The stored sweep profiles/examples/20261125-210729-sweep-fa-grid-v7-bwd (`lab sweep --preset
+//   fa-grid --mode bwd`, H100 again, 2026-11-25) agrees: >= FA2 in 20 of 48 cells (0.83-1.42x), 0.47-1.09x
+//   cuDNN; fwd+bwd (...-fwdbwd, fp16) >= FA2 in 9 of 24. The lab's profile of the backward
+//   (profiles/examples/20261125-211819-v7-B4-H16-N2048-D128-float16) confirms the estimate: the main
+//   kernel (95% of the time) is memory-bound on L1TEX at 73% (shared-memory operand wavefronts; short
+//   scoreboard and MIO-throttle stalls), tensor pipe 38% busy: cut ldmatrix traffic next.
 // Profile it: lab profile --variant v7 --dtype float16 --mode bwd
 //
 // Layout of one backward CTA (default: 8 warps, BC = 128 keys, BR = 64 queries per step):

@@ -25,6 +25,7 @@ from lab.report import charts
 from lab.ladder import registry
 from lab.report.compare import compare_runs
 from lab.errors import LabError
+from lab.files import write_text_atomic
 from lab.report.formatting import (NWAY_DEFINITION, fmt_bytes, fmt_capacity, fmt_count, fmt_change, fmt_ms, fmt_num, fmt_pct, fmt_shell, fmt_times, is_missing,
                             speed_phrase)
 from lab.measure.problem import DTYPE_BYTES
@@ -367,12 +368,6 @@ def compare_filename(a_id: str, b_id: str) -> str:
     return f"compare-{a_id}-{b_id}.html"
 
 
-def _write(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
-
-
 def default_out() -> Path:
     """reports/ of the active workspace (lab.ladder.workspace), else reports/ in the current folder."""
     from lab.ladder.workspace import active
@@ -426,7 +421,7 @@ def render(out: Path | None = None, root: Path | None = None, run_id: str | None
     sweeps = render_sweeps(out_dir, root, damaged) if run_id is None else []
     if not runs:   # not an error: an index that says so, and a message from the CLI
         index = out_dir / "index.html"
-        _write(index, env.get_template("index.html").render(**index_context([]), store=root, damaged=damaged,
+        write_text_atomic(index, env.get_template("index.html").render(**index_context([]), store=root, damaged=damaged,
                                                                    sweeps=sweeps))
         return Rendered(index, {}, [], empty_store=None if sweeps else root, damaged=damaged)
     page_t = env.get_template("run.html")
@@ -452,7 +447,7 @@ def render(out: Path | None = None, root: Path | None = None, run_id: str | None
         if html is None:
             continue
         path = out_dir / f"{rd.id}.html"
-        _write(path, html)
+        write_text_atomic(path, html)
         pages[rd.id] = path
         if ctx["gain"]:
             try:
@@ -465,7 +460,7 @@ def render(out: Path | None = None, root: Path | None = None, run_id: str | None
         from lab.store.sweeps import list_sweeps
 
         sweeps = sweep_index_rows(list_sweeps(root))   # the index lists them; their pages stay as they are
-    _write(index, env.get_template("index.html").render(**index_context(runs), store=root, damaged=damaged,
+    write_text_atomic(index, env.get_template("index.html").render(**index_context(runs), store=root, damaged=damaged,
                                                                sweeps=sweeps))
     return Rendered(index, pages, comparisons, damaged=damaged)
 
@@ -480,14 +475,14 @@ def render_sweeps(out_dir: Path, root: Path, damaged: list) -> list[dict]:
     damaged.extend(bad)
     template = environment().get_template("sweep.html")
     for sw in sweeps:
-        _write(out_dir / f"{sw.id}.html", template.render(**sweep_context(sw)))
+        write_text_atomic(out_dir / f"{sw.id}.html", template.render(**sweep_context(sw)))
     return sweep_index_rows(sweeps)
 
 
 def render_compare(comparison, out: Path | None = None) -> Path:
     out_dir = _out_dir(out)
     path = out_dir / compare_filename(comparison.a.id, comparison.b.id)
-    _write(path, environment().get_template("compare.html").render(c=comparison))
+    write_text_atomic(path, environment().get_template("compare.html").render(c=comparison))
     return path
 
 

@@ -72,7 +72,7 @@ def test_an_oserror_anywhere_in_a_command_is_one_line_and_exit_2(tmp_path, monke
     def fails(path, text):
         raise OSError(err, os.strerror(err), str(path))
 
-    monkeypatch.setattr("lab.report.pages._write", fails)
+    monkeypatch.setattr("lab.report.pages.write_text_atomic", fails)   # where report pages are written
     r = CliRunner().invoke(cli.main, ["report", "--profiles", str(store), "--out", str(tmp_path / "o")])
     assert r.exit_code == 2, r.output
     [line] = [ln for ln in r.output.splitlines() if ln.startswith("error:")]

@@ -243,3 +243,23 @@ def test_build_without_gpu_exits_2_and_names_ptxas_only():
     res = _lab("build", "--variant", FIRST.id)
     assert res.returncode == 2, res.stderr
     assert "needs an NVIDIA GPU" in res.stderr and "--ptxas-only" in res.stderr and "Traceback" not in res.stderr
+
+
+def test_cache_key_follows_the_headers_a_rung_includes(tmp_path):
+    """A rung's quoted includes (kernels/hopper/*.cuh for the Hopper rungs) are part of what it is
+    built from: found transitively, as the compiler finds them, and hashed into its key."""
+    (tmp_path / "hopper").mkdir()
+    (tmp_path / "hopper" / "pipe.cuh").write_text('#pragma once\n#include "../common.cuh"\n#include "mma.cuh"\n')
+    (tmp_path / "hopper" / "mma.cuh").write_text("#pragma once\n// mma\n")
+    (tmp_path / "common.cuh").write_text("#pragma once\n")
+    rung = tmp_path / "v9_x.cu"
+    rung.write_text('#include "common.cuh"\n#include "hopper/pipe.cuh"\n#include <cuda.h>\n')
+    found = build.local_headers(rung, [str(tmp_path)])
+    assert [p.relative_to(tmp_path).as_posix() for p in found] == ["common.cuh", "hopper/pipe.cuh", "hopper/mma.cuh"]
+    flags = build.nvcc_flags(FIRST, "sm_90a")
+    key = build.cache_key([rung, *found], flags, VERSIONS)
+    (tmp_path / "hopper" / "mma.cuh").write_text("#pragma once\n// mma, changed\n")
+    assert build.cache_key([rung, *found], flags, VERSIONS) != key
+    hopper_rungs = [v for v in VARIANTS if '#include "hopper/' in v.source.read_text()]
+    for v in hopper_rungs:
+        assert any(p.parent.name == "hopper" for p in build.sources_for(v)), v.id

@@ -392,11 +392,12 @@ def render_lines(analyses, n: int, sources: dict[str, str], console=None) -> Non
 def sources_frame(imported: dict[str, str], extra: list[Path] = ()) -> pd.DataFrame:
     """The code a run's lines point at, one row per file (path as ncu recorded it, text): the
     sources imported into the report, plus files given (the rung's source) and the headers beside
-    them that the lines name, where the report did not import them."""
+    them (and one folder down: kernels/hopper/) that the lines name, where the report did not
+    import them."""
     rows = {f: t for f, t in imported.items()}
     for p in extra:
         p = Path(p)
-        for q in [p] + sorted(p.parent.glob("*.cuh")):
+        for q in [p] + sorted(p.parent.glob("*.cuh")) + sorted(p.parent.glob("*/*.cuh")):
             if q.is_file() and not any(os.path.basename(f) == q.name for f in rows):
                 try:
                     rows[str(q)] = q.read_text(errors="replace")

@@ -218,8 +218,32 @@ def include_dirs(variant: Variant) -> list[str]:
     return list(dict.fromkeys(dirs))
 
 
+_INCLUDE_RE = re.compile(r'^\s*#\s*include\s*"([^"]+)"', re.M)
+
+
+def local_headers(source: Path, dirs: Sequence[str]) -> list[Path]:
+    """The quoted headers `source` includes, transitively, found as the compiler finds them (the
+    including file's folder first, then `dirs`): a Hopper rung's kernels/hopper/*.cuh change its
+    binary as much as its own file does. System headers (<...>) are the versions' business."""
+    found: list[Path] = []
+    todo = [Path(source)]
+    while todo:
+        current = todo.pop()
+        for name in _INCLUDE_RE.findall(current.read_text(errors="replace")):
+            for base in [current.parent, *map(Path, dirs)]:
+                cand = (base / name).resolve()
+                if cand.is_file():
+                    if cand not in found and cand != Path(source).resolve():
+                        found.append(cand)
+                        todo.append(cand)
+                    break
+    return found
+
+
 def sources_for(variant: Variant) -> list[Path]:
-    return [variant.source, common_header_for(variant), BINDING]
+    common = common_header_for(variant)
+    headers = [h for h in local_headers(variant.source, include_dirs(variant)) if h != common.resolve()]
+    return [variant.source, common, *headers, BINDING]
 
 
 def cache_key(sources: Sequence[Path], flags: Sequence[str], versions_: dict) -> str:

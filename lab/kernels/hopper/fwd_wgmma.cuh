@@ -1,0 +1,362 @@
+// Flash Lab, Hopper machinery (sm_90a): the warp-specialised forward, moved here from v6_wgmma.cu
+// (whose header is its record: the schedule, the shared-memory layout, the measurements) so that a
+// later Hopper rung reuses it instead of forking it: v6 launches it as it always did; v8_wgmma_bwd
+// launches it with WRITE_LSE, its epilogue then also storing the row log-sum-exp the backward needs
+// (common.cuh's backward contract). WRITE_LSE = false compiles to v6's kernel exactly.
+#pragma once
+
+#include "tma_pipeline.cuh"
+#include "wgmma.cuh"
+
+#include <cmath>
+
+namespace lab_hopper_fwd {
+
+// One CTA: 128-thread producer warpgroup + kConsumers consumer warpgroups of 64 query rows each.
+// BN keys per K/V tile, kStages-deep ring of K and V tiles. kPingPong: the consumer warpgroups
+// take turns issuing their matrix products (named barriers), so one's softmax runs while the
+// other's products occupy the tensor cores.
+template <int D_, int BN_, int STAGES_, bool PINGPONG_ = false, int CONSUMERS_ = 2>
+struct Config {
+  static constexpr int D = D_, BN = BN_, kStages = STAGES_, kConsumers = CONSUMERS_;
+  static constexpr bool kPingPong = PINGPONG_;
+  static constexpr int BM = 64 * kConsumers;
+  static constexpr int kThreads = 128 * (1 + kConsumers);
+  static constexpr int kHalves = D / 64;          // 64-column (128-byte) swizzle atoms across D
+  static constexpr int kQBytes = BM * D * 2;
+  static constexpr int kKVBytes = BN * D * 2;     // one K or V tile
+  static constexpr int kKOffset = kQBytes;
+  static constexpr int kVOffset = kQBytes + kStages * kKVBytes;
+  static constexpr int kSmemBytes = kVOffset + kStages * kKVBytes + 1024;  // + alignment slack
+  // Registers: the producer needs few; the consumers hold S, P and O. 24 + 2 x 240 per thread x 128
+  // threads = 64,512 of the SM's 65,536.
+  // One consumer warpgroup: two CTAs per SM (each CTA's 256 threads start with 128 registers;
+  // the producer gives 104 of them to the consumer), so one CTA's prologue and epilogue run under
+  // the other's main loop.
+  static constexpr int kMinBlocks = kConsumers == 1 ? 2 : 1;
+  static constexpr int kProducerRegs = kConsumers == 3 ? 32 : 24;
+  static constexpr int kConsumerRegs = kConsumers == 1 ? 232 : kConsumers == 2 ? 240 : 160;
+  static constexpr int kHeadGroup = 32;  // causal longest-first order walks heads in groups (as v5)
+  static_assert(D == 64 || D == 128, "head_dim 64 or 128");
+  static_assert(BN == 64 || BN == 128, "key tile of 64 or 128");
+  static_assert(!kPingPong || kConsumers == 2, "ping-pong alternates two consumer warpgroups");
+  static_assert(kSmemBytes <= 227 * 1024, "shared memory over the 227 KB per-block limit");
+};
+
+
+template <class C, typename T, bool CAUSAL, bool WRITE_LSE>
+__global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
+fwd_kernel(const __grid_constant__ CUtensorMap tm_q,  // [B*H, nq, D] in boxes of [BM rows, 64 cols]
+           const __grid_constant__ CUtensorMap tm_k,  // [B*H, nk, D] in boxes of [BN rows, 64 cols]
+           const __grid_constant__ CUtensorMap tm_v,  // [B*H, nk, D] in boxes of [BN rows, 64 cols]
+           T* __restrict__ o,                         // [B*H, nq, D]
+           int nq, int nk, int bh_total, float scale_log2,
+           float* __restrict__ lse) {  // [B*H, nq] natural-log row log-sum-exp (WRITE_LSE only)
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  constexpr int D = C::D, BN = C::BN, BM = C::BM, S = C::kStages;
+  extern __shared__ uint8_t smem_raw[];
+  // Barriers: [0] Q landed; per stage s: K full, K empty, V full, V empty.
+  __shared__ __align__(8) uint64_t bars[1 + 4 * S];
+
+  const int tid = threadIdx.x;
+  int m_block, bh_index;
+  if constexpr (CAUSAL) {
+    // Longest-processing-time first within groups of heads (as v5): every head's heaviest query
+    // block, then the next heaviest, ... so the tail of the grid is short blocks.
+    const int m_blocks = lab_cdiv(nq, BM);
+    const int group = blockIdx.x / (m_blocks * C::kHeadGroup);
+    const int within = blockIdx.x - group * m_blocks * C::kHeadGroup;
+    const int heads = min(C::kHeadGroup, bh_total - group * C::kHeadGroup);
+    const int rank = within / heads;
+    m_block = m_blocks - 1 - rank;
+    bh_index = group * C::kHeadGroup + (within - rank * heads);
+  } else {
+    m_block = blockIdx.x;
+    bh_index = blockIdx.y;
+  }
+  const int m0 = m_block * BM;
+  const int n_end = CAUSAL ? min(nk, min(nq, m0 + BM)) : nk;  // keys any row of this block sees
+  const int n_tiles = lab_cdiv(n_end, BN);
+
+  // The 128-byte swizzle repeats every 1024 bytes: tiles start on a 1024-byte boundary.
+  const uint32_t s_base = (lab_smem_addr(smem_raw) + 1023u) & ~1023u;
+  const uint32_t s_q = s_base;
+  auto s_k = [&](int s) { return s_base + C::kKOffset + s * C::kKVBytes; };
+  auto s_v = [&](int s) { return s_base + C::kVOffset + s * C::kKVBytes; };
+  const uint32_t bar_q = lab_smem_addr(&bars[0]);
+  auto k_full = [&](int s) { return lab_smem_addr(&bars[1 + s]); };
+  auto k_empty = [&](int s) { return lab_smem_addr(&bars[1 + S + s]); };
+  auto v_full = [&](int s) { return lab_smem_addr(&bars[1 + 2 * S + s]); };
+  auto v_empty = [&](int s) { return lab_smem_addr(&bars[1 + 3 * S + s]); };
+  constexpr int kConsumerThreads = 128 * C::kConsumers;
+
+  if (tid == 0) {
+    lab_mbar_init(bar_q, 1);
+    for (int s = 0; s < S; ++s) {
+      lab_mbar_init(k_full(s), 1);
+      lab_mbar_init(v_full(s), 1);
+      lab_mbar_init(k_empty(s), kConsumerThreads);
+      lab_mbar_init(v_empty(s), kConsumerThreads);
+    }
+    lab_fence_mbar_init();
+  }
+  __syncthreads();
+
+  const int warpgroup = tid / 128;
+  if (warpgroup == 0) {
+    // ---------------- producer: one thread issues every TMA copy ----------------
+    lab_setmaxnreg_dec<C::kProducerRegs>();
+    if (tid == 0) {
+      lab_tma_prefetch_map(&tm_q);
+      lab_tma_prefetch_map(&tm_k);
+      lab_tma_prefetch_map(&tm_v);
+      lab_mbar_arrive_expect_tx(bar_q, C::kQBytes);
+#pragma unroll
+      for (int h = 0; h < C::kHalves; ++h) lab_tma_load_3d(s_q + h * BM * 128, &tm_q, bar_q, h * 64, m0, bh_index);
+      for (int j = 0; j < n_tiles; ++j) {
+        const int s = j % S;
+        const uint32_t parity = ((j / S) & 1) ^ 1;  // first pass: the fresh slot counts as free
+        lab_mbar_wait(k_empty(s), parity);
+        lab_mbar_arrive_expect_tx(k_full(s), C::kKVBytes);
+#pragma unroll
+        for (int h = 0; h < C::kHalves; ++h)
+          lab_tma_load_3d(s_k(s) + h * BN * 128, &tm_k, k_full(s), h * 64, j * BN, bh_index);
+        lab_mbar_wait(v_empty(s), parity);
+        lab_mbar_arrive_expect_tx(v_full(s), C::kKVBytes);
+#pragma unroll
+        for (int h = 0; h < C::kHalves; ++h)
+          lab_tma_load_3d(s_v(s) + h * BN * 128, &tm_v, v_full(s), h * 64, j * BN, bh_index);
+      }
+    }
+    return;
+  }
+
+  // ---------------- consumers: S = Q K^T, online softmax, O += P V ----------------
+  lab_setmaxnreg_inc<C::kConsumerRegs>();
+  const int cw = warpgroup - 1;          // consumer warpgroup: query rows m0 + 64 cw ..
+  const int ctid = tid - 128;            // 0 .. kConsumerThreads-1
+  const int lane = tid & 31, warp_in_wg = (tid / 32) & 3;
+  const int wg_row0 = m0 + cw * 64;
+  const int row_g = wg_row0 + warp_in_wg * 16 + (lane >> 2);  // this thread's rows: row_g, row_g + 8
+  (void)ctid;
+
+  float o_acc[D / 2];   // m64nD accumulator: D/8 column blocks x 4
+  float s_acc[BN / 2];  // m64nBN accumulator
+  uint32_t p_frag[BN / 16][4];
+  float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.f, 0.f};
+#pragma unroll
+  for (int i = 0; i < D / 2; ++i) o_acc[i] = 0.f;
+#pragma unroll
+  for (int i = 0; i < BN / 2; ++i) s_acc[i] = 0.f;
+
+  // Descriptors. Q and K are K-major (D contiguous), in 64-column swizzle atoms of [rows x 128 B];
+  // 8-row groups 1024 bytes apart (stride byte offset); a k16 step inside an atom is +32 bytes.
+  // V is read MN-major (D contiguous, keys the reduction): 64-column atoms BN*128 bytes apart
+  // (leading byte offset), 8-key groups 1024 apart, a k16 step (16 keys) is +2048 bytes.
+  auto issue_s = [&](int stage) {
+    lab_wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk) {
+      const uint32_t q_addr = s_q + (kk / 4) * BM * 128 + cw * 64 * 128 + (kk % 4) * 32;
+      const uint32_t k_addr = s_k(stage) + (kk / 4) * BN * 128 + (kk % 4) * 32;
+      lab_wgmma_ss<T, BN>(s_acc, lab_wgmma_desc_sw128(q_addr, 16, 1024), lab_wgmma_desc_sw128(k_addr, 16, 1024),
+                      kk > 0 ? 1 : 0);
+    }
+    lab_wgmma_commit();
+  };
+  auto issue_pv = [&](int stage) {
+    lab_wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < BN / 16; ++kk)
+      lab_wgmma_rs_tb<T, D>(o_acc, p_frag[kk], lab_wgmma_desc_sw128(s_v(stage) + kk * 2048, BN * 128, 1024));
+    lab_wgmma_commit();
+  };
+
+  // Softmax of the S tile j in s_acc (scores -> probabilities, fp32, in place); returns the factor
+  // alpha by which O and the running sums shrink (the running max moved from m_old to m_new).
+  auto softmax = [&](int j, float (&alpha)[2]) {
+    const int n0 = j * BN;
+    // Mask only the ragged last tile and, causal, tiles crossing this warpgroup's diagonal.
+    if (n0 + BN > nk || (CAUSAL && n0 + BN - 1 > wg_row0)) {
+      const int col0 = n0 + (lane & 3) * 2;
+#pragma unroll
+      for (int i = 0; i < BN / 8; ++i)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int col = col0 + i * 8 + (e & 1), row = row_g + (e >> 1) * 8;
+          if (col >= nk || (CAUSAL && col > row)) s_acc[i * 4 + e] = -INFINITY;
+        }
+    }
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {  // h = 0: row g, h = 1: row g + 8
+      float mx = fmaxf(s_acc[2 * h], s_acc[2 * h + 1]);
+#pragma unroll
+      for (int i = 1; i < BN / 8; ++i) mx = fmaxf(mx, fmaxf(s_acc[i * 4 + 2 * h], s_acc[i * 4 + 2 * h + 1]));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+      // Every row sees key 0 in tile 0 and at least one key of every later tile it reads (the
+      // causal diagonal tile starts at or before the block's first row), so m_new is finite.
+      const float m_new = fmaxf(row_max[h], mx * scale_log2);
+      alpha[h] = lab_exp2(row_max[h] - m_new);  // first tile: 2^-inf = 0
+      row_max[h] = m_new;
+      float sum0 = 0.f, sum1 = 0.f;
+#pragma unroll
+      for (int i = 0; i < BN / 8; ++i) {
+        const float p0 = lab_exp2(fmaf(s_acc[i * 4 + 2 * h], scale_log2, -m_new));
+        const float p1 = lab_exp2(fmaf(s_acc[i * 4 + 2 * h + 1], scale_log2, -m_new));
+        s_acc[i * 4 + 2 * h] = p0;
+        s_acc[i * 4 + 2 * h + 1] = p1;
+        sum0 += p0;
+        sum1 += p1;
+      }
+      row_sum[h] = row_sum[h] * alpha[h] + (sum0 + sum1);
+    }
+  };
+  // P (16-bit) as the A operand of P V: k-step kk covers key blocks 2kk and 2kk+1.
+  auto pack_p = [&]() {
+#pragma unroll
+    for (int kk = 0; kk < BN / 16; ++kk) {
+      p_frag[kk][0] = lab_pack2<T>(s_acc[8 * kk + 0], s_acc[8 * kk + 1]);
+      p_frag[kk][1] = lab_pack2<T>(s_acc[8 * kk + 2], s_acc[8 * kk + 3]);
+      p_frag[kk][2] = lab_pack2<T>(s_acc[8 * kk + 4], s_acc[8 * kk + 5]);
+      p_frag[kk][3] = lab_pack2<T>(s_acc[8 * kk + 6], s_acc[8 * kk + 7]);
+    }
+  };
+  auto rescale_o = [&](const float (&alpha)[2]) {
+#pragma unroll
+    for (int i = 0; i < D / 8; ++i) {
+      o_acc[i * 4 + 0] *= alpha[0];
+      o_acc[i * 4 + 1] *= alpha[0];
+      o_acc[i * 4 + 2] *= alpha[1];
+      o_acc[i * 4 + 3] *= alpha[1];
+    }
+  };
+
+  // Ping-pong: warpgroup cw issues its products after the other one has issued its own.
+  constexpr int kBarIssue = 1;  // named barriers 1 + cw (0 is __syncthreads)
+  auto turn_wait = [&]() {
+    if constexpr (C::kPingPong) lab_named_sync(kBarIssue + cw, kConsumerThreads);
+  };
+  auto turn_pass = [&]() {
+    if constexpr (C::kPingPong) lab_named_arrive(kBarIssue + (cw ^ 1), kConsumerThreads);
+  };
+  if constexpr (C::kPingPong) {
+    if (cw == 1) lab_named_arrive(kBarIssue + 0, kConsumerThreads);  // warpgroup 0 goes first
+  }
+
+  lab_mbar_wait(bar_q, 0);
+  // Tile 0: S_0, its softmax, P_0.
+  lab_mbar_wait(k_full(0), 0);
+  turn_wait();
+  issue_s(0);
+  turn_pass();
+  lab_wgmma_wait<0>();
+  lab_fence_regs(s_acc);
+  lab_mbar_arrive(k_empty(0));
+  {
+    float alpha[2];
+    softmax(0, alpha);  // O is zero: nothing to rescale
+    pack_p();
+  }
+
+  // Steady state, iteration j: S_j = Q K_j^T and O += P_{j-1} V_{j-1} are both issued, then the
+  // softmax of S_j runs while P_{j-1} V_{j-1} is still on the tensor cores; O is rescaled and P_j
+  // packed only after that product has finished reading P's registers and writing O's.
+  for (int j = 1; j < n_tiles; ++j) {
+    const int sk = j % S, sv = (j - 1) % S;
+    lab_mbar_wait(k_full(sk), (j / S) & 1);
+    lab_mbar_wait(v_full(sv), ((j - 1) / S) & 1);
+    turn_wait();
+    issue_s(sk);
+    issue_pv(sv);
+    turn_pass();
+    lab_wgmma_wait<1>();  // S_j done (groups complete in order); P V may still run
+    lab_fence_regs(s_acc);
+    lab_mbar_arrive(k_empty(sk));
+    float alpha[2];
+    softmax(j, alpha);
+    lab_wgmma_wait<0>();
+    lab_fence_regs(o_acc);
+    lab_fence_regs(p_frag);
+    lab_mbar_arrive(v_empty(sv));
+    rescale_o(alpha);
+    pack_p();
+  }
+  {
+    const int sv = (n_tiles - 1) % S;
+    lab_mbar_wait(v_full(sv), ((n_tiles - 1) / S) & 1);
+    turn_wait();
+    issue_pv(sv);
+    turn_pass();
+    lab_wgmma_wait<0>();
+    lab_fence_regs(o_acc);
+    lab_fence_regs(p_frag);
+  }
+  if constexpr (C::kPingPong) {
+    // Balance the turn barrier: the last pass went to the other warpgroup, which will not wait
+    // for it again; warpgroup 1 consumes warpgroup 0's last pass, warpgroup 0 got one extra at start.
+    if (cw == 0) lab_named_sync(kBarIssue + 0, kConsumerThreads);
+  }
+
+  // Epilogue: O / l, straight from the accumulator to global memory (a quad writes 16 contiguous
+  // bytes of a row; rows past nq are not written).
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    float l = row_sum[h];
+    l += __shfl_xor_sync(0xffffffffu, l, 1);
+    l += __shfl_xor_sync(0xffffffffu, l, 2);
+    const float inv = 1.f / l;
+    const int row = row_g + h * 8;
+    // The backward's statistic (common.cuh's backward contract): log sum_j exp(scale q.k_j) =
+    // (m + log2 l) ln 2, m the running max in log2 units that every exponent above subtracted.
+    if constexpr (WRITE_LSE) {
+      if ((lane & 3) == 0 && row < nq) lse[(size_t)bh_index * nq + row] = (row_max[h] + __log2f(l)) * 0.6931471805599453f;
+    }
+    if (row < nq) {
+      T* dst = o + ((size_t)bh_index * nq + row) * D + (lane & 3) * 2;
+#pragma unroll
+      for (int i = 0; i < D / 8; ++i)
+        *reinterpret_cast<uint32_t*>(dst + i * 8) = lab_pack2<T>(o_acc[i * 4 + 2 * h] * inv, o_acc[i * 4 + 2 * h + 1] * inv);
+    }
+  }
+#else
+  // Built for another target: the launcher refuses before launching (wgmma/TMA need sm_90a).
+  __trap();
+#endif
+}
+
+// The launch: tensor maps (TMA descriptors) for Q, K, V, then the kernel on `stream`.
+template <class C, typename T, bool CAUSAL, bool WRITE_LSE = false>
+const char* launch_one(const LabAttentionArgs* a, cudaStream_t stream) {
+  auto kernel = fwd_kernel<C, T, CAUSAL, WRITE_LSE>;
+  static const cudaError_t attr = lab_set_smem(kernel, C::kSmemBytes);  // once per instantiation
+  if (attr != cudaSuccess) return cudaGetErrorString(attr);
+  const int bh = a->batch * a->heads;
+  CUtensorMap tm_q, tm_k, tm_v;
+  if (!lab_tma_map_3d<T>(&tm_q, a->q, C::D, a->seqlen_q, bh, C::BM) || !lab_tma_map_3d<T>(&tm_k, a->k, C::D, a->seqlen_k, bh, C::BN) ||
+      !lab_tma_map_3d<T>(&tm_v, a->v, C::D, a->seqlen_k, bh, C::BN))
+    return "cuTensorMapEncodeTiled refused a tensor map (q, k, v must be contiguous and 16-byte aligned)";
+  const int m_blocks = lab_cdiv(a->seqlen_q, C::BM);
+  dim3 grid(m_blocks, bh);
+  if (CAUSAL) {
+    if ((long long)m_blocks * bh > 0x7fffffffLL) return "too many query blocks for one launch";
+    grid = dim3(m_blocks * bh);
+  } else if (bh > 65535) {
+    return "batch*heads must be <= 65535 (grid y limit)";
+  }
+  const float scale_log2 = a->softmax_scale * 1.4426950408889634f;  // exp(x) = 2^(x log2 e)
+  kernel<<<grid, C::kThreads, C::kSmemBytes, stream>>>(tm_q, tm_k, tm_v, static_cast<T*>(a->o), a->seqlen_q,
+                                                       a->seqlen_k, bh, scale_log2, a->lse);
+  return lab_last_launch_error();
+}
+
+template <class C, bool CAUSAL, bool WRITE_LSE = false>
+const char* launch(const LabAttentionArgs* a, cudaStream_t stream) {
+  switch (a->dtype) {
+    case LAB_FLOAT16: return launch_one<C, __half, CAUSAL, WRITE_LSE>(a, stream);
+    case LAB_BFLOAT16: return launch_one<C, __nv_bfloat16, CAUSAL, WRITE_LSE>(a, stream);
+    default: return "float16 and bfloat16 only (a wgmma rung); use --dtype float16";
+  }
+}
+
+}  // namespace lab_hopper_fwd

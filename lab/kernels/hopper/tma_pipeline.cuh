@@ -1,0 +1,128 @@
+// Flash Lab, Hopper machinery (sm_90a): the TMA pipeline. mbarriers that count arrivals and
+// transaction bytes, TMA copies (tensor boxes and plain bulk copies) that complete on them, the
+// host-side tensor maps those copies read, and the warp-specialisation primitives (setmaxnreg,
+// named barriers) a producer/consumer CTA is built from. Pure PTX wrappers, no state; names follow
+// the PTX ISA sections they wrap. Moved out of common.cuh unchanged (v6_wgmma proved them), with
+// the bulk copy added for v8_wgmma_bwd's row statistics.
+//
+// Device code here runs only on sm_90a: a rung that uses it guards its kernel body with
+// __CUDA_ARCH_FEAT_SM90_ALL and refuses other devices in its launcher.
+#pragma once
+
+#include "../common.cuh"
+
+#if defined(__CUDACC__)
+#include <cuda.h>           // CUtensorMap (the TMA descriptor a kernel takes as a __grid_constant__ parameter)
+#include <cudaTypedefs.h>   // PFN_cuTensorMapEncodeTiled (the driver entry point, fetched at run time)
+#include <type_traits>
+
+// mbarrier: a 64-bit shared-memory barrier that counts arrivals and, for TMA, transaction bytes.
+static __device__ __forceinline__ void lab_mbar_init(uint32_t bar, uint32_t arrivals) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(arrivals));
+}
+// Make the initialised barriers visible to the async proxy (TMA) before any copy uses them.
+static __device__ __forceinline__ void lab_fence_mbar_init() {
+  asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+}
+// One arrival that also announces `bytes` the copy engine will deliver to this phase.
+static __device__ __forceinline__ void lab_mbar_arrive_expect_tx(uint32_t bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
+}
+static __device__ __forceinline__ void lab_mbar_arrive(uint32_t bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+}
+// Spin until the phase with this parity has completed (a fresh barrier counts parity 1 as done,
+// which lets a producer pass its first wait on an empty slot).
+static __device__ __forceinline__ void lab_mbar_wait(uint32_t bar, uint32_t parity) {
+  asm volatile(
+      "{\n.reg .pred done;\n"
+      "LAB_MBAR_WAIT:\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+      "@!done bra LAB_MBAR_WAIT;\n}\n" ::"r"(bar), "r"(parity) : "memory");
+}
+
+// TMA: one box of a 3-D tensor map (coordinates innermost first) -> shared memory, completing on
+// `bar` with the box's bytes. Out-of-range elements arrive as zeros.
+static __device__ __forceinline__ void lab_tma_load_3d(uint32_t dst, const CUtensorMap* map, uint32_t bar,
+                                                       int c0, int c1, int c2) {
+  asm volatile(
+      "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4, %5}], [%2];\n"
+      ::"r"(dst), "l"(reinterpret_cast<uint64_t>(map)), "r"(bar), "r"(c0), "r"(c1), "r"(c2) : "memory");
+}
+static __device__ __forceinline__ void lab_tma_prefetch_map(const CUtensorMap* map) {
+  asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(map)) : "memory");
+}
+
+// setmaxnreg: move registers between warpgroups (every warp of a warpgroup runs the same one).
+template <int kRegs>
+static __device__ __forceinline__ void lab_setmaxnreg_inc() {
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kRegs));
+}
+template <int kRegs>
+static __device__ __forceinline__ void lab_setmaxnreg_dec() {
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kRegs));
+}
+
+// Named barrier among `threads` threads (a multiple of 32): barrier 0 is __syncthreads'.
+static __device__ __forceinline__ void lab_named_sync(int id, int threads) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+static __device__ __forceinline__ void lab_named_arrive(int id, int threads) {
+  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+
+// A plain (non-tensor) bulk copy global -> shared of `bytes` (a multiple of 16, both addresses
+// 16-byte aligned), completing on `bar` like a tensor box: one thread moves a contiguous row
+// statistic without a tensor map.
+static __device__ __forceinline__ void lab_bulk_load(uint32_t dst, const void* src, uint32_t bytes, uint32_t bar) {
+  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n"
+               ::"r"(dst), "l"(src), "r"(bytes), "r"(bar) : "memory");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Host side: tensor maps.
+// ---------------------------------------------------------------------------------------------
+
+// cuTensorMapEncodeTiled from the driver, found once through the runtime (no -lcuda needed);
+// nullptr where the driver has none (the launcher refuses).
+static inline PFN_cuTensorMapEncodeTiled_v12000 lab_tma_encode_tiled() {
+  static PFN_cuTensorMapEncodeTiled_v12000 fn = [] {
+    void* p = nullptr;
+    cudaDriverEntryPointQueryResult status;
+    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000, cudaEnableDefault, &status) !=
+            cudaSuccess ||
+        status != cudaDriverEntryPointSuccess)
+      return static_cast<PFN_cuTensorMapEncodeTiled_v12000>(nullptr);
+    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(p);
+  }();
+  return fn;
+}
+
+// A [bh, n, d] 16-bit tensor as a 3-D map read in boxes of [rows, 64 columns] with the 128-byte
+// swizzle wgmma's descriptors expect. The middle dimension is n itself, so a box running past a
+// head's last row is zero-filled instead of reading the next head.
+template <typename T>
+static inline bool lab_tma_map_3d(CUtensorMap* map, const void* ptr, int d, int n, int bh, int box_rows) {
+  const CUtensorMapDataType type =
+      std::is_same<T, __half>::value ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
+  const cuuint64_t dims[3] = {(cuuint64_t)d, (cuuint64_t)n, (cuuint64_t)bh};
+  const cuuint64_t strides[2] = {(cuuint64_t)d * 2, (cuuint64_t)n * d * 2};  // bytes, dims 1 and 2
+  const cuuint32_t box[3] = {64, (cuuint32_t)box_rows, 1};
+  const cuuint32_t elem_strides[3] = {1, 1, 1};
+  return lab_tma_encode_tiled()(map, type, 3, const_cast<void*>(ptr), dims, strides, box, elem_strides,
+                                CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                                CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+}
+
+// Hopper only: wgmma, TMA and setmaxnreg exist on compute capability 9.0 (sm_90a) and nowhere
+// else. nullptr on a Hopper GPU, else why not (the rung's launcher returns it).
+static inline const char* lab_hopper_refusal() {
+  int dev = 0, major = 0, minor = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess) return "no CUDA device";
+  cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
+  cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev);
+  if (major != 9 || minor != 0)
+    return "needs a Hopper GPU (compute capability 9.0, sm_90a: wgmma + TMA); this GPU is not one";
+  return nullptr;
+}
+#endif  // __CUDACC__

@@ -438,13 +438,13 @@ def test_v1_hot_lines_are_its_two_inner_products():
     import hashlib
 
     man, rep = _example_run(BASELINE.id)
-    here = REPO / "lab" / "kernels" / Path(man["variant"]["source"]).name   # recorded before the ladder moved into lab/
+    here = REPO / "kernels" / Path(man["variant"]["source"]).name   # recorded where the ladder then lived
     if hashlib.sha256(here.read_bytes()).hexdigest() != man["variant"]["source_sha256"]:
         pytest.skip(f"{here.name} changed since the example was recorded: its line numbers no longer match")
     (k,) = source_lines.report_lines(rep)
     assert k["status"] == "ok"
-    src = {f"kernels/{Path(f).name}": (REPO / "lab" / "kernels" / Path(f).name).read_text() for f in k["files"]
-           if (REPO / "lab" / "kernels" / Path(f).name).exists()}
+    src = {f"kernels/{Path(f).name}": (REPO / "kernels" / Path(f).name).read_text() for f in k["files"]
+           if (REPO / "kernels" / Path(f).name).exists()}
     top2 = [source_lines.source_line(src, f"kernels/{Path(r['file']).name}", r["line"]) for r in k["lines"][:2]]
     assert any("score +=" in t and "sK[" in t for t in top2), top2      # S = Q K^T
     assert any("acc +=" in t and "sV[" in t for t in top2), top2        # O += P V

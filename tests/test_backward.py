@@ -101,7 +101,7 @@ def test_the_gqa_key_lets_a_rung_take_fewer_kv_heads(backward_ws):
 def test_gqa_is_refused_on_a_cuda_rung(tmp_path):
     from lab.ladder.rungfile import parse_rung
 
-    src = next(p for p in (ROOT / "lab" / "kernels").glob("v1_*.cu"))
+    src = next(p for p in (ROOT / "kernels").glob("v1_*.cu"))
     text = src.read_text().replace("// lab:end", "// gqa = true\n// lab:end")
     (tmp_path / src.name).write_text(text)
     with pytest.raises(LabError, match="gqa is for python rungs"):
@@ -295,7 +295,7 @@ def test_asking_the_backward_of_a_rung_without_one_exits_2(command):
 
 
 def test_tune_of_a_backward_refuses_what_it_cannot_tune():
-    builtin_rung = next(p.stem.split("_")[0] for p in sorted((ROOT / "lab" / "kernels").glob("v*_*.cu")))
+    builtin_rung = next(p.stem.split("_")[0] for p in sorted((ROOT / "kernels").glob("v*_*.cu")))
     refused(lab("tune", "--variant", f"builtin:{builtin_rung}", "--mode", "bwd"), "has no backward")
     refused(lab("tune", "--variant", "b1", "--mode", "bwd", "--shape", "1,2,64,64"), "b1 declares no tuning candidates")
 

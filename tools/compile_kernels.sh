@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
-# Compile every lab/kernels/*.cu with nvcc for sm_90a (Hopper, arch-specific) and sm_80 (Ampere), with
+# Compile every kernels/*.cu with nvcc for sm_90a (Hopper, arch-specific) and sm_80 (Ampere), with
 # ptxas -v, and fail if any rung does not compile. No GPU needed; CI runs this (.ci/run).
 #
 #   tools/compile_kernels.sh                 # all rungs
 #   tools/compile_kernels.sh --fail-on-spills   # also fail when ptxas reports spill stores or loads
-#   tools/compile_kernels.sh lab/kernels/v2_float4.cu  # some rungs
+#   tools/compile_kernels.sh kernels/v2_float4.cu  # some rungs
 #
 # The flags match the extension build (lab/ladder/build.py): -O3 -lineinfo, plus the defines torch's
 # extension build passes to nvcc (read from torch when it is installed), so a rung that compiles
@@ -23,10 +23,10 @@ for arg in "$@"; do
 done
 if [ ${#files[@]} -eq 0 ]; then
   shopt -s nullglob
-  files=(lab/kernels/*.cu)
+  files=(kernels/*.cu)
 fi
 if [ ${#files[@]} -eq 0 ]; then
-  echo "error: no lab/kernels/*.cu to compile" >&2
+  echo "error: no kernels/*.cu to compile" >&2
   exit 2
 fi
 
@@ -52,7 +52,7 @@ for f in "${files[@]}"; do
   log="$out_dir/$name.log"
   echo "== $f"
   # shellcheck disable=SC2086  # torch_flags is a list of flags
-  if "$NVCC" -c -O3 -lineinfo $torch_flags "${GENCODES[@]}" -Xptxas -v -I lab/kernels \
+  if "$NVCC" -c -O3 -lineinfo $torch_flags "${GENCODES[@]}" -Xptxas -v -I kernels \
        -o "$out_dir/$name.o" "$f" >"$log" 2>&1; then
     grep -E "Compiling entry|spill|Used [0-9]+ registers|warning" "$log" || true
     kernels=$(grep -c "Compiling entry function" "$log" || true)

@@ -10,9 +10,10 @@ fresh virtual environment, and from an empty temporary folder run what a new use
 
 and check that nothing was written into the installed package (its file list before and after).
 
-Offline on purpose: the wheel is built without build isolation and installed without its
-dependencies into a venv that sees this interpreter's packages (--system-site-packages), so the
-check needs no index. Exit 0 when every step passed, 1 when one failed (the step and its output
+The wheel is built from an sdist, so both are checked to carry the top-level kernels/ and
+templates/. Offline on purpose: they are built without build isolation and the wheel installed
+without its dependencies into a fresh venv that sees this interpreter's packages (the active venv's,
+where it runs in one), so the check needs no index. Exit 0 when every step passed, 1 when one failed (the step and its output
 printed), 2 when the check cannot run here (no pip, no venv, no setuptools able to build a wheel).
 
     python3 tools/wheel_check.py [--keep]     (--keep: leave the temporary folder for a look)
@@ -24,8 +25,10 @@ import argparse
 import json
 import os
 import shutil
+import site
 import subprocess
 import sys
+import tarfile
 import tempfile
 from pathlib import Path
 
@@ -57,31 +60,62 @@ def _run(argv, cwd: Path, env: dict, what: str, timeout: float = 900) -> subproc
     return res
 
 
+# What a distribution of the lab is made of: the package and, at the top level as the project's card
+# names them, the built-in ladder and the report templates (pyproject.toml maps them into the package).
+SOURCES = ("lab", "kernels", "templates")
+
+
 def build_wheel(tmp: Path) -> Path:
-    """From a copy of what the wheel is made of: setuptools writes build/ and *.egg-info beside the
-    sources it builds, which must not land in the checkout."""
+    """An sdist, then the wheel built from the unpacked sdist (as `python -m build` does), so both
+    are checked to carry kernels/ and templates/. From a copy of what they are made of: setuptools
+    writes build/ and *.egg-info beside the sources it builds, which must not land in the checkout."""
     src, dist = tmp / "src", tmp / "dist"
     src.mkdir()
     for name in ("pyproject.toml", "README.md"):
         shutil.copy2(REPO / name, src / name)
-    shutil.copytree(REPO / "lab", src / "lab", ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    for name in SOURCES:
+        shutil.copytree(REPO / name, src / name, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    res = subprocess.run([sys.executable, "-c", "import sys; from setuptools import build_meta as b; "
+                          "print(b.build_sdist(sys.argv[1]))", str(dist)],
+                         cwd=src, capture_output=True, text=True, timeout=600)
+    sdists = sorted(dist.glob("flash_lab-*.tar.gz"))
+    if res.returncode != 0 or not sdists:
+        raise CannotRun(f"cannot build an sdist here (setuptools >= 68): {(res.stderr or res.stdout).strip()[-600:]}")
+    with tarfile.open(sdists[0]) as tar:
+        names = tar.getnames()
+        for shipped in ("kernels/common.cuh", "kernels/binding.cpp", "templates/run.html"):
+            if not any(n.endswith("/" + shipped) for n in names):
+                raise Failed(f"the sdist {sdists[0].name} lacks {shipped}")
+        tar.extractall(tmp / "sdist", **({"filter": "data"} if hasattr(tarfile, "data_filter") else {}))
+    unpacked = next((tmp / "sdist").iterdir())
+    print(f"ok   sdist built: {sdists[0].name}", flush=True)
     res = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--no-index",
-                          "-w", str(dist), str(src)], capture_output=True, text=True, timeout=600)
+                          "-w", str(dist), str(unpacked)], capture_output=True, text=True, timeout=600)
     wheels = sorted(dist.glob("flash_lab-*.whl"))
     if res.returncode != 0 or not wheels:
         raise CannotRun("cannot build a wheel offline here (pip wheel --no-build-isolation needs setuptools "
                         f">= 68 installed): {(res.stderr or res.stdout).strip()[-600:]}")
-    print(f"ok   wheel built: {wheels[0].name}", flush=True)
+    print(f"ok   wheel built from the sdist: {wheels[0].name}", flush=True)
     return wheels[0]
 
 
 def make_venv(tmp: Path, wheel: Path) -> Path:
+    """A fresh venv that sees this interpreter's packages (the dependencies, offline) but not its lab.
+    Not --system-site-packages: that sees the base interpreter's packages, which are not the active
+    venv's when this runs inside one. The active interpreter's site folders go on the new venv's
+    path as plain lines of a .pth file, after its own site-packages (so its own lab wins), and their
+    .pth files are not run (so an editable install of this checkout is not picked up)."""
     venv = tmp / "venv"
-    res = subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)],
-                         capture_output=True, text=True, timeout=300)
+    res = subprocess.run([sys.executable, "-m", "venv", str(venv)], capture_output=True, text=True, timeout=300)
     if res.returncode != 0:
         raise CannotRun(f"cannot make a virtual environment here: {(res.stderr or res.stdout).strip()[-400:]}")
     py = venv / "bin" / "python"
+    own = subprocess.run([py, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                         capture_output=True, text=True, timeout=60, env=_clean_env())
+    if own.returncode != 0:
+        raise CannotRun(f"the new venv's python does not run: {own.stderr.strip()[-400:]}")
+    here = [p for p in dict.fromkeys([*site.getsitepackages(), site.getusersitepackages()]) if Path(p).is_dir()]
+    (Path(own.stdout.strip()) / "_lab_wheel_check_deps.pth").write_text("".join(f"{p}\n" for p in here))
     # the dependencies come from this interpreter's packages (offline): the wheel alone is installed
     _run([py, "-m", "pip", "install", "-q", "--no-deps", "--no-index", wheel], tmp, _clean_env(), "wheel installed")
     return venv
@@ -110,6 +144,17 @@ def check(tmp: Path) -> None:
     user = tmp / "user"     # the user's empty folder
     user.mkdir()
     env = _clean_env(XDG_CACHE_HOME=str(tmp / "cache"), PATH=f"{venv / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}")
+
+    # everything of the top-level kernels/ and templates/ is installed inside the package
+    for name in SOURCES[1:]:
+        want = {p.relative_to(REPO / name).as_posix() for p in (REPO / name).rglob("*") if p.is_file()
+                and "__pycache__" not in p.parts}
+        got = {p.relative_to(pkg / name).as_posix() for p in (pkg / name).rglob("*") if p.is_file()} \
+            if (pkg / name).is_dir() else set()
+        if want - got:
+            raise Failed(f"the installed package lacks {name}/{sorted(want - got)[0]} "
+                         f"({len(want - got)} file(s) of {name}/ missing: pyproject.toml's package-data)")
+    print("ok   kernels/ and templates/ installed whole inside the package", flush=True)
 
     # every built-in rung, as the package's own kernels/ declares them
     rung_files = sorted(p.name for p in (pkg / "kernels").iterdir()

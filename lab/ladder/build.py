@@ -367,12 +367,12 @@ def ptxas_report(variant: Variant, arch: str | None = None, tuning: bool = False
         tmp_obj.unlink(missing_ok=True)
         raise LabError(f"{variant.source} does not export its launcher {variant.launcher}:\n{missing}",
                        hint=f'define LAB_EXPORT const char* {variant.launcher}(const LabAttentionArgs* args, '
-                            'cudaStream_t stream) (lab/kernels/common.cuh has the contract)')
+                            'cudaStream_t stream) (kernels/common.cuh has the contract)')
     absent = _backward_missing(tmp_obj, variant)
     if absent:
         tmp_obj.unlink(missing_ok=True)
         raise LabError(f"{variant.source} declares backward = true but does not export {', '.join(absent)}",
-                       hint="lab/kernels/common.cuh's backward contract lists the two functions, or drop "
+                       hint="kernels/common.cuh's backward contract lists the two functions, or drop "
                             "`backward = true` from its lab:rung block")
     os.replace(tmp_obj, obj)
     records = parse_ptxas(log)

@@ -3,7 +3,7 @@
 One source of truth per rung: the rung's own file, whose `lab:rung` block and header prose
 lab.ladder.rungfile parses. Nothing else restates them.
 
-Where rungs come from: the built-in ladder is every file in the package's kernels/ with a block;
+Where rungs come from: the built-in ladder is every file in the lab's kernels/ with a block;
 a workspace (lab.ladder.workspace: a folder with lab.toml, found upward like .git) adds the rungs
 in its own kernels/. Id clash rule: inside a workspace, the workspace's rung wins (as a local file
 shadows an installed one); `lab variants` marks it, and the built-in stays reachable as
@@ -108,7 +108,7 @@ def demonstrating(cls: str) -> Variant | None:
 def source_label(v: Variant) -> str:
     """The rung's file as a reader finds it: kernels/<file> under the lab, or under its workspace."""
     if v.origin == "built-in":
-        return f"lab/kernels/{v.source.name}"
+        return f"kernels/{v.source.name}"
     ws = workspace.active()
     return ws.relative(v.source) if ws is not None else str(v.source)
 
@@ -123,7 +123,7 @@ def markdown_table() -> str:
     lines = ["| rung | file | dtypes | D | min cc | backward | analysis classes it attacks |",
              "| --- | --- | --- | --- | --- | --- | --- |"]
     for v in builtin():
-        cells = [f"**{v.id}** {v.title}", f"`lab/kernels/{v.source.name}`", ", ".join(v.dtypes),
+        cells = [f"**{v.id}** {v.title}", f"`kernels/{v.source.name}`", ", ".join(v.dtypes),
                  ", ".join(map(str, v.head_dims)), ".".join(map(str, v.min_cc)), "yes" if v.backward else "no",
                  ", ".join(v.classes) or "none (the baseline)"]
         lines.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")

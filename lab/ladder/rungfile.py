@@ -38,9 +38,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from lab.vocabulary import CLASSES
+from lab import shipped
 from lab.errors import LabError
 
-KERNELS_DIR = Path(__file__).resolve().parents[1] / "kernels"   # package data: lab/kernels/
+KERNELS_DIR = shipped.KERNELS_DIR   # the built-in ladder: kernels/ at the top level, lab/kernels in a wheel
 
 # The analysis vocabulary of DESIGN.md: the classes a rung may declare it attacks.
 ANALYSIS_CLASSES = CLASSES   # lab.vocabulary: shared by rungs and findings

@@ -24,6 +24,7 @@ from markupsafe import Markup, escape
 from lab.report import charts
 from lab.ladder import registry
 from lab.report.compare import compare_runs
+from lab import shipped
 from lab.errors import LabError
 from lab.files import write_text_atomic
 from lab.report.formatting import (NWAY_DEFINITION, fmt_bytes, fmt_capacity, fmt_count, fmt_change, fmt_ms, fmt_num, fmt_pct, fmt_shell, fmt_times, is_missing,
@@ -34,7 +35,7 @@ from lab.report.rundata import (DURATION, RunData, RunDamaged, backward_kernels,
 from lab.report.sourceview import source_context
 from lab.store.runs import DamagedRun, find_run, open_root
 
-TEMPLATES_DIR = Path(__file__).resolve().parents[1] / "templates"   # package data: lab/templates/
+TEMPLATES_DIR = shipped.TEMPLATES_DIR   # templates/ at the top level, lab/templates in a wheel
 DEFAULT_OUT = Path("reports")   # relative: pages go where the user runs the lab (or the workspace)
 
 

@@ -43,9 +43,11 @@ from lab.pipeline import ProfileOptions, profile as run_profile, reanalyze as ru
 from lab.profilers.ncu import section_args
 from lab.profilers.timeline import read_any, renderables, require_range
 from lab.report.compare import compare_ids, text_lines
+from lab.report import ledgerpage
 from lab.report.pages import open_in_browser, render, render_compare
 from lab.store import runs
 from lab.store import sweeps as sweep_store
+from lab.store import ledger as ledger_store
 from lab.store.evidence import latest_evidence
 from lab.store.export import (DEFAULT_OUT, export_run, export_sweep, markdown_sweep, resolve_targets,
                               update_markdown_section)
@@ -176,9 +178,12 @@ def new(new_id, from_id, slug):
                        hint="`lab init DIR` makes one (or pass --workspace DIR)")
     source = registry.get(from_id)
     evidence = latest_evidence(source)
+    predicted = (ledger_store.estimate_stub(runs.Run(evidence.run_path), evidence.bottleneck, source.id)
+                 if evidence else None)
     dest = scaffold.new_rung(ws, new_id, source, slug=slug,
                               bottleneck=evidence.bottleneck if evidence else None,
-                              evidence_text=evidence.header_text(source.id) if evidence else None)
+                              evidence_text=evidence.header_text(source.id) if evidence else None,
+                              predicted_text=predicted)
     click.echo(f"{new_id}: {dest}")
     if any(v.id == new_id for v in registry.builtin()):
         click.echo(f"note: the built-in ladder also has {new_id}; in this workspace yours wins "
@@ -471,6 +476,22 @@ def reanalyze(runs, profiles_dir):
         path, analyses = run_reanalyze(run)
         after = analyses[0].bottleneck if analyses else None
         click.echo(f"{run.id}: bottleneck {before} -> {after}" if before != after else f"{run.id}: bottleneck {after}")
+
+@main.command()
+@profiles_option
+@json_option
+def ledger(profiles_dir, as_json):
+    """Each step of the ladder (built-in, then the workspace's): the bottleneck the lab named on the
+    earlier rung, what the next rung attacks and predicts, the gain measured on common work (same
+    device, problem, mode, dtype), and the calibration of the lab's advice and estimates."""
+
+    built = ledger_store.build(profiles_dir)
+    if as_json:
+        click.echo(json.dumps(built.to_dict(), indent=2, default=str))
+        return
+    for line in ledgerpage.text_lines(built):
+        click.echo(line)
+
 
 @main.command()
 @click.argument("run_a")

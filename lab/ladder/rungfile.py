@@ -88,6 +88,7 @@ class Variant:
     attacks: str = ""            # header prose: the bottleneck it attacks, with the evidence
     predicted_gain: str = ""     # header prose: written before it was measured
     measured: str = ""           # header prose: the measured result (device, date)
+    follows: str = ""            # header prose: the rung "What changed since <id>" names (`lab new` writes it)
     shadows: bool = field(default=False, compare=False)  # a workspace rung hiding a built-in of its id
 
     @property
@@ -118,7 +119,7 @@ class Variant:
                 "aligned16": self.aligned16, "grid": self.grid, "entry": self.entry or None, "backward": self.backward, "gqa": self.gqa,
                 "attacks_classes": list(self.classes), "shadows_builtin": self.shadows,
                 "changed": self.changed, "attacks": self.attacks, "predicted_gain": self.predicted_gain,
-                "measured": self.measured}
+                "measured": self.measured, "follows": self.follows or None}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -194,6 +195,19 @@ def prose_sections(lines: list[str]) -> dict[str, str]:
         else:
             current = None
     return {k: _strip_label(" ".join(v)) for k, v in found.items()}
+
+
+_SINCE = re.compile(r"^What changed since ([A-Za-z][A-Za-z0-9_]*(?:\s*/\s*[A-Za-z][A-Za-z0-9_]*)*)\s*:")
+
+
+def follows_of(lines: list[str]) -> str:
+    """The rung a header's "What changed since <id>:" names ("since v5/v6": the last, the latest of
+    them); "" where the header names none (the first rung of a ladder)."""
+    for line in lines:
+        m = _SINCE.match(line)
+        if m:
+            return m.group(1).split("/")[-1].strip()
+    return ""
 
 
 def _strip_label(text: str) -> str:
@@ -288,7 +302,8 @@ def parse_rung(path: Path, origin: str = "built-in") -> Variant | None:
                    layout=layout, arch_flags=arch_flags, aligned16=aligned16, grid=grid, entry=entry, origin=origin,
                    backward=backward, gqa=gqa,
                    changed=prose.get("changed", ""), attacks=prose.get("bottleneck", ""),
-                   predicted_gain=prose.get("predicted_gain", ""), measured=prose.get("measured", ""))
+                   predicted_gain=prose.get("predicted_gain", ""), measured=prose.get("measured", ""),
+                   follows=follows_of(rest))
 
 
 def _raise(e: LabError):

@@ -89,7 +89,7 @@ def init(folder: Path) -> Workspace:
 # ---------------------------------------------------------------------------------------------
 
 def new_rung(ws: Workspace, new_id: str, source, slug: str | None = None, bottleneck: str | None = None,
-             evidence_text: str | None = None) -> Path:
+             evidence_text: str | None = None, predicted_text: str | None = None) -> Path:
     """Copy rung `source` (a registry.Variant, built-in or this workspace's) forward into the
     workspace's kernels/ as `new_id`: its launcher renamed, its lab:rung block rewritten, and a
     header skeleton whose "Bottleneck attacked" holds the evidence of source's latest profile."""
@@ -105,13 +105,14 @@ def new_rung(ws: Workspace, new_id: str, source, slug: str | None = None, bottle
     dest = ws.kernels_dir / f"{new_id}_{slug}{source.source.suffix}"
     if dest.exists():
         raise LabError(f"{dest} already exists", hint="pick another id or --slug")
-    text = copy_forward(source, new_id, slug, bottleneck, evidence_text)
+    text = copy_forward(source, new_id, slug, bottleneck, evidence_text, predicted_text)
     ws.kernels_dir.mkdir(parents=True, exist_ok=True)
     write_text_atomic(dest, text)
     return dest
 
 
-def copy_forward(source, new_id: str, slug: str, bottleneck: str | None, evidence_text: str | None) -> str:
+def copy_forward(source, new_id: str, slug: str, bottleneck: str | None, evidence_text: str | None,
+                 predicted_text: str | None = None) -> str:
     comment = COMMENT[source.source.suffix]
     table, _ = read_block(source.source)
     lines = source.source.read_text().splitlines()
@@ -150,8 +151,11 @@ def copy_forward(source, new_id: str, slug: str, bottleneck: str | None, evidenc
     else:
         out += [f"{c} Bottleneck attacked: (no stored profile of {source.id} yet: `lab profile --variant {registry.ref(source)}`",
                 f"{c}   names it with the evidence; set `attacks` in the block above to its class)"]
-    out += [f"{c} Predicted gain: (write it before the first timing)",
-            f"{c} Measured: (blank until `lab profile --variant {new_id}`)",
+    # the lab's estimate for the bottleneck copied (lab.store.ledger.estimate_stub): a prediction made
+    # before any measurement, which the ledger later holds against the measured gain
+    out += (_wrap(f"Predicted gain: {predicted_text}", c) if predicted_text
+            else [f"{c} Predicted gain: (write it before the first timing)"])
+    out += [f"{c} Measured: (blank until `lab profile --variant {new_id}`)",
             f"{c} Profile: lab profile --variant {new_id}"]
     if kept_notes:
         out += [c, *kept_notes]

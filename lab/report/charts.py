@@ -366,6 +366,64 @@ def timeline_svg(spans: list[Span], width: int = 720, enclosing_lane: str = "nvt
     return Markup("".join(out)), sum(s.end_ns > t1 for s in spans)
 
 
+# ----------------------------------------------------------------------------------- the ledger
+
+@dataclass(frozen=True)
+class GainStep:
+    label: str                                    # "v1 -> v2"
+    predicted: tuple[float, float] | None         # the header's range (low == high for one number)
+    measured: float | None                        # median gain over the common works
+    measured_range: tuple[float, float] | None    # lowest and highest of the works
+    note: str = ""                                # e.g. "across dtypes", shown under the label
+
+
+def gain_svg(steps: list[GainStep], width: int = 760, height: int = 320) -> Markup:
+    """Predicted against measured gain per step, log y: the prediction a shaded band (its range), the
+    measurement a dot on a whisker from the lowest to the highest work; a line at 1x (no change)."""
+    vals = [v for s in steps for v in ((*(s.predicted or ()), s.measured, *(s.measured_range or ())))
+            if v is not None and v > 0 and math.isfinite(v)]
+    if not vals:
+        return Markup("")
+    left, right, top, bottom = 64, 16, 28, 58
+    y = LogScale(min(vals + [1.0]) / 1.3, max(vals + [1.0]) * 1.3, height - bottom, top)
+    slot = (width - left - right) / len(steps)
+    title = "Ledger: predicted (band) and measured (dot, lowest..highest work) gain per step"
+    out = [_svg_open(width, height, title), f'<text class="legend" x="{left}" y="14">{escape(title)}</text>']
+    for v in y.decades():
+        yy = y(v)
+        out.append(f'<line class="grid" x1="{left}" y1="{_num(yy)}" x2="{width - right}" y2="{_num(yy)}"/>')
+        out.append(f'<text class="tick" x="{left - 6}" y="{_num(yy + 4)}" text-anchor="end">{escape(fmt_si(v))}x</text>')
+    one = y(1.0)
+    out.append(f'<line class="roof roof-dram" x1="{left}" y1="{_num(one)}" x2="{width - right}" y2="{_num(one)}"/>')
+    out.append(f'<text class="axis-title" transform="translate(14 {_num((top + height - bottom) / 2)}) rotate(-90)" '
+               f'text-anchor="middle">gain (log)</text>')
+    bw = min(40.0, slot * 0.45)
+    for i, s in enumerate(steps):
+        cx = left + slot * (i + 0.5)
+        if s.predicted:
+            lo, hi = s.predicted
+            y_hi, y_lo = y(hi), y(lo)
+            h = max(y_lo - y_hi, 3.0)
+            out.append(f'<rect class="c-base" opacity="0.35" x="{_num(cx - bw / 2)}" y="{_num(y_hi - (h - (y_lo - y_hi)) / 2)}" '
+                       f'width="{_num(bw)}" height="{_num(h)}"><title>{escape(s.label)}: predicted '
+                       f'{escape(fmt_si(lo))}{"" if lo == hi else "-" + escape(fmt_si(hi))}x</title></rect>')
+        if s.measured is not None and s.measured > 0:
+            if s.measured_range and s.measured_range[0] != s.measured_range[1]:
+                a, b = (y(v) for v in s.measured_range)
+                out.append(f'<line class="roof roof-fp32" x1="{_num(cx)}" y1="{_num(a)}" x2="{_num(cx)}" y2="{_num(b)}"/>')
+            out.append(f'<circle class="c-rung" cx="{_num(cx)}" cy="{_num(y(s.measured))}" r="5"><title>{escape(s.label)}: '
+                       f'measured {escape(fmt_si(s.measured))}x</title></circle>')
+            out.append(f'<text class="bar-value" x="{_num(cx + bw / 2 + 3)}" y="{_num(y(s.measured) + 4)}">'
+                       f'{escape(fmt_si(s.measured))}x</text>')
+        else:
+            out.append(f'<text class="tick" x="{_num(cx)}" y="{_num(one - 6)}" text-anchor="middle">not measured</text>')
+        out.append(f'<text class="tick" x="{_num(cx)}" y="{height - bottom + 16}" text-anchor="middle">{escape(s.label)}</text>')
+        if s.note:
+            out.append(f'<text class="tick" x="{_num(cx)}" y="{height - bottom + 30}" text-anchor="middle">{escape(s.note)}</text>')
+    out.append("</svg>")
+    return Markup("".join(out))
+
+
 # -------------------------------------------------------------------------------------- helpers
 
 def _svg_open(width: int, height: int, title: str) -> str:

@@ -204,3 +204,39 @@ def test_lab_new_writes_the_predicted_gain_from_the_labs_estimate_and_the_ledger
     assert s["predicted"]["reference"] == SECOND.id
     assert s["measured"] is None   # w2 was never timed: the command, not a number
     assert s["not_measured"]["commands"] == ["lab profile --variant w2 --shape 8,16,1024,64 --dtype float32"]
+
+
+# --------------------------------------------------------------------------------------- the report
+
+def test_report_renders_the_ledger_page_linked_from_the_index_and_a_row_on_run_pages(tmp_path, shipped):
+    out = tmp_path / "out"
+    res = lab("report", "--out", str(out))
+    assert res.returncode == 0, res.stderr
+    page = (out / "ledger.html").read_text()
+    assert "<title>Ledger" in page and "<h1>Ledger</h1>" in page and "<svg" in page
+    assert 'href="ledger.html"' in (out / "index.html").read_text()
+    for s in shipped["steps"]:
+        assert f'id="step-{s["to"]}"' in page
+    run = next(r for r in list_runs(EXAMPLES.parent) if r.manifest["variant"]["id"] == SECOND.id)
+    row = (out / f"{run.id}.html").read_text()
+    assert 'id="ledger-row"' in row
+    s = next(s for s in shipped["steps"] if s["to"] == SECOND.id)
+    from lab.report.formatting import fmt_times
+    assert f"measured {fmt_times(s['measured']['gain'])} over {s['measured']['reference']}" in row
+
+
+def test_a_run_whose_findings_cannot_be_read_is_left_out_and_named(tmp_path):
+    store = tmp_path / "profiles"
+    for r in list_runs(EXAMPLES.parent):
+        if r.manifest["variant"]["id"] in (FIRST.id, SECOND.id):
+            shutil.copytree(r.path, store / r.id)
+    bad = next(p for p in store.iterdir() if f"-{FIRST.id}-" in p.name)
+    (bad / "findings.parquet").write_bytes(b"not parquet")
+    res = lab("report", "--out", str(tmp_path / "out"), "--profiles", str(store))
+    assert "Traceback" not in res.stderr
+    page = (tmp_path / "out" / "ledger.html").read_text()
+    assert bad.name in page and "findings table cannot be read" in page
+    d = ledger_json("--profiles", str(store))
+    assert bad.name in d["damaged"]
+    s = d["steps"][0]   # its timing still counts: the manifest is whole; its verdict is not invented
+    assert s["named"] is None and s["measured"]["works"] == 1

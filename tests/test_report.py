@@ -480,7 +480,7 @@ def test_lab_report_renders_50_runs(tmp_path):
     out = tmp_path / "out"
     r = lab("report", "--out", str(out), env_root=root)
     assert r.returncode == 0, r.stderr
-    assert len([p for p in out.glob("*.html") if not p.name.startswith(("index", "compare-"))]) == 50
+    assert len([p for p in out.glob("*.html") if not p.name.startswith(("index", "compare-", "ledger"))]) == 50
 
 
 # ------------------------------------------------------------------- the shipped example runs

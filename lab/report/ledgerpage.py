@@ -79,6 +79,8 @@ def text_lines(ledger: Ledger) -> list[str]:
                        f"measured / estimated {fmt_times(e['measured_over_estimated'])}")
         out.append("")
     out += calibration_lines(ledger.calibration)
+    for run_id, why in ledger.damaged.items():
+        out.append(f"left out (damaged): {run_id}: {why}")
     return out
 
 

@@ -21,7 +21,7 @@ from pathlib import Path
 import jinja2
 from markupsafe import Markup, escape
 
-from lab.report import charts
+from lab.report import charts, ledgerpage
 from lab.ladder import registry
 from lab.report.compare import compare_runs
 from lab import shipped
@@ -33,6 +33,7 @@ from lab.measure.problem import DTYPE_BYTES
 from lab.report.rundata import (DURATION, RunData, RunDamaged, backward_kernels, below_minimum_note, prediction_shape_note, section_set_label, Table, ci_overlap, dram_bytes, findings_context, ladder_neighbour, load,
                          load_all, memory_levels, occupancy, performance_rows, sass_fp32_flops, stall_reasons)
 from lab.report.sourceview import source_context
+from lab.store import ledger as ledger_store
 from lab.store.runs import DamagedRun, find_run, open_root
 
 TEMPLATES_DIR = shipped.TEMPLATES_DIR   # templates/ at the top level, lab/templates in a wheel
@@ -407,7 +408,7 @@ def render(out: Path | None = None, root: Path | None = None, run_id: str | None
     its previous rung. A damaged run (an unreadable manifest or table) is left out and listed with
     its reason in `Rendered.damaged` and on the index; the others render. Raises LabError when the
     store is not one, or when the run asked for by `run_id` is damaged."""
-    root = open_root(root)
+    asked_root, root = root, open_root(root)
     runs, damaged = load_all(root)
     selected = runs
     if run_id is not None:
@@ -420,10 +421,11 @@ def render(out: Path | None = None, root: Path | None = None, run_id: str | None
     out_dir = _out_dir(out)
     env = environment()
     sweeps = render_sweeps(out_dir, root, damaged) if run_id is None else []
+    ledger = render_ledger(out_dir, asked_root)
     if not runs:   # not an error: an index that says so, and a message from the CLI
         index = out_dir / "index.html"
         write_text_atomic(index, env.get_template("index.html").render(**index_context([]), store=root, damaged=damaged,
-                                                                   sweeps=sweeps))
+                                                                   sweeps=sweeps, ledger_page=LEDGER_PAGE))
         return Rendered(index, {}, [], empty_store=None if sweeps else root, damaged=damaged)
     page_t = env.get_template("run.html")
     pages, comparisons = {}, []
@@ -441,6 +443,7 @@ def render(out: Path | None = None, root: Path | None = None, run_id: str | None
         while rd in runs:   # a neighbour found damaged on the way is set aside and the page redone
             try:
                 ctx = run_context(rd, runs, out_dir)
+                ctx["ledger_row"] = ledgerpage.run_row(ledger, rd.variant_id) if ledger else None
                 html = page_t.render(**ctx)
                 break
             except RunDamaged as e:
@@ -462,7 +465,7 @@ def render(out: Path | None = None, root: Path | None = None, run_id: str | None
 
         sweeps = sweep_index_rows(list_sweeps(root))   # the index lists them; their pages stay as they are
     write_text_atomic(index, env.get_template("index.html").render(**index_context(runs), store=root, damaged=damaged,
-                                                               sweeps=sweeps))
+                                                               sweeps=sweeps, ledger_page=LEDGER_PAGE))
     return Rendered(index, pages, comparisons, damaged=damaged)
 
 
@@ -478,6 +481,22 @@ def render_sweeps(out_dir: Path, root: Path, damaged: list) -> list[dict]:
     for sw in sweeps:
         write_text_atomic(out_dir / f"{sw.id}.html", template.render(**sweep_context(sw)))
     return sweep_index_rows(sweeps)
+
+
+LEDGER_PAGE = "ledger.html"
+
+
+def render_ledger(out_dir: Path, root: Path | None):
+    """The Ledger page (lab.store.ledger over the store `root` as it was asked for: unnamed, the
+    shipped examples too). A ledger that cannot be built (a run's findings table unreadable) is a
+    page that says why, never a failed report; returns the ledger or None."""
+    try:
+        ledger = ledger_store.build(root)
+        ctx = ledgerpage.page_context(ledger)
+    except LabError as e:
+        ledger, ctx = None, {"rows": [], "error": str(e)}
+    write_text_atomic(out_dir / LEDGER_PAGE, environment().get_template("ledger.html").render(**ctx))
+    return ledger
 
 
 def render_compare(comparison, out: Path | None = None) -> Path:

@@ -242,12 +242,17 @@ def run_findings(run: Run) -> list[dict] | None:
         raise LabError(f"run {run.id}: its findings table cannot be read ({e})") from None
     if t is None or not len(t):
         return None
-    k = principal_kernel(run)
-    if k is not None and (t["kernel_index"] == k).any():
-        t = t[t["kernel_index"] == k]
+    if "class" not in t.columns:
+        raise LabError(f"run {run.id}: its findings table has no class column")
+    if "kernel_index" in t.columns:
+        k = principal_kernel(run)
+        if (t["kernel_index"] == k).any():
+            t = t[t["kernel_index"] == k]
+    if "rank" in t.columns:
+        t = t.sort_values("rank")
     out = []
-    for _, f in t.sort_values("rank").iterrows():
-        out.append({"class": str(f["class"]), "title": str(f["title"]), "kernel": str(f["kernel"]),
+    for _, f in t.iterrows():
+        out.append({"class": str(f["class"]), "title": str(f.get("title") or ""), "kernel": str(f.get("kernel") or ""),
                     "est_speedup_pct": _num(f.get("est_speedup_pct")), "source": str(f.get("source") or ""),
                     "evidence": _json(f.get("evidence"), {}), "estimates": _json(f.get("estimates"), [])})
     return out
@@ -504,14 +509,22 @@ def _named(run: Run, findings: list[dict]) -> dict:
             "estimates": class_estimates(findings, top["class"])}
 
 
-def _profiled(runs: list[Run], vid: str) -> list[tuple[Run, list[dict]]]:
+def _profiled(runs: list[Run], vid: str, damaged: dict[str, str], read: dict) -> list[tuple[Run, list[dict]]]:
+    """The runs of rung `vid` with findings, oldest first; a run whose findings cannot be read is left
+    out and noted in `damaged` (run id -> reason), never fatal to the ledger. `read` keeps what was read
+    (a run's findings are read once per ledger)."""
     out = []
     for r in runs:
         if (r.manifest.get("variant") or {}).get("id") != vid:
             continue
-        f = run_findings(r)
-        if f:
-            out.append((r, f))
+        if r.path not in read:
+            try:
+                read[r.path] = run_findings(r)
+            except LabError as e:
+                damaged[r.id] = str(e)
+                read[r.path] = None
+        if read[r.path]:
+            out.append((r, read[r.path]))
     return sorted(out, key=lambda x: (x[0].manifest.get("created_utc") or "", x[0].id))
 
 
@@ -544,8 +557,9 @@ def _class_measure(findings: list[dict], named: dict, run: Run) -> tuple[float |
     return _metric(run, metric, principal_kernel(run)), metric
 
 
-def _moved(step: Step, runs: list[Run], prof_earlier: list, timings: list[Timing]) -> None:
-    later = _profiled(runs, step.later.id)
+def _moved(step: Step, runs: list[Run], prof_earlier: list, timings: list[Timing], damaged: dict[str, str],
+           read: dict) -> None:
+    later = _profiled(runs, step.later.id, damaged, read)
     across = not _shares_dtype(step.earlier, step.later)
     for (er, ef) in reversed(prof_earlier):
         match = [(lr, lf) for lr, lf in later if _same_work(er, lr, across)]
@@ -593,9 +607,11 @@ class Ledger:
     steps: list[Step]
     calibration: dict
     stores: list[str]
+    damaged: dict[str, str] = field(default_factory=dict)   # run id -> why its findings were left out
 
     def to_dict(self) -> dict:
-        return {"stores": self.stores, "steps": [s.to_dict() for s in self.steps], "calibration": self.calibration}
+        return {"stores": self.stores, "steps": [s.to_dict() for s in self.steps], "calibration": self.calibration,
+                "damaged": self.damaged}
 
     def step_into(self, variant_id: str) -> Step | None:
         return next((s for s in self.steps if s.later.id == variant_id), None)
@@ -625,10 +641,12 @@ def build(root: Path | None = None) -> Ledger:
     all_runs = sorted(runs.values(), key=lambda r: (r.manifest.get("created_utc") or "", r.id))
     timings = [t for r in all_runs for t in run_timings(r)] + [t for s in sweeps.values() for t in sweep_timings(s)]
     ids = set(registry.all_ids())
+    damaged: dict[str, str] = {}
+    read: dict = {}
     steps = []
     for earlier, later, origin in ladder_steps():
         step = Step(earlier, later, origin, parse_predicted(later.predicted_gain, earlier.id, ids | {earlier.id}))
-        prof = _profiled(all_runs, earlier.id)
+        prof = _profiled(all_runs, earlier.id, damaged, read)
         if prof:
             step.named = _named(*prof[-1])
         else:
@@ -636,7 +654,7 @@ def build(root: Path | None = None) -> Ledger:
                                  f"`lab profile --variant {earlier.id}` names its bottleneck")
         _measure(step, timings)
         if step.predicted.reference == earlier.id:
-            _moved(step, all_runs, prof, timings)
+            _moved(step, all_runs, prof, timings, damaged, read)
         else:
             step.moved = {"judged": False, "reason": f"the prediction is over {step.predicted.reference}, not over "
                                                      f"{earlier.id}: the step is not a fix of {earlier.id}'s bottleneck"}
@@ -644,7 +662,7 @@ def build(root: Path | None = None) -> Ledger:
         used = next((f for r, f in prof if step.moved and r.id in (step.moved.get("runs") or [])), prof[-1][1] if prof else None)
         _estimates(step, used)
         steps.append(step)
-    return Ledger(steps, calibrate(steps), [str(r) for r in roots])
+    return Ledger(steps, calibrate(steps), [str(r) for r in roots], damaged)
 
 
 def _geo(lo: float, hi: float) -> float:

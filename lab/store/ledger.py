@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import re
 import statistics
 from dataclasses import dataclass, field
@@ -416,8 +417,6 @@ def pair_timings(ref_id: str, new_id: str, timings: list[Timing], mode: str | No
     pairs: dict[tuple, tuple[Timing, Timing]] = {}
     for k in sorted(set(refs) & set(news), key=str):
         r_all, n_all = refs[k], news[k]
-        if across:   # each side in its own default-first dtype order: one pair per work
-            r_all = [t for t in r_all if t.work.dtype != n_all[0].work.dtype] or r_all
         shared = sorted({t.source for t in r_all} & {t.source for t in n_all})
         if shared:
             src = max(shared, key=lambda s: max(t.created for t in n_all if t.source == s))
@@ -622,7 +621,7 @@ def _roots(root: Path | None) -> list[Path]:
     shipped examples too, as `lab new` reads them for a built-in rung's evidence."""
     first = run_store.open_root(root)
     roots = [first]
-    named = root is not None or bool(__import__("os").environ.get("LAB_PROFILES"))
+    named = root is not None or bool(os.environ.get("LAB_PROFILES"))
     shipped = run_store.shipped_root()
     if not named and shipped is not None and shipped.resolve() != first.resolve():
         roots.append(shipped)

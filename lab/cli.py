@@ -658,13 +658,12 @@ class SweepGroup(click.Group):
 @click.option("--name", default=None, help="a name for the sweep id (default: the preset, batch or custom)")
 @click.option("--yes", is_flag=True, help="allow a sweep of more than the problem limit")
 @click.option("--allow-mismatch", is_flag=True, help="resume on a different device")
-@click.option("--measure-with", default=None, hidden=True, help="module:function returning a measurer (tests)")
 @profiles_option
 @json_option
 @click.pass_context
 def sweep(ctx, variant_spec, shapes, preset, batch_spec, heads_kv_spec, causal, dtype_spec, mode_spec, timing,
           baseline_spec, no_baselines, reps, warmup, cell_budget_s, gpus_spec, shard_spec, resume_id, name, yes,
-          allow_mismatch, measure_with, profiles_dir, as_json):
+          allow_mismatch, profiles_dir, as_json):
     """Time rungs and baselines over many shapes, modes and timing methods into ONE stored table
     (profiles/<sweep-id>/): Ctrl-C keeps finished rows, --resume finishes, `lab report` draws it."""
     if ctx.invoked_subcommand:
@@ -691,13 +690,15 @@ def sweep(ctx, variant_spec, shapes, preset, batch_spec, heads_kv_spec, causal, 
             heads_kv_spec=heads_kv_spec, causal=causal, dtype_spec=dtype_spec, mode_spec=mode_spec, timing=timing,
             baseline_spec=baseline_spec, no_baselines=no_baselines, reps=reps, warmup=warmup,
             cell_budget_s=cell_budget_s, shard_spec=shard_spec, yes=yes, command=_command_line("sweep"), name=name)
-    if not measure_with:
+    # how cells are measured: the GPU's measurer, unless the caller's context object hands in another
+    measuring = ctx.find_object(sweeper.Measuring) or sweeper.ON_GPU
+    if measuring.on_gpu:
         require_gpus("sweep", gpus)
     if not resume_id:
         target = sweeper.create(plan, profiles_dir)
     click.echo(f"sweep: {target.id} ({len(target.missing_cells())} cells to measure) -> {target.path}", err=True)
     try:
-        status, messages = sweeper.execute(target, gpus, measure_with, show_progress=not as_json)
+        status, messages = sweeper.execute(target, gpus, measuring, show_progress=not as_json)
     except KeyboardInterrupt:
         if target.manifest.get("removed"):
             click.secho("interrupted before any cell finished: nothing stored", fg="yellow", err=True)

@@ -3,6 +3,11 @@
 
 It sits above both: the measuring knows no store, the store knows no measuring. A worker is
 `python -m lab.sweeping --worker SWEEP_DIR --slice i/N --part NAME`.
+
+How a cell is measured is a dependency, `Measuring`: the GPU measurer by default; a caller (a test
+on a machine without a GPU) hands in its own, in-process through `execute` or `lab sweep`'s click
+context object (`main(obj=Measuring(...))`), and to worker processes by the command that starts
+one (`Measuring.worker`), so no option or variable of the lab exists for it.
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ import signal
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
@@ -24,11 +30,33 @@ from lab.environment import git_info
 from lab.errors import LabError
 from lab.ladder import build, registry
 from lab.measure.isolated import child_env
-from lab.measure.sweep import Progress, environment_facts, load_measurer, status_row
+from lab.measure.sweep import GpuMeasurer, Progress, environment_facts, status_row
 from lab.measure import sweepplan
 from lab.measure.baselines import SWEEP_BASELINES
 from lab.measure.sweepplan import Cell, Plan, parse_shard
 from lab.store.sweeps import Sweep, create_sweep, new_sweep_id
+
+
+def _gpu_measurer(plan: Plan, log: Callable[[str], None], part: str):
+    return GpuMeasurer(plan, log)
+
+
+WORKER = (sys.executable, "-m", "lab.sweeping")
+
+
+@dataclass(frozen=True)
+class Measuring:
+    """How a sweep's cells are measured. `make(plan, log, part)` returns the measurer (a callable
+    cell -> rows, with `device` and `software` where it knows them; `part` names the journal it
+    writes: "main", or a worker's); `worker` is the command that runs one worker process (it gets
+    `--worker DIR --slice i/N --part NAME`); `on_gpu`: the cells run on a GPU, so the sweep needs one
+    and builds each rung once before starting workers."""
+    make: Callable = _gpu_measurer
+    worker: tuple[str, ...] = WORKER
+    on_gpu: bool = True
+
+
+ON_GPU = Measuring()
 
 
 def plan_from_specs(*, variant_spec, shapes, preset, batch_spec, heads_kv_spec, causal, dtype_spec, mode_spec,
@@ -76,12 +104,12 @@ def run_cells(sweep, cells: list[Cell], measure: Callable[[Cell], list[dict]], p
 
 
 
-def run_in_process(sweep, cells: list[Cell], measure_with: str | None = None, show_progress: bool = True) -> int:
+def run_in_process(sweep, cells: list[Cell], measuring: Measuring = ON_GPU, show_progress: bool = True) -> int:
     """The single-process sweep: measure the cells here, journal them; returns cells done."""
     plan = Plan.from_dict(sweep.plan_dict)
     progress = Progress(cells, f"sweep {sweep.id}", show_progress)
     try:
-        measurer = load_measurer(measure_with, plan, progress.log)
+        measurer = measuring.make(plan, progress.log, "main")
         facts = environment_facts(measurer)
         _check_device(sweep, facts["device"])
         sweep.update_manifest(device=sweep.manifest.get("device") or facts["device"],
@@ -110,14 +138,14 @@ def _check_device(sweep, device) -> None:
 
 # ------------------------------------------------------------------------------ one worker per GPU
 
-def run_on_gpus(sweep, gpus: list[str], measure_with: str | None = None, show_progress: bool = True,
+def run_on_gpus(sweep, gpus: list[str], measuring: Measuring = ON_GPU, show_progress: bool = True,
                 poll_s: float = 0.5) -> tuple[int, list[str]]:
     """Start one worker process per GPU (CUDA_VISIBLE_DEVICES=<gpu>), worker i measuring the i-th of
     N interleaved shards of the cells still missing; wait for all. Returns (cells done, messages
     about workers that died). A dead worker's finished cells are in its journal and stay."""
     missing = sweep.missing_cells()
     n = len(gpus)
-    if not measure_with:   # build each rung once here: workers building into one cache at once would race
+    if measuring.on_gpu:   # build each rung once here: workers building into one cache at once would race
         for rid in dict.fromkeys(c.impl for c in missing):
             if rid in sweep.plan_dict.get("rungs", {}):
                 build.build(registry.get(rid))
@@ -127,10 +155,7 @@ def run_on_gpus(sweep, gpus: list[str], measure_with: str | None = None, show_pr
         (sweep.path / f".worker-{i}.cells.json").write_text(json.dumps([c.key for c in _slice(missing, i, n)]))
         env = child_env()
         env["CUDA_VISIBLE_DEVICES"] = gpu
-        argv = [sys.executable, "-m", "lab.sweeping", "--worker", str(sweep.path), "--slice", f"{i}/{n}",
-                "--part", f"gpu{gpu}-{i}"]
-        if measure_with:
-            argv += ["--measure-with", measure_with]
+        argv = [*measuring.worker, "--worker", str(sweep.path), "--slice", f"{i}/{n}", "--part", f"gpu{gpu}-{i}"]
         log = open(sweep.path / f".worker-{i}.log", "w")
         procs.append((i, gpu, subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT), log))
     progress = Progress(missing, f"sweep {sweep.id} on GPUs {','.join(gpus)}", show_progress)
@@ -215,7 +240,7 @@ def sweep_manifest(plan: Plan) -> dict:
             "device": None, "devices": [], "software": None}
 
 
-def execute(sweep, gpus: list[str] | None = None, measure_with: str | None = None,
+def execute(sweep, gpus: list[str] | None = None, measuring: Measuring = ON_GPU,
             show_progress: bool = True) -> tuple[str, list[str]]:
     """Measure the sweep's missing cells (here, or one worker per GPU), then fold the rows into its
     table. Returns (status, messages). Ctrl-C: the finished rows are folded in, status interrupted,
@@ -223,9 +248,9 @@ def execute(sweep, gpus: list[str] | None = None, measure_with: str | None = Non
     messages: list[str] = []
     try:
         if gpus:
-            _, messages = run_on_gpus(sweep, gpus, measure_with, show_progress)
+            _, messages = run_on_gpus(sweep, gpus, measuring, show_progress)
         else:
-            run_in_process(sweep, sweep.missing_cells(), measure_with, show_progress)
+            run_in_process(sweep, sweep.missing_cells(), measuring, show_progress)
     except KeyboardInterrupt:
         if not sweep.rows() and sweep.manifest.get("status") == "running" and not sweep.manifest.get("cells_planned"):
             shutil.rmtree(sweep.path, ignore_errors=True)   # nothing finished: nothing to keep or resume
@@ -240,24 +265,22 @@ def execute(sweep, gpus: list[str] | None = None, measure_with: str | None = Non
     return sweep.manifest["status"], messages
 
 
-def _worker_main(argv=None) -> int:
+def worker_main(argv=None, measuring: Measuring = ON_GPU) -> int:
     """`python -m lab.sweeping --worker SWEEP_DIR --slice i/N --part NAME`: measure the i-th
     slice of the sweep's missing cells on the visible GPU, appending to journal-NAME.jsonl."""
     ap = argparse.ArgumentParser(prog="python -m lab.sweeping")
     ap.add_argument("--worker", required=True)
     ap.add_argument("--slice", required=True)
     ap.add_argument("--part", required=True)
-    ap.add_argument("--measure-with", default=None)
     a = ap.parse_args(argv)
     sweep = Sweep(Path(a.worker))
-    os.environ["LAB_TEST_PART"] = a.part   # lets a test's measurer know which worker it is
     i, n = parse_shard(a.slice)
     assigned = sweep.path / f".worker-{i}.cells.json"
     keys = set(json.loads(assigned.read_text())) if assigned.is_file() else None
     cells = [c for c in sweep.missing_cells() if c.key in keys] if keys is not None else _slice(sweep.missing_cells(), i, n)
     plan = Plan.from_dict(sweep.plan_dict)
     try:
-        measurer = load_measurer(a.measure_with, plan, say)
+        measurer = measuring.make(plan, say, a.part)
         facts = environment_facts(measurer)
         (sweep.path / f".worker-{a.part}.json").write_text(json.dumps({**facts, "worker": a.part}, default=str))
         progress = Progress(cells, f"worker {a.part}", enabled=True)
@@ -271,4 +294,4 @@ def _worker_main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(_worker_main())
+    sys.exit(worker_main())

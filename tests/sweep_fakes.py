@@ -1,7 +1,10 @@
 """A measurer for sweep tests on a machine without a GPU: deterministic times from each
 implementation's rate, out of memory for standard attention past a size, no backward for rungs.
-Used in-process and by worker processes (`lab sweep --measure-with tests.sweep_fakes:measure`).
+Handed to the lab as its sweep's measuring (lab.sweeping.Measuring): in-process as the click
+context object, `main(obj=FAKE)`; as a process, `python -m tests.sweep_fakes ARGS` is `lab ARGS`
+with FAKE injected, and FAKE's workers run `python -m tests.sweep_fakes --worker ...`.
 
+These variables are the test's, read by this measurer only:
 LAB_TEST_DIE=<part>:<n>  the worker whose journal part is <part> kills itself (SIGKILL) at its n-th cell
 LAB_TEST_INTERRUPT=<n>   raise KeyboardInterrupt at the n-th cell (Ctrl-C)
 """
@@ -10,9 +13,11 @@ from __future__ import annotations
 
 import os
 import signal
+import sys
 
 from lab.measure.bench import summarize
 from lab.measure.sweep import status_row, timed_row
+from lab.sweeping import Measuring
 
 RATES_TFLOPS = {"sdpa-cudnn": 450.0, "sdpa-flash": 300.0, "sdpa-efficient": 130.0, "sdpa-math": 15.0,
                 "standard": 14.0}
@@ -25,8 +30,9 @@ class FakeMeasurer:
     device = DEVICE
     software = {"python": "3", "torch": "fake", "cuda": None}
 
-    def __init__(self, plan):
+    def __init__(self, plan, part="main"):
         self.plan = plan
+        self.part = part
         self.count = 0
 
     def __call__(self, cell):
@@ -34,7 +40,7 @@ class FakeMeasurer:
         die = os.environ.get("LAB_TEST_DIE")
         if die:
             part, n = die.split(":")
-            if os.environ.get("LAB_TEST_PART") == part and self.count >= int(n):
+            if self.part == part and self.count >= int(n):
                 os.kill(os.getpid(), signal.SIGKILL)
         if os.environ.get("LAB_TEST_INTERRUPT") and self.count >= int(os.environ["LAB_TEST_INTERRUPT"]):
             raise KeyboardInterrupt
@@ -58,5 +64,19 @@ class FakeMeasurer:
         return rows
 
 
-def measure(plan):
-    return FakeMeasurer(plan)
+def measure(plan, log=None, part="main"):
+    return FakeMeasurer(plan, part)
+
+
+PROGRAM = (sys.executable, "-m", "tests.sweep_fakes")
+FAKE = Measuring(make=measure, worker=PROGRAM, on_gpu=False)
+
+
+if __name__ == "__main__":
+    if sys.argv[1:2] == ["--worker"]:
+        from lab.sweeping import worker_main
+
+        sys.exit(worker_main(sys.argv[1:], FAKE))
+    from lab.cli import main
+
+    main(obj=FAKE, prog_name="lab")

@@ -12,11 +12,12 @@ import sys
 import pytest
 
 from conftest import REPO
+from sweep_fakes import PROGRAM
 from lab.store import sweeps as store
 
 TOOLS = REPO / "tools"
-OPTIONS = ["--shape", "1,2,{64,128,256},64", "--mode", "fwd,bwd", "--measure-with", "tests.sweep_fakes:measure"]
-LAB = f"{sys.executable} -m lab.cli"
+OPTIONS = ["--shape", "1,2,{64,128,256},64", "--mode", "fwd,bwd"]
+LAB = " ".join(PROGRAM)   # `lab` with the sweep tests' CPU measurer injected (tests/sweep_fakes.py)
 
 
 def _env(**extra) -> dict:
@@ -55,7 +56,7 @@ def test_an_array_and_its_merge_make_the_unsharded_table(tmp_path):
     assert len(merged) == 1 and merged[0].manifest["status"] == "complete"
     assert sorted(merged[0].manifest["merged_from"]) == sorted(
         s.id for s in store.list_sweeps(tmp_path / "store") if s.plan_dict.get("shard"))
-    whole = subprocess.run([sys.executable, "-m", "lab.cli", "sweep", *OPTIONS, "--name", "lab-4242"],
+    whole = subprocess.run([*PROGRAM, "sweep", *OPTIONS, "--name", "lab-4242"],
                            env=_env(LAB_PROFILES=tmp_path / "whole"), cwd=REPO, capture_output=True, text=True, timeout=300)
     assert whole.returncode == 0, whole.stderr
     (one,) = store.list_sweeps(tmp_path / "whole")
@@ -87,7 +88,7 @@ def test_a_shard_measured_twice_is_refused(tmp_path):
 
 def test_shards_of_different_plans_are_refused(tmp_path):
     assert task(1, 2, "9", tmp_path).returncode == 0
-    other = ["--shape", "1,2,{64,128},64", "--measure-with", "tests.sweep_fakes:measure"]
+    other = ["--shape", "1,2,{64,128},64"]
     assert task(2, 2, "9", tmp_path, *other).returncode == 0
     _refused(tmp_path, "9", "different sweeps")
 
@@ -110,7 +111,7 @@ def test_the_array_script_refuses_what_would_break_the_merge(tmp_path, env, opti
 
 def test_a_sweep_that_is_not_a_shard_is_refused(tmp_path):
     env = _env(LAB_PROFILES=tmp_path)
-    lab = [sys.executable, "-m", "lab.cli", "sweep"]
+    lab = [*PROGRAM, "sweep"]
     assert subprocess.run([*lab, *OPTIONS, "--name", "lab-12"], env=env, cwd=REPO, capture_output=True, timeout=300).returncode == 0
     assert task(1, 2, "12", tmp_path).returncode == 0
     ids = [s.id for s in store.list_sweeps(tmp_path)]

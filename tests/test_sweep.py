@@ -19,7 +19,7 @@ from conftest import REPO  # noqa: E402
 F16 = next(v.id for v in builtin() if "float16" in v.dtypes and v.min_cc <= (8, 0))   # mma.sync rung
 F32 = next(v.id for v in builtin() if v.dtypes == ("float32",) and v.grid == "q-tiles,bh")
 
-FAKE = "tests.sweep_fakes:measure"
+from sweep_fakes import FAKE, PROGRAM  # noqa: E402  the measurer every `lab` below is handed
 
 
 class Result:
@@ -28,19 +28,21 @@ class Result:
 
 
 def lab(*args, env=None, root=None, process=False):
-    """`lab ARGS` in this process (fast), or in a child process where the test kills it."""
+    """`lab ARGS` with the fake measurer injected (lab.sweeping.Measuring): in this process as the
+    click context object (fast), or in a child process (tests/sweep_fakes.py run as `lab`) where the
+    test kills it."""
     e = {"LAB_PROFILES": str(root)} if root is not None else {}
     e.update(env or {})
     if process:
         full = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""), **e)
-        r = subprocess.run([sys.executable, "-m", "lab.cli", *args], capture_output=True, text=True, env=full, cwd=REPO,
+        r = subprocess.run([*PROGRAM, *args], capture_output=True, text=True, env=full, cwd=REPO,
                            timeout=300)
         return Result(r.returncode, r.stdout, r.stderr)
     from click.testing import CliRunner
 
     from lab.cli import main
 
-    r = CliRunner().invoke(main, list(args), env=e, catch_exceptions=False)
+    r = CliRunner().invoke(main, list(args), env=e, obj=FAKE, catch_exceptions=False)
     return Result(r.exit_code, r.stdout, r.stderr)
 
 
@@ -114,14 +116,14 @@ def test_mode_flops_follow_flashattention_convention():
 def test_cli_bad_input_exits_2_and_stores_nothing(tmp_path):
     for args in (["--shape", "8,16,{},64"], ["--batch", "1,2", "--shape", "8,16,1024,64"], ["--shard", "3/2", "--preset", "fa-grid"],
                  ["--preset", "nope"], ["--shape", "8,16,1024,64", "--mode", "back"], ["--variant", "no_such_rung", "--preset", "fa-grid"]):
-        r = lab("sweep", *args, "--measure-with", FAKE, root=tmp_path)
+        r = lab("sweep", *args, root=tmp_path)
         assert r.returncode == 2, (args, r.stderr)
         assert "Traceback" not in r.stderr and r.stderr.strip().startswith("error:")
     assert not any(tmp_path.iterdir())
 
 
 def test_sweep_stores_one_tidy_table_with_reasons_and_ratios(tmp_path):
-    r = lab("sweep", "--variant", F16, "--preset", "fa-grid", "--mode", "fwd,fwd+bwd", "--measure-with", FAKE, root=tmp_path)
+    r = lab("sweep", "--variant", F16, "--preset", "fa-grid", "--mode", "fwd,fwd+bwd", root=tmp_path)
     assert r.returncode == 0, r.stderr
     (sw,) = store.list_sweeps(tmp_path)
     assert sw.manifest["status"] == "complete" and sw.manifest["cells_planned"] == 24 * 6 * 2
@@ -140,13 +142,13 @@ def test_sweep_stores_one_tidy_table_with_reasons_and_ratios(tmp_path):
 
 
 def test_ctrl_c_keeps_finished_rows_and_resume_finishes(tmp_path):
-    args = ["sweep", "--shape", "2,4,{64,128,256},64", "--mode", "fwd,bwd", "--measure-with", FAKE]
+    args = ["sweep", "--shape", "2,4,{64,128,256},64", "--mode", "fwd,bwd"]
     r = lab(*args, env={"LAB_TEST_INTERRUPT": "4"}, root=tmp_path)
     assert r.returncode == 130 and "--resume" in r.stderr
     (sw,) = store.list_sweeps(tmp_path)
     assert sw.manifest["status"] == "interrupted" and sw.manifest["cells_done"] == 3
     assert len(sw.missing_cells()) == sw.manifest["cells_planned"] - 3
-    r = lab("sweep", "--resume", sw.id, "--measure-with", FAKE, root=tmp_path)
+    r = lab("sweep", "--resume", sw.id, root=tmp_path)
     assert r.returncode == 0, r.stderr
     sw = store.find_sweep(sw.id, tmp_path)
     assert sw.manifest["status"] == "complete" and not sw.missing_cells()
@@ -154,32 +156,31 @@ def test_ctrl_c_keeps_finished_rows_and_resume_finishes(tmp_path):
 
 
 def test_a_killed_process_leaves_its_journal_and_resume_reads_it(tmp_path):
-    r = lab("sweep", "--shape", "1,2,{64,128},64", "--measure-with", FAKE, env={"LAB_TEST_DIE": "main:3", "LAB_TEST_PART": "main"},
+    r = lab("sweep", "--shape", "1,2,{64,128},64", env={"LAB_TEST_DIE": "main:3"},
             root=tmp_path, process=True)
     assert r.returncode < 0   # SIGKILL: no chance to fold the journal
     (sw,) = store.list_sweeps(tmp_path)
     assert sw.manifest["status"] == "running" and len(sw.done_cells()) == 2
-    assert lab("sweep", "--resume", sw.id, "--measure-with", FAKE, root=tmp_path).returncode == 0
+    assert lab("sweep", "--resume", sw.id, root=tmp_path).returncode == 0
     assert store.find_sweep(sw.id, tmp_path).manifest["status"] == "complete"
 
 
 def test_workers_per_gpu_one_dies_others_rows_stay_and_resume_finishes(tmp_path):
-    args = ["sweep", "--shape", "1,2,{64,128,256,512},64", "--baselines", "sdpa-flash,standard", "--gpus", "0,1",
-            "--measure-with", FAKE]
+    args = ["sweep", "--shape", "1,2,{64,128,256,512},64", "--baselines", "sdpa-flash,standard", "--gpus", "0,1"]
     r = lab(*args, env={"LAB_TEST_DIE": "gpu1-2:2"}, root=tmp_path)
     assert r.returncode == 1
     assert "worker 2/2 on GPU 1 died (killed by SIGKILL) after 1 of its 4 cells" in r.stderr
     (sw,) = store.list_sweeps(tmp_path)
     assert sw.manifest["status"] == "incomplete" and sw.manifest["cells_done"] == 4 + 1
     assert {d["worker"] for d in sw.manifest["devices"]} == {"gpu0-1", "gpu1-2"}
-    r = lab("sweep", "--resume", sw.id, "--gpus", "0,1", "--measure-with", FAKE, root=tmp_path)
+    r = lab("sweep", "--resume", sw.id, "--gpus", "0,1", root=tmp_path)
     assert r.returncode == 0, r.stderr
     sw = store.find_sweep(sw.id, tmp_path)
     assert sw.manifest["status"] == "complete" and sw.manifest["cells_done"] == 8
 
 
 def test_shards_merge_into_the_unsharded_table(tmp_path):
-    base = ["sweep", "--shape", "1,2,{64,128,256},64", "--mode", "fwd,bwd", "--measure-with", FAKE]
+    base = ["sweep", "--shape", "1,2,{64,128,256},64", "--mode", "fwd,bwd"]
     for i in (1, 2):
         assert lab(*base, "--shard", f"{i}/2", root=tmp_path).returncode == 0
     assert lab(*base, root=tmp_path / "whole").returncode == 0
@@ -196,7 +197,7 @@ def test_shards_merge_into_the_unsharded_table(tmp_path):
 
 
 def test_compare_sweeps_by_ci95_overlap(tmp_path):
-    base = ["sweep", "--shape", "1,2,{64,128},64", "--baselines", "sdpa-flash", "--measure-with", FAKE]
+    base = ["sweep", "--shape", "1,2,{64,128},64", "--baselines", "sdpa-flash"]
     assert lab(*base, root=tmp_path).returncode == 0
     assert lab(*base, "--gpus", "0,1", root=tmp_path).returncode == 0
     a, b = store.list_sweeps(tmp_path)
@@ -211,8 +212,8 @@ def test_compare_sweeps_by_ci95_overlap(tmp_path):
 
 
 def test_merge_refuses_partials_of_different_sweeps(tmp_path):
-    assert lab("sweep", "--shape", "1,2,64,64", "--shard", "1/1", "--measure-with", FAKE, root=tmp_path).returncode == 0
-    assert lab("sweep", "--shape", "1,2,128,64", "--shard", "1/1", "--measure-with", FAKE, root=tmp_path).returncode == 0
+    assert lab("sweep", "--shape", "1,2,64,64", "--shard", "1/1", root=tmp_path).returncode == 0
+    assert lab("sweep", "--shape", "1,2,128,64", "--shard", "1/1", root=tmp_path).returncode == 0
     before = sorted(p.name for p in tmp_path.iterdir())
     a, b = store.list_sweeps(tmp_path)
     r = lab("sweep", "merge", a.id, b.id, root=tmp_path)
@@ -221,7 +222,7 @@ def test_merge_refuses_partials_of_different_sweeps(tmp_path):
 
 
 def test_merge_refuses_different_devices_unless_asked(tmp_path):
-    base = ["sweep", "--shape", "1,2,{64,128},64", "--measure-with", FAKE]
+    base = ["sweep", "--shape", "1,2,{64,128},64"]
     for i in (1, 2):
         assert lab(*base, "--shard", f"{i}/2", root=tmp_path).returncode == 0
     a, b = store.list_sweeps(tmp_path)
@@ -234,7 +235,7 @@ def test_merge_refuses_different_devices_unless_asked(tmp_path):
 # ------------------------------------------------------------------------------ export and page
 
 def test_export_csv_parquet_markdown_and_results_section(tmp_path):
-    assert lab("sweep", "--batch", "1,2,4,8,16", "--shape", "_,16,1024,64", "--measure-with", FAKE, root=tmp_path).returncode == 0
+    assert lab("sweep", "--batch", "1,2,4,8,16", "--shape", "_,16,1024,64", root=tmp_path).returncode == 0
     (sw,) = store.list_sweeps(tmp_path)
     out = tmp_path / "out"
     for fmt in ("csv", "parquet"):
@@ -256,9 +257,9 @@ def test_export_csv_parquet_markdown_and_results_section(tmp_path):
 
 
 def test_sweep_pages_and_index(tmp_path):
-    assert lab("sweep", "--variant", F16, "--preset", "fa-grid", "--mode", "fwd,fwd+bwd", "--measure-with", FAKE,
+    assert lab("sweep", "--variant", F16, "--preset", "fa-grid", "--mode", "fwd,fwd+bwd",
                root=tmp_path).returncode == 0
-    assert lab("sweep", "--batch", "1,2,4", "--shape", "_,16,1024,64", "--measure-with", FAKE, root=tmp_path).returncode == 0
+    assert lab("sweep", "--batch", "1,2,4", "--shape", "_,16,1024,64", root=tmp_path).returncode == 0
     out = tmp_path / "html"
     r = lab("report", "--out", str(out), root=tmp_path)
     assert r.returncode == 0, r.stderr
@@ -276,12 +277,12 @@ def test_sweep_pages_and_index(tmp_path):
 
 
 def test_resume_refuses_a_new_plan(tmp_path):
-    r = lab("sweep", "--resume", "x", "--preset", "fa-grid", "--measure-with", FAKE, root=tmp_path)
+    r = lab("sweep", "--resume", "x", "--preset", "fa-grid", root=tmp_path)
     assert r.returncode == 2 and "drop --preset" in r.stderr
 
 
 def test_runs_listing_ignores_sweeps(tmp_path):
-    assert lab("sweep", "--shape", "1,2,64,64", "--measure-with", FAKE, root=tmp_path).returncode == 0
+    assert lab("sweep", "--shape", "1,2,64,64", root=tmp_path).returncode == 0
     from lab.store.runs import list_runs
 
     assert list_runs(tmp_path) == [] and len(store.list_sweeps(tmp_path)) == 1
@@ -312,7 +313,60 @@ def test_line_chart_breaks_at_missing_points_and_escapes_labels():
 def test_memory_growth_exponents_on_the_page(tmp_path):
     from lab.report.sweeppage import memory_growth
 
-    assert lab("sweep", "--shape", "1,16,{1024,2048,4096,8192},64", "--baselines", "sdpa-flash,standard",
-               "--measure-with", FAKE, root=tmp_path).returncode == 0
+    assert lab("sweep", "--shape", "1,16,{1024,2048,4096,8192},64", "--baselines", "sdpa-flash,standard", root=tmp_path).returncode == 0
     growth = {g["impl"]: g["exponent"] for g in memory_growth(store.list_sweeps(tmp_path)[0].rows())}
     assert abs(growth["standard"] - 2) < 0.01 and abs(growth["sdpa-flash"] - 1) < 0.01
+
+
+def test_compare_of_sweeps_with_no_row_in_common_is_bad_input(tmp_path):
+    """A backward sweep held against a forward+backward one shares no row: exit 2 naming what differs
+    (the mode), not the regression code with a ratio of nan."""
+    base = ["sweep", "--shape", "1,2,{64,128},64", "--baselines", "sdpa-flash"]
+    assert lab(*base, "--mode", "bwd", root=tmp_path).returncode == 0
+    assert lab(*base, "--mode", "fwd+bwd", root=tmp_path).returncode == 0
+    a, b = store.list_sweeps(tmp_path)
+    for extra in ([], ["--json"]):
+        r = lab("sweep", "compare", a.id, b.id, *extra, root=tmp_path)
+        assert r.returncode == 2, r.stdout + r.stderr
+        assert "no measured row in common" in r.stderr and "mode bwd" in r.stderr and "fwd+bwd" in r.stderr
+        assert "nan" not in r.stdout + r.stderr and "Traceback" not in r.stderr
+
+
+def test_merge_by_name_twice_makes_one_merged_sweep(tmp_path):
+    base = ["sweep", "--shape", "1,2,{64,128},64", "--baselines", "sdpa-flash", "--name", "m"]
+    for shard in ("1/2", "2/2"):
+        assert lab(*base, "--shard", shard, root=tmp_path).returncode == 0
+    assert lab("sweep", "merge", "--name", "m", root=tmp_path).returncode == 0
+    (merged,) = [s for s in store.list_sweeps(tmp_path) if s.manifest.get("merged_from")]
+    before = sorted(p.name for p in tmp_path.iterdir())
+    r = lab("sweep", "merge", "--name", "m", root=tmp_path)
+    assert r.returncode == 2 and f"already merged, into {merged.id}" in r.stderr, r.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == before
+
+
+def test_a_copied_shard_folder_is_named_in_the_given_twice_error(tmp_path):
+    import shutil
+
+    base = ["sweep", "--shape", "1,2,{64,128},64", "--baselines", "sdpa-flash", "--name", "c"]
+    for shard in ("1/2", "2/2"):
+        assert lab(*base, "--shard", shard, root=tmp_path).returncode == 0
+    first = next(s for s in store.list_sweeps(tmp_path) if s.plan_dict["shard"] == [1, 2])
+    copy = tmp_path / "copy-of-shard-1"
+    shutil.copytree(first.path, copy)
+    r = lab("sweep", "merge", "--name", "c", root=tmp_path)
+    assert r.returncode == 2 and "shard 1/2 is given twice" in r.stderr, r.stderr
+    assert str(first.path) in r.stderr and str(copy) in r.stderr and "copy" in r.stderr
+
+
+def test_the_sweep_page_contents_name_each_group_once_with_its_dtype(tmp_path):
+    import re
+
+    assert lab("sweep", "--shape", "1,2,{64,128},64", "--dtype", "float16,bfloat16", "--baselines", "sdpa-flash",
+               "--mode", "bwd", "--timing", "events", root=tmp_path).returncode == 0
+    out = tmp_path / "html"
+    assert lab("report", "--out", str(out), root=tmp_path).returncode == 0
+    (sw,) = store.list_sweeps(tmp_path)
+    toc = re.search(r'<nav class="toc">(.*?)</nav>', (out / f"{sw.id}.html").read_text(), re.S).group(1)
+    entries = re.findall(r'<a href="#g-[^"]*">([^<]*)</a>', toc)
+    assert len(entries) == 2 and len(set(entries)) == 2, entries
+    assert any("float16" in e for e in entries) and any("bfloat16" in e for e in entries)

@@ -342,3 +342,18 @@ def test_the_example_python_rung_imports_or_names_what_is_missing():
         refused(res, "No module named 'triton'")
     else:
         assert res.returncode == 0 and "python rung, nothing to compile" in res.stdout, res.stderr
+
+
+def test_a_shadowing_rung_without_backward_points_at_the_builtin_one(ws):
+    """`lab new v7 --from v5` hides the built-in v7 (which has a backward) behind a copy of v5 (which
+    has none): a backward asked of it is refused (exit 2) naming builtin:v7, the rung meant."""
+    with_bwd = next((v for v in LADDER if v.backward), None)
+    without = next((v for v in LADDER if not v.backward and v.kind == "cuda"), None)
+    if with_bwd is None or without is None:
+        pytest.skip("the built-in ladder needs a rung with a backward and one without")
+    assert lab("new", with_bwd.id, "--from", without.id, cwd=ws).returncode == 0
+    for command in (["check"], ["bench"]):
+        res = lab(*command, "--variant", with_bwd.id, "--mode", "bwd", cwd=ws)
+        assert res.returncode == 2, res.stderr
+        assert f"--variant builtin:{with_bwd.id}" in res.stderr and "shadows the built-in" in res.stderr, res.stderr
+        assert "Traceback" not in res.stderr

@@ -26,6 +26,8 @@ from dataclasses import dataclass
 from typing import Callable
 
 from lab.errors import LabError
+from lab.ladder import registry
+from lab.ladder.registry import BUILTIN_PREFIX
 from lab.measure.problem import Problem, make_inputs, softmax_scale
 from lab.measure.rates import MODES
 
@@ -55,8 +57,14 @@ class NoBackward(LabError):
 
 
 def no_backward_reason(variant) -> str:
-    return (f"{variant.id} has no backward: its lab:rung block does not declare backward = true "
-            "(kernels/common.cuh's backward contract; a python rung exports a `backward` function)")
+    reason = (f"{variant.id} has no backward: its lab:rung block does not declare backward = true "
+              "(kernels/common.cuh's backward contract; a python rung exports a `backward` function)")
+    if variant.shadows:   # the workspace's rung hides a built-in of its id, which may be the one meant
+        hidden = next((v for v in registry.builtin() if v.id == variant.id), None)
+        if hidden is not None and hidden.backward:
+            reason += (f"; this workspace's {variant.id} ({variant.source.name}) shadows the built-in {variant.id}, "
+                       f"which has one: --variant {BUILTIN_PREFIX}{variant.id}")
+    return reason
 
 
 def require_mode(variant, mode: str) -> None:

@@ -2,8 +2,8 @@
 (lab.store.sweeps), on one GPU or one worker process per GPU; this module knows no store.
 
 The loop (lab.sweeping.run_cells) is independent of how a cell is measured: `GpuMeasurer` times real
-implementations; tests hand in another measurer (`--measure-with module:function` for workers), so
-sharding, Ctrl-C, resume and a dying worker are tested on a machine without a GPU.
+implementations; tests hand in another one (lab.sweeping.Measuring), so sharding, Ctrl-C, resume and
+a dying worker are tested on a machine without a GPU.
 
 Every cell becomes rows, never an exception: out of memory, a backend that refuses the shape, a rung
 without backward, a rung that failed its float64 check are rows with a status and a reason.
@@ -14,7 +14,6 @@ problem of the sweep plus seeded ragged shapes, causal and not, before any of it
 from __future__ import annotations
 
 import contextlib
-import importlib
 import sys
 import time
 import warnings
@@ -254,14 +253,6 @@ class Progress:
     def close(self) -> None:
         if self._rich is not None:
             self._rich.stop()
-
-
-def load_measurer(spec: str | None, plan: Plan, log=None):
-    """The default GPU measurer, or `module:function` called as function(plan) -> measure(cell)."""
-    if not spec:
-        return GpuMeasurer(plan, log)
-    mod, _, attr = spec.partition(":")
-    return getattr(importlib.import_module(mod), attr)(plan)
 
 
 def environment_facts(measurer) -> dict:

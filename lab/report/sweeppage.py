@@ -105,9 +105,13 @@ def sweep_context(sweep) -> dict:
             label = next(r["label"] for (i, xx), r in g["cells"].items() if xx == x)
             table.append({"x": x, "label": label, "cells": cells})
         r0 = next(iter(g["cells"].values()))
-        short = f"{g['mode']} {g['timing']} D{r0['head_dim']}{' causal' if r0['causal'] else ''}"
+        short = f"{g['mode']} {g['timing']} {r0['dtype']} D{r0['head_dim']}{' causal' if r0['causal'] else ''}"
         groups.append({**g, "short": short, "figs": [f for f in figs if f], "table": table,
                        "anchor": "g-" + "".join(c if c.isalnum() else "-" for c in g["key"])})
+    shorts = [g["short"] for g in groups]
+    for g in groups:   # groups that differ in more than these (batch, heads): the contents name them whole
+        if shorts.count(g["short"]) > 1:
+            g["short"] = g["title"]
     # call latency vs device time where both were measured
     by = {(r["impl"], r["label"], r["mode"], r["timing"]): r for r in rows if r.get("status") == "ok"}
     latency = []

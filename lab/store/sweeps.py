@@ -262,8 +262,11 @@ def check_shards(parts: list[Sweep]) -> int:
     n = counts[0]
     dup = sorted({s for s in shards if shards.count(s) > 1})
     if dup:
-        twice = [p.id for p in parts if tuple(p.plan_dict["shard"]) == dup[0]]
-        raise LabError(f"shard {'/'.join(map(str, dup[0]))} is given twice ({', '.join(twice)})",
+        twice = [p for p in parts if tuple(p.plan_dict["shard"]) == dup[0]]
+        # a copied folder keeps its manifest's id: then only the folders tell them apart
+        names = [str(p.path) for p in twice] if len({p.id for p in twice}) < len(twice) else [p.id for p in twice]
+        copied = " (one folder is a copy of the other: the same sweep id)" if names[0] != twice[0].id else ""
+        raise LabError(f"shard {'/'.join(map(str, dup[0]))} is given twice: {', '.join(names)}{copied}",
                        hint="keep one of them (a shard measured again is a second sweep; remove the other's folder)")
     missing = [i for i in range(1, n + 1) if (i, n) not in shards]
     if missing:
@@ -273,6 +276,12 @@ def check_shards(parts: list[Sweep]) -> int:
     return n
 
 
+def merged_already(parts: list[Sweep], root: Path | None = None) -> Sweep | None:
+    """The stored sweep merged from exactly these shards, if one is: a second merge would make a twin."""
+    ids = sorted(p.id for p in parts)
+    return next((s for s in list_sweeps(root) if sorted(s.manifest.get("merged_from") or []) == ids), None)
+
+
 def merge_sweeps(parts: list[Sweep], root: Path | None = None, allow_mismatch: bool = False,
                  sweep_id: str | None = None) -> Sweep:
     """Join the shards (--shard i/N) of ONE plan into a new sweep. Refuses (exit 2, nothing stored)
@@ -280,6 +289,10 @@ def merge_sweeps(parts: list[Sweep], root: Path | None = None, allow_mismatch: b
     split the plan differently, a shard given twice or missing, and partials of different devices or
     software unless `allow_mismatch`."""
     check_shards(parts)
+    done = merged_already(parts, root)
+    if done is not None:
+        raise LabError(f"these shards are already merged, into {done.id} ({done.path})",
+                       hint=f"`lab sweep --resume {done.id}` measures its missing cells; to merge again, remove {done.path} first")
     for what, get in (("device", lambda p: (p.manifest.get("device") or {}).get("name")),
                       ("software", lambda p: (p.manifest.get("software") or {}).get("torch"))):
         seen = {get(p) for p in parts}
@@ -368,6 +381,17 @@ def oom_points(rows: list[dict]) -> list[dict]:
     return list(out.values())
 
 
+def _what_differs(ra: dict, rb: dict) -> str:
+    """The first of the row key's fields whose values the two sweeps do not share, as `A has x, B has y`."""
+    if not ra or not rb:
+        return f"{'A' if not ra else 'B'} has no measured row"
+    for i, name in enumerate(ROW_KEY):
+        va, vb = {k[i] for k in ra}, {k[i] for k in rb}
+        if not va & vb:
+            return f"A has {name} {', '.join(sorted(map(str, va)))}; B has {', '.join(sorted(map(str, vb)))}"
+    return "no combination of their implementations, problems, modes and timings is in both"
+
+
 def compare_sweeps(a: Sweep, b: Sweep) -> dict:
     """Row by row (implementation, problem, mode, timing), do two sweeps agree within noise? A pair
     agrees when the CI95 intervals of their medians overlap. Used to check that a sweep spread over
@@ -375,6 +399,10 @@ def compare_sweeps(a: Sweep, b: Sweep) -> dict:
     ra = {tuple(r.get(k) for k in ROW_KEY): r for r in a.rows() if r.get("status") == "ok"}
     rb = {tuple(r.get(k) for k in ROW_KEY): r for r in b.rows() if r.get("status") == "ok"}
     common = sorted(set(ra) & set(rb), key=str)
+    if not common:   # nothing to hold against each other: a usage error, not a regression
+        raise LabError(f"sweeps {a.id} and {b.id} have no measured row in common (implementation, problem, mode, "
+                       f"timing): {_what_differs(ra, rb)}",
+                       hint="compare sweeps of one plan (the same sweep on other GPUs, shards merged, a re-run)")
     differ = []
     for k in common:
         x, y = ra[k], rb[k]

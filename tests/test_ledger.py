@@ -240,3 +240,19 @@ def test_a_run_whose_findings_cannot_be_read_is_left_out_and_named(tmp_path):
     assert bad.name in d["damaged"]
     s = d["steps"][0]   # its timing still counts: the manifest is whole; its verdict is not invented
     assert s["named"] is None and s["measured"]["works"] == 1
+
+
+def test_a_workspace_rung_that_shadows_a_built_in_id_keeps_the_two_apart(tmp_path):
+    """A workspace's own rung with the id of a built-in one: the built-in step is still measured from the
+    built-in rung's runs, and the workspace's step (never timed) is not given them."""
+    assert lab("init", "ws", cwd=tmp_path).returncode == 0
+    ws = tmp_path / "ws"
+    assert lab("new", SECOND.id, "--from", FIRST.id, cwd=ws).returncode == 0
+    d = ledger_json(cwd=ws)
+    key = f"{FIRST.id} -> {SECOND.id}"
+    built, own = (next(s for s in d["steps"] if s["step"] == key and s["origin"] == o) for o in ("built-in", "workspace"))
+    runs = {r.manifest["variant"]["id"]: r for r in list_runs(EXAMPLES.parent)}
+    assert built["measured"]["gain"] == pytest.approx(runs[FIRST.id].manifest["timing"]["median"]
+                                                      / runs[SECOND.id].manifest["timing"]["median"])
+    assert own["measured"] is None
+    assert own["not_measured"]["commands"] == [f"lab profile --variant {SECOND.id} --shape 8,16,1024,64 --dtype float32"]

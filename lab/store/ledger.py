@@ -77,9 +77,12 @@ class Predicted:
                 "reference_text": self.reference_text, "mode": self.mode}
 
 
-def parse_predicted(text: str, earlier: str, known_ids: set[str]) -> Predicted:
+def parse_predicted(text: str, earlier: str, known_ids: set[str] | dict[str, str]) -> Predicted:
     """The first gain the prediction states, as [low, high], and what it is over. A prediction with no
-    "<n>x" ("baseline", "hundreds of times faster") has no number: gain None, the text kept."""
+    "<n>x" ("baseline", "hundreds of times faster") has no number: gain None, the text kept. A rung id
+    it names is looked up in `known_ids` (a mapping gives the reference it stands for: a built-in
+    rung's prose means the built-in rung, `builtin:<id>` where a workspace rung shadows it)."""
+    known = known_ids if isinstance(known_ids, dict) else {i: i for i in known_ids}
     p = Predicted(text=text or "", reference=earlier)
     m = _GAIN.search(text or "")
     if not m:
@@ -96,7 +99,7 @@ def parse_predicted(text: str, earlier: str, known_ids: set[str]) -> Predicted:
     words = (after or before).group(1).strip() if (after or before) else None
     if words:
         p.reference_text = words
-        rung = next((t for t in re.findall(r"[A-Za-z][A-Za-z0-9_]*", words) if t in known_ids), None)
+        rung = next((known[t] for t in re.findall(r"[A-Za-z][A-Za-z0-9_]*", words) if t in known), None)
         base = next((name for rx, name in _BASELINE_WORDS if rx.search(words)), None)
         if rung:
             p.reference = rung
@@ -174,6 +177,16 @@ def _ok_ms(x) -> float | None:
     return float(x) if isinstance(x, (int, float)) and math.isfinite(x) and x > 0 else None
 
 
+def run_impl(manifest: dict) -> str | None:
+    """The rung a run timed, as the registry names it here: `builtin:<id>` for a built-in rung that the
+    active workspace shadows with a rung of its own id (registry.ref), else its id."""
+    v = manifest.get("variant") or {}
+    vid = v.get("id")
+    if vid and v.get("origin") == "built-in" and any(w.id == vid and w.origin == "workspace" for w in registry.variants()):
+        return registry.BUILTIN_PREFIX + vid
+    return vid
+
+
 def run_timings(run: Run) -> list[Timing]:
     """The rung's own timing of a run and the baselines timed beside it (same device, problem, mode)."""
     m = run.manifest
@@ -185,7 +198,7 @@ def run_timings(run: Run) -> list[Timing]:
     out = []
     w = _work(device, problem, mode, problem.get("dtype"), timing.get("method"))
     med = _ok_ms(timing.get("median"))
-    vid = (m.get("variant") or {}).get("id")
+    vid = run_impl(m)
     if w and med and vid:
         ci = (timing.get("ci95_low"), timing.get("ci95_high"))
         out.append(Timing(vid, w, med, ci if all(_ok_ms(c) for c in ci) else None, run.id, "run", created))
@@ -351,6 +364,14 @@ class Step:
     def key(self) -> str:
         return f"{self.earlier.id} -> {self.later.id}"
 
+    @property
+    def earlier_ref(self) -> str:   # as stored timings name it (builtin:<id> where a workspace rung shadows it)
+        return registry.ref(self.earlier)
+
+    @property
+    def later_ref(self) -> str:
+        return registry.ref(self.later)
+
     def to_dict(self) -> dict:
         named_cls = (self.named or {}).get("class")
         return {"step": self.key, "from": self.earlier.id, "to": self.later.id, "origin": self.origin,
@@ -456,9 +477,9 @@ def _shares_dtype(a: Variant, b: Variant) -> bool:
 def _command_for(step: Step, ref_id: str, mode: str | None, timings: list[Timing]) -> list[str]:
     """What would measure the step: the later rung on the work the reference was timed on (a dtype it
     takes), else both rungs on the default problem."""
-    later, ref_is_rung = step.later, ref_id in registry.all_ids() or ref_id == step.earlier.id
+    later, ref_is_rung = step.later, ref_id in registry.all_ids() or ref_id == step.earlier_ref
     ref_t = [t for t in timings if t.impl == ref_id and (not mode or t.work.mode == mode)]
-    later_ref = registry.ref(later) if later.origin == "built-in" else later.id
+    later_ref = step.later_ref
     for t in sorted(ref_t, key=lambda t: (t.created, t.source), reverse=True):
         dtype = t.work.dtype if t.work.dtype in later.dtypes else None
         if dtype is None and ref_is_rung and not _shares_dtype(step.earlier, later):
@@ -472,17 +493,17 @@ def _command_for(step: Step, ref_id: str, mode: str | None, timings: list[Timing
     mode_flag = f" --mode {mode}" if mode and mode != "fwd" else ""
     if not ref_is_rung:
         return [f"lab profile --variant {later_ref} --dtype {later.default_dtype}{mode_flag}"]
-    earlier_ref = registry.ref(step.earlier) if step.earlier.origin == "built-in" else step.earlier.id
+    earlier_ref = step.earlier_ref
     return [f"lab profile --variant {earlier_ref} --dtype {common[0] if common else step.earlier.default_dtype}{mode_flag}",
             f"lab profile --variant {later_ref} --dtype {common[0] if common else later.default_dtype}{mode_flag}"]
 
 
 def _measure(step: Step, timings: list[Timing]) -> None:
-    ref = step.predicted.reference or step.earlier.id
+    ref = step.predicted.reference or step.earlier_ref
     mode = step.predicted.mode
-    ref_rung = next((v for v in registry.variants() if v.id == ref), None)
+    ref_rung = step.earlier if ref == step.earlier_ref else next((v for v in registry.variants() if v.id == ref), None)
     across = ref_rung is not None and not _shares_dtype(ref_rung, step.later)
-    pairs = pair_timings(ref, step.later.id, timings, mode, across)
+    pairs = pair_timings(ref, step.later_ref, timings, mode, across)
     what = {"reference": ref, "reference_is": "rung" if ref_rung is not None else "baseline",
             "mode": mode, "across_dtypes": None}
     if across:
@@ -514,7 +535,7 @@ def _profiled(runs: list[Run], vid: str, damaged: dict[str, str], read: dict) ->
     (a run's findings are read once per ledger)."""
     out = []
     for r in runs:
-        if (r.manifest.get("variant") or {}).get("id") != vid:
+        if run_impl(r.manifest) != vid:
             continue
         if r.path not in read:
             try:
@@ -558,7 +579,7 @@ def _class_measure(findings: list[dict], named: dict, run: Run) -> tuple[float |
 
 def _moved(step: Step, runs: list[Run], prof_earlier: list, timings: list[Timing], damaged: dict[str, str],
            read: dict) -> None:
-    later = _profiled(runs, step.later.id, damaged, read)
+    later = _profiled(runs, step.later_ref, damaged, read)
     across = not _shares_dtype(step.earlier, step.later)
     for (er, ef) in reversed(prof_earlier):
         match = [(lr, lf) for lr, lf in later if _same_work(er, lr, across)]
@@ -577,7 +598,7 @@ def _moved(step: Step, runs: list[Run], prof_earlier: list, timings: list[Timing
                       "runs": [er.id, lr.id], "work": tl.work.label(), "across_dtypes": across,
                       "moved": bool(fell and time_fell), "judged": before is not None and after is not None}
         return
-    cmd = _command_for(step, step.earlier.id, None, [t for t in timings if t.kind == "run" and t.source in
+    cmd = _command_for(step, step.earlier_ref, None, [t for t in timings if t.kind == "run" and t.source in
                                                      {r.id for r, _ in prof_earlier}])
     step.moved = {"judged": False, "reason": f"no profiled run of {step.later.id} on the work of a profiled run of "
                                              f"{step.earlier.id}", "commands": cmd}
@@ -639,20 +660,23 @@ def build(root: Path | None = None) -> Ledger:
             sweeps[sw.path.resolve()] = sw
     all_runs = sorted(runs.values(), key=lambda r: (r.manifest.get("created_utc") or "", r.id))
     timings = [t for r in all_runs for t in run_timings(r)] + [t for s in sweeps.values() for t in sweep_timings(s)]
-    ids = set(registry.all_ids())
+    # a rung id in a header's prose: the built-in ladder's own for a built-in rung, the registry's otherwise
+    names = {"built-in": {v.id: registry.ref(v) for v in registry.builtin()},
+             "workspace": {v.id: registry.ref(v) for v in registry.variants()}}
     damaged: dict[str, str] = {}
     read: dict = {}
     steps = []
     for earlier, later, origin in ladder_steps():
-        step = Step(earlier, later, origin, parse_predicted(later.predicted_gain, earlier.id, ids | {earlier.id}))
-        prof = _profiled(all_runs, earlier.id, damaged, read)
+        eref = registry.ref(earlier)
+        step = Step(earlier, later, origin, parse_predicted(later.predicted_gain, eref, {**names[origin], eref: eref}))
+        prof = _profiled(all_runs, eref, damaged, read)
         if prof:
             step.named = _named(*prof[-1])
         else:
             step.named_absent = (f"no profiled run of {earlier.id} in the store: "
-                                 f"`lab profile --variant {earlier.id}` names its bottleneck")
+                                 f"`lab profile --variant {eref}` names its bottleneck")
         _measure(step, timings)
-        if step.predicted.reference == earlier.id:
+        if step.predicted.reference == eref:
             _moved(step, all_runs, prof, timings, damaged, read)
         else:
             step.moved = {"judged": False, "reason": f"the prediction is over {step.predicted.reference}, not over "

@@ -1,4 +1,5 @@
-"""Development loop of the backward rung (issue 19, item 5), run on the GPU machine.
+"""Development loop of a backward rung (issue 19, item 5; v8: issue 27), run on the GPU machine.
+`--rung v8` works on another backward rung than v7 (the default).
 
     python3 benchmarks/v7_dev.py check              # forward O/LSE and backward dQ/dK/dV vs float64 autograd
     python3 benchmarks/v7_dev.py bench [--quick]    # backward: rung vs SDPA flash (FA2) vs SDPA cuDNN, fa-grid
@@ -35,6 +36,11 @@ GRID_N = (512, 1024, 2048, 4096, 8192, 16384)
 
 def rung_module(tuning: bool = False):
     return build.build(registry.get(RUNG), tuning=tuning).module
+
+
+def backward_names(mod, d: int, tuning: bool) -> list[tuple[str, int | None]]:
+    """The timed rows' names: the rung's id, or id[candidate label]."""
+    return [(RUNG if cfg is None else f"{RUNG}[{label}]", cfg) for label, cfg in backward_variants(mod, d, tuning)]
 
 
 def backward_variants(mod, d: int, tuning: bool) -> list[tuple[str, int | None]]:
@@ -201,8 +207,8 @@ def run_bench(quick: bool, reps: int, tuning: bool, dtypes_arg: str) -> int:
                     times = {}
                     impls = [("fa2", sdpa_backward_fn(SDPBackend.FLASH_ATTENTION, q, k, v, dout, causal)),
                              ("cudnn", sdpa_backward_fn(SDPBackend.CUDNN_ATTENTION, q, k, v, dout, causal))]
-                    impls += [("v7" if cfg is None else f"v7[{label}]", rung_backward_fn(mod, q, k, v, dout, causal, cfg))
-                              for label, cfg in backward_variants(mod, d, tuning)]
+                    impls += [(name, rung_backward_fn(mod, q, k, v, dout, causal, cfg))
+                              for name, cfg in backward_names(mod, d, tuning)]
                     for name, fn in impls:
                         try:
                             times[name] = time_checked(fn, reps=reps, warmup=3).median
@@ -213,20 +219,20 @@ def run_bench(quick: bool, reps: int, tuning: bool, dtypes_arg: str) -> int:
                     rows.append((str(dtype)[6:], d, n, causal, times, bwd_flops(b, h, n, d, causal)))
                     del q, k, v, dout
     print("\nbackward, fa-grid (16k tokens, hidden 2048), median ms | TFLOP/s | rung / FA2, rung / cuDNN")
-    print(f"{'dtype':9s} {'D':>4s} {'N':>6s} {'causal':>6s} {'v7 ms':>8s} {'FA2 ms':>8s} {'cuDNN ms':>8s} "
-          f"{'v7 TF':>6s} {'FA2 TF':>6s} {'cuDNN TF':>8s} {'vs FA2':>7s} {'vs cuDNN':>8s}")
+    print(f"{'dtype':9s} {'D':>4s} {'N':>6s} {'causal':>6s} {RUNG + ' ms':>8s} {'FA2 ms':>8s} {'cuDNN ms':>8s} "
+          f"{RUNG + ' TF':>6s} {'FA2 TF':>6s} {'cuDNN TF':>8s} {'vs FA2':>7s} {'vs cuDNN':>8s}")
     wins = 0
     for dtype, d, n, causal, t, fl in rows:
         tf = {k: fl / (ms * 1e-3) / 1e12 for k, ms in t.items()}
-        r_fa2, r_cud = t["fa2"] / t["v7"], t["cudnn"] / t["v7"]
+        r_fa2, r_cud = t["fa2"] / t[RUNG], t["cudnn"] / t[RUNG]
         wins += r_fa2 >= 1.0
-        print(f"{dtype:9s} {d:4d} {n:6d} {str(causal):>6s} {t['v7']:8.3f} {t['fa2']:8.3f} {t['cudnn']:8.3f} "
-              f"{tf['v7']:6.0f} {tf['fa2']:6.0f} {tf['cudnn']:8.0f} {r_fa2:6.2f}x {r_cud:7.2f}x")
+        print(f"{dtype:9s} {d:4d} {n:6d} {str(causal):>6s} {t[RUNG]:8.3f} {t['fa2']:8.3f} {t['cudnn']:8.3f} "
+              f"{tf[RUNG]:6.0f} {tf['fa2']:6.0f} {tf['cudnn']:8.0f} {r_fa2:6.2f}x {r_cud:7.2f}x")
     print(f"rung >= FA2 in {wins}/{len(rows)} cells")
     if tuning:
         print("\ncandidates, rung / FA2 (fp16 and bf16 rows as above):")
         for dtype, d, n, causal, t, fl in rows:
-            cands = "  ".join(f"{k[3:-1]}: {t['fa2'] / ms:4.2f}x" for k, ms in t.items() if k.startswith("v7["))
+            cands = "  ".join(f"{k[3:-1]}: {t['fa2'] / ms:4.2f}x" for k, ms in t.items() if k.startswith(RUNG + "["))
             print(f"{dtype:9s} D{d:<4d} N{n:<6d} {'causal' if causal else 'full  '}  {cands}")
     return 0
 
@@ -270,7 +276,9 @@ def main() -> int:
     ap.add_argument("--reps", type=int, default=20)
     ap.add_argument("--tuning", action="store_true", help="build the tuning candidates too; check/bench each")
     ap.add_argument("--dtypes", default="float16,bfloat16", help="bench: comma-separated dtypes")
+    ap.add_argument("--rung", default=RUNG, help="the backward rung to work on (default v7)")
     a = ap.parse_args()
+    globals()["RUNG"] = a.rung
     if not torch.cuda.is_available():
         print("v7_dev needs a CUDA GPU", file=sys.stderr)
         return 2

@@ -65,6 +65,7 @@
 //
 // The forward's layout is v5's (see lab/kernels/v5_mma.cu's header); only its epilogue differs.
 #include "common.cuh"
+#include "bwd_prepost.cuh"
 
 #include <algorithm>
 #include <cmath>
@@ -476,101 +477,15 @@ const char* launch(const LabAttentionArgs* a, cudaStream_t stream) {
 // the main loop (one CTA per key block), convert (dQ fp32 -> fp16/bf16).
 // =============================================================================================
 
-// The workspace (common.cuh's backward contract: the lab allocates it, the rung lays it out):
-//   [dQ accumulator: fp32 B*H*nq*D][LSE * log2(e): fp32 B*H*nq_pad][D: fp32 B*H*nq_pad]
-// nq_pad rounds nq up to the largest query block any candidate uses, so the main loop copies
-// whole blocks of the two row statistics with no bounds check; padding rows hold LSE = +inf
-// (P = 2^-inf = 0: a padded query row contributes nothing) and D = 0.
-constexpr int kMaxQueryBlock = 128;
-struct Workspace {
-  float* dq_acc;
-  float* lse2;
-  float* dsum;
-  int nq_pad;
-};
-static inline size_t align256(size_t n) { return (n + 255) & ~size_t(255); }
-static inline size_t workspace_bytes(const LabBackwardArgs* a, Workspace* w = nullptr) {
-  const size_t bh = (size_t)a->batch * a->heads;
-  const int nq_pad = lab_cdiv(a->seqlen_q, kMaxQueryBlock) * kMaxQueryBlock;
-  const size_t dq_bytes = align256(bh * a->seqlen_q * a->head_dim * sizeof(float));
-  const size_t row_bytes = align256(bh * nq_pad * sizeof(float));
-  if (w != nullptr) {
-    uint8_t* base = static_cast<uint8_t*>(a->workspace);
-    w->dq_acc = reinterpret_cast<float*>(base);
-    w->lse2 = reinterpret_cast<float*>(base + dq_bytes);
-    w->dsum = reinterpret_cast<float*>(base + dq_bytes + row_bytes);
-    w->nq_pad = nq_pad;
-  }
-  return dq_bytes + 2 * row_bytes;
-}
+// The workspace, preprocess (a), convert (c) and the dQ reduction: bwd_prepost.cuh (shared by the
+// backward rungs).
+using lab_bwd::kMaxQueryBlock;
+using lab_bwd::Workspace;
+using lab_bwd::workspace_bytes;
+using lab_bwd::bwd_preprocess_kernel;
+using lab_bwd::bwd_convert_kernel;
+using lab_bwd::red_add2;
 
-// (a) Preprocess: one group of D/8 threads per query row, 16 bytes of dO and O per thread.
-// D_i = sum(dO_i * O_i) in fp32; lse2 = lse * log2(e) so the main loop's exponent is one FFMA;
-// the dQ accumulator rows are zeroed here (the atomics of the main loop add into them).
-template <typename T, int D>
-__global__ void __launch_bounds__(256)
-bwd_preprocess_kernel(const T* __restrict__ o, const T* __restrict__ dout, const float* __restrict__ lse,
-                      float* __restrict__ lse2, float* __restrict__ dsum, float* __restrict__ dq_acc, int nq,
-                      int nq_pad) {
-  constexpr int kChunks = D / 8, kRows = 256 / kChunks;
-  const size_t bh = blockIdx.y;
-  const int row = blockIdx.x * kRows + threadIdx.x / kChunks, c = threadIdx.x % kChunks;
-  float acc = 0.f;
-  if (row < nq) {
-    const size_t off = (bh * nq + row) * D + c * 8;
-    const uint4 ov = *reinterpret_cast<const uint4*>(o + off);
-    const uint4 dv = *reinterpret_cast<const uint4*>(dout + off);
-    const uint32_t ow[4] = {ov.x, ov.y, ov.z, ov.w}, dw[4] = {dv.x, dv.y, dv.z, dv.w};
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      float2 of, df;
-      if constexpr (std::is_same<T, __half>::value) {
-        of = __half22float2(*reinterpret_cast<const __half2*>(&ow[i]));
-        df = __half22float2(*reinterpret_cast<const __half2*>(&dw[i]));
-      } else {
-        of = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&ow[i]));
-        df = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&dw[i]));
-      }
-      acc = fmaf(of.x, df.x, fmaf(of.y, df.y, acc));
-    }
-    const float4 zero = make_float4(0.f, 0.f, 0.f, 0.f);
-    *reinterpret_cast<float4*>(dq_acc + off) = zero;
-    *reinterpret_cast<float4*>(dq_acc + off + 4) = zero;
-  }
-#pragma unroll
-  for (int w = kChunks / 2; w >= 1; w >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, w);
-  if (c == 0 && row < nq_pad) {
-    dsum[bh * nq_pad + row] = row < nq ? acc : 0.f;
-    lse2[bh * nq_pad + row] = row < nq ? lse[bh * nq + row] * 1.4426950408889634f : INFINITY;
-  }
-}
-
-// (c) Convert: dQ = scale * accumulator, 8 elements (two float4 in, one 16-byte store out) per step.
-template <typename T>
-__global__ void __launch_bounds__(256)
-bwd_convert_kernel(const float* __restrict__ dq_acc, T* __restrict__ dq, size_t n8, float scale) {
-  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n8; i += (size_t)gridDim.x * blockDim.x) {
-    const float4 a = reinterpret_cast<const float4*>(dq_acc)[2 * i];
-    const float4 b = reinterpret_cast<const float4*>(dq_acc)[2 * i + 1];
-    uint4 out;
-    out.x = lab_pack2<T>(a.x * scale, a.y * scale);
-    out.y = lab_pack2<T>(a.z * scale, a.w * scale);
-    out.z = lab_pack2<T>(b.x * scale, b.y * scale);
-    out.w = lab_pack2<T>(b.z * scale, b.w * scale);
-    reinterpret_cast<uint4*>(dq)[i] = out;
-  }
-}
-
-// Two fp32 adds into global memory in one reduction (sm_90: red.global.add.v2.f32, half the
-// L2 atomic transactions of two scalar ones); one scalar RED each before Hopper.
-static __device__ __forceinline__ void red_add2(float* addr, float a, float b) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  atomicAdd(reinterpret_cast<float2*>(addr), make_float2(a, b));
-#else
-  atomicAdd(addr, a);
-  atomicAdd(addr + 1, b);
-#endif
-}
 
 // (b) The main loop's tile configuration. Every warp owns 16 keys (one m16 tile), so a CTA holds a
 // key block of BC = 16 x warps keys; it walks the query blocks of BR rows.

@@ -1,0 +1,481 @@
+// v8_wgmma_bwd: the backward on Hopper's own instructions (wgmma + TMA, warp-specialised), fp16 and
+// bf16, head dims 64 and 128, causal and not; its forward is v6's kernel writing the LSE. sm_90a only.
+//
+// What changed since v7: the backward's main loop leaves mma.sync (HMMA m16n8k16, every operand
+//   through ldmatrix into registers) for warpgroup MMAs (wgmma m64nNk16) that read their shared-memory
+//   operands directly, and its loads leave cp.async for TMA driven by a producer warp. One CTA per
+//   (key block of 128 keys, b, h): K_j and V_j arrive once by TMA; Q_i, dO_i and the row statistics
+//   (LSE in log2 units, D = rowsum(dO * O)) stream through a 2-stage ring of mbarrier-guarded slots
+//   (tensor boxes for the tiles, plain bulk copies for the statistics). Two consumer warpgroups
+//   (setmaxnreg 240; producer 24) own 64 keys each and compute, per query block, the transposed tiles
+//   S^T = K Q^T and dP^T = V dO^T (wgmma smem x smem, keys as M), so that P^T and dS^T leave the
+//   accumulators as wgmma's register A operand: dV += P^T dO and dK += dS^T Q run from registers
+//   against dO and Q in shared memory (MN-major), with dK and dV in fp32 registers for the whole
+//   loop. dS^T is stored once to shared memory (128-byte swizzle, two buffers) and dQ = dS K is one
+//   more wgmma with both operands MN-major, split between the warpgroups (by query rows at BM = 128,
+//   by head-dim columns at BM = 64), added into the fp32 accumulator with red.global.add.v2.f32 as
+//   v7 does. Preprocess and convert are v7's (bwd_prepost.cuh); the forward is v6's
+//   (hopper/fwd_wgmma.cuh with WRITE_LSE). FlashAttention-3's backward (hopper/
+//   mainloop_bwd_sm90_tma_gmma_ws.hpp) has this schedule; this file is written against the PTX ISA.
+// Bottleneck it attacks: v7's main loop is bound by shared-memory operand traffic. Its stored
+//   profile (profiles/examples/20261125-211819-v7-B4-H16-N2048-D128-float16, H100, `lab profile
+//   --variant v7 --mode bwd`): the main kernel is 95% of the backward's time, L1TEX throughput 73%
+//   (ldmatrix wavefronts: 184 ldmatrix.x4 per 320 mma.sync per warp and step), stalls short
+//   scoreboard and MIO throttle, tensor pipe 38% busy; 120-258 TFLOP/s on the fa-grid, 0.47-1.09x
+//   cuDNN. wgmma reads its B operands (and S^T's and dQ's A operands) from shared memory in the
+//   tensor core's own path, with no register-file round trip and no ldmatrix.
+// Predicted gain (written before measuring): 1.4-1.8x over v7's backward on the fa-grid at N >= 2048
+//   (the tensor pipe from 38% to 55-65% busy: 330-420 TFLOP/s at D=128, 280-350 at D=64), about
+//   0.7-0.85x cuDNN: this first step still adds dQ by per-element global reductions (v7's traffic,
+//   nk/128 x nq x D x 4 bytes per head) and serialises each warpgroup's five products (no overlap of
+//   one step's softmax with another's products); short N (<= 1024) gains less (per-CTA prologue).
+// Measured (NVIDIA H100 80GB HBM3, 2026-11-26; `lab sweep --variant v7,v8 --preset fa-grid --mode bwd
+//   --dtype float16,bfloat16 --baselines sdpa-cudnn,sdpa-flash`, side by side in one process, shipped as
+//   profiles/examples/20261126-155437-sweep-fa-grid-v8-bwd and exported into benchmarks/RESULTS.md):
+//   backward 136-401 TFLOP/s fp16, 137-417 bf16. v8 / v7: 1.37-1.68x at N >= 2048 (1.12-1.46x at
+//   N <= 1024); v8 / SDPA FlashAttention-2 1.26-1.71x (48 of 48 cells ahead); v8 / cuDNN 0.72-1.19x,
+//   >= 1.0 in 9 of 48 cells (N <= 1024 only); D=128 non-causal N >= 8192: 386-417 TFLOP/s against
+//   cuDNN's 504-547 (0.72-0.80x). The prediction held for v7 (1.4-1.8x at N >= 2048: measured
+//   1.37-1.68x) and roughly for TFLOP/s at N >= 2048 (D=128 295-417 for 330-420 predicted, D=64
+//   261-400 for 280-350);
+//   against cuDNN it was 0.7-0.85x, measured 0.72-0.96x at N >= 2048. Correct on every shape of
+//   `lab check --variant v8 --mode bwd` (24) and of benchmarks/v7_dev.py check --rung v8 (56: fp16
+//   and bf16, D 64/128, causal and not, N = 1, odd N, Nq != Nk, large logits); compute-sanitizer
+//   memcheck, racecheck and synccheck clean. ptxas (nvcc 13.0): 168 registers at the launch bound,
+//   consumers 240 by setmaxnreg, no spills; 162-163 KB of shared memory (one CTA per SM). The iteration log and the next
+//   steps (dQ by bulk reductions, overlapping one step's softmax with the other warpgroup's
+//   products): benchmarks/v8_notes.md.
+// Profile it: lab profile --variant v8 --dtype float16 --mode bwd
+//
+// Roles in one backward CTA (384 threads; key block n0 .. n0+127 of head bh):
+//
+//   warpgroup 0: producer (setmaxnreg.dec 24; one thread issues every copy)
+//     K_j, V_j --TMA--> smem (once; kv_full)
+//     for query block m: wait q_empty[s]  -> Q_m  (TMA boxes) + LSE2_m (bulk)  -> q_full[s]
+//                        wait do_empty[s] -> dO_m (TMA boxes) + Dsum_m (bulk)  -> do_full[s]
+//   warpgroups 1, 2: consumers (setmaxnreg.inc 240), keys n0 + 64c .. +63 (c = warpgroup - 1)
+//     S^T  = K_c Q_m^T       wgmma ss m64nBMk16 x D/16   [64 keys x BM queries] fp32
+//     dP^T = V_c dO_m^T      wgmma ss m64nBMk16 x D/16
+//     P^T  = 2^(S^T scale log2e - LSE2), masked; dS^T = P^T (dP^T - Dsum)
+//     dV_c += P^T dO_m       wgmma rs m64nDk16 x BM/16   (A = P^T from registers, B = dO MN-major)
+//     dK_c += dS^T Q_m       wgmma rs m64nDk16 x BM/16
+//     dS^T -> smem dS[m % 2]; fence.proxy.async; named barrier (both consumer warpgroups)
+//     dQ_m (its quarter/half) = dS K_j   wgmma ss m64n64k16 x 8, A = dS^T and B = K both MN-major
+//     wait; release the slots; red.global.add.v2.f32 into the fp32 dQ accumulator
+//   epilogue: dK * scale and dV to 16 bits, stored from the accumulators.
+//
+//   Shared memory (1024-byte aligned, 128-byte swizzle: 16-byte chunk c of row r at c ^ (r % 8)):
+//   [K: D/64 atoms of 128 rows x 128 B][V: same][Q x2][dO x2: D/64 atoms of BM rows x 128 B]
+//   [dS^T x2: BM/64 atoms of 128 key rows x 128 B][LSE2 x2][Dsum x2: BM floats]
+//   Tiles per head dim: D=128: BM = 64 query rows per step, dQ split by columns (64 each);
+//   D=64: BM = 128, dQ split by rows (64 each). ~162 KB either way: one CTA per SM.
+#include "common.cuh"
+#include "bwd_prepost.cuh"
+#include "hopper/fwd_wgmma.cuh"
+#include "hopper/tma_pipeline.cuh"
+#include "hopper/wgmma.cuh"
+
+#include <cmath>
+#include <type_traits>
+
+namespace v8 {
+
+// The backward's tile configuration: D head dim, BM query rows per step, STAGES slots of the Q/dO
+// ring. The key block is fixed at 128 keys (two consumer warpgroups of 64).
+template <int D_, int BM_, int STAGES_>
+struct BwdConfig {
+  static constexpr int D = D_, BM = BM_, kStages = STAGES_;
+  static constexpr int BN = 128, kConsumers = 2;
+  static constexpr int kThreads = 128 * (1 + kConsumers);
+  static constexpr int kConsumerThreads = 128 * kConsumers;
+  static constexpr int kHalves = D / 64;            // 64-column swizzle atoms across D
+  static constexpr int kKVBytes = BN * D * 2;       // one K or V tile
+  static constexpr int kQBytes = BM * D * 2;        // one Q or dO tile
+  static constexpr int kDsBytes = BN * BM * 2;      // one dS^T tile
+  static constexpr int kStatBytes = BM * 4;         // one block of LSE2 or Dsum
+  static constexpr int kOffK = 0, kOffV = kKVBytes, kOffQ = 2 * kKVBytes;
+  static constexpr int kOffDO = kOffQ + kStages * kQBytes;
+  static constexpr int kOffDS = kOffDO + kStages * kQBytes;
+  static constexpr int kOffL = kOffDS + 2 * kDsBytes;
+  static constexpr int kOffDsum = kOffL + kStages * kStatBytes;
+  static constexpr int kSmemBytes = kOffDsum + kStages * kStatBytes + 1024;  // + alignment slack
+  // dQ [BM x D] per step, split between the two consumer warpgroups on whole swizzle atoms: by
+  // rows when BM = 128 (each m64 x D), else by columns (each m64 x D/2).
+  static constexpr bool kDqSplitRows = BM == 128;
+  static constexpr int kDqN = kDqSplitRows ? D : D / 2;
+  static constexpr int kProducerRegs = 24, kConsumerRegs = 240;
+  static_assert(D == 64 || D == 128, "head_dim 64 or 128");
+  static_assert(BM == 64 || BM == 128, "query block of 64 or 128 rows");
+  static_assert(kDqN == 64 || kDqN == 128, "dQ split on whole 64-column atoms");
+  static_assert(BM <= lab_bwd::kMaxQueryBlock, "the row statistics are padded to kMaxQueryBlock rows");
+  static_assert(kSmemBytes <= 227 * 1024, "shared memory over the 227 KB per-block limit");
+};
+
+template <class C, typename T, bool CAUSAL>
+__global__ void __launch_bounds__(C::kThreads, 1)
+bwd_kernel(const __grid_constant__ CUtensorMap tm_q,   // [B*H, nq, D] in boxes of [BM rows, 64 cols]
+           const __grid_constant__ CUtensorMap tm_do,  // [B*H, nq, D] in boxes of [BM rows, 64 cols]
+           const __grid_constant__ CUtensorMap tm_k,   // [B*H, nk, D] in boxes of [BN rows, 64 cols]
+           const __grid_constant__ CUtensorMap tm_v,   // [B*H, nk, D] in boxes of [BN rows, 64 cols]
+           const float* __restrict__ lse2,             // [B*H, nq_pad] LSE * log2(e), +inf on padding rows
+           const float* __restrict__ dsum,             // [B*H, nq_pad] rowsum(dO * O), 0 on padding rows
+           float* __restrict__ dq_acc,                 // [B*H, nq, D] fp32, zeroed by the preprocess
+           T* __restrict__ dk, T* __restrict__ dv,     // [B*H, nk, D]
+           int nq, int nk, int nq_pad, float scale_log2, float scale) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  constexpr int D = C::D, BM = C::BM, BN = C::BN, S = C::kStages;
+  extern __shared__ uint8_t smem_raw[];
+  // Barriers: [0] K/V landed; per stage s: Q full, Q empty, dO full, dO empty.
+  __shared__ __align__(8) uint64_t bars[1 + 4 * S];
+
+  const int tid = threadIdx.x;
+  const int n_block = blockIdx.x, bh = blockIdx.y;
+  const int n0 = n_block * BN;
+  const int m_blocks = lab_cdiv(nq, BM);
+  // Top-left causal (query i sees keys j <= i): query blocks wholly above this key block see none
+  // of its keys.
+  const int m_first = CAUSAL ? min(n0 / BM, m_blocks) : 0;
+  const int n_steps = m_blocks - m_first;
+
+  const uint32_t s_base = (lab_smem_addr(smem_raw) + 1023u) & ~1023u;
+  const uint32_t s_k = s_base + C::kOffK, s_v = s_base + C::kOffV;
+  auto s_q = [&](int s) { return s_base + C::kOffQ + s * C::kQBytes; };
+  auto s_do = [&](int s) { return s_base + C::kOffDO + s * C::kQBytes; };
+  auto s_ds = [&](int b) { return s_base + C::kOffDS + b * C::kDsBytes; };
+  auto s_l = [&](int s) { return s_base + C::kOffL + s * C::kStatBytes; };
+  auto s_dd = [&](int s) { return s_base + C::kOffDsum + s * C::kStatBytes; };
+  const uint32_t kv_full = lab_smem_addr(&bars[0]);
+  auto q_full = [&](int s) { return lab_smem_addr(&bars[1 + s]); };
+  auto q_empty = [&](int s) { return lab_smem_addr(&bars[1 + S + s]); };
+  auto do_full = [&](int s) { return lab_smem_addr(&bars[1 + 2 * S + s]); };
+  auto do_empty = [&](int s) { return lab_smem_addr(&bars[1 + 3 * S + s]); };
+
+  if (tid == 0) {
+    lab_mbar_init(kv_full, 1);
+    for (int s = 0; s < S; ++s) {
+      lab_mbar_init(q_full(s), 1);
+      lab_mbar_init(do_full(s), 1);
+      lab_mbar_init(q_empty(s), C::kConsumerThreads);
+      lab_mbar_init(do_empty(s), C::kConsumerThreads);
+    }
+    lab_fence_mbar_init();
+  }
+  __syncthreads();
+
+  const int warpgroup = tid / 128;
+  if (warpgroup == 0) {
+    // ---------------- producer: one thread issues every copy ----------------
+    lab_setmaxnreg_dec<C::kProducerRegs>();
+    // No query block sees this key block (causal, nk > nq): nothing to load, dK = dV = 0.
+    if (tid == 0 && n_steps > 0) {
+      lab_tma_prefetch_map(&tm_q);
+      lab_tma_prefetch_map(&tm_do);
+      lab_tma_prefetch_map(&tm_k);
+      lab_tma_prefetch_map(&tm_v);
+      lab_mbar_arrive_expect_tx(kv_full, 2 * C::kKVBytes);
+#pragma unroll
+      for (int h = 0; h < C::kHalves; ++h) {
+        lab_tma_load_3d(s_k + h * BN * 128, &tm_k, kv_full, h * 64, n0, bh);
+        lab_tma_load_3d(s_v + h * BN * 128, &tm_v, kv_full, h * 64, n0, bh);
+      }
+      const float* lse2_bh = lse2 + (size_t)bh * nq_pad;
+      const float* dsum_bh = dsum + (size_t)bh * nq_pad;
+      for (int it = 0; it < n_steps; ++it) {
+        const int s = it % S, m0 = (m_first + it) * BM;
+        const uint32_t parity = ((it / S) & 1) ^ 1;  // first pass: a fresh slot counts as free
+        lab_mbar_wait(q_empty(s), parity);
+        lab_mbar_arrive_expect_tx(q_full(s), C::kQBytes + C::kStatBytes);
+#pragma unroll
+        for (int h = 0; h < C::kHalves; ++h) lab_tma_load_3d(s_q(s) + h * BM * 128, &tm_q, q_full(s), h * 64, m0, bh);
+        lab_bulk_load(s_l(s), lse2_bh + m0, C::kStatBytes, q_full(s));
+        lab_mbar_wait(do_empty(s), parity);
+        lab_mbar_arrive_expect_tx(do_full(s), C::kQBytes + C::kStatBytes);
+#pragma unroll
+        for (int h = 0; h < C::kHalves; ++h)
+          lab_tma_load_3d(s_do(s) + h * BM * 128, &tm_do, do_full(s), h * 64, m0, bh);
+        lab_bulk_load(s_dd(s), dsum_bh + m0, C::kStatBytes, do_full(s));
+      }
+    }
+    return;
+  }
+
+  // ---------------- consumers ----------------
+  lab_setmaxnreg_inc<C::kConsumerRegs>();
+  const int c = warpgroup - 1;                       // keys n0 + 64c .. +63
+  const int lane = tid & 31, warp = (tid / 32) & 3;  // warp within the warpgroup: rows 16 warp ..
+  const int g = lane >> 2, c2 = 2 * (lane & 3);      // accumulator row g (and g + 8), column pair c2
+  const int key_g = n0 + c * 64 + warp * 16 + g;     // this thread's keys: key_g, key_g + 8
+
+  float dk_acc[D / 2], dv_acc[D / 2];
+#pragma unroll
+  for (int i = 0; i < D / 2; ++i) dk_acc[i] = dv_acc[i] = 0.f;
+
+  // dQ's share of this warpgroup: query rows dq_row0 .. +63 of the block, columns dq_col0 .. +kDqN-1.
+  const int dq_row0 = C::kDqSplitRows ? 64 * c : 0;
+  const int dq_col0 = C::kDqSplitRows ? 0 : c * C::kDqN;
+
+  if (n_steps > 0) lab_mbar_wait(kv_full, 0);
+  for (int it = 0; it < n_steps; ++it) {
+    const int s = it % S, m0 = (m_first + it) * BM;
+    const uint32_t phase = (it / S) & 1;
+    const int ds_buf = it & 1;
+
+    // S^T = K_c Q^T and dP^T = V_c dO^T: A = 64 rows of K (V) K-major, B = the BM rows of Q (dO)
+    // K-major; 8-row groups 1024 B apart, a k16 step +32 B inside a 64-column atom.
+    float st[BM / 2], dpt[BM / 2];
+    lab_mbar_wait(q_full(s), phase);
+    lab_wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk) {
+      const uint32_t a = s_k + (kk / 4) * BN * 128 + c * 64 * 128 + (kk % 4) * 32;
+      const uint32_t b = s_q(s) + (kk / 4) * BM * 128 + (kk % 4) * 32;
+      lab_wgmma_ss<T, BM>(st, lab_wgmma_desc_sw128(a, 16, 1024), lab_wgmma_desc_sw128(b, 16, 1024), kk > 0 ? 1 : 0);
+    }
+    lab_wgmma_commit();
+    lab_mbar_wait(do_full(s), phase);
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk) {
+      const uint32_t a = s_v + (kk / 4) * BN * 128 + c * 64 * 128 + (kk % 4) * 32;
+      const uint32_t b = s_do(s) + (kk / 4) * BM * 128 + (kk % 4) * 32;
+      lab_wgmma_ss<T, BM>(dpt, lab_wgmma_desc_sw128(a, 16, 1024), lab_wgmma_desc_sw128(b, 16, 1024), kk > 0 ? 1 : 0);
+    }
+    lab_wgmma_commit();
+
+    // P^T = 2^(s scale log2e - LSE2) from the forward's LSE (no running max: the LSE normalises),
+    // zero where the key is padding or, causal, right of the query. Element e of column block i:
+    // key key_g + 8 (e >> 1), query m0 + 8 i + c2 + (e & 1). Padding queries have LSE2 = +inf.
+    lab_wgmma_wait<1>();
+    lab_fence_regs(st);
+    const float* lse_s = reinterpret_cast<const float*>(smem_raw + (s_l(s) - lab_smem_addr(smem_raw)));
+    const float* dd_s = reinterpret_cast<const float*>(smem_raw + (s_dd(s) - lab_smem_addr(smem_raw)));
+    const bool masked = n0 + BN > nk || (CAUSAL && m0 < n0 + BN - 1);
+#pragma unroll
+    for (int i = 0; i < BM / 8; ++i) {
+      const float2 l = *reinterpret_cast<const float2*>(lse_s + i * 8 + c2);
+#pragma unroll
+      for (int e = 0; e < 4; ++e) st[i * 4 + e] = lab_exp2(fmaf(st[i * 4 + e], scale_log2, -((e & 1) ? l.y : l.x)));
+    }
+    if (masked) {
+#pragma unroll
+      for (int i = 0; i < BM / 8; ++i)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int key = key_g + (e >> 1) * 8, query = m0 + i * 8 + c2 + (e & 1);
+          if (key >= nk || (CAUSAL && key > query)) st[i * 4 + e] = 0.f;
+        }
+    }
+    lab_wgmma_wait<0>();
+    lab_fence_regs(dpt);
+#pragma unroll
+    for (int i = 0; i < BM / 8; ++i) {
+      const float2 dd = *reinterpret_cast<const float2*>(dd_s + i * 8 + c2);
+#pragma unroll
+      for (int e = 0; e < 4; ++e) dpt[i * 4 + e] = st[i * 4 + e] * (dpt[i * 4 + e] - ((e & 1) ? dd.y : dd.x));
+    }
+    // P^T and dS^T as wgmma's register A operand (the mma.sync m16n8k16 A fragment of rows 16 warp..):
+    // k-step kk covers queries 16 kk .. 16 kk + 15, column blocks 2 kk and 2 kk + 1.
+    uint32_t p_frag[BM / 16][4], ds_frag[BM / 16][4];
+#pragma unroll
+    for (int kk = 0; kk < BM / 16; ++kk)
+#pragma unroll
+      for (int r = 0; r < 4; ++r) {
+        p_frag[kk][r] = lab_pack2<T>(st[8 * kk + 2 * r], st[8 * kk + 2 * r + 1]);
+        ds_frag[kk][r] = lab_pack2<T>(dpt[8 * kk + 2 * r], dpt[8 * kk + 2 * r + 1]);
+      }
+
+    // dV += P^T dO, dK += dS^T Q: B = dO (Q) [BM queries x D] MN-major, 64-column atoms BM*128 B
+    // apart, a k16 step (16 queries) +2048 B.
+    lab_wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < BM / 16; ++kk)
+      lab_wgmma_rs_tb<T, D>(dv_acc, p_frag[kk], lab_wgmma_desc_sw128(s_do(s) + kk * 2048, BM * 128, 1024));
+#pragma unroll
+    for (int kk = 0; kk < BM / 16; ++kk)
+      lab_wgmma_rs_tb<T, D>(dk_acc, ds_frag[kk], lab_wgmma_desc_sw128(s_q(s) + kk * 2048, BM * 128, 1024));
+    lab_wgmma_commit();
+
+    // dS^T -> shared memory [128 keys x BM queries], queries contiguous in 64-query atoms: row
+    // key - n0, chunk (query % 64) / 8 swizzled by the row (g: every row base is a multiple of 8).
+    // A quad writes 16 contiguous bytes of a chunk; the swizzle spreads the 8 rows over all banks.
+    {
+      uint8_t* ds_tile = smem_raw + (s_ds(ds_buf) - lab_smem_addr(smem_raw));
+      const int row = c * 64 + warp * 16 + g;
+#pragma unroll
+      for (int i = 0; i < BM / 8; ++i)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int r = row + 8 * h;
+          const int off = (i / 8) * BN * 128 + r * 128 + (((i % 8) ^ g) * 16) + (lane & 3) * 4;
+          *reinterpret_cast<uint32_t*>(ds_tile + off) = ds_frag[i / 2][(i % 2) * 2 + h];
+        }
+    }
+    lab_fence_proxy_async_shared();            // the stores above, visible to wgmma's reads
+    lab_named_sync(1, C::kConsumerThreads);    // both warpgroups' keys of dS^T are in place
+
+    // dQ (this warpgroup's share) = dS K: A = dS [queries x keys] read from dS^T (MN-major: the
+    // queries contiguous), B = K [keys x D] MN-major; k = the 128 keys, a k16 step +2048 B in both.
+    float dq[C::kDqN / 2];
+    lab_wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < BN / 16; ++kk) {
+      const uint32_t a = s_ds(ds_buf) + (dq_row0 / 64) * BN * 128 + kk * 2048;
+      const uint32_t b = s_k + (dq_col0 / 64) * BN * 128 + kk * 2048;
+      lab_wgmma_ss_tt<T, C::kDqN>(dq, lab_wgmma_desc_sw128(a, BN * 128, 1024), lab_wgmma_desc_sw128(b, BN * 128, 1024),
+                                  kk > 0 ? 1 : 0);
+    }
+    lab_wgmma_commit();
+    lab_wgmma_wait<0>();
+    lab_fence_regs(dv_acc);
+    lab_fence_regs(dk_acc);
+    lab_fence_regs(dq);
+    lab_fence_regs(p_frag);
+    lab_fence_regs(ds_frag);
+    // Q, dO and their statistics are no longer read by this thread (dS^T's buffer is reused two
+    // steps on, after the next step's barrier: both warpgroups have finished this step's dQ then).
+    lab_mbar_arrive(q_empty(s));
+    lab_mbar_arrive(do_empty(s));
+
+    // Into the fp32 accumulator: the other key blocks' CTAs add into the same rows (RED, no return).
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int qrow = m0 + dq_row0 + warp * 16 + g + 8 * h;
+      if (qrow < nq) {
+        float* dst = dq_acc + ((size_t)bh * nq + qrow) * D + dq_col0 + c2;
+#pragma unroll
+        for (int i = 0; i < C::kDqN / 8; ++i) lab_bwd::red_add2(dst + i * 8, dq[i * 4 + 2 * h], dq[i * 4 + 2 * h + 1]);
+      }
+    }
+  }
+
+  // Epilogue: dK = scale * dS^T Q summed, dV; rows past nk are not written.
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int key = key_g + 8 * h;
+    if (key < nk) {
+      const size_t off = ((size_t)bh * nk + key) * D + c2;
+#pragma unroll
+      for (int i = 0; i < D / 8; ++i) {
+        *reinterpret_cast<uint32_t*>(dk + off + i * 8) = lab_pack2<T>(dk_acc[i * 4 + 2 * h] * scale, dk_acc[i * 4 + 2 * h + 1] * scale);
+        *reinterpret_cast<uint32_t*>(dv + off + i * 8) = lab_pack2<T>(dv_acc[i * 4 + 2 * h], dv_acc[i * 4 + 2 * h + 1]);
+      }
+    }
+  }
+#else
+  // Built for another target: the launcher refuses before launching (wgmma/TMA need sm_90a).
+  __trap();
+#endif
+}
+
+template <class C, typename T, bool CAUSAL>
+const char* bwd_launch_one(const LabBackwardArgs* a, cudaStream_t stream) {
+  lab_bwd::Workspace w;
+  const size_t need = lab_bwd::workspace_bytes(a, &w);
+  if (a->workspace == nullptr || a->workspace_bytes < need) return "v8: backward workspace missing or too small";
+  const int bh = a->batch * a->heads, nq = a->seqlen_q, nk = a->seqlen_k;
+  if (bh > 65535) return "v8: batch*heads must be <= 65535 (grid y limit)";
+  constexpr int D = C::D;
+  if (reinterpret_cast<uintptr_t>(w.lse2) % 16 || reinterpret_cast<uintptr_t>(w.dsum) % 16)
+    return "v8: the row statistics must be 16-byte aligned (bulk copies)";
+
+  constexpr int kPreRows = 256 / (D / 8);
+  lab_bwd::bwd_preprocess_kernel<T, D><<<dim3(lab_cdiv(w.nq_pad, kPreRows), bh), 256, 0, stream>>>(
+      static_cast<const T*>(a->o), static_cast<const T*>(a->dout), a->lse, w.lse2, w.dsum, w.dq_acc, nq, w.nq_pad);
+  if (const char* err = lab_last_launch_error()) return err;
+
+  CUtensorMap tm_q, tm_do, tm_k, tm_v;
+  if (!lab_tma_map_3d<T>(&tm_q, a->q, D, nq, bh, C::BM) || !lab_tma_map_3d<T>(&tm_do, a->dout, D, nq, bh, C::BM) ||
+      !lab_tma_map_3d<T>(&tm_k, a->k, D, nk, bh, C::BN) || !lab_tma_map_3d<T>(&tm_v, a->v, D, nk, bh, C::BN))
+    return "v8: cuTensorMapEncodeTiled refused a tensor map (q, k, v, dout must be contiguous and 16-byte aligned)";
+  auto kernel = bwd_kernel<C, T, CAUSAL>;
+  static const cudaError_t attr = lab_set_smem(kernel, C::kSmemBytes);  // once per instantiation
+  if (attr != cudaSuccess) return cudaGetErrorString(attr);
+  const float scale = a->softmax_scale, scale_log2 = scale * 1.4426950408889634f;
+  kernel<<<dim3(lab_cdiv(nk, C::BN), bh), C::kThreads, C::kSmemBytes, stream>>>(
+      tm_q, tm_do, tm_k, tm_v, w.lse2, w.dsum, w.dq_acc, static_cast<T*>(a->dk), static_cast<T*>(a->dv), nq, nk,
+      w.nq_pad, scale_log2, scale);
+  if (const char* err = lab_last_launch_error()) return err;
+
+  const size_t n8 = (size_t)bh * nq * D / 8;
+  const int blocks = (int)((n8 + 255) / 256 < 132 * 16 ? (n8 + 255) / 256 : 132 * 16);
+  lab_bwd::bwd_convert_kernel<T><<<blocks, 256, 0, stream>>>(w.dq_acc, static_cast<T*>(a->dq), n8, scale);
+  return lab_last_launch_error();
+}
+
+template <class C>
+const char* bwd_launch(const LabBackwardArgs* a, cudaStream_t stream) {
+  const bool causal = a->causal != 0;
+  switch (a->dtype) {
+    case LAB_FLOAT16:
+      return causal ? bwd_launch_one<C, __half, true>(a, stream) : bwd_launch_one<C, __half, false>(a, stream);
+    case LAB_BFLOAT16:
+      return causal ? bwd_launch_one<C, __nv_bfloat16, true>(a, stream)
+                    : bwd_launch_one<C, __nv_bfloat16, false>(a, stream);
+    default: return "v8 supports float16 and bfloat16 only (wgmma rung); use --dtype float16";
+  }
+}
+
+// The forward: v6's kernel and configurations (v6_wgmma.cu's, measured there), writing the LSE.
+using Fwd64 = lab_hopper_fwd::Config<64, 128, 2, false, 1>;
+using FwdLong64 = lab_hopper_fwd::Config<64, 128, 2, false, 3>;
+using Fwd128 = lab_hopper_fwd::Config<128, 128, 2, false, 2>;
+constexpr int kLongKeys = 8192;
+template <class C, bool CAUSAL>
+const char* fwd_launch(const LabAttentionArgs* a, cudaStream_t stream) {
+  return a->lse != nullptr ? lab_hopper_fwd::launch<C, CAUSAL, true>(a, stream)
+                           : lab_hopper_fwd::launch<C, CAUSAL, false>(a, stream);
+}
+
+// The backward's configurations: D, BM query rows per step, stages of the Q/dO ring.
+using BwdDefault64 = BwdConfig<64, 128, 2>;
+using BwdDefault128 = BwdConfig<128, 64, 2>;
+
+}  // namespace v8
+
+static const char* refuse(int head_dim, int nq, int nk, float scale, std::initializer_list<const void*> ptrs) {
+  if (head_dim != 64 && head_dim != 128) return "v8 supports head_dim 64 and 128";
+  if (nq < 1 || nk < 1) return "v8 needs seqlen_q >= 1 and seqlen_k >= 1";
+  // The forward takes the row max on raw scores and scales afterwards, which needs a positive scale.
+  if (!(scale > 0.f)) return "v8 needs softmax_scale > 0";
+  for (const void* p : ptrs)
+    if (reinterpret_cast<uintptr_t>(p) % 16 != 0) return "v8 needs every tensor 16-byte aligned (TMA)";
+  if (lab_hopper_refusal() != nullptr) return "v8 needs a Hopper GPU (compute capability 9.0, sm_90a: wgmma + TMA); this GPU is not one";
+  if (!lab_tma_encode_tiled()) return "v8: the driver has no cuTensorMapEncodeTiled (needs CUDA 12+ driver)";
+  return nullptr;
+}
+
+LAB_EXPORT const char* lab_forward_v8(const LabAttentionArgs* a, cudaStream_t stream) {
+  if (const char* why = refuse(a->head_dim, a->seqlen_q, a->seqlen_k, a->softmax_scale, {a->q, a->k, a->v, a->o}))
+    return why;
+  if (a->head_dim == 64) {
+    if (a->causal) return v8::fwd_launch<v8::Fwd64, true>(a, stream);
+    return a->seqlen_k >= v8::kLongKeys ? v8::fwd_launch<v8::FwdLong64, false>(a, stream)
+                                        : v8::fwd_launch<v8::Fwd64, false>(a, stream);
+  }
+  return a->causal ? v8::fwd_launch<v8::Fwd128, true>(a, stream) : v8::fwd_launch<v8::Fwd128, false>(a, stream);
+}
+
+LAB_EXPORT size_t lab_backward_v8_workspace(const LabBackwardArgs* args) { return lab_bwd::workspace_bytes(args); }
+
+LAB_EXPORT const char* lab_backward_v8(const LabBackwardArgs* a, cudaStream_t stream) {
+  if (const char* why = refuse(a->head_dim, a->seqlen_q, a->seqlen_k, a->softmax_scale,
+                               {a->q, a->k, a->v, a->o, a->dout, a->dq, a->dk, a->dv}))
+    return why;
+  if (a->head_dim == 64) return v8::bwd_launch<v8::BwdDefault64>(a, stream);
+  return v8::bwd_launch<v8::BwdDefault128>(a, stream);
+}
+
+// The rung's facts for the lab (lab/ladder/registry.py reads them; the header above is its record).
+// Kept at the end of the file so that line numbers in stored profiles stay valid.
+// lab:rung
+// id = "v8"
+// slug = "wgmma_bwd"
+// title = "Hopper backward: wgmma + TMA, a producer warp feeding two consumer warpgroups, with v6's forward writing the LSE (sm_90a)"
+// dtypes = ["float16", "bfloat16"]
+// head_dims = [64, 128]
+// min_cc = "9.0"             # wgmma, TMA, setmaxnreg: Hopper only
+// arch_flags = ["-gencode=arch=compute_90a,code=sm_90a"]
+// attacks = ["memory-bound"]  # v7's main loop: L1TEX-bound on ldmatrix operand traffic (its stored profile)
+// grid = "q-tiles,bh"        # forward as v6; backward: key blocks on grid.x, batch*heads on grid.y (<= 65535)
+// aligned16 = true           # TMA: the launchers refuse tensors not 16-byte aligned
+// backward = true
+// lab:end

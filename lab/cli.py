@@ -19,6 +19,7 @@ import click
 from rich.console import Console
 from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
+from rich.text import Text
 
 from lab import __version__
 from lab import sweeping as sweeper
@@ -128,29 +129,62 @@ def main(workspace_dir):
 
 
 @main.command()
+@click.argument("rung_id", required=False, metavar="[ID]")
 @json_option
 @click.option("--markdown", is_flag=True, help="print the README's ladder table")
-def variants(as_json, markdown):
-    """List the rungs: the built-in ladder and this workspace's, marked by origin."""
+def variants(rung_id, as_json, markdown):
+    """List the rungs, one line each: the built-in ladder and this workspace's, marked by origin.
+    With ID, that rung's lab:rung block and header in full."""
 
     if markdown:
         click.echo(registry.markdown_table())
         return
-    rungs = registry.variants()
+    rungs = [registry.get(rung_id)] if rung_id else registry.variants()
     if as_json:
         click.echo(json.dumps([v.to_dict() for v in rungs], indent=2))
-        return
+    elif rung_id:
+        _print_rung(rungs[0])
+    else:
+        _print_ladder(rungs)
 
+
+DTYPE_SHORT = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16"}
+
+
+def _print_ladder(rungs) -> None:
+    """One line per rung, within the terminal's width (rich cuts the title to what is left)."""
     ws = workspace.active()
-    table = Table(show_lines=True, title=f"workspace {ws.name}: {ws.root}" if ws else "the built-in ladder")
-    for col in ("id", "origin", "kind", "title", "dtype", "D", "cc", "backward", "attacks", "changed"):
-        table.add_column(col, overflow="fold", no_wrap=col in ("id", "kind", "cc", "backward"))
+    table = Table(box=None, title=f"workspace {ws.name}: {ws.root}" if ws else "the built-in ladder",
+                  title_justify="left", pad_edge=False, header_style="bold")
+    for col in ("id", "origin", "kind", "dtypes", "D", "bwd", "GQA"):
+        table.add_column(col, no_wrap=True)
+    table.add_column("title")   # wrapable, so rich narrows it first; each cell stays one cut line
     for v in rungs:
-        origin = v.origin + (" (shadows the built-in)" if v.shadows else "")
-        table.add_row(v.id, origin, v.kind, v.title, ",".join(v.dtypes), ",".join(map(str, v.head_dims)),
-                      ".".join(map(str, v.min_cc)), "yes" if v.backward else "no",
-                      ", ".join(v.classes) or "-", registry.first_sentence(v.changed))
-    Console().print(table)
+        table.add_row(v.id, v.origin + ("*" if v.shadows else ""), v.kind,
+                      ",".join(DTYPE_SHORT.get(d, d) for d in v.dtypes), ",".join(map(str, v.head_dims)),
+                      "yes" if v.backward else "no", "yes" if v.gqa else "no",
+                      Text(v.title, no_wrap=True, overflow="ellipsis"))
+    console = Console()
+    console.print(table)
+    if any(v.shadows for v in rungs):
+        console.print("* shadows the built-in rung of its id (that one is builtin:ID)", highlight=False)
+    console.print("`lab variants ID`: one rung's block and header in full; --json for every field",
+                  highlight=False, markup=False)
+
+
+def _print_rung(v) -> None:
+    """The rung's facts as its file declares them (the lab:rung block) and its header's prose, verbatim."""
+    where = registry.source_label(v)
+    click.echo(f"{v.id}: {v.title}")
+    click.echo(f"{v.origin} rung{' (shadows the built-in: builtin:' + v.id + ')' if v.shadows else ''}, {where}")
+    click.echo("")
+    for line in registry.block_lines(v.source):
+        click.echo(f"  {line}")
+    _, prose = registry.read_block(v.source)
+    if any(p.strip() for p in prose):
+        click.echo("")
+        for line in prose:
+            click.echo(f"  {line}".rstrip())
 
 
 @main.command()
@@ -288,28 +322,60 @@ def _build_with_progress(builder, chosen, arch, ptxas_only, jobs, quiet: bool):
 
 
 def _print_build_table(builder, results, outcomes, wall):
-    table = Table(title="ptxas resource usage (static shared memory; dynamic is set at launch)")
-    for col in ("variant", "kernel", "arch"):
-        table.add_column(col, overflow="fold")
-    for col in ("registers", "smem B", "stack B", "spill stores B", "spill loads B"):
-        table.add_column(col, justify="right")
-    for r in results:
-        for rec in r["ptxas"]:
-            table.add_row(r["variant"], builder.short_kernel_name(rec["kernel"]), rec["arch"], str(rec["registers"]),
-                          str(rec["smem_bytes"]), str(rec["stack_bytes"]), str(rec["spill_stores_bytes"]),
-                          str(rec["spill_loads_bytes"]))
+    """One line per rung (its kernels' ranges), within the terminal's width; a single rung's kernels
+    one by one, their names whole."""
     console = Console()
-    if results:
+    if len(results) == 1:
+        _print_build_kernels(builder, results[0], console)
+    elif results:
+        table = Table(box=None, title="ptxas -v per rung (static shared memory; dynamic is set at launch)",
+                      title_justify="left", pad_edge=False, header_style="bold")
+        table.add_column("rung", no_wrap=True)
+        table.add_column("arch", no_wrap=True)
+        for col in ("kernels", "registers", "smem B", "stack B", "spills B"):
+            table.add_column(col, justify="right", no_wrap=True)
+        table.add_column("build", no_wrap=True)
+        for r in results:
+            recs = r["ptxas"]
+            span = lambda key: _span([rec[key] for rec in recs])   # noqa: E731
+            spills = sum(rec["spill_stores_bytes"] + rec["spill_loads_bytes"] for rec in recs)
+            table.add_row(r["variant"], ",".join(dict.fromkeys(rec["arch"] for rec in recs)) or "-", str(len(recs)),
+                          span("registers"), span("smem_bytes"), span("stack_bytes"),
+                          Text(str(spills), style="yellow" if spills else ""),
+                          f"{'compiled' if r['built_now'] else 'cached'} {r['seconds']:.1f} s")
         console.print(table)
-    for r in results:
-        what = "compiled" if r["built_now"] else "cached"
-        console.print(f"{r['variant']}: {what} in {r['seconds']:.1f} s -> {r['build_dir']}"
-                      + ("" if r["sass"] else " (no SASS: cuobjdump not found)"))
+        console.print("`lab build --ptxas-only --variant ID`: one rung's kernels; --json for every field",
+                      highlight=False, markup=False)
+    no_sass = [r["variant"] for r in results if not r["sass"]]
+    if no_sass:
+        console.print(f"no SASS kept (cuobjdump not found): {', '.join(no_sass)}", highlight=False)
     for o in outcomes:
         if o.variant.kind == "python" and not o.error:
             console.print(f"{o.variant.id}: python rung, nothing to compile (its callable imports)")
     if wall is not None and len(results) > 1:
         console.print(f"all: {wall:.1f} s wall clock")
+
+
+def _span(values) -> str:
+    lo, hi = min(values, default=0), max(values, default=0)
+    return str(lo) if lo == hi else f"{lo}-{hi}"
+
+
+def _print_build_kernels(builder, r, console) -> None:
+    what = "compiled" if r["built_now"] else "cached"
+    console.print(f"{r['variant']}: {what} in {r['seconds']:.1f} s, in", highlight=False)
+    console.print(str(r["build_dir"]), highlight=False, soft_wrap=True)   # whole, to be copied
+    table = Table(box=None, title="ptxas -v per kernel (static shared memory; dynamic is set at launch)",
+                  title_justify="left", pad_edge=False, header_style="bold")
+    for col in ("regs", "smem B", "stack B", "spill st/ld B"):
+        table.add_column(col, justify="right", no_wrap=True)
+    table.add_column("arch", no_wrap=True)
+    table.add_column("kernel", overflow="fold")   # whole names, last: the template arguments tell them apart
+    for rec in r["ptxas"]:
+        table.add_row(str(rec["registers"]), str(rec["smem_bytes"]), str(rec["stack_bytes"]),
+                      f"{rec['spill_stores_bytes']}/{rec['spill_loads_bytes']}", rec["arch"],
+                      builder.short_kernel_name(rec["kernel"]))
+    console.print(table)
 
 
 @main.command()

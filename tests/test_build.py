@@ -263,3 +263,24 @@ def test_cache_key_follows_the_headers_a_rung_includes(tmp_path):
     hopper_rungs = [v for v in VARIANTS if '#include "hopper/' in v.source.read_text()]
     for v in hopper_rungs:
         assert any(p.parent.name == "hopper" for p in build.sources_for(v)), v.id
+
+
+@needs_nvcc
+def test_lab_build_ptxas_only_prints_a_line_per_rung_and_one_rungs_kernels_whole(lab_cache):
+    """Several rungs: one line each within 80 columns; one rung: each of its kernels, its name whole."""
+    env = dict(os.environ, LAB_CACHE=str(lab_cache), COLUMNS="80")
+    pair = [v.id for v in FP32_RUNGS[:2]]
+    argv = [sys.executable, "-m", "lab.cli", "build", "--ptxas-only", "--arch", "sm_80", "--variant"]
+    res = subprocess.run([*argv, ",".join(pair)], capture_output=True, text=True, env=env)
+    assert res.returncode == 0, res.stderr
+    lines = res.stdout.splitlines()
+    assert max(map(len, lines)) <= 80, res.stdout
+    assert [line.split()[0] for line in lines if line.split()[:1] and line.split()[0] in pair] == pair
+    one = subprocess.run([*argv, pair[0], "--json"], capture_output=True, text=True, env=env)
+    (rec,) = json.loads(one.stdout)
+    text = subprocess.run([*argv, pair[0]], capture_output=True, text=True, env=env).stdout
+    assert max(len(line) for line in text.splitlines() if line != rec["build_dir"]) <= 80, text
+    assert rec["build_dir"] in text.splitlines()
+    flat = " ".join(text.split())
+    for k in rec["ptxas"]:
+        assert " ".join(build.short_kernel_name(k["kernel"]).split()) in flat.replace("- ", "-")

@@ -232,3 +232,43 @@ def test_no_rung_id_is_written_outside_the_rung_files():
                     if node.value in ids or label_re.search(node.value):
                         offenders.append(f"{path.relative_to(REPO)}:{node.lineno}: {node.value[:80]!r}")
     assert not offenders, "rung ids written outside the registry's data:\n" + "\n".join(offenders[:20])
+
+
+# ------------------------------------------------------------------------------ lab variants, as printed
+
+def _variants(*args, columns=80):
+    from click.testing import CliRunner
+
+    from lab.cli import main
+
+    r = CliRunner().invoke(main, ["--workspace", "none", "variants", *args], env={"COLUMNS": str(columns)})
+    assert r.exit_code == 0, r.output
+    return r.stdout.splitlines()
+
+
+@pytest.mark.parametrize("columns", [80, 120])
+def test_variants_is_one_line_per_rung_within_the_terminal(columns):
+    lines = _variants(columns=columns)
+    assert len(lines) <= 40 and max(map(len, lines)) <= columns, "\n".join(lines)
+    header = next(i for i, line in enumerate(lines) if line.split()[:1] == ["id"])
+    assert lines[header].split() == ["id", "origin", "kind", "dtypes", "D", "bwd", "GQA", "title"]
+    rows = [line for line in lines if line.split()[:1] and line.split()[0] in {v.id for v in builtin()}]
+    assert [r.split()[0] for r in rows] == [v.id for v in builtin()]
+    for v, row in zip(builtin(), rows):
+        cells = row.split()
+        assert cells[1] == "built-in" and cells[2] == v.kind and cells[5] == ("yes" if v.backward else "no")
+        assert cells[4] == ",".join(map(str, v.head_dims))
+        title = row[lines[header].index("title"):].rstrip()
+        assert v.title.startswith(title.rstrip("…")) and (title == v.title or title.endswith("…"))
+
+
+def test_variants_id_shows_the_rungs_block_and_header_in_full():
+    from lab.ladder.rungfile import read_block
+
+    for v in builtin():
+        text = "\n".join(_variants(v.id))
+        _, prose = read_block(v.source)
+        for line in [*prose, *(line for line in v.source.read_text().splitlines() if line.lstrip("/# ").startswith("id = "))]:
+            assert line.strip("/# ").strip() in text, (v.id, line)
+        assert "lab:rung" in text and "lab:end" in text and v.title in text
+    assert "Traceback" not in "\n".join(_variants("--json"))

@@ -21,7 +21,7 @@ from lab.errors import LabError
 from lab.ladder import workspace
 # The rung-file facts readers reach through the registry (registry.Variant, registry.KERNELS_DIR...).
 from lab.ladder.rungfile import (ANALYSIS_CLASSES, BUILTIN_PREFIX, DTYPES, KERNELS_DIR, Variant,  # noqa: F401
-                                 parse_rung, rung_files, scan)
+                                 block_lines, parse_rung, read_block, rung_files, scan)
 
 # ---------------------------------------------------------------------------------------------
 # The registry: built-in ladder + the active workspace

@@ -182,6 +182,17 @@ def read_block(path: Path) -> tuple[dict, list[str]] | None:
     return table, prose
 
 
+def block_lines(path: Path) -> list[str]:
+    """The rung's lab:rung block as written (markers included, comment marks removed): what
+    `lab variants ID` shows. The file is read by read_block first, so a bad block is refused there."""
+    comment = COMMENT[path.suffix]
+    lines = [_uncomment(line.strip(), comment) if line.strip().startswith(comment) else line
+             for line in path.read_text().splitlines()]
+    start = next(i for i, line in enumerate(lines) if line.strip() == BLOCK_START)
+    end = next(i for i in range(start + 1, len(lines)) if lines[i].strip() == BLOCK_END)
+    return lines[start:end + 1]
+
+
 def prose_sections(lines: list[str]) -> dict[str, str]:
     """The header's labelled prose, one string per section (continuation lines joined)."""
     found: dict[str, list[str]] = {}

@@ -533,14 +533,15 @@ def report(out_dir, run_id, profiles_dir, open_browser):
 @profiles_option
 def reanalyze(runs, profiles_dir):
     """Run this lab's analysis again on stored runs' own ncu reports (no GPU): new findings, lines and
-    derived values; the timings, baselines and recorded source stay as measured."""
+    derived values (TFLOP/s, % of peak, minimum bytes, ratios by the run's mode); the times and the
+    recorded source stay as measured."""
 
     root = open_root(profiles_dir)
     targets = [find_run(ref, root) for ref in runs]   # every id resolved before anything is rewritten
     for run in targets:
         before = (run.manifest.get("findings_summary") or {}).get("bottleneck")
         path, analyses = run_reanalyze(run)
-        after = analyses[0].bottleneck if analyses else None
+        after = (analysis.findings_summary(analyses) or {}).get("bottleneck")
         click.echo(f"{run.id}: bottleneck {before} -> {after}" if before != after else f"{run.id}: bottleneck {after}")
 
 @main.command()
@@ -573,6 +574,13 @@ def compare(run_a, run_b, threshold_pct, out_dir, profiles_dir, as_json):
     latest run: `lab compare v5 v6`); exit 1 when B regresses beyond noise and the threshold."""
 
     result = compare_ids(run_a, run_b, threshold_pct, root=profiles_dir)
+    if not result.comparable:   # runs of different modes: said first, each run's own numbers, no page (exit 2)
+        if as_json:
+            click.echo(json.dumps(result.to_json(), indent=2))
+        else:
+            for line in text_lines(result):
+                click.echo(line)
+        sys.exit(2)
     page = render_compare(result, out_dir)
     if as_json:
         click.echo(json.dumps({**result.to_json(), "html": str(page)}, indent=2))

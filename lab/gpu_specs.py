@@ -12,17 +12,15 @@ from dataclasses import asdict, dataclass
 
 @dataclass(frozen=True)
 class Peaks:
+    """THE model of a GPU's peaks: the table below, what device_info records, and the manifest's
+    device.peaks section (lab.store.manifest builds that section from these fields). Which rate a
+    dtype is measured against is lab.measure.rates's (peak_for, fastest_rate). The datasheets give
+    bf16 the fp16 dense tensor rate on every GPU listed, so there is one 16-bit tensor rate."""
     tensor_fp16_tflops: float   # dense fp16/bf16 tensor core, fp32 accumulate
     fp32_tflops: float          # FFMA, non-tensor
     dram_tbps: float            # HBM/GDDR bandwidth, TB/s
     source: str = "datasheet"
     tf32_tensor_tflops: float | None = None   # dense TF32 tensor core; None: the GPU has none (before Ampere)
-
-    @property
-    def fastest_fp32_tflops(self) -> float:
-        """The fastest rate any fp32-input matrix product can run at here: TF32 tensor cores where the
-        GPU has them, else FFMA (the timer's floor for float32 work, lab.measure.floor)."""
-        return max(self.fp32_tflops, self.tf32_tensor_tflops or 0.0)
 
     def to_dict(self) -> dict:
         return asdict(self)

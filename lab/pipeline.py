@@ -108,8 +108,9 @@ def analysis_tables(report_path: Path, problem: dict | None, timeline_info: dict
 
 def reanalyze(run) -> tuple[Path, list]:
     """Run this lab's analysis again on a stored run's own ncu report (no GPU): its metrics, derived,
-    findings, rules and lines tables and its findings summary are replaced; everything measured (timing,
-    baselines, correctness, the recorded source) stays. The run is rebuilt in a staging copy and swapped
+    findings, rules and lines tables and its findings summary are replaced, and the numbers derived from
+    its times (TFLOP/s, % of peak, minimum bytes, ratios: lab.measure.rates by the run's mode) brought up to
+    this lab's rules; everything measured (times, correctness, the recorded source) stays. The run is rebuilt in a staging copy and swapped
     into place, so a reader never sees half of it."""
     report = run.artifact("ncu_report")
     if report is None or not report.is_file():
@@ -126,8 +127,11 @@ def reanalyze(run) -> tuple[Path, list]:
         for name, df in tables.items():
             df.to_parquet(staging / f"{name}.parquet", index=False)
             d.setdefault("tables", {})[name] = f"{name}.parquet"
-        d["findings_summary"] = ({"bottleneck": analyses[0].bottleneck, "count": sum(len(a.findings) for a in analyses)}
-                                 if analyses else None)
+        if d.get("timing"):   # the derived numbers by this lab's rules (lab.measure.rates); the times kept
+            d["timing"], d["baselines"] = rates.run_rates(run.record.problem, run.manifest.get("mode") or "fwd",
+                                                          d["timing"], d.get("baselines") or [],
+                                                          (d.get("device") or {}).get("peaks"))
+        d["findings_summary"] = analysis.findings_summary(analyses)
         # provenance: the judgement is newer than the measurements, and by which lab
         d["reanalyzed"] = {"utc": datetime.now(timezone.utc).isoformat(timespec="seconds"), "lab_version": __version__,
                            "git": git}
@@ -257,7 +261,7 @@ class BaselinesTimed:
 
 def baselines_beside(problem: Problem, timing, facts: Facts, opts: ProfileOptions, stage: Stages) -> BaselinesTimed:
     """The SDPA baselines on this problem, from the store's cache where this device and software timed
-    them with this protocol; each with its ratio (the baseline's time / ours: above 1, ours is faster)."""
+    them with this protocol; their ratios to ours are derived with the run's other numbers (lab.measure.rates.run_rates)."""
     if not opts.baselines:
         return BaselinesTimed([])
     key = baseline_cache.cache_key(facts.device, facts.software, problem, reps=opts.reps, warmup=opts.warmup, mode=opts.mode,
@@ -270,8 +274,6 @@ def baselines_beside(problem: Problem, timing, facts: Facts, opts: ProfileOption
             rows = [b.to_dict() for b in baselines.run_baselines(problem, opts.reps, opts.warmup, progress=_say,
                                                                  mode=opts.mode)]
             out = BaselinesTimed(rows, baseline_cache.put(key, rows), False)
-    for b in out.rows:
-        b["ratio"] = rates.ratio(b.get("median_ms"), timing.median)
     return out
 
 
@@ -316,7 +318,10 @@ def analyze(run, variant: Variant, problem: Problem, timeline_info: dict | None,
 def run_record(variant: Variant, source_sha: str, problem: Problem, facts: Facts, built, correctness: dict, timing, peak_mem,
                base: BaselinesTimed, ncu_info: dict | None, timeline_info: dict | None, analyses: list,
                stage: Stages, mode: str = "fwd") -> mf.Manifest:
-    """The run's manifest: every stage's result, checked against the schema (lab.store.manifest)."""
+    """The run's manifest: every stage's result, checked against the schema (lab.store.manifest); the
+    derived numbers (FLOPs, TFLOP/s, % of peak, minimum bytes, ratios) from lab.measure.rates in the mode."""
+    timing_d, base_rows = rates.run_rates(problem, mode, {**timing.to_dict(), "peak_memory_bytes": peak_mem}, base.rows,
+                                          facts.device.get("peaks"))
     return mf.Manifest(
         created_utc=datetime.now(timezone.utc).isoformat(timespec="seconds"),
         lab_version=__version__,
@@ -335,14 +340,12 @@ def run_record(variant: Variant, source_sha: str, problem: Problem, facts: Facts
         build=mf.Build(flags=list(built.flags), cache_key=built.cache_key,
                        ptxas=[mf.PtxasEntry.from_dict(p, "build.ptxas[]") for p in built.ptxas]),
         correctness=mf.Correctness.from_dict(correctness, "correctness"),
-        timing=mf.Timing.from_dict({**timing.to_dict(), "tflops": rates.tflops(rates.flops(problem, mode), timing.median),
-                                    "peak_memory_bytes": peak_mem}, "timing"),
-        baselines=[mf.Baseline.from_dict(b, "baselines[]") for b in base.rows],
+        timing=mf.Timing.from_dict(timing_d, "timing"),
+        baselines=[mf.Baseline.from_dict(b, "baselines[]") for b in base_rows],
         baselines_timed_utc=base.timed_utc, baselines_cached=base.cached,
         profile=mf.ProfileInfo.from_dict(ncu_info, "profile") if ncu_info else None,
         timeline=mf.TimelineInfo.from_dict(timeline_info, "timeline") if timeline_info else None,
-        findings_summary=(mf.FindingsSummary(bottleneck=analyses[0].bottleneck,
-                                             count=sum(len(a.findings) for a in analyses))
+        findings_summary=(mf.FindingsSummary.from_dict(analysis.findings_summary(analyses), "findings_summary")
                           if analyses else None),
         stage_seconds=dict(stage.seconds),
     )

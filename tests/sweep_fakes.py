@@ -50,7 +50,7 @@ class FakeMeasurer:
         if cell.impl == "standard" and p.batch * p.heads * p.seqlen_q * p.seqlen_k > STANDARD_OOM_SCORES:
             return [status_row(cell, "oom", "out of memory (fake)")]
         rate = RATES_TFLOPS.get(cell.impl, 320.0) * (0.5 if cell.mode != "fwd" else 1.0)
-        ms = cell.problem.flops * {"fwd": 1, "bwd": 2.5, "fwd+bwd": 3.5}[cell.mode] / (rate * 1e12) * 1e3 + 0.03
+        ms = cell.problem.forward_flops * {"fwd": 1, "bwd": 2.5, "fwd+bwd": 3.5}[cell.mode] / (rate * 1e12) * 1e3 + 0.03
         rows = []
         methods = ["events", "graph"] if self.plan.timing == "both" or (self.plan.timing == "auto" and ms < 0.5) else \
             [self.plan.timing if self.plan.timing != "auto" else "events"]

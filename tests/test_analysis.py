@@ -21,6 +21,7 @@ import pytest
 from click.testing import CliRunner
 
 from conftest import FIXTURES, PUBLIC_NCU, REPO
+from lab.measure import rates
 from lab.analysis import findings as analysis
 
 from lab.analysis import metrics as derived_metrics
@@ -341,7 +342,7 @@ def test_tensor_flops_counted_from_sass_equal_the_attention_flops(backend):
     one = _backend(df, backend)
     assert len(one) == 1, "fused backends launch one kernel"
     counted = derived_metrics.flops(derived_metrics.KernelMetrics(one.iloc[0].to_dict()))["tensor"]
-    assert counted == pytest.approx(SDPA_PROBLEM.flops, rel=0.01)
+    assert counted == pytest.approx(SDPA_PROBLEM.forward_flops, rel=0.01)
 
 
 def test_sdpa_verdicts():
@@ -364,8 +365,8 @@ def test_problem_adds_dram_minimum_and_tflops():
     mem = next(f for f in a.findings if f.cls == "memory-bound")
     moved = soft["dram__bytes_read.sum"].iloc[0] + soft["dram__bytes_write.sum"].iloc[0]
     assert "minimum" in mem.title
-    assert mem.evidence["lab__dram_bytes_x_min"] == pytest.approx(moved / SDPA_PROBLEM.min_bytes, rel=1e-3)
-    assert a.derived["lab__problem_tflops"] == pytest.approx(SDPA_PROBLEM.flops / soft["gpu__time_duration.sum"].iloc[0] / 1e3, rel=1e-2)
+    assert mem.evidence["lab__dram_bytes_x_min"] == pytest.approx(moved / rates.min_bytes(SDPA_PROBLEM), rel=1e-3)
+    assert a.derived["lab__problem_tflops"] == pytest.approx(SDPA_PROBLEM.forward_flops / soft["gpu__time_duration.sum"].iloc[0] / 1e3, rel=1e-2)
     # several different kernels: the problem's FLOPs cannot be split among them, so it is not applied
     many = analysis.analyze_frame(_backend(df, "math"), rules, SDPA_PROBLEM.to_dict())
     assert all("lab__problem_tflops" not in x.derived for x in many)

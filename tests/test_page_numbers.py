@@ -11,6 +11,7 @@ import re
 import pandas as pd
 import pytest
 
+from lab.measure import rates
 from lab.measure.problem import Problem
 from lab.report import formatting, pages
 from lab.report import rundata
@@ -74,9 +75,9 @@ def test_n_way_is_defined_wherever_it_is_given(tmp_path):
 def test_dram_bytes_under_the_minimum_are_explained_and_the_point_is_honest(tmp_path):
     run = make_run(tmp_path / "s", R1)
     prob = Problem(2, 4, 256, 256, 64, False, "float32")
-    out_bytes = prob.min_bytes // 4
+    out_bytes = rates.min_bytes(prob) // 4
     # inputs read once, half of O written back: the rest was in L2 when the kernel ended
-    _edit_metrics(run, **{"dram__bytes_read.sum": float(prob.min_bytes - out_bytes),
+    _edit_metrics(run, **{"dram__bytes_read.sum": float(rates.min_bytes(prob) - out_bytes),
                           "dram__bytes_write.sum": float(out_bytes // 2)})
     text = _page(tmp_path, run)
     rd = rundata.load(list_runs(run.parent)[0])
@@ -84,7 +85,7 @@ def test_dram_bytes_under_the_minimum_are_explained_and_the_point_is_honest(tmp_
     assert note and "still in L2 when the kernel ended" in note
     assert "Note: " + note in text                                   # in the memory section
     assert "placed at the minimum-bytes intensity" in text          # the roofline point, not beyond it
-    ai = prob.flops / prob.min_bytes
+    ai = prob.forward_flops / rates.min_bytes(prob)
     assert f"at {formatting.charts.fmt_si(ai)} FLOP/byte" in text
     # at or above the minimum (make_run's own metrics: 3.25x the minimum): no note
     other = make_run(tmp_path / "t", R1)
@@ -118,7 +119,7 @@ def test_units_are_consistent(tmp_path):
     text = Parsed(html).visible
     assert "Memory 140 GiB" in text and "L2 cache 60.0 MiB" in text          # capacities in binary units
     rd = rundata.load(list_runs(run.parent)[0])
-    for row in rundata.memory_levels(rd.primary_kernel, rd.problem.min_bytes):   # chart and table: one wording
+    for row in rundata.memory_levels(rd.primary_kernel, rd.min_bytes):   # chart and table: one wording
         assert text.count(formatting.fmt_bytes(row["bytes"])) >= 2
     assert not re.search(r"\b\d{1,3},\d{3} MB\b", text)                        # never '2,219 MB' beside '2.22 GB'
     assert formatting.fmt_capacity(2 ** 30) == "1.00 GiB" and formatting.fmt_bytes(10 ** 9) == "1.00 GB"

@@ -3,6 +3,7 @@
 import pytest
 
 from lab.measure.bench import median_ci95, summarize
+from lab.measure import rates
 from lab.measure.rates import tflops
 from lab.errors import LabError
 from lab.measure.problem import Problem, check_supported, parse_shape
@@ -11,16 +12,32 @@ from lab.ladder.registry import builtin
 
 def test_flops_and_min_bytes():
     p = parse_shape("8,16,1024,64")
-    assert p.flops == 4 * 8 * 16 * 1024 * 1024 * 64
-    assert parse_shape("8,16,1024,64", causal=True).flops == p.flops / 2
-    assert p.min_bytes == 4 * 8 * 16 * 64 * (4 * 1024)  # fp32: Q, K, V read, O written
-    assert parse_shape("8,16,1024,64", dtype="fp16").min_bytes == p.min_bytes // 2
+    assert p.forward_flops == 4 * 8 * 16 * 1024 * 1024 * 64
+    assert parse_shape("8,16,1024,64", causal=True).forward_flops == p.forward_flops / 2
+    assert rates.min_bytes(p) == 4 * 8 * 16 * 64 * (4 * 1024)  # fp32: Q, K, V read, O written
+    assert rates.min_bytes(parse_shape("8,16,1024,64", dtype="fp16")) == rates.min_bytes(p) // 2
+
+
+def test_min_bytes_by_mode_is_one_rule():
+    """The backward reads Q, K, V, dO and writes dQ, dK, dV; forward+backward also writes O; with GQA
+    K, V, dK, dV have heads_kv heads. The timer's floor reads the same list."""
+    from lab.measure.floor import minimal_read_bytes
+
+    p = parse_shape("2,8:2,256,64", dtype="fp16")
+    q, kv = 2 * 8 * 256 * 64 * 2, 2 * 2 * 256 * 64 * 2
+    assert rates.min_bytes(p, "fwd") == q + 2 * kv + q
+    assert rates.min_bytes(p, "bwd") == (q + 2 * kv + q) + (q + 2 * kv)
+    assert rates.min_bytes(p, "fwd+bwd") == rates.min_bytes(p, "bwd") + q
+    for mode in rates.MODES:
+        assert minimal_read_bytes(p, mode) == rates.min_read_bytes(p, mode)
+    assert rates.min_read_bytes(p, "bwd") == 2 * q + 2 * kv
+    assert rates.min_bytes_rule("bwd") == "Q, K, V, dO read once, dQ, dK, dV written once"
 
 
 def test_seqlen_k_may_differ():
     p = parse_shape("2,4,100,300,64")
     assert (p.seqlen_q, p.seqlen_k) == (100, 300)
-    assert p.flops == 4 * 2 * 4 * 100 * 300 * 64
+    assert p.forward_flops == 4 * 2 * 4 * 100 * 300 * 64
     assert "N100x300" in p.label()
 
 

@@ -21,6 +21,7 @@ import pandas as pd
 import pytest
 
 from conftest import EXAMPLES, PUBLIC_NCU, PUBLIC_NSYS
+from lab.measure import rates
 from lab.report import formatting
 
 from lab.report import pages as report
@@ -56,8 +57,8 @@ def make_run(root: Path, variant: str | None = None, median: float = 10.0, sprea
                 "launch__occupancy_limit_shared_mem": 8, "launch__occupancy_limit_warps": 32,
                 "launch__occupancy_limit_blocks": 32, "sm__maximum_warps_per_active_cycle_pct": 25.0,
                 "sm__warps_active.avg.pct_of_peak_sustained_active": 6.1,
-                "dram__bytes_read.sum": prob.min_bytes * 3.0, "dram__bytes_write.sum": prob.min_bytes / 4,
-                "lts__t_sectors.sum": prob.min_bytes / 8.0,
+                "dram__bytes_read.sum": rates.min_bytes(prob) * 3.0, "dram__bytes_write.sum": rates.min_bytes(prob) / 4,
+                "lts__t_sectors.sum": rates.min_bytes(prob) / 8.0,
                 "smsp__average_warps_issue_stalled_long_scoreboard_per_issue_active.ratio": 7.5,
                 "smsp__average_warps_issue_stalled_barrier_per_issue_active.ratio": 2.25,
                 "smsp__average_warps_issue_stalled_math_pipe_throttle_per_issue_active.ratio": 0.5,
@@ -92,11 +93,11 @@ def make_run(root: Path, variant: str | None = None, median: float = 10.0, sprea
                             "rule": "relative error <= 1e-4 against float64"},
             "timing": {"unit": "ms", "median": median, "mean": median, "std": spread / 2, "ci95_low": median - spread,
                        "ci95_high": median + spread, "min": median - spread, "max": median + spread, "reps": 30,
-                       "warmup": 5, "l2_flush": True, "method": "cuda-events", "tflops": prob.flops / (median * 1e9)},
+                       "warmup": 5, "l2_flush": True, "method": "cuda-events", "tflops": prob.forward_flops / (median * 1e9)},
             "baselines": [
                 {"name": "sdpa-flash", "backend": "flash", "dtype": "float16", "status": "ok", "reason": "",
                  "median_ms": median / 1000, "std_ms": 0.0001, "ci95_low": median / 1000 * 0.99,
-                 "ci95_high": median / 1000 * 1.01, "tflops": prob.flops / (median / 1000 * 1e9), "ratio": 1 / 1000},
+                 "ci95_high": median / 1000 * 1.01, "tflops": prob.forward_flops / (median / 1000 * 1e9), "ratio": 1 / 1000},
                 {"name": "sdpa-flash", "backend": "flash", "dtype": "float32", "status": "unavailable",
                  "reason": "No available kernel: " + EVIL, "median_ms": None},
             ] if baselines else [],
@@ -165,7 +166,7 @@ def test_run_page_has_every_section_and_the_stored_numbers(tmp_path):
     rd = rundata.load(list_runs(root)[0])
     # numbers on the page are the stored ones, formatted
     assert formatting.fmt_ms(12.5) in text and formatting.fmt_num(rd.tflops) in text
-    assert f"{formatting.fmt_num(rd.problem.flops)}" in text
+    assert f"{formatting.fmt_num(rd.problem.forward_flops)}" in text
     # % of the FP32 peak for a float32 rung: tflops / 60 (the test manifest's fp32 peak)
     assert formatting.fmt_pct(100 * rd.tflops / 60.0) in text
     # occupancy limiter is the smallest block limit (shared memory: 8 < 24, 32, 32)

@@ -123,13 +123,13 @@ def test_backward_section_lists_each_kernel_with_its_share_verdict_and_lines(sto
 def test_backward_flops_follow_flashattention_convention(stored):
     root, runs, _ = stored
     rd = rundata.load(next(r for r in list_runs(root) if r.id == runs["bwd"].name))
-    assert rd.mode == "bwd" and rd.flops == pytest.approx(MODE_FLOP_FACTOR["bwd"] * PROBLEM.flops)
+    assert rd.mode == "bwd" and rd.flops == pytest.approx(MODE_FLOP_FACTOR["bwd"] * PROBLEM.forward_flops)
     assert rd.tflops == pytest.approx(rd.flops / (rd.median_ms * 1e9))
     text = Section(_page(stored, "bwd"), "problem").visible
     assert f"{MODE_FLOP_FACTOR['bwd']}× the forward's" in text
     # tensor work executed against the forward's FLOPs: FA2's backward runs its five products on HMMA
     bwd = rundata.backward_kernels(rd)
-    assert bwd["tensor_x_forward"] == pytest.approx(bwd["tensor_flops"] / PROBLEM.flops)
+    assert bwd["tensor_x_forward"] == pytest.approx(bwd["tensor_flops"] / PROBLEM.forward_flops)
     assert bwd["tensor_x_forward"] == pytest.approx(MODE_FLOP_FACTOR["bwd"], rel=0.01)   # no causal skip: all five
 
 

@@ -26,8 +26,8 @@ def test_visible_pairs_counts_the_top_left_causal_mask_exactly():
 
 def test_floor_flops_and_bytes():
     p = Problem(8, 16, 2048, 2048, 64, dtype="float16")
-    assert minimal_flops(p, "fwd") == p.flops   # non-causal: the convention is exact
-    assert minimal_flops(p, "bwd") == 2 * p.flops and minimal_flops(p, "fwd+bwd") == 3 * p.flops
+    assert minimal_flops(p, "fwd") == p.forward_flops   # non-causal: the convention is exact
+    assert minimal_flops(p, "bwd") == 2 * p.forward_flops and minimal_flops(p, "fwd+bwd") == 3 * p.forward_flops
     assert minimal_read_bytes(p, "fwd") == 3 * 8 * 16 * 2048 * 64 * 2
     assert minimal_read_bytes(p, "bwd") == 4 * 8 * 16 * 2048 * 64 * 2
     gqa = Problem(2, 32, 512, 512, 128, dtype="bfloat16", heads_kv=8)
@@ -39,11 +39,11 @@ def test_floor_on_the_h200_is_the_larger_of_compute_and_memory():
     p = Problem(8, 16, 2048, 2048, 64, dtype="float16")
     f = attention_floor(p, "fwd", h200, "NVIDIA H200")
     assert f.rate_tflops == h200.tensor_fp16_tflops and f.rate_name == "fp16 tensor"
-    assert math.isclose(f.compute_ms, p.flops / (h200.tensor_fp16_tflops * 1e12) * 1e3)
+    assert math.isclose(f.compute_ms, p.forward_flops / (h200.tensor_fp16_tflops * 1e12) * 1e3)
     assert f.limit_ms() == max(f.compute_ms, f.memory_ms) == f.compute_ms   # compute-bound shape
     # the cached rung: 6,270 TFLOP/s at this shape is far under the floor; SDPA's 450 is above it
-    assert floor_verdict([p.flops / 6270e12 * 1e3], f, True) is not None
-    assert floor_verdict([p.flops / 450e12 * 1e3], f, True) is None
+    assert floor_verdict([p.forward_flops / 6270e12 * 1e3], f, True) is not None
+    assert floor_verdict([p.forward_flops / 450e12 * 1e3], f, True) is None
     decode = Problem(64, 32, 1, 8192, 128, dtype="float16")   # one query row: memory-bound
     fd = attention_floor(decode, "fwd", h200)
     assert fd.limit_ms() == fd.memory_ms > fd.compute_ms

@@ -65,7 +65,7 @@ from lab.analysis.ncu_rules import map_rule
 from lab.analysis.rules import BY_CLASS, CAUSES, RULES, TIE_ORDER, Context, Finding, context
 from lab.analysis.rules.base import BACKWARD_MODES
 from lab.measure.problem import Problem
-from lab.measure.rates import flops as mode_flops
+from lab.measure import rates
 
 CLASSES = vocabulary.CLASSES   # every finding carries one (lab.vocabulary)
 
@@ -255,6 +255,17 @@ def _problem_applies(df: pd.DataFrame) -> bool:
     return len(names) == 1
 
 
+def problem_of_mode(problem: dict, mode: str | None) -> dict:
+    """The problem dict a kernel is held against, its FLOPs and minimum bytes those of the run's mode
+    (lab.measure.rates: a backward's FLOPs count 2.5x the forward's, it moves dO, dQ, dK, dV too). A
+    problem without a dtype (the report declared none) gets no minimum bytes: never a float32 guess."""
+    m = mode if mode in rates.MODES else "fwd"
+    dtype = problem.get("dtype")
+    p = Problem.from_dict({**problem, "dtype": dtype or "float32"})
+    return dict(problem, flops=rates.flops(p, m), min_bytes=rates.min_bytes(p, m) if dtype else None,
+                min_bytes_rule=rates.min_bytes_rule(m))
+
+
 def analyze_frame(df: pd.DataFrame, rules: Iterable[dict], problem: dict | None = None,
                   lines: list[dict] | None = None, launch_overhead_ns: float | None = None,
                   mode: str | None = None) -> list[KernelAnalysis]:
@@ -264,13 +275,8 @@ def analyze_frame(df: pd.DataFrame, rules: Iterable[dict], problem: dict | None 
     `lab.analysis.lines.report_lines` (by kernel_index), the launch overhead a timeline measured and the
     run's mode ("fwd", "bwd", "fwd+bwd": a backward's kernels hear backward advice; None: their names tell)."""
     rules = list(rules)
-    if problem is not None and not problem.get("min_bytes") and "batch" in problem and problem.get("dtype"):
-        problem = Problem.from_dict(problem).to_dict()
-    if problem is not None and mode in BACKWARD_MODES and "batch" in problem:
-        # The problem's FLOPs and minimum bytes are the forward's: a backward's FLOPs count 2.5x the forward's
-        # (FlashAttention's convention, the one the run's timing used) and it moves other tensors (dO, dQ,
-        # dK, dV), so the forward's Q, K, V, O minimum is no floor for it.
-        problem = dict(problem, flops=mode_flops(Problem.from_dict(problem), mode), min_bytes=None)
+    if problem is not None and "batch" in problem:
+        problem = problem_of_mode(problem, mode)
     use_problem = problem if (problem and _problem_applies(df)) else None
     out = []
     bare = df.copy(deep=False)
@@ -285,6 +291,20 @@ def analyze_frame(df: pd.DataFrame, rules: Iterable[dict], problem: dict | None 
     for a, share in zip(out, duration_shares([a.duration_ns for a in out])):
         a.derived["duration_share_pct"] = share
     return out
+
+
+def main_kernel(analyses: list[KernelAnalysis]) -> KernelAnalysis | None:
+    """The kernel the time goes to (the longest; the first where no duration was counted): whose verdict
+    is the run's bottleneck, not a short preprocess kernel's that happened to launch first."""
+    if not analyses:
+        return None
+    return max(analyses, key=lambda a: a.duration_ns if a.duration_ns is not None else -1.0)
+
+
+def findings_summary(analyses: list[KernelAnalysis]) -> dict | None:
+    """The run's findings summary: the bottleneck of its main kernel, and how many findings in all."""
+    main = main_kernel(analyses)
+    return {"bottleneck": main.bottleneck, "count": sum(len(a.findings) for a in analyses)} if main else None
 
 
 def select_kernels(df: pd.DataFrame, kernel_regex: str | None) -> pd.DataFrame:

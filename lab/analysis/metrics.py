@@ -21,6 +21,7 @@ import re
 from dataclasses import dataclass
 
 from lab.gpu_specs import peaks_for
+from lab.measure import rates
 from lab.jsonvalues import plain  # noqa: F401  (metrics.plain: one home, lab.jsonvalues)
 
 SECTOR_BYTES = 32.0     # an L1/L2/DRAM sector, the unit ncu counts memory traffic in
@@ -284,6 +285,28 @@ def flops(M: KernelMetrics) -> dict:
         out["tensor"] = t
     return out
 
+
+
+ELEMENTWISE_OPS_PER_BYTE = 2.0
+"""At most this many FP operations per byte through L2, with no matrix product: an elementwise pass (it
+touches each element a fixed few times). A tiled product reuses every loaded element across its tile: the
+shipped fp32 rungs do 10-56 FP operations per L2 byte; the backward's preprocess (rowsum(dO * O)) and dQ
+convert kernels, FA2's and cuDNN's alike, 0.1-0.5, PyTorch's copy and fill kernels at most 1.8."""
+
+
+def kernel_role(M: KernelMetrics) -> tuple[str | None, dict]:
+    """What the kernel does, from what it executed and moved (never from its name): "elementwise" (no
+    tensor-core instruction executed, at most ELEMENTWISE_OPS_PER_BYTE FP operations per byte through L2,
+    or DRAM where L2 was not counted) or "matrix" (matrix products: tensor instructions, or more FP work
+    per byte); None where the report lacks the SASS or memory counters to tell. With the evidence."""
+    f = flops(M)
+    traffic = {r["level"]: r["bytes"] for r in memory_traffic(M)}
+    moved = traffic.get("L2 (lts)") or traffic.get("DRAM")
+    if f["tensor"] is None or f["fp32"] is None or not moved:
+        return None, {}
+    per_byte = (f["fp32"] + (f["fp16"] or 0.0)) / moved
+    ev = {"lab__tensor_flops": f["tensor"], "lab__fp_ops_per_byte": rounded(per_byte, 3)}
+    return ("elementwise" if not f["tensor"] and per_byte <= ELEMENTWISE_OPS_PER_BYTE else "matrix"), ev
 
 
 def threads_per_instruction(M: KernelMetrics) -> tuple[float | None, str | None]:
@@ -551,9 +574,9 @@ def flop_rates(c: KernelFacts) -> dict:
         tf = float(c.problem["flops"]) / d / 1e3
         ev["lab__problem_tflops"] = rounded(tf, 2)
         dt = c.problem.get("dtype")
-        if peaks and dt:   # no dtype, no peak to hold it against (never a float32 guess)
-            peak = peaks.fp32_tflops if dt == "float32" else peaks.tensor_fp16_tflops
-            ev[f"lab__problem_pct_of_{'fp32' if dt == 'float32' else 'tensor'}_peak"] = rounded(100 * tf / peak, 2)
+        pct = rates.pct_of_peak(tf, peaks, dt) if dt else None   # no dtype, no peak (never a float32 guess)
+        if pct is not None:
+            ev[f"lab__problem_pct_of_{'fp32' if dt == 'float32' else 'tensor'}_peak"] = rounded(pct, 2)
     return ev
 
 
@@ -634,5 +657,6 @@ def derived_values(c: KernelFacts) -> dict:
         "warps": ({k: (rounded(v, 4) if isinstance(v, float) else v) for k, v in w.items()} if w else None),
         "tensor_path": path,
         "memory_traffic": memory_traffic(M),
+        "role": kernel_role(M)[0],
         **flop_rates(c),
     }

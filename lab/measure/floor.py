@@ -28,7 +28,9 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-from lab.measure.problem import DTYPE_BYTES, Problem
+from lab.gpu_specs import peaks_for
+from lab.measure import rates
+from lab.measure.problem import Problem
 
 PRODUCTS = {"fwd": 2, "bwd": 4, "fwd+bwd": 6}
 """Matrix products of D-long dot products over the visible score pairs that a mode cannot avoid."""
@@ -52,11 +54,9 @@ def minimal_flops(problem: Problem, mode: str = "fwd") -> float:
 
 
 def minimal_read_bytes(problem: Problem, mode: str = "fwd") -> int:
-    """Q, K, V read once (K and V at heads_kv for GQA), plus dO for a backward."""
-    q_elems = problem.batch * problem.heads * problem.seqlen_q * problem.head_dim
-    kv_elems = problem.batch * problem.heads_kv * problem.seqlen_k * problem.head_dim
-    elems = q_elems + 2 * kv_elems + (q_elems if mode != "fwd" else 0)
-    return elems * DTYPE_BYTES[problem.dtype]
+    """The reads of the one minimum-bytes rule (lab.measure.rates.io_tensors): Q, K, V read once (K
+    and V at heads_kv for GQA), plus dO for a backward."""
+    return rates.min_read_bytes(problem, mode)
 
 
 @dataclass(frozen=True)
@@ -92,27 +92,16 @@ class Floor:
                 "limit_ms": self.limit_ms(l2_flushed)}
 
 
-def _peak(peaks, name: str):
-    return peaks.get(name) if isinstance(peaks, dict) else getattr(peaks, name, None)
-
-
 def attention_floor(problem: Problem, mode: str = "fwd", peaks=None, device: str | None = None) -> Floor | None:
     """The floor of `problem` in `mode` under `peaks` (lab.gpu_specs.Peaks, or its dict as device_info
     stores it; looked up from `device` when not given). None where the device's peaks are unknown:
     then no time can be judged impossible, and the caller says so rather than inventing a peak."""
     if peaks is None and device:
-        from lab.gpu_specs import peaks_for
-
         peaks = peaks_for(device)
     if not peaks:
         return None
-    if problem.dtype == "float32":
-        ffma, tf32 = _peak(peaks, "fp32_tflops"), _peak(peaks, "tf32_tensor_tflops")
-        rate, name = (tf32, "TF32 tensor") if tf32 and tf32 > (ffma or 0) else (ffma, "FP32 FFMA")
-    else:
-        rate = _peak(peaks, "tensor_bf16_tflops") if problem.dtype == "bfloat16" else None
-        rate, name = (rate, "bf16 tensor") if rate else (_peak(peaks, "tensor_fp16_tflops"), "fp16 tensor")
-    dram = _peak(peaks, "dram_tbps")
+    name, rate = rates.fastest_rate(peaks, problem.dtype)
+    dram = rates.peak_rate(peaks, "dram_tbps")
     if not rate or not dram:
         return None
     return Floor(minimal_flops(problem, mode), float(rate), name, minimal_read_bytes(problem, mode), float(dram), device)

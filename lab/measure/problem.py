@@ -1,4 +1,5 @@
-"""The attention problem: shape, dtype, seeded inputs, FLOP and minimum-byte counts.
+"""The attention problem: shape and dtype, and the forward's FLOPs (a mode's FLOPs and minimum bytes:
+lab.measure.rates).
 
 Layout is (B, H, N, D) contiguous for Q, K, V and O. With seqlen_q != seqlen_k the causal mask is
 aligned top-left (query i sees keys j <= i), as in PyTorch's `scaled_dot_product_attention`.
@@ -56,20 +57,11 @@ class Problem:
         return self.heads_kv != self.heads
 
     @property
-    def flops(self) -> float:
-        """Forward FLOPs, 4*B*H*Nq*Nk*D (two matmuls), halved for causal (the usual convention)."""
+    def forward_flops(self) -> float:
+        """The FORWARD's FLOPs, 4*B*H*Nq*Nk*D (two matmuls), halved for causal (the usual convention).
+        A run's FLOPs depend on its mode: lab.measure.rates.flops(problem, mode)."""
         f = 4.0 * self.batch * self.heads * self.seqlen_q * self.seqlen_k * self.head_dim
         return f / 2 if self.causal else f
-
-    @property
-    def min_bytes(self) -> int:
-        """Fewest DRAM bytes: Q, K, V read once and O written once."""
-        elems = self.batch * self.head_dim * (2 * self.heads * self.seqlen_q + 2 * self.heads_kv * self.seqlen_k)
-        return elems * DTYPE_BYTES[self.dtype]
-
-    @property
-    def arithmetic_intensity(self) -> float:
-        return self.flops / self.min_bytes
 
     def label(self) -> str:
         """The problem in one word, every field in it: B8-H16kv4-N1024x2048-D64-causal-float16. It
@@ -97,7 +89,7 @@ class Problem:
         d = asdict(self)
         if not self.gqa:
             d.pop("heads_kv")   # stored problems without GQA read and round-trip as before
-        d.update(flops=self.flops, min_bytes=self.min_bytes, label=self.label())
+        d.update(forward_flops=self.forward_flops, label=self.label())
         return d
 
     @classmethod

@@ -4,6 +4,11 @@ and new, and a verdict that `lab compare` turns into its exit code (1 on a regre
 A regression is B slower than A by more than the threshold AND beyond noise: the CI95 intervals of
 the two medians do not overlap. Throughput (TFLOP/s) is what is compared, so two runs of different
 shapes are still compared fairly; for the same shape it is the same test as on the times.
+
+Two runs of different modes (a forward and a backward) timed different work: their TFLOP/s count
+different FLOPs, their kernels are different passes, their SDPA baselines timed other calls. Nothing of
+their speed is compared: the comparison says so first, gives each run's own numbers in its own mode,
+and is not `comparable` (`lab compare` exits 2).
 """
 
 from __future__ import annotations
@@ -13,6 +18,7 @@ from dataclasses import dataclass, field
 
 from lab.analysis.metrics import KEY_METRICS as METRIC_LABELS
 from lab.errors import LabError
+from lab.measure import rates
 from lab.report.formatting import fmt_change, fmt_num, fmt_pct
 from lab.report.rundata import RunData, ci_overlap, first_metric, load
 from lab.store.runs import find_run, open_root
@@ -33,10 +39,11 @@ class Throughput:
     high: float | None
 
     @classmethod
-    def of(cls, flops: float, t: dict) -> "Throughput":
-        lo, hi = t.get("ci95_low"), t.get("ci95_high")
-        return cls(t["median"], flops / (t["median"] * 1e9),
-                   flops / (hi * 1e9) if hi else None, flops / (lo * 1e9) if lo else None)
+    def of(cls, rd: RunData) -> "Throughput":
+        """The run's stored TFLOP/s (its mode's FLOPs, lab.measure.rates) and its CI95 in TFLOP/s."""
+        t = rd.timing
+        return cls(t["median"], rd.tflops, rates.tflops(rd.flops, t.get("ci95_high")),
+                   rates.tflops(rd.flops, t.get("ci95_low")))
 
 
 @dataclass
@@ -46,7 +53,7 @@ class Comparison:
     threshold_pct: float
     a_tp: Throughput
     b_tp: Throughput
-    change_pct: float                 # TFLOP/s of B against A: negative is slower
+    change_pct: float | None          # TFLOP/s of B against A: negative is slower (None: not comparable)
     overlap: bool | None              # CI95 intervals overlap (None: a run has no CI stored)
     regression: bool
     verdict: str
@@ -54,15 +61,16 @@ class Comparison:
     baselines: list[dict] = field(default_factory=list)
     metrics: list[dict] = field(default_factory=list)
     findings: dict = field(default_factory=dict)
+    comparable: bool = True           # False: different modes, nothing of their speed compared
 
     def to_json(self) -> dict:
         side = lambda rd, tp: {"run": rd.id, "variant": rd.variant_id, "problem": rd.problem.label(),  # noqa: E731
                                "device": rd.device_name, "median_ms": tp.median_ms, "std_ms": rd.timing.get("std"),
                                "ci95_low_ms": rd.timing.get("ci95_low"), "ci95_high_ms": rd.timing.get("ci95_high"),
-                               "tflops": tp.tflops, "bottleneck": rd.bottleneck}
+                               "mode": rd.mode, "tflops": tp.tflops, "bottleneck": rd.bottleneck}
         return {"a": side(self.a, self.a_tp), "b": side(self.b, self.b_tp), "threshold_pct": self.threshold_pct,
                 "tflops_change_pct": self.change_pct, "ci95_overlap": self.overlap, "regression": self.regression,
-                "verdict": self.verdict, "warnings": self.warnings, "baselines": self.baselines,
+                "verdict": self.verdict, "comparable": self.comparable, "warnings": self.warnings, "baselines": self.baselines,
                 "metrics": self.metrics, "findings": self.findings}
 
 
@@ -88,13 +96,23 @@ def compare_runs(a: RunData, b: RunData, threshold_pct: float = DEFAULT_THRESHOL
     for rd in (a, b):
         if not rd.median_ms:
             raise LabError(f"run {rd.id} has no timing stored: nothing to compare")
+    a_tp, b_tp = Throughput.of(a), Throughput.of(b)
+    if a.mode != b.mode:
+        said = {"fwd": "a forward", "bwd": "a backward", "fwd+bwd": "a forward+backward"}
+        note = (f"different modes: A ({a.id}) is {said[a.mode]} ({a.mode}), B ({b.id}) {said[b.mode]} ({b.mode}): "
+                f"their times measure different work (FLOPs {rates.MODE_FLOP_FACTOR[a.mode]:g}x and "
+                f"{rates.MODE_FLOP_FACTOR[b.mode]:g}x the forward's), their kernels are different passes and their "
+                f"SDPA baselines timed other calls, so no speed, metric or finding is compared; each run's numbers "
+                f"below are its own mode's")
+        verdict = (f"not compared: a {a.mode} run and a {b.mode} run; compare runs of one mode "
+                   f"(`lab report` lists each run's mode)")
+        return Comparison(a, b, threshold_pct, a_tp, b_tp, None, None, False, verdict, [note], comparable=False)
     warnings = []
     if a.shape_key != b.shape_key or a.problem.dtype != b.problem.dtype:
         warnings.append(f"different problems ({a.problem.label()} vs {b.problem.label()}): times measure different "
                         f"work; the verdict compares TFLOP/s")
     if a.device_name != b.device_name:
         warnings.append(f"different devices ({a.device_name} vs {b.device_name})")
-    a_tp, b_tp = Throughput.of(a.problem.flops, a.timing), Throughput.of(b.problem.flops, b.timing)
     change = _pct_change(a_tp.tflops, b_tp.tflops)
     overlap = None
     if None not in (a_tp.low, a_tp.high, b_tp.low, b_tp.high):
@@ -169,14 +187,16 @@ def text_lines(c: Comparison) -> list[str]:
     """The terminal summary `lab compare` prints."""
     t = lambda rd, tp: (f"{rd.id}: {fmt_num(tp.median_ms, 4)} ms +- {fmt_num(rd.timing.get('std'))}"  # noqa: E731
                         f" (CI95 {fmt_num(rd.timing.get('ci95_low'), 4)}-{fmt_num(rd.timing.get('ci95_high'), 4)}),"
-                        f" {fmt_num(tp.tflops)} TFLOP/s, bottleneck {rd.bottleneck or 'n/a'}")
-    out = [f"A  {t(c.a, c.a_tp)}", f"B  {t(c.b, c.b_tp)}"]
-    out += [f"warning: {w}" for w in c.warnings]
+                        f" {fmt_num(tp.tflops)} TFLOP/s ({rd.mode}), bottleneck {rd.bottleneck or 'n/a'}")
+    out = [] if c.comparable else [f"warning: {w}" for w in c.warnings]   # a mode mismatch is said first
+    out += [f"A  {t(c.a, c.a_tp)}", f"B  {t(c.b, c.b_tp)}"]
+    if c.comparable:
+        out += [f"warning: {w}" for w in c.warnings]
     for m in c.metrics:
         ch = fmt_change(m["change_pct"])
         out.append(f"  {m['label']:<38} {fmt_num(m['a']):>14} -> {fmt_num(m['b']):>14}  ({ch})")
     for kind in ("resolved", "new"):
-        for f in c.findings[kind]:
+        for f in c.findings.get(kind, []):
             out.append(f"  finding {kind}: {f['class']}: {f['title']}")
     out.append(c.verdict)
     return out

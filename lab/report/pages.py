@@ -30,6 +30,7 @@ from lab.files import write_text_atomic
 from lab.report.formatting import (NWAY_DEFINITION, fmt_bytes, fmt_capacity, fmt_count, fmt_change, fmt_ms, fmt_num, fmt_pct, fmt_shell, fmt_times, is_missing,
                             speed_phrase)
 from lab.measure.problem import DTYPE_BYTES
+from lab.measure import rates
 from lab.report.rundata import (DURATION, RunData, RunDamaged, backward_kernels, below_minimum_note, prediction_shape_note, section_set_label, Table, ci_overlap, dram_bytes, findings_context, ladder_neighbour, load,
                          load_all, memory_levels, occupancy, performance_rows, sass_fp32_flops, stall_reasons)
 from lab.report.sourceview import source_context
@@ -52,19 +53,19 @@ def roofline(rd: RunData, kernel: dict | None) -> dict:
     points = []
     dram, dram_src = dram_bytes(kernel)
     if rd.tflops:
-        if dram and dram < rd.problem.min_bytes:
+        if dram and dram < rd.min_bytes:
             # fewer bytes than the problem must move would put the point right of any honest intensity
-            ai = flops / rd.problem.min_bytes
-            notes.append(f"{rd.variant_id}: placed at the minimum-bytes intensity (Q, K, V read once, O written once), "
+            ai = flops / rd.min_bytes
+            notes.append(f"{rd.variant_id}: placed at the minimum-bytes intensity ({rd.min_bytes_rule}), "
                          f"the highest this problem allows, and not at problem FLOPs / DRAM bytes measured by ncu "
-                         f"({dram_src}): {below_minimum_note(kernel, rd.problem)}")
+                         f"({dram_src}): {below_minimum_note(kernel, rd.problem, rd.mode)}")
         elif dram:
             ai = flops / dram
             notes.append(f"{rd.variant_id}: intensity = problem FLOPs / DRAM bytes measured by ncu ({dram_src}).")
         else:
-            ai = flops / rd.problem.min_bytes
+            ai = flops / rd.min_bytes
             notes.append(f"{rd.variant_id}: no DRAM bytes were stored, so it is placed at the minimum-bytes "
-                         f"intensity (Q, K, V read once, O written once).")
+                         f"intensity ({rd.min_bytes_rule}).")
         points.append(charts.RooflinePoint(f"{rd.variant_id} (ours, {rd.problem.dtype})", ai, rd.tflops, "rung"))
     base_pts = []
     backends = sorted({str(b.get("backend") or b.get("name")) for b in rd.ok_baselines()})
@@ -73,8 +74,8 @@ def roofline(rd: RunData, kernel: dict | None) -> dict:
         if dtype not in DTYPE_BYTES:
             continue
         backend = str(b.get("backend") or b.get("name"))
-        tfl = b.get("tflops") or flops / (b["median_ms"] * 1e9)
-        ai = flops / rd.problem.with_dtype(dtype).min_bytes
+        tfl = rd.baseline_rates(b)["tflops"]
+        ai = flops / rates.min_bytes(rd.problem.with_dtype(dtype), rd.mode)
         base_pts.append(charts.RooflinePoint(f"SDPA {backend} ({dtype})", ai, tfl, "base", backends.index(backend),
                                              DTYPE_MARKERS.get(dtype, "circle")))
     if base_pts:
@@ -242,8 +243,8 @@ def run_context(rd: RunData, runs: list[RunData], out_dir: Path) -> dict:
     stall_fmt = fmt_count if all(float(v).is_integer() for _, v in stalls) else None
     stall_svg = charts.hbar_svg([charts.Bar(r, v, "warn" if i == 0 else "base") for i, (r, v) in enumerate(stalls[:14])],
                                 unit="", title="Warp stall reasons", fmt=stall_fmt) if stalls else Markup("")
-    mem = memory_levels(k, rd.problem.min_bytes)
-    mem_note = below_minimum_note(k, rd.problem)
+    mem = memory_levels(k, rd.min_bytes, rd.min_bytes_rule)
+    mem_note = below_minimum_note(k, rd.problem, rd.mode)
     mem_svg = charts.hbar_svg([charts.Bar(r["level"].split(" (")[0] if i == 0 else r["level"], r["bytes"],
                                           "ref" if i == 0 else "base",
                                           f"({fmt_times(r['x_min'])} minimum)" if i else "")
@@ -281,10 +282,10 @@ def ladder_groups(runs: list[RunData]) -> list[dict]:
     """One group per (shape, device): the latest run of each rung and the SDPA backends beside them."""
     groups: dict[tuple, list[RunData]] = {}
     for r in runs:
-        groups.setdefault((r.shape_label(), r.device_name), []).append(r)
+        groups.setdefault((r.shape_label(), r.device_name, r.mode), []).append(r)
     order = {vid: i for i, vid in enumerate(registry.all_ids())}
     out = []
-    for (shape, device), members in groups.items():
+    for (shape, device, mode), members in groups.items():
         latest: dict[str, RunData] = {}
         for r in sorted(members, key=lambda r: (r.manifest.get("created_utc", ""), r.id)):
             if r.median_ms:
@@ -298,13 +299,15 @@ def ladder_groups(runs: list[RunData]) -> list[dict]:
         for b in newest.baselines:
             label = f"SDPA {b.get('backend') or b.get('name')} {b.get('dtype')}"
             if b.get("status") == "ok" and b.get("median_ms"):
-                tfl = b.get("tflops") or newest.problem.flops / (b["median_ms"] * 1e9)
+                tfl = newest.baseline_rates(b)["tflops"]
                 base_bars.append(charts.Bar(label, tfl, "base"))
             else:
                 unavailable.append((label, b.get("reason") or "no reason stored"))
         history = []
         by_id = {r.variant_id: r for r in rungs}
-        ids = registry.all_ids() + sorted(set(by_id) - set(registry.all_ids()))
+        # a backward group's ladder is the rungs with a backward (a forward-only rung timed none of its work)
+        ladder = [v.id for v in registry.variants() if mode == "fwd" or v.backward]
+        ids = ladder + sorted(set(by_id) - set(ladder))
         for i, vid in enumerate(ids):
             r = by_id.get(vid)
             try:
@@ -320,7 +323,8 @@ def ladder_groups(runs: list[RunData]) -> list[dict]:
             history.append({"id": vid, "run": r, **meta, "measured": measured, "predicted_elsewhere": elsewhere, "prev_id": ids[i - 1] if i else None,
                             "overlap": ci_overlap(prev.timing, r.timing) if (r and prev) else None,
                             "bottleneck": r.bottleneck if r else None})
-        out.append({"key": f"{shape} @ {device}", "shape": shape, "device": device, "rungs": rungs,
+        out.append({"key": f"{shape} @ {device}" + (f" ({mode})" if mode != "fwd" else ""), "shape": shape,
+                    "device": device, "mode": mode, "rungs": rungs,
                     "newest": newest, "svg": charts.ladder_svg(bars + base_bars), "unavailable": unavailable,
                     "history": history})
     out.sort(key=lambda g: (-len(g["rungs"]), g["key"]))
@@ -332,7 +336,7 @@ def index_context(runs: list[RunData]) -> dict:
     for r in sorted(runs, key=lambda r: (r.manifest.get("created_utc", ""), r.id), reverse=True):
         cmp = r.baseline_comparison()
         same, cross = cmp["same"], cmp["cross"]
-        rows.append({"rd": r, "pct_peak": r.pct_of_peak(r.tflops, r.problem.dtype),
+        rows.append({"rd": r, "pct_peak": r.rates["pct_of_peak"],
                      "best_ratio": same["ratio"] if same else None,
                      "best_name": same["name"] if same else None,
                      "cross_ratio": cross["ratio"] if cross else None, "cross_name": cross["name"] if cross else None,

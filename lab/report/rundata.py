@@ -29,8 +29,8 @@ from lab.errors import LabError
 from lab.jsonvalues import plain as _plain
 from lab.report.formatting import fmt_bytes, fmt_num, fmt_pct, speed_phrase
 from lab.measure.problem import DTYPE_BYTES, Problem
+from lab.measure import rates
 from lab.measure.rates import MODE_FLOP_FACTOR
-from lab.measure.rates import flops as mode_flops
 from lab.store.runs import DamagedRun, Run, open_root, scan_runs
 
 
@@ -118,27 +118,40 @@ class RunData:
         """What the run timed and profiled: "fwd", "bwd" or "fwd+bwd" (a run from before the backward: fwd)."""
         return self.manifest.get("mode") or "fwd"
 
+    @cached_property
+    def rates(self) -> dict:
+        """The numbers derived from the run's median in its mode (flops, tflops, pct_of_peak, peak,
+        min_bytes) as `lab profile` stored them with the timing; a run stored before one of them was gets
+        it from the same function (lab.measure.rates.derived), never a second formula."""
+        fresh = rates.derived(self.problem, self.mode, self.median_ms, self.peaks)
+        return {k: self.timing.get(k) if self.timing.get(k) is not None else v for k, v in fresh.items()}
+
     @property
     def flops(self) -> float:
         """The FLOPs of what the run timed, as FlashAttention counts them (backward = 2.5x forward)."""
-        return mode_flops(self.problem, self.mode)
+        return self.rates["flops"]
 
     @property
     def tflops(self) -> float | None:
-        if self.timing.get("tflops") is not None:
-            return self.timing["tflops"]
-        return self.flops / (self.median_ms * 1e9) if self.median_ms else None
+        return self.rates["tflops"]
+
+    @property
+    def min_bytes(self) -> int:
+        """The minimum DRAM bytes of the run's mode (lab.measure.rates' rule)."""
+        return self.rates["min_bytes"]
+
+    @property
+    def min_bytes_rule(self) -> str:
+        return rates.min_bytes_rule(self.mode)
 
     def peak_for(self, dtype: str) -> tuple[str, float | None]:
-        """The ceiling a dtype is measured against: FP32 FFMA for float32, the tensor cores otherwise."""
-        if dtype == "float32":
-            return "FP32 (FFMA)", self.peaks.get("fp32_tflops")
-        key = "tensor_bf16_tflops" if dtype == "bfloat16" and self.peaks.get("tensor_bf16_tflops") else "tensor_fp16_tflops"
-        return "FP16/BF16 tensor", self.peaks.get(key)
+        """The ceiling a dtype is measured against (lab.measure.rates.peak_for on the run's device)."""
+        return rates.peak_for(self.peaks, dtype)
 
-    def pct_of_peak(self, tflops: float | None, dtype: str) -> float | None:
-        _, peak = self.peak_for(dtype)
-        return 100.0 * tflops / peak if (tflops and peak) else None
+    def baseline_rates(self, b: dict) -> dict:
+        """A baseline row's tflops and pct_of_peak, as stored (the same function where an older run lacks them)."""
+        fresh = rates.derived(self.problem, self.mode, b.get("median_ms"), self.peaks, dtype=b.get("dtype"))
+        return {k: b.get(k) if b.get(k) is not None else fresh[k] for k in ("tflops", "pct_of_peak")}
 
     def ok_baselines(self) -> list[dict]:
         return [b for b in self.baselines if b.get("status") == "ok" and b.get("median_ms")]
@@ -159,7 +172,7 @@ class RunData:
         for key, b in (("same", self.fastest_baseline(self.problem.dtype)), ("cross", self.fastest_baseline())):
             if b is None or (key == "cross" and b.get("dtype") == self.problem.dtype):
                 continue
-            out[key] = {"baseline": b, "ratio": b["median_ms"] / self.median_ms,
+            out[key] = {"baseline": b, "ratio": b.get("ratio") or rates.ratio(b["median_ms"], self.median_ms),
                         "name": f"SDPA {b.get('backend') or b.get('name')} ({b.get('dtype')})"}
         return out
 
@@ -295,34 +308,38 @@ def dram_bytes(k: dict | None) -> tuple[float | None, str]:
     return (dram["bytes"], dram["source"]) if dram else (None, "")
 
 
-def below_minimum_note(k: dict | None, problem: Problem) -> str | None:
-    """Why a kernel's DRAM bytes can be under the Q, K, V, O minimum, said with its own numbers:
-    ncu counts the DRAM traffic of the kernel's launch only, so output still in L2 when the kernel
-    ends (written back later) and inputs already in L2 when it starts are not counted. None when
-    the bytes are not below the minimum (or not stored)."""
+def below_minimum_note(k: dict | None, problem: Problem, mode: str = "fwd") -> str | None:
+    """Why a kernel's DRAM bytes can be under the mode's minimum, said with its own numbers: ncu counts
+    the DRAM traffic of the kernel's launch only, so output still in L2 when the kernel ends (written
+    back later) and inputs already in L2 when it starts are not counted. None when the bytes are not
+    below the minimum (or not stored)."""
     total, _ = dram_bytes(k)
-    if total is None or total >= problem.min_bytes:
+    minimum = rates.min_bytes(problem, mode)
+    if total is None or total >= minimum:
         return None
-    out_bytes = problem.batch * problem.heads * problem.seqlen_q * problem.head_dim * DTYPE_BYTES[problem.dtype]
-    in_bytes = problem.min_bytes - out_bytes
+    tensors = rates.io_tensors(problem, mode)
+    out_bytes = sum(t.bytes for t in tensors if t.written)
+    in_bytes = minimum - out_bytes
+    outs = ", ".join(t.name for t in tensors if t.written)
+    ins = ", ".join(t.name for t in tensors if not t.written)
     rd, wr = k.get("dram__bytes_read.sum"), k.get("dram__bytes_write.sum")
     parts = []
     if isinstance(wr, (int, float)) and wr < out_bytes:
-        parts.append(f"it wrote {fmt_bytes(wr)} to DRAM against the output's {fmt_bytes(out_bytes)}: the rest of O was "
-                     f"still in L2 when the kernel ended, written back after it")
+        parts.append(f"it wrote {fmt_bytes(wr)} to DRAM against the outputs' ({outs}) {fmt_bytes(out_bytes)}: the rest "
+                     f"was still in L2 when the kernel ended, written back after it")
     if isinstance(rd, (int, float)) and rd < in_bytes:
-        parts.append(f"it read {fmt_bytes(rd)} from DRAM against Q, K and V's {fmt_bytes(in_bytes)}: part of the "
+        parts.append(f"it read {fmt_bytes(rd)} from DRAM against the inputs' ({ins}) {fmt_bytes(in_bytes)}: part of the "
                      f"inputs was already in L2 when it started")
     why = "; ".join(parts) if parts else ("part of the output was still in L2 when the kernel ended, or part of the "
                                           "inputs already in L2 when it started")
-    return (f"DRAM bytes ({fmt_bytes(total)}) are below the minimum ({fmt_bytes(problem.min_bytes)}) because ncu counts "
+    return (f"DRAM bytes ({fmt_bytes(total)}) are below the minimum ({fmt_bytes(minimum)}) because ncu counts "
             f"only the DRAM traffic of the kernel's own launch: {why}. The kernel does not beat the minimum; "
             f"the L2 holds the difference.")
 
 
-def memory_levels(k: dict | None, min_bytes: int) -> list[dict]:
-    rows = [{"level": "minimum (Q, K, V read once, O written once)", "bytes": float(min_bytes), "x_min": 1.0,
-             "source": "problem shape x dtype size"}]
+def memory_levels(k: dict | None, min_bytes: int, rule: str = rates.min_bytes_rule("fwd")) -> list[dict]:
+    rows = [{"level": f"minimum ({rule})", "bytes": float(min_bytes), "x_min": 1.0,
+             "source": "problem shape x dtype size (lab.measure.rates)"}]
     for r in _derived(k).get("memory_traffic") or []:
         rows.append({"level": r["level"], "bytes": r["bytes"], "x_min": r["bytes"] / min_bytes if min_bytes else None,
                      "source": r["source"]})
@@ -400,9 +417,14 @@ def section_set_label(profile: dict | None) -> str | None:
 # ----------------------------------------------------------------- runs on the ladder
 
 def ladder_neighbour(rd: RunData, runs: list[RunData], step: int) -> tuple[str | None, RunData | None]:
-    """The registry's previous (step=-1) or next (+1) rung id, and its latest run on the same
-    shape and device (same dtype preferred)."""
-    ids = registry.all_ids()
+    """The registry's previous (step=-1) or next (+1) rung id, and its latest run on the same shape,
+    device and mode (same dtype preferred). A backward run's neighbours are the rungs that have a
+    backward: a forward-only rung did none of the work it timed."""
+    try:
+        ladder = [v for v in registry.variants() if rd.mode == "fwd" or v.backward]
+    except LabError:   # a broken workspace file: the page renders without its neighbours
+        return None, None
+    ids = [v.id for v in ladder]
     if rd.variant_id not in ids:
         return None, None
     i = ids.index(rd.variant_id) + step
@@ -410,7 +432,7 @@ def ladder_neighbour(rd: RunData, runs: list[RunData], step: int) -> tuple[str |
         return None, None
     other_id = ids[i]
     same = [r for r in runs if r.variant_id == other_id and r.shape_key == rd.shape_key
-            and r.device_name == rd.device_name and r.median_ms]
+            and r.device_name == rd.device_name and r.mode == rd.mode and r.median_ms]
     same.sort(key=lambda r: (r.problem.dtype == rd.problem.dtype, r.manifest.get("created_utc", ""), r.id))
     return other_id, (same[-1] if same else None)
 
@@ -451,19 +473,16 @@ def performance_rows(rd: RunData) -> list[dict]:
     t = rd.timing
     rows = [{"name": f"{rd.variant_id} (ours)", "dtype": rd.problem.dtype, "ours": True, "status": "ok",
              "median_ms": t.get("median"), "std_ms": t.get("std"), "ci95": (t.get("ci95_low"), t.get("ci95_high")),
-             "tflops": rd.tflops, "pct_peak": rd.pct_of_peak(rd.tflops, rd.problem.dtype),
+             "tflops": rd.tflops, "pct_peak": rd.rates["pct_of_peak"],
              "peak_name": rd.peak_for(rd.problem.dtype)[0], "ratio": None, "phrase": ""}]
     for b in rd.baselines:
         dtype = b.get("dtype") or "?"
-        tfl = b.get("tflops")
-        if tfl is None and b.get("median_ms"):
-            tfl = rd.flops / (b["median_ms"] * 1e9)
+        r = rd.baseline_rates(b) if dtype in DTYPE_BYTES else {"tflops": b.get("tflops"), "pct_of_peak": None}
         name = f"SDPA {b.get('backend') or str(b.get('name', '?')).removeprefix('sdpa-')}"
         rows.append({"name": name, "dtype": dtype, "ours": False, "status": b.get("status", "?"),
                      "reason": b.get("reason") or "", "median_ms": b.get("median_ms"), "std_ms": b.get("std_ms"),
-                     "ci95": (b.get("ci95_low"), b.get("ci95_high")), "tflops": tfl,
-                     "pct_peak": rd.pct_of_peak(tfl, dtype) if dtype in DTYPE_BYTES else None,
-                     "peak_name": rd.peak_for(dtype)[0], "ratio": b.get("ratio"),
+                     "ci95": (b.get("ci95_low"), b.get("ci95_high")), "tflops": r["tflops"],
+                     "pct_peak": r["pct_of_peak"], "peak_name": rd.peak_for(dtype)[0], "ratio": b.get("ratio"),
                      "phrase": f"ours is {speed_phrase(b.get('ratio'), f'{name} ({dtype})')}" if b.get("ratio") else ""})
     return rows
 
@@ -557,6 +576,6 @@ def backward_kernels(rd: RunData) -> dict | None:
     tensor = [_derived(k).get("tensor_flops") for k in ks]
     tensor_total = sum(t for t in tensor if t) if any(tensor) else None
     return {"rows": rows, "total_ns": sum(d for d in durations if d) or None, "recorded": found is not None,
-            "tensor_flops": tensor_total, "forward_flops": rd.problem.flops,
-            "tensor_x_forward": tensor_total / rd.problem.flops if (tensor_total and rd.problem.flops) else None,
+            "tensor_flops": tensor_total, "forward_flops": rd.problem.forward_flops,
+            "tensor_x_forward": tensor_total / rd.problem.forward_flops if tensor_total else None,
             "convention_x_forward": MODE_FLOP_FACTOR[rd.mode]}

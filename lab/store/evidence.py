@@ -27,6 +27,8 @@ class Evidence:
     bottleneck: str | None      # the class of the run's most important finding
     title: str | None           # that finding's title
     metrics: dict               # a few of its evidence metrics
+    kernel: str | None = None   # of a run of several kernels: the one the time went to, whose verdict this is
+    share_pct: float | None = None   # its share of the profiled kernels' time
 
     def header_text(self, variant_id: str) -> str:
         """One paragraph for the rung header's "Bottleneck attacked" section."""
@@ -37,6 +39,9 @@ class Evidence:
         head += f"; {where}" if where else ""
         head += f"; {speed})" if speed else ")"
         parts = [head + ":"]
+        if self.kernel:
+            share = f", {self.share_pct:.3g}% of the profiled time" if self.share_pct is not None else ""
+            parts.append(f"In its main kernel ({self.kernel}{share}):")
         if self.title:
             parts.append(f"{self.title}.")
         if self.metrics:
@@ -65,27 +70,69 @@ def latest_run_of(variant_id: str, roots: list[Path]) -> Run | None:
     return ordered[-1]
 
 
+def _function(kernel: str) -> str:
+    """'v7::bwd_kernel' of 'void v7::bwd_kernel<v7::BwdConfig<(int)128, ...>, __half>(const T2 *, ...)':
+    the function's name without its template arguments and parameters."""
+    name, depth = [], 0
+    for ch in kernel.removeprefix("void "):
+        if ch in "<(":
+            if depth == 0 and ch == "(":
+                break
+            depth += 1
+        elif ch in ">)":
+            depth -= 1
+        elif depth == 0:
+            name.append(ch)
+    return "".join(name).strip() or kernel
+
+
+def _main_kernel(run: Run) -> tuple[int | None, float | None]:
+    """(kernel_index, share of the time) of the kernel the run's time went to: the largest share the
+    analysis stored (the `derived` table's duration_share_pct), else the longest gpu__time_duration of
+    the metrics table (share unknown)."""
+    try:
+        derived = run.table("derived")
+        if derived is not None and len(derived):
+            shares = {int(r.kernel_index): (json.loads(r.derived or "null") or {}).get("duration_share_pct")
+                      for r in derived.itertuples()}
+            shares = {k: v for k, v in shares.items() if isinstance(v, (int, float))}
+            if shares:
+                main = max(shares, key=shares.get)
+                return main, shares[main]
+        metrics = run.table("metrics")
+    except (OSError, ValueError, KeyError, AttributeError):   # an unreadable table: no main kernel known
+        return None, None
+    if metrics is None or "gpu__time_duration.sum" not in metrics or "kernel_index" not in metrics:
+        return None, None
+    return int(metrics.loc[metrics["gpu__time_duration.sum"].astype(float).idxmax(), "kernel_index"]), None
+
+
 def evidence_of(run: Run) -> Evidence:
     m = run.manifest
     summary = m.get("findings_summary") or {}
     timing = m.get("timing") or {}
-    title, metrics = None, {}
+    title, metrics, kernel, share_pct = None, {}, None, None
     try:
         findings = run.table("findings")
     except Exception:  # an unreadable table leaves the header without the metrics, never fails `lab new`
         findings = None
     if findings is not None and len(findings):
-        top = findings.sort_values(["kernel_index", "rank"]).iloc[0]
+        main, share = _main_kernel(run)
+        of_main = findings[findings["kernel_index"] == main] if main is not None else findings.iloc[0:0]
+        top = (of_main if len(of_main) else findings).sort_values(["kernel_index", "rank"]).iloc[0]
         title = str(top["title"])
         try:
             ev = json.loads(top["evidence"]) if isinstance(top["evidence"], str) else {}
         except json.JSONDecodeError:
             ev = {}
         metrics = {k: v for k, v in list(ev.items())[:MAX_EVIDENCE] if v is not None}
-        summary = summary or {"bottleneck": str(top["class"])}
+        summary = {**summary, "bottleneck": str(top["class"])}
+        if findings["kernel_index"].nunique() > 1 and main is not None:
+            kernel, share_pct = _function(str(top["kernel"])), share
     return Evidence(run_id=run.id, run_path=run.path, device=(m.get("device") or {}).get("name"),
                     problem=(m.get("problem") or {}).get("label"), median_ms=timing.get("median"),
-                    tflops=timing.get("tflops"), bottleneck=summary.get("bottleneck"), title=title, metrics=metrics)
+                    tflops=timing.get("tflops"), bottleneck=summary.get("bottleneck"), title=title, metrics=metrics,
+                    kernel=kernel, share_pct=share_pct)
 
 
 def latest_evidence(variant) -> Evidence | None:

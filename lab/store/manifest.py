@@ -22,10 +22,11 @@ from __future__ import annotations
 import math
 import types
 import typing
-from dataclasses import MISSING, dataclass, field, fields
+from dataclasses import MISSING, dataclass, field, fields, make_dataclass
 from functools import lru_cache
 from typing import Any, ClassVar
 
+from lab import gpu_specs
 from lab.errors import LabError
 from lab.measure.problem import Problem
 
@@ -227,14 +228,11 @@ class VariantInfo(Section):
     attacks_classes: list[str] | None = None   # the analysis classes the rung declares it attacks
 
 
-@dataclass
-class Peaks(Section):
-    tensor_fp16_tflops: float | None = None
-    tensor_bf16_tflops: float | None = None
-    fp32_tflops: float | None = None
-    dram_tbps: float | None = None
-    source: str | None = None
-    tf32_tensor_tflops: float | None = None
+# The device's peaks: lab.gpu_specs.Peaks's fields, each optional here (a stored run may lack one); the
+# one model of a GPU's peaks is that dataclass, this section only reads and writes it.
+Peaks = make_dataclass("Peaks", [(f.name, typing.get_type_hints(gpu_specs.Peaks)[f.name] | None, field(default=None))
+                                 for f in fields(gpu_specs.Peaks)], bases=(Section,))
+Peaks.__module__ = __name__
 
 
 @dataclass
@@ -312,7 +310,12 @@ class Timing(Section):
     l2_flush: bool | None = None
     method: str | None = None
     sync: str | None = None
+    # derived from the median by lab.measure.rates with the run's mode, stored so readers never recompute
+    flops: float | None = None
     tflops: float | None = None
+    pct_of_peak: float | None = None
+    peak: str | None = None            # the ceiling pct_of_peak is stated against ("FP16/BF16 tensor")
+    min_bytes: int | None = None       # the mode's minimum DRAM bytes (lab.measure.rates.io_tensors)
     peak_memory_bytes: int | None = None
     checks: dict | None = None      # what the timer checked (lab.measure.timed): outside work, outputs, floor
 
@@ -333,7 +336,8 @@ class Baseline(Section):
     ci95_low: float | None = None
     ci95_high: float | None = None
     reps: int | None = None
-    tflops: float | None = None
+    tflops: float | None = None        # in the run's mode (lab.measure.rates), like the rung's
+    pct_of_peak: float | None = None
     peak_memory_bytes: int | None = None
     ratio: float | None = None         # baseline time / ours: < 1 means ours is slower
 

@@ -15,7 +15,7 @@ from typing import Any
 
 from lab.analysis.advice import cc_of, next_rung
 from lab.analysis.lines import cite
-from lab.analysis.metrics import KernelFacts
+from lab.analysis.metrics import KernelFacts, kernel_role
 
 BOUND_PCT = 60.0   # ncu's SpeedOfLight rule: above 60% of a unit's peak is throughput-bound territory
 BACKWARD_MODES = ("bwd", "fwd+bwd")
@@ -47,24 +47,28 @@ class Finding:
 @dataclass
 class Context:
     """What the rules of one kernel share: its facts, the busiest unit's share of its peak (`top`),
-    whether the advice speaks to an attention rung (`ladder`), and the run's mode ("fwd", "bwd",
-    "fwd+bwd"; None for a report the lab did not make)."""
+    whether the advice speaks to an attention rung's tiles (`ladder`), the run's mode ("fwd", "bwd",
+    "fwd+bwd"; None for a report the lab did not make) and the kernel's role (lab.analysis.metrics.kernel_role:
+    an "elementwise" pass of a rung, such as a backward's preprocess or dQ convert, reads no K/V tile and
+    does no matrix product, so it hears no tile advice and no rung that demonstrates one)."""
 
     c: KernelFacts
     top: float
     ladder: bool
     mode: str | None = None
+    role: str | None = None
 
     def rung(self, cls: str) -> str:
         """" The v3 (unrolled) rung demonstrates this fix." where the ladder has a later rung for `cls`."""
-        r = next_rung(cls, self.c.rung, cc_of(self.c))
+        r = next_rung(cls, self.c.rung, cc_of(self.c)) if self.role != "elementwise" else None
         return f" The {r} rung demonstrates this fix." if r else ""
 
 
 def context(c: KernelFacts, mode: str | None = None) -> Context:
     tp = c.tp
     top = max(v for v in (tp["compute_pct"], tp["memory_pct"], 0.0) if v is not None)
-    return Context(c, top, bool(c.rung or c.problem), mode)
+    role = kernel_role(c.M)[0]
+    return Context(c, top, bool(c.rung or c.problem) and role != "elementwise", mode, role)
 
 
 class Rule:

@@ -11,6 +11,10 @@ from lab.analysis.metrics import KernelFacts, rounded, sum_or_none, unit_name
 from lab.analysis.rules.base import BOUND_PCT, Context, Finding, Rule, top_stall_lines
 
 
+def _rule(c: KernelFacts) -> str:
+    return c.problem.get("min_bytes_rule") or "Q, K, V read once, O written once"
+
+
 class MemoryBound(Rule):
     cls = "memory-bound"
 
@@ -37,7 +41,7 @@ class MemoryBound(Rule):
         return bound
 
     def _dram_excess(self, c: KernelFacts, ctx: Context) -> Finding | None:
-        """DRAM bytes against the minimum for Q, K, V and O (the lab's problem only)."""
+        """DRAM bytes against the minimum of the run's mode (the lab's problem only; lab.measure.rates)."""
         if not (c.problem and c.problem.get("min_bytes")):
             return None
         M = c.M
@@ -52,9 +56,9 @@ class MemoryBound(Rule):
             return None
         est = (1.0 - 1.0 / ratio) * dram_pct
         ev = {"dram__bytes_read.sum": rd, "dram__bytes_write.sum": wr,
-              "lab__min_bytes_qkvo": c.problem["min_bytes"], "lab__dram_bytes_x_min": rounded(ratio),
+              "lab__min_bytes": c.problem["min_bytes"], "lab__dram_bytes_x_min": rounded(ratio),
               "gpu__dram_throughput.avg.pct_of_peak_sustained_elapsed": rounded(dram_pct)}
-        return self.finding(f"DRAM traffic is {ratio:.1f}x the minimum for Q, K, V and O", est, ev, c, ctx)
+        return self.finding(f"DRAM traffic is {ratio:.1f}x the minimum ({_rule(c)})", est, ev, c, ctx)
 
     def advice(self, c: KernelFacts, ctx: Context) -> str:
         p = c.problem
@@ -62,7 +66,7 @@ class MemoryBound(Rule):
         if mem_unit == "DRAM":
             return ("DRAM bandwidth is the limit: only moving fewer bytes helps "
                     + ("(reuse K/V tiles from shared memory across more queries, keep intermediates on chip)"
-                       + ("; compare the bytes moved with the minimum for Q, K, V and O" if p and p.get("min_bytes") else "")
+                       + (f"; compare the bytes moved with the minimum ({_rule(c)})" if p and p.get("min_bytes") else "")
                        if ctx.ladder else "(fuse with the kernels before and after it, narrower data types, reuse on chip)")
                     + ".")
         if mem_unit.startswith("L1TEX") or mem_unit in ("LSU pipe", "MIO (shared memory / special function queue)"):

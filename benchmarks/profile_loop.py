@@ -13,6 +13,10 @@ its report elsewhere. Prints a Markdown block for benchmarks/RESULTS.md (device,
 with each `lab profile`'s own stage times from its manifest. Exit 1 when warm / bare > 1.5.
 
     python3 benchmarks/profile_loop.py --variant v3 [--shape 8,16,1024,64] [--out FILE]
+
+With `--before DIR` (a copy of the lab at the commit before a change; LAB_COMMIT_BEFORE and
+LAB_COMMIT_AFTER name the commits in the block) both labs are timed in the same rounds on one store,
+build cache and GPU: a warm-up profile each, then per round before, its bare ncu, after, its bare ncu.
 """
 
 from __future__ import annotations
@@ -40,12 +44,84 @@ def _timed(argv: list[str], env: dict, cwd: Path | None = None) -> tuple[float, 
     return seconds, res.stdout + res.stderr
 
 
+def _profile(lab, a, shape, env, bare_dir, tag, bare=True) -> dict:
+    from lab.store.runs import Run
+
+    prof_s, out = _timed(lab + ["profile", "--variant", a.variant, *shape], env)
+    run_dir = Path(next(ln.split(":", 1)[1].strip() for ln in out.splitlines() if ln.startswith("stored:")))
+    m = json.loads((run_dir / "manifest.json").read_text())
+    cmd = list((m.get("profile") or {}).get("command") or [])
+    row = {"tag": tag, "lab": prof_s, "stages": dict(m.get("stage_seconds") or {}), "cached": m.get("baselines_cached"),
+           "check_reused": bool((m.get("correctness") or {}).get("reused")), "median_ms": m["timing"]["median"],
+           "cmd": cmd, "bare": None}
+    if bare:
+        cmd[cmd.index("-o") + 1] = str(bare_dir / f"bare-{tag}.ncu-rep")
+        row["bare"], _ = _timed(cmd, env, cwd=ROOT)
+    return row
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--variant", default="v3")
     ap.add_argument("--shape", default=None)
     ap.add_argument("--out", type=Path, default=None, help="also write the Markdown block here")
+    ap.add_argument("--before", type=Path, default=None, metavar="DIR",
+                    help="another copy of the lab (the commit before a change): its warm `lab profile` is timed in "
+                         "the same rounds, alternating with this one's and the bare ncu, on one store and build cache")
+    ap.add_argument("--rounds", type=int, default=2)
     a = ap.parse_args()
+    if a.before is None:
+        return _single(a)
+    sys.path.insert(0, str(ROOT))
+    from lab.environment import device_info
+
+    store = Path(tempfile.mkdtemp(prefix="lab-loop-store-"))
+    bare_dir = Path(tempfile.mkdtemp(prefix="lab-loop-bare-"))
+    base_env = dict(os.environ, LAB_PROFILES=str(store), PYTHONUNBUFFERED="1")
+    rest = os.pathsep + base_env["PYTHONPATH"] if base_env.get("PYTHONPATH") else ""
+    envs = {"after": dict(base_env, PYTHONPATH=str(ROOT) + rest),
+            "before": dict(base_env, PYTHONPATH=str(a.before.resolve()) + rest)}
+    lab = [sys.executable, "-m", "lab.cli"]
+    shape = ["--shape", a.shape] if a.shape else []
+    build_s, _ = _timed(lab + ["build", "--variant", a.variant], envs["after"])
+    # warm-up of both (not compared): the SDPA baselines timed once into the shared store, the page cache warm,
+    # each lab's passed check kept where it keeps one
+    for tag in ("after", "before"):
+        _profile(lab, a, shape, envs[tag], bare_dir, f"warm-{tag}", bare=False)
+    rows = []
+    for i in range(1, a.rounds + 1):
+        for tag in ("before", "after"):
+            rows.append({"i": i, **_profile(lab, a, shape, envs[tag], bare_dir, f"{tag}{i}")})
+    dev = device_info()
+    commits = {t: os.environ.get(f"LAB_COMMIT_{t.upper()}", "unknown") for t in ("before", "after")}
+    lines = [f"### Warm `lab profile --variant {a.variant}`, before and after, against the bare ncu command "
+             f"({dev.get('name')}, {datetime.now(timezone.utc):%Y-%m-%d}, before {commits['before']}, "
+             f"after {commits['after']})", "",
+             f"`python3 benchmarks/profile_loop.py --variant {a.variant} --before DIR --rounds {a.rounds}`: one store and "
+             f"build cache (cold `lab build` {build_s:.1f} s, not compared), one warm-up profile each, then rounds of "
+             f"before, bare ncu, after, bare ncu (the bare command as the run stored it).", "",
+             "| round | lab | lab profile (s) | bare ncu (s) | lab / bare | lab's own (s) | bench median (ms) | stages (s) |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for r in rows:
+        stages = ", ".join(f"{k} {v:.2f}" for k, v in r["stages"].items())
+        lines.append(f"| {r['i']} | {r['tag'].rstrip('0123456789')}{' (check reused)' if r['check_reused'] else ''} | "
+                     f"{r['lab']:.2f} | {r['bare']:.2f} | {r['lab'] / r['bare']:.2f}x | {r['lab'] - r['bare']:.2f} | "
+                     f"{r['median_ms']:.4g} | {stages} |")
+    best = {t: min(r["lab"] / r["bare"] for r in rows if r["tag"].startswith(t)) for t in ("before", "after")}
+    worst = {t: max(r["lab"] / r["bare"] for r in rows if r["tag"].startswith(t)) for t in ("before", "after")}
+    ratio = worst["after"]
+    lines += ["", f"lab profile / bare ncu of the same round: before {best['before']:.2f}-{worst['before']:.2f}x, "
+                  f"after **{best['after']:.2f}-{worst['after']:.2f}x** (target <= {TARGET}x: "
+                  f"{'met' if ratio <= TARGET else 'missed'})."]
+    text = "\n".join(lines)
+    print(text)
+    if a.out:
+        a.out.write_text(text + "\n")
+        (a.out.parent / "profile_loop.json").write_text(json.dumps(rows, indent=1))
+    return 0 if ratio <= TARGET else 1
+
+
+def _single(a) -> int:
     sys.path.insert(0, str(ROOT))
     from lab.environment import device_info, git_info
     from lab.store.runs import Run

@@ -486,9 +486,12 @@ def bench(variant_spec, shape, causal, dtype, reps, warmup, mode, no_baselines, 
 @click.option("--fresh-baselines", is_flag=True,
               help="re-time the SDPA baselines (default: read them from the store's cache when this device, "
                    "software, shape and protocol timed them before)")
+@click.option("--fresh-check", is_flag=True,
+              help="check correctness again (default: a passed check of the same binary, problem, shapes, seed and "
+                   "mode on this device and software is reused, and the run says so)")
 @click.option("--no-report", is_flag=True, help="do not render the HTML page")
 def profile(variant_id, shape, causal, dtype, reps, mode, section_set, no_ncu, timeline, no_baselines, fresh_baselines,
-            no_report):
+            fresh_check, no_report):
     """Build (cached) -> check -> bench -> ncu -> store -> report; prints the run id and its HTML page.
     --mode bwd (or fwd+bwd): every kernel of the rung's backward, profiled inside one NVTX range."""
 
@@ -500,7 +503,7 @@ def profile(variant_id, shape, causal, dtype, reps, mode, section_set, no_ncu, t
         section_args(section_set)  # a bad name is refused now, not after the build and bench
     opts = ProfileOptions(reps=reps, mode=mode, ncu=not no_ncu, section_set=None if section_set == "default" else section_set,
                           timeline=timeline, baselines=not no_baselines, fresh_baselines=fresh_baselines,
-                          report=not no_report)
+                          fresh_check=fresh_check, report=not no_report)
     done = run_profile(variant, problem, opts)
     click.echo(f"run: {done.run_dir.name}")
     click.echo(f"stored: {done.run_dir}")

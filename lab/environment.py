@@ -94,17 +94,10 @@ def nvcc_version() -> str | None:
     return m.group(1) if m else None
 
 
-def software_info() -> dict:
-    info = {"python": platform.python_version(), "torch": None, "cuda": None, "cudnn": None,
-            "nvcc": nvcc_version(), "ncu": None, "nsys": None}
-    try:
-        import torch
-
-        info["torch"] = torch.__version__
-        info["cuda"] = torch.version.cuda
-        info["cudnn"] = torch.backends.cudnn.version() if torch.cuda.is_available() else None
-    except ImportError:
-        pass
+def tool_versions() -> dict:
+    """nvcc's, ncu's and nsys's versions (None where absent): subprocesses only, no torch, so `lab
+    profile` asks for them on a thread while torch loads."""
+    info = {"nvcc": nvcc_version(), "ncu": None, "nsys": None}
     try:
         info["ncu"] = ncu_version()
     except (ImportError, LabError):
@@ -112,6 +105,21 @@ def software_info() -> dict:
     try:
         info["nsys"] = nsys_status().version
     except (ImportError, LabError):
+        pass
+    return info
+
+
+def software_info(tools: dict | None = None) -> dict:
+    """The software a run was measured with; `tools`: tool_versions() asked for already."""
+    info = {"python": platform.python_version(), "torch": None, "cuda": None, "cudnn": None,
+            **(tools if tools is not None else tool_versions())}
+    try:
+        import torch
+
+        info["torch"] = torch.__version__
+        info["cuda"] = torch.version.cuda
+        info["cudnn"] = torch.backends.cudnn.version() if torch.cuda.is_available() else None
+    except ImportError:
         pass
     return info
 

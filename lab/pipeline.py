@@ -12,6 +12,7 @@ import shutil
 import sys
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -34,7 +35,7 @@ from lab.measure.target import range_name
 from lab.profilers import ncu
 from lab.profilers.timeline import collect_timeline
 from lab.report.pages import render_run_page
-from lab.store import baseline_cache, runs
+from lab.store import baseline_cache, check_cache, runs
 from lab.store import manifest as mf
 
 # Modules are called through their module (environment.require_gpu, build.build, checked.time_rung,
@@ -54,6 +55,7 @@ class ProfileOptions:
     report: bool = True
     check_shapes: int = GATE_SHAPES
     fresh_baselines: bool = False   # re-time the SDPA baselines instead of reading the store's cache
+    fresh_check: bool = False       # check again instead of reusing the verdict on the same binary, shapes and seed
 
 
 def target_argv(variant: Variant, problem: Problem, repeat: int = 1, mode: str = "fwd") -> list[str]:
@@ -125,7 +127,7 @@ def reanalyze(run) -> tuple[Path, list]:
                                            run.manifest.get("mode") or "fwd")
         d = run.record.to_dict()
         for name, df in tables.items():
-            df.to_parquet(staging / f"{name}.parquet", index=False)
+            runs.write_table(df, staging / f"{name}.parquet")
             d.setdefault("tables", {})[name] = f"{name}.parquet"
         if d.get("timing"):   # the derived numbers by this lab's rules (lab.measure.rates); the times kept
             d["timing"], d["baselines"] = rates.run_rates(run.record.problem, run.manifest.get("mode") or "fwd",
@@ -156,6 +158,11 @@ def profile(variant: Variant, problem: Problem, opts: ProfileOptions) -> Profile
     # says so at once and is started again after the build. (A python rung has nothing to compile.)
     require_mode(variant, opts.mode)
     early = start_check(variant, problem, opts.check_shapes, compile=variant.kind != "cuda", mode=opts.mode)
+    # the tools' versions and the commit are subprocesses (ncu's and nsys's take most of a second): asked
+    # for on a thread while torch loads, not after it
+    facts_pool = ThreadPoolExecutor(max_workers=1)
+    tools = facts_pool.submit(lambda: (environment.tool_versions(), environment.git_info()))
+    facts_pool.shutdown(wait=False)
     try:
         with stage("setup"):   # torch's import and CUDA's start-up, ncu found
             setup(variant, opts)
@@ -166,7 +173,7 @@ def profile(variant: Variant, problem: Problem, opts: ProfileOptions) -> Profile
         early.cancel()
         raise
     with stage("check"):
-        facts, correctness = gate(variant, problem, opts, early)
+        facts, correctness = gate(variant, problem, opts, early, built, tools)
     with stage("bench"):
         timing, peak_mem = time_rung(variant, problem, built, opts)
     base = baselines_beside(problem, timing, facts, opts, stage)
@@ -225,16 +232,26 @@ class Facts:
     git: dict
 
 
-def gate(variant: Variant, problem: Problem, opts: ProfileOptions, early) -> tuple[Facts, dict]:
+def gate(variant: Variant, problem: Problem, opts: ProfileOptions, early, built, tools) -> tuple[Facts, dict]:
     """Correctness gates timing: the child's verdict on the problem and the ragged shapes (CheckFailed
-    when wrong). While the child checks, what needs no GPU: the machine's facts for the manifest."""
+    when wrong), or the verdict kept for the same binary, shapes and seed (lab.store.check_cache; the
+    child is then ended unread). While the child checks, what needs no GPU: the machine's facts for the
+    manifest (`tools`: the tool versions and commit, asked for on a thread)."""
+    tool_versions, git = tools.result()
+    facts = Facts(environment.device_info(), environment.software_info(tool_versions), git)
+    key = check_cache.cache_key(variant, built, problem, opts.check_shapes, opts.mode, facts.device, facts.software)
+    kept = None if opts.fresh_check else check_cache.get(key)
+    if kept is not None:
+        early.cancel()
+        _say(f"check {variant.id}: passed, reused from {kept['reused']}")
+        return facts, kept
     _say(f"check {variant.id}{'' if opts.mode == 'fwd' else ' ' + opts.mode} against float64 on {problem.label()} "
          f"and {opts.check_shapes} ragged shapes")
-    facts = Facts(environment.device_info(), environment.software_info(), environment.git_info())
     try:
         correctness = early.result()
     except NotBuilt:   # compiled just now: check the fresh build
         correctness = start_check(variant, problem, opts.check_shapes, mode=opts.mode).result()
+    check_cache.put(key, correctness)   # a passed verdict only
     if not correctness["passed"]:
         if correctness.get("failure"):   # the backward's: the tensor, the shape and the worst element
             raise CheckFailed(f"{variant.id} is wrong: {correctness['failure']} ({correctness['rule']})")

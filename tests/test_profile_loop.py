@@ -34,7 +34,8 @@ def stand_ins(tmp_path, monkeypatch):
     monkeypatch.setattr(env, "require_gpu", lambda *a, **k: None)
     monkeypatch.setattr(env, "require_compute_capability", lambda *a, **k: None)
     monkeypatch.setattr(env, "device_info", lambda *a: dict(DEVICE))
-    monkeypatch.setattr(env, "software_info", lambda: dict(SOFTWARE))
+    monkeypatch.setattr(env, "software_info", lambda *a: dict(SOFTWARE))
+    monkeypatch.setattr(env, "tool_versions", lambda: {})
     monkeypatch.setattr(env, "git_info", lambda: {"commit": None, "dirty": None})
 
     class Built:
@@ -125,3 +126,35 @@ def test_the_early_check_child_is_started_again_when_the_rung_was_not_built(stan
     lines = calls.read_text().splitlines()
     assert len(lines) == 2 and "--no-compile" in lines[0] and "--no-compile" not in lines[1]
     assert m.correctness.passed is True
+
+
+def test_a_passed_check_is_reused_only_for_the_same_binary_shapes_and_seed(stand_ins, tmp_path, monkeypatch):
+    """The second warm profile of an unchanged rung reuses the first one's verdict and says so; a
+    --fresh-check, another binary or another number of shapes checks again; a failed check is never kept."""
+    from lab.ladder import build
+
+    first = store.Run(_profile().run_dir).record
+    assert first.correctness.passed is True and first.correctness.reused is None
+    second = store.Run(_profile().run_dir).record
+    assert second.correctness.passed is True and "same binary" in second.correctness.reused
+    assert store.Run(_profile(fresh_check=True).run_dir).record.correctness.reused is None
+    assert store.Run(_profile(check_shapes=3).run_dir).record.correctness.reused is None
+
+    class Rebuilt:
+        module, built_now, seconds, flags, cache_key, ptxas = None, False, 0.0, [], "another binary", []
+
+    monkeypatch.setattr(build, "build", lambda *a, **k: Rebuilt())
+    assert store.Run(_profile().run_dir).record.correctness.reused is None
+    exe = tmp_path / "fake-python-wrong"
+    exe.write_text("#!/bin/sh\necho '{\"passed\": false, \"rel_err\": 1.0, \"tolerance\": 0.0001, "
+                   "\"failed_shape\": \"B1\", \"rule\": \"test-made\"}'\n")
+    exe.chmod(exe.stat().st_mode | stat.S_IEXEC)
+    monkeypatch.setattr(isolated.sys, "executable", str(exe))
+    with pytest.raises(Exception, match="is wrong"):
+        _profile(fresh_check=True)
+    monkeypatch.setattr(build, "build", lambda *a, **k: type("B", (), {"module": None, "built_now": False, "seconds": 0.0,
+                                                                        "flags": [], "cache_key": "third", "ptxas": []})())
+    with pytest.raises(Exception, match="is wrong"):
+        _profile()
+    with pytest.raises(Exception, match="is wrong"):   # the failure was not kept as a pass, nor reused
+        _profile()

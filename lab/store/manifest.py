@@ -293,6 +293,7 @@ class Correctness(Section):
     tensors: list[str] | None = None   # the tensors judged, each against its own tolerance
     failed_tensor: str | None = None   # the first tensor that failed, on failed_shape
     worst_element: str | None = None   # where it was furthest off: index, value, reference
+    reused: str | None = None          # a kept verdict on the same binary, shapes and seed (lab.store.check_cache)
 
 
 @dataclass

@@ -57,6 +57,7 @@ def _profile(lab, a, shape, env, bare_dir, tag, bare=True) -> dict:
     if bare:
         cmd[cmd.index("-o") + 1] = str(bare_dir / f"bare-{tag}.ncu-rep")
         row["bare"], _ = _timed(cmd, env, cwd=ROOT)
+    print(f"[loop] {tag}: lab profile {prof_s:.2f} s, bare ncu {row['bare'] or 0:.2f} s, stages {row['stages']}", flush=True)
     return row
 
 

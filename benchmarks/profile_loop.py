@@ -44,16 +44,27 @@ def _timed(argv: list[str], env: dict, cwd: Path | None = None) -> tuple[float, 
     return seconds, res.stdout + res.stderr
 
 
-def _profile(lab, a, shape, env, bare_dir, tag, bare=True) -> dict:
-    from lab.store.runs import Run
-
-    prof_s, out = _timed(lab + ["profile", "--variant", a.variant, *shape], env)
+def _profile(lab, a, shape, env, bare_dir, tag, bare=True, cwd: Path | None = None) -> dict:
+    """One `lab profile` (run from `cwd`, the lab copy's own folder: `python -m` imports from the current
+    folder first) and, with `bare`, the ncu command it stored. A profile refused by the timer (exit 1) is
+    tried once more and the row says so: the loop's speed is measured here, not the timer's verdicts."""
+    argv = lab + ["profile", "--variant", a.variant, *shape]
+    t0 = time.perf_counter()
+    res = subprocess.run(argv, capture_output=True, text=True, env=env, cwd=cwd)
+    retried = res.returncode == 1
+    if retried:
+        print(f"[loop] {tag}: refused once ({(res.stdout + res.stderr).strip().splitlines()[-1][:200]}); again", flush=True)
+        t0 = time.perf_counter()
+        res = subprocess.run(argv, capture_output=True, text=True, env=env, cwd=cwd)
+    prof_s, out = time.perf_counter() - t0, res.stdout + res.stderr
+    if res.returncode != 0:
+        sys.exit(f"{' '.join(argv)} failed (exit {res.returncode}):\n{out[-2000:]}")
     run_dir = Path(next(ln.split(":", 1)[1].strip() for ln in out.splitlines() if ln.startswith("stored:")))
     m = json.loads((run_dir / "manifest.json").read_text())
     cmd = list((m.get("profile") or {}).get("command") or [])
     row = {"tag": tag, "lab": prof_s, "stages": dict(m.get("stage_seconds") or {}), "cached": m.get("baselines_cached"),
            "check_reused": bool((m.get("correctness") or {}).get("reused")), "median_ms": m["timing"]["median"],
-           "cmd": cmd, "bare": None}
+           "cmd": cmd, "bare": None, "retried": retried}
     if bare:
         cmd[cmd.index("-o") + 1] = str(bare_dir / f"bare-{tag}.ncu-rep")
         row["bare"], _ = _timed(cmd, env, cwd=ROOT)
@@ -82,17 +93,18 @@ def main() -> int:
     rest = os.pathsep + base_env["PYTHONPATH"] if base_env.get("PYTHONPATH") else ""
     envs = {"after": dict(base_env, PYTHONPATH=str(ROOT) + rest),
             "before": dict(base_env, PYTHONPATH=str(a.before.resolve()) + rest)}
+    dirs = {"after": ROOT, "before": a.before.resolve()}
     lab = [sys.executable, "-m", "lab.cli"]
     shape = ["--shape", a.shape] if a.shape else []
-    build_s, _ = _timed(lab + ["build", "--variant", a.variant], envs["after"])
+    build_s, _ = _timed(lab + ["build", "--variant", a.variant], envs["after"], cwd=ROOT)
     # warm-up of both (not compared): the SDPA baselines timed once into the shared store, the page cache warm,
     # each lab's passed check kept where it keeps one
     for tag in ("after", "before"):
-        _profile(lab, a, shape, envs[tag], bare_dir, f"warm-{tag}", bare=False)
+        _profile(lab, a, shape, envs[tag], bare_dir, f"warm-{tag}", bare=False, cwd=dirs[tag])
     rows = []
     for i in range(1, a.rounds + 1):
         for tag in ("before", "after"):
-            rows.append({"i": i, **_profile(lab, a, shape, envs[tag], bare_dir, f"{tag}{i}")})
+            rows.append({"i": i, **_profile(lab, a, shape, envs[tag], bare_dir, f"{tag}{i}", cwd=dirs[tag])})
     dev = device_info()
     commits = {t: os.environ.get(f"LAB_COMMIT_{t.upper()}", "unknown") for t in ("before", "after")}
     lines = [f"### Warm `lab profile --variant {a.variant}`, before and after, against the bare ncu command "
@@ -105,7 +117,8 @@ def main() -> int:
              "| --- | --- | --- | --- | --- | --- | --- | --- |"]
     for r in rows:
         stages = ", ".join(f"{k} {v:.2f}" for k, v in r["stages"].items())
-        lines.append(f"| {r['i']} | {r['tag'].rstrip('0123456789')}{' (check reused)' if r['check_reused'] else ''} | "
+        lines.append(f"| {r['i']} | {r['tag'].rstrip('0123456789')}{' (check reused)' if r['check_reused'] else ''}"
+                     f"{' (timer refused once)' if r['retried'] else ''} | "
                      f"{r['lab']:.2f} | {r['bare']:.2f} | {r['lab'] / r['bare']:.2f}x | {r['lab'] - r['bare']:.2f} | "
                      f"{r['median_ms']:.4g} | {stages} |")
     best = {t: min(r["lab"] / r["bare"] for r in rows if r["tag"].startswith(t)) for t in ("before", "after")}

@@ -67,7 +67,7 @@ def _profile(lab, a, shape, env, bare_dir, tag, bare=True, cwd: Path | None = No
            "cmd": cmd, "bare": None, "retried": retried}
     if bare:
         cmd[cmd.index("-o") + 1] = str(bare_dir / f"bare-{tag}.ncu-rep")
-        row["bare"], _ = _timed(cmd, env, cwd=ROOT)
+        row["bare"], _ = _timed(cmd, env, cwd=cwd or ROOT)
     print(f"[loop] {tag}: lab profile {prof_s:.2f} s, bare ncu {row['bare'] or 0:.2f} s, stages {row['stages']}", flush=True)
     return row
 

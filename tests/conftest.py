@@ -12,6 +12,8 @@ import shutil
 import tempfile
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[1]
 FIXTURES = REPO / "tests" / "fixtures"
 EXAMPLES = REPO / "profiles" / "examples"             # the shipped example runs
@@ -35,3 +37,27 @@ def _unpacked(name: str) -> Path:
 
 PUBLIC_NCU = _unpacked("ncu-public")    # sgemm, dot product, vector add on a Turing GPU (public)
 PUBLIC_NSYS = _unpacked("nsys-public")  # nsys SQLite exports and stats CSVs of eight public repositories
+
+
+# ------------------------------------------------------------------------------ the slow tier
+# Exhaustive shape sweeps (a rung's hundreds of seeded shapes) are marked `slow` beside `gpu`: a plain
+# `pytest -m gpu` runs the GPU suite in one sitting (a representative slice of each sweep), and
+# `--run-slow` (or a -m expression that names slow) runs the whole sweep too.
+
+def pytest_addoption(parser):
+    parser.addoption("--run-slow", action="store_true", default=False,
+                     help="also run the tests marked slow (exhaustive shape sweeps on the GPU)")
+
+
+def pytest_collection_modifyitems(config, items):
+    if config.getoption("--run-slow") or "slow" in (config.getoption("-m") or ""):
+        return
+    skip = pytest.mark.skip(reason="slow tier: exhaustive shape sweep (run with --run-slow)")
+    for item in items:
+        if "slow" in item.keywords:
+            item.add_marker(skip)
+
+
+def slow_beyond(cases: list, keep) -> list:
+    """`cases` as pytest params, those `keep(i, case)` rejects marked slow."""
+    return [c if keep(i, c) else pytest.param(*c, marks=pytest.mark.slow) for i, c in enumerate(cases)]

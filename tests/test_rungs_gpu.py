@@ -215,7 +215,8 @@ SANITIZER_SCRIPT = textwrap.dedent("""
 """)
 
 
-@pytest.mark.parametrize("tool", ["memcheck", "racecheck"])
+# racecheck and synccheck replay every shared-memory access (minutes on an H100): the slow tier
+@pytest.mark.parametrize("tool", ["memcheck", pytest.param("racecheck", marks=pytest.mark.slow)])
 def test_compute_sanitizer_is_clean(tool, built, tmp_path):
     """memcheck: no out-of-bounds or misaligned global access on ragged tiles (torch's caching
     allocator is off, so every tensor is its own allocation and an overrun is visible);

@@ -137,10 +137,12 @@ class SimDevice:
     The host advances by `dispatch` per launch; synchronize waits for both streams and then costs
     `latency`; an event records when its stream reaches it."""
 
-    def __init__(self, latency=0.005, dispatch=0.002):
+    def __init__(self, latency=0.005, dispatch=0.002, wake=0.0):
         self.host = self.stream = self.side = 0.0
         self.latency, self.dispatch = latency, dispatch
+        self.wake = wake      # extra synchronize latency per ms waited (a host woken late from a long wait)
         self.capturing = False
+        self.log = None       # (name, stream, start_ns, end_ns, bytes) of each launch while tracing
 
     class Event:
         def __init__(self, dev):
@@ -155,15 +157,35 @@ class SimDevice:
     def event(self):
         return SimDevice.Event(self)
 
-    def launch(self, ms, side=False):
+    def launch(self, ms, side=False, nbytes=None):
         self.host += self.dispatch
         if side:
             self.side = max(self.host, self.side) + ms
         else:
             self.stream = max(self.host, self.stream) + ms
+        if self.log is not None:
+            end = self.side if side else self.stream
+            self.log.append(("memcpy" if nbytes else "kernel", 8 if side else 7, (end - ms) * 1e6, end * 1e6, nbytes))
 
     def synchronize(self):
-        self.host = max(self.host, self.stream, self.side) + self.latency
+        waited = max(self.host, self.stream, self.side) - self.host
+        self.host = max(self.host, self.stream, self.side) + self.latency + self.wake * waited
+
+    def trace_streams(self, run, prepare=None, calls=3):
+        """What CudaDevice.trace_streams returns, from the virtual clock: each call between two marker
+        copies on the calling stream (7); side-stream work on stream 8."""
+        self.log = []
+        try:
+            for i in range(calls):
+                if prepare is not None:
+                    prepare(i)
+                self.launch(0.001, nbytes=timed.MARKER_BYTES)
+                run()
+                self.launch(0.001, nbytes=timed.MARKER_BYTES)
+            self.synchronize()
+            return timed.traced_calls(self.log)
+        finally:
+            self.log = None
 
     def flush_buffer(self, nbytes):
         dev = self
@@ -346,3 +368,165 @@ def test_chunked_output_errors_match_the_checks_compare():
     assert bad["nonfinite"] == 4 * 8 and math.isnan(bad["rel_err"])
     with pytest.raises(RuntimeError):
         output_errors(out[:, :, :10], ref.float())
+
+
+# ------------------------------------------------------------------------------ work outside the stream: evidence
+
+def test_a_noisy_synchronize_suspects_an_honest_call_and_the_trace_clears_it():
+    # the host wakes from a long wait 10% late: the screen sees 0.1 ms "outside" a 1 ms call, over its
+    # allowance; the trace shows every kernel on the calling stream, so the time stands
+    for method in ("events", "graph"):
+        dev = SimDevice(wake=0.1)
+        t = time_checked(lambda: dev.launch(1.0), method=method, reps=10, warmup=4, device=dev)
+        assert t.checks["outside_stream_ms"] > 0.07 and 1.0 <= t.median < 1.01
+        assert "all finished before" in t.checks["outside_stream_evidence"]
+
+
+def test_a_joined_side_stream_under_a_noisy_synchronize_keeps_its_time():
+    dev = SimDevice(wake=0.1)
+
+    def joined():
+        dev.side = max(dev.side, dev.stream)     # the side stream waits for the call's inputs
+        dev.launch(1.0, side=True)
+        dev.stream = max(dev.stream, dev.side)   # and the calling stream for the side stream
+    t = time_checked(joined, reps=10, warmup=4, device=dev)
+    assert t.median >= 1.0 and "stream(s) 7, 8" in t.checks["outside_stream_evidence"]
+
+
+def test_the_side_stream_is_refused_on_the_traces_evidence_even_under_noise():
+    for method in ("events", "graph"):
+        dev = SimDevice(wake=0.1)
+        with pytest.raises(TimingRefused) as refused:
+            time_checked(lambda: dev.launch(1.0, side=True), method=method, reps=10, warmup=4, device=dev)
+        assert refused.value.status == OUTSIDE_STREAM
+        assert "CUPTI trace" in refused.value.reason and "stream(s) 8" in refused.value.reason
+
+
+def test_without_a_trace_the_screen_decides_and_says_so():
+    class NoTrace(SimDevice):
+        trace_streams = None
+    dev = NoTrace()
+    with pytest.raises(TimingRefused) as refused:
+        time_checked(lambda: dev.launch(1.0, side=True), reps=10, warmup=4, device=dev)
+    assert refused.value.status == OUTSIDE_STREAM and "no stream trace could confirm it" in refused.value.reason
+
+
+def test_traced_calls_needs_its_markers():
+    m = timed.MARKER_BYTES
+    acts = [("memcpy", 7, 0, 1, m), ("k", 7, 2, 10, None), ("side", 8, 3, 20, None), ("memcpy", 7, 11, 12, m)]
+    (call,) = timed.traced_calls(acts, m)
+    assert call["done_ns"] == 11 and len(call["work"]) == 2
+    assert "stream(s) 8" in timed.outside_stream_evidence([call])
+    assert timed.traced_calls(acts[:-1], m) == []   # a lost marker proves nothing
+    joined = [("memcpy", 7, 0, 1, m), ("side", 8, 3, 9, None), ("memcpy", 7, 11, 12, m)]
+    assert timed.outside_stream_evidence(timed.traced_calls(joined, m)) is None
+
+
+# ------------------------------------------------------------------------------ the backward, measured (CPU)
+
+def _cpu_backward_rung(cheat=None, dev=None):
+    """An Attention whose forward writes (O, LSE) and whose backward is FlashAttention-2's equations in
+    torch (tests/fixtures/backward_ws b1_right), on the CPU; `cheat` makes the backward keep, skip or
+    half-write its gradients the ways tests/cheats/kernels/bwd_*.py do on a GPU. Each call also
+    launches 1 ms on the simulated device."""
+    torch = pytest.importorskip("torch")
+    import importlib.util
+    from pathlib import Path
+
+    from lab.measure.call import Attention
+
+    spec = importlib.util.spec_from_file_location(
+        "b1_right", Path(__file__).parent / "fixtures" / "backward_ws" / "kernels" / "b1_right.py")
+    b1 = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(b1)
+    kept, dq_buffer = {}, {}
+
+    def forward_lse(q, k, v):
+        return b1.forward(q, k, v, False, q.shape[-1] ** -0.5)
+
+    def backward(q, k, v, o, dout, lse):
+        dev.launch(1.0)
+        key = (q.data_ptr(), dout.data_ptr())
+        if cheat == "kept" and key in kept:
+            return kept[key]
+        if cheat == "lazy" and key in kept:
+            return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+        grads = b1.backward(q, k, v, o, dout, lse, False, q.shape[-1] ** -0.5)
+        kept[key] = grads
+        if cheat == "partial":
+            if "dq" in dq_buffer:
+                dq_buffer["dq"][:, :, :q.shape[2] // 2] = grads[0][:, :, :q.shape[2] // 2]
+                return dq_buffer["dq"], grads[1], grads[2]
+            dq_buffer["dq"] = grads[0]
+        return grads
+
+    return Attention(cheat or "honest", lambda q, k, v: forward_lse(q, k, v)[0], "BHND", forward_lse, backward)
+
+
+@pytest.mark.parametrize("mode", ["bwd", "fwd+bwd"])
+@pytest.mark.parametrize("cheat", [None, "kept", "lazy", "partial"])
+def test_the_backward_rotates_and_checks_every_call(cheat, mode):
+    from lab.measure.checked import Measurement, Workload
+
+    p = Problem(1, 2, 16, 16, 8, dtype="float32")
+    dev = SimDevice()
+    workload = Workload(p, device="cpu")
+    m = Measurement(_cpu_backward_rung(cheat, dev), workload, mode)
+    assert m.inputs.count == 3 and len(m.inputs.slots) == (6 if mode == "bwd" else 4)
+    if cheat is None:
+        t = m.time(reps=6, warmup=2, device=dev)
+        assert t.checks["outputs_verified"] == 6 + t.warmup and t.checks["input_sets"] == 3
+        return
+    with pytest.raises(TimingRefused) as refused:
+        m.time(reps=6, warmup=2, device=dev)
+    assert refused.value.status == WRONG_OUTPUT and "dQ" in refused.value.reason
+
+
+def test_the_backwards_inputs_are_each_sets_own_and_its_o_and_lse_the_rungs():
+    torch = pytest.importorskip("torch")
+    from lab.measure.checked import Measurement, Workload
+
+    p = Problem(1, 2, 16, 16, 8, dtype="float32")
+    workload = Workload(p, device="cpu")
+    impl = _cpu_backward_rung(None, SimDevice())
+    m = Measurement(impl, workload, "bwd")
+    (q0, k0, v0, d0, o0, l0), (q1, _, _, d1, o1, _) = m.inputs.sets[:2]
+    assert not torch.equal(q0, q1) and not torch.equal(d0, d1) and not torch.equal(o0, o1)
+    o, lse = impl.forward_lse(q0, k0, v0)
+    assert torch.equal(o0, o) and torch.equal(l0, lse)
+    # the gradient references are made once per workload, shared by every implementation measured on it
+    assert Measurement(impl, workload, "fwd+bwd").verify is m.verify
+
+
+def test_a_baselines_backward_runs_on_one_fixed_set_unchecked():
+    from lab.measure.call import Attention
+    from lab.measure.checked import Measurement, Workload
+
+    p = Problem(1, 2, 16, 16, 8, dtype="float32")
+    sdpa = Attention("sdpa-x", lambda q, k, v: q, autograd=True)
+    m = Measurement(sdpa, Workload(p, device="cpu"), "bwd", verify=False)
+    assert m.inputs.count == 1 and m.prepare is None and m.verify is None
+    with pytest.raises(ValueError):
+        Measurement(sdpa, Workload(p, device="cpu"), "bwd")
+
+
+def test_gradient_check_rounds_the_reference_only_where_it_may():
+    """The timed check's references agree with the gate's float64 autograd, chunked by query rows."""
+    torch = pytest.importorskip("torch")
+    from lab.measure import gradcheck
+    from lab.measure.rotation import GradientCheck
+
+    p = Problem(1, 2, 33, 40, 8, causal=True, dtype="float32")
+    gen = torch.Generator().manual_seed(5)
+    q, dout = (torch.randn(1, 2, 33, 8, generator=gen) for _ in range(2))
+    k, v = (torch.randn(1, 2, 40, 8, generator=gen) for _ in range(2))
+    check = GradientCheck(p, [(q, k, v, dout)])
+    ref = gradcheck.reference_backward(q, k, v, dout, True, 8 ** -0.5, chunk_bytes=1)
+    whole = gradcheck.reference_backward(q, k, v, dout, True, 8 ** -0.5)
+    for name in ("dQ", "dK", "dV"):
+        torch.testing.assert_close(ref[name], whole[name], rtol=1e-12, atol=1e-12)
+        torch.testing.assert_close(check.refs[0][name], whole[name].float())
+    grads = (whole["dQ"].float(), whole["dK"].float(), whole["dV"].float())
+    assert check(0, grads) is None
+    assert "dK" in check(0, (grads[0], grads[1] * 1.01, grads[2]))
+    assert "not (dq, dk, dv)" in check(0, grads[0])

@@ -30,6 +30,9 @@ SHAPE = "8,16,2048,64"
 VERDICTS = {"side": OUTSIDE_STREAM, "cached": WRONG_OUTPUT, "lazy": WRONG_OUTPUT, "partial": WRONG_OUTPUT,
             "deferred": WRONG_OUTPUT, "valuecache": IMPOSSIBLE}
 HONEST = ("honest", "joined")
+BWD_VERDICTS = {"bwd_side": OUTSIDE_STREAM, "bwd_cached": WRONG_OUTPUT, "bwd_lazy": WRONG_OUTPUT,
+                "bwd_partial": WRONG_OUTPUT}
+BWD_HONEST = ("bwd_honest", "bwd_joined")
 NOISE = 0.10   # medians of the same call by two protocols, a few seconds apart on an idle GPU
 
 
@@ -85,15 +88,34 @@ def test_each_cheat_gets_no_time(cheat, method):
     assert refused.value.status == VERDICTS[cheat], str(refused.value)
 
 
+@pytest.mark.parametrize("method", [EVENTS, GRAPH])
+@pytest.mark.parametrize("mode", ["bwd", "fwd+bwd"])
+@pytest.mark.parametrize("cheat", sorted(BWD_VERDICTS))
+def test_each_backward_cheat_gets_no_time(cheat, mode, method):
+    from lab.measure.checked import time_rung
+
+    variant, module = rung(cheat)
+    with pytest.raises(TimingRefused) as refused:
+        time_rung(variant, module, PROBLEM, reps=10, warmup=5, method=method, mode=mode)
+    assert refused.value.status == BWD_VERDICTS[cheat], str(refused.value)
+    if BWD_VERDICTS[cheat] == WRONG_OUTPUT:
+        assert any(g in refused.value.reason for g in ("dQ", "dK", "dV")), refused.value.reason
+
+
 def test_the_bare_timer_is_fooled_by_the_cheats():
     """The premise: without the checks, the side-stream and value-cache rungs time faster than the
-    floor, and the cached rung returns a wrong output unnoticed."""
+    floor, and the kept backward (behind a GPU wait that keeps it above the floor) far faster than
+    its honest twin."""
     from lab.measure.checked import device_floor
 
     floor = device_floor(PROBLEM).limit_ms()
     for cheat in ("side", "valuecache"):
         variant, module = rung(cheat)
-        assert bare_events_median(launch_fn(variant, module, PROBLEM)) < floor, cheat
+        bare = bare_events_median(launch_fn(variant, module, PROBLEM))
+        assert bare < floor, (cheat, bare, floor)
+    kept = bare_events_median(launch_fn(*rung("bwd_cached"), PROBLEM, mode="bwd"))
+    honest = bare_events_median(launch_fn(*rung("bwd_honest"), PROBLEM, mode="bwd"))
+    assert device_floor(PROBLEM, "bwd").limit_ms() < kept < 0.7 * honest, (kept, honest)
 
 
 def test_the_precision_cheat_fails_the_correctness_gate():
@@ -121,13 +143,51 @@ def test_honest_rungs_time_as_the_bare_timer(honest):
     assert graph.median <= c * 1.1
 
 
+@pytest.mark.parametrize("honest", BWD_HONEST)
+def test_honest_backward_rungs_time_as_the_bare_timer(honest):
+    from lab.measure.checked import time_rung
+
+    variant, module = rung(honest)
+    bare, checked = [], []
+    for _ in range(3):
+        bare.append(bare_events_median(launch_fn(variant, module, PROBLEM, mode="bwd")))
+        timing = time_rung(variant, module, PROBLEM, reps=30, warmup=5, mode="bwd")
+        checked.append(timing.median)
+        assert timing.checks["outputs_verified"] == 30 + timing.warmup and timing.checks["input_sets"] == 3
+    b, c = statistics.median(bare), statistics.median(checked)
+    print(f"{honest} bwd: bare timer {b:.4f} ms, checked timer {c:.4f} ms ({c / b - 1:+.1%})")
+    assert abs(c / b - 1) < NOISE, (bare, checked)
+    for mode in ("bwd", "fwd+bwd"):
+        assert time_rung(variant, module, PROBLEM, reps=10, warmup=5, method=GRAPH, mode=mode).median > 0
+
+
+def test_tunes_interleaved_path_refuses_every_cheat_and_times_the_honest():
+    """`lab tune` times its candidates through Measurement.checked() and the interleaved timer; python
+    rungs have no tuning build, so the cheats go through that same path here."""
+    from lab.measure.call import rung as attention
+    from lab.measure.checked import Measurement, Workload, device_floor
+    from lab.measure.timed import time_checked_interleaved
+
+    for mode, verdicts, honest in (("fwd", VERDICTS, HONEST), ("bwd", BWD_VERDICTS, BWD_HONEST)):
+        workload = Workload(PROBLEM)
+        specs = {rid: Measurement(attention(*rung(rid), PROBLEM), workload, mode, floor=device_floor(PROBLEM, mode),
+                                  what=rid).checked()
+                 for rid in (*verdicts, *honest)}
+        out = time_checked_interleaved(specs, reps=10, warmup=5)
+        for rid, verdict in verdicts.items():
+            assert isinstance(out[rid], TimingRefused) and out[rid].status == verdict, (mode, rid, out[rid])
+        for rid in honest:
+            assert not isinstance(out[rid], TimingRefused), (mode, rid, out[rid])
+
+
 def test_sdpa_baselines_pass_the_checks():
     from lab.measure.baselines import run_baseline
 
-    for backend in ("cudnn", "flash"):
-        b = run_baseline(PROBLEM, backend, "float16", reps=10, warmup=3)
-        assert b.status == "ok", b.reason
-        assert b.timing.checks["floor_ms"] < b.timing.min
+    for mode in ("fwd", "bwd", "fwd+bwd"):
+        for backend in ("cudnn", "flash", "efficient"):
+            b = run_baseline(PROBLEM, backend, "float16", reps=10, warmup=3, mode=mode)
+            assert b.status == "ok", (mode, backend, b.reason)
+            assert b.timing.checks["floor_ms"] < b.timing.min
 
 
 def test_bench_and_profile_exit_1_with_the_verdict():
@@ -146,14 +206,26 @@ def test_sweep_gives_a_cheat_a_failed_row_with_its_reason(tmp_path):
     from lab.cli import main
     from lab.store import sweeps as store
 
-    r = CliRunner().invoke(main, ["sweep", "--variant", "side,valuecache,honest", "--shape", SHAPE, "--dtype",
-                                  "float16", "--no-baselines", "--timing", "events", "--reps", "10"])
+    r = CliRunner().invoke(main, ["sweep", "--variant", "side,valuecache,honest,bwd_side,bwd_cached,bwd_lazy,bwd_honest",
+                                  "--shape", SHAPE, "--dtype", "float16", "--mode", "fwd,bwd", "--no-baselines",
+                                  "--timing", "both", "--reps", "10"])
     assert r.exit_code == 0, text(r)
     (sw,) = store.list_sweeps(tmp_path / "store")
-    rows = {row["impl"]: row for row in sw.rows()}
-    assert rows["side"]["status"] == "failed" and OUTSIDE_STREAM in rows["side"]["reason"]
-    assert rows["valuecache"]["status"] == "failed" and IMPOSSIBLE in rows["valuecache"]["reason"]
-    assert rows["honest"]["status"] == "ok" and rows["honest"]["median_ms"] > 0
+    rows = {(row["impl"], row["mode"], row["timing"]): row for row in sw.rows()}
+    expected = {("side", "fwd"): OUTSIDE_STREAM, ("valuecache", "fwd"): IMPOSSIBLE,
+                **{(cheat, "bwd"): verdict for cheat, verdict in BWD_VERDICTS.items() if cheat in
+                   ("bwd_side", "bwd_cached", "bwd_lazy")}}
+    for (impl, mode), verdict in expected.items():
+        for timing in (EVENTS, GRAPH):
+            row = rows[(impl, mode, timing)]
+            if verdict == IMPOSSIBLE and timing == GRAPH:   # the value cache's graph cannot capture its host copy
+                assert row["status"] == "failed", row
+                continue
+            assert row["status"] == "failed" and verdict in row["reason"], (impl, mode, timing, row["reason"])
+    for impl, mode in (("honest", "fwd"), ("bwd_honest", "fwd"), ("bwd_honest", "bwd")):
+        for timing in (EVENTS, GRAPH):
+            row = rows[(impl, mode, timing)]
+            assert row["status"] == "ok" and row["median_ms"] > 0, row
 
 
 def test_make_inputs_rotation_sets_differ():

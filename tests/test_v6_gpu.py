@@ -29,7 +29,7 @@ from lab.measure import check  # noqa: E402
 from lab.measure.problem import Problem, make_inputs, softmax_scale  # noqa: E402
 from lab.ladder import registry  # noqa: E402
 from lab.ladder.registry import builtin  # noqa: E402
-from conftest import REPO  # noqa: E402
+from conftest import slow_beyond, REPO  # noqa: E402
 
 # The ladder's Hopper rung, found by what it declares (compute capability 9.0, sm_90a), not by id.
 RUNG = next(v for v in builtin() if v.min_cc >= (9, 0))
@@ -95,7 +95,9 @@ def _check_scaled(module, problem: Problem, std: float, seed: int) -> check.Shap
 
 @pytest.mark.gpu
 @needs_hopper
-@pytest.mark.parametrize("b,h,nq,nk,d,causal,dtype_name,std,seed", _cases(), ids=lambda x: str(x))
+@pytest.mark.parametrize("b,h,nq,nk,d,causal,dtype_name,std,seed",
+                         # every 8th seeded case and the three-consumer ones in one sitting; all in the slow tier
+                         slow_beyond(_cases(), lambda i, c: i % 8 == 0 or c[3] >= 8192), ids=lambda x: str(x))
 def test_v6_matches_float64(v6, b, h, nq, nk, d, causal, dtype_name, std, seed):
     shape = _check_scaled(v6, Problem(b, h, nq, nk, d, causal, dtype_name), std, seed)
     assert shape.passed, shape.to_dict()
@@ -158,7 +160,8 @@ SANITIZER_SCRIPT = textwrap.dedent("""
 
 @pytest.mark.gpu
 @needs_hopper
-@pytest.mark.parametrize("tool", ["memcheck", "racecheck", "synccheck"])
+# racecheck and synccheck replay every shared-memory access (minutes on an H100): the slow tier
+@pytest.mark.parametrize("tool", ["memcheck", pytest.param("racecheck", marks=pytest.mark.slow), pytest.param("synccheck", marks=pytest.mark.slow)])
 def test_v6_compute_sanitizer_is_clean(tool, v6, tmp_path):
     sanitizer = shutil.which("compute-sanitizer") or next(
         (str(p) for p in (Path(shutil.which("nvcc") or "/nonexistent").resolve().parent / "compute-sanitizer",

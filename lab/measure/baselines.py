@@ -13,11 +13,10 @@ from dataclasses import asdict, dataclass
 from lab.errors import LabError
 from lab.measure import rates
 from lab.measure.bench import DEFAULT_REPS, DEFAULT_WARMUP, Timing
-from lab.measure.call import Attention, make_call
-from lab.measure.checked import device_floor
+from lab.measure.call import Attention
+from lab.measure.checked import Measurement, Workload, describe, device_floor
 from lab.measure.problem import Problem, softmax_scale
-from lab.measure.rotation import problem_inputs
-from lab.measure.timed import TimingRefused, time_checked
+from lab.measure.timed import TimingRefused
 
 BACKENDS = ("cudnn", "flash", "efficient", "math")
 BASELINE_DTYPES = ("float16", "float32")
@@ -124,28 +123,22 @@ def unavailable_reason(messages: list[str], error: BaseException) -> str:
 
 def run_baseline(problem: Problem, backend: str, dtype: str, reps: int = DEFAULT_REPS, warmup: int = DEFAULT_WARMUP,
                  seed: int = 0, mode: str = "fwd") -> Baseline:
-    """One SDPA backend timed in `mode` through the checked timer, its inputs rotating like a rung's
-    (so that both are timed alike; not for bwd, whose autograd graph a refill would leave stale) and
-    held to the same floor; its outputs are the reference, not checked."""
+    """One SDPA backend timed in `mode` through the one measurement (lab.measure.checked.Measurement):
+    its inputs rotating like a rung's (so that both are timed alike), held to the same floor; its
+    outputs are the reference, not checked."""
     import torch
 
     name = f"sdpa-{backend}"
     p = problem.with_dtype(dtype)
     impl = attention(name, p)
-    try:
-        rotating = problem_inputs(p, seed=seed) if mode != "bwd" else problem_inputs(p, 1, seed)
-    except torch.OutOfMemoryError:
-        return Baseline(name, backend, dtype, "unavailable", "out of memory allocating inputs")
     caught: list = []
     try:
-        with warnings.catch_warnings(record=True) as caught, impl.context():
+        with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
-            call = make_call(impl, *rotating.slots, mode)
-            call()
-            torch.cuda.synchronize()
-            timing = time_checked(call, prepare=rotating.prepare if mode != "bwd" else None,
-                                  floor=device_floor(p, mode), reps=reps, warmup=warmup,
-                                  what=f"{name} {dtype}" + ("" if mode == "fwd" else f" {mode}"))
+            workload = Workload(p, impl.layout, seed=seed)
+            measurement = Measurement(impl, workload, mode, verify=False, floor=device_floor(p, mode),
+                                      what=describe(f"{name} {dtype}", p, mode))
+            timing = measurement.time(reps=reps, warmup=warmup)
     except torch.OutOfMemoryError:
         torch.cuda.empty_cache()
         return Baseline(name, backend, dtype, "unavailable", "out of memory")

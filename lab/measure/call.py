@@ -128,8 +128,10 @@ def upstream_grad(like, seed: int = UPSTREAM_GRAD_SEED):
     return torch.randn(like.shape, generator=gen, device=like.device, dtype=torch.float32).to(like.dtype)
 
 
-def make_call(attention: Attention, q, k, v, mode: str, seed: int = UPSTREAM_GRAD_SEED) -> Callable[[], object]:
-    """A zero-argument call of `mode` on these inputs: what a timer repeats."""
+def make_call(attention: Attention, q, k, v, mode: str, seed: int = UPSTREAM_GRAD_SEED,
+              dout=None) -> Callable[[], object]:
+    """A zero-argument call of `mode` on these inputs: what a timer repeats. `dout`: the upstream
+    gradient to read (the timer's rotating slot), else one seeded by `seed`."""
     import torch
 
     if mode not in MODES:
@@ -141,7 +143,7 @@ def make_call(attention: Attention, q, k, v, mode: str, seed: int = UPSTREAM_GRA
             with torch.no_grad():
                 return attention.forward(q, k, v)
         return call
-    dout = upstream_grad(q, seed)
+    dout = upstream_grad(q, seed) if dout is None else dout
     if attention.backward is not None:
         backward, forward_lse = attention.backward, attention.forward_lse
         if mode == "fwd+bwd":

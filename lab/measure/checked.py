@@ -1,18 +1,34 @@
-"""What the lab times, set up for the checked timer (lab.measure.timed): a rung or an SDPA baseline on
-one problem, its inputs rotating between seeded sets (lab.measure.rotation), a rung's every output
-checked against its set's float64 reference, and the problem's floor on this device
-(lab.measure.floor). `lab bench`, `lab profile` and the SDPA baselines time through here; `lab sweep`
-and `lab tune` build the same pieces around their own calls.
+"""THE one measurement of the lab: what is timed, on which inputs, held to what. `lab bench`,
+`lab profile`, `lab sweep`, `lab tune` and the SDPA baselines all measure through `Measurement`;
+nothing else in the lab times a call.
+
+A Measurement is one implementation (lab.measure.call.Attention: a rung or a baseline) on one problem
+in one mode, and composes:
+  inputs    a Workload's seeded input sets (lab.measure.rotation), refilled into the same slots
+            before every call, outside the timed region: Q, K, V for fwd; Q, K, V and dO for fwd+bwd;
+            for a rung's bwd, Q, K, V, dO and the O and LSE the rung's own forward made from that set
+            (computed once per set before timing), so a backward never sees the same values twice in a row;
+  check     every call's output, warm-up and timed, against its own set's float64 reference: O for fwd
+            (rotation.OutputCheck), dQ, dK, dV for bwd and fwd+bwd (rotation.GradientCheck), each
+            reference made once per set and shared by every implementation timed on the Workload;
+  floor     the problem's physical floor in that mode on this device (lab.measure.floor);
+  timer     lab.measure.timed, by CUDA events or CUDA-graph replays, with its refusals.
+Baselines are the reference: their outputs are not checked (verify=False). A baseline's `bwd` times
+autograd's backward of one forward done before timing: its saved tensors cannot be refilled (autograd
+refuses inputs changed in place), so it runs on one fixed set; its fwd and fwd+bwd rotate like a rung's.
 """
 
 from __future__ import annotations
 
-from lab.measure.bench import DEFAULT_REPS, DEFAULT_WARMUP, EVENTS, Timing
+import contextlib
+
+from lab.measure.bench import DEFAULT_REPS, DEFAULT_WARMUP, EVENTS, GRAPH, Timing
+from lab.measure.call import Attention, make_call, rung
 from lab.measure.floor import Floor, attention_floor
-from lab.measure.call import launch
 from lab.measure.problem import Problem
-from lab.measure.rotation import DEFAULT_SETS, OutputCheck, problem_inputs
-from lab.measure.timed import time_checked
+from lab.measure.rotation import (DEFAULT_SETS, GradientCheck, OutputCheck, RotatingInputs, gradient_sets,
+                                  problem_inputs)
+from lab.measure.timed import Checked, time_checked
 
 
 def device_floor(problem: Problem, mode: str = "fwd", peaks: dict | None = None) -> Floor | None:
@@ -24,17 +40,119 @@ def device_floor(problem: Problem, mode: str = "fwd", peaks: dict | None = None)
     return attention_floor(problem, mode, peaks or None, device=name)
 
 
+class Workload:
+    """One problem's seeded input sets in one layout, and their references, made once when first
+    needed and shared by every implementation measured on it (a sweep's cells of one shape)."""
+
+    def __init__(self, problem: Problem, layout: str = "BHND", sets: int = DEFAULT_SETS, seed: int = 0,
+                 device: str = "cuda"):
+        self.problem, self.layout = problem, layout
+        self.forward = problem_inputs(problem, sets, seed, device, layout)
+        self._backward: RotatingInputs | None = None
+        self._output_check: OutputCheck | None = None
+        self._gradient_check: GradientCheck | None = None
+
+    @property
+    def backward(self) -> RotatingInputs:
+        """Q, K, V and each set's own dO."""
+        if self._backward is None:
+            self._backward = RotatingInputs(gradient_sets(self.forward))
+        return self._backward
+
+    def output_check(self) -> OutputCheck:
+        if self._output_check is None:
+            self._output_check = OutputCheck(self.problem, self.forward, layout=self.layout)
+        return self._output_check
+
+    def gradient_check(self) -> GradientCheck:
+        if self._gradient_check is None:
+            self._gradient_check = GradientCheck(self.problem, self.backward.sets, layout=self.layout)
+        return self._gradient_check
+
+
+class Measurement:
+    """`impl` on `workload.problem` in `mode`: its inputs, check, floor and what it is called."""
+
+    def __init__(self, impl: Attention, workload: Workload, mode: str = "fwd", *, verify: bool = True,
+                 floor: Floor | None = None, what: str | None = None):
+        if impl.layout != workload.layout:
+            raise ValueError(f"{impl.name} reads {impl.layout}; the workload is {workload.layout}")
+        self.impl, self.workload, self.mode, self.floor = impl, workload, mode, floor
+        self.what = what or impl.name
+        problem = workload.problem
+        self.verify = None
+        if mode == "fwd":
+            self.inputs = workload.forward
+            if verify:
+                self.verify = workload.output_check()
+        elif mode == "bwd" and impl.backward is None:   # autograd's saved tensors: one fixed set (see above)
+            self.inputs = RotatingInputs([workload.forward.sets[0]], fixed=True)
+            if verify:
+                raise ValueError(f"{impl.name}'s bwd runs autograd on one fixed set: it cannot be checked per call")
+        else:
+            self.inputs = workload.backward
+            if mode == "bwd":   # each set's O and LSE from the rung's own forward, made once
+                import torch
+
+                with torch.no_grad():
+                    sets = [(q, k, v, dout, *impl.forward_lse(q, k, v)) for q, k, v, dout in workload.backward.sets]
+                self.inputs = RotatingInputs(sets)
+            if verify:
+                self.verify = workload.gradient_check()
+        self.problem = problem
+
+    @property
+    def prepare(self):
+        return None if self.inputs.count == 1 else self.inputs.prepare
+
+    def call(self):
+        """A zero-argument call of the mode on the slots (make it inside the stream a graph is captured on)."""
+        slots = self.inputs.slots
+        if self.mode == "fwd" or self.impl.backward is None and self.mode == "bwd":
+            return make_call(self.impl, *slots[:3], self.mode)
+        if self.mode == "fwd+bwd":
+            return make_call(self.impl, *slots[:3], self.mode, dout=slots[3])
+        backward = self.impl.backward
+        return lambda: backward(*slots[:3], slots[4], slots[3], slots[5])   # q, k, v, o, dout, lse
+
+    def checked(self, what: str | None = None) -> Checked:
+        """The timer's spec, for lab.measure.timed.time_checked_interleaved (events)."""
+        return Checked(self.call(), self.prepare, self.verify, self.floor, what or self.what)
+
+    def time(self, method: str = EVENTS, reps: int = DEFAULT_REPS, warmup: int = DEFAULT_WARMUP,
+             l2_flush: bool = True, budget_s: float | None = None, device=None) -> Timing:
+        """Timed and checked (raises lab.measure.timed.TimingRefused); inside the implementation's
+        context (SDPA's backend pin), a graph's call made and captured on a stream of its own.
+        `device`: the timer's device (tests hand in a simulated one; then no CUDA stream is made)."""
+        stream = None
+        if method == GRAPH and device is None:
+            import torch
+
+            stream = torch.cuda.Stream()
+        with self.impl.context(), (_on(stream) if stream is not None else contextlib.nullcontext()):
+            call = self.call()
+            timing = time_checked(call, prepare=self.prepare, verify=self.verify, floor=self.floor, method=method,
+                                  reps=reps, warmup=warmup, l2_flush=l2_flush, budget_s=budget_s, stream=stream,
+                                  what=self.what, device=device)
+            del call
+        return timing
+
+
+def _on(stream):
+    import torch
+
+    return torch.cuda.stream(stream)
+
+
+def describe(name: str, problem: Problem, mode: str) -> str:
+    return f"{name} on {problem.label()}" + ("" if mode == "fwd" else f" {mode}")
+
+
 def time_rung(variant, module, problem: Problem, reps: int = DEFAULT_REPS, warmup: int = DEFAULT_WARMUP, *,
               method: str = EVENTS, l2_flush: bool = True, budget_s: float | None = None, peaks: dict | None = None,
               sets: int = DEFAULT_SETS, seed: int = 0, mode: str = "fwd") -> Timing:
-    """A rung on `problem` in `mode` (lab.measure.call), in its own layout, timed and checked; raises
-    TimingRefused. The forward's inputs rotate and its every output is checked; a backward's (bwd)
-    O and LSE are computed once before timing, so its inputs stay put (a refill would leave them
-    stale) and its gradients are the correctness gate's to judge (lab.measure.gradcheck)."""
-    rotating = problem_inputs(problem, sets if mode != "bwd" else 1, seed, layout=variant.layout)
-    verify = OutputCheck(problem, rotating, layout=variant.layout) if mode == "fwd" else None
-    call = launch(variant, module, problem, mode, inputs=rotating.slots)  # allocates its outputs, as SDPA does
-    return time_checked(call, prepare=rotating.prepare if mode != "bwd" else None, verify=verify,
-                        floor=device_floor(problem, mode, peaks), method=method, reps=reps, warmup=warmup,
-                        l2_flush=l2_flush, budget_s=budget_s,
-                        what=f"{variant.id} on {problem.label()}" + ("" if mode == "fwd" else f" {mode}"))
+    """A rung on `problem` in `mode`, in its own layout, measured (see Measurement); raises TimingRefused."""
+    workload = Workload(problem, variant.layout, sets, seed)
+    m = Measurement(rung(variant, module, problem), workload, mode, floor=device_floor(problem, mode, peaks),
+                    what=describe(variant.id, problem, mode))
+    return m.time(method, reps, warmup, l2_flush, budget_s)

@@ -11,13 +11,20 @@ seeded input sets (`prepare(rep)`, outside the timed region, before the L2 flush
     by the correctness gate's own rule and tolerance (lab.measure.check).
 What rotation cannot see: a result kept by the input VALUES (hashing the inputs: that reads them all,
 which the memory floor of lab.measure.floor then bounds), since the sets repeat every `count` calls.
+
+A backward rotates the same way: each set is Q, K, V and its own seeded dO (and, for `bwd`, the O and
+LSE the rung's own forward made from that set, lab.measure.checked), and every timed call's dQ, dK,
+dV are compared against that set's float64 gradients (`GradientCheck`), by the backward gate's rule
+(lab.measure.gradcheck).
 """
 
 from __future__ import annotations
 
 from typing import Sequence
 
-from lab.measure.check import _reference_device, _tolerance, judge, judged_metric, reference_attention
+from lab.measure import gradcheck
+from lab.measure.call import UPSTREAM_GRAD_SEED, upstream_grad
+from lab.measure.check import FP32_REL_TOL, _reference_device, _tolerance, judge, judged_metric, reference_attention
 from lab.measure.problem import make_inputs, softmax_scale
 
 DEFAULT_SETS = 3
@@ -61,6 +68,17 @@ def problem_inputs(problem, count: int = DEFAULT_SETS, seed: int = 0, device: st
     the inputs the rest of the lab uses) in the rung's layout; count 1 is the backward's fixed set."""
     sets = [make_inputs(problem, seed + i, device=device, layout=layout) for i in range(count)]
     return RotatingInputs(sets, fixed=count == 1)
+
+
+DOUT_SEED_STRIDE = 7919
+"""Set i's dO is seeded UPSTREAM_GRAD_SEED + i * this: set 0's is the dO the rest of the lab uses
+(lab.measure.call.make_call), and no set's dO shares a seed with any set's Q, K, V (seeds 0, 1, ...)."""
+
+
+def gradient_sets(rotating: RotatingInputs) -> list[tuple]:
+    """The backward's sets: each forward set (Q, K, V) with its own seeded dO, in the same layout."""
+    return [(q, k, v, upstream_grad(q, UPSTREAM_GRAD_SEED + i * DOUT_SEED_STRIDE))
+            for i, (q, k, v) in enumerate(rotating.sets)]
 
 
 VERIFY_CHUNK_ELEMS = 1 << 20
@@ -141,3 +159,68 @@ class OutputCheck:
                 f"{errors[self.metric]:.3g} > tolerance {tolerance:.3g}{unwritten} (with inputs rotated between "
                 "calls: a result kept from other inputs, work skipped on repeated calls, or an output written "
                 "only in part)")
+
+
+GRADIENTS = ("dQ", "dK", "dV")
+
+
+class GradientCheck:
+    """verify(token, (dq, dk, dv)) for a backward: each set's float64 gradients (lab.measure.gradcheck's
+    reference, chunked over heads and query rows so that long sequences fit; made once per set, kept
+    in float32 in the rung's layout) and, per gradient, the backward gate's tolerance: 2x torch SDPA's
+    own max_abs_err on that set, floored at one rounding step of the largest gradient. Each timed
+    call's gradients are compared chunk by chunk (output_errors). Returns None when all three pass,
+    else the reason naming the first wrong one."""
+
+    def __init__(self, problem, sets: list[tuple], layout: str = "BHND"):
+        import torch
+
+        self.problem, self.layout = problem, layout
+        scale = softmax_scale(problem)
+        self.refs, self.tolerances = [], []
+        for q, k, v, dout in sets:
+            q, k, v, dout = (self._swap(t) for t in (q, k, v, dout))   # (B, H, N, D) for the reference
+            device = _reference_device(problem, q.device)
+            ref = gradcheck.reference_backward(q, k, v, dout, problem.causal, scale, device=device)
+            ref = {name: ref[name] for name in GRADIENTS}
+            errors = sdpa_gradient_errors(q, k, v, dout, problem.causal, scale, ref)
+            self.tolerances.append(gradcheck.tolerances(errors, ref, problem.dtype, FP32_REL_TOL))
+            self.refs.append({name: self._swap(t).to(device=q.device, dtype=torch.float32).contiguous()
+                              for name, t in ref.items()})
+            del ref
+
+    def _swap(self, t):
+        return t if self.layout == "BHND" else t.transpose(1, 2)
+
+    def __call__(self, token: int, output) -> str | None:
+        if not isinstance(output, (tuple, list)) or len(output) != 3:
+            return f"a timed backward returned {type(output).__name__}, not (dq, dk, dv)"
+        for name, got in zip(GRADIENTS, output):
+            try:
+                errors = output_errors(got, self.refs[token][name])
+            except (RuntimeError, TypeError, AttributeError) as e:
+                return f"a timed call returned a {name} that cannot be compared: {str(e).strip()[:200]}"
+            tolerance = self.tolerances[token][name]
+            if judge(errors, tolerance, "max_abs_err"):
+                continue
+            unwritten = f", {errors['nonfinite']} non-finite elements" if errors["nonfinite"] else ""
+            return (f"a timed call's {name} on input set {token} of {len(self.refs)} is wrong: max_abs_err "
+                    f"{errors['max_abs_err']:.3g} > tolerance {tolerance:.3g}{unwritten} (with Q, K, V, dO, O and "
+                    "LSE rotated between calls: gradients kept from other inputs, work skipped on repeated calls, "
+                    "or gradients written only in part)")
+        return None
+
+
+def sdpa_gradient_errors(q, k, v, dout, causal: bool, scale: float, ref: dict) -> dict:
+    """torch SDPA's own max_abs_err of dQ, dK, dV against `ref` (float64), forward and autograd
+    backward in the inputs' dtype by the backend torch picks, compared chunk by chunk."""
+    import torch
+    import torch.nn.functional as F
+
+    gqa = {"enable_gqa": True} if k.shape[1] != q.shape[1] else {}
+    qg, kg, vg = (t.detach().clone().requires_grad_(True) for t in (q, k, v))
+    with torch.enable_grad():
+        o = F.scaled_dot_product_attention(qg, kg, vg, is_causal=causal, scale=scale, **gqa)
+        grads = torch.autograd.grad(o, (qg, kg, vg), dout)
+    del o
+    return {name: output_errors(g.to(ref[name].device), ref[name])["max_abs_err"] for name, g in zip(GRADIENTS, grads)}

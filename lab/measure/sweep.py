@@ -14,9 +14,12 @@ problem of the sweep plus seeded ragged shapes, causal and not, before any of it
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import sys
+import tempfile
 import time
 import warnings
+from pathlib import Path
 from typing import Callable
 
 from rich.console import Console
@@ -29,12 +32,12 @@ from lab.ladder import registry
 from lab.measure import rates
 from lab.measure.baselines import attention, unavailable_reason
 from lab.measure.bench import EVENTS, GRAPH
-from lab.measure.call import make_call, rung
+from lab.measure.call import rung
+from lab.measure.checked import Measurement, Workload, describe
 from lab.measure.floor import attention_floor
 from lab.measure.gate import GATE_SHAPES, gated
 from lab.measure.problem import check_supported
-from lab.measure.rotation import OutputCheck, problem_inputs
-from lab.measure.timed import TimingRefused, time_checked
+from lab.measure.timed import TimingRefused
 from lab.measure.sweepplan import GRAPH_AUTO_BELOW_MS, Cell, Plan
 
 SLOW_IMPLS = {"sdpa-math": 12.0, "standard": 12.0}   # cost weights for the ETA (per FLOP, vs flash)
@@ -91,8 +94,7 @@ class GpuMeasurer:
         self.device = device_info()
         self.peaks = self.device.get("peaks")
         self._gates: dict[tuple, object] = {}
-        self._inputs: tuple | None = None
-        self._checks = None
+        self._workload: Workload | None = None
 
     # rungs: built once, gated once per (dtype, mode) in a child (lab.measure.gate), then timed
     def _rung(self, cell: Cell):
@@ -115,27 +117,42 @@ class GpuMeasurer:
             return None, str(e)
         return rung(variant, done.module, cell.problem), None
 
-    def inputs(self, problem, layout: str = "BHND"):
-        """The problem's rotating input sets (lab.measure.rotation) in `layout`, shared by its cells."""
-        if self._inputs is None or self._inputs[0] != (problem, layout):
-            self._inputs = self._checks = None
-            self._inputs = ((problem, layout), problem_inputs(problem, layout=layout))
-        return self._inputs[1]
+    def workload(self, problem, layout: str = "BHND") -> Workload:
+        """The problem's input sets and references (lab.measure.checked.Workload) in `layout`, shared by
+        its cells: the float64 references are made once per shape, not once per implementation."""
+        if self._workload is None or (self._workload.problem, self._workload.layout) != (problem, layout):
+            self._workload = None
+            self._workload = Workload(problem, layout)
+        return self._workload
 
-    def output_check(self, problem, layout: str = "BHND"):
-        """The float64 references of the problem's input sets, made once for all its rung cells."""
-        rotating = self.inputs(problem, layout)
-        if self._checks is None:
-            self._checks = OutputCheck(problem, rotating, layout=layout)
-        return self._checks
+    @contextlib.contextmanager
+    def turn(self):
+        """This GPU to this process alone while a cell is gated and measured: workers that share one GPU
+        (`--gpus 0,0`) take turns, so one's kernels never run inside the other's timed region (the
+        float64 references included, which would slow its calls). An OS lock on a file named after
+        the GPU's UUID, released when the process ends however it ends."""
+        import torch
+
+        uuid = str(getattr(torch.cuda.get_device_properties(torch.cuda.current_device()), "uuid", "gpu"))
+        path = Path(tempfile.gettempdir()) / f"lab-gpu-{uuid}.lock"
+        with open(path, "a") as f:
+            fcntl.flock(f, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(f, fcntl.LOCK_UN)
 
     def release(self):
         import torch   # lazy, here and below: the sweep's plan, rows and tests import without torch
 
-        self._inputs = self._checks = None
+        self._workload = None
         torch.cuda.empty_cache()
 
     def __call__(self, cell: Cell) -> list[dict]:
+        with self.turn():   # the gate's child and the references run on the GPU too
+            return self._measure(cell)
+
+    def _measure(self, cell: Cell) -> list[dict]:
         import torch
 
         p = cell.problem
@@ -154,23 +171,16 @@ class GpuMeasurer:
             i += 1
             try:
                 caught = []
-                with warnings.catch_warnings(record=True) as caught, impl.context():
+                with warnings.catch_warnings(record=True) as caught:
                     warnings.simplefilter("always")
-                    rotating = self.inputs(p, impl.layout)
-                    # a forward's output is checked every call (a rung's: the baselines are the reference);
-                    # `bwd` keeps one forward's outputs (a rung's O and LSE, a baseline's autograd graph),
-                    # which an in-place refill would leave stale
-                    verify = self.output_check(p, impl.layout) if is_rung and cell.mode == "fwd" else None
-                    prepare = rotating.prepare if cell.mode != "bwd" else None
-                    stream = torch.cuda.Stream() if method == GRAPH else None
-                    with torch.cuda.stream(stream) if stream is not None else contextlib.nullcontext():
-                        call = make_call(impl, *rotating.slots, cell.mode)
-                        timing = time_checked(call, prepare=prepare, verify=verify,
+                    # a rung's every output is checked (the baselines are the reference); the one
+                    # measurement (lab.measure.checked) rotates the inputs and times by `method`
+                    measurement = Measurement(impl, self.workload(p, impl.layout), cell.mode, verify=is_rung,
                                               floor=attention_floor(p, cell.mode, self.peaks, self.device.get("name")),
-                                              method=method, reps=self.plan.reps, warmup=self.plan.warmup,
-                                              l2_flush=self.plan.l2_flush, budget_s=self.plan.cell_budget_s,
-                                              stream=stream, what=f"{cell.impl} {p.label()} {cell.mode}")
-                    del call
+                                              what=describe(cell.impl, p, cell.mode))
+                    timing = measurement.time(method, reps=self.plan.reps, warmup=self.plan.warmup,
+                                              l2_flush=self.plan.l2_flush, budget_s=self.plan.cell_budget_s)
+                    del measurement
                 rows.append(timed_row(cell, timing, timing.peak_memory_bytes, self.peaks))
                 if (self.plan.timing == "auto" and method == EVENTS and timing.median < GRAPH_AUTO_BELOW_MS):
                     methods.append(GRAPH)   # small shape: the call latency is partly host; add device time

@@ -4,22 +4,29 @@
 replays (device time), as lab.measure.bench describes, and returns a Timing only when three checks
 pass; otherwise it raises TimingRefused (a CheckFailed: exit 1) with one of three statuses:
 
-  work-outside-stream  Every call runs between a start and an end event on the current stream, then a
-          DEVICE-WIDE torch.cuda.synchronize() (it waits for every stream of the device), then an
-          `after` event. end -> after is the synchronize's own latency when all the call's work was
-          on the stream (or joined back to it: wait_stream, an event); it grows by the work still
-          running elsewhere (a kernel launched on a side stream and never joined, which the end event
-          does not wait for). The same protocol around an empty call, before timing, measures that
-          latency. A call whose median end -> after exceeds it by more than OUTSIDE_SLACK_MS plus
-          OUTSIDE_SHARE of its own median time is refused. The graph method probes its eager warm-up
-          calls this way (a graph cannot hold unjoined work: a capture that fails on that is refused
-          too). The timed region itself is unchanged: the end event is still recorded right after
-          the call, so an honest call's time is what it was.
+  work-outside-stream  Decided from evidence, in two steps. The screen: every call runs between a
+          start and an end event on the current stream, then a DEVICE-WIDE torch.cuda.synchronize() (it
+          waits for every stream of the device), then an `after` event; end -> after is the
+          synchronize's own latency when all the call's work was on the stream (or joined back to it),
+          and grows by work still running elsewhere. The same protocol around an empty call measures
+          that latency. That difference is noisy (the host's wake-up from a long wait is not an empty
+          call's), so a call whose median end -> after exceeds it by more than an allowance is only a
+          suspect. The evidence: a CUPTI trace (torch.profiler, lab.profilers.kineto) of TRACE_CALLS
+          calls, each between two marker copies on the calling stream, once per timing of a suspect:
+          the call is refused only where the trace shows work on another stream still running after
+          the calling stream had finished the call (its closing marker had started). A joined side
+          stream cannot show that (the calling stream waits for it); an unjoined one does on every
+          call. Where no trace can be taken, the screen's verdict stands and the reason says so. The
+          graph method probes its eager warm-up calls this way (a graph cannot hold unjoined work: a
+          capture that fails on that is refused too). The timed region itself is unchanged.
   wrong-output   `prepare(rep)` runs before each call, outside the timed region (lab.measure.rotation
           refills the call's inputs with the next of several seeded sets), and `verify(token, output)`
           judges every call's output, warm-up and timed, against that set's reference: a result kept
           from earlier inputs, work skipped on a repeated call, a partly written output are wrong for
           the set in the slots. The first wrong output ends the timing.
+  (events only) Before each timed call, one untimed call on the previous set's values warms the host
+          (see _Run.rep): measured on an H100, a host idle or busy checking for a few ms between calls
+          dispatches the next one 10-15% slower than the bare timer's tight loop, which a model's loop is.
   impossible     `floor` (lab.measure.floor): the time no correct implementation can beat on this
           device. The fastest repetition under it is not printed as a result; the reason gives both.
 
@@ -49,6 +56,8 @@ OUTSIDE_SLACK_MS = 0.01
 microseconds of host wake-up): a side stream hidden in a call of a few microseconds goes unseen, but
 such a call's event time is host dispatch anyway."""
 NOOP_PROBES = 8          # empty calls that measure the synchronize's own latency
+TRACE_CALLS = 3          # calls traced for the evidence of work outside the stream
+MARKER_BYTES = 4099      # the marker copies' size: no attention call copies exactly this many bytes
 MIN_PROBES = 3           # eager calls probed for outside work before a graph is captured
 CAPTURE_JOIN_ERRORS = ("unjoined", "captureisolation", "capture isolation", "captureimplicit")
 """Fragments of the CUDA errors a capture raises when work forks to a stream it never joins."""
@@ -101,6 +110,38 @@ class CudaDevice:
         graph, output = capture_graph_output(fn, stream)
         return graph.replay, output
 
+    def trace_streams(self, run: Callable[[], object], prepare: Callable[[int], object] | None = None,
+                      calls: int = TRACE_CALLS) -> list[dict]:
+        """`calls` calls under a CUPTI trace (torch.profiler), each between two MARKER_BYTES copies on the
+        calling stream; returns lab.measure.timed.traced_calls of the trace."""
+        import tempfile
+        from pathlib import Path
+
+        from lab.profilers import kineto
+
+        torch = self.torch
+        src = torch.zeros(MARKER_BYTES, dtype=torch.uint8, device="cuda")
+        dst = torch.empty_like(src)
+
+        def launches():
+            for i in range(calls):
+                if prepare is not None:
+                    prepare(i)
+                dst.copy_(src)    # the call starts after this on the calling stream
+                out = run()
+                dst.copy_(src)    # ...and the calling stream has finished it when this starts
+                del out
+
+        with tempfile.TemporaryDirectory(prefix="lab-streams-") as tmp:
+            path = Path(tmp) / "trace.json"
+            kineto.profile_launches(launches, 1, path, "lab stream evidence")
+            tables = kineto.read_trace(path)
+        activities = [(str(r.name), r.stream_id, r.start_ns, r.end_ns, None)
+                      for r in tables.kernels.itertuples()]
+        activities += [(str(r.operation), r.stream_id, r.start_ns, r.end_ns, r.bytes)
+                       for r in tables.memory.itertuples()]
+        return traced_calls(activities, MARKER_BYTES)
+
 
 @dataclass
 class Checked:
@@ -120,6 +161,47 @@ def outside_stream_verdict(call_gaps_ms: list[float], noop_gaps_ms: list[float],
     outside = statistics.median(call_gaps_ms) - latency
     allowance = (max(noop_gaps_ms) - latency) + OUTSIDE_SLACK_MS + OUTSIDE_SHARE * call_ms
     return outside, allowance
+
+
+def traced_calls(activities: list[tuple], marker_bytes: int = MARKER_BYTES) -> list[dict]:
+    """A trace's GPU activities (name, stream, start_ns, end_ns, bytes or None) as calls: the marker
+    copies (copies of exactly `marker_bytes`, in pairs on the calling stream) bound each call; a
+    call's work is everything else that starts between its opening marker and the next call's.
+    Returns [{"stream", "done_ns" (when the closing marker started), "work": [(name, stream, start_ns,
+    end_ns)]}]; [] when the markers are not all there (a trace that lost events proves nothing)."""
+    acts = sorted((a for a in activities if a[2] is not None and a[3] is not None), key=lambda a: a[2])
+    markers = [a for a in acts if a[4] == marker_bytes and "memcpy" in a[0].lower()]
+    if not markers or len(markers) % 2:
+        return []
+    calls = []
+    for i in range(0, len(markers), 2):
+        opening, closing = markers[i], markers[i + 1]
+        if opening[1] != closing[1]:
+            return []
+        until = markers[i + 2][2] if i + 2 < len(markers) else float("inf")
+        work = [a[:4] for a in acts if opening[2] <= a[2] < until and a is not opening and a is not closing]
+        calls.append({"stream": opening[1], "done_ns": closing[2], "work": work})
+    return calls
+
+
+def outside_stream_evidence(calls: list[dict]) -> str | None:
+    """The trace's evidence of work outside the calling stream: a description of the work on another
+    stream that was still running after the calling stream had finished the call, or None."""
+    late = [(a, c) for c in calls for a in c["work"] if a[1] != c["stream"] and a[3] > c["done_ns"]]
+    if not late:
+        return None
+    (name, stream, _, end), call = max(late, key=lambda ac: ac[0][3] - ac[1]["done_ns"])
+    streams = sorted({a[1] for a, _ in late})
+    return (f"a CUPTI trace of {len(calls)} calls shows {len(late)} kernels or copies on stream(s) "
+            f"{', '.join(map(str, streams))} still running after the call's stream {call['stream']} had finished "
+            f"(the latest, {name[:80]}, {(end - call['done_ns']) / 1e6:.4g} ms after)")
+
+
+def traced_streams_text(calls: list[dict]) -> str:
+    """What an exonerating trace showed: the streams the call's work ran on, all joined."""
+    streams = sorted({a[1] for c in calls for a in c["work"]} | {c["stream"] for c in calls if c["work"]})
+    return (f"a CUPTI trace of {len(calls)} calls: its work ran on stream(s) {', '.join(map(str, streams)) or 'none'}, "
+            "all finished before the calling stream finished the call")
 
 
 def floor_verdict(samples_ms: list[float], floor, l2_flush: bool) -> str | None:
@@ -146,6 +228,8 @@ class _Run:
         self.peak = 0
         self.replay = None
         self.static_output = None
+        self.evidence: str | None = None      # what the stream trace showed, once taken
+        self.outside_ms: float | None = None
 
     def refuse(self, status: str, reason: str, timing: Timing | None = None):
         raise TimingRefused(status, reason, timing, self.spec.what)
@@ -223,6 +307,14 @@ class _Run:
         self.replay()   # one replay before timing: the graph's first launch uploads it
 
     def rep(self, i: int, flush) -> None:
+        if self.method == EVENTS and self.spec.prepare is not None:
+            # events time the host's dispatch too, and a host that spent milliseconds checking the last
+            # output (or asleep: the same +10% on an H100) dispatches the next call slower than a model's
+            # loop does. One untimed call on the slots as they are (the PREVIOUS set's values, its output
+            # dropped) warms it: a result kept by pointer or one call behind is still the wrong set's,
+            # and the timed call's set differs from this call's
+            del_out = self.spec.call()
+            del del_out
         token = self.load(self.warmup_done + i)
         if self.method == GRAPH:
             _, events = self.probe(self.replay, flush)
@@ -237,13 +329,39 @@ class _Run:
         call_ms = statistics.median(s.elapsed_time(e) for s, e, _ in events)
         outside, allowance = outside_stream_verdict(gaps, self.noop_gaps, call_ms)
         self.outside_ms = outside
-        if outside > allowance:
-            self.refuse(OUTSIDE_STREAM,
-                        f"{outside:.4g} ms of GPU work was still running after the call's stream had finished "
-                        f"(median of {len(gaps)} calls, a device-wide synchronize after each; the calls take "
-                        f"{call_ms:.4g} ms between events on their stream; allowed {allowance:.4g} ms): a stream "
-                        "the call launched work on and did not join back (wait_stream, an event) before returning",
-                        timing)
+        if outside <= allowance:
+            return
+        screen = (f"{outside:.4g} ms of GPU work was still running after the call's stream had finished "
+                  f"(median of {len(gaps)} calls, a device-wide synchronize after each; the calls take "
+                  f"{call_ms:.4g} ms between events on their stream; allowed {allowance:.4g} ms)")
+        late = self.trace_evidence()
+        if late is None and self.evidence is not None:   # the trace clears the suspect: the screen was noise
+            return
+        because = late if late is not None else f"{screen}; no stream trace could confirm it ({self.trace_error})"
+        self.refuse(OUTSIDE_STREAM, f"{because}: a stream the call launched work on and did not join back "
+                    "(wait_stream, an event) before returning", timing)
+
+    def trace_evidence(self) -> str | None:
+        """Trace the call once (lab.measure.timed's docstring); the description of late work, or None
+        (then self.evidence says what the trace showed, or stays None where none could be taken)."""
+        if self.evidence is not None:
+            return self.late
+        self.late, self.trace_error = None, "the device cannot trace"
+        tracer = getattr(self.dev, "trace_streams", None)
+        if tracer is None:
+            return None
+        try:
+            calls = tracer(self.spec.call, self.spec.prepare)
+        except Exception as e:  # noqa: BLE001 - no profiler, CUPTI busy: the screen's verdict stands, said so
+            self.trace_error = f"{type(e).__name__}: {str(e).strip()[:120]}"
+            return None
+        self.dev.synchronize()
+        if not calls:
+            self.trace_error = "the trace lost its markers"
+            return None
+        self.late = outside_stream_evidence(calls)
+        self.evidence = self.late or traced_streams_text(calls)
+        return self.late
 
     def finish(self) -> Timing:
         self.dev.synchronize()
@@ -255,6 +373,7 @@ class _Run:
         floor = self.spec.floor
         timing.checks = {
             "outside_stream_ms": None,
+            "outside_stream_evidence": None,
             "sync_latency_ms": statistics.median(self.noop_gaps),
             "input_sets": getattr(getattr(self.spec.prepare, "__self__", None), "count", None),  # RotatingInputs
             "outputs_verified": self.verified if self.spec.verify is not None else None,
@@ -266,6 +385,7 @@ class _Run:
         if probed:
             self.check_outside(probed, timing)
             timing.checks["outside_stream_ms"] = self.outside_ms
+            timing.checks["outside_stream_evidence"] = self.evidence
         reason = floor_verdict(samples, floor, self.l2_flush)
         if reason:
             self.refuse(IMPOSSIBLE, reason, timing)

@@ -20,12 +20,12 @@ from lab.ladder.build import build
 from lab.ladder.tuning import Candidate, candidate_labels, require_tunable, tuning_module
 from lab.measure import rates
 from lab.measure.bench import DEFAULT_REPS, DEFAULT_WARMUP
-from lab.measure.call import make_call, require_mode, rung
+from lab.measure.call import require_mode, rung
+from lab.measure.checked import Measurement, Workload, describe
 from lab.measure.floor import attention_floor
 from lab.measure.gate import GATE_SHAPES, verdict
 from lab.measure.problem import Problem, check_supported
-from lab.measure.rotation import OutputCheck, problem_inputs
-from lab.measure.timed import Checked, TimingRefused, time_checked_interleaved
+from lab.measure.timed import TimingRefused, time_checked_interleaved
 
 DEFAULT_LABEL = "default"
 
@@ -94,23 +94,21 @@ def tune(variant, problem: Problem, reps: int = DEFAULT_REPS, warmup: int = DEFA
         result.rows.append(TuneRow(label, index, correctness, error=error))
         _say(f"  {'ok  ' if correctness.get('passed') else 'FAIL'} {label}" + (f": {error}" if error else ""))
 
-    # every candidate reads the same rotating slots (each call refills them first) and is held to the
-    # same output check and floor as `lab bench` holds a rung (lab.measure.timed)
-    # (a backward's candidates: its O and LSE computed once, so no refill and no per-call output check;
-    # the gate judged its gradients)
-    rotating = problem_inputs(problem, 1) if mode == "bwd" else problem_inputs(problem)
-    verify = OutputCheck(problem, rotating) if mode == "fwd" else None
-    prepare = rotating.prepare if mode != "bwd" else None
+    # every candidate is one measurement (lab.measure.checked) on one workload in the rung's layout: the
+    # same rotating input sets and references, each call's output (a backward's gradients) checked,
+    # the same floor as `lab bench` holds a rung to
+    workload = Workload(problem, variant.layout)
     floor = attention_floor(problem, mode, device=torch.cuda.get_device_name())
 
-    def caller(impl):
-        return make_call(rung(variant, impl, problem), *rotating.slots, mode)
+    def measured(row):
+        impl = rung(variant, plain if row.index is None else Candidate(module, row.index, mode), problem)
+        return Measurement(impl, workload, mode, floor=floor,
+                           what=describe(f"{variant.id} {row.label}", problem, mode)).checked()
 
-    passing = {r.label: Checked(caller(plain if r.index is None else Candidate(module, r.index, mode)), prepare,
-                                verify, floor, f"{variant.id} {r.label}")
-               for r in result.rows if r.passed}
+    passing = {r.label: measured(r) for r in result.rows if r.passed}
     if passing:
-        _say(f"time {len(passing)} configurations round-robin: {reps} reps each after {warmup} warm-up, L2 flushed")
+        _say(f"time {len(passing)} configurations round-robin: {reps} reps each after {warmup} warm-up, L2 flushed, "
+             "inputs rotated and every output checked")
         timings = time_checked_interleaved(passing, reps=reps, warmup=warmup)
         for row in result.rows:
             t = timings.get(row.label)

@@ -8,6 +8,7 @@ set -u
 OUT_DIR=$1; BEFORE=${2:-}
 HERE=$(cd "$(dirname "$0")" && pwd); ROOT=$(cd "$HERE/../.." && pwd)
 SHAPE=8,16,2048,64; SWEPT=side,cached,valuecache,honest
+BWD=bwd_side,bwd_cached,bwd_lazy,bwd_partial,bwd_honest,bwd_joined
 mkdir -p "$OUT_DIR"
 export LAB_WORKSPACE=$HERE
 lab() { timeout "$1" python3 -m lab.cli "${@:2}"; }
@@ -36,6 +37,18 @@ LAB_PROFILES=/tmp/cheats-after lab 60 sweep --variant $SWEPT --shape $SHAPE --dt
   --baselines sdpa-cudnn,sdpa-flash --timing events > "$OUT_DIR/after_sweep.log" 2>&1
 echo "sweep rc=$?" >> "$OUT_DIR/after_sweep.log"
 rows /tmp/cheats-after > "$OUT_DIR/after_sweep.rows"
+LAB_PROFILES=/tmp/cheats-bwd lab 120 bench --variant $BWD --mode bwd --shape $SHAPE --dtype float16 \
+  --backends cudnn,flash --markdown "$OUT_DIR/bwd_bench.md" > "$OUT_DIR/bwd_bench.log" 2>&1
+echo "bench bwd rc=$?" >> "$OUT_DIR/bwd_bench.log"
+LAB_PROFILES=/tmp/cheats-bwd lab 240 sweep --variant $BWD --mode bwd,fwd+bwd --shape $SHAPE --dtype float16 \
+  --no-baselines --timing both > "$OUT_DIR/bwd_sweep.log" 2>&1
+echo "sweep bwd rc=$?" >> "$OUT_DIR/bwd_sweep.log"
+rows /tmp/cheats-bwd > "$OUT_DIR/bwd_sweep.rows"
+for v in bwd_side bwd_cached; do
+  LAB_PROFILES=/tmp/cheats-bwd lab 60 profile --variant $v --mode bwd --shape $SHAPE --dtype float16 --no-ncu \
+    --no-baselines --no-report > "$OUT_DIR/bwd_profile_$v.log" 2>&1
+  echo "profile $v bwd rc=$?" >> "$OUT_DIR/bwd_profile_$v.log"
+done
 LAB_PROFILES=/tmp/cheats-after lab 40 profile --variant side --shape $SHAPE --dtype float16 --no-ncu --no-baselines \
   --no-report > "$OUT_DIR/after_profile.log" 2>&1
 echo "profile rc=$?" >> "$OUT_DIR/after_profile.log"

@@ -60,7 +60,10 @@ def test_standard_attention_out_of_memory_is_a_row(tmp_path):
 
 
 def test_two_workers_on_one_gpu_equal_one_process_within_noise(tmp_path):
-    args = ["--shape", "4,16,{512,1024,2048},64", "--baselines", "sdpa-flash,sdpa-cudnn", "--timing", "events"]
+    # graph timing: the device time that another worker's kernels would disturb. Event times of these
+    # 0.04 ms calls are the host's dispatch, which differed by 33% between two runs of one process on an
+    # H100 (2026-11-26); workers sharing a GPU take turns (GpuMeasurer.turn), so only noise is left
+    args = ["--shape", "4,16,{512,1024,2048},64", "--baselines", "sdpa-flash,sdpa-cudnn", "--timing", "graph"]
     assert sweep(tmp_path / "one", *args).exit_code == 0
     r = sweep(tmp_path / "two", *args, "--gpus", "0,0")
     assert r.exit_code == 0, r.output + r.stderr
@@ -68,5 +71,5 @@ def test_two_workers_on_one_gpu_equal_one_process_within_noise(tmp_path):
     key = ["impl", "label", "mode", "timing"]
     m = one.merge(two, on=key, suffixes=("_1", "_2"))
     assert len(m) == len(one) == len(two)
-    # medians within 25% (the two workers share one GPU, so they disturb each other a little)
+    # medians within 25%: the two workers take turns on the one GPU
     assert ((m.median_ms_1 / m.median_ms_2 - 1).abs() < 0.25).all(), m[key + ["median_ms_1", "median_ms_2"]].to_string()

@@ -52,7 +52,7 @@ from lab.store import ledger as ledger_store
 from lab.store.evidence import latest_evidence
 from lab.store.export import (DEFAULT_OUT, export_run, export_sweep, markdown_sweep, resolve_targets,
                               update_markdown_section)
-from lab.store.runs import find_run, open_root
+from lab.store.runs import EXAMPLES_DIR, find_run, open_root
 
 shape_option = click.option("--shape", default=None, metavar="B,H,N,D",
                             help="problem shape, e.g. 8,16,1024,64 (default: 8,16,1024,64)")
@@ -537,15 +537,20 @@ def report(out_dir, run_id, profiles_dir, open_browser):
 def reanalyze(runs, profiles_dir):
     """Run this lab's analysis again on stored runs' own ncu reports (no GPU): new findings, lines and
     derived values (TFLOP/s, % of peak, minimum bytes, ratios by the run's mode); the times and the
-    recorded source stay as measured."""
+    recorded source stay as measured. A run is rewritten in place, but a shipped example (under a
+    store's examples/) is written into this store instead."""
 
     root = open_root(profiles_dir)
     targets = [find_run(ref, root) for ref in runs]   # every id resolved before anything is rewritten
     for run in targets:
         before = (run.manifest.get("findings_summary") or {}).get("bottleneck")
-        path, analyses = run_reanalyze(run)
+        # a shipped example (a store's examples/) stays as recorded: the new judgement goes to this store
+        into = root if run.path.parent.name == EXAMPLES_DIR else None
+        path, analyses = run_reanalyze(run, into)
         after = (analysis.findings_summary(analyses) or {}).get("bottleneck")
         click.echo(f"{run.id}: bottleneck {before} -> {after}" if before != after else f"{run.id}: bottleneck {after}")
+        if into is not None:
+            click.echo(f"  written to {path} (the shipped {run.path} is left as recorded)")
 
 @main.command()
 @profiles_option

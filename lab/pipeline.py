@@ -15,6 +15,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Callable
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -38,8 +39,26 @@ from lab.report.pages import render_run_page
 from lab.store import baseline_cache, check_cache, runs
 from lab.store import manifest as mf
 
-# Modules are called through their module (environment.require_gpu, build.build, checked.time_rung,
-# baselines.run_baselines, ncu.require_ncu): the stand-ins of the tests without a GPU replace those.
+
+
+@dataclass(frozen=True)
+class Machine:
+    """What `lab profile` asks of the GPU machine, each act a function: the real ones by default; a
+    caller without a GPU (tests/test_profile_loop.py) hands its own to `profile`. `start_check` returns
+    a pending verdict (lab.measure.isolated.PendingCheck: result(), cancel())."""
+    require_gpu: Callable = environment.require_gpu
+    require_compute_capability: Callable = environment.require_compute_capability
+    device_info: Callable = environment.device_info
+    software_info: Callable = environment.software_info
+    tool_versions: Callable = environment.tool_versions
+    git_info: Callable = environment.git_info
+    build: Callable = build.build
+    start_check: Callable = start_check
+    time_rung: Callable = checked.time_rung
+    run_baselines: Callable = baselines.run_baselines
+
+
+THIS_MACHINE = Machine()
 
 
 @dataclass
@@ -108,18 +127,22 @@ def analysis_tables(report_path: Path, problem: dict | None, timeline_info: dict
     return analyses, tables
 
 
-def reanalyze(run) -> tuple[Path, list]:
+def reanalyze(run, into: Path | None = None) -> tuple[Path, list]:
     """Run this lab's analysis again on a stored run's own ncu report (no GPU): its metrics, derived,
     findings, rules and lines tables and its findings summary are replaced, and the numbers derived from
     its times (TFLOP/s, % of peak, minimum bytes, ratios: lab.measure.rates by the run's mode) brought up to
     this lab's rules; everything measured (times, correctness, the recorded source) stays. The run is rebuilt in a staging copy and swapped
-    into place, so a reader never sees half of it."""
+    into place, so a reader never sees half of it. `into`: the store to write the reanalyzed run to,
+    under its id, where that is not the run's own folder (a shipped example stays as recorded); a copy
+    there from an earlier reanalysis is replaced."""
     report = run.artifact("ncu_report")
     if report is None or not report.is_file():
         raise LabError(f"run {run.id} has no ncu report to analyze again",
                        hint="it was stored with --no-ncu; profile the rung again")
     git = environment.git_info()   # before the staging copy exists: it would count as a change to the tree
-    staging = Path(tempfile.mkdtemp(prefix=f".{run.id}.", suffix=".partial", dir=run.path.parent))
+    dest = run.path if into is None else Path(into) / run.id
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{run.id}.", suffix=".partial", dir=dest.parent))
     try:
         shutil.rmtree(staging)
         shutil.copytree(run.path, staging)
@@ -138,17 +161,18 @@ def reanalyze(run) -> tuple[Path, list]:
         d["reanalyzed"] = {"utc": datetime.now(timezone.utc).isoformat(timespec="seconds"), "lab_version": __version__,
                            "git": git}
         write_json_atomic(staging / runs.MANIFEST, mf.Manifest.from_dict(d).to_dict())
-        old = run.path.with_name(f".{run.id}.old")
-        os.replace(run.path, old)
-        os.replace(staging, run.path)
+        old = dest.with_name(f".{run.id}.old")
+        if dest.exists():
+            os.replace(dest, old)
+        os.replace(staging, dest)
         shutil.rmtree(old, ignore_errors=True)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
-    return run.path, analyses
+    return dest, analyses
 
 
-def profile(variant: Variant, problem: Problem, opts: ProfileOptions) -> Profiled:
+def profile(variant: Variant, problem: Problem, opts: ProfileOptions, machine: Machine = THIS_MACHINE) -> Profiled:
     """Setup -> build -> check -> bench -> baselines -> ncu -> timeline -> analysis -> store -> report,
     each a named stage below; the wall time of each is printed and stored (Stages)."""
     stage = Stages()
@@ -157,26 +181,26 @@ def profile(variant: Variant, problem: Problem, opts: ProfileOptions) -> Profile
     # overlap the parent's (torch's import alone takes seconds). Where the rung is not built yet it
     # says so at once and is started again after the build. (A python rung has nothing to compile.)
     require_mode(variant, opts.mode)
-    early = start_check(variant, problem, opts.check_shapes, compile=variant.kind != "cuda", mode=opts.mode)
+    early = machine.start_check(variant, problem, opts.check_shapes, compile=variant.kind != "cuda", mode=opts.mode)
     # the tools' versions and the commit are subprocesses (ncu's and nsys's take most of a second): asked
     # for on a thread while torch loads, not after it
     facts_pool = ThreadPoolExecutor(max_workers=1)
-    tools = facts_pool.submit(lambda: (environment.tool_versions(), environment.git_info()))
+    tools = facts_pool.submit(lambda: (machine.tool_versions(), machine.git_info()))
     facts_pool.shutdown(wait=False)
     try:
         with stage("setup"):   # torch's import and CUDA's start-up, ncu found
-            setup(variant, opts)
+            setup(variant, opts, machine)
         with stage("build"):
-            built = build_rung(variant)
+            built = build_rung(variant, machine)
         source_sha = hashlib.sha256(variant.source.read_bytes()).hexdigest()   # the source as built
     except BaseException:
         early.cancel()
         raise
     with stage("check"):
-        facts, correctness = gate(variant, problem, opts, early, built, tools)
+        facts, correctness = gate(variant, problem, opts, early, built, tools, machine)
     with stage("bench"):
-        timing, peak_mem = time_rung(variant, problem, built, opts)
-    base = baselines_beside(problem, timing, facts, opts, stage)
+        timing, peak_mem = time_rung(variant, problem, built, opts, machine)
+    base = baselines_beside(problem, timing, facts, opts, stage, machine)
 
     rng = range_name(variant.id, problem.label(), opts.mode)
     with runs.create_run(runs.new_run_id(variant.id, problem.label())) as run:
@@ -209,17 +233,17 @@ def profile(variant: Variant, problem: Problem, opts: ProfileOptions) -> Profile
 
 # ----------------------------------------------------------------------------- the stages, in order
 
-def setup(variant: Variant, opts: ProfileOptions) -> None:
+def setup(variant: Variant, opts: ProfileOptions, machine: Machine = THIS_MACHINE) -> None:
     """Refuse, before minutes of work: no GPU, a GPU too old for the rung, no ncu."""
-    environment.require_gpu("profile")
-    environment.require_compute_capability(variant)
+    machine.require_gpu("profile")
+    machine.require_compute_capability(variant)
     if opts.ncu:
         ncu.require_ncu()
 
 
-def build_rung(variant: Variant):
+def build_rung(variant: Variant, machine: Machine = THIS_MACHINE):
     _say(f"build {variant.label()}")
-    built = build.build(variant)
+    built = machine.build(variant)
     _say(f"  {'compiled' if built.built_now else 'cached'} in {built.seconds:.1f} s")
     return built
 
@@ -232,13 +256,14 @@ class Facts:
     git: dict
 
 
-def gate(variant: Variant, problem: Problem, opts: ProfileOptions, early, built, tools) -> tuple[Facts, dict]:
+def gate(variant: Variant, problem: Problem, opts: ProfileOptions, early, built, tools,
+         machine: Machine = THIS_MACHINE) -> tuple[Facts, dict]:
     """Correctness gates timing: the child's verdict on the problem and the ragged shapes (CheckFailed
     when wrong), or the verdict kept for the same binary, shapes and seed (lab.store.check_cache; the
     child is then ended unread). While the child checks, what needs no GPU: the machine's facts for the
     manifest (`tools`: the tool versions and commit, asked for on a thread)."""
     tool_versions, git = tools.result()
-    facts = Facts(environment.device_info(), environment.software_info(tool_versions), git)
+    facts = Facts(machine.device_info(), machine.software_info(tool_versions), git)
     key = check_cache.cache_key(variant, built, problem, opts.check_shapes, opts.mode, facts.device, facts.software)
     kept = None if opts.fresh_check else check_cache.get(key)
     if kept is not None:
@@ -250,7 +275,7 @@ def gate(variant: Variant, problem: Problem, opts: ProfileOptions, early, built,
     try:
         correctness = early.result()
     except NotBuilt:   # compiled just now: check the fresh build
-        correctness = start_check(variant, problem, opts.check_shapes, mode=opts.mode).result()
+        correctness = machine.start_check(variant, problem, opts.check_shapes, mode=opts.mode).result()
     check_cache.put(key, correctness)   # a passed verdict only
     if not correctness["passed"]:
         if correctness.get("failure"):   # the backward's: the tensor, the shape and the worst element
@@ -260,12 +285,12 @@ def gate(variant: Variant, problem: Problem, opts: ProfileOptions, early, built,
     return facts, correctness
 
 
-def time_rung(variant: Variant, problem: Problem, built, opts: ProfileOptions):
+def time_rung(variant: Variant, problem: Problem, built, opts: ProfileOptions, machine: Machine = THIS_MACHINE):
     """(Timing, peak memory) through the checked timer (lab.measure.timed): a time that cannot be
     true raises TimingRefused, a CheckFailed (exit 1), before ncu spends minutes on the rung."""
     _say(f"bench {variant.id} {opts.mode}: {opts.reps} reps after {opts.warmup} warm-up, L2 flushed"
          + (", inputs rotating" if opts.mode != "bwd" else ""))
-    timing = checked.time_rung(variant, built.module, problem, opts.reps, opts.warmup, mode=opts.mode)
+    timing = machine.time_rung(variant, built.module, problem, opts.reps, opts.warmup, mode=opts.mode)
     return timing, timing.peak_memory_bytes
 
 
@@ -276,7 +301,8 @@ class BaselinesTimed:
     cached: bool | None = None
 
 
-def baselines_beside(problem: Problem, timing, facts: Facts, opts: ProfileOptions, stage: Stages) -> BaselinesTimed:
+def baselines_beside(problem: Problem, timing, facts: Facts, opts: ProfileOptions, stage: Stages,
+                     machine: Machine = THIS_MACHINE) -> BaselinesTimed:
     """The SDPA baselines on this problem, from the store's cache where this device and software timed
     them with this protocol; their ratios to ours are derived with the run's other numbers (lab.measure.rates.run_rates)."""
     if not opts.baselines:
@@ -288,7 +314,7 @@ def baselines_beside(problem: Problem, timing, facts: Facts, opts: ProfileOption
         if hit:
             out = BaselinesTimed(hit[0], hit[1], True)
         else:
-            rows = [b.to_dict() for b in baselines.run_baselines(problem, opts.reps, opts.warmup, progress=_say,
+            rows = [b.to_dict() for b in machine.run_baselines(problem, opts.reps, opts.warmup, progress=_say,
                                                                  mode=opts.mode)]
             out = BaselinesTimed(rows, baseline_cache.put(key, rows), False)
     return out

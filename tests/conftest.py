@@ -1,4 +1,5 @@
-"""What the tests share: the repository's paths and the public fixtures.
+"""What the tests share: the repository's paths and the public fixtures, and the check that the
+suite leaves the checkout as it found it.
 
 The public Nsight Compute and Nsight Systems files (tests/fixtures/ncu-public, nsys-public; their
 origins in each folder's SOURCES.md) are stored xz-compressed; they are unpacked here once per test
@@ -8,7 +9,9 @@ from __future__ import annotations
 
 import atexit
 import lzma
+import os
 import shutil
+import subprocess
 import tempfile
 from pathlib import Path
 
@@ -61,3 +64,50 @@ def pytest_collection_modifyitems(config, items):
 def slow_beyond(cases: list, keep) -> list:
     """`cases` as pytest params, those `keep(i, case)` rejects marked slow."""
     return [c if keep(i, c) else pytest.param(*c, marks=pytest.mark.slow) for i, c in enumerate(cases)]
+
+
+# ------------------------------------------------------------------------------ no trace in the checkout
+
+# What tests may leave: Python's and pytest's own caches.
+_CACHES = ("__pycache__", ".pytest_cache")
+
+
+def checkout_state() -> dict[str, tuple] | None:
+    """Every path git reports in the checkout (changed, untracked or ignored, each file listed) with
+    its size and mtime: a test that writes into the checkout changes it, even where git ignores the
+    file (reports/, profiles/). None where this is not a git checkout (an sdist, a copied tree)."""
+    try:
+        res = subprocess.run(["git", "-C", str(REPO), "status", "--porcelain", "--ignored", "--untracked-files=all", "-z"],
+                             capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    if res.returncode != 0 or not (REPO / ".git").exists():
+        return None
+    state = {}
+    for entry in res.stdout.split("\0"):
+        path = entry[3:]
+        if not path or any(part in _CACHES for part in Path(path).parts):
+            continue
+        try:
+            st = os.stat(REPO / path)
+            state[f"{entry[:2]} {path}"] = (st.st_size, st.st_mtime_ns)
+        except OSError:
+            state[f"{entry[:2]} {path}"] = None
+    return state
+
+
+_BEFORE = checkout_state()
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """The suite fails where it wrote into the checkout: outputs belong in temporary folders."""
+    after = checkout_state() if _BEFORE is not None else None
+    if after is None or after == _BEFORE:
+        return
+    changed = sorted(k for k in set(after) | set(_BEFORE) if after.get(k, "gone") != _BEFORE.get(k, "gone"))
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    if reporter is not None:
+        reporter.ensure_newline()
+        reporter.write_line(f"error: the tests wrote into the checkout ({len(changed)} path(s)): "
+                            + ", ".join(changed[:10]), red=True)
+    session.exitstatus = 1

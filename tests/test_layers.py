@@ -91,3 +91,4 @@ def test_every_module_imports_without_torch():
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, res.stderr
     assert res.stdout.strip() == "[]", f"torch imported at module level: {res.stdout.strip()[:300]}"
+

@@ -66,3 +66,27 @@ def test_reanalyze_refuses_what_it_cannot_do(tmp_path):
     assert res.returncode == 2 and "no ncu report" in res.stderr and "Traceback" not in res.stderr
     res = _lab("reanalyze", "no-such-run", "--profiles", str(tmp_path / "store"))
     assert res.returncode == 2 and "no stored run" in res.stderr
+
+
+def test_a_shipped_example_is_reanalyzed_into_the_store_not_in_place(tmp_path):
+    """A run under a store's examples/ (as profiles/examples/ ships) is left as recorded: the new
+    judgement is written into the store itself under the run's id, and that copy is the one the store
+    lists from then on (once, not beside the example)."""
+    src = _a_shipped_run()
+    store = tmp_path / "store"
+    example = store / "examples" / src.name
+    shutil.copytree(src, example)
+    recorded = {p.relative_to(example): p.read_bytes() for p in example.rglob("*") if p.is_file()}
+    for first in (True, False):   # then the store's copy is the run: analyzed again in place
+        res = _lab("reanalyze", src.name, "--profiles", str(store))
+        assert res.returncode == 0, res.stderr
+        assert ("left as recorded" in res.stdout) == first, res.stdout
+    assert {p.relative_to(example): p.read_bytes() for p in example.rglob("*") if p.is_file()} == recorded
+    copy = json.loads((store / src.name / "manifest.json").read_text())
+    assert copy["reanalyzed"]["utc"] and copy["timing"] == json.loads(recorded[Path("manifest.json")])["timing"]
+    assert sorted(p.name for p in store.iterdir()) == sorted(["examples", src.name])   # no staging left
+    from lab.store import runs
+
+    listed = [r for r in runs.list_runs(store) if r.id == src.name]
+    assert [r.path for r in listed] == [store / src.name]
+    assert runs.find_run(src.name, store).path == store / src.name

@@ -58,6 +58,7 @@ def shipped_root() -> Path | None:
     checkout = Path(__file__).resolve().parents[2]
     return checkout / "profiles" if (checkout / "profiles" / "examples").is_dir() else None
 MANIFEST = "manifest.json"
+EXAMPLES_DIR = "examples"   # a store's shipped runs: read, never rewritten (lab reanalyze writes beside them)
 
 
 def store_root() -> Path:
@@ -220,16 +221,20 @@ class DamagedRun:
 def scan_store(root: Path | None, marker: str, open_entry, kind: str) -> tuple[list, list[DamagedRun]]:
     """The store's entries of one kind (the folders holding `marker`) under the root and its
     examples/, opened with `open_entry` and sorted oldest first, and the damaged ones with their
-    reason: one unreadable entry never hides the others. Staging folders (dot names) are skipped."""
+    reason: one unreadable entry never hides the others. Staging folders (dot names) are skipped; an
+    entry of the root hides an example of the same name (lab reanalyze's copy of a shipped run)."""
     root = Path(root or store_root())
     found: list = []
     damaged: list[DamagedRun] = []
-    for base in (root, root / "examples"):
+    own: set[str] = set()   # an entry of the root hides the example of its name (a reanalyzed copy)
+    for base in (root, root / EXAMPLES_DIR):
         if not base.is_dir():
             continue
         for d in sorted(base.iterdir()):
-            if d.name.startswith(".") or not (d / marker).is_file():
+            if d.name.startswith(".") or not (d / marker).is_file() or (base != root and d.name in own):
                 continue
+            if base == root:
+                own.add(d.name)
             try:
                 found.append(open_entry(d))
             except LabError as e:

@@ -77,3 +77,20 @@ def test_rule_applies_where_its_cause_was_built_and_not_elsewhere(cls, planted):
         assert rule.lines(f, k, c), f"{cls}: no source line cited on {with_it}"
     _, none = _judge(rule, rows[without])
     assert none == [], (cls, without, [x.title for x in none])
+
+
+def test_advice_names_no_rung_where_the_workspace_is_broken_and_hides_no_other_error(tmp_path, monkeypatch):
+    """The registry is context for advice: a workspace it refuses (a LabError: here a lab.toml that is
+    not TOML) leaves the advice without a rung; any other exception is a bug and surfaces."""
+    from lab.analysis import advice
+    from lab.ladder import registry
+
+    first = registry.builtin()[0].id
+    assert advice.rung_of(f"lab {first} B1-H2-N64-D64-float32") == first
+    (tmp_path / "lab.toml").write_text("[workspace\n")
+    monkeypatch.setenv("LAB_WORKSPACE", str(tmp_path))
+    assert advice.rung_of(f"lab {first} B1-H2-N64-D64-float32") is None
+    assert advice.next_rung("small-grid", first) is None
+    monkeypatch.setattr(registry, "all_ids", lambda: 1 / 0)
+    with pytest.raises(ZeroDivisionError):
+        advice.rung_of(f"lab {first} B1-H2-N64-D64-float32")

@@ -16,6 +16,7 @@ from __future__ import annotations
 import re
 
 from lab.analysis.metrics import KernelFacts
+from lab.errors import LabError
 from lab.ladder import registry
 
 
@@ -27,7 +28,7 @@ def rung_of(nvtx: str | None) -> str | None:
         return None
     try:
         return m.group(1) if m.group(1) in registry.all_ids() else None
-    except Exception:   # a broken workspace rung file: the registry is context here, never a reason to fail an analysis
+    except LabError:   # a broken workspace rung file: the registry is context here, never a reason to fail an analysis
         return None
 
 
@@ -44,7 +45,7 @@ def next_rung(cls: str, current: str | None, cc: tuple[int, int] | None = None) 
         if cc is not None:
             later = [v for v in later if v.min_cc <= cc]
         later.sort(key=lambda v: order.index(v.id))
-    except Exception:
+    except LabError:   # as in rung_of: a workspace the registry refuses leaves the advice without a rung
         return None
     return f"{later[0].id} ({later[0].slug})" if later else None
 

@@ -133,6 +133,9 @@ class GpuMeasurer:
         the GPU's UUID, released when the process ends however it ends."""
         import torch
 
+        if not torch.cuda.is_available():   # nothing to share (a test's measurer refusing a cell before any GPU work)
+            yield
+            return
         uuid = str(getattr(torch.cuda.get_device_properties(torch.cuda.current_device()), "uuid", "gpu"))
         path = Path(tempfile.gettempdir()) / f"lab-gpu-{uuid}.lock"
         with open(path, "a") as f:

@@ -229,6 +229,8 @@ class _Run:
         self.replay = None
         self.static_output = None
         self.evidence: str | None = None      # what the stream trace showed, once taken
+        self.late: str | None = None          # the trace's evidence of work outside the stream
+        self.trace_error = "no trace taken"
         self.outside_ms: float | None = None
 
     def refuse(self, status: str, reason: str, timing: Timing | None = None):
@@ -313,8 +315,7 @@ class _Run:
             # loop does. One untimed call on the slots as they are (the PREVIOUS set's values, its output
             # dropped) warms it: a result kept by pointer or one call behind is still the wrong set's,
             # and the timed call's set differs from this call's
-            del_out = self.spec.call()
-            del del_out
+            self.spec.call()
         token = self.load(self.warmup_done + i)
         if self.method == GRAPH:
             _, events = self.probe(self.replay, flush)

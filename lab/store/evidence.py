@@ -86,27 +86,6 @@ def _function(kernel: str) -> str:
     return "".join(name).strip() or kernel
 
 
-def _main_kernel(run: Run) -> tuple[int | None, float | None]:
-    """(kernel_index, share of the time) of the kernel the run's time went to: the largest share the
-    analysis stored (the `derived` table's duration_share_pct), else the longest gpu__time_duration of
-    the metrics table (share unknown)."""
-    try:
-        derived = run.table("derived")
-        if derived is not None and len(derived):
-            shares = {int(r.kernel_index): (json.loads(r.derived or "null") or {}).get("duration_share_pct")
-                      for r in derived.itertuples()}
-            shares = {k: v for k, v in shares.items() if isinstance(v, (int, float))}
-            if shares:
-                main = max(shares, key=shares.get)
-                return main, shares[main]
-        metrics = run.table("metrics")
-    except (OSError, ValueError, KeyError, AttributeError):   # an unreadable table: no main kernel known
-        return None, None
-    if metrics is None or "gpu__time_duration.sum" not in metrics or "kernel_index" not in metrics:
-        return None, None
-    return int(metrics.loc[metrics["gpu__time_duration.sum"].astype(float).idxmax(), "kernel_index"]), None
-
-
 def evidence_of(run: Run) -> Evidence:
     m = run.manifest
     summary = m.get("findings_summary") or {}
@@ -117,7 +96,7 @@ def evidence_of(run: Run) -> Evidence:
     except Exception:  # an unreadable table leaves the header without the metrics, never fails `lab new`
         findings = None
     if findings is not None and len(findings):
-        main, share = _main_kernel(run)
+        main, share = run.main_kernel()
         of_main = findings[findings["kernel_index"] == main] if main is not None else findings.iloc[0:0]
         top = (of_main if len(of_main) else findings).sort_values(["kernel_index", "rank"]).iloc[0]
         title = str(top["title"])

@@ -38,7 +38,6 @@ import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import pyarrow.parquet as pq
 
 from lab.errors import LabError
 from lab.ladder import registry
@@ -47,7 +46,6 @@ from lab.store import runs as run_store
 from lab.store.runs import Run, scan_runs
 from lab.store.sweeps import scan_sweeps
 
-DURATION = "gpu__time_duration.sum"
 # The same protocol under two names: `lab bench` recorded "cuda-events" before sweeps named it "events".
 TIMING_NAMES = {"cuda-events": "events"}
 
@@ -233,18 +231,10 @@ def sweep_timings(sweep) -> list[Timing]:
 # ----------------------------------------------------------------------------- findings of a run
 
 def principal_kernel(run: Run) -> int | None:
-    """The kernel with the largest share of the profiled time (its verdict is the run's), from ncu's
-    per-kernel duration; the first kernel where durations are not stored."""
-    path = run.path / (run.manifest.get("tables") or {}).get("metrics", "metrics.parquet")
-    try:
-        cols = set(pq.read_schema(path).names)
-        if {"kernel_index", DURATION} <= cols:
-            t = pq.read_table(path, columns=["kernel_index", DURATION]).to_pandas().dropna()
-            if len(t):
-                return int(t.sort_values(DURATION).iloc[-1]["kernel_index"])
-    except (OSError, ValueError):
-        pass
-    return 0
+    """The kernel with the largest share of the profiled time (its verdict is the run's: Run.main_kernel,
+    which `lab new`'s evidence reads too); the first kernel where durations are not stored."""
+    index, _ = run.main_kernel()
+    return 0 if index is None else index
 
 
 def run_findings(run: Run) -> list[dict] | None:
@@ -306,15 +296,14 @@ def class_estimates(findings: list[dict], cls: str) -> list[dict]:
 
 
 def _metric(run: Run, name: str, kernel: int | None) -> float | None:
-    path = run.path / (run.manifest.get("tables") or {}).get("metrics", "metrics.parquet")
     try:
-        if name not in set(pq.read_schema(path).names):
-            return None
-        t = pq.read_table(path, columns=["kernel_index", name]).to_pandas()
+        cols = run.columns("metrics", ["kernel_index", name])
     except (OSError, ValueError):
         return None
-    row = t[t["kernel_index"] == kernel] if kernel is not None else t
-    return _num(row[name].iloc[0]) if len(row) else None
+    if cols is None:
+        return None
+    values = [v for k, v in zip(cols["kernel_index"], cols[name]) if kernel is None or k == kernel]
+    return _num(values[0]) if values else None
 
 
 # ----------------------------------------------------------------------------- the predicted gain stub

@@ -33,6 +33,7 @@ from lab.store.manifest import Manifest, ManifestError, SCHEMA_VERSION
 # Relative on purpose: the store is where the user runs the lab (or the workspace), never the
 # package's own folder, which may be site-packages.
 DEFAULT_ROOT = Path("profiles")
+DURATION = "gpu__time_duration.sum"   # ncu's duration of one kernel launch
 
 
 def write_table(df: "pd.DataFrame", path: Path) -> None:
@@ -154,6 +155,7 @@ class Run:
 
     def __init__(self, path: Path):
         self.path = path
+        self._main_kernel: tuple[int | None, float | None] | None = None   # read once (main_kernel)
         try:
             raw = json.loads((path / MANIFEST).read_text())
         except (OSError, ValueError) as e:   # ValueError: bad JSON or bad UTF-8
@@ -171,6 +173,40 @@ class Run:
     def table(self, name: str) -> "pd.DataFrame | None":
         fname = self.manifest.get("tables", {}).get(name)
         return pd.read_parquet(self.path / fname) if fname else None
+
+    def columns(self, name: str, columns: list[str]) -> dict[str, list] | None:
+        """Only `columns` of a stored table, as lists (pyarrow: neither the table's other columns, ~1,400
+        metrics in `metrics`, nor the units pandas would rebuild for them); None where the table or one
+        of the columns is not stored."""
+        fname = self.manifest.get("tables", {}).get(name)
+        if not fname:
+            return None
+        pf = pq.ParquetFile(self.path / fname)   # the footer parsed once (it holds every column's name)
+        if not set(columns) <= set(pf.schema_arrow.names):
+            return None
+        t = pf.read(columns=columns)
+        return {c: t.column(c).to_pylist() for c in columns}
+
+    def main_kernel(self) -> tuple[int | None, float | None]:
+        """(kernel_index, share of the profiled time in %) of the kernel the run's time went to, from
+        ncu's per-kernel duration: whose verdict is the run's (a backward's main loop, not the short
+        preprocess kernel launched before it). (None, None) where durations are not stored."""
+        if self._main_kernel is not None:
+            return self._main_kernel
+        self._main_kernel = self._find_main_kernel()
+        return self._main_kernel
+
+    def _find_main_kernel(self) -> tuple[int | None, float | None]:
+        try:
+            cols = self.columns("metrics", ["kernel_index", DURATION])
+        except (OSError, ValueError, pa.ArrowException):   # an unreadable table: no main kernel known
+            return None, None
+        rows = [(int(k), float(d)) for k, d in zip(*cols.values()) if k is not None and d is not None] if cols else []
+        if not rows:
+            return None, None
+        index, longest = max(rows, key=lambda r: r[1])
+        total = sum(d for _, d in rows)
+        return index, (100.0 * longest / total if total else None)
 
     def artifact(self, name: str) -> Path | None:
         fname = self.manifest.get("artifacts", {}).get(name)

@@ -224,7 +224,7 @@ def run_context(rd: RunData, runs: list[RunData], out_dir: Path) -> dict:
     next_id, _ = ladder_neighbour(rd, runs, +1)
     gain = None
     if prev is not None and rd.median_ms:
-        gain = {"prev": prev, "measured": prev.median_ms / rd.median_ms, "overlap": ci_overlap(prev.timing, rd.timing),
+        gain = {"prev": prev, "measured": rates.ratio(prev.median_ms, rd.median_ms), "overlap": ci_overlap(prev.timing, rd.timing),
                 "predicted": rd.variant.get("predicted_gain"), "compare_page": compare_filename(prev.id, rd.id),
                 "predicted_elsewhere": prediction_shape_note(rd.variant.get("predicted_gain"), rd.problem),
                 "dtype_differs": prev.problem.dtype != rd.problem.dtype}
@@ -318,7 +318,7 @@ def ladder_groups(runs: list[RunData]) -> list[dict]:
             if r is not None:  # what the run recorded wins over today's registry text
                 meta.update({k: r.variant[k] for k in ("title", "changed", "attacks", "predicted_gain") if r.variant.get(k)})
             prev = by_id.get(ids[i - 1]) if i > 0 else None
-            measured = prev.median_ms / r.median_ms if (r and prev) else None
+            measured = rates.ratio(prev.median_ms, r.median_ms) if (r and prev) else None
             elsewhere = prediction_shape_note(meta.get("predicted_gain"), r.problem) if r else None
             history.append({"id": vid, "run": r, **meta, "measured": measured, "predicted_elsewhere": elsewhere, "prev_id": ids[i - 1] if i else None,
                             "overlap": ci_overlap(prev.timing, r.timing) if (r and prev) else None,

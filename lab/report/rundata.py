@@ -572,7 +572,7 @@ def backward_kernels(rd: RunData) -> dict | None:
                      "advice": top.get("advice") if top else None,
                      "lines": _cited(top.get("lines")) if top else [],
                      "also": [f.get("class") for f in fs[1:]],
-                     "registers": k.get("launch__registers_per_thread")})
+                     "registers": k.get("launch__registers_per_thread"), "role": _derived(k).get("role")})
     tensor = [_derived(k).get("tensor_flops") for k in ks]
     tensor_total = sum(t for t in tensor if t) if any(tensor) else None
     return {"rows": rows, "total_ns": sum(d for d in durations if d) or None, "recorded": found is not None,

@@ -263,7 +263,8 @@ def run_sanitize(tuning: bool) -> int:
                                               (2, 1, 17, 70, 64, False, torch.bfloat16)):
         mk = lambda n: (torch.randn(b, h, n, d, device="cuda") + 0.5).to(dtype)
         q, k, v, dout = mk(nq), mk(nk), mk(nk), mk(nq)
-        rung_forward_backward(mod, q, k, v, dout, causal, d ** -0.5)
+        for _, cfg in backward_variants(mod, d, tuning):   # --tuning: every backward candidate too
+            rung_forward_backward(mod, q, k, v, dout, causal, d ** -0.5, cfg)
     torch.cuda.synchronize()
     print("sanitize workload done")
     return 0

@@ -42,9 +42,10 @@
 //   `lab check --variant v8 --mode bwd` (24) and of benchmarks/v7_dev.py check --rung v8 (56: fp16
 //   and bf16, D 64/128, causal and not, N = 1, odd N, Nq != Nk, large logits); compute-sanitizer
 //   memcheck, racecheck and synccheck clean. ptxas (nvcc 13.0): 168 registers at the launch bound,
-//   consumers 240 by setmaxnreg, no spills; 162-163 KB of shared memory (one CTA per SM). The iteration log and the next
-//   steps (dQ by bulk reductions, overlapping one step's softmax with the other warpgroup's
-//   products): benchmarks/v8_notes.md.
+//   consumers 240 by setmaxnreg, no spills; 162-163 KB of shared memory (one CTA per SM). Step 2, dQ by bulk reductions of a
+//   staged tile (BULK_DQ), is a tuning candidate: correct, 0.95-1.07x the default, inside its run's
+//   noise (the default stays). The iteration log and the next steps (overlapping one step's
+//   exponentials and reductions with the other products): benchmarks/v8_notes.md.
 // Profile it: lab profile --variant v8 --dtype float16 --mode bwd
 //
 // Roles in one backward CTA (384 threads; key block n0 .. n0+127 of head bh):
@@ -81,10 +82,13 @@
 namespace v8 {
 
 // The backward's tile configuration: D head dim, BM query rows per step, STAGES slots of the Q/dO
-// ring. The key block is fixed at 128 keys (two consumer warpgroups of 64).
-template <int D_, int BM_, int STAGES_>
+// ring. The key block is fixed at 128 keys (two consumer warpgroups of 64). BULK_DQ: each warp
+// stages its dQ rows in shared memory and hands them to the copy engine as bulk reductions
+// (cp.reduce.async.bulk .add.f32, one per row), instead of red.global.add.v2.f32 from registers.
+template <int D_, int BM_, int STAGES_, bool BULK_DQ_ = false>
 struct BwdConfig {
   static constexpr int D = D_, BM = BM_, kStages = STAGES_;
+  static constexpr bool kBulkDq = BULK_DQ_;
   static constexpr int BN = 128, kConsumers = 2;
   static constexpr int kThreads = 128 * (1 + kConsumers);
   static constexpr int kConsumerThreads = 128 * kConsumers;
@@ -98,11 +102,17 @@ struct BwdConfig {
   static constexpr int kOffDS = kOffDO + kStages * kQBytes;
   static constexpr int kOffL = kOffDS + 2 * kDsBytes;
   static constexpr int kOffDsum = kOffL + kStages * kStatBytes;
-  static constexpr int kSmemBytes = kOffDsum + kStages * kStatBytes + 1024;  // + alignment slack
   // dQ [BM x D] per step, split between the two consumer warpgroups on whole swizzle atoms: by
   // rows when BM = 128 (each m64 x D), else by columns (each m64 x D/2).
   static constexpr bool kDqSplitRows = BM == 128;
   static constexpr int kDqN = kDqSplitRows ? D : D / 2;
+  // BULK_DQ's staging tile per consumer warpgroup: 64 rows of kDqN floats, rows 32 bytes apart
+  // beyond their length, so that a half-warp's float2 stores (rows g, g+1.. 8 words apart) meet no
+  // bank twice; each row is its own bulk reduction (16-byte aligned source and destination).
+  static constexpr int kDqRowBytes = kDqN * 4 + 32;
+  static constexpr int kOffDQ = kOffDsum + kStages * kStatBytes;
+  static constexpr int kDqTileBytes = kBulkDq ? 64 * kDqRowBytes : 0;
+  static constexpr int kSmemBytes = kOffDQ + kConsumers * kDqTileBytes + 1024;  // + alignment slack
   static constexpr int kProducerRegs = 24, kConsumerRegs = 240;
   static_assert(D == 64 || D == 128, "head_dim 64 or 128");
   static_assert(BM == 64 || BM == 128, "query block of 64 or 128 rows");
@@ -335,16 +345,45 @@ bwd_kernel(const __grid_constant__ CUtensorMap tm_q,   // [B*H, nq, D] in boxes 
     lab_mbar_arrive(q_empty(s));
     lab_mbar_arrive(do_empty(s));
 
-    // Into the fp32 accumulator: the other key blocks' CTAs add into the same rows (RED, no return).
+    // Into the fp32 accumulator: the other key blocks' CTAs add into the same rows.
+    if constexpr (C::kBulkDq) {
+      // This warp's 16 rows -> its rows of the staging tile -> 16 bulk reductions (lanes 0-15, one
+      // row each). The copy engine must have read last step's rows before they are overwritten.
+      const uint32_t s_rows = s_base + C::kOffDQ + c * C::kDqTileBytes + warp * 16 * C::kDqRowBytes;
+      uint8_t* rows = smem_raw + (s_rows - lab_smem_addr(smem_raw));
+      if (lane < 16) lab_bulk_wait_read<0>();
+      __syncwarp();
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int qrow = m0 + dq_row0 + warp * 16 + g + 8 * h;
-      if (qrow < nq) {
-        float* dst = dq_acc + ((size_t)bh * nq + qrow) * D + dq_col0 + c2;
+      for (int h = 0; h < 2; ++h)
 #pragma unroll
-        for (int i = 0; i < C::kDqN / 8; ++i) lab_bwd::red_add2(dst + i * 8, dq[i * 4 + 2 * h], dq[i * 4 + 2 * h + 1]);
+        for (int i = 0; i < C::kDqN / 8; ++i)
+          *reinterpret_cast<float2*>(rows + (g + 8 * h) * C::kDqRowBytes + (i * 8 + c2) * 4) =
+              make_float2(dq[i * 4 + 2 * h], dq[i * 4 + 2 * h + 1]);
+      lab_fence_proxy_async_shared();  // the stores above, visible to the copy engine's reads
+      __syncwarp();
+      if (lane < 16) {
+        const int qrow = m0 + dq_row0 + warp * 16 + lane;
+        if (qrow < nq)
+          lab_bulk_reduce_add_f32(dq_acc + ((size_t)bh * nq + qrow) * D + dq_col0, s_rows + lane * C::kDqRowBytes,
+                                  C::kDqN * 4);
+        lab_bulk_commit();
+      }
+    } else {
+      // RED from registers (no return value), two floats each.
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int qrow = m0 + dq_row0 + warp * 16 + g + 8 * h;
+        if (qrow < nq) {
+          float* dst = dq_acc + ((size_t)bh * nq + qrow) * D + dq_col0 + c2;
+#pragma unroll
+          for (int i = 0; i < C::kDqN / 8; ++i) lab_bwd::red_add2(dst + i * 8, dq[i * 4 + 2 * h], dq[i * 4 + 2 * h + 1]);
+        }
       }
     }
+  }
+  // Bulk reductions still in flight finish before the CTA does.
+  if constexpr (C::kBulkDq) {
+    if (lane < 16) lab_bulk_wait<0>();
   }
 
   // Epilogue: dK = scale * dS^T Q summed, dV; rows past nk are not written.
@@ -425,9 +464,46 @@ const char* fwd_launch(const LabAttentionArgs* a, cudaStream_t stream) {
                            : lab_hopper_fwd::launch<C, CAUSAL, false>(a, stream);
 }
 
-// The backward's configurations: D, BM query rows per step, stages of the Q/dO ring.
+// The backward's configurations: D, BM query rows per step, stages of the Q/dO ring, bulk dQ.
 using BwdDefault64 = BwdConfig<64, 128, 2>;
 using BwdDefault128 = BwdConfig<128, 64, 2>;
+
+#ifdef LAB_TUNING
+// Candidates for `lab tune --variant v8 [--mode bwd]` (common.cuh's tuning contract). Forward: the
+// launcher's own configurations (v6's, measured there). Backward: BM query rows per step, S stages,
+// and how dQ reaches its fp32 accumulator (RED from registers, or bulk reductions of a staged tile).
+template <class C>
+const char* fwd_any(const LabAttentionArgs* a, cudaStream_t stream) {
+  return a->causal ? fwd_launch<C, true>(a, stream) : fwd_launch<C, false>(a, stream);
+}
+static const LabTuneCandidate kFwd64[] = {{"C1 BN128 S2 (v6 default)", fwd_any<Fwd64>}};
+static const LabTuneCandidate kFwd128[] = {{"C2 BN128 S2 (v6 default)", fwd_any<Fwd128>}};
+static LabTuneList fwd_candidates(int head_dim) {
+  return head_dim == 64 ? lab_tune_list(kFwd64) : head_dim == 128 ? lab_tune_list(kFwd128) : LabTuneList{nullptr, 0};
+}
+struct BwdCandidate {
+  const char* label;
+  const char* (*launch)(const LabBackwardArgs* args, cudaStream_t stream);
+};
+static const BwdCandidate kBwd64[] = {
+    {"BM128 S2 RED-dQ", bwd_launch<BwdConfig<64, 128, 2, false>>},
+    {"BM128 S2 bulk-dQ", bwd_launch<BwdConfig<64, 128, 2, true>>},
+};
+static const BwdCandidate kBwd128[] = {
+    {"BM64 S2 RED-dQ", bwd_launch<BwdConfig<128, 64, 2, false>>},
+    {"BM64 S2 bulk-dQ", bwd_launch<BwdConfig<128, 64, 2, true>>},
+};
+template <int N>
+static const char* bwd_labels(const BwdCandidate (&items)[N]) {
+  static thread_local std::string joined;
+  joined.clear();
+  for (int i = 0; i < N; ++i) {
+    if (i) joined += ';';
+    joined += items[i].label;
+  }
+  return joined.c_str();
+}
+#endif
 
 }  // namespace v8
 
@@ -463,6 +539,32 @@ LAB_EXPORT const char* lab_backward_v8(const LabBackwardArgs* a, cudaStream_t st
   if (a->head_dim == 64) return v8::bwd_launch<v8::BwdDefault64>(a, stream);
   return v8::bwd_launch<v8::BwdDefault128>(a, stream);
 }
+
+#ifdef LAB_TUNING
+LAB_EXPORT const char* lab_forward_v8_configs(int head_dim, LabDtype dtype) {
+  return dtype == LAB_FLOAT32 ? "" : lab_tune_labels(v8::fwd_candidates(head_dim));
+}
+LAB_EXPORT const char* lab_forward_v8_config(const LabAttentionArgs* a, cudaStream_t stream, int config) {
+  if (const char* why = refuse(a->head_dim, a->seqlen_q, a->seqlen_k, a->softmax_scale, {a->q, a->k, a->v, a->o}))
+    return why;
+  return lab_tune_launch(v8::fwd_candidates(a->head_dim), a, stream, config);
+}
+LAB_EXPORT const char* lab_backward_v8_configs(int head_dim, LabDtype dtype) {
+  if (dtype == LAB_FLOAT32) return "";
+  if (head_dim == 64) return v8::bwd_labels(v8::kBwd64);
+  if (head_dim == 128) return v8::bwd_labels(v8::kBwd128);
+  return "";
+}
+LAB_EXPORT const char* lab_backward_v8_config(const LabBackwardArgs* a, cudaStream_t stream, int config) {
+  if (const char* why = refuse(a->head_dim, a->seqlen_q, a->seqlen_k, a->softmax_scale,
+                               {a->q, a->k, a->v, a->o, a->dout, a->dq, a->dk, a->dv}))
+    return why;
+  const int n = a->head_dim == 64 ? (int)(sizeof(v8::kBwd64) / sizeof(v8::kBwd64[0]))
+                                  : (int)(sizeof(v8::kBwd128) / sizeof(v8::kBwd128[0]));
+  if (config < 0 || config >= n) return "tuning candidate index out of range for this head_dim and dtype";
+  return (a->head_dim == 64 ? v8::kBwd64 : v8::kBwd128)[config].launch(a, stream);
+}
+#endif
 
 // The rung's facts for the lab (lab/ladder/registry.py reads them; the header above is its record).
 // Kept at the end of the file so that line numbers in stored profiles stay valid.

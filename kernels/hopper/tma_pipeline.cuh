@@ -3,7 +3,7 @@
 // host-side tensor maps those copies read, and the warp-specialisation primitives (setmaxnreg,
 // named barriers) a producer/consumer CTA is built from. Pure PTX wrappers, no state; names follow
 // the PTX ISA sections they wrap. Moved out of common.cuh unchanged (v6_wgmma proved them), with
-// the bulk copy added for v8_wgmma_bwd's row statistics.
+// the bulk copy (v8_wgmma_bwd's row statistics) and bulk reduction (its dQ) added.
 //
 // Device code here runs only on sm_90a: a rung that uses it guards its kernel body with
 // __CUDA_ARCH_FEAT_SM90_ALL and refuses other devices in its launcher.
@@ -77,6 +77,25 @@ static __device__ __forceinline__ void lab_named_arrive(int id, int threads) {
 static __device__ __forceinline__ void lab_bulk_load(uint32_t dst, const void* src, uint32_t bytes, uint32_t bar) {
   asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n"
                ::"r"(dst), "l"(src), "r"(bytes), "r"(bar) : "memory");
+}
+
+// A bulk reduction shared -> global: `bytes` (a multiple of 16, both addresses 16-byte aligned) of
+// fp32 added element-wise into global memory by the copy engine (the adds happen at L2, like RED),
+// tracked by this thread's bulk-async groups: commit, then wait before the source is overwritten.
+static __device__ __forceinline__ void lab_bulk_reduce_add_f32(float* dst, uint32_t src, uint32_t bytes) {
+  asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n"
+               ::"l"(dst), "r"(src), "r"(bytes) : "memory");
+}
+static __device__ __forceinline__ void lab_bulk_commit() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
+// Wait until at most kPending of this thread's bulk groups are still reading their shared source.
+template <int kPending>
+static __device__ __forceinline__ void lab_bulk_wait_read() {
+  asm volatile("cp.async.bulk.wait_group.read %0;\n" ::"n"(kPending) : "memory");
+}
+// Wait until at most kPending of this thread's bulk groups are incomplete (their writes done).
+template <int kPending>
+static __device__ __forceinline__ void lab_bulk_wait() {
+  asm volatile("cp.async.bulk.wait_group %0;\n" ::"n"(kPending) : "memory");
 }
 
 // ---------------------------------------------------------------------------------------------

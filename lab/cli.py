@@ -734,7 +734,8 @@ class SweepGroup(click.Group):
 @click.option("--warmup", default=DEFAULT_WARMUP, show_default=True)
 @click.option("--cell-budget", "cell_budget_s", type=float, default=0.4, show_default=True,
               help="seconds of timed calls a cell may take before its repetitions are cut (never below 5; 3 for calls over 100 ms)")
-@click.option("--gpus", "gpus_spec", default=None, metavar="0,1", help="one worker process per GPU, each an interleaved shard")
+@click.option("--gpus", "gpus_spec", default=None, metavar="0,1",
+              help="one worker process per GPU (pinned by UUID), fed whole problems, largest first, as each finishes one")
 @click.option("--shard", "shard_spec", default=None, metavar="i/N", help="measure only the i-th of N interleaved slices (merge with `lab sweep merge`)")
 @click.option("--resume", "resume_id", default=None, metavar="SWEEP", help="measure the cells a stored sweep is missing")
 @click.option("--name", default=None, help="a name for the sweep id (default: the preset, batch or custom)")
@@ -790,6 +791,9 @@ def sweep(ctx, variant_spec, shapes, preset, batch_spec, heads_kv_spec, causal, 
         sys.exit(130)
     for m in messages:
         click.secho(m, fg="red", err=True)
+    if gpus:
+        for text in sweeper.worker_times(target):
+            click.echo(text, err=True)
     m = target.manifest
     if as_json:
         click.echo(target.table().to_json(orient="records"))

@@ -75,7 +75,9 @@ def device_info(index: int = 0) -> dict:
         "max_sm_clock_mhz": None,
         "driver": None,
     }
-    smi = _run(["nvidia-smi", f"--id={index}", "--query-gpu=driver_version,clocks.sm,clocks.mem,clocks.max.sm",
+    # by UUID: nvidia-smi's --id=<index> counts in its own (PCI) order over every GPU of the host, not in
+    # CUDA's order over the ones CUDA_VISIBLE_DEVICES leaves (a pinned sweep worker's device 0 is any GPU)
+    smi = _run(["nvidia-smi", f"--id={gpu_uuid(p)}", "--query-gpu=driver_version,clocks.sm,clocks.mem,clocks.max.sm",
                 "--format=csv,noheader,nounits"])
     if smi and smi.strip():
         parts = [s.strip() for s in smi.strip().splitlines()[0].split(",")]
@@ -86,6 +88,51 @@ def device_info(index: int = 0) -> dict:
     peaks = peaks_for(p.name)
     info["peaks"] = peaks.to_dict() if peaks else None
     return info
+
+
+def gpu_uuid(props) -> str:
+    """The GPU's UUID as nvidia-smi, NVML and CUDA_VISIBLE_DEVICES spell it (GPU-..., MIG-...), from
+    torch's device properties (torch prints it without the prefix)."""
+    text = str(getattr(props, "uuid", "") or "")
+    return text if text.startswith(("GPU-", "MIG-")) or not text else "GPU-" + text
+
+
+def gpu_uuids() -> list[str]:
+    """Each visible CUDA device's UUID, in CUDA's order (the indices --gpus takes)."""
+    import torch
+
+    return [gpu_uuid(torch.cuda.get_device_properties(i)) for i in range(torch.cuda.device_count())]
+
+
+GPU_STATE_FIELDS = ("index", "clocks.sm", "clocks.mem", "power.limit")
+
+
+def gpu_state(uuid: str) -> dict:
+    """What can change under a sweep, read now for one GPU by UUID: its SM and memory clocks and its
+    power limit, and the host's index of it (nvidia-smi's, over every GPU of the host). A field
+    nvidia-smi does not give is None, never a guess."""
+    out = {"gpu_host_index": None, "sm_clock_mhz": None, "mem_clock_mhz": None, "power_limit_w": None}
+    smi = _run(["nvidia-smi", f"--id={uuid}", f"--query-gpu={','.join(GPU_STATE_FIELDS)}",
+                "--format=csv,noheader,nounits"], timeout=10)
+    parts = [s.strip() for s in (smi or "").strip().splitlines()[0].split(",")] if (smi or "").strip() else []
+    if len(parts) == len(GPU_STATE_FIELDS):
+        for key, val, cast in zip(out, parts, (int, int, int, float)):
+            try:
+                out[key] = cast(float(val)) if cast is int else cast(val)
+            except ValueError:
+                pass   # "[N/A]", "[Not Supported]"
+    return out
+
+
+def gpu_record(index: int = 0) -> dict:
+    """Which GPU this process measures on (CUDA device `index` of the visible ones), for each row it
+    measures: name, UUID, the CUDA_VISIBLE_DEVICES that pinned it, and gpu_state() read now."""
+    import torch
+
+    props = torch.cuda.get_device_properties(index)
+    uuid = gpu_uuid(props)
+    return {"gpu_name": props.name, "gpu_uuid": uuid, "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
+            **gpu_state(uuid)}
 
 
 def nvcc_version() -> str | None:

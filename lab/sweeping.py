@@ -2,12 +2,21 @@
 (lab.store.sweeps), here or by one worker process per GPU, then folded into its table.
 
 It sits above both: the measuring knows no store, the store knows no measuring. A worker is
-`python -m lab.sweeping --worker SWEEP_DIR --slice i/N --part NAME`.
+`python -m lab.sweeping --worker SWEEP_DIR --part NAME --gpu G`.
 
 How a cell is measured is a dependency, `Measuring`: the GPU measurer by default; a caller (a test
 on a machine without a GPU) hands in its own, in-process through `execute` or `lab sweep`'s click
 context object (`main(obj=Measuring(...))`), and to worker processes by the command that starts
 one (`Measuring.worker`), so no option or variable of the lab exists for it.
+
+Several GPUs (`--gpus 0,1,2,3`): the parent starts one worker per GPU at once, pinned to its GPU by
+UUID (CUDA_VISIBLE_DEVICES=GPU-...), builds the rungs while the workers start, then lets them go.
+The missing cells are dealt as units, one per problem (every implementation and mode of one shape on
+one GPU: the ratios between them are measured side by side, and the inputs and float64 references
+are made once), largest first by estimated cost; each worker takes the next unit nobody has taken
+(an exclusive claim file) whenever it finishes one, so a GPU that is faster, or a worker that dies,
+never leaves a fixed share behind. Each rung's float64 gate (per dtype and mode) is checked once
+for the whole sweep by whichever worker gets to it first (`Gates`), not once per GPU.
 """
 
 from __future__ import annotations
@@ -26,19 +35,27 @@ from typing import Callable
 
 from lab import __version__
 from lab.console import say
-from lab.environment import git_info
+from lab.environment import git_info, gpu_record, gpu_uuids
 from lab.errors import LabError
+from lab.files import write_json_atomic
 from lab.ladder import build, registry
+from lab.measure.call import require_mode
+from lab.measure.gate import verdict as gate_verdict
 from lab.measure.isolated import child_env
-from lab.measure.sweep import GpuMeasurer, Progress, environment_facts, status_row
+from lab.measure.problem import Problem, check_supported
+from lab.measure.sweep import GpuMeasurer, Progress, cell_cost, environment_facts, status_row
 from lab.measure import sweepplan
 from lab.measure.baselines import SWEEP_BASELINES
-from lab.measure.sweepplan import Cell, Plan, parse_shard
+from lab.measure.sweepplan import Cell, Plan
 from lab.store.sweeps import Sweep, create_sweep, new_sweep_id
 
 
-def _gpu_measurer(plan: Plan, log: Callable[[str], None], part: str):
-    return GpuMeasurer(plan, log)
+def _gpu_measurer(plan: Plan, log: Callable[[str], None], part: str, gates=None):
+    return GpuMeasurer(plan, log, gates)
+
+
+def _gpu_probe() -> dict:
+    return gpu_record(0)   # a pinned worker sees its one GPU as device 0
 
 
 WORKER = (sys.executable, "-m", "lab.sweeping")
@@ -46,17 +63,145 @@ WORKER = (sys.executable, "-m", "lab.sweeping")
 
 @dataclass(frozen=True)
 class Measuring:
-    """How a sweep's cells are measured. `make(plan, log, part)` returns the measurer (a callable
-    cell -> rows, with `device` and `software` where it knows them; `part` names the journal it
-    writes: "main", or a worker's); `worker` is the command that runs one worker process (it gets
-    `--worker DIR --slice i/N --part NAME`); `on_gpu`: the cells run on a GPU, so the sweep needs one
-    and builds each rung once before starting workers."""
+    """How a sweep's cells are measured. `make(plan, log, part, gates)` returns the measurer (a
+    callable cell -> rows, with `device` and `software` where it knows them; `part` names the journal
+    it writes: "main", or a worker's; `gates`: the sweep's shared float64 verdicts, a `Gates`);
+    `worker` is the command that runs one worker process (it gets `--worker DIR --part NAME --gpu G`);
+    `on_gpu`: the cells run on a GPU, so the sweep needs one, pins workers by UUID and builds each rung
+    once before the workers measure; `check(variant, problem, mode)` gives a rung's float64 verdict
+    (lab.measure.gate.verdict: a child on the GPU); `probe()` says which GPU measures and its clocks
+    and power limit now (lab.environment.gpu_record), read at each problem a worker starts."""
     make: Callable = _gpu_measurer
     worker: tuple[str, ...] = WORKER
     on_gpu: bool = True
+    check: Callable = gate_verdict
+    probe: Callable = _gpu_probe
 
 
 ON_GPU = Measuring()
+
+
+class Gates:
+    """A rung's float64 verdict, one per (rung, dtype, mode) for the whole sweep: checked on the
+    sweep's first problem of that dtype the rung runs (`problems`, chosen by the parent, so one GPU
+    and four gate alike) the first time a cell needs it, by whoever needs it first. With a `folder`
+    (the sweep's `.gates/`), workers share them: the first to need one claims it (an exclusive
+    file), checks it and writes the verdict; the others wait for that file, and take the check over
+    if its claimer died."""
+
+    def __init__(self, check: Callable, problems: dict[str, Problem] | None = None, folder: Path | None = None):
+        self.check, self.problems, self.folder = check, dict(problems or {}), folder
+        self._known: dict[str, dict] = {}
+        self.checked: list[str] = []       # the keys this process checked itself (the rest it read)
+        self.waited_s = 0.0                # time spent waiting for another worker's check
+
+    @staticmethod
+    def key(rung: str, dtype: str, mode: str) -> str:
+        return f"{rung}|{dtype}|{mode}"
+
+    def verdict(self, variant, problem: Problem, mode: str) -> dict:
+        key = self.key(variant.id, problem.dtype, mode)
+        if key not in self._known:
+            gate_problem = self.problems.get(key, problem)
+            compute = lambda: self.check(variant, gate_problem, mode)   # noqa: E731
+            self._known[key] = self._shared(key, compute) if self.folder is not None else self._checked(key, compute)
+        return self._known[key]
+
+    def prefetch(self, turn=None) -> None:
+        """Check every gate of the sweep nobody has claimed yet (a worker's first act: the gates are
+        spread over the GPUs instead of each worker meeting them one by one in its cells)."""
+        for key, problem in self.problems.items():
+            if key in self._known or self.folder is None or (self._files(key)[0]).is_file():
+                continue
+            rung, _, mode = key.split("|")
+            if _claim(self._files(key)[1]):
+                with (turn() if turn else _nothing()):
+                    self._known[key] = self._computed(key, lambda: self.check(registry.get(rung), problem, mode))
+
+    def _checked(self, key, compute) -> dict:
+        self.checked.append(key)
+        return compute()
+
+    def _files(self, key: str) -> tuple[Path, Path]:
+        name = "".join(c if c.isalnum() or c in "-_." else "_" for c in key)
+        return self.folder / f"{name}.json", self.folder / f"{name}.claim"
+
+    def _computed(self, key, compute) -> dict:
+        done, _ = self._files(key)
+        found = self._checked(key, compute)
+        write_json_atomic(done, {"key": key, "problem": self.problems[key].label() if key in self.problems else None,
+                                 "verdict": found, "checked_by": os.getpid()})
+        return found
+
+    def _shared(self, key, compute) -> dict:
+        done, claim = self._files(key)
+        t0 = time.perf_counter()
+        while True:
+            if done.is_file():
+                self.waited_s += time.perf_counter() - t0
+                return json.loads(done.read_text())["verdict"]
+            if _claim(claim):
+                return self._computed(key, compute)
+            if not _claimer_alive(claim):
+                claim.unlink(missing_ok=True)   # its checker died mid-check: check it here
+                continue
+            time.sleep(0.1)
+
+
+class _nothing:
+    def __enter__(self):
+        return None
+
+    def __exit__(self, *exc):
+        return False
+
+
+def _claim(path: Path, holder: str | None = None) -> bool:
+    """Take `path` for this process (the file holds `holder`, default its pid), or learn that another
+    process has (atomic: O_CREAT|O_EXCL)."""
+    try:
+        fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+    except FileExistsError:
+        return False
+    with os.fdopen(fd, "w") as f:
+        f.write(holder or str(os.getpid()))
+    return True
+
+
+def _claimer_alive(path: Path) -> bool:
+    try:
+        pid = int(path.read_text().strip() or "0")
+    except (OSError, ValueError):
+        return True
+    if not pid:
+        return True   # created, its pid not written yet
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def gate_problems(plan: Plan, cells: list[Cell]) -> dict[str, Problem]:
+    """Per (rung, dtype, mode) among `cells`, the plan's first problem the rung runs: where its gate
+    is checked, whatever GPU or worker gets there first."""
+    out: dict[str, Problem] = {}
+    for c in cells:
+        if c.impl not in plan.rungs:
+            continue
+        key = Gates.key(c.impl, c.problem.dtype, c.mode)
+        if key in out:
+            continue
+        try:
+            variant = registry.get(c.impl)
+            check_supported(variant, c.problem)
+            require_mode(variant, c.mode)
+        except LabError:
+            continue   # that cell becomes an "unsupported" row; a later problem may gate the rung
+        out[key] = c.problem
+    return out
 
 
 def plan_from_specs(*, variant_spec, shapes, preset, batch_spec, heads_kv_spec, causal, dtype_spec, mode_spec,
@@ -83,9 +228,10 @@ def create(plan: Plan, root: Path | None = None) -> Sweep:
 
 
 def run_cells(sweep, cells: list[Cell], measure: Callable[[Cell], list[dict]], part: str = "main",
-              progress: Progress | None = None, worker: str | None = None) -> int:
+              progress: Progress | None = None, worker: str | None = None, gpu: dict | None = None) -> int:
     """Measure `cells` in order, each cell's rows made durable before the next starts. Ctrl-C
-    (KeyboardInterrupt) propagates after the finished cells are on disk. Returns cells done."""
+    (KeyboardInterrupt) propagates after the finished cells are on disk. Returns cells done. Every
+    row carries `worker` and `gpu` (which GPU measured it, its clocks and power limit then)."""
     done = 0
     for cell in cells:
         try:
@@ -96,6 +242,7 @@ def run_cells(sweep, cells: list[Cell], measure: Callable[[Cell], list[dict]], p
             rows = [status_row(cell, "failed", f"{type(e).__name__}: {str(e).strip().splitlines()[0][:300] if str(e).strip() else ''}")]
         for r in rows:
             r["worker"] = worker
+            r.update(gpu or {})
         sweep.append_rows(rows, part)
         done += 1
         if progress:
@@ -103,19 +250,40 @@ def run_cells(sweep, cells: list[Cell], measure: Callable[[Cell], list[dict]], p
     return done
 
 
+def by_problem(cells: list[Cell]) -> list[list[Cell]]:
+    """The cells of each problem together, problems in their first cell's order."""
+    units: dict = {}
+    for c in cells:
+        units.setdefault(c.problem, []).append(c)
+    return list(units.values())
+
+
+def _probed(measuring: Measuring, gpu: str | None) -> dict:
+    """The GPU fields of a row: the --gpus entry, then what the probe reads now (nothing where it fails:
+    an unknown clock is left out, never guessed)."""
+    try:
+        found = measuring.probe()
+    except Exception as e:  # noqa: BLE001 - the rows are still true without the clocks
+        found = {"gpu_probe_error": f"{type(e).__name__}: {str(e)[:200]}"}
+    return {"gpu": gpu, **found}
+
 
 def run_in_process(sweep, cells: list[Cell], measuring: Measuring = ON_GPU, show_progress: bool = True) -> int:
     """The single-process sweep: measure the cells here, journal them; returns cells done."""
     plan = Plan.from_dict(sweep.plan_dict)
     progress = Progress(cells, f"sweep {sweep.id}", show_progress)
     try:
-        measurer = measuring.make(plan, progress.log, "main")
+        gates = Gates(measuring.check, gate_problems(plan, cells))
+        measurer = measuring.make(plan, progress.log, "main", gates)
         facts = environment_facts(measurer)
         _check_device(sweep, facts["device"])
         sweep.update_manifest(device=sweep.manifest.get("device") or facts["device"],
                               software=sweep.manifest.get("software") or facts["software"],
                               devices=_add_device(sweep.manifest.get("devices"), facts["device"], "main"))
-        return run_cells(sweep, cells, measurer, "main", progress)
+        done = 0
+        for unit in by_problem(cells):
+            done += run_cells(sweep, unit, measurer, "main", progress, gpu=_probed(measuring, None))
+        return done
     finally:
         progress.close()
 
@@ -138,77 +306,151 @@ def _check_device(sweep, device) -> None:
 
 # ------------------------------------------------------------------------------ one worker per GPU
 
+DEAL = ".deal.json"      # the units of this run, largest first, and where each gate is checked
+CLAIMS = ".deal"         # a file per unit taken (its index), holding the worker's part; `ready` when built
+GATES = ".gates"         # the float64 verdicts of this run, one file per rung, dtype and mode
+
+
+def deal(cells: list[Cell], budget_s: float) -> list[list[Cell]]:
+    """The units a run deals out: one per problem (plan order within), the costliest first (the
+    cell-cost estimate of the progress bar), so the long ones start early and the short ones fill
+    the end of every GPU's queue (greedy longest-first). Equal costs keep the plan's order."""
+    return sorted(by_problem(cells), key=lambda unit: -sum(cell_cost(c, budget_s) for c in unit))
+
+
+def _reset_run_files(sweep) -> None:
+    """A run's dealing state starts empty: what a killed earlier run left is stale (the cells it
+    finished are in the journals; the rest are missing again)."""
+    for name in (CLAIMS, GATES):
+        shutil.rmtree(sweep.path / name, ignore_errors=True)
+    for f in [sweep.path / DEAL, *sweep.path.glob(".worker-*.json"), *sweep.path.glob(".worker-*.log")]:
+        f.unlink(missing_ok=True)
+
+
+def _pins(gpus: list[str], measuring: Measuring) -> list[str]:
+    """CUDA_VISIBLE_DEVICES for each worker: the GPU's UUID, so the worker measures on the GPU the
+    user named however CUDA orders devices (an index means the parent's order only where the
+    visible set and order are the parent's); the index as given where the cells run on no GPU."""
+    if not measuring.on_gpu:
+        return list(gpus)
+    uuids = gpu_uuids()
+    return [uuids[int(g)] if uuids[int(g)] else g for g in gpus]
+
+
 def run_on_gpus(sweep, gpus: list[str], measuring: Measuring = ON_GPU, show_progress: bool = True,
                 poll_s: float = 0.5) -> tuple[int, list[str]]:
-    """Start one worker process per GPU (CUDA_VISIBLE_DEVICES=<gpu>), worker i measuring the i-th of
-    N interleaved shards of the cells still missing; wait for all. Returns (cells done, messages
-    about workers that died). A dead worker's finished cells are in its journal and stay."""
+    """One worker process per GPU, fed units dynamically (see the module's docstring); wait for all.
+    Returns (cells done, messages about workers that died). A dead worker's finished cells are in its
+    journal and stay; the units it had not taken are measured by the others; the rest of the unit it
+    was measuring is left for `--resume`."""
+    plan = Plan.from_dict(sweep.plan_dict)
     missing = sweep.missing_cells()
+    units = deal(missing, plan.cell_budget_s)
+    _reset_run_files(sweep)
+    (sweep.path / CLAIMS).mkdir()
+    (sweep.path / GATES).mkdir()
+    write_json_atomic(sweep.path / DEAL, {
+        "units": [[c.key for c in u] for u in units],
+        "gates": {k: p.to_dict() for k, p in gate_problems(plan, missing).items()}})
     n = len(gpus)
-    if measuring.on_gpu:   # build each rung once here: workers building into one cache at once would race
-        for rid in dict.fromkeys(c.impl for c in missing):
-            if rid in sweep.plan_dict.get("rungs", {}):
-                build.build(registry.get(rid))
     procs = []
-    for i, gpu in enumerate(gpus, start=1):
-        # the assignment is fixed here: a worker reading "what is missing" later would see the others' progress
-        (sweep.path / f".worker-{i}.cells.json").write_text(json.dumps([c.key for c in _slice(missing, i, n)]))
-        env = child_env()
-        env["CUDA_VISIBLE_DEVICES"] = gpu
-        argv = [*measuring.worker, "--worker", str(sweep.path), "--slice", f"{i}/{n}", "--part", f"gpu{gpu}-{i}"]
-        log = open(sweep.path / f".worker-{i}.log", "w")
-        procs.append((i, gpu, subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT), log))
-    progress = Progress(missing, f"sweep {sweep.id} on GPUs {','.join(gpus)}", show_progress)
-    before = len(sweep.done_cells())
+    started = time.time()
     try:
-        while any(p.poll() is None for _, _, p, _ in procs):
-            time.sleep(poll_s)
-            _follow(progress, sweep, before, missing)
-    except KeyboardInterrupt:
-        for _, _, p, _ in procs:   # our own children only, by pid
+        for i, (gpu, pin) in enumerate(zip(gpus, _pins(gpus, measuring)), start=1):
+            env = child_env()
+            env["CUDA_VISIBLE_DEVICES"] = pin   # pinned: the worker sees its one GPU as device 0
+            argv = [*measuring.worker, "--worker", str(sweep.path), "--part", f"gpu{gpu}-{i}", "--gpu", gpu,
+                    "--started", repr(started)]
+            log = open(sweep.path / f".worker-{i}.log", "w")
+            procs.append((i, gpu, pin, subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT), log))
+        if measuring.on_gpu:   # built once here, while the workers start: workers building into one cache would race
+            for rid in dict.fromkeys(c.impl for c in missing):
+                if rid in plan.rungs:
+                    build.build(registry.get(rid))
+        (sweep.path / CLAIMS / "ready").write_text(repr(time.time() - started))
+        progress = Progress([c for u in units for c in u], f"sweep {sweep.id} on GPUs {','.join(gpus)}", show_progress)
+        before = len(sweep.done_cells())
+        try:
+            while any(p.poll() is None for *_, p, _ in procs):
+                time.sleep(poll_s)
+                _follow(progress, sweep, before, [c for u in units for c in u])
+        finally:
+            progress.close()
+    except BaseException:   # Ctrl-C, a build that failed: our own children only, by pid
+        for *_, p, _ in procs:
             if p.poll() is None:
                 p.send_signal(signal.SIGINT)
-        for _, _, p, _ in procs:
+        for *_, p, _ in procs:
             try:
                 p.wait(timeout=30)
             except subprocess.TimeoutExpired:
                 p.kill()
+                p.wait()
         raise
     finally:
-        progress.close()
         for *_, log in procs:
             log.close()
-    messages = []
     done_keys = sweep.done_cells()
-    for i, gpu, p, _ in procs:
+    taken = _claims(sweep)
+    workers = []
+    messages = []
+    for i, gpu, pin, p, _ in procs:
+        part = f"gpu{gpu}-{i}"
+        mine = [units[u] for u in taken.get(part, [])]
+        record = _worker_record(sweep, part)
+        workers.append({"part": part, "gpu": gpu, "cuda_visible_devices": pin, "exit": p.returncode,
+                        "units": taken.get(part, []), "cells": sum(len(u) for u in mine), **record})
         if p.returncode != 0:
-            mine = _slice(missing, i, n)
-            finished = sum(1 for c in mine if c.key in done_keys)
+            finished = sum(1 for u in mine for c in u if c.key in done_keys)
+            left = [c for u in mine for c in u if c.key not in done_keys]
             how = (f"killed by {signal.Signals(-p.returncode).name}" if p.returncode < 0
                    else f"exit code {p.returncode}")
             tail = _tail(sweep.path / f".worker-{i}.log")
-            messages.append(f"worker {i}/{n} on GPU {gpu} died ({how}) after {finished} of its {len(mine)} cells"
+            messages.append(f"worker {i}/{n} on GPU {gpu} ({pin}) died ({how}) after {finished} cells"
+                            + (f"; {len(left)} cells of its unit in flight ({left[0].problem.label()}) are left for "
+                               "--resume" if left else "")
                             + (f": {tail}" if tail else ""))
-    for i, _, p, _ in procs:
-        (sweep.path / f".worker-{i}.cells.json").unlink(missing_ok=True)
+    untaken = [c for j, u in enumerate(units) if j not in {x for xs in taken.values() for x in xs} for c in u]
+    if untaken and messages:
+        messages.append(f"{len(untaken)} cells no worker was left to take: `--resume` measures them")
+    for i, _, _, p, _ in procs:
         if p.returncode == 0:
             (sweep.path / f".worker-{i}.log").unlink(missing_ok=True)   # a dead worker's log stays beside its rows
     _collect_worker_devices(sweep)
+    sweep.update_manifest(workers=list(sweep.manifest.get("workers") or []) + [
+        dict(w, run_started_utc=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started)),
+             run_wall_s=round(time.time() - started, 3)) for w in workers])
+    (sweep.path / DEAL).unlink(missing_ok=True)
+    for name in (CLAIMS, GATES):
+        shutil.rmtree(sweep.path / name, ignore_errors=True)
     return len(done_keys) - before, messages
 
 
-def _slice(cells: list[Cell], i: int, n: int) -> list[Cell]:
-    """Worker i's share: interleaved by problem, so one shape's implementations stay together."""
-    problems = list(dict.fromkeys(c.problem for c in cells))
-    mine = set(problems[i - 1::n])
-    return [c for c in cells if c.problem in mine]
+def _claims(sweep) -> dict[str, list[int]]:
+    """Which units each worker took, in the order it took them."""
+    out: dict[str, list[int]] = {}
+    for f in (sweep.path / CLAIMS).glob("[0-9]*"):
+        try:
+            out.setdefault(f.read_text().strip(), []).append(int(f.name))
+        except (OSError, ValueError):
+            continue
+    return {k: sorted(v) for k, v in out.items()}
 
 
-def _follow(progress: Progress, sweep, before: int, missing: list[Cell]) -> None:
-    """Advance the parent's bar as the workers' journals grow (cells in plan order: an estimate)."""
+def _worker_record(sweep, part: str) -> dict:
+    """Where the worker's time went (its own account, written as it goes; partial for a dead one)."""
+    try:
+        d = json.loads((sweep.path / f".worker-{part}.json").read_text())
+    except (OSError, json.JSONDecodeError):
+        return {}
+    return {k: d.get(k) for k in ("gpu_uuid", "gpu_name", "times_s", "gates_checked", "gates_waited_s")}
+
+
+def _follow(progress: Progress, sweep, before: int, cells: list[Cell]) -> None:
+    """Advance the parent's bar as the workers' journals grow (cells in dealing order: an estimate)."""
     count = len(sweep.done_cells()) - before
-    while progress.done < count and progress.done < len(missing):
-        progress.advance(missing[progress.done], [])
+    while progress.done < count and progress.done < len(cells):
+        progress.advance(cells[progress.done], [])
 
 
 def _tail(path: Path) -> str:
@@ -226,14 +468,28 @@ def _collect_worker_devices(sweep) -> None:
             d = json.loads(f.read_text())
         except (OSError, json.JSONDecodeError):
             continue
-        devices = _add_device(devices, d["device"], d["worker"])
-        if not sweep.manifest.get("device"):
-            sweep.manifest["device"] = d["device"]
-        if not sweep.manifest.get("software"):
-            sweep.manifest["software"] = d["software"]
+        if d.get("device"):
+            devices = _add_device(devices, d["device"], d["worker"])
+            if not sweep.manifest.get("device"):
+                sweep.manifest["device"] = d["device"]
+            if not sweep.manifest.get("software"):
+                sweep.manifest["software"] = d["software"]
         f.unlink()
     sweep.update_manifest(devices=devices)
 
+
+def worker_times(sweep) -> list[str]:
+    """One line per worker of the last run: where its time went."""
+    out = []
+    workers = sweep.manifest.get("workers") or []
+    last = [w for w in workers if w.get("run_started_utc") == (workers[-1].get("run_started_utc") if workers else None)]
+    for w in last:
+        t = w.get("times_s") or {}
+        parts = ", ".join(f"{k} {v:.1f}" for k, v in t.items() if isinstance(v, (int, float)))
+        out.append(f"worker {w['part']} ({w.get('gpu_uuid') or w.get('cuda_visible_devices')}): {w['cells']} cells in "
+                   f"{len(w['units'])} problems; seconds: {parts or 'not recorded'}"
+                   + (f"; gates checked {len(w.get('gates_checked') or [])}" if w.get("gates_checked") is not None else ""))
+    return out
 
 def sweep_manifest(plan: Plan) -> dict:
     return {"lab_version": __version__, "git": git_info(), "plan": plan.to_dict(), "plan_key": plan.key(),
@@ -266,32 +522,67 @@ def execute(sweep, gpus: list[str] | None = None, measuring: Measuring = ON_GPU,
 
 
 def worker_main(argv=None, measuring: Measuring = ON_GPU) -> int:
-    """`python -m lab.sweeping --worker SWEEP_DIR --slice i/N --part NAME`: measure the i-th
-    slice of the sweep's missing cells on the visible GPU, appending to journal-NAME.jsonl."""
+    """`python -m lab.sweeping --worker SWEEP_DIR --part NAME --gpu G --started T`: wait for the parent's
+    builds, check the gates nobody has claimed, then take units from the deal until none is left,
+    appending rows to journal-NAME.jsonl. Its own account of where the time went (times_s) is kept in
+    .worker-NAME.json, rewritten after every unit."""
     ap = argparse.ArgumentParser(prog="python -m lab.sweeping")
     ap.add_argument("--worker", required=True)
-    ap.add_argument("--slice", required=True)
     ap.add_argument("--part", required=True)
+    ap.add_argument("--gpu", default=None)
+    ap.add_argument("--started", type=float, default=None)
     a = ap.parse_args(argv)
+    t_main = time.time()
     sweep = Sweep(Path(a.worker))
-    i, n = parse_shard(a.slice)
-    assigned = sweep.path / f".worker-{i}.cells.json"
-    keys = set(json.loads(assigned.read_text())) if assigned.is_file() else None
-    cells = [c for c in sweep.missing_cells() if c.key in keys] if keys is not None else _slice(sweep.missing_cells(), i, n)
+    dealt = json.loads((sweep.path / DEAL).read_text())
+    cells = {c.key: c for c in sweep.missing_cells()}
+    units = [[cells[k] for k in u if k in cells] for u in dealt["units"]]
     plan = Plan.from_dict(sweep.plan_dict)
+    gates = Gates(measuring.check, {k: Problem.from_dict(p) for k, p in dealt["gates"].items()}, sweep.path / GATES)
+    times = {"start": round(t_main - a.started, 3) if a.started else None}
+    account = sweep.path / f".worker-{a.part}.json"
+    record: dict = {"worker": a.part}
+
+    def write(**more):
+        record.update(more, times_s=dict(times), gates_checked=list(gates.checked),
+                      gates_waited_s=round(gates.waited_s, 3))
+        write_json_atomic(account, record)
+
     try:
-        measurer = measuring.make(plan, say, a.part)
-        facts = environment_facts(measurer)
-        (sweep.path / f".worker-{a.part}.json").write_text(json.dumps({**facts, "worker": a.part}, default=str))
-        progress = Progress(cells, f"worker {a.part}", enabled=True)
-        run_cells(sweep, cells, measurer, a.part, progress, worker=a.part)
+        t = time.time()
+        measurer = measuring.make(plan, say, a.part, gates)
+        record.update(environment_facts(measurer))
+        gpu = _probed(measuring, a.gpu)
+        times["init"] = round(time.time() - t, 3)
+        write(gpu_uuid=gpu.get("gpu_uuid"), gpu_name=gpu.get("gpu_name"))
+        t = time.time()
+        ready = sweep.path / CLAIMS / "ready"
+        parent = os.getppid()
+        while not ready.is_file():   # the parent is building the rungs
+            if os.getppid() != parent:
+                return 2   # the parent is gone: nobody will fold these rows
+            time.sleep(0.05)
+        times["wait_for_builds"] = round(time.time() - t, 3)
+        t = time.time()
+        gates.prefetch(getattr(measurer, "turn", None))
+        times["gates"] = round(time.time() - t, 3)
+        times["measure"] = 0.0
+        progress = Progress([c for u in units for c in u], f"worker {a.part}", enabled=True)
+        for index, unit in enumerate(units):
+            if not unit or not _claim(sweep.path / CLAIMS / str(index), a.part):
+                continue
+            t = time.time()
+            run_cells(sweep, unit, measurer, a.part, progress, worker=a.part, gpu=_probed(measuring, a.gpu))
+            times["measure"] = round(times["measure"] + time.time() - t, 3)
+            write()
+        times["total"] = round(time.time() - (a.started or t_main), 3)
+        write()
     except KeyboardInterrupt:
         return 130
     except LabError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     return 0
-
 
 if __name__ == "__main__":
     sys.exit(worker_main())

@@ -7,6 +7,12 @@ with FAKE injected, and FAKE's workers run `python -m tests.sweep_fakes --worker
 These variables are the test's, read by this measurer only:
 LAB_TEST_DIE=<part>:<n>  the worker whose journal part is <part> kills itself (SIGKILL) at its n-th cell
 LAB_TEST_INTERRUPT=<n>   raise KeyboardInterrupt at the n-th cell (Ctrl-C)
+LAB_TEST_SLOW=<part>:<s>,...  the worker whose journal part is <part> (* any) takes <s> seconds more a cell
+LAB_TEST_GATES=<file>    each float64 gate checked appends `rung|dtype|mode|problem|pid` to <file>
+LAB_TEST_GPU_CLOCKS=<i>:<MHz>,...  the SM clock the probe reads on "GPU" i (CUDA_VISIBLE_DEVICES=i)
+
+The fake GPU probe reads the worker's CUDA_VISIBLE_DEVICES (the parent pins a fake worker to the
+index as given): GPU i is `GPU-fake-<i>`, so a test sees which worker's GPU measured each row.
 """
 
 from __future__ import annotations
@@ -14,6 +20,7 @@ from __future__ import annotations
 import os
 import signal
 import sys
+import time
 
 from lab.measure.bench import summarize
 from lab.measure.sweep import status_row, timed_row
@@ -30,9 +37,10 @@ class FakeMeasurer:
     device = DEVICE
     software = {"python": "3", "torch": "fake", "cuda": None}
 
-    def __init__(self, plan, part="main"):
+    def __init__(self, plan, part="main", gates=None):
         self.plan = plan
         self.part = part
+        self.gates = gates
         self.count = 0
 
     def __call__(self, cell):
@@ -44,9 +52,18 @@ class FakeMeasurer:
                 os.kill(os.getpid(), signal.SIGKILL)
         if os.environ.get("LAB_TEST_INTERRUPT") and self.count >= int(os.environ["LAB_TEST_INTERRUPT"]):
             raise KeyboardInterrupt
+        slow = dict(item.split(":") for item in os.environ.get("LAB_TEST_SLOW", "").split(",") if ":" in item)
+        if self.part in slow or "*" in slow:
+            time.sleep(float(slow.get(self.part, slow.get("*"))))
         p = cell.problem
         if cell.impl in self.plan.rungs and cell.mode != "fwd":
             return [status_row(cell, "unsupported", f"{cell.impl} provides no backward launcher")]
+        if cell.impl in self.plan.rungs and self.gates is not None:
+            from lab.ladder import registry
+
+            verdict = self.gates.verdict(registry.get(cell.impl), p, cell.mode)
+            if not verdict.get("passed"):
+                return [status_row(cell, "failed", "failed its float64 check (fake)")]
         if cell.impl == "standard" and p.batch * p.heads * p.seqlen_q * p.seqlen_k > STANDARD_OOM_SCORES:
             return [status_row(cell, "oom", "out of memory (fake)")]
         rate = RATES_TFLOPS.get(cell.impl, 320.0) * (0.5 if cell.mode != "fwd" else 1.0)
@@ -64,12 +81,31 @@ class FakeMeasurer:
         return rows
 
 
-def measure(plan, log=None, part="main"):
-    return FakeMeasurer(plan, part)
+def measure(plan, log=None, part="main", gates=None):
+    return FakeMeasurer(plan, part, gates)
+
+
+def check(variant, problem, mode):
+    """A rung's float64 gate, passed; recorded where the test asks (to count how often it ran)."""
+    log = os.environ.get("LAB_TEST_GATES")
+    if log:
+        with open(log, "a") as f:
+            f.write(f"{variant.id}|{problem.dtype}|{mode}|{problem.label()}|{os.getpid()}\n")
+    return {"passed": True}
+
+
+def probe():
+    """Which fake GPU this process measures on, as lab.environment.gpu_record says it of a real one."""
+    index = os.environ.get("CUDA_VISIBLE_DEVICES", "0")
+    clocks = dict(item.split(":") for item in os.environ.get("LAB_TEST_GPU_CLOCKS", "").split(",") if ":" in item)
+    return {"gpu_name": DEVICE["name"], "gpu_uuid": f"GPU-fake-{index}", "cuda_visible_devices": index,
+            "gpu_host_index": int(index) if index.isdigit() else None,
+            "sm_clock_mhz": int(clocks[index]) if index in clocks else 1980, "mem_clock_mhz": 2619,
+            "power_limit_w": 700.0}
 
 
 PROGRAM = (sys.executable, "-m", "tests.sweep_fakes")
-FAKE = Measuring(make=measure, worker=PROGRAM, on_gpu=False)
+FAKE = Measuring(make=measure, worker=PROGRAM, on_gpu=False, check=check, probe=probe)
 
 
 if __name__ == "__main__":

@@ -165,18 +165,85 @@ def test_a_killed_process_leaves_its_journal_and_resume_reads_it(tmp_path):
     assert store.find_sweep(sw.id, tmp_path).manifest["status"] == "complete"
 
 
-def test_workers_per_gpu_one_dies_others_rows_stay_and_resume_finishes(tmp_path):
+def test_a_killed_worker_leaves_its_rows_the_others_take_its_share_and_resume_finishes_on_the_gpus_left(tmp_path):
+    # worker 1 is slow, so worker 2 surely takes units; it is killed at its second cell
     args = ["sweep", "--shape", "1,2,{64,128,256,512},64", "--baselines", "sdpa-flash,standard", "--gpus", "0,1"]
-    r = lab(*args, env={"LAB_TEST_DIE": "gpu1-2:2"}, root=tmp_path)
+    r = lab(*args, env={"LAB_TEST_DIE": "gpu1-2:2", "LAB_TEST_SLOW": "gpu0-1:0.3"}, root=tmp_path)
     assert r.returncode == 1
-    assert "worker 2/2 on GPU 1 died (killed by SIGKILL) after 1 of its 4 cells" in r.stderr
+    assert "worker 2/2 on GPU 1 (1) died (killed by SIGKILL) after 1 cells; 1 cells of its unit in flight" in r.stderr
+    assert "left for --resume" in r.stderr
     (sw,) = store.list_sweeps(tmp_path)
-    assert sw.manifest["status"] == "incomplete" and sw.manifest["cells_done"] == 4 + 1
-    assert {d["worker"] for d in sw.manifest["devices"]} == {"gpu0-1", "gpu1-2"}
-    r = lab("sweep", "--resume", sw.id, "--gpus", "0,1", root=tmp_path)
+    # the dead worker's one finished row stays; the units it had not taken were measured by worker 1
+    assert sw.manifest["status"] == "incomplete" and sw.manifest["cells_done"] == 8 - 1
+    by_worker = {}
+    for row in sw.rows():
+        by_worker.setdefault(row["worker"], set()).add((row["impl"], row["label"], row["mode"]))
+    assert len(by_worker["gpu1-2"]) == 1 and len(by_worker["gpu0-1"]) == 6
+    assert (sw.path / ".worker-2.log").is_file()   # the dead worker's log stays beside its rows
+    r = lab("sweep", "--resume", sw.id, "--gpus", "0", root=tmp_path)   # the GPU left
     assert r.returncode == 0, r.stderr
     sw = store.find_sweep(sw.id, tmp_path)
     assert sw.manifest["status"] == "complete" and sw.manifest["cells_done"] == 8
+    assert not [p for p in sw.path.iterdir() if p.name.startswith((".deal", ".gates", ".worker-"))]
+
+
+def test_units_are_problems_dealt_largest_first():
+    from lab.sweeping import deal
+
+    p = plan(shapes=["1,2,{64,128,256,512},64"], causal="both", modes=["fwd", "bwd"])
+    units = deal(p.cells(), p.cell_budget_s)
+    assert len(units) == len(p.problems)
+    for u in units:   # every implementation and mode of one problem together: its ratios side by side
+        assert len({c.problem for c in u}) == 1 and len(u) == len(p.implementations) * len(p.modes)
+    work = [u[0].problem.forward_flops for u in units]
+    assert work == sorted(work, reverse=True) and units[0][0].problem.seqlen_q == 512
+    assert not units[0][0].problem.causal   # the same N causal does half the work: dealt after
+
+
+def test_workers_take_units_dynamically(tmp_path):
+    # a slow "GPU" takes fewer problems than a fast one: no fixed share per worker
+    args = ["sweep", "--shape", "1,2,{64,128,256,512,1024,2048},64", "--baselines", "sdpa-flash", "--gpus", "0,1"]
+    r = lab(*args, env={"LAB_TEST_SLOW": "gpu0-1:0.5"}, root=tmp_path)
+    assert r.returncode == 0, r.stderr
+    (sw,) = store.list_sweeps(tmp_path)
+    units = {w["part"]: w["units"] for w in sw.manifest["workers"]}
+    assert sorted(units["gpu0-1"] + units["gpu1-2"]) == list(range(6))
+    assert len(units["gpu1-2"]) > len(units["gpu0-1"]) >= 1, units
+    for w in sw.manifest["workers"]:   # each worker's account of its time
+        assert {"start", "init", "wait_for_builds", "gates", "measure", "total"} <= set(w["times_s"]), w
+        assert w["exit"] == 0 and w["cells"] == len(w["units"])
+
+
+def test_n_workers_give_the_table_of_one_and_each_row_names_its_gpu(tmp_path):
+    base = ["sweep", "--variant", F16, "--shape", "1,2,{64,128,256},64", "--causal", "both",
+            "--baselines", "sdpa-flash,standard", "--mode", "fwd,bwd"]
+    gates_one, gates_three = tmp_path / "gates-one.txt", tmp_path / "gates-three.txt"
+    assert lab(*base, env={"LAB_TEST_GATES": str(gates_one)}, root=tmp_path / "one").returncode == 0
+    r = lab(*base, "--gpus", "0,1,2", env={"LAB_TEST_GATES": str(gates_three), "LAB_TEST_GPU_CLOCKS": "0:1980,1:1755,2:1410",
+                                             "LAB_TEST_SLOW": "*:0.05"},
+            root=tmp_path / "three")
+    assert r.returncode == 0, r.stderr
+    one, three = store.list_sweeps(tmp_path / "one")[0], store.list_sweeps(tmp_path / "three")[0]
+    key = ["impl", "label", "mode", "timing"]
+    a = one.table().sort_values(key)[key + ["status", "median_ms"]].reset_index(drop=True)
+    b = three.table().sort_values(key)[key + ["status", "median_ms"]].reset_index(drop=True)
+    assert len(a) and a.equals(b)
+    # the rung's float64 gate: once per dtype and mode for the whole sweep, on the plan's first problem,
+    # the same with three workers as with one (not once per worker)
+    once, thrice = gates_one.read_text().splitlines(), gates_three.read_text().splitlines()
+    strip = lambda lines: sorted(x.rsplit("|", 1)[0] for x in lines)   # noqa: E731 - without the pid
+    assert strip(once) == strip(thrice) and len(thrice) == len(set(strip(thrice)))
+    assert strip(thrice) == [f"{F16}|float16|fwd|{sweepplan.Plan.from_dict(one.plan_dict).problems[0].label()}"]
+    # every row: which GPU, pinned how, its clocks then; the rows of one problem on one GPU
+    df = three.table()
+    clocks = {"0": 1980, "1": 1755, "2": 1410}
+    for row in df.to_dict("records"):
+        assert row["gpu_uuid"] == f"GPU-fake-{row['gpu']}" and row["cuda_visible_devices"] == row["gpu"]
+        assert row["worker"].startswith(f"gpu{row['gpu']}-") and row["sm_clock_mhz"] == clocks[row["gpu"]]
+        assert row["power_limit_w"] == 700.0 and row["gpu_name"] == "Fake GPU (tests)"
+    assert (df.groupby("label").gpu_uuid.nunique() == 1).all()
+    assert df.gpu_uuid.nunique() >= 2
+    assert set(one.table().gpu_uuid) == {"GPU-fake-0"} and one.table().gpu.isna().all()
 
 
 def test_shards_merge_into_the_unsharded_table(tmp_path):

@@ -73,3 +73,26 @@ def test_two_workers_on_one_gpu_equal_one_process_within_noise(tmp_path):
     assert len(m) == len(one) == len(two)
     # medians within 25%: the two workers take turns on the one GPU
     assert ((m.median_ms_1 / m.median_ms_2 - 1).abs() < 0.25).all(), m[key + ["median_ms_1", "median_ms_2"]].to_string()
+
+
+def test_each_row_names_the_gpu_its_worker_was_pinned_to(tmp_path):
+    """The worker for --gpus G measures on CUDA device G of this process (pinned by UUID, whatever
+    CUDA's device order), and each row says so: that GPU's UUID and name, the pin, the host's
+    (nvidia-smi's) index of it, and its clocks and power limit as nvidia-smi reads them."""
+    import subprocess
+
+    from lab.environment import gpu_uuids
+
+    last = torch.cuda.device_count() - 1
+    r = sweep(tmp_path, "--variant", F16, "--shape", "1,4,{256,512},64", "--baselines", "sdpa-flash",
+              "--timing", "events", "--reps", "10", "--gpus", str(last))
+    assert r.exit_code == 0, r.output + r.stderr
+    df = store.list_sweeps(tmp_path)[0].table()
+    uuid = gpu_uuids()[last]
+    assert set(df.gpu_uuid) == {uuid} and set(df.cuda_visible_devices) == {uuid} and set(df.gpu) == {str(last)}
+    assert set(df.gpu_name) == {torch.cuda.get_device_properties(last).name}
+    smi = subprocess.run(["nvidia-smi", "--query-gpu=uuid,index,power.limit", "--format=csv,noheader,nounits"],
+                         capture_output=True, text=True, check=True).stdout
+    host = {u.strip(): (int(i), float(w)) for u, i, w in (line.split(",") for line in smi.strip().splitlines())}
+    assert set(df.gpu_host_index) == {host[uuid][0]} and set(df.power_limit_w) == {host[uuid][1]}
+    assert (df.sm_clock_mhz > 0).all() and (df.mem_clock_mhz > 0).all()

@@ -47,8 +47,11 @@ def verdict(variant, problem: Problem, mode: str = "fwd", tune_config: int | Non
         return {"passed": False, "error": str(crash), "failed_shape": problem.label()}
 
 
-def gated(variant, problem: Problem, mode: str = "fwd", extra_shapes: int = GATE_SHAPES) -> Gated:
-    """Refuse what the rung cannot run (exit 2), build it (cached), check it in a child."""
+def gated(variant, problem: Problem, mode: str = "fwd", extra_shapes: int = GATE_SHAPES,
+          verdict_of=None) -> Gated:
+    """Refuse what the rung cannot run (exit 2), build it (cached), check it in a child.
+    `verdict_of(variant, problem, mode)`: where the verdict comes from when not from a child of this
+    process (a sweep's workers share one verdict per rung, dtype and mode: lab.sweeping.Gates)."""
     from lab.environment import require_compute_capability
     from lab.ladder import build
 
@@ -56,4 +59,6 @@ def gated(variant, problem: Problem, mode: str = "fwd", extra_shapes: int = GATE
     require_mode(variant, mode)
     require_compute_capability(variant)
     module = build.build(variant).module
-    return Gated(module, verdict(variant, problem, mode, extra_shapes=extra_shapes), mode)
+    found = (verdict_of(variant, problem, mode) if verdict_of is not None
+             else verdict(variant, problem, mode, extra_shapes=extra_shapes))
+    return Gated(module, found, mode)

@@ -87,8 +87,9 @@ class GpuMeasurer:
     """Measures cells on the current CUDA device; keeps built rungs, their check results and the
     current problem's inputs between cells."""
 
-    def __init__(self, plan: Plan, log: Callable[[str], None] | None = None):
+    def __init__(self, plan: Plan, log: Callable[[str], None] | None = None, gates=None):
         require_gpu("sweep")
+        self.gates = gates   # the verdicts' source shared by a sweep's workers (lab.sweeping.Gates), or None
         self.plan = plan
         self.log = log or (lambda s: None)
         self.device = device_info()
@@ -105,7 +106,8 @@ class GpuMeasurer:
             self.log(f"checking {variant.id} {cell.mode} against float64 on {cell.problem.label()} "
                      f"and {GATE_SHAPES} ragged shapes")
             try:
-                self._gates[gate_key] = gated(variant, cell.problem, cell.mode)
+                self._gates[gate_key] = gated(variant, cell.problem, cell.mode,
+                                              verdict_of=self.gates.verdict if self.gates is not None else None)
             except LabError as e:   # what the rung cannot run (no backward, a head_dim it lacks): a row saying why
                 return None, str(e)
         done = self._gates[gate_key]

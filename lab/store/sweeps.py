@@ -11,7 +11,8 @@ listing never mistakes a sweep for a run.
 Manifest (schema_version 1): schema_version, kind "sweep", sweep_id, created_utc, updated_utc,
 lab_version, git, status (running | complete | incomplete | interrupted), plan (lab.measure.sweepplan
 .Plan.to_dict(), with plan_key), device, devices (per worker), software, cells_planned, cells_done,
-rows, messages, merged_from, table.
+rows, messages, merged_from, table, workers (per worker of each --gpus run: its GPU and pin, the units
+it took, its exit code and where its time went).
 """
 
 from __future__ import annotations
@@ -39,7 +40,11 @@ COLUMNS = ["impl", "impl_kind", "label", "batch", "heads", "heads_kv", "seqlen_q
            "causal", "dtype", "mode", "timing", "status", "reason", "median_ms", "mean_ms", "std_ms",
            "ci95_low_ms", "ci95_high_ms", "min_ms", "max_ms", "reps", "warmup", "flops", "tflops",
            "pct_of_peak", "tokens_per_s", "time_per_token_us", "peak_memory_bytes",
-           "memory_per_token_bytes", "worker"]
+           "memory_per_token_bytes", "worker",
+           # which GPU measured the row (lab.sweeping: the --gpus entry, the worker's pin, the clocks and
+           # power limit read when its problem started); None on rows of sweeps before they were recorded
+           "gpu", "gpu_name", "gpu_uuid", "gpu_host_index", "cuda_visible_devices", "sm_clock_mhz",
+           "mem_clock_mhz", "power_limit_w"]
 
 
 def now_utc() -> str:
@@ -126,7 +131,11 @@ class Sweep:
         """Fold the journals into rows.parquet with the ratio columns, then the manifest; status is
         complete when every planned cell has rows, else `status` (incomplete or interrupted)."""
         plan = Plan.from_dict(self.plan_dict)
-        rows = add_ratios(self.rows(), plan.baselines)
+        order = {c.key: i for i, c in enumerate(plan.cells())}
+        # in the plan's order, whatever order the workers measured in (dealt largest first, dynamically)
+        rows = sorted(add_ratios(self.rows(), plan.baselines),
+                      key=lambda r: (order.get(cell_key(r["impl"], r["label"], r["mode"]), len(order)),
+                                     str(r.get("timing"))))
         df = _frame(rows, plan.baselines)
         with replacing(self.path / TABLE_FILE) as tmp:
             df.to_parquet(tmp, index=False)
@@ -155,12 +164,14 @@ def _frame(rows: list[dict], baselines: list[str]) -> "pd.DataFrame":
               "pct_of_peak", "tokens_per_s", "time_per_token_us", "memory_per_token_bytes",
               *[ratio_column(b) for b in baselines]):
         df[c] = pd.to_numeric(df[c], errors="coerce").astype("float64")
-    for c in ("reps", "warmup", "peak_memory_bytes"):
+    for c in ("reps", "warmup", "peak_memory_bytes", "gpu_host_index", "sm_clock_mhz", "mem_clock_mhz"):
         df[c] = pd.to_numeric(df[c], errors="coerce").astype("Int64")
     for c in ("batch", "heads", "heads_kv", "seqlen_q", "seqlen_k", "head_dim"):
         df[c] = pd.to_numeric(df[c], errors="coerce").astype("Int64")
     df["causal"] = df["causal"].astype("boolean")
-    for c in ("impl", "impl_kind", "label", "dtype", "mode", "timing", "status", "reason", "worker"):
+    df["power_limit_w"] = pd.to_numeric(df["power_limit_w"], errors="coerce").astype("float64")
+    for c in ("impl", "impl_kind", "label", "dtype", "mode", "timing", "status", "reason", "worker", "gpu", "gpu_name",
+              "gpu_uuid", "cuda_visible_devices"):
         df[c] = df[c].astype("string")
     return df
 

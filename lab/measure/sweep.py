@@ -87,6 +87,8 @@ class GpuMeasurer:
     """Measures cells on the current CUDA device; keeps built rungs, their check results and the
     current problem's inputs between cells."""
 
+    gates = None   # where the rungs' float64 verdicts come from when shared (lab.sweeping.Gates); None: gated here
+
     def __init__(self, plan: Plan, log: Callable[[str], None] | None = None, gates=None):
         require_gpu("sweep")
         self.gates = gates   # the verdicts' source shared by a sweep's workers (lab.sweeping.Gates), or None

@@ -126,7 +126,7 @@ def test_lab_new_from_v7_takes_the_verdict_of_the_kernel_with_the_largest_share(
     top = findings[findings.kernel_index == main].sort_values("rank").iloc[0]
     assert ev.title == top["title"] and ev.bottleneck == top["class"]
     assert ev.share_pct == pytest.approx(shares[main], abs=0.01) and ev.share_pct > 50
-    text = ev.header_text("v8")
+    text = ev.header_text(run.manifest["variant"]["id"])   # the run's own rung, through its manifest
     assert "bwd_kernel" in text and "preprocess" not in text
 
 

@@ -241,7 +241,8 @@ def _variants(*args, columns=80):
 
     from lab.cli import main
 
-    r = CliRunner().invoke(main, ["--workspace", "none", "variants", *args], env={"COLUMNS": str(columns)})
+    # the built-in ladder alone: LAB_WORKSPACE through the runner's env, which it restores afterwards
+    r = CliRunner().invoke(main, ["variants", *args], env={"COLUMNS": str(columns), "LAB_WORKSPACE": "none"})
     assert r.exit_code == 0, r.output
     return r.stdout.splitlines()
 

@@ -123,10 +123,23 @@ def lab_cache(tmp_path_factory):
         os.environ["LAB_CACHE"] = old
 
 
+@pytest.fixture(scope="module")
+def ladder_ptxas(lab_cache):
+    """Every rung's ptxas step for sm_90a, and the fp32 rungs' for sm_80, compiled once for this module
+    and all at once (lab build's own build_many: one nvcc per CPU), as `lab build --ptxas-only` does."""
+    cuda = [v for v in VARIANTS if v.kind == "cuda"]
+    outcomes = {"sm_90a": build.build_many(cuda, "sm_90a", ptxas_only=True),
+                "sm_80": build.build_many(FP32_RUNGS, "sm_80", ptxas_only=True)}
+    for arch, done in outcomes.items():
+        failed = [(o.variant.id, o.error) for o in done if o.error]
+        assert not failed, (arch, failed)
+    return {(o.variant.id, arch): o.result for arch, done in outcomes.items() for o in done}
+
+
 @needs_nvcc
 @pytest.mark.parametrize("variant", VARIANTS, ids=lambda v: v.id)
-def test_every_rung_compiles_and_ptxas_reports_its_kernels(variant, lab_cache):
-    report = build.ptxas_report(variant, "sm_90a")
+def test_every_rung_compiles_and_ptxas_reports_its_kernels(variant, lab_cache, ladder_ptxas):
+    report = ladder_ptxas[(variant.id, "sm_90a")]
     assert report.compiled_now
     assert report.build_dir.is_relative_to(lab_cache)
     assert report.records, f"no kernels in {report.log_path}"
@@ -142,11 +155,11 @@ def test_every_rung_compiles_and_ptxas_reports_its_kernels(variant, lab_cache):
 
 @needs_nvcc
 @pytest.mark.parametrize("variant", FP32_RUNGS, ids=lambda v: v.id)
-def test_fp32_rungs_have_one_spill_free_kernel_per_head_dim(variant, lab_cache):
+def test_fp32_rungs_have_one_spill_free_kernel_per_head_dim(variant, lab_cache, ladder_ptxas):
     if shutil.which("c++filt") is None:
         pytest.skip("c++filt not found: kernel names stay mangled")
     for arch in ("sm_90a", "sm_80"):
-        report = build.ptxas_report(variant, arch)
+        report = ladder_ptxas[(variant.id, arch)]
         names = [build.short_kernel_name(r.kernel) for r in report.records]
         for d in variant.head_dims:  # a template instantiated per head dim: Kernel<D> or Config<D, ...>
             assert any(f"<{d}>" in n or f"<{d}," in n for n in names), f"no kernel for D={d} among {names}"
@@ -209,7 +222,7 @@ def test_parser_reads_static_smem_and_every_arch(tmp_path):
 
 
 @needs_nvcc
-def test_lab_build_ptxas_only_json(lab_cache):
+def test_lab_build_ptxas_only_json(lab_cache, ladder_ptxas):
     env = dict(os.environ, LAB_CACHE=str(lab_cache))
     pair = [v.id for v in FP32_RUNGS[:2]]
     res = subprocess.run([sys.executable, "-m", "lab.cli", "build", "--variant", ",".join(pair), "--ptxas-only",
@@ -266,7 +279,7 @@ def test_cache_key_follows_the_headers_a_rung_includes(tmp_path):
 
 
 @needs_nvcc
-def test_lab_build_ptxas_only_prints_a_line_per_rung_and_one_rungs_kernels_whole(lab_cache):
+def test_lab_build_ptxas_only_prints_a_line_per_rung_and_one_rungs_kernels_whole(lab_cache, ladder_ptxas):
     """Several rungs: one line each within 80 columns; one rung: each of its kernels, its name whole."""
     env = dict(os.environ, LAB_CACHE=str(lab_cache), COLUMNS="80")
     pair = [v.id for v in FP32_RUNGS[:2]]

@@ -840,21 +840,32 @@ def _print_sweep_summary(target) -> None:
 @sweep.command("compare")
 @click.argument("sweep_a")
 @click.argument("sweep_b")
+@click.option("--threshold", "threshold_pct", type=float, default=sweep_store.PRACTICAL_THRESHOLD_PCT, show_default=True,
+              metavar="PCT", help="a row changed only when its medians are this many percent apart AND beyond both CI95s")
 @profiles_option
 @json_option
-def sweep_compare(sweep_a, sweep_b, profiles_dir, as_json):
-    """Do two sweeps agree within noise (per-row CI95 overlap)? Exit 1 where rows differ."""
+def sweep_compare(sweep_a, sweep_b, threshold_pct, profiles_dir, as_json):
+    """Did anything change between two sweeps? A row differs when beyond CI95 and beyond --threshold
+    percent; rows measured on different GPUs get the GPU-to-GPU spread. Exit 1 where rows differ."""
 
-    result = sweep_store.compare_sweeps(sweep_store.find_sweep(sweep_a, profiles_dir), sweep_store.find_sweep(sweep_b, profiles_dir))
+    result = sweep_store.compare_sweeps(sweep_store.find_sweep(sweep_a, profiles_dir),
+                                        sweep_store.find_sweep(sweep_b, profiles_dir), threshold_pct)
     if as_json:
         click.echo(json.dumps(result, indent=2))
     else:
+        t = result["threshold_pct"]
         click.echo(f"{result['rows_compared']} rows in both ({result['only_in_a']} only in A, {result['only_in_b']} only "
-                   f"in B): {result['overlapping']} agree within CI95, {len(result['differing'])} differ; "
+                   f"in B): {len(result['differing'])} differ (beyond CI95 and {t:g}%), "
+                   f"{len(result['beyond_ci95_within_threshold'])} beyond CI95 within {t:g}%, "
+                   f"{result['overlapping']} agree within CI95; "
                    f"median B/A time ratio {result['median_ratio_b_over_a'] or float('nan'):.3f}")
         for d in result["differing"]:
             click.echo(f"  {d['impl']} {d['label']} {d['mode']} {d['timing']}: {d['a_ms']:.4g} vs {d['b_ms']:.4g} ms "
                        f"({d['ratio']:.3f}x)")
+        for g in result["gpu_spread"]:
+            click.echo(f"GPU to GPU, A on {g['gpu_a']} vs B on {g['gpu_b']}: {g['rows']} rows, median B/A "
+                       f"{g['median_ratio_b_over_a']:.3f}, middle 90% {g['p5_ratio']:.3f}-{g['p95_ratio']:.3f}, "
+                       f"extremes {g['min_ratio']:.3f}-{g['max_ratio']:.3f}")
     if result["differing"] or not result["rows_compared"]:
         sys.exit(1)
 

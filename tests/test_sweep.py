@@ -278,6 +278,49 @@ def test_compare_sweeps_by_ci95_overlap(tmp_path):
     assert r.returncode == 1 and "1 differ" in r.stdout
 
 
+def _narrow(sweep, scale):
+    """The sweep's ok rows timed `scale` times slower with a CI95 of +-0.1%: beyond each other's CI95."""
+    rows = [dict(r, median_ms=r["median_ms"] * scale, ci95_low_ms=r["median_ms"] * scale * 0.999,
+                 ci95_high_ms=r["median_ms"] * scale * 1.001) for r in sweep.rows() if r["status"] == "ok"]
+    sweep.append_rows(rows, "edit")
+
+
+def test_compare_counts_a_change_only_beyond_ci95_and_the_practical_threshold(tmp_path):
+    base = ["sweep", "--shape", "1,2,{64,128},64", "--baselines", "sdpa-flash,standard"]
+    assert lab(*base, root=tmp_path).returncode == 0
+    assert lab(*base, root=tmp_path).returncode == 0
+    a, b = store.list_sweeps(tmp_path)
+    _narrow(a, 1.0)
+    _narrow(b, 1.02)   # 2% slower everywhere, far outside the (narrow) CI95s: within the 3% default
+    n = len([r for r in a.rows() if r["status"] == "ok"])
+    r = lab("sweep", "compare", a.id, b.id, root=tmp_path)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert f"0 differ (beyond CI95 and 3%), {n} beyond CI95 within 3%" in r.stdout
+    r = lab("sweep", "compare", a.id, b.id, "--threshold", "1.5", root=tmp_path)
+    assert r.returncode == 1 and f"{n} differ (beyond CI95 and 1.5%)" in r.stdout
+    r = lab("sweep", "compare", a.id, b.id, "--threshold", "-1", root=tmp_path)
+    assert r.returncode == 2 and "--threshold must be >= 0" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_compare_reports_the_gpu_to_gpu_spread(tmp_path):
+    base = ["sweep", "--shape", "1,2,{64,128,256,512},64", "--baselines", "sdpa-flash", "--timing", "events"]
+    assert lab(*base, root=tmp_path).returncode == 0                       # on GPU-fake-0
+    assert lab(*base, "--gpus", "0,1", env={"LAB_TEST_SLOW": "*:0.2"}, root=tmp_path).returncode == 0
+    a, b = store.list_sweeps(tmp_path)
+    on = {r["label"]: r["gpu_uuid"] for r in b.rows()}
+    assert set(on.values()) == {"GPU-fake-0", "GPU-fake-1"}
+    import json
+
+    r = lab("sweep", "compare", a.id, b.id, "--json", root=tmp_path)
+    assert r.returncode == 0, r.stdout + r.stderr
+    (spread,) = json.loads(r.stdout)["gpu_spread"]   # only the rows B measured on the other GPU
+    assert (spread["gpu_a"], spread["gpu_b"]) == ("GPU-fake-0", "GPU-fake-1")
+    assert spread["rows"] == sum(1 for g in on.values() if g == "GPU-fake-1")
+    assert spread["median_ratio_b_over_a"] == pytest.approx(1.0)
+    r = lab("sweep", "compare", a.id, b.id, root=tmp_path)
+    assert "GPU to GPU, A on GPU-fake-0 vs B on GPU-fake-1" in r.stdout and "median B/A 1.000" in r.stdout
+
+
 def test_merge_refuses_partials_of_different_sweeps(tmp_path):
     assert lab("sweep", "--shape", "1,2,64,64", "--shard", "1/1", root=tmp_path).returncode == 0
     assert lab("sweep", "--shape", "1,2,128,64", "--shard", "1/1", root=tmp_path).returncode == 0

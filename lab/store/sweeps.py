@@ -403,10 +403,42 @@ def _what_differs(ra: dict, rb: dict) -> str:
     return "no combination of their implementations, problems, modes and timings is in both"
 
 
-def compare_sweeps(a: Sweep, b: Sweep) -> dict:
-    """Row by row (implementation, problem, mode, timing), do two sweeps agree within noise? A pair
-    agrees when the CI95 intervals of their medians overlap. Used to check that a sweep spread over
-    GPUs (--gpus, shards merged) equals the same sweep on one GPU."""
+PRACTICAL_THRESHOLD_PCT = 3.0
+"""A row changed only when its median moved more than this much AND beyond both CI95s: one run's
+CI95 says nothing about run-to-run and GPU-to-GPU spread (two H100s of one host, the same sweep:
+52 of 68 rows outside each other's CI95 at a median ratio of 1.014)."""
+
+
+def _gpu_of(r: dict, sweep: Sweep) -> str:
+    """The GPU that measured a row: its UUID, else (rows of sweeps before rows named one) the sweep's device name."""
+    return r.get("gpu_uuid") or (sweep.manifest.get("device") or {}).get("name") or "unknown"
+
+
+def gpu_spread(pairs: list[tuple[str, str, float]]) -> list[dict]:
+    """Per (A's GPU, B's GPU) of rows measured on different GPUs: how far apart the same work timed
+    (B/A median ratios: their median, the middle 90% and the extremes)."""
+    by: dict[tuple[str, str], list[float]] = {}
+    for ga, gb, ratio in pairs:
+        if ga != gb:
+            by.setdefault((ga, gb), []).append(ratio)
+    out = []
+    for (ga, gb), ratios in sorted(by.items()):
+        rs = sorted(ratios)
+        q = lambda f: rs[min(len(rs) - 1, max(0, round(f * (len(rs) - 1))))]   # noqa: E731
+        out.append({"gpu_a": ga, "gpu_b": gb, "rows": len(rs), "median_ratio_b_over_a": q(0.5),
+                    "p5_ratio": q(0.05), "p95_ratio": q(0.95), "min_ratio": rs[0], "max_ratio": rs[-1]})
+    return out
+
+
+def compare_sweeps(a: Sweep, b: Sweep, threshold_pct: float = PRACTICAL_THRESHOLD_PCT) -> dict:
+    """Row by row (implementation, problem, mode, timing), did anything change between two sweeps?
+    A row differs only when the CI95 intervals of its medians do not overlap AND the medians are
+    more than `threshold_pct` apart (statistically and practically significant); a row beyond CI95
+    but within the threshold is counted apart. Where rows of the two were measured on different
+    GPUs (their UUIDs), the GPU-to-GPU spread of the B/A ratios is reported per pair of GPUs. Used
+    to check that a sweep spread over GPUs (--gpus, shards merged) equals the same sweep on one GPU."""
+    if threshold_pct < 0:
+        raise LabError(f"--threshold must be >= 0 (percent), got {threshold_pct:g}")
     ra = {tuple(r.get(k) for k in ROW_KEY): r for r in a.rows() if r.get("status") == "ok"}
     rb = {tuple(r.get(k) for k in ROW_KEY): r for r in b.rows() if r.get("status") == "ok"}
     common = sorted(set(ra) & set(rb), key=str)
@@ -414,13 +446,21 @@ def compare_sweeps(a: Sweep, b: Sweep) -> dict:
         raise LabError(f"sweeps {a.id} and {b.id} have no measured row in common (implementation, problem, mode, "
                        f"timing): {_what_differs(ra, rb)}",
                        hint="compare sweeps of one plan (the same sweep on other GPUs, shards merged, a re-run)")
-    differ = []
+    differ, within_threshold, pairs = [], [], []
     for k in common:
         x, y = ra[k], rb[k]
-        if x["ci95_high_ms"] < y["ci95_low_ms"] or y["ci95_high_ms"] < x["ci95_low_ms"]:
-            differ.append({"impl": k[0], "label": k[1], "mode": k[2], "timing": k[3], "a_ms": x["median_ms"],
-                           "b_ms": y["median_ms"], "ratio": y["median_ms"] / x["median_ms"]})
-    ratios = sorted(rb[k]["median_ms"] / ra[k]["median_ms"] for k in common)
-    return {"a": a.id, "b": b.id, "rows_compared": len(common), "only_in_a": len(set(ra) - set(rb)),
-            "only_in_b": len(set(rb) - set(ra)), "overlapping": len(common) - len(differ), "differing": differ,
-            "median_ratio_b_over_a": ratios[len(ratios) // 2] if ratios else None}
+        ratio = y["median_ms"] / x["median_ms"]
+        pairs.append((_gpu_of(x, a), _gpu_of(y, b), ratio))
+        beyond_ci = x["ci95_high_ms"] < y["ci95_low_ms"] or y["ci95_high_ms"] < x["ci95_low_ms"]
+        if not beyond_ci:
+            continue
+        entry = {"impl": k[0], "label": k[1], "mode": k[2], "timing": k[3], "a_ms": x["median_ms"],
+                 "b_ms": y["median_ms"], "ratio": ratio, "a_gpu": _gpu_of(x, a), "b_gpu": _gpu_of(y, b)}
+        (differ if abs(ratio - 1) * 100 > threshold_pct else within_threshold).append(entry)
+    ratios = sorted(p[2] for p in pairs)
+    return {"a": a.id, "b": b.id, "threshold_pct": threshold_pct, "rows_compared": len(common),
+            "only_in_a": len(set(ra) - set(rb)), "only_in_b": len(set(rb) - set(ra)),
+            "overlapping": len(common) - len(differ) - len(within_threshold), "differing": differ,
+            "beyond_ci95_within_threshold": within_threshold,
+            "median_ratio_b_over_a": ratios[len(ratios) // 2] if ratios else None,
+            "gpu_spread": gpu_spread(pairs)}

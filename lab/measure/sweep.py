@@ -156,7 +156,13 @@ class GpuMeasurer:
         torch.cuda.empty_cache()
 
     def __call__(self, cell: Cell) -> list[dict]:
-        with self.turn():   # the gate's child and the references run on the GPU too
+        if cell.impl in self.plan.rungs:
+            # the gate first: waiting for a verdict another worker is checking must not hold this GPU,
+            # or a worker sharing it would wait for the GPU while holding the verdict (a deadlock);
+            # a gate checked here (no shared verdicts) runs its child on the GPU, so it takes its turn
+            with self.turn() if self.gates is None else contextlib.nullcontext():
+                self._rung(cell)
+        with self.turn():   # the references and the timing run on the GPU
             return self._measure(cell)
 
     def _measure(self, cell: Cell) -> list[dict]:

@@ -11,9 +11,6 @@ b1 (a right backward, GQA-capable), b2 (b1 with dK x 1.05) and b3 (a forward wit
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -24,6 +21,7 @@ from lab.measure.problem import Problem, parse_shape
 
 ROOT = Path(__file__).resolve().parent.parent
 WS = ROOT / "tests" / "fixtures" / "backward_ws"
+from conftest import lab_here  # noqa: E402
 
 
 @pytest.fixture
@@ -37,8 +35,8 @@ def backward_ws(monkeypatch):
 
 
 def lab(*args, env=None):
-    full = dict(os.environ, PYTHONPATH=str(ROOT), LAB_WORKSPACE=str(WS), **(env or {}))
-    return subprocess.run([sys.executable, "-m", "lab.cli", *args], capture_output=True, text=True, cwd=ROOT, env=full)
+    """`lab ARGS` in this process (conftest.lab_here), in the tests' workspace of python rungs."""
+    return lab_here(*args, cwd=ROOT, env={"LAB_WORKSPACE": str(WS), **(env or {})})
 
 
 def refused(res, *messages):

@@ -1,7 +1,5 @@
 """Bad input: a clear message and exit code 2, no traceback, nothing stored."""
 
-import subprocess
-import sys
 
 import pytest
 
@@ -12,12 +10,14 @@ except ImportError:
     HAS_GPU = False
 
 from lab.ladder.registry import builtin
+from conftest import LAB_VARIABLES, lab_here  # noqa: E402
 
 FP32 = next(v for v in builtin() if v.dtypes == ("float32",)).id   # a rung without bfloat16 or D=96
 
 
 def lab(*args, env=None):
-    return subprocess.run([sys.executable, "-m", "lab.cli", *args], capture_output=True, text=True, env=env)
+    """`lab ARGS` in this process (conftest.lab_here): the lab's variables those of `env` alone."""
+    return lab_here(*args, env={k: v for k, v in (env or {}).items() if k in LAB_VARIABLES})
 
 
 @pytest.mark.parametrize("args, message", [

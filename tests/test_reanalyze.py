@@ -5,13 +5,11 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pandas as pd
 import pytest
-from conftest import EXAMPLES, REPO  # noqa: E402
+from conftest import EXAMPLES, REPO, lab_here  # noqa: E402
 
 
 def _a_shipped_run() -> Path:
@@ -23,7 +21,7 @@ def _a_shipped_run() -> Path:
 
 
 def _lab(*args):
-    return subprocess.run([sys.executable, "-m", "lab.cli", *args], capture_output=True, text=True)
+    return lab_here(*args)   # in this process (conftest.lab_here)
 
 
 def test_reanalyze_replaces_the_judgement_and_keeps_the_measurements(tmp_path):

@@ -20,7 +20,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from conftest import EXAMPLES, PUBLIC_NCU, PUBLIC_NSYS
+from conftest import EXAMPLES, PUBLIC_NCU, PUBLIC_NSYS, lab_here
 from lab.measure import rates
 from lab.report import formatting
 
@@ -141,12 +141,9 @@ RUN_SECTIONS = ("environment", "protocol", "problem", "performance", "correctnes
                 "occupancy", "memory", "bottleneck", "source", "timeline", "appendix")
 
 
-def lab(*args, env_root: Path | None = None) -> subprocess.CompletedProcess:
-    env = dict(os.environ)
-    if env_root is not None:
-        env["LAB_PROFILES"] = str(env_root)
-    return subprocess.run([sys.executable, "-m", "lab.cli", *args], capture_output=True, text=True, env=env,
-                          timeout=120)
+def lab(*args, env_root: Path | None = None):
+    """`lab ARGS` in this process (conftest.lab_here), reading the store `env_root` (LAB_PROFILES)."""
+    return lab_here(*args, env={"LAB_PROFILES": str(env_root)} if env_root is not None else None)
 
 
 # --------------------------------------------------------------------------------- run pages

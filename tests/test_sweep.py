@@ -168,7 +168,8 @@ def test_a_killed_process_leaves_its_journal_and_resume_reads_it(tmp_path):
 def test_a_killed_worker_leaves_its_rows_the_others_take_its_share_and_resume_finishes_on_the_gpus_left(tmp_path):
     # worker 1 is slow, so worker 2 surely takes units; it is killed at its second cell
     args = ["sweep", "--shape", "1,2,{64,128,256,512},64", "--baselines", "sdpa-flash,standard", "--gpus", "0,1"]
-    r = lab(*args, env={"LAB_TEST_DIE": "gpu1-2:2", "LAB_TEST_SLOW": "gpu0-1:0.3"}, root=tmp_path)
+    r = lab(*args, env={"LAB_TEST_DIE": "gpu1-2:2", "LAB_TEST_SLOW": "gpu0-1:0.3",
+                        "LAB_TEST_BARRIER": f"{tmp_path / 'barrier'}:2"}, root=tmp_path)
     assert r.returncode == 1
     assert "worker 2/2 on GPU 1 (1) died (killed by SIGKILL) after 1 cells; 1 cells of its unit in flight" in r.stderr
     assert "left for --resume" in r.stderr
@@ -203,7 +204,7 @@ def test_units_are_problems_dealt_largest_first():
 def test_workers_take_units_dynamically(tmp_path):
     # a slow "GPU" takes fewer problems than a fast one: no fixed share per worker
     args = ["sweep", "--shape", "1,2,{64,128,256,512,1024,2048},64", "--baselines", "sdpa-flash", "--gpus", "0,1"]
-    r = lab(*args, env={"LAB_TEST_SLOW": "gpu0-1:0.5"}, root=tmp_path)
+    r = lab(*args, env={"LAB_TEST_SLOW": "gpu0-1:0.5", "LAB_TEST_BARRIER": f"{tmp_path / 'barrier'}:2"}, root=tmp_path)
     assert r.returncode == 0, r.stderr
     (sw,) = store.list_sweeps(tmp_path)
     units = {w["part"]: w["units"] for w in sw.manifest["workers"]}
@@ -220,7 +221,7 @@ def test_n_workers_give_the_table_of_one_and_each_row_names_its_gpu(tmp_path):
     gates_one, gates_three = tmp_path / "gates-one.txt", tmp_path / "gates-three.txt"
     assert lab(*base, env={"LAB_TEST_GATES": str(gates_one)}, root=tmp_path / "one").returncode == 0
     r = lab(*base, "--gpus", "0,1,2", env={"LAB_TEST_GATES": str(gates_three), "LAB_TEST_GPU_CLOCKS": "0:1980,1:1755,2:1410",
-                                             "LAB_TEST_SLOW": "*:0.05"},
+                                             "LAB_TEST_SLOW": "*:0.05", "LAB_TEST_BARRIER": f"{tmp_path / 'barrier'}:3"},
             root=tmp_path / "three")
     assert r.returncode == 0, r.stderr
     one, three = store.list_sweeps(tmp_path / "one")[0], store.list_sweeps(tmp_path / "three")[0]
@@ -305,7 +306,8 @@ def test_compare_counts_a_change_only_beyond_ci95_and_the_practical_threshold(tm
 def test_compare_reports_the_gpu_to_gpu_spread(tmp_path):
     base = ["sweep", "--shape", "1,2,{64,128,256,512},64", "--baselines", "sdpa-flash", "--timing", "events"]
     assert lab(*base, root=tmp_path).returncode == 0                       # on GPU-fake-0
-    assert lab(*base, "--gpus", "0,1", env={"LAB_TEST_SLOW": "*:0.2"}, root=tmp_path).returncode == 0
+    assert lab(*base, "--gpus", "0,1", env={"LAB_TEST_SLOW": "*:0.2", "LAB_TEST_BARRIER": f"{tmp_path / 'barrier'}:2"},
+               root=tmp_path).returncode == 0
     a, b = store.list_sweeps(tmp_path)
     on = {r["label"]: r["gpu_uuid"] for r in b.rows()}
     assert set(on.values()) == {"GPU-fake-0", "GPU-fake-1"}

@@ -92,6 +92,8 @@ class Gates:
     def __init__(self, check: Callable, problems: dict[str, Problem] | None = None, folder: Path | None = None):
         self.check, self.problems, self.folder = check, dict(problems or {}), folder
         self._known: dict[str, dict] = {}
+        self.turn = None                   # the measurer's GPU turn (GpuMeasurer.turn), held while checking, never
+                                           # while waiting: a worker sharing the GPU may be the one checking
         self.checked: list[str] = []       # the keys this process checked itself (the rest it read)
         self.waited_s = 0.0                # time spent waiting for another worker's check
 
@@ -107,7 +109,7 @@ class Gates:
             self._known[key] = self._shared(key, compute) if self.folder is not None else self._checked(key, compute)
         return self._known[key]
 
-    def prefetch(self, turn=None) -> None:
+    def prefetch(self) -> None:
         """Check every gate of the sweep nobody has claimed yet (a worker's first act: the gates are
         spread over the GPUs instead of each worker meeting them one by one in its cells)."""
         for key, problem in self.problems.items():
@@ -115,12 +117,17 @@ class Gates:
                 continue
             rung, _, mode = key.split("|")
             if _claim(self._files(key)[1]):
-                with (turn() if turn else _nothing()):
-                    self._known[key] = self._computed(key, lambda: self.check(registry.get(rung), problem, mode))
+                self._known[key] = self._computed(key, lambda: self.check(registry.get(rung), problem, mode))
 
     def _checked(self, key, compute) -> dict:
+        """The verdict, checked here. A check that raises is a failed verdict naming why (stored like any
+        other: the workers waiting for it must not wait forever, and the rung's cells become rows)."""
         self.checked.append(key)
-        return compute()
+        with (self.turn() if self.turn else _nothing()):   # the check's child runs on the GPU
+            try:
+                return compute()
+            except Exception as e:  # noqa: BLE001 - a verdict, never the end of the sweep
+                return {"passed": False, "error": f"{type(e).__name__}: {str(e).strip()[:300]}"}
 
     def _files(self, key: str) -> tuple[Path, Path]:
         name = "".join(c if c.isalnum() or c in "-_." else "_" for c in key)
@@ -275,6 +282,7 @@ def run_in_process(sweep, cells: list[Cell], measuring: Measuring = ON_GPU, show
     try:
         gates = Gates(measuring.check, gate_problems(plan, cells))
         measurer = measuring.make(plan, progress.log, "main", gates)
+        gates.turn = getattr(measurer, "turn", None)
         facts = environment_facts(measurer)
         _check_device(sweep, facts["device"])
         sweep.update_manifest(device=sweep.manifest.get("device") or facts["device"],
@@ -551,6 +559,7 @@ def worker_main(argv=None, measuring: Measuring = ON_GPU) -> int:
     try:
         t = time.time()
         measurer = measuring.make(plan, say, a.part, gates)
+        gates.turn = getattr(measurer, "turn", None)
         record.update(environment_facts(measurer))
         gpu = _probed(measuring, a.gpu)
         times["init"] = round(time.time() - t, 3)
@@ -564,7 +573,7 @@ def worker_main(argv=None, measuring: Measuring = ON_GPU) -> int:
             time.sleep(0.05)
         times["wait_for_builds"] = round(time.time() - t, 3)
         t = time.time()
-        gates.prefetch(getattr(measurer, "turn", None))
+        gates.prefetch()
         times["gates"] = round(time.time() - t, 3)
         times["measure"] = 0.0
         progress = Progress([c for u in units for c in u], f"worker {a.part}", enabled=True)

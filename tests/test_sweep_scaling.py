@@ -67,3 +67,15 @@ def test_the_scaling_benchmark_holds_n_gpus_against_one(tmp_path):
     assert two["wall_s"] > 0 and len(two["workers"]) == 2
     # the fake's two "GPUs" share this machine's cores: the 1.8x target is missed, and said so (exit 1)
     assert (r.returncode == 1) == (two["speedup"] < 1.8)
+
+
+def test_a_gate_check_that_raises_is_a_failed_verdict_every_worker_reads(tmp_path):
+    def check(variant, problem, mode):
+        raise RuntimeError("the checking child could not start")
+
+    key = Gates.key("r1", "float16", "fwd")
+    first, second = Gates(check, {key: P}, tmp_path), Gates(check, {key: P}, tmp_path)
+    found = first.verdict(RUNG, P, "fwd")
+    assert found == {"passed": False, "error": "RuntimeError: the checking child could not start"}
+    assert second.verdict(RUNG, P, "fwd") == found and second.checked == []   # read, no wait, no second check
+

@@ -8,8 +8,8 @@ These variables are the test's, read by this measurer only:
 LAB_TEST_DIE=<part>:<n>  the worker whose journal part is <part> kills itself (SIGKILL) at its n-th cell
 LAB_TEST_INTERRUPT=<n>   raise KeyboardInterrupt at the n-th cell (Ctrl-C)
 LAB_TEST_SLOW=<part>:<s>,...  the worker whose journal part is <part> (* any) takes <s> seconds more a cell
-LAB_TEST_BARRIER=<dir>:<n>  a worker's measurer, once made, waits until <n> workers have one (all
-                         start dealing together, however late the machine starts one)
+LAB_TEST_BARRIER=<dir>:<n>  a worker waits at its first cell until <n> workers are at theirs (each has
+                         taken a unit, however late the machine starts one)
 LAB_TEST_GATES=<file>    each float64 gate checked appends `rung|dtype|mode|problem|pid` to <file>
 LAB_TEST_GPU_CLOCKS=<i>:<MHz>,...  the SM clock the probe reads on "GPU" i (CUDA_VISIBLE_DEVICES=i)
 
@@ -44,17 +44,22 @@ class FakeMeasurer:
         self.part = part
         self.gates = gates
         self.count = 0
+
+    def _barrier(self):
+        """Hold this worker at its first cell until every worker has taken its first unit."""
         barrier = os.environ.get("LAB_TEST_BARRIER")
-        if barrier and part != "main":
+        if barrier and self.part != "main":
             folder, n = barrier.rsplit(":", 1)
             os.makedirs(folder, exist_ok=True)
-            open(os.path.join(folder, part), "w").close()
+            open(os.path.join(folder, self.part), "w").close()
             deadline = time.time() + 120
             while len(os.listdir(folder)) < int(n) and time.time() < deadline:
                 time.sleep(0.02)
 
     def __call__(self, cell):
         self.count += 1
+        if self.count == 1:
+            self._barrier()
         die = os.environ.get("LAB_TEST_DIE")
         if die:
             part, n = die.split(":")

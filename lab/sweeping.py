@@ -28,6 +28,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -235,10 +236,10 @@ def create(plan: Plan, root: Path | None = None) -> Sweep:
 
 
 def run_cells(sweep, cells: list[Cell], measure: Callable[[Cell], list[dict]], part: str = "main",
-              progress: Progress | None = None, worker: str | None = None, gpu: dict | None = None) -> int:
+              progress: Progress | None = None, worker: str | None = None, gpu: Callable[[], dict] | None = None) -> int:
     """Measure `cells` in order, each cell's rows made durable before the next starts. Ctrl-C
     (KeyboardInterrupt) propagates after the finished cells are on disk. Returns cells done. Every
-    row carries `worker` and `gpu` (which GPU measured it, its clocks and power limit then)."""
+    row carries `worker` and `gpu()`'s fields (which GPU measured it, its clocks and power limit)."""
     done = 0
     for cell in cells:
         try:
@@ -247,9 +248,10 @@ def run_cells(sweep, cells: list[Cell], measure: Callable[[Cell], list[dict]], p
             raise
         except Exception as e:  # noqa: BLE001 - a cell that breaks the measurer is a row, not the end of the sweep
             rows = [status_row(cell, "failed", f"{type(e).__name__}: {str(e).strip().splitlines()[0][:300] if str(e).strip() else ''}")]
+        fields = gpu() if gpu is not None else {}
         for r in rows:
             r["worker"] = worker
-            r.update(gpu or {})
+            r.update(fields)
         sweep.append_rows(rows, part)
         done += 1
         if progress:
@@ -275,6 +277,29 @@ def _probed(measuring: Measuring, gpu: str | None) -> dict:
     return {"gpu": gpu, **found}
 
 
+class GpuSampler:
+    """The GPU fields of a row (`_probed`), read once at the start and then again every `every_s`
+    seconds on a thread: a row gets the clocks and power limit read at most that long before its cell
+    finished, and no cell waits for nvidia-smi (a call of tens to hundreds of milliseconds)."""
+
+    def __init__(self, measuring: Measuring, gpu: str | None, every_s: float = 2.0):
+        self.measuring, self.gpu, self.every_s = measuring, gpu, every_s
+        self._latest = _probed(measuring, gpu)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="lab-gpu-sampler", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.every_s):
+            self._latest = _probed(self.measuring, self.gpu)
+
+    def __call__(self) -> dict:
+        return dict(self._latest)
+
+    def close(self) -> None:
+        self._stop.set()
+
+
 def run_in_process(sweep, cells: list[Cell], measuring: Measuring = ON_GPU, show_progress: bool = True) -> int:
     """The single-process sweep: measure the cells here, journal them; returns cells done."""
     plan = Plan.from_dict(sweep.plan_dict)
@@ -288,10 +313,11 @@ def run_in_process(sweep, cells: list[Cell], measuring: Measuring = ON_GPU, show
         sweep.update_manifest(device=sweep.manifest.get("device") or facts["device"],
                               software=sweep.manifest.get("software") or facts["software"],
                               devices=_add_device(sweep.manifest.get("devices"), facts["device"], "main"))
-        done = 0
-        for unit in by_problem(cells):
-            done += run_cells(sweep, unit, measurer, "main", progress, gpu=_probed(measuring, None))
-        return done
+        sampler = GpuSampler(measuring, None)
+        try:
+            return run_cells(sweep, cells, measurer, "main", progress, gpu=sampler)
+        finally:
+            sampler.close()
     finally:
         progress.close()
 
@@ -561,7 +587,8 @@ def worker_main(argv=None, measuring: Measuring = ON_GPU) -> int:
         measurer = measuring.make(plan, say, a.part, gates)
         gates.turn = getattr(measurer, "turn", None)
         record.update(environment_facts(measurer))
-        gpu = _probed(measuring, a.gpu)
+        sampler = GpuSampler(measuring, a.gpu)
+        gpu = sampler()
         times["init"] = round(time.time() - t, 3)
         write(gpu_uuid=gpu.get("gpu_uuid"), gpu_name=gpu.get("gpu_name"))
         t = time.time()
@@ -581,9 +608,10 @@ def worker_main(argv=None, measuring: Measuring = ON_GPU) -> int:
             if not unit or not _claim(sweep.path / CLAIMS / str(index), a.part):
                 continue
             t = time.time()
-            run_cells(sweep, unit, measurer, a.part, progress, worker=a.part, gpu=_probed(measuring, a.gpu))
+            run_cells(sweep, unit, measurer, a.part, progress, worker=a.part, gpu=sampler)
             times["measure"] = round(times["measure"] + time.time() - t, 3)
             write()
+        sampler.close()
         times["total"] = round(time.time() - (a.started or t_main), 3)
         write()
     except KeyboardInterrupt:

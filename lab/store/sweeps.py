@@ -42,7 +42,7 @@ COLUMNS = ["impl", "impl_kind", "label", "batch", "heads", "heads_kv", "seqlen_q
            "pct_of_peak", "tokens_per_s", "time_per_token_us", "peak_memory_bytes",
            "memory_per_token_bytes", "worker",
            # which GPU measured the row (lab.sweeping: the --gpus entry, the worker's pin, the clocks and
-           # power limit read when its problem started); None on rows of sweeps before they were recorded
+           # power limit read at most 2 s before its cell finished); None on rows of sweeps before they were recorded
            "gpu", "gpu_name", "gpu_uuid", "gpu_host_index", "cuda_visible_devices", "sm_clock_mhz",
            "mem_clock_mhz", "power_limit_w"]
 

@@ -305,3 +305,36 @@ def test_lab_build_ptxas_only_prints_a_line_per_rung_and_one_rungs_kernels_whole
     flat = " ".join(text.split())
     for k in rec["ptxas"]:
         assert " ".join(build.short_kernel_name(k["kernel"]).split()) in flat.replace("- ", "-")
+
+
+def _unique_symbols(obj: Path) -> list[str]:
+    """The STB_GNU_UNIQUE symbols of an object (nm's 'u'): unified across every library of a process."""
+    out = subprocess.run(["nm", "-C", str(obj)], capture_output=True, text=True, check=True).stdout
+    return [line for line in out.splitlines() if " u " in line]
+
+
+@needs_nvcc
+@pytest.mark.skipif(shutil.which("nm") is None, reason="nm not on PATH: reads the compiled objects' symbols")
+@pytest.mark.parametrize("variant", [v for v in VARIANTS if v.kind == "cuda"], ids=lambda v: v.id)
+def test_no_rung_shares_a_static_with_another_extension(variant, lab_cache, ladder_ptxas):
+    """A launcher's once-per-instantiation static (cudaFuncSetAttribute's result) must belong to its
+    own extension: as a GNU-unique symbol it is shared with every other rung that instantiates the
+    same header's template, and the second one loaded launches without its shared-memory limit
+    raised ('invalid argument'). Compiled with the extension build's own flags."""
+    report = ladder_ptxas[(variant.id, "sm_90a")]
+    obj = report.build_dir / f"{variant.label()}.o"
+    assert obj.is_file(), f"no object beside {report.log_path}"
+    assert _unique_symbols(obj) == [], f"{variant.id} has GNU-unique symbols"
+
+
+@needs_nvcc
+@pytest.mark.skipif(shutil.which("nm") is None, reason="nm not on PATH: reads the compiled objects' symbols")
+def test_the_unique_symbol_check_sees_a_shared_static(tmp_path):
+    """The check above can fail: the same launcher pattern compiled without the lab's flag has one."""
+    src = tmp_path / "s.cu"
+    src.write_text("int measure(int);\n"   # a run-time initializer, as cudaFuncSetAttribute's result is
+                   "template <int N> int once() { static const int v = measure(N); return v; }\n"
+                   "int use() { return once<7>(); }\n")
+    obj = tmp_path / "s.o"
+    subprocess.run([NVCC, "-c", "-O3", "-o", str(obj), str(src)], check=True, capture_output=True)
+    assert _unique_symbols(obj), "g++ no longer emits GNU-unique statics: the guard above tests nothing"

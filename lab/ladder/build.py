@@ -41,7 +41,15 @@ BINDING = KERNELS_DIR / "binding.cpp"
 COMMON_HEADER = KERNELS_DIR / "common.cuh"
 
 # -lineinfo maps SASS back to source lines in Nsight Compute at no runtime cost.
-BASE_NVCC_FLAGS: tuple[str, ...] = ("-O3", "-lineinfo")
+# -fno-gnu-unique: g++ emits a function-local static of an inline or template function (e.g. a
+# launcher's `static const cudaError_t attr = lab_set_smem(...)`, set once per instantiation) as a
+# STB_GNU_UNIQUE symbol, which the dynamic loader unifies across EVERY library of the process,
+# RTLD_LOCAL or not. Two rungs that instantiate one shared header's launcher (v6 and v8 through
+# kernels/hopper/fwd_wgmma.cuh, or a workspace copy of a built-in rung) then share one flag: the
+# second rung loaded skips its own cudaFuncSetAttribute and its launch fails "invalid argument"
+# (seen on an H100, 2026-11-26: v8's forward in a sweep after v6). Weak symbols instead stay
+# per-extension under Python's RTLD_LOCAL import.
+BASE_NVCC_FLAGS: tuple[str, ...] = ("-O3", "-lineinfo", "-Xcompiler=-fno-gnu-unique")
 BASE_CXX_FLAGS: tuple[str, ...] = ("-O3",)
 DEFAULT_PTXAS_ARCH = "sm_90a"  # the lab's GPU (H100/H200) when there is no device to ask
 

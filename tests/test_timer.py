@@ -10,7 +10,7 @@ from lab.gpu_specs import peaks_for
 from lab.measure import timed
 from lab.measure.floor import Floor, attention_floor, minimal_flops, minimal_read_bytes, visible_pairs
 from lab.measure.problem import Problem
-from lab.measure.timed import (IMPOSSIBLE, OUTSIDE_STREAM, WRONG_OUTPUT, Checked, TimingRefused, floor_verdict,
+from lab.measure.timed import (IMPOSSIBLE, NOT_CAPTURABLE, OUTSIDE_STREAM, WRONG_OUTPUT, Checked, TimingRefused, floor_verdict,
                                outside_stream_verdict, time_checked, time_checked_interleaved)
 from lab.errors import CheckFailed
 
@@ -80,7 +80,7 @@ def test_refusal_is_a_failed_check_with_a_row_reason():
     assert isinstance(r, CheckFailed) and r.exit_code == 1
     assert "v9" in str(r) and "wrong-output" in str(r)
     assert r.row_reason().startswith("refused by the timer (wrong-output)")
-    assert set(timed.STATUSES) == {OUTSIDE_STREAM, WRONG_OUTPUT, IMPOSSIBLE}
+    assert set(timed.STATUSES) == {OUTSIDE_STREAM, WRONG_OUTPUT, IMPOSSIBLE, NOT_CAPTURABLE}
 
 
 # ------------------------------------------------------------------------------ rotation
@@ -348,6 +348,21 @@ def test_a_call_that_cannot_be_captured_is_still_held_to_the_floor_in_warm_up():
     with pytest.raises(TimingRefused) as refused:
         time_checked(kept_after_two, floor=floor, method="graph", reps=5, warmup=5, device=dev)
     assert refused.value.status == IMPOSSIBLE and "in warm-up" in refused.value.reason
+
+
+def test_a_call_that_cannot_be_captured_gets_no_graph_time_and_says_why():
+    """Above the floor in warm-up (a host's round trip can be longer than the work's floor), a call that
+    synchronizes with the host still has no graph: refused, with CUDA's error and the way out."""
+    dev = SimDevice()
+
+    def syncs_the_host():
+        dev.launch(1.5)
+        if dev.capturing:
+            raise RuntimeError("CUDA error: operation not permitted when stream is capturing")
+    with pytest.raises(TimingRefused) as refused:
+        time_checked(syncs_the_host, method="graph", reps=5, warmup=5, device=dev)
+    assert refused.value.status == NOT_CAPTURABLE and refused.value.exit_code == 1
+    assert "not permitted when stream is capturing" in refused.value.reason and "by events" in refused.value.reason
 
 
 def test_chunked_output_errors_match_the_checks_compare():

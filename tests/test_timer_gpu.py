@@ -22,13 +22,17 @@ from click.testing import CliRunner  # noqa: E402
 from lab.measure.bench import EVENTS, GRAPH, L2_FLUSH_BYTES  # noqa: E402
 from lab.measure.call import launch as launch_fn  # noqa: E402
 from lab.measure.problem import Problem, make_inputs  # noqa: E402
-from lab.measure.timed import IMPOSSIBLE, OUTSIDE_STREAM, WRONG_OUTPUT, TimingRefused  # noqa: E402
+from lab.measure.timed import IMPOSSIBLE, NOT_CAPTURABLE, OUTSIDE_STREAM, WRONG_OUTPUT, TimingRefused  # noqa: E402
 
 CHEATS = Path(__file__).resolve().parent / "cheats"
 PROBLEM = Problem(8, 16, 2048, 2048, 64, dtype="float16")
 SHAPE = "8,16,2048,64"
 VERDICTS = {"side": OUTSIDE_STREAM, "cached": WRONG_OUTPUT, "lazy": WRONG_OUTPUT, "partial": WRONG_OUTPUT,
             "deferred": WRONG_OUTPUT, "valuecache": IMPOSSIBLE}
+GRAPH_VERDICTS = {"valuecache": {IMPOSSIBLE, NOT_CAPTURABLE}}
+"""valuecache reads its inputs' values on the host in every call: its eager warm-up calls are under the
+floor only while the host's round trip is shorter than the work's floor (0.14 ms here; not always, on a
+busy host), and otherwise its capture fails on that synchronize. No time either way."""
 HONEST = ("honest", "joined")
 BWD_VERDICTS = {"bwd_side": OUTSIDE_STREAM, "bwd_cached": WRONG_OUTPUT, "bwd_lazy": WRONG_OUTPUT,
                 "bwd_partial": WRONG_OUTPUT}
@@ -85,7 +89,8 @@ def test_each_cheat_gets_no_time(cheat, method):
     variant, module = rung(cheat)
     with pytest.raises(TimingRefused) as refused:
         time_rung(variant, module, PROBLEM, reps=10, warmup=5, method=method)
-    assert refused.value.status == VERDICTS[cheat], str(refused.value)
+    expected = GRAPH_VERDICTS.get(cheat, {VERDICTS[cheat]}) if method == GRAPH else {VERDICTS[cheat]}
+    assert refused.value.status in expected, str(refused.value)
 
 
 @pytest.mark.parametrize("method", [EVENTS, GRAPH])

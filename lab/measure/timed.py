@@ -2,7 +2,7 @@
 
 `time_checked` times a call by CUDA events (call latency, on the current stream) or by CUDA-graph
 replays (device time), as lab.measure.bench describes, and returns a Timing only when three checks
-pass; otherwise it raises TimingRefused (a CheckFailed: exit 1) with one of three statuses:
+pass; otherwise it raises TimingRefused (a CheckFailed: exit 1) with one of these statuses:
 
   work-outside-stream  Decided from evidence, in two steps. The screen: every call runs between a
           start and an end event on the current stream, then a DEVICE-WIDE torch.cuda.synchronize() (it
@@ -29,6 +29,10 @@ pass; otherwise it raises TimingRefused (a CheckFailed: exit 1) with one of thre
           dispatches the next one 10-15% slower than the bare timer's tight loop, which a model's loop is.
   impossible     `floor` (lab.measure.floor): the time no correct implementation can beat on this
           device. The fastest repetition under it is not printed as a result; the reason gives both.
+  graph-capture-failed  (graph only) The call cannot be captured for another reason than unjoined
+          work (it synchronizes with the host, say: `.item()`, `.tolist()`): there is no graph whose
+          replays could be timed, so no device time; the reason names CUDA's error and says to time
+          it by events.
 
 `time_checked_interleaved` is the same timer over several candidates, repetition by repetition in
 rotated order so that drift hits them alike (`lab tune`); a refused candidate gets its refusal.
@@ -46,7 +50,8 @@ from lab.measure.bench import (DEFAULT_REPS, DEFAULT_WARMUP, EVENTS, GRAPH, L2_F
                                TIMING_METHODS, Timing, budget_reps, capture_graph_output, summarize)
 
 OUTSIDE_STREAM, WRONG_OUTPUT, IMPOSSIBLE = "work-outside-stream", "wrong-output", "impossible"
-STATUSES = (OUTSIDE_STREAM, WRONG_OUTPUT, IMPOSSIBLE)
+NOT_CAPTURABLE = "graph-capture-failed"
+STATUSES = (OUTSIDE_STREAM, WRONG_OUTPUT, IMPOSSIBLE, NOT_CAPTURABLE)
 
 OUTSIDE_SHARE = 0.05
 """Work outside the stream, as a share of the call's median time, that refuses it: below it the
@@ -302,10 +307,14 @@ class _Run:
             self.replay, self.static_output = self.dev.capture(self.spec.call, stream)
         except RuntimeError as e:
             text = str(e).lower().replace("_", "")
+            first = str(e).strip().splitlines()[0][:200] if str(e).strip() else type(e).__name__
             if any(k in text for k in CAPTURE_JOIN_ERRORS):
                 self.refuse(OUTSIDE_STREAM, "CUDA graph capture failed: the call forks work to a stream it never "
-                            f"joins back to the calling stream ({str(e).strip().splitlines()[0][:200]})")
-            raise
+                            f"joins back to the calling stream ({first})")
+            self.dev.synchronize()   # the failed capture has ended; nothing of it is left on the stream
+            self.refuse(NOT_CAPTURABLE, f"CUDA graph capture failed ({first}): the call cannot run inside a graph "
+                        "(a synchronization with the host, such as .item() or .tolist(), is the usual cause), so it "
+                        "has no device time to print; time it by events")
         self.replay()   # one replay before timing: the graph's first launch uploads it
 
     def rep(self, i: int, flush) -> None:

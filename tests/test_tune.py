@@ -2,6 +2,10 @@
 
 CPU (needs nvcc, skipped without it): every rung whose file has a tuning block compiles with
 -DLAB_TUNING and exports the two symbols the tuning binding links against.
+CPU: the candidates' float64 checks in one child (lab.measure.gate.verdicts), and what happens when
+that child crashes, loses its CUDA context or hangs: the child is a stand-in executable speaking the
+correctness child's protocol (no GPU on CI); the child's own loop runs in this process with its
+check stubbed.
 GPU (`-m gpu`): `lab tune` checks and times every candidate of each tunable rung on a ragged shape.
 """
 
@@ -9,12 +13,16 @@ from __future__ import annotations
 
 import json
 import shutil
+import stat
 import subprocess
 import sys
 
 import pytest
 
+from lab.errors import LabError
 from lab.ladder import build, registry
+from lab.measure import gate, isolated
+from lab.measure.problem import parse_shape
 
 TUNABLE = [v for v in registry.variants()
            if getattr(v, "kind", "cuda") == "cuda" and "LAB_TUNING" in v.source.read_text()]
@@ -55,6 +63,142 @@ def test_the_tuning_build_exports_the_contract(variant, tmp_path, monkeypatch):
         assert f" T {name}\n" in symbols, f"{variant.source.name} does not export {name} under -DLAB_TUNING"
     plain_flags, plain_key = build._key_for(variant, "sm_90a")
     assert build.TUNING_DEFINE not in plain_flags and plain_key != report.cache_key  # its own cached build
+
+
+# ------------------------------------------------------------------ the candidates' checks, one child
+
+PASSED = {"passed": True, "rel_err": 1e-7}
+WRONG = {"passed": False, "rel_err": 0.5, "failed_shape": "B1-H1-N17-D64-float32"}
+
+
+def _line(config, **what) -> str:
+    return json.dumps({"config": config, **what})
+
+
+def _fake_child(tmp_path, monkeypatch, batch: str, alone: dict[str, str]):
+    """A stand-in for `python -m lab.measure.isolated`: `batch` is the shell that answers --configs,
+    `alone[N]` the one that answers --tune-config N (a candidate's own child). Every start is logged."""
+    log = tmp_path / "starts"
+    cases = "".join(f'    {n}) {body} ;;\n' for n, body in alone.items())
+    exe = tmp_path / "fake-python"
+    exe.write_text(f"""#!/bin/sh
+echo "$@" >> {log}
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --configs) {batch}; exit 0 ;;
+    --tune-config) shift; case "$1" in
+{cases}    esac; exit 0 ;;
+  esac
+  shift
+done
+echo "unexpected child: no --configs, no --tune-config" >&2; exit 3
+""")
+    exe.chmod(exe.stat().st_mode | stat.S_IEXEC)
+    monkeypatch.setattr(isolated.sys, "executable", str(exe))
+    return log
+
+
+def _starts(log) -> list[str]:
+    return log.read_text().splitlines() if log.exists() else []
+
+
+RUNG = TUNABLE[0] if TUNABLE else registry.builtin()[0]
+PROBLEM = parse_shape("1,2,130,64", causal=True)
+
+
+def test_all_candidates_pass_in_one_child(tmp_path, monkeypatch):
+    """Default and candidates: one child, the verdicts in their order, each passed on as it came."""
+    lines = "; ".join(f"echo '{_line(c, verdict=PASSED)}'" for c in ("default", "0", "1", "2"))
+    log = _fake_child(tmp_path, monkeypatch, lines, {})
+    seen = []
+    found = gate.verdicts(RUNG, PROBLEM, "fwd", [None, 0, 1, 2], 1, on_verdict=lambda c, v: seen.append(c))
+    assert found == {None: PASSED, 0: PASSED, 1: PASSED, 2: PASSED} and list(found) == [None, 0, 1, 2]
+    assert seen == [None, 0, 1, 2]
+    [start] = _starts(log)   # one child for all four
+    argv = start.split()
+    assert argv[argv.index("--configs") + 1] == "default,0,1,2"
+    assert argv[argv.index("--problem") + 1] == PROBLEM.label() and argv[argv.index("--shapes") + 1] == "1"
+
+
+def test_a_crash_in_the_batch_checks_the_rest_each_alone(tmp_path, monkeypatch, capsys):
+    """Candidate 1 segfaults the batch child after the default and candidate 0 passed (1 WRONG in
+    between would be kept): 1 and 2 are checked again each in a child of its own; 1 is named as the
+    crash, 2 keeps its pass, and the verdicts that came from the batch are not checked again."""
+    batch = (f"echo '{_line('default', verdict=PASSED)}'; echo 'a kernel printf line'; "
+             f"echo '{_line('0', verdict=WRONG)}'; echo 'CUDA error: an illegal memory access' >&2; kill -SEGV $$")
+    log = _fake_child(tmp_path, monkeypatch, batch, {
+        "1": "echo 'CUDA error: an illegal memory access' >&2; kill -SEGV $$",
+        "2": f"echo '{json.dumps(PASSED)}'"})
+    found = gate.verdicts(RUNG, PROBLEM, "fwd", [None, 0, 1, 2], 1)
+    assert found[None] == PASSED and found[0] == WRONG and found[2] == PASSED
+    assert found[1]["passed"] is False and "crashed in its child process (killed by SIGSEGV)" in found[1]["error"]
+    starts = _starts(log)
+    assert len(starts) == 3 and "--configs" in starts[0]
+    assert [s.split()[s.split().index("--tune-config") + 1] for s in starts[1:]] == ["1", "2"]
+    err = capsys.readouterr().err
+    assert "killed by SIGSEGV" in err and "illegal memory access" in err and "2 configuration(s)" in err
+
+
+def test_a_lost_cuda_context_ends_the_batch_without_that_verdict(tmp_path, monkeypatch):
+    """The child says the context broke after candidate 0 (a sticky error): 0's verdict is not taken
+    from a broken process; 0 and 1 are checked each alone."""
+    batch = (f"echo '{_line('default', verdict=PASSED)}'; "
+             f"echo '{_line('0', ended='CUDA error: an illegal memory access was encountered')}'")
+    log = _fake_child(tmp_path, monkeypatch, batch, {"0": f"echo '{json.dumps(WRONG)}'",
+                                                     "1": f"echo '{json.dumps(PASSED)}'"})
+    found = gate.verdicts(RUNG, PROBLEM, "fwd", [None, 0, 1], 1)
+    assert found == {None: PASSED, 0: WRONG, 1: PASSED}
+    assert len(_starts(log)) == 3
+
+
+def test_a_hang_in_the_batch_is_timed_per_candidate(tmp_path, monkeypatch):
+    """Each configuration has the check's whole timeout, as in a child of its own: the batch that
+    hangs on candidate 0 is ended; 0 alone hangs again and is named, 1 passes."""
+    monkeypatch.setattr(isolated, "CHECK_TIMEOUT_S", 2)
+    log = _fake_child(tmp_path, monkeypatch, f"echo '{_line('default', verdict=PASSED)}'; sleep 300",
+                      {"0": "sleep 300", "1": f"echo '{json.dumps(PASSED)}'"})
+    found = gate.verdicts(RUNG, PROBLEM, "fwd", [None, 0, 1], 1)
+    assert found[None] == PASSED and found[1] == PASSED
+    assert found[0]["passed"] is False and "did not finish in 2 s" in found[0]["error"]
+    assert len(_starts(log)) == 3
+
+
+def test_bad_input_in_the_batch_is_bad_input(tmp_path, monkeypatch):
+    _fake_child(tmp_path, monkeypatch, f"echo '{_line('default', error='mine supports head dims 32, 64')}'", {})
+    with pytest.raises(LabError, match="head dims"):
+        gate.verdicts(RUNG, PROBLEM, "fwd", [None, 0], 1)
+
+
+def test_the_batch_child_checks_each_configuration_as_its_own_child_would(monkeypatch, capsys):
+    """The child's loop, in this process: the default through the plain build (module None, shapes
+    across head dims), each candidate through the tuning build pinned to the problem's head_dim and
+    dtype; it stops, without that verdict, after the configuration that broke the CUDA context."""
+    calls = []
+
+    class Result:
+        def __init__(self, n):
+            self.n = n
+
+        def to_dict(self):
+            return {"passed": True, "n": self.n}
+
+    def check_variant(variant, problem, extra_shapes, module, pin_to_problem, mode):
+        calls.append((module if module is None else (module.module, module.index, module.mode), pin_to_problem,
+                      extra_shapes, problem, mode))
+        return Result(len(calls))
+
+    tuning = object()
+    monkeypatch.setattr(isolated, "check_variant", check_variant)
+    monkeypatch.setattr(isolated, "tuning_module", lambda v: tuning)
+    lost = iter([None, None, "CUDA error: an illegal memory access was encountered"])
+    monkeypatch.setattr(isolated, "_context_lost", lambda: next(lost))
+    isolated._check_configs(RUNG, PROBLEM, 3, "bwd", [None, 0, 1, 2])
+    assert calls == [(None, False, 3, PROBLEM, "bwd"), ((tuning, 0, "bwd"), True, 3, PROBLEM, "bwd"),
+                     ((tuning, 1, "bwd"), True, 3, PROBLEM, "bwd")]   # candidate 2 never ran here
+    out = [json.loads(ln) for ln in capsys.readouterr().out.splitlines()]
+    assert out == [{"config": "default", "verdict": {"passed": True, "n": 1}},
+                   {"config": "0", "verdict": {"passed": True, "n": 2}},
+                   {"config": "1", "ended": "CUDA error: an illegal memory access was encountered"}]
 
 
 def _has_gpu() -> bool:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from lab.console import say
 from lab.errors import CheckFailed
 from lab.measure import isolated
 from lab.measure.call import require_mode
@@ -45,6 +46,27 @@ def verdict(variant, problem: Problem, mode: str = "fwd", tune_config: int | Non
         return isolated.check_in_child(variant, problem, extra_shapes, tune_config, mode=mode)
     except CheckFailed as crash:
         return {"passed": False, "error": str(crash), "failed_shape": problem.label()}
+
+
+def verdicts(variant, problem: Problem, mode: str = "fwd", configs=(None,), extra_shapes: int = GATE_SHAPES,
+             on_verdict=None) -> dict:
+    """`verdict` of several configurations of one rung ({config: verdict} in the order given; None:
+    the launcher's own choice, i: tuning candidate i), all checked in ONE child (`lab tune`'s default
+    and candidates: the child's torch import and CUDA start paid once). Where that child ends before
+    its last verdict (a crash, a candidate that broke the CUDA context, a hang), the configurations it
+    had not finished are checked each in a child of its own, as `verdict` checks one: the crashing
+    one is named, the others keep their verdicts. `on_verdict(config, verdict)` as each arrives."""
+    configs = list(configs)
+    found, ended = isolated.check_configs_in_child(variant, problem, extra_shapes, configs, mode, on_verdict)
+    left = [c for c in configs if c not in found]
+    if left:
+        say(f"{ended or 'the check child ended early'}; checking the {len(left)} configuration(s) it did not "
+            "finish each in a child of its own")
+    for config in left:
+        found[config] = verdict(variant, problem, mode, tune_config=config, extra_shapes=extra_shapes)
+        if on_verdict:
+            on_verdict(config, found[config])
+    return {c: found[c] for c in configs}
 
 
 def gated(variant, problem: Problem, mode: str = "fwd", extra_shapes: int = GATE_SHAPES,

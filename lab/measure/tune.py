@@ -3,8 +3,9 @@
 A rung declares its candidates in its own file, through common.cuh's tuning contract: built with
 -DLAB_TUNING it exports `lab_forward_<id>_configs(head_dim, dtype)` (the labels) and
 `lab_forward_<id>_config(args, stream, index)`. The lab builds that tuning extension through
-`lab.ladder.build` (cached like any build), checks every candidate against float64 in a child
-process (correctness gates timing; a candidate that crashes takes down only its child), then times
+`lab.ladder.build` (cached like any build), checks every candidate against float64 in one child
+process (correctness gates timing; lab.measure.gate.verdicts: where a candidate crashes that child,
+the candidates it had not finished are checked again each in a child of its own), then times
 the launcher's own choice ("default") and every passing candidate interleaved, repetition by
 repetition, so that drift hits all of them alike.
 """
@@ -23,7 +24,7 @@ from lab.measure.bench import DEFAULT_REPS, DEFAULT_WARMUP
 from lab.measure.call import require_mode, rung
 from lab.measure.checked import Measurement, Workload, describe
 from lab.measure.floor import attention_floor
-from lab.measure.gate import GATE_SHAPES, verdict
+from lab.measure.gate import GATE_SHAPES, verdicts
 from lab.measure.problem import Problem, check_supported
 from lab.measure.timed import TimingRefused, time_checked_interleaved
 
@@ -85,14 +86,19 @@ def tune(variant, problem: Problem, reps: int = DEFAULT_REPS, warmup: int = DEFA
                        hint="its file lists them per head_dim and dtype (kernels/common.cuh)")
 
     result = TuneResult(variant.id, problem, mode=mode)
+    names = {None: DEFAULT_LABEL, **dict(enumerate(labels))}
     _say(f"check {variant.id}'s default and {len(labels)} candidates on {problem.label()} "
-         f"and {check_shapes} ragged shapes each")
-    for index, label in [(None, DEFAULT_LABEL), *enumerate(labels)]:
-        correctness = verdict(variant, problem, mode, tune_config=index, extra_shapes=check_shapes)
-        error = None if correctness["passed"] else (correctness.get("error")
-                                                     or f"wrong on {correctness.get('failed_shape')}")
-        result.rows.append(TuneRow(label, index, correctness, error=error))
-        _say(f"  {'ok  ' if correctness.get('passed') else 'FAIL'} {label}" + (f": {error}" if error else ""))
+         f"and {check_shapes} ragged shapes each, in one child process")
+
+    def shown(index, correctness):
+        _say(f"  {'ok  ' if correctness.get('passed') else 'FAIL'} {names[index]}"
+             + (f": {_failure(correctness)}" if not correctness.get("passed") else ""))
+
+    found = verdicts(variant, problem, mode, list(names), check_shapes, on_verdict=shown)
+    for index, label in names.items():
+        correctness = found[index]
+        result.rows.append(TuneRow(label, index, correctness,
+                                   error=None if correctness["passed"] else _failure(correctness)))
 
     # every candidate is one measurement (lab.measure.checked) on one workload in the rung's layout: the
     # same rotating input sets and references, each call's output (a backward's gradients) checked,
@@ -118,3 +124,7 @@ def tune(variant, problem: Problem, reps: int = DEFAULT_REPS, warmup: int = DEFA
                 row.timing = {**t.to_dict(), "method": "cuda-events, interleaved round-robin",
                               "tflops": rates.tflops(rates.flops(problem, mode), t.median)}
     return result
+
+
+def _failure(correctness: dict) -> str:
+    return correctness.get("error") or f"wrong on {correctness.get('failed_shape')}"

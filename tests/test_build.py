@@ -6,7 +6,6 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import platformdirs
@@ -231,10 +230,9 @@ def test_parser_reads_static_smem_and_every_arch(tmp_path):
 
 @needs_nvcc
 def test_lab_build_ptxas_only_json(lab_cache, ladder_ptxas):
-    env = dict(os.environ, LAB_CACHE=str(lab_cache))
     pair = [v.id for v in FP32_RUNGS[:2]]
-    res = subprocess.run([sys.executable, "-m", "lab.cli", "build", "--variant", ",".join(pair), "--ptxas-only",
-                          "--arch", "sm_80", "--json"], capture_output=True, text=True, env=env)
+    res = lab_here("build", "--variant", ",".join(pair), "--ptxas-only", "--arch", "sm_80", "--json",
+                   env={"LAB_CACHE": str(lab_cache)})
     assert res.returncode == 0, res.stderr
     out = json.loads(res.stdout)
     assert [r["variant"] for r in out] == pair
@@ -246,7 +244,7 @@ def test_lab_build_ptxas_only_json(lab_cache, ladder_ptxas):
 
 
 def _lab(*args):
-    return subprocess.run([sys.executable, "-m", "lab.cli", *args], capture_output=True, text=True)
+    return lab_here(*args)
 
 
 @pytest.mark.parametrize("args, message", [

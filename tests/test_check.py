@@ -7,8 +7,6 @@ tests/test_rungs_gpu.py.
 from __future__ import annotations
 
 import math
-import subprocess
-import sys
 
 import pytest
 
@@ -17,7 +15,7 @@ torch = pytest.importorskip("torch", reason="torch is not installed")
 from lab.measure import check  # noqa: E402
 from lab.measure.problem import Problem  # noqa: E402
 from lab.ladder.registry import builtin  # noqa: E402
-from conftest import REPO  # noqa: E402
+from conftest import REPO, lab_here  # noqa: E402
 
 HAS_GPU = torch.cuda.is_available()
 needs_gpu = pytest.mark.skipif(not HAS_GPU, reason="needs a CUDA GPU (torch.cuda.is_available() is False)")
@@ -109,7 +107,7 @@ def test_result_to_dict_has_the_manifest_fields():
 
 @pytest.mark.skipif(HAS_GPU, reason="checks the no-GPU refusal; this machine has a GPU")
 def test_check_without_gpu_exits_2():
-    res = subprocess.run([sys.executable, "-m", "lab.cli", "check", "--variant", FP32.id], capture_output=True, text=True)
+    res = lab_here("check", "--variant", FP32.id)
     assert res.returncode == 2, res.stderr
     assert "needs an NVIDIA GPU" in res.stderr and "Traceback" not in res.stderr
 
@@ -121,6 +119,6 @@ def test_check_without_gpu_exits_2():
     (["check", "--variant", FP32.id, "--shapes", "-1"], "--shapes"),
 ])
 def test_check_bad_input_exits_2(args, message):
-    res = subprocess.run([sys.executable, "-m", "lab.cli", *args], capture_output=True, text=True)
+    res = lab_here(*args)
     assert res.returncode == 2, res.stderr
     assert message in res.stderr and "Traceback" not in res.stderr

@@ -6,13 +6,11 @@ kernel's role, decided from what it executed and moved; `lab new --from` takes t
 
 import json
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from conftest import EXAMPLES, REPO
+from conftest import EXAMPLES, REPO, lab_here
 from lab.analysis import findings as analysis
 from lab.ladder import registry
 from lab.measure import rates
@@ -26,7 +24,7 @@ FIXTURES = REPO / "tests" / "fixtures" / "ncu"
 
 
 def _lab(*args, cwd=None):
-    return subprocess.run([sys.executable, "-m", "lab.cli", *args], capture_output=True, text=True, cwd=cwd)
+    return lab_here(*args, cwd=cwd)
 
 
 def _shipped(run_id: str) -> Path:

@@ -1,15 +1,13 @@
 """`lab export` writes a stored run's tables readable by other tools."""
 
 import json
-import subprocess
-import sys
 
 import pandas as pd
 import pytest
 
 from lab.store import runs as store
 from lab.store.export import export_run
-from conftest import EXAMPLES  # noqa: E402
+from conftest import EXAMPLES, lab_here  # noqa: E402
 
 
 def _runs():
@@ -29,6 +27,5 @@ def test_export_round_trips_the_tables(tmp_path, fmt):
 
 
 def test_export_bad_run_exits_2(tmp_path):
-    res = subprocess.run([sys.executable, "-m", "lab.cli", "export", "no-such-run", "--out", str(tmp_path)],
-                         capture_output=True, text=True)
+    res = lab_here("export", "no-such-run", "--out", str(tmp_path))
     assert res.returncode == 2 and "no stored run" in res.stderr

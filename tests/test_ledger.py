@@ -5,10 +5,7 @@ checked against the stored timing it came from; no step pairs different work wit
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -16,7 +13,7 @@ import pytest
 from lab.ladder import registry
 from lab.store.ledger import parse_predicted
 from lab.store.runs import list_runs
-from conftest import EXAMPLES, REPO
+from conftest import EXAMPLES, REPO, lab_here
 
 WORKSPACE = REPO / "examples" / "workspace"
 LADDER = registry.builtin()
@@ -24,11 +21,8 @@ FIRST, SECOND, THIRD = LADDER[0], LADDER[1], LADDER[2]   # the shipped runs hold
 
 
 def lab(*args, cwd=REPO, env=None):
-    full = dict(os.environ, PYTHONPATH=str(REPO))
-    for k in ("LAB_WORKSPACE", "LAB_PROFILES"):
-        full.pop(k, None)
-    full.update(env or {})
-    return subprocess.run([sys.executable, "-m", "lab.cli", *args], capture_output=True, text=True, cwd=cwd, env=full)
+    """`lab ARGS` from `cwd`, in this process (conftest.lab_here), no workspace or store variable but `env`."""
+    return lab_here(*args, cwd=cwd, env=env)
 
 
 def ledger_json(*args, cwd=REPO, env=None) -> dict:

@@ -113,6 +113,23 @@ def pytest_sessionfinish(session, exitstatus):
     session.exitstatus = 1
 
 
+# ------------------------------------------------------------------------------ the examples, rendered once
+
+@pytest.fixture(scope="session")
+def examples_rendered(tmp_path_factory):
+    """lab.report.pages.render's result for a store holding a copy of the shipped example runs
+    (profiles/examples/): rendered once a session for the tests that read those pages (test_report,
+    test_ledger, test_report_browser); they read the pages and write nothing beside them."""
+    from lab.report import pages
+    from lab.store.runs import list_runs
+
+    if not EXAMPLES.is_dir() or not any(r.path.parent == EXAMPLES for r in list_runs(EXAMPLES.parent)):
+        pytest.skip("no recorded runs in profiles/examples/ yet")
+    tmp = tmp_path_factory.mktemp("examples-rendered")
+    shutil.copytree(EXAMPLES, tmp / "store" / "examples")
+    return pages.render(tmp / "out", root=tmp / "store")
+
+
 # ------------------------------------------------------------------------------ `lab` in this process
 
 # The variables the lab reads or sets for itself: unset for each call unless given, restored after.

@@ -487,11 +487,9 @@ EXAMPLE_RUNS = list_runs(EXAMPLES.parent) if EXAMPLES.is_dir() else []
 EXAMPLE_RUNS = [r for r in EXAMPLE_RUNS if r.path.parent == EXAMPLES]
 
 
-@pytest.mark.skipif(not EXAMPLE_RUNS, reason="no recorded runs in profiles/examples/ yet")
-def test_example_runs_render(tmp_path):
+def test_example_runs_render(examples_rendered):
     """The runs recorded on the GPU machine: every page renders, and its numbers are the stored ones."""
-    shutil.copytree(EXAMPLES, tmp_path / "store" / "examples")
-    done = report.render(tmp_path / "out", root=tmp_path / "store")
+    done = examples_rendered
     assert len(done.pages) == len(EXAMPLE_RUNS)
     runs = [rundata.load(r) for r in EXAMPLE_RUNS]
     for rd in runs:

@@ -90,23 +90,22 @@ def screenshot(page: Path, tmp: Path, keep: Path | None) -> Path:
 
 
 @pytest.fixture(scope="module")
-def rendered(tmp_path_factory):
-    """The example runs rendered (or test-made runs until examples exist)."""
+def rendered(tmp_path_factory, request):
+    """The example runs rendered (conftest's examples_rendered), or test-made runs until examples exist."""
     tmp = tmp_path_factory.mktemp("browser")
-    store = tmp / "store"
     examples = [r for r in list_runs(EXAMPLES.parent) if r.path.parent == EXAMPLES] if EXAMPLES.is_dir() else []
     if examples:
-        shutil.copytree(EXAMPLES, store / "examples")
-    else:
-        from test_report import R1, R2, make_run
+        done = request.getfixturevalue("examples_rendered")
+        return done, [rundata.load(r) for r in examples], tmp, True
+    from test_report import R1, R2, make_run
 
-        make_run(store, R1, median=30.0, created="2026-01-01T00:00:00+00:00", timeline=True,
-                 findings=[{"class": "small-grid", "title": "8 CTAs on 132 SMs", "evidence": {"launch__grid_size": 8}}])
-        make_run(store, R2, median=12.0, created="2026-01-02T00:00:00+00:00",
-                 findings=[{"class": "latency-bound", "title": "long scoreboard stalls"}])
+    store = tmp / "store"
+    make_run(store, R1, median=30.0, created="2026-01-01T00:00:00+00:00", timeline=True,
+             findings=[{"class": "small-grid", "title": "8 CTAs on 132 SMs", "evidence": {"launch__grid_size": 8}}])
+    make_run(store, R2, median=12.0, created="2026-01-02T00:00:00+00:00",
+             findings=[{"class": "latency-bound", "title": "long scoreboard stalls"}])
     done = report.render(tmp / "out", root=store)
-    runs = [rundata.load(r) for r in list_runs(store)]
-    return done, runs, tmp, bool(examples)
+    return done, [rundata.load(r) for r in list_runs(store)], tmp, False
 
 
 def test_the_detector_catches_a_console_error(tmp_path):

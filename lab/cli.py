@@ -260,32 +260,38 @@ def _problem(variant, shape, causal, dtype, seqlen_k=None):
 @click.option("--ptxas-only", is_flag=True, help="only compile each rung's .cu with ptxas -v: needs nvcc, no GPU")
 @click.option("--jobs", "-j", type=int, default=None, help="rungs compiled at once (default: one per rung, up to the CPUs)")
 @click.option("--verbose", is_flag=True, help="show the compiler output of the extension build")
+@click.option("--tuning", is_flag=True,
+              help="also build each rung's tuning extension (its `lab tune` candidates), beside the other builds")
 @click.option("--markdown", "markdown_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="also append the build times as Markdown (device, date, commit) to this file")
 @json_option
-def build(variant_spec, arch, ptxas_only, jobs, verbose, markdown_path, as_json):
+def build(variant_spec, arch, ptxas_only, jobs, verbose, tuning, markdown_path, as_json):
     """Build rungs as PyTorch extensions, several at once (cached by source hash); registers, shared
-    memory, spills per kernel. A python rung has nothing to compile: its callable is imported."""
+    memory, spills per kernel. A python rung has nothing to compile: its callable is imported.
+    --tuning: the rungs' tuning builds too, compiled beside the rest, so `lab tune` finds them ready."""
 
     chosen = registry.select(variant_spec)
     if arch:
         builder.validate_arch(arch)
     if jobs is not None and jobs < 1:
         raise LabError(f"--jobs must be >= 1, got {jobs}")
+    if tuning and not any(builder.declares_tuning(v) for v in chosen):
+        raise LabError(f"--tuning: {', '.join(v.id for v in chosen)} declare(s) no tuning candidates",
+                       hint="a CUDA rung lists them under #ifdef LAB_TUNING (the tuning contract in kernels/common.cuh)")
     if not ptxas_only:
         builder.require_cuda_torch("build")  # refuse before compiling anything
     if verbose and not ptxas_only:
         jobs = 1  # the compiler output of one build at a time reads; interleaved, it does not
-        outcomes, wall = builder.build_one_by_one(chosen, arch, verbose=True), None
+        outcomes, wall = builder.build_one_by_one(chosen, arch, verbose=True, tuning=tuning), None
     else:
         started = time.perf_counter()
-        outcomes = _build_with_progress(builder, chosen, arch, ptxas_only, jobs, quiet=as_json)
+        outcomes = _build_with_progress(builder, chosen, arch, ptxas_only, jobs, quiet=as_json, tuning=tuning)
         wall = time.perf_counter() - started
     results = builder.outcome_records(outcomes, ptxas_only)
     failed = [o for o in outcomes if o.error]
     if markdown_path:
         command = f"lab build --variant {variant_spec}" + (" --ptxas-only" if ptxas_only else "") + \
-            (f" --jobs {jobs}" if jobs else "")
+            (" --tuning" if tuning else "") + (f" --jobs {jobs}" if jobs else "")
         with open(markdown_path, "a") as fh:
             fh.write(builder.markdown_builds(results, wall, command, jobs or builder.default_jobs(len(chosen))) + "\n")
     if as_json:
@@ -300,25 +306,26 @@ def build(variant_spec, arch, ptxas_only, jobs, verbose, markdown_path, as_json)
         sys.exit(2)
 
 
-def _build_with_progress(builder, chosen, arch, ptxas_only, jobs, quiet: bool):
-    """build_many with a live line per rung on stderr (none with --json or when stderr is not a terminal)."""
+def _build_with_progress(builder, chosen, arch, ptxas_only, jobs, quiet: bool, tuning: bool = False):
+    """build_many with a live line per build on stderr (none with --json or when stderr is not a terminal)."""
 
     console = Console(stderr=True)
     if quiet or not console.is_terminal:
-        return builder.build_many(chosen, arch, ptxas_only, jobs)
+        return builder.build_many(chosen, arch, ptxas_only, jobs, tuning=tuning)
     with Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(), console=console) as bar:
         tasks = {}
 
-        def start(v):
-            tasks[v.id] = bar.add_task(f"{v.id}: {'ptxas' if ptxas_only else 'compiling'} {v.source.name}", total=1)
+        def start(o):
+            tasks[o.label] = bar.add_task(f"{o.label}: {'ptxas' if ptxas_only else 'compiling'} {o.variant.source.name}",
+                                          total=1)
 
         def done(o):
-            t = tasks.get(o.variant.id)
+            t = tasks.get(o.label)
             if t is not None:
                 what = "FAILED" if o.error else ("compiled" if getattr(o.result, "built_now", False)
                                                  or getattr(o.result, "compiled_now", False) else "cached")
-                bar.update(t, completed=1, description=f"{o.variant.id}: {what}")
-        return builder.build_many(chosen, arch, ptxas_only, jobs, on_start=start, on_done=done)
+                bar.update(t, completed=1, description=f"{o.label}: {what}")
+        return builder.build_many(chosen, arch, ptxas_only, jobs, on_start=start, on_done=done, tuning=tuning)
 
 
 def _print_build_table(builder, results, outcomes, wall):
@@ -339,14 +346,14 @@ def _print_build_table(builder, results, outcomes, wall):
             recs = r["ptxas"]
             span = lambda key: _span([rec[key] for rec in recs])   # noqa: E731
             spills = sum(rec["spill_stores_bytes"] + rec["spill_loads_bytes"] for rec in recs)
-            table.add_row(r["variant"], ",".join(dict.fromkeys(rec["arch"] for rec in recs)) or "-", str(len(recs)),
+            table.add_row(_build_label(r), ",".join(dict.fromkeys(rec["arch"] for rec in recs)) or "-", str(len(recs)),
                           span("registers"), span("smem_bytes"), span("stack_bytes"),
                           Text(str(spills), style="yellow" if spills else ""),
                           f"{'compiled' if r['built_now'] else 'cached'} {r['seconds']:.1f} s")
         console.print(table)
         console.print("`lab build --ptxas-only --variant ID`: one rung's kernels; --json for every field",
                       highlight=False, markup=False)
-    no_sass = [r["variant"] for r in results if not r["sass"]]
+    no_sass = [_build_label(r) for r in results if not r["sass"]]
     if no_sass:
         console.print(f"no SASS kept (cuobjdump not found): {', '.join(no_sass)}", highlight=False)
     for o in outcomes:
@@ -356,6 +363,10 @@ def _print_build_table(builder, results, outcomes, wall):
         console.print(f"all: {wall:.1f} s wall clock")
 
 
+def _build_label(r: dict) -> str:
+    return f"{r['variant']} tuning" if r.get("tuning") else r["variant"]
+
+
 def _span(values) -> str:
     lo, hi = min(values, default=0), max(values, default=0)
     return str(lo) if lo == hi else f"{lo}-{hi}"
@@ -363,7 +374,7 @@ def _span(values) -> str:
 
 def _print_build_kernels(builder, r, console) -> None:
     what = "compiled" if r["built_now"] else "cached"
-    console.print(f"{r['variant']}: {what} in {r['seconds']:.1f} s, in", highlight=False)
+    console.print(f"{_build_label(r)}: {what} in {r['seconds']:.1f} s, in", highlight=False)
     console.print(str(r["build_dir"]), highlight=False, soft_wrap=True)   # whole, to be copied
     table = Table(box=None, title="ptxas -v per kernel (static shared memory; dynamic is set at launch)",
                   title_justify="left", pad_edge=False, header_style="bold")

@@ -12,17 +12,23 @@ GPU (`-m gpu`): `lab tune` checks and times every candidate of each tunable rung
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import stat
 import subprocess
-import sys
+import threading
+import time
+from pathlib import Path
+from types import SimpleNamespace
 
+import platformdirs
 import pytest
 
 from lab.errors import LabError
 from lab.ladder import build, registry
 from lab.measure import gate, isolated
 from lab.measure.problem import parse_shape
+from conftest import lab_here  # noqa: E402
 
 TUNABLE = [v for v in registry.variants()
            if getattr(v, "kind", "cuda") == "cuda" and "LAB_TUNING" in v.source.read_text()]
@@ -50,9 +56,19 @@ def test_some_rung_is_tunable():
     assert TUNABLE, "no rung declares tuning candidates: `lab tune` would have nothing to do"
 
 
+@pytest.fixture
+def tests_cache(monkeypatch):
+    """The tests' own build cache (test_build's: ~/.cache/flash-lab/tests), kept across sessions: a
+    compile is reused only under the same build key (sources, headers, flags, tool versions)."""
+    root = Path(platformdirs.user_cache_dir("flash-lab", appauthor=False)) / "tests"
+    root.mkdir(parents=True, exist_ok=True)
+    monkeypatch.setenv("LAB_CACHE", str(root))
+    return root
+
+
 @needs_nvcc
 @pytest.mark.parametrize("variant", TUNABLE, ids=lambda v: v.id)
-def test_the_tuning_build_exports_the_contract(variant, tmp_path, monkeypatch):
+def test_the_tuning_build_exports_the_contract(variant, tests_cache):
     if shutil.which("nm") is None:
         pytest.skip("needs nm (binutils) to list the object's symbols")
     report = build.ptxas_report(variant, "sm_90a", tuning=True)
@@ -63,6 +79,72 @@ def test_the_tuning_build_exports_the_contract(variant, tmp_path, monkeypatch):
         assert f" T {name}\n" in symbols, f"{variant.source.name} does not export {name} under -DLAB_TUNING"
     plain_flags, plain_key = build._key_for(variant, "sm_90a")
     assert build.TUNING_DEFINE not in plain_flags and plain_key != report.cache_key  # its own cached build
+
+
+LIGHTEST = min(TUNABLE, key=lambda v: v.source.stat().st_size) if TUNABLE else None
+
+
+@needs_nvcc
+def test_lab_build_tuning_builds_the_tuning_extension_beside_the_plain_one(tests_cache):
+    """`lab build --tuning`: a tunable rung's tuning build is one more build of the same command (its
+    own cache key, its candidates' kernels), so `lab tune` finds it ready."""
+    res = lab_here("build", "--ptxas-only", "--tuning", "--variant", LIGHTEST.id, "--json",
+                   env={"LAB_CACHE": str(tests_cache)})
+    assert res.returncode == 0, res.stderr
+    plain, tuned = json.loads(res.stdout)
+    assert (plain["variant"], plain["tuning"], tuned["variant"], tuned["tuning"]) == (LIGHTEST.id, False, LIGHTEST.id, True)
+    assert build.TUNING_DEFINE in tuned["flags"] and build.TUNING_DEFINE not in plain["flags"]
+    assert tuned["cache_key"] != plain["cache_key"] and len(tuned["ptxas"]) > len(plain["ptxas"])
+    res = lab_here("build", "--ptxas-only", "--tuning", "--variant", LIGHTEST.id, env={"LAB_CACHE": str(tests_cache)})
+    assert res.returncode == 0 and f"{LIGHTEST.id} tuning" in res.stdout, res.stdout
+
+
+def test_lab_build_tuning_refuses_rungs_without_candidates():
+    plain = next((v for v in registry.variants() if v not in TUNABLE), None)
+    if plain is None:
+        pytest.skip("every rung declares tuning candidates")
+    res = lab_here("build", "--ptxas-only", "--tuning", "--variant", plain.id)
+    assert res.returncode == 2 and "declare(s) no tuning candidates" in res.stderr, res.stderr
+
+
+def test_a_build_compiles_its_ptxas_step_beside_the_extension(tmp_path, monkeypatch):
+    """The ptxas step and the extension's compile are two nvcc runs of one .cu: a cold build runs them
+    at once (each stand-in waits for the other to have started: one after the other, the first would
+    wait in vain); a tuning build reports its own kernels; where both fail, nvcc's own error from the
+    ptxas step is the one raised."""
+    monkeypatch.setenv("LAB_CACHE", str(tmp_path))
+    monkeypatch.setattr(build, "require_cuda_torch", lambda *a: None)
+    monkeypatch.setattr(build, "versions", lambda: {"torch": "stand-in", "nvcc": "stand-in"})
+    monkeypatch.setattr(build, "_loaded", {})
+    started, compiling = threading.Event(), threading.Event()
+
+    def ptxas_report(variant, arch, tuning=False):
+        started.set()
+        assert compiling.wait(30), "the extension's compile had not started while the ptxas step ran"
+        if fail:
+            raise LabError("nvcc failed to compile: error: expected a ';'")
+        return SimpleNamespace(records=[build.PtxasRecord(f"kernel{i}", 32, 0, 0, 0, 0, arch) for i in range(2 + 8 * tuning)],
+                               sass_path=None)
+
+    def load(name, build_directory, **kw):
+        compiling.set()
+        assert started.wait(30), "the ptxas step had not started while the extension compiled"
+        time.sleep(0.05)
+        if fail:
+            raise RuntimeError("Error building extension")
+        so = Path(build_directory) / f"{name}.so"
+        so.write_text("stand-in")
+        return SimpleNamespace(__name__=name, __file__=str(so))
+
+    monkeypatch.setattr(build, "ptxas_report", ptxas_report)
+    monkeypatch.setattr("torch.utils.cpp_extension.load", load)
+    fail = False
+    result = build.build(LIGHTEST, "sm_90a", tuning=True)
+    assert result.built_now and len(result.ptxas) == 10    # the tuning build's kernels, not the plain build's
+    assert build.build(LIGHTEST, "sm_90a", tuning=True).ptxas == result.ptxas   # and so when it comes from the cache
+    fail, started, compiling = True, threading.Event(), threading.Event()
+    with pytest.raises(LabError, match="expected a ';'"):
+        build.build(LIGHTEST, "sm_90a")
 
 
 # ------------------------------------------------------------------ the candidates' checks, one child
@@ -209,18 +291,46 @@ def _has_gpu() -> bool:
     return torch.cuda.is_available()
 
 
+def _backward_tunable(variant) -> bool:
+    return bool(variant.backward_launcher) and f"{variant.backward_launcher}_configs" in variant.source.read_text()
+
+
+# every tunable rung's forward candidates, and its backward's where it declares them
+TUNE_CASES = [(v, "fwd") for v in TUNABLE] + [(v, "bwd") for v in TUNABLE if _backward_tunable(v)]
+
+
+def _cache_env() -> dict:
+    return {"LAB_CACHE": os.environ.get("LAB_CACHE")}   # the caller's build cache, as a child of this run would see it
+
+
+@pytest.fixture(scope="module")
+def tuning_builds():
+    """Every tunable rung's plain and tuning builds, compiled side by side by one `lab build --tuning`
+    (one nvcc per CPU) before the first `lab tune`, instead of each tune compiling its two in turn."""
+    res = lab_here("build", "--tuning", "--variant", ",".join(v.id for v in TUNABLE), "--json", env=_cache_env())
+    assert res.returncode == 0, res.stderr[-3000:]
+    return {(r["variant"], r["tuning"]) for r in json.loads(res.stdout)}
+
+
 @pytest.mark.gpu
 @pytest.mark.skipif(not _has_gpu(), reason="needs a CUDA GPU (torch.cuda.is_available() is False)")
-@pytest.mark.parametrize("variant", TUNABLE, ids=lambda v: v.id)
-def test_lab_tune_checks_and_times_every_candidate(variant):
+@pytest.mark.parametrize("variant, mode", TUNE_CASES, ids=lambda c: c if isinstance(c, str) else c.id)
+def test_lab_tune_checks_and_times_every_candidate(variant, mode, tuning_builds):
+    """`lab tune` on a ragged causal shape: the default and every candidate the rung declares for it
+    checked (in one child: no candidate of a correct rung ends it) and timed round-robin."""
+    from lab.ladder.tuning import candidate_labels, tuning_module
+
+    assert (variant.id, True) in tuning_builds
     d = 64 if 64 in variant.head_dims else variant.head_dims[0]
-    res = subprocess.run([sys.executable, "-m", "lab.cli", "tune", "--variant", variant.id, "--shape", f"1,2,130,{d}",
-                          "--causal", "--reps", "3", "--check-shapes", "1", "--json"], capture_output=True, text=True)
+    res = lab_here("tune", "--variant", variant.id, "--shape", f"1,2,130,{d}", "--causal", "--reps", "3",
+                   "--check-shapes", "1", "--mode", mode, "--json", env=_cache_env())
     assert res.returncode == 0, res.stderr[-2000:]
     out = json.loads(res.stdout)
-    assert out["rows"][0]["label"] == "default" and len(out["rows"]) >= 2
+    declared = candidate_labels(tuning_module(variant), d, variant.default_dtype, mode)
+    assert declared and [r["label"] for r in out["rows"]] == ["default", *declared]
     assert all(r["passed"] and r["timing"]["reps"] == 3 for r in out["rows"]), out["rows"]
     assert out["fastest"] in {r["label"] for r in out["rows"]}
+    assert "in one child process" in res.stderr and "each in a child of its own" not in res.stderr, res.stderr
 
 
 def test_a_rung_without_candidates_is_refused_before_any_work():
@@ -228,5 +338,5 @@ def test_a_rung_without_candidates_is_refused_before_any_work():
     plain = next((v for v in registry.variants() if v not in TUNABLE), None)
     if plain is None:
         pytest.skip("every rung declares tuning candidates")
-    res = subprocess.run([sys.executable, "-m", "lab.cli", "tune", "--variant", plain.id], capture_output=True, text=True)
+    res = lab_here("tune", "--variant", plain.id)
     assert res.returncode == 2 and "declares no tuning candidates" in res.stderr and "Traceback" not in res.stderr

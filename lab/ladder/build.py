@@ -22,6 +22,7 @@ import os
 import re
 import shutil
 import subprocess
+import threading
 import time
 from dataclasses import asdict, dataclass
 from functools import lru_cache
@@ -477,7 +478,7 @@ def build(variant: Variant, arch: str | None = None, verbose: bool = False,
     bdir = build_dir_for(variant, key, tuning)
 
     if key in _loaded:
-        return _result(variant, arch, flags, key, bdir, _loaded[key], built_now=False, started=started)
+        return _result(variant, arch, flags, key, bdir, _loaded[key], built_now=False, started=started, tuning=tuning)
 
     marker = bdir / _BUILD_MARKER
     if marker.is_file():
@@ -486,13 +487,19 @@ def build(variant: Variant, arch: str | None = None, verbose: bool = False,
         if so_path.is_file():
             module = _import_extension(saved["module_name"], so_path)
             _loaded[key] = module
-            return _result(variant, arch, flags, key, bdir, module, built_now=False, started=started)
+            return _result(variant, arch, flags, key, bdir, module, built_now=False, started=started, tuning=tuning)
 
     if not allow_compile:
         raise LabError(f"{variant.id} is not built for {arch} with the current sources and flags",
                        hint=f"run `lab build --variant {variant.id}` first")
 
-    ptxas_report(variant, arch, tuning)  # resource usage and SASS first: a compile error reads better from nvcc alone
+    # The ptxas step (resource usage and SASS: nvcc on the .cu alone) and the extension's own compile
+    # (ninja: nvcc on the .cu, the C++ compiler on binding.cpp) are independent processes: run side by
+    # side, a cold build takes the longest of them instead of the ptxas step plus the rest (a tuning
+    # build's .cu alone is most of a minute). The ptxas step's error is still the one raised: a compile
+    # error reads better from nvcc alone than through ninja.
+    bdir.mkdir(parents=True, exist_ok=True)   # before either writes into it
+    ptxas = _Background(ptxas_report, variant, arch, tuning)
     module_name = f"lab_{variant.label()}{'_tuning' if tuning else ''}_{key[:12]}"
     from torch.utils.cpp_extension import load
 
@@ -501,23 +508,51 @@ def build(variant: Variant, arch: str | None = None, verbose: bool = False,
                       extra_cflags=_cxx_flags(variant, tuning),
                       extra_cuda_cflags=flags, extra_include_paths=include_dirs(variant),
                       build_directory=str(bdir), verbose=verbose)
-    except (RuntimeError, OSError, subprocess.CalledProcessError) as e:
-        raise LabError(f"building the {variant.id} extension failed: {_tail(str(e))}",
-                       hint="rerun with `lab build --verbose` to see the compiler output") from None
+    except Exception as e:
+        ptxas.result()   # nvcc's own refusal first (a compile error, a launcher the .cu does not export)
+        if isinstance(e, (RuntimeError, OSError, subprocess.CalledProcessError)):
+            raise LabError(f"building the {variant.id} extension failed: {_tail(str(e))}",
+                           hint="rerun with `lab build --verbose` to see the compiler output") from None
+        raise
+    ptxas.result()
     write_json_atomic(marker, {"cache_key": key, "arch": arch, "flags": flags, "versions": versions(),
                                "module_name": module.__name__, "library": Path(module.__file__).name,
                                "seconds": time.perf_counter() - started})
     _loaded[key] = module
-    return _result(variant, arch, flags, key, bdir, module, built_now=True, started=started)
+    return _result(variant, arch, flags, key, bdir, module, built_now=True, started=started, tuning=tuning)
 
 
-def is_built(variant: Variant, arch: str | None = None) -> bool:
-    """Whether a complete cached build of the rung exists for this GPU (compiles and loads nothing):
-    lets `lab profile` start its correctness child before it has made sure of the build."""
+class _Background:
+    """`fn(*args)` on a thread of its own (its work is a child process: nvcc); `result()` waits and
+    returns or raises what it did. A daemon thread: Ctrl-C in the caller does not wait for it (the
+    CLI ends the compiler with the rest of its process group)."""
+
+    def __init__(self, fn, *args):
+        self._value, self._error = None, None
+        self._thread = threading.Thread(target=self._run, args=(fn, args), daemon=True)
+        self._thread.start()
+
+    def _run(self, fn, args):
+        try:
+            self._value = fn(*args)
+        except BaseException as e:   # noqa: BLE001 - handed to the caller of result()
+            self._error = e
+
+    def result(self):
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+        return self._value
+
+
+def is_built(variant: Variant, arch: str | None = None, tuning: bool = False) -> bool:
+    """Whether a complete cached build of the rung (its tuning build with `tuning`) exists for this
+    GPU (compiles and loads nothing): lets `lab profile` start its correctness child before it has
+    made sure of the build, and `lab tune` compile its two builds side by side when neither is."""
     require_cuda_torch()
     arch = validate_arch(arch or device_arch())
-    _, key = _key_for(variant, arch)
-    marker = build_dir_for(variant, key) / _BUILD_MARKER
+    _, key = _key_for(variant, arch, tuning)
+    marker = build_dir_for(variant, key, tuning) / _BUILD_MARKER
     try:
         saved = json.loads(marker.read_text())
         return (marker.parent / saved["library"]).is_file()
@@ -551,8 +586,9 @@ def _import_extension(module_name: str, so_path: Path):
     return module
 
 
-def _result(variant, arch, flags, key, bdir, module, built_now: bool, started: float) -> BuildResult:
-    report = ptxas_report(variant, arch)  # cached: reads ptxas.json
+def _result(variant, arch, flags, key, bdir, module, built_now: bool, started: float,
+            tuning: bool = False) -> BuildResult:
+    report = ptxas_report(variant, arch, tuning)  # cached: reads ptxas.json (the tuning build's own kernels)
     return BuildResult(module=module, variant_id=variant.id, arch=arch, cache_key=key, flags=flags,
                        ptxas=[r.to_dict() for r in report.records], sass_path=report.sass_path,
                        build_dir=bdir, built_now=built_now, seconds=time.perf_counter() - started)
@@ -574,17 +610,24 @@ class Outcome:
     result: Any = None           # PtxasReport (ptxas_only) or BuildResult; None when it failed
     error: str | None = None     # the LabError's message (a compile error carries nvcc's lines)
     hint: str | None = None
+    tuning: bool = False         # the rung's tuning build (`lab tune`'s candidates), not its plain one
+
+    @property
+    def label(self) -> str:
+        return f"{self.variant.id} tuning" if self.tuning else self.variant.id
 
 
-def build_one_by_one(variants: Sequence[Variant], arch: str | None, verbose: bool = False) -> list[Outcome]:
+def build_one_by_one(variants: Sequence[Variant], arch: str | None, verbose: bool = False,
+                     tuning: bool = False) -> list[Outcome]:
     """Build rungs in turn (with verbose, one compiler output at a time reads); one rung's error
-    does not stop the others."""
+    does not stop the others. `tuning`: a rung's tuning build after its plain one (build_many's)."""
     outcomes = []
     for v in variants:
-        try:
-            outcomes.append(Outcome(v, build(v, arch, verbose=verbose)))
-        except LabError as e:
-            outcomes.append(Outcome(v, None, str(e), e.hint))
+        for tuned in (False, True) if tuning and declares_tuning(v) else (False,):
+            try:
+                outcomes.append(Outcome(v, build(v, arch, verbose=verbose, tuning=tuned), tuning=tuned))
+            except LabError as e:
+                outcomes.append(Outcome(v, None, str(e), e.hint, tuning=tuned))
     return outcomes
 
 
@@ -598,23 +641,28 @@ def outcome_records(outcomes: list[Outcome], ptxas_only: bool) -> list[dict]:
         if v.kind == "python" and not isinstance(r, BuildResult):
             continue
         if ptxas_only:
-            records.append({"variant": v.id, "arch": r.arch, "cache_key": r.cache_key, "flags": r.flags,
+            records.append({"variant": v.id, "tuning": o.tuning, "arch": r.arch, "cache_key": r.cache_key, "flags": r.flags,
                             "build_dir": str(r.build_dir), "sass": str(r.sass_path) if r.sass_path else None,
                             "built_now": r.compiled_now, "seconds": r.seconds,
                             "ptxas": [rec.to_dict() for rec in r.records]})
         else:
-            records.append({"variant": v.id, "kind": v.kind, "arch": r.arch, "cache_key": r.cache_key,
+            records.append({"variant": v.id, "tuning": o.tuning, "kind": v.kind, "arch": r.arch, "cache_key": r.cache_key,
                             "flags": r.flags, "build_dir": str(r.build_dir),
                             "sass": str(r.sass_path) if r.sass_path else None,
                             "built_now": r.built_now, "seconds": r.seconds, "ptxas": r.ptxas})
     return records
 
 
-def _compile_in_worker(variant: Variant, arch: str) -> tuple[float, bool]:
+def _compile_in_worker(variant: Variant, arch: str, tuning: bool = False) -> tuple[float, bool]:
     """Runs in a worker process: compile (or find cached) one rung's extension; the parent then
     imports the finished .so from the cache. Returns (seconds, compiled now)."""
-    r = build(variant, arch)
+    r = build(variant, arch, tuning=tuning)
     return r.seconds, r.built_now
+
+
+def declares_tuning(variant: Variant) -> bool:
+    """A CUDA rung whose file follows the tuning contract (candidates under #ifdef LAB_TUNING)."""
+    return getattr(variant, "kind", "cuda") == "cuda" and "LAB_TUNING" in variant.source.read_text()
 
 
 def default_jobs(count: int) -> int:
@@ -622,54 +670,62 @@ def default_jobs(count: int) -> int:
 
 
 def build_many(variants: Sequence[Variant], arch: str | None, ptxas_only: bool, jobs: int | None = None,
-               on_start=None, on_done=None) -> list[Outcome]:
+               on_start=None, on_done=None, tuning: bool = False) -> list[Outcome]:
     """Build rungs concurrently: the ptxas step in threads (each is an nvcc process), extension
     builds in worker processes (each runs its own ninja), `jobs` at a time. One rung's compile
-    error does not stop the others; outcomes come back in the order given."""
+    error does not stop the others; outcomes come back in the order given. `tuning`: each rung that
+    declares tuning candidates also gets its tuning build (`lab tune`'s), as one more job beside the
+    others, its outcome after the rung's plain one. `on_start(outcome)` as a build starts,
+    `on_done(outcome)` as it ends."""
     from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor, as_completed
     import multiprocessing
 
     cuda = [v for v in variants if v.kind == "cuda"]
-    outcomes = {id(v): Outcome(v) for v in variants}
+    outcomes = {}
+    for v in variants:
+        outcomes[(id(v), False)] = Outcome(v)
+        if tuning and v.kind == "cuda" and declares_tuning(v):
+            outcomes[(id(v), True)] = Outcome(v, tuning=True)
     for v in variants:
         if v.kind == "python":   # nothing to compile; importing its callable is its build step
             try:
                 python_rung.load_functions(v)
             except LabError as e:
-                outcomes[id(v)].error, outcomes[id(v)].hint = str(e), e.hint
-    jobs = jobs or default_jobs(len(cuda))
+                outcomes[(id(v), False)].error, outcomes[(id(v), False)].hint = str(e), e.hint
+    todo = [o for o in outcomes.values() if o.variant.kind == "cuda"]
+    jobs = jobs or default_jobs(len(todo))
     if ptxas_only:
         pool = ThreadPoolExecutor(max_workers=jobs)
-        submit = lambda v: pool.submit(ptxas_report, v, arch)  # noqa: E731
+        submit = lambda o: pool.submit(ptxas_report, o.variant, arch, o.tuning)  # noqa: E731
     else:
         arch = validate_arch(arch or device_arch())
         for v in cuda:
             _key_for(v, arch)   # a missing source is refused here, before any worker starts
         pool = ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn"))
-        submit = lambda v: pool.submit(_compile_in_worker, v, arch)  # noqa: E731
+        submit = lambda o: pool.submit(_compile_in_worker, o.variant, arch, o.tuning)  # noqa: E731
     with pool:
         futures = {}
-        for v in cuda:
+        for o in sorted(todo, key=lambda o: not o.tuning):   # the longest compiles (the tuning builds) first
             if on_start:
-                on_start(v)
-            futures[submit(v)] = v
+                on_start(o)
+            futures[submit(o)] = o
         for fut in as_completed(futures):
-            v = futures[fut]
-            out = outcomes[id(v)]
+            out = futures[fut]
+            v = out.variant
             try:
                 value = fut.result()
                 if ptxas_only:
                     out.result = value
                 else:  # cached now: this imports the worker's .so and reports the worker's time
-                    out.result = build(v, arch)
+                    out.result = build(v, arch, tuning=out.tuning)
                     out.result.seconds, out.result.built_now = value
             except LabError as e:
                 out.error, out.hint = str(e), e.hint
             except Exception as e:  # a worker that died (e.g. killed for memory) fails its rung only
-                out.error = f"{v.id}: the build worker failed: {type(e).__name__}: {e}"
+                out.error = f"{out.label}: the build worker failed: {type(e).__name__}: {e}"
             if on_done:
                 on_done(out)
-    return [outcomes[id(v)] for v in variants]
+    return list(outcomes.values())
 
 
 def markdown_builds(results: list[dict], wall_s: float | None, command: str, jobs: int) -> str:
@@ -692,7 +748,8 @@ def markdown_builds(results: list[dict], wall_s: float | None, command: str, job
              f"{compiled} of {len(results)} compiled now (the rest came from the cache).", "",
              "| rung | seconds | compiled now |", "| --- | --- | --- |"]
     for r in results:
-        lines.append(f"| {r['variant']} | {r['seconds']:.1f} | {'yes' if r['built_now'] else 'cached'} |")
+        rung = f"{r['variant']} tuning" if r.get("tuning") else r["variant"]
+        lines.append(f"| {rung} | {r['seconds']:.1f} | {'yes' if r['built_now'] else 'cached'} |")
     if wall_s is not None:
         lines.append(f"| **all, wall clock** | **{wall_s:.1f}** | |")
     return "\n".join(lines) + "\n"

@@ -6,7 +6,7 @@ dtype)` (the labels) and `lab_forward_<id>_config(args, stream, index)`. `lab tu
 from __future__ import annotations
 
 from lab.errors import LabError
-from lab.ladder.build import build
+from lab.ladder.build import build, declares_tuning
 
 
 class Candidate:
@@ -38,7 +38,7 @@ def candidate_labels(module, head_dim: int, dtype: str, mode: str = "fwd") -> li
 def require_tunable(variant) -> None:
     """Refuse (exit 2), before any build or GPU work, a rung without the tuning contract: its tuning
     binding would not link."""
-    if getattr(variant, "kind", "cuda") != "cuda" or "LAB_TUNING" not in variant.source.read_text():
+    if not declares_tuning(variant):
         raise LabError(f"{variant.id} declares no tuning candidates",
                        hint="a CUDA rung lists them under #ifdef LAB_TUNING (the tuning contract in kernels/common.cuh)")
 

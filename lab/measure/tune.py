@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from lab.console import say as _say
 from lab.environment import require_compute_capability, require_gpu
 from lab.errors import LabError
-from lab.ladder.build import build
+from lab.ladder.build import build, build_many, is_built
 from lab.ladder.tuning import Candidate, candidate_labels, require_tunable, tuning_module
 from lab.measure import rates
 from lab.measure.bench import DEFAULT_REPS, DEFAULT_WARMUP
@@ -77,6 +77,12 @@ def tune(variant, problem: Problem, reps: int = DEFAULT_REPS, warmup: int = DEFA
     require_compute_capability(variant)
     import torch   # lazy: `lab tune`'s refusals (no tuning contract, no GPU) come before torch loads
 
+    if not any(is_built(variant, tuning=t) for t in (False, True)):
+        # neither build is cached: compile the plain and the tuning build side by side (two worker
+        # processes, as `lab build --tuning` does) instead of one after the other
+        for outcome in build_many([variant], None, ptxas_only=False, tuning=True):
+            if outcome.error:
+                raise LabError(outcome.error, hint=outcome.hint)
     plain = build(variant).module
     module = tuning_module(variant)
     labels = candidate_labels(module, problem.head_dim, problem.dtype, mode)

@@ -100,13 +100,15 @@ def build_wheel(tmp: Path) -> Path:
 
 
 def make_venv(tmp: Path, wheel: Path) -> Path:
-    """A fresh venv that sees this interpreter's packages (the dependencies, offline) but not its lab.
+    """A fresh venv that sees this interpreter's packages (the dependencies and pip, offline) but not its lab.
     Not --system-site-packages: that sees the base interpreter's packages, which are not the active
     venv's when this runs inside one. The active interpreter's site folders go on the new venv's
     path as plain lines of a .pth file, after its own site-packages (so its own lab wins), and their
     .pth files are not run (so an editable install of this checkout is not picked up)."""
     venv = tmp / "venv"
-    res = subprocess.run([sys.executable, "-m", "venv", str(venv)], capture_output=True, text=True, timeout=300)
+    # without its own pip: ensurepip takes seconds, and this interpreter's pip is on the venv's path below
+    res = subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], capture_output=True, text=True,
+                         timeout=300)
     if res.returncode != 0:
         raise CannotRun(f"cannot make a virtual environment here: {(res.stderr or res.stdout).strip()[-400:]}")
     py = venv / "bin" / "python"
@@ -116,6 +118,8 @@ def make_venv(tmp: Path, wheel: Path) -> Path:
         raise CannotRun(f"the new venv's python does not run: {own.stderr.strip()[-400:]}")
     here = [p for p in dict.fromkeys([*site.getsitepackages(), site.getusersitepackages()]) if Path(p).is_dir()]
     (Path(own.stdout.strip()) / "_lab_wheel_check_deps.pth").write_text("".join(f"{p}\n" for p in here))
+    if subprocess.run([py, "-c", "import pip"], capture_output=True, timeout=60, env=_clean_env()).returncode != 0:
+        _run([py, "-m", "ensurepip", "--default-pip"], tmp, _clean_env(), "pip put into the venv (none to share)")
     # the dependencies come from this interpreter's packages (offline): the wheel alone is installed
     _run([py, "-m", "pip", "install", "-q", "--no-deps", "--no-index", wheel], tmp, _clean_env(), "wheel installed")
     return venv

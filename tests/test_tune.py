@@ -251,6 +251,15 @@ def test_bad_input_in_the_batch_is_bad_input(tmp_path, monkeypatch):
         gate.verdicts(RUNG, PROBLEM, "fwd", [None, 0], 1)
 
 
+def test_the_real_batch_child_speaks_the_protocol():
+    """`python -m lab.measure.isolated --configs ...` itself (no stand-in): without a GPU its first
+    configuration's check refuses, and the parent raises that refusal as bad input, not a crash."""
+    if _has_gpu():
+        pytest.skip("checks the no-GPU refusal; this machine has a GPU")
+    with pytest.raises(LabError, match="GPU"):
+        gate.verdicts(RUNG, PROBLEM, "fwd", [None, 0], 1)
+
+
 def test_the_batch_child_checks_each_configuration_as_its_own_child_would(monkeypatch, capsys):
     """The child's loop, in this process: the default through the plain build (module None, shapes
     across head dims), each candidate through the tuning build pinned to the problem's head_dim and

@@ -6,13 +6,14 @@ missing, doubled or of another plan is refused (exit 2) with nothing written."""
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
-import sys
+from pathlib import Path
 
 import pytest
 
-from conftest import REPO
-from sweep_fakes import PROGRAM
+from conftest import REPO, lab_here
+from sweep_fakes import FAKE, PROGRAM
 from lab.store import sweeps as store
 
 TOOLS = REPO / "tools"
@@ -46,18 +47,35 @@ def test_the_scripts_parse():
         assert res.returncode == 0, res.stderr
 
 
-def test_an_array_and_its_merge_make_the_unsharded_table(tmp_path):
+@pytest.fixture(scope="module")
+def array(tmp_path_factory) -> dict[int, Path]:
+    """Array job 4242 (--array=1-3, OPTIONS) run once for the module: {task: its stored shard's folder}.
+    Each test merges copies of the shards it needs in a store of its own (a task that never ran is a
+    shard left out), beside any shard it measures itself."""
+    root = tmp_path_factory.mktemp("array") / "store"
     for i in (1, 2, 3):
-        r = task(i, 3, "4242", tmp_path / "store")
+        r = task(i, 3, "4242", root)
         assert r.returncode == 0, r.stderr
-    r = merge("4242", tmp_path / "store")
+    return {s.plan_dict["shard"][0]: s.path for s in store.list_sweeps(root)}
+
+
+def shards(array, tasks, root: Path) -> Path:
+    """A store at `root` holding copies of the array's shards of `tasks`."""
+    for i in tasks:
+        shutil.copytree(array[i], root / array[i].name)
+    return root
+
+
+def test_an_array_and_its_merge_make_the_unsharded_table(array, tmp_path):
+    root = shards(array, (1, 2, 3), tmp_path / "store")
+    r = merge("4242", root)
     assert r.returncode == 0, r.stderr
-    merged = [s for s in store.list_sweeps(tmp_path / "store") if s.manifest.get("merged_from")]
+    merged = [s for s in store.list_sweeps(root) if s.manifest.get("merged_from")]
     assert len(merged) == 1 and merged[0].manifest["status"] == "complete"
     assert sorted(merged[0].manifest["merged_from"]) == sorted(
-        s.id for s in store.list_sweeps(tmp_path / "store") if s.plan_dict.get("shard"))
-    whole = subprocess.run([*PROGRAM, "sweep", *OPTIONS, "--name", "lab-4242"],
-                           env=_env(LAB_PROFILES=tmp_path / "whole"), cwd=REPO, capture_output=True, text=True, timeout=300)
+        s.id for s in store.list_sweeps(root) if s.plan_dict.get("shard"))
+    # the same options unsharded, in this process with the same measurer
+    whole = lab_here("sweep", *OPTIONS, "--name", "lab-4242", env={"LAB_PROFILES": str(tmp_path / "whole")}, obj=FAKE)
     assert whole.returncode == 0, whole.stderr
     (one,) = store.list_sweeps(tmp_path / "whole")
     assert one.manifest["plan_key"] == merged[0].manifest["plan_key"]
@@ -74,23 +92,21 @@ def _refused(root, job, needle):
     assert sorted(p.name for p in root.iterdir()) == before   # nothing written
 
 
-def test_a_missing_shard_is_refused(tmp_path):
-    for i in (1, 3):
-        assert task(i, 3, "7", tmp_path).returncode == 0
-    _refused(tmp_path, "7", "shard 2/3 missing")
+def test_a_missing_shard_is_refused(array, tmp_path):
+    _refused(shards(array, (1, 3), tmp_path), "4242", "shard 2/3 missing")
 
 
-def test_a_shard_measured_twice_is_refused(tmp_path):
-    for i in (1, 2, 1):
-        assert task(i, 2, "8", tmp_path).returncode == 0
-    _refused(tmp_path, "8", "shard 1/2 is given twice")
+def test_a_shard_measured_twice_is_refused(array, tmp_path):
+    root = shards(array, (1, 2, 3), tmp_path)
+    assert task(1, 3, "4242", root).returncode == 0
+    _refused(root, "4242", "shard 1/3 is given twice")
 
 
-def test_shards_of_different_plans_are_refused(tmp_path):
-    assert task(1, 2, "9", tmp_path).returncode == 0
-    other = ["--shape", "1,2,{64,128},64"]
-    assert task(2, 2, "9", tmp_path, *other).returncode == 0
-    _refused(tmp_path, "9", "different sweeps")
+def test_shards_of_different_plans_are_refused(array, tmp_path):
+    root = shards(array, (1, 3), tmp_path)
+    other = ["--shape", "1,2,{64,128,512},64"]
+    assert task(2, 3, "4242", root, *other).returncode == 0
+    _refused(root, "4242", "different sweeps")
 
 
 def test_no_shard_of_that_job_is_refused(tmp_path):
@@ -109,11 +125,9 @@ def test_the_array_script_refuses_what_would_break_the_merge(tmp_path, env, opti
     assert not tmp_path.exists() or not any(tmp_path.iterdir())
 
 
-def test_a_sweep_that_is_not_a_shard_is_refused(tmp_path):
-    env = _env(LAB_PROFILES=tmp_path)
-    lab = [*PROGRAM, "sweep"]
-    assert subprocess.run([*lab, *OPTIONS, "--name", "lab-12"], env=env, cwd=REPO, capture_output=True, timeout=300).returncode == 0
-    assert task(1, 2, "12", tmp_path).returncode == 0
+def test_a_sweep_that_is_not_a_shard_is_refused(array, tmp_path):
+    env = {"LAB_PROFILES": str(shards(array, (1,), tmp_path))}
+    assert lab_here("sweep", *OPTIONS, "--name", "lab-4242", env=env, obj=FAKE).returncode == 0
     ids = [s.id for s in store.list_sweeps(tmp_path)]
-    r = subprocess.run([*lab, "merge", *ids], env=env, cwd=REPO, capture_output=True, text=True, timeout=300)
+    r = lab_here("sweep", "merge", *ids, env=env, obj=FAKE)
     assert r.returncode == 2 and "is not a shard" in r.stderr, r.stderr

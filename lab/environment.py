@@ -135,6 +135,77 @@ def gpu_record(index: int = 0) -> dict:
             **gpu_state(uuid)}
 
 
+def torch_versions() -> dict:
+    """torch's version and the CUDA it was built with, as torch.__version__ and torch.version.cuda
+    give them, without importing torch (seconds): read from the installed torch's version.py, a module
+    of constants. `lab profile`'s parent needs them for the build and check keys and never imports torch;
+    where torch is loaded already, its own answer. None for both where torch is not installed."""
+    import sys
+
+    loaded = sys.modules.get("torch")
+    if loaded is not None and getattr(loaded, "version", None) is not None:
+        return {"torch": str(loaded.__version__), "cuda": loaded.version.cuda}
+    import importlib.util
+
+    try:
+        spec = importlib.util.find_spec("torch")
+    except (ImportError, ValueError):
+        spec = None
+    if spec is None or not spec.submodule_search_locations:
+        return {"torch": None, "cuda": None}
+    found: dict = {}
+    for folder in spec.submodule_search_locations:
+        path = Path(folder) / "version.py"
+        if path.is_file():
+            try:
+                exec(compile(path.read_text(), str(path), "exec"), found)
+            except Exception:   # not the plain module of constants it has always been: ask torch itself
+                found = {}
+            break
+    if "__version__" not in found:
+        import torch
+
+        return {"torch": str(torch.__version__), "cuda": torch.version.cuda}
+    return {"torch": str(found["__version__"]), "cuda": found.get("cuda")}
+
+
+_IDENTITY_FIELDS = ("uuid", "name", "compute_cap", "driver_version")
+
+
+def gpu_identity() -> dict | None:
+    """The GPU CUDA will call device 0, as nvidia-smi names it (name, compute capability, driver), for
+    a parent that does not start CUDA (`lab profile`'s: its measuring child does). None where it cannot
+    be told without CUDA: no nvidia-smi or no GPU, a driver too old for compute_cap, or visible GPUs that
+    differ in name or compute capability (CUDA's order of them is its own, FASTEST_FIRST by default)."""
+    smi = _run(["nvidia-smi", f"--query-gpu={','.join(_IDENTITY_FIELDS)}", "--format=csv,noheader"], timeout=10)
+    gpus = []
+    for line in (smi or "").strip().splitlines():
+        parts = [s.strip() for s in line.split(",")]
+        if len(parts) != len(_IDENTITY_FIELDS) or not re.fullmatch(r"\d+\.\d+", parts[2]):
+            return None
+        gpus.append(dict(zip(_IDENTITY_FIELDS, parts)))
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None:   # by UUID where the entries name them; indices or a MIG: all must agree anyway
+        wanted = [v.strip() for v in visible.split(",") if v.strip()]
+        if not wanted:
+            return None
+        if all(w.startswith("GPU-") for w in wanted):
+            gpus = [g for g in gpus if any(g["uuid"].startswith(w) for w in wanted)]
+    kinds = {(g["name"], g["compute_cap"]) for g in gpus}
+    if len(kinds) != 1:
+        return None
+    g = gpus[0]
+    return {"name": g["name"], "compute_capability": g["compute_cap"], "driver": g["driver_version"]}
+
+
+def require_compute_capability_of(variant, identity: dict) -> None:
+    """require_compute_capability on a gpu_identity(), without CUDA."""
+    major, minor = (int(x) for x in identity["compute_capability"].split("."))
+    if (major, minor) < tuple(variant.min_cc):
+        raise LabError(f"{variant.id} needs compute capability {'.'.join(map(str, variant.min_cc))}; "
+                       f"{identity['name']} is {major}.{minor}")
+
+
 def nvcc_version() -> str | None:
     out = _run(["nvcc", "--version"]) if shutil.which("nvcc") else None
     m = re.search(r"release (\d+\.\d+)", out or "")

@@ -1,7 +1,15 @@
-"""What `lab profile` does, in order: setup -> build -> check -> bench -> baselines -> ncu -> timeline
--> analysis -> store -> report, one function per stage. Correctness gates timing; timing gates
-profiling. Nothing is stored unless every step that ran finished: the run directory is staged and
-renamed into place last (lab.store.runs).
+"""What `lab profile` does, in order: setup -> build -> check -> ncu -> timeline -> bench -> baselines
+-> analysis -> store -> report, one function per stage. Correctness gates profiling and timing; a run
+is stored only when its time was given (the checked timer) and every step that ran finished: the run
+directory is staged and renamed into place last (lab.store.runs).
+
+The parent never imports torch where the rung is built (the warm loop): the measuring child
+(lab.measure.isolated.MeasuringChild) starts first and imports it while the parent works and ncu
+profiles; it checks the rung when no verdict is kept for the same binary, shapes and seed, before ncu,
+and times the rung (and the SDPA baselines not in the store's cache) once ncu and the timeline are
+done, so that no GPU work of the lab's runs beside the profiled launch, while the parent analyzes
+the report. The GPU is named by nvidia-smi (lab.environment.gpu_identity), the build found by its key
+(lab.ladder.build.cached_build), both without CUDA.
 """
 
 from __future__ import annotations
@@ -27,15 +35,16 @@ from lab.errors import CheckFailed, LabError
 from lab.files import write_json_atomic
 from lab.ladder import build, registry
 from lab.ladder.registry import Variant, source_label
-from lab.measure import baselines, bench, checked, rates
+from lab.measure import baselines, bench, rates
 from lab.measure.call import require_mode
 from lab.measure.gate import GATE_SHAPES
-from lab.measure.isolated import NotBuilt, child_env, start_check
+from lab.measure.bench import Timing
+from lab.measure.isolated import MeasuringChild, child_env
 from lab.measure.problem import Problem, check_supported
 from lab.measure.target import range_name
 from lab.profilers import ncu
 from lab.profilers.timeline import collect_timeline
-from lab.report.pages import render_run_page
+from lab.report.pages import render_run_page, warm as warm_report
 from lab.store import baseline_cache, check_cache, runs
 from lab.store import manifest as mf
 
@@ -44,18 +53,19 @@ from lab.store import manifest as mf
 @dataclass(frozen=True)
 class Machine:
     """What `lab profile` asks of the GPU machine, each act a function: the real ones by default; a
-    caller without a GPU (tests/test_profile_loop.py) hands its own to `profile`. `start_check` returns
-    a pending verdict (lab.measure.isolated.PendingCheck: result(), cancel())."""
-    require_gpu: Callable = environment.require_gpu
-    require_compute_capability: Callable = environment.require_compute_capability
-    device_info: Callable = environment.device_info
-    software_info: Callable = environment.software_info
+    caller without a GPU (tests/test_profile_loop.py) hands its own to `profile`. `start_measuring`
+    returns the measuring child (lab.measure.isolated.MeasuringChild: check(), bench(), baselines(),
+    close()); `gpu_identity`, `torch_versions` and `cached_build` need no torch and no CUDA; `build`
+    compiles (in this process: torch's extension build) where nothing is cached."""
+    gpu_identity: Callable = environment.gpu_identity
+    require_gpu: Callable = environment.require_gpu                                # where no GPU is named: torch's
+    require_compute_capability: Callable = environment.require_compute_capability  # answer, as before
+    torch_versions: Callable = environment.torch_versions
     tool_versions: Callable = environment.tool_versions
     git_info: Callable = environment.git_info
+    cached_build: Callable = build.cached_build
     build: Callable = build.build
-    start_check: Callable = start_check
-    time_rung: Callable = checked.time_rung
-    run_baselines: Callable = baselines.run_baselines
+    start_measuring: Callable = MeasuringChild
 
 
 THIS_MACHINE = Machine()
@@ -94,9 +104,13 @@ class Stages:
     def __call__(self, name: str, note: str = ""):
         t0 = time.perf_counter()
         yield
-        dt = time.perf_counter() - t0
-        self.seconds[name] = self.seconds.get(name, 0.0) + dt
-        _say(f"  {name}: {dt:.2f} s{f' ({note})' if note else ''}")
+        self.record(name, time.perf_counter() - t0, note)
+
+    def record(self, name: str, seconds: float, note: str = "") -> None:
+        """A stage timed where it ran (the measuring child's, beside the parent's analysis): its own
+        time, so stages that overlap add up to more than the total, which is the wall time."""
+        self.seconds[name] = self.seconds.get(name, 0.0) + seconds
+        _say(f"  {name}: {seconds:.2f} s{f' ({note})' if note else ''}")
 
     def summary(self) -> str:
         total = time.perf_counter() - self.started
@@ -173,58 +187,74 @@ def reanalyze(run, into: Path | None = None) -> tuple[Path, list]:
 
 
 def profile(variant: Variant, problem: Problem, opts: ProfileOptions, machine: Machine = THIS_MACHINE) -> Profiled:
-    """Setup -> build -> check -> bench -> baselines -> ncu -> timeline -> analysis -> store -> report,
-    each a named stage below; the wall time of each is printed and stored (Stages)."""
+    """Setup -> build -> check -> ncu -> timeline -> bench -> baselines -> analysis -> store -> report,
+    each a named stage below; the wall time of each is printed and stored (Stages). The measuring
+    child starts first (torch's import takes seconds) and is ended however the run ends."""
     stage = Stages()
     check_supported(variant, problem)
-    # The correctness child starts first, on the cached build only: its interpreter and CUDA start-up
-    # overlap the parent's (torch's import alone takes seconds). Where the rung is not built yet it
-    # says so at once and is started again after the build. (A python rung has nothing to compile.)
     require_mode(variant, opts.mode)
-    early = machine.start_check(variant, problem, opts.check_shapes, compile=variant.kind != "cuda", mode=opts.mode)
-    # the tools' versions and the commit are subprocesses (ncu's and nsys's take most of a second): asked
-    # for on a thread while torch loads, not after it
-    facts_pool = ThreadPoolExecutor(max_workers=1)
-    tools = facts_pool.submit(lambda: (machine.tool_versions(), machine.git_info()))
-    facts_pool.shutdown(wait=False)
+    child = machine.start_measuring(variant, problem, opts.mode)
     try:
-        with stage("setup"):   # torch's import and CUDA's start-up, ncu found
-            setup(variant, opts, machine)
-        with stage("build"):
-            built = build_rung(variant, machine)
-        source_sha = hashlib.sha256(variant.source.read_bytes()).hexdigest()   # the source as built
-    except BaseException:
-        early.cancel()
-        raise
-    with stage("check"):
-        facts, correctness = gate(variant, problem, opts, early, built, tools, machine)
-    with stage("bench"):
-        timing, peak_mem = time_rung(variant, problem, built, opts, machine)
-    base = baselines_beside(problem, timing, facts, opts, stage, machine)
+        return _profile(variant, problem, opts, machine, stage, child)
+    finally:
+        child.close()
 
-    rng = range_name(variant.id, problem.label(), opts.mode)
-    with runs.create_run(runs.new_run_id(variant.id, problem.label())) as run:
-        ncu_info = timeline_info = None
-        analyses: list = []
-        tables: dict = {}
-        if opts.ncu:
-            with stage("ncu"):
-                ncu_info = profile_ncu(run, variant, problem, opts, rng)
-        if opts.timeline:
-            with stage("timeline"):
-                timeline_info = record_timeline(run, variant, problem, opts, rng)
-        if ncu_info is not None:
-            with stage("analysis"):
-                analyses, tables = analyze(run, variant, problem, timeline_info, opts.mode)
-        with stage("store"):
-            for name, df in tables.items():
-                run.add_table(name, df)
-            final = run.commit(run_record(variant, source_sha, problem, facts, built, correctness, timing, peak_mem, base,
-                                          ncu_info, timeline_info, analyses, stage, opts.mode))
+
+def _profile(variant: Variant, problem: Problem, opts: ProfileOptions, machine: Machine, stage: Stages,
+             child) -> Profiled:
+    # the tools' versions and the commit are subprocesses (ncu's and nsys's take most of a second): asked
+    # for on a thread while the parent finds the GPU and the build
+    pool = ThreadPoolExecutor(max_workers=1)
+    pool_report = ThreadPoolExecutor(max_workers=1)
+    tools = pool.submit(lambda: (machine.tool_versions(), machine.git_info()))
+    try:
+        with stage("setup"):   # the GPU named without CUDA, ncu found
+            identity = setup(variant, opts, machine)
+        with stage("build"):
+            built = build_rung(variant, identity, machine)
+        source_sha = hashlib.sha256(variant.source.read_bytes()).hexdigest()   # the source as built
+        with stage("check"):
+            correctness, key = gate(variant, problem, opts, child, built, identity, machine)
+
+        rng = range_name(variant.id, problem.label(), opts.mode)
+        # what the page reads of the store's other runs, read while ncu runs (a thread: ncu is a subprocess)
+        warming = (pool_report.submit(warm_report, runs.store_root(), variant.id, (variant.source,))
+                   if opts.report else None)
+        with runs.create_run(runs.new_run_id(variant.id, problem.label())) as run:
+            ncu_info = timeline_info = None
+            analyses: list = []
+            tables: dict = {}
+            if opts.ncu:
+                with stage("ncu"):
+                    ncu_info = profile_ncu(run, variant, problem, opts, rng)
+            if opts.timeline:
+                with stage("timeline"):
+                    timeline_info = record_timeline(run, variant, problem, opts, rng)
+            # the GPU is the child's now: it times the rung (and the baselines) while this process analyzes
+            measuring = pool.submit(measure, child, variant, problem, opts, tools, correctness, key)
+            if ncu_info is not None:
+                with stage("analysis", "beside the measuring child's timing"):
+                    analyses, tables = analyze(run, variant, problem, timeline_info, opts.mode)
+            measured = measuring.result()
+            stage.record("bench", measured.bench_seconds, "in the measuring child, beside the analysis"
+                         if ncu_info is not None else "in the measuring child")
+            if opts.baselines:
+                stage.record("baselines", measured.base.seconds, "cached in the store; --fresh-baselines re-times them"
+                             if measured.base.cached else "timed in the measuring child")
+            with stage("store"):
+                for name, df in tables.items():
+                    run.add_table(name, df)
+                final = run.commit(run_record(variant, source_sha, problem, measured.facts, built, measured.correctness,
+                                              measured.timing, measured.timing.peak_memory_bytes, measured.base,
+                                              ncu_info, timeline_info, analyses, stage, opts.mode))
+    finally:
+        pool.shutdown(wait=False, cancel_futures=True)
+        pool_report.shutdown(wait=False, cancel_futures=True)
 
     page = None
     if opts.report:
         with stage("report"):
+            warming.result()
             page = render_run_page(final)
         runs.amend_manifest(final, stage_seconds=dict(stage.seconds))   # the report's own time, once known
     _say(f"stages: {stage.summary()}")
@@ -233,17 +263,30 @@ def profile(variant: Variant, problem: Problem, opts: ProfileOptions, machine: M
 
 # ----------------------------------------------------------------------------- the stages, in order
 
-def setup(variant: Variant, opts: ProfileOptions, machine: Machine = THIS_MACHINE) -> None:
-    """Refuse, before minutes of work: no GPU, a GPU too old for the rung, no ncu."""
-    machine.require_gpu("profile")
-    machine.require_compute_capability(variant)
+def setup(variant: Variant, opts: ProfileOptions, machine: Machine = THIS_MACHINE) -> dict | None:
+    """Refuse, before minutes of work: no GPU, a GPU too old for the rung, no ncu. The GPU as nvidia-smi
+    names it; where it cannot be told without CUDA (None: no nvidia-smi, no GPU, GPUs of several kinds),
+    torch is asked here, as it will be for the build."""
+    identity = machine.gpu_identity()
+    if identity is not None:
+        environment.require_compute_capability_of(variant, identity)
+    else:
+        machine.require_gpu("profile")
+        machine.require_compute_capability(variant)
     if opts.ncu:
         ncu.require_ncu()
+    return identity
 
 
-def build_rung(variant: Variant, machine: Machine = THIS_MACHINE):
+def build_rung(variant: Variant, identity: dict | None, machine: Machine = THIS_MACHINE):
+    """The cached build, found by its key without torch; else compiled here (torch's extension build),
+    where a GPU that nvidia-smi could not name also sets the arch."""
     _say(f"build {variant.label()}")
-    built = machine.build(variant)
+    built = machine.cached_build(variant, identity["compute_capability"]) if identity is not None else None
+    if built is None and identity is not None and variant.kind == "cuda":
+        built = machine.build(variant, build.arch_of(*(int(x) for x in identity["compute_capability"].split("."))))
+    elif built is None:
+        built = machine.build(variant)
     _say(f"  {'compiled' if built.built_now else 'cached'} in {built.seconds:.1f} s")
     return built
 
@@ -256,42 +299,48 @@ class Facts:
     git: dict
 
 
-def gate(variant: Variant, problem: Problem, opts: ProfileOptions, early, built, tools,
-         machine: Machine = THIS_MACHINE) -> tuple[Facts, dict]:
-    """Correctness gates timing: the child's verdict on the problem and the ragged shapes (CheckFailed
-    when wrong), or the verdict kept for the same binary, shapes and seed (lab.store.check_cache; the
-    child is then ended unread). While the child checks, what needs no GPU: the machine's facts for the
-    manifest (`tools`: the tool versions and commit, asked for on a thread)."""
-    tool_versions, git = tools.result()
-    facts = Facts(machine.device_info(), machine.software_info(tool_versions), git)
-    key = check_cache.cache_key(variant, built, problem, opts.check_shapes, opts.mode, facts.device, facts.software)
-    kept = None if opts.fresh_check else check_cache.get(key)
+def gate(variant: Variant, problem: Problem, opts: ProfileOptions, child, built, identity: dict | None,
+         machine: Machine = THIS_MACHINE) -> tuple[dict, dict | None]:
+    """Correctness gates profiling and timing: the verdict kept for the same binary, shapes, seed, GPU and
+    software (lab.store.check_cache; keyed by the GPU as nvidia-smi names it and torch's versions, read
+    without torch), else the measuring child's check on the problem and the ragged shapes (CheckFailed
+    when wrong). Returns the verdict and the key it is kept under (None where the GPU has no name yet)."""
+    key = None
+    if identity is not None:
+        key = check_cache.cache_key(variant, built, problem, opts.check_shapes, opts.mode, identity,
+                                    machine.torch_versions())
+    kept = None if (opts.fresh_check or key is None) else check_cache.get(key)
     if kept is not None:
-        early.cancel()
         _say(f"check {variant.id}: passed, reused from {kept['reused']}")
-        return facts, kept
+        return kept, key
+    return fresh_check(variant, problem, opts, child, key), key
+
+
+def fresh_check(variant: Variant, problem: Problem, opts: ProfileOptions, child, key: dict | None) -> dict:
     _say(f"check {variant.id}{'' if opts.mode == 'fwd' else ' ' + opts.mode} against float64 on {problem.label()} "
          f"and {opts.check_shapes} ragged shapes")
-    try:
-        correctness = early.result()
-    except NotBuilt:   # compiled just now: check the fresh build
-        correctness = machine.start_check(variant, problem, opts.check_shapes, mode=opts.mode).result()
-    check_cache.put(key, correctness)   # a passed verdict only
+    correctness = child.check(opts.check_shapes)
+    if key is not None:
+        check_cache.put(key, correctness)   # a passed verdict only
     if not correctness["passed"]:
         if correctness.get("failure"):   # the backward's: the tensor, the shape and the worst element
             raise CheckFailed(f"{variant.id} is wrong: {correctness['failure']} ({correctness['rule']})")
         raise CheckFailed(f"{variant.id} is wrong on {correctness['failed_shape']}: rel_err "
                           f"{correctness['rel_err']}, tolerance {correctness['tolerance']} ({correctness['rule']})")
-    return facts, correctness
+    return correctness
 
 
-def time_rung(variant: Variant, problem: Problem, built, opts: ProfileOptions, machine: Machine = THIS_MACHINE):
-    """(Timing, peak memory) through the checked timer (lab.measure.timed): a time that cannot be
-    true raises TimingRefused, a CheckFailed (exit 1), before ncu spends minutes on the rung."""
-    _say(f"bench {variant.id} {opts.mode}: {opts.reps} reps after {opts.warmup} warm-up, L2 flushed"
-         + (", inputs rotating" if opts.mode != "bwd" else ""))
-    timing = machine.time_rung(variant, built.module, problem, opts.reps, opts.warmup, mode=opts.mode)
-    return timing, timing.peak_memory_bytes
+def confirm_gate(variant: Variant, problem: Problem, opts: ProfileOptions, child, correctness: dict,
+                 key: dict | None, facts: Facts) -> dict:
+    """A kept verdict stands only where the GPU the child measured on is the one it was kept for (nvidia-smi
+    named it before CUDA started); else the rung is checked now, before anything is stored."""
+    if not correctness.get("reused") or key is None:
+        return correctness
+    measured_on = {k: facts.device.get(k) for k in ("name", "compute_capability", "driver")}
+    if measured_on == key["device"]:
+        return correctness
+    _say(f"check {variant.id}: the kept verdict was for {key['device']}, the rung ran on {measured_on}: checking again")
+    return fresh_check(variant, problem, opts, child, None)
 
 
 @dataclass
@@ -299,25 +348,49 @@ class BaselinesTimed:
     rows: list
     timed_utc: str | None = None
     cached: bool | None = None
+    seconds: float = 0.0
 
 
-def baselines_beside(problem: Problem, timing, facts: Facts, opts: ProfileOptions, stage: Stages,
-                     machine: Machine = THIS_MACHINE) -> BaselinesTimed:
+@dataclass
+class Measured:
+    """What the measuring child gave once the GPU was free: the rung's time through the checked timer,
+    the machine it ran on, and the SDPA baselines (from the store's cache where they were timed alike)."""
+    timing: Timing
+    facts: Facts
+    correctness: dict
+    base: BaselinesTimed
+    bench_seconds: float
+
+
+def measure(child, variant: Variant, problem: Problem, opts: ProfileOptions, tools, correctness: dict,
+            key: dict | None) -> Measured:
+    """The rung timed by the child (a time the timer refuses raises TimingRefused, a CheckFailed: exit 1,
+    nothing stored), the kept verdict confirmed for the GPU it ran on, then the baselines not in the
+    store's cache; runs on a thread beside the analysis."""
+    _say(f"bench {opts.mode}: {opts.reps} reps after {opts.warmup} warm-up, L2 flushed"
+         + (", inputs rotating" if opts.mode != "bwd" else "") + ", in the measuring child")
+    got = child.bench(opts.reps, opts.warmup)
+    tool_versions, git = tools.result()
+    facts = Facts(got["device"], {**got["software"], **tool_versions}, git)
+    correctness = confirm_gate(variant, problem, opts, child, correctness, key, facts)
+    return Measured(Timing(**got["timing"]), facts, correctness, baselines_beside(child, problem, facts, opts),
+                    float(got.get("seconds") or 0.0))
+
+
+def baselines_beside(child, problem: Problem, facts: Facts, opts: ProfileOptions) -> BaselinesTimed:
     """The SDPA baselines on this problem, from the store's cache where this device and software timed
-    them with this protocol; their ratios to ours are derived with the run's other numbers (lab.measure.rates.run_rates)."""
+    them with this protocol, else timed by the measuring child; their ratios to ours are derived with the
+    run's other numbers (lab.measure.rates.run_rates)."""
     if not opts.baselines:
         return BaselinesTimed([])
     key = baseline_cache.cache_key(facts.device, facts.software, problem, reps=opts.reps, warmup=opts.warmup, mode=opts.mode,
                                    backends=baselines.BACKENDS, dtypes=baselines.BASELINE_DTYPES)
     hit = None if opts.fresh_baselines else baseline_cache.get(key)
-    with stage("baselines", "cached in the store; --fresh-baselines re-times them" if hit else "timed"):
-        if hit:
-            out = BaselinesTimed(hit[0], hit[1], True)
-        else:
-            rows = [b.to_dict() for b in machine.run_baselines(problem, opts.reps, opts.warmup, progress=_say,
-                                                                 mode=opts.mode)]
-            out = BaselinesTimed(rows, baseline_cache.put(key, rows), False)
-    return out
+    if hit:
+        return BaselinesTimed(hit[0], hit[1], True)
+    t0 = time.perf_counter()
+    rows = child.baselines(opts.reps, opts.warmup)
+    return BaselinesTimed(rows, baseline_cache.put(key, rows), False, time.perf_counter() - t0)
 
 
 def profile_ncu(run, variant: Variant, problem: Problem, opts: ProfileOptions, rng: str) -> dict:

@@ -245,7 +245,8 @@ DRIVER = textwrap.dedent(r'''
     stage, work = sys.argv[1], Path(sys.argv[2])
     command = sys.argv[3]
     block = ('sleep 300 & echo $! > "%s/grandchild.pid"; echo $$ > "%s/child.pid"; wait' % (work, work))
-    ok = "echo '{\"passed\": true, \"rel_err\": 0.0}'"
+    # the measuring child (lab.measure.isolated --serve): answers the check request, then waits for more
+    ok = "read request; echo '{\"result\": {\"passed\": true, \"rel_err\": 0.0}}'; read request"
 
     def script(name, body):
         p = work / name
@@ -256,6 +257,7 @@ DRIVER = textwrap.dedent(r'''
     import lab.environment as env
     env.require_gpu = lambda *a, **k: None
     env.require_compute_capability = lambda *a, **k: None
+    env.gpu_identity = lambda: None   # no GPU named without CUDA: the stand-in build and a fresh check
     env.device_info = lambda *a: {"name": "stand-in device (test-made)"}
     env.software_info = lambda: {}
     env.git_info = lambda: {}
@@ -272,7 +274,7 @@ DRIVER = textwrap.dedent(r'''
         return Built()
 
     build.build = fake_build
-    sys.executable = script("python", block if stage == "check" else ok)   # the correctness child
+    sys.executable = script("python", block if stage == "check" else ok)   # the measuring child
     from lab.measure import checked
     checked.time_rung = lambda *a, **k: bench.summarize([1.0] * 30, 5, True)
     ncu.require_ncu = lambda: "ncu"

@@ -31,7 +31,7 @@ from typing import Any, Sequence
 
 import platformdirs
 
-from lab.environment import git_info, require_gpu
+from lab.environment import git_info, require_gpu, torch_versions
 from lab.demangle import demangle as demangle_names
 from lab.errors import LabError
 from lab.files import write_json_atomic
@@ -103,6 +103,7 @@ class BuildResult:
     build_dir: Path
     built_now: bool
     seconds: float
+    library: Path | None = None  # the extension's .so (None for a python rung): the binary a verdict is kept for
 
 # ---------------------------------------------------------------------------------------------
 # Tools, arch and flags
@@ -173,7 +174,10 @@ def device_arch(index: int = 0) -> str:
     arch-specific target), sm_XY otherwise."""
     import torch
 
-    major, minor = torch.cuda.get_device_capability(index)
+    return arch_of(*torch.cuda.get_device_capability(index))
+
+
+def arch_of(major: int, minor: int) -> str:
     return "sm_90a" if (major, minor) == (9, 0) else f"sm_{major}{minor}"
 
 
@@ -204,13 +208,8 @@ def _torch_nvcc_defines() -> list[str]:
 def versions() -> dict:
     """What besides sources and flags changes the binary: torch (its headers and ABI), the CUDA
     torch was built with, and the nvcc that compiles."""
-    try:
-        import torch
-
-        torch_version, torch_cuda = torch.__version__, torch.version.cuda
-    except ImportError:
-        torch_version = torch_cuda = None
-    return {"torch": torch_version, "torch_cuda": torch_cuda, "nvcc": nvcc_release(find_nvcc())}
+    torch_ = torch_versions()   # read without importing torch: the same answer as torch's own
+    return {"torch": torch_["torch"], "torch_cuda": torch_["cuda"], "nvcc": nvcc_release(find_nvcc())}
 
 
 def common_header_for(variant: Variant) -> Path:
@@ -547,8 +546,8 @@ class _Background:
 
 def is_built(variant: Variant, arch: str | None = None, tuning: bool = False) -> bool:
     """Whether a complete cached build of the rung (its tuning build with `tuning`) exists for this
-    GPU (compiles and loads nothing): lets `lab profile` start its correctness child before it has
-    made sure of the build, and `lab tune` compile its two builds side by side when neither is."""
+    GPU (compiles and loads nothing): lets `lab profile`'s measuring child say there is none, and
+    `lab tune` compile its two builds side by side when neither is."""
     require_cuda_torch()
     arch = validate_arch(arch or device_arch())
     _, key = _key_for(variant, arch, tuning)
@@ -558,6 +557,32 @@ def is_built(variant: Variant, arch: str | None = None, tuning: bool = False) ->
         return (marker.parent / saved["library"]).is_file()
     except (OSError, ValueError, KeyError, TypeError):
         return False
+
+
+def cached_build(variant: Variant, compute_capability: str) -> BuildResult | None:
+    """The complete cached build of the rung for a GPU of that compute capability ("9.0"), as a
+    BuildResult without its module (None where there is none): found without torch or CUDA, for
+    `lab profile`'s parent, whose measuring child loads the module. A python rung's facts (nothing to
+    compile) come without importing its callable."""
+    started = time.perf_counter()
+    if variant.kind == "python":
+        if not variant.source.is_file():
+            raise LabError(f"{variant.id}: source {variant.source} is missing")
+        return BuildResult(module=None, variant_id=variant.id, arch="", cache_key=python_rung.source_key(variant),
+                           flags=[], ptxas=[], sass_path=None, build_dir=variant.source.parent, built_now=False,
+                           seconds=time.perf_counter() - started)
+    major, minor = (int(x) for x in compute_capability.split("."))
+    arch = arch_of(major, minor)
+    flags, key = _key_for(variant, arch)
+    bdir = build_dir_for(variant, key)
+    try:
+        saved = json.loads((bdir / _BUILD_MARKER).read_text())
+        library = bdir / saved["library"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    if not library.is_file() or not (bdir / _PTXAS_MARKER).is_file():
+        return None
+    return _result(variant, arch, flags, key, bdir, None, built_now=False, started=started, library=library)
 
 
 def _python_result(variant: Variant, started: float) -> BuildResult:
@@ -587,11 +612,13 @@ def _import_extension(module_name: str, so_path: Path):
 
 
 def _result(variant, arch, flags, key, bdir, module, built_now: bool, started: float,
-            tuning: bool = False) -> BuildResult:
+            tuning: bool = False, library: Path | None = None) -> BuildResult:
     report = ptxas_report(variant, arch, tuning)  # cached: reads ptxas.json (the tuning build's own kernels)
+    if library is None and getattr(module, "__file__", None):
+        library = Path(module.__file__)
     return BuildResult(module=module, variant_id=variant.id, arch=arch, cache_key=key, flags=flags,
                        ptxas=[r.to_dict() for r in report.records], sass_path=report.sass_path,
-                       build_dir=bdir, built_now=built_now, seconds=time.perf_counter() - started)
+                       build_dir=bdir, built_now=built_now, seconds=time.perf_counter() - started, library=library)
 
 
 def short_kernel_name(kernel: str) -> str:

@@ -12,6 +12,14 @@ sticky error: every later check in that process would fail for it), printing no 
 one. The parent (BatchCheck) keeps the verdicts that came, and lab.measure.gate checks the
 configurations the child did not finish each in a child of its own, as before: a crashing candidate
 is named and the others still get their verdicts.
+
+`lab profile` runs it as its measuring child (`--serve`, MeasuringChild below): one process that
+imports torch at once and then waits, touching no GPU, for the parent's requests on stdin, one JSON
+line each, answered by one JSON line: `check` (the float64 gate, as above), `bench` (the rung through
+the checked timer, lab.measure.checked.time_rung, with the device and software facts it was measured
+on) and `baselines` (SDPA's backends through the same timer). So the parent never imports torch: the
+child's start-up (seconds) runs while the parent works and ncu profiles, and the GPU work of each
+request runs only when the parent asks, never beside ncu's.
 """
 
 from __future__ import annotations
@@ -20,11 +28,13 @@ import argparse
 import json
 import os
 import queue
+import select
 import signal
 import subprocess
 import sys
 import tempfile
 import threading
+import time
 from pathlib import Path
 
 from lab import children
@@ -69,12 +79,10 @@ class PendingCheck:
     """A correctness child that is running; `result()` waits for it and reads its verdict."""
 
     def __init__(self, variant, problem: Problem, extra_shapes: int, tune_config: int | None = None,
-                 compile: bool = True, mode: str = "fwd"):
+                 mode: str = "fwd"):
         argv = _argv(variant, problem, extra_shapes, mode)
         if tune_config is not None:   # that tuning candidate of the rung (its tuning build, `lab tune`)
             argv += ["--tune-config", str(tune_config)]
-        if not compile:
-            argv.append("--no-compile")
         self.variant, self.problem = variant, problem
         self.proc = children.start(argv, capture_output=True, text=True, env=child_env())
 
@@ -93,8 +101,6 @@ class PendingCheck:
         if res.returncode != 0 or not isinstance(result, dict):
             raise CheckFailed(f"{variant.id} crashed in its child process ({_how(res.returncode)}) while being checked "
                               f"on {problem.label()}: {_tail(res.stderr) or 'no output'}")
-        if result.get("not_built"):
-            raise NotBuilt(result["error"])
         if "error" in result and "passed" not in result:  # a LabError inside the child: bad input, not a crash
             raise LabError(result["error"])
         return result
@@ -105,15 +111,14 @@ class PendingCheck:
 
 
 class NotBuilt(LabError):
-    """A child started with compile=False found no cached build: check again once it is built."""
+    """The measuring child found no cached build of the rung (the parent built it first: a key that
+    differs between the two is a bug to report, not the user's input)."""
 
 
 def start_check(variant, problem: Problem, extra_shapes: int, tune_config: int | None = None,
-                compile: bool = True, mode: str = "fwd") -> PendingCheck:
-    """Start the correctness child now, read its verdict later (`lab profile` works meanwhile).
-    compile=False: the child only loads a cached build (and says not_built when there is none), so
-    it can start before the parent has made sure the rung is built."""
-    return PendingCheck(variant, problem, extra_shapes, tune_config, compile, mode)
+                mode: str = "fwd") -> PendingCheck:
+    """Start the correctness child now, read its verdict later."""
+    return PendingCheck(variant, problem, extra_shapes, tune_config, mode)
 
 
 def check_in_child(variant, problem: Problem, extra_shapes: int, tune_config: int | None = None,
@@ -252,6 +257,147 @@ def _check_configs(variant, problem: Problem, shapes: int, mode: str, configs: l
         _emit({"config": config_name(config), "verdict": result.to_dict()})
 
 
+MEASURE_TIMEOUT_S = 3600   # one request (the check, the timing, the baselines) of the measuring child
+
+
+class MeasuringChild:
+    """`lab profile`'s measuring child (see the module's doc), started at once: torch's import runs
+    beside the parent's own work. Each request waits for its answer; the child's stderr goes to a
+    file (never a pipe nobody reads while ncu runs), whose tail names a crash."""
+
+    def __init__(self, variant, problem: Problem, mode: str = "fwd"):
+        argv = [sys.executable, "-m", "lab.measure.isolated", "--serve", "--variant", registry.ref(variant),
+                "--problem", problem.label(), "--mode", mode]
+        self.variant, self.problem, self.mode = variant, problem, mode
+        self.stderr = tempfile.TemporaryFile()
+        self.proc = children.start(argv, input_pipe=True, stdout=subprocess.PIPE, stderr=self.stderr, env=child_env())
+
+    def check(self, extra_shapes: int) -> dict:
+        """The check's manifest dict, as PendingCheck.result gives it (NotBuilt, LabError, CheckFailed alike)."""
+        return self._ask("being checked", do="check", shapes=extra_shapes)["result"]
+
+    def bench(self, reps: int, warmup: int) -> dict:
+        """{"timing": Timing's dict, "device": device_info(), "software": software_info() without the tools,
+        "seconds": the request's own time}; a time the timer refuses raises TimingRefused, with its reason."""
+        return self._ask("being timed", do="bench", reps=reps, warmup=warmup)
+
+    def baselines(self, reps: int, warmup: int) -> list[dict]:
+        """SDPA's backends on the problem in the mode (lab.measure.baselines.run_baselines), as dicts."""
+        return self._ask("timing the SDPA baselines", do="baselines", reps=reps, warmup=warmup)["rows"]
+
+    def _ask(self, doing: str, **request) -> dict:
+        if self.proc.poll() is None:
+            try:
+                self.proc.stdin.write((json.dumps(request) + "\n").encode())
+                self.proc.stdin.flush()
+            except (BrokenPipeError, OSError):
+                pass   # it ended: said below, with how
+        line = self._read_line(doing)
+        try:
+            reply = json.loads(line) if line else None
+        except ValueError:
+            reply = None
+        if not isinstance(reply, dict):
+            raise CheckFailed(f"{self.variant.id} crashed in its child process ({self._how()}) while {doing} on "
+                              f"{self.problem.label()}: {self._tail() or 'no output'}")
+        if reply.get("not_built"):
+            raise NotBuilt(reply["error"])
+        if "refused" in reply:
+            from lab.measure.timed import TimingRefused
+
+            r = reply["refused"]
+            raise TimingRefused(r["status"], r["reason"], what=r.get("what"))
+        if "check_failed" in reply:
+            raise CheckFailed(reply["check_failed"])
+        if "error" in reply:
+            raise LabError(reply["error"], hint=reply.get("hint"))
+        return reply
+
+    def _read_line(self, doing: str) -> bytes:
+        deadline = time.monotonic() + MEASURE_TIMEOUT_S
+        out = self.proc.stdout
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                self.close()
+                raise CheckFailed(f"{self.variant.id}'s child did not finish {doing} in {MEASURE_TIMEOUT_S} s (a hang?)")
+            ready, _, _ = select.select([out], [], [], min(left, 5.0))
+            if ready:
+                return out.readline()
+
+    def _how(self) -> str:
+        try:
+            return _how(self.proc.wait(timeout=10))
+        except subprocess.TimeoutExpired:
+            return "no answer"
+
+    def _tail(self) -> str:
+        self.stderr.seek(0)
+        return _tail(self.stderr.read().decode(errors="replace"))
+
+    def close(self) -> None:
+        """End the child (and its group): the parent needs nothing more of it, or stopped early."""
+        children.end(self.proc)
+        self.stderr.close()
+
+
+def _serve(a) -> int:
+    """The measuring child's loop (see MeasuringChild). Replies go to a private copy of stdout: what
+    else writes to fd 1 (a rung's printf, a library's print) goes to stderr and cannot garble them."""
+    replies = os.fdopen(os.dup(1), "w", buffering=1)
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
+
+    def reply(obj: dict) -> None:
+        replies.write(json.dumps(obj) + "\n")
+
+    import torch  # noqa: F401  (seconds: now, while the parent works and ncu profiles; no CUDA call until asked)
+
+    from lab.environment import device_info, require_compute_capability, require_gpu, software_info
+    from lab.measure import baselines, checked
+    from lab.measure.timed import TimingRefused
+
+    variant, problem = registry.get(a.variant), Problem.from_label(a.problem)
+    module = None
+    for line in sys.stdin:
+        try:
+            request = json.loads(line)
+        except ValueError:
+            return 2
+        t0 = time.perf_counter()
+        if request.get("do") not in ("check", "bench", "baselines"):
+            reply({"error": f"unknown request {request.get('do')!r}"})
+            continue
+        try:
+            require_gpu("profile")
+            require_compute_capability(variant)
+            if module is None and request["do"] in ("check", "bench"):
+                if not build.is_built(variant):
+                    reply({"error": f"{variant.id} has no cached build here", "not_built": True})
+                    continue
+                module = build.load_cached(variant)
+            if request["do"] == "check":
+                result = check_variant(variant, problem=problem, extra_shapes=request["shapes"], module=module,
+                                       mode=a.mode).to_dict()
+                torch.cuda.empty_cache()   # the float64 references' memory, before anything is timed
+                reply({"result": result})
+            elif request["do"] == "bench":
+                timing = checked.time_rung(variant, module, problem, request["reps"], request["warmup"], mode=a.mode)
+                reply({"timing": timing.to_dict(), "device": device_info(),
+                       "software": software_info({}),
+                       "seconds": time.perf_counter() - t0})
+            elif request["do"] == "baselines":
+                rows = baselines.run_baselines(problem, request["reps"], request["warmup"], mode=a.mode)
+                reply({"rows": [b.to_dict() for b in rows], "seconds": time.perf_counter() - t0})
+        except TimingRefused as e:
+            reply({"refused": e.to_dict()})
+        except LabError as e:
+            reply({"error": str(e), "hint": e.hint})
+        except CheckFailed as e:
+            reply({"check_failed": str(e)})
+    return 0
+
+
 def _emit(msg: dict) -> None:
     print(json.dumps(msg), flush=True)
 
@@ -266,9 +412,11 @@ def _main(argv=None) -> int:
     p.add_argument("--configs", default=None,
                    help="several configurations in turn, one JSON line each: 'default' (the launcher) and tuning "
                         "candidate numbers, e.g. default,0,1")
-    p.add_argument("--no-compile", action="store_true",
-                   help="use the cached build only; report not_built instead of compiling")
+    p.add_argument("--serve", action="store_true",
+                   help="`lab profile`'s measuring child: requests on stdin, one JSON line each (MeasuringChild)")
     a = p.parse_args(argv)
+    if a.serve:
+        return _serve(a)
     try:
         variant = registry.get(a.variant)
         problem = Problem.from_label(a.problem)
@@ -279,15 +427,6 @@ def _main(argv=None) -> int:
         module = None
         if a.tune_config is not None:
             module = Candidate(tuning_module(variant), a.tune_config, a.mode)
-        elif a.no_compile:
-            try:
-                ready = build.is_built(variant)
-            except Exception:   # no CUDA torch, a rung kind this cache does not describe: the parent decides
-                ready = False
-            if not ready:   # the parent checks again after its build: never an error here
-                print(json.dumps({"error": f"{variant.id} has no cached build here", "not_built": True}))
-                return 0
-            module = build.load_cached(variant)
         result = check_variant(variant, problem=problem, extra_shapes=a.shapes, module=module,
                                pin_to_problem=a.tune_config is not None, mode=a.mode)
     except LabError as e:

@@ -33,7 +33,7 @@ from lab.measure.problem import DTYPE_BYTES
 from lab.measure import rates
 from lab.report.rundata import (DURATION, RunData, RunDamaged, backward_kernels, below_minimum_note, prediction_shape_note, section_set_label, Table, ci_overlap, dram_bytes, findings_context, ladder_neighbour, load,
                          load_all, memory_levels, occupancy, performance_rows, sass_fp32_flops, stall_reasons)
-from lab.report.sourceview import source_context
+from lab.report.sourceview import highlight_ahead, source_context
 from lab.store import ledger as ledger_store
 from lab.store.runs import DamagedRun, find_run, open_root
 
@@ -508,6 +508,34 @@ def render_compare(comparison, out: Path | None = None) -> Path:
     path = out_dir / compare_filename(comparison.a.id, comparison.b.id)
     write_text_atomic(path, environment().get_template("compare.html").render(c=comparison))
     return path
+
+
+def warm(root: Path, variant_id: str | None = None, sources: tuple[Path, ...] = ()) -> None:
+    """Do ahead what a new run's page in store `root` will do again: read the store's other runs (each
+    run's findings and main kernel, for the ledger: lab.store.runs keeps each table read once per process),
+    parse the templates, and colour the code the page will show (by its text: the rung's `sources` as on
+    disk now, and the files the newest stored run of `variant_id` imported, the CUDA headers among them).
+    `lab profile` calls it while ncu runs, so its report stage reads and colours only what is new.
+    Whatever fails here is left for the report stage to say."""
+    try:
+        env = environment()
+        for name in ("run.html", "index.html", "ledger.html", "compare.html"):
+            env.get_template(name)
+        texts = [Path(p).read_text(errors="replace") for p in sources if Path(p).is_file()]
+        root = open_root(root)
+        ledger_store.build(root)
+        if variant_id is not None:
+            from lab.store.runs import scan_runs
+
+            same = [r for r in scan_runs(root)[0] if (r.manifest.get("variant") or {}).get("id") == variant_id
+                    and (r.manifest.get("tables") or {}).get("sources")]
+            if same:
+                newest = max(same, key=lambda r: (r.manifest.get("created_utc") or "", r.id))
+                texts += [t for t in newest.table("sources").get("text", []) if isinstance(t, str) and t]
+        for text in texts:
+            highlight_ahead(text)
+    except Exception:
+        pass
 
 
 def render_run_page(run_dir: Path, out: Path | None = None) -> Path:

@@ -35,6 +35,11 @@ def _highlighted(text: str) -> tuple[str, ...]:
     return tuple(rows[:n]) + ("",) * max(0, n - len(rows))
 
 
+def highlight_ahead(text: str) -> None:
+    """Colour `text` now (kept by its text), for a page rendered later: lab.report.pages.warm."""
+    _highlighted(text)
+
+
 @lru_cache(maxsize=1)
 def style_defs() -> Markup:
     from pygments.formatters import HtmlFormatter

@@ -38,8 +38,9 @@ def _sha256(path: Path) -> str:
 
 
 def binary_sha256(built) -> str:
-    """The checked binary: the extension a cuda rung's build loaded, or a python rung's source."""
-    path = getattr(built.module, "__file__", None)
+    """The checked binary: a cuda rung's extension (the build's library, the .so its module loads from;
+    `lab profile`'s parent never loads it), or a python rung's source."""
+    path = getattr(built, "library", None) or getattr(built.module, "__file__", None)
     return _sha256(Path(path)) if path and Path(path).is_file() else hashlib.sha256(built.cache_key.encode()).hexdigest()
 
 

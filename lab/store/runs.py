@@ -149,6 +149,23 @@ def create_run(run_id: str, root: Path | None = None) -> Iterator[RunWriter]:
         shutil.rmtree(staging, ignore_errors=True)
 
 
+_READ: dict = {}       # (file, size, mtime_ns, what) -> what was read: a stored table never changes in place
+_READ_MAX = 4096
+
+
+def _read_once(path: Path, what, read):
+    """`read()` of a stored table, once per version of the file in this process: `lab profile` reads the
+    store's other runs for its page while ncu runs (lab.report.pages.warm), and again, now only the new
+    run, once the run is stored."""
+    st = path.stat()
+    key = (str(path.resolve()), st.st_size, st.st_mtime_ns, what)
+    if key not in _READ:
+        if len(_READ) >= _READ_MAX:
+            _READ.clear()
+        _READ[key] = read()
+    return _READ[key]
+
+
 class Run:
     """A stored, complete run (read side): `record` is the typed manifest, `manifest` the same
     record as a plain dict (for pages and JSON output)."""
@@ -172,7 +189,10 @@ class Run:
 
     def table(self, name: str) -> "pd.DataFrame | None":
         fname = self.manifest.get("tables", {}).get(name)
-        return pd.read_parquet(self.path / fname) if fname else None
+        if not fname:
+            return None
+        path = self.path / fname
+        return _read_once(path, "table", lambda: pd.read_parquet(path)).copy()   # a copy: callers may change it
 
     def columns(self, name: str, columns: list[str]) -> dict[str, list] | None:
         """Only `columns` of a stored table, as lists (pyarrow: neither the table's other columns, ~1,400
@@ -181,11 +201,17 @@ class Run:
         fname = self.manifest.get("tables", {}).get(name)
         if not fname:
             return None
-        pf = pq.ParquetFile(self.path / fname)   # the footer parsed once (it holds every column's name)
-        if not set(columns) <= set(pf.schema_arrow.names):
-            return None
-        t = pf.read(columns=columns)
-        return {c: t.column(c).to_pylist() for c in columns}
+        path = self.path / fname
+
+        def read():
+            pf = pq.ParquetFile(path)   # the footer parsed once (it holds every column's name)
+            if not set(columns) <= set(pf.schema_arrow.names):
+                return None
+            t = pf.read(columns=columns)
+            return {c: t.column(c).to_pylist() for c in columns}
+
+        got = _read_once(path, ("columns", tuple(columns)), read)
+        return None if got is None else {c: list(v) for c, v in got.items()}
 
     def main_kernel(self) -> tuple[int | None, float | None]:
         """(kernel_index, share of the profiled time in %) of the kernel the run's time went to, from

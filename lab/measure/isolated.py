@@ -266,8 +266,7 @@ class MeasuringChild:
     file (never a pipe nobody reads while ncu runs), whose tail names a crash."""
 
     def __init__(self, variant, problem: Problem, mode: str = "fwd"):
-        argv = [sys.executable, "-m", "lab.measure.isolated", "--serve", "--variant", registry.ref(variant),
-                "--problem", problem.label(), "--mode", mode]
+        argv = _argv(variant, problem, 0, mode) + ["--serve"]
         self.variant, self.problem, self.mode = variant, problem, mode
         self.stderr = tempfile.TemporaryFile()
         self.proc = children.start(argv, input_pipe=True, stdout=subprocess.PIPE, stderr=self.stderr, env=child_env())

@@ -10,6 +10,7 @@ Expected answers come from how the kernels were built (tests/planted/planted.cu)
 itself, never from numbers copied out of the reports.
 """
 
+import functools
 import json
 import math
 import re
@@ -70,6 +71,12 @@ def _need(path: Path):
                     "and copy its output into tests/fixtures/ncu/")
 
 
+@functools.lru_cache(maxsize=None)
+def analyzed(path: Path) -> tuple:
+    """analysis.analyze_report(path), once per session: the tests only read its analyses."""
+    return tuple(analysis.analyze_report(path))
+
+
 def _by_function(analyses, path):
     df = ncu.load_report(path)
     names = dict(zip(df["kernel_index"], df["kernel_function"]))
@@ -80,7 +87,7 @@ def _by_function(analyses, path):
 
 @needs_public
 def test_naive_sgemm_is_uncoalesced_or_memory_bound():
-    for a in analysis.analyze_report(NAIVE):
+    for a in analyzed(NAIVE):
         assert a.bottleneck in ("uncoalesced-global", "memory-bound"), [f.to_dict() for f in a.findings]
 
 
@@ -96,7 +103,7 @@ def test_coalesced_sgemm_is_not_uncoalesced():
     assert all(a["derived__memory_l2_theoretical_sectors_global_excessive"].value() == 0 for a in excess)
     assert any(r["rule_id"] == "MemoryCacheAccessPattern" and "Global Load" in r["title"]
                for r in ncu.rule_results(COALESCED))
-    for a in analysis.analyze_report(COALESCED):
+    for a in analyzed(COALESCED):
         assert "uncoalesced-global" not in [f.cls for f in a.findings]
         assert a.findings, "a kernel at 80%+ of a unit's peak must have a finding"
 
@@ -105,7 +112,7 @@ def test_coalesced_sgemm_is_not_uncoalesced():
 def test_single_lane_store_is_not_uncoalesced():
     # dot_prod's thread 0 stores one float per block: Nsight's store-pattern rule reports "4.0 of the 32
     # bytes" used, but one 4-byte store needs one sector and wastes none (no excessive sector).
-    res = {a.kernel.split("(")[0]: a for a in analysis.analyze_report(DOT)}
+    res = {a.kernel.split("(")[0]: a for a in analyzed(DOT)}
     assert any(r["rule_id"] == "MemoryCacheAccessPattern" and r["kernel_index"] == res["dot_prod"].kernel_index
                for r in ncu.rule_results(DOT))
     assert res["dot_prod"].derived["global_excess_sector_share"] == 0
@@ -115,7 +122,7 @@ def test_single_lane_store_is_not_uncoalesced():
 @needs_public
 def test_vector_add_advice_is_for_a_vector_add():
     # a vector add at DRAM speed: memory-bound on DRAM, and nothing about attention, K/V tiles or rungs
-    (a,) = analysis.analyze_report(VEC_ADD)
+    (a,) = analyzed(VEC_ADD)
     assert a.bottleneck == "memory-bound" and "DRAM" in a.findings[0].title
     for f in a.findings:
         assert not RUNG_WORDS.search(f.advice), f.advice
@@ -179,7 +186,7 @@ def test_terminal_view_names_bottleneck_and_next_step():
 def test_planted_bottleneck_found(section_set, kernel, planted):
     path = PLANTED[section_set]
     _need(path)
-    found = _by_function(analysis.analyze_report(path), path)
+    found = _by_function(analyzed(path), path)
     if kernel not in found:
         pytest.skip(f"{kernel} is newer than the {section_set} report")
     a = found[kernel]
@@ -190,7 +197,7 @@ def test_planted_bottleneck_found(section_set, kernel, planted):
 def test_planted_evidence_is_quantified():
     path = PLANTED["detailed"]
     _need(path)
-    res = _by_function(analysis.analyze_report(path), path)
+    res = _by_function(analyzed(path), path)
     # 32 lanes on one bank: ~32-way (the init stores are conflict-free, pulling the mean a little down)
     bank = next(f for f in res["planted_bank_conflicts"].findings if f.cls == "bank-conflicts")
     assert res["planted_bank_conflicts"].derived["stalls"], "stall reasons from PC sampling"
@@ -220,7 +227,7 @@ def test_broadcast_loads_are_not_uncoalesced():
     # all 32 lanes read one address: 4 of a sector's 32 bytes used, no sector wasted
     path = PLANTED["detailed"]
     _need(path)
-    a = _by_function(analysis.analyze_report(path), path)["planted_broadcast"]
+    a = _by_function(analyzed(path), path)["planted_broadcast"]
     row = ncu.load_report(path).iloc[a.kernel_index]
     # one sector per warp-wide request, 32 active lanes: 4 distinct bytes of each 32-byte sector are used
     assert row["memory_l2_theoretical_sectors_global"] / row["memory_l1_tag_requests_global"] == pytest.approx(1, abs=0.02)
@@ -233,7 +240,7 @@ def test_local_memory_heavy_kernel_ranks_local_first():
     # most load/store traffic is a run-time-indexed per-thread array; a strided global read is a minor part
     path = PLANTED["detailed"]
     _need(path)
-    a = _by_function(analysis.analyze_report(path), path)["planted_local_heavy"]
+    a = _by_function(analyzed(path), path)["planted_local_heavy"]
     assert a.derived["local_share"] > 0.5 and a.derived["global_excess_sector_share"] > 0.5
     assert a.bottleneck == "local-memory"
     classes = [f.cls for f in a.findings]
@@ -249,7 +256,7 @@ def test_findings_cite_the_planted_lines():
     # each cause points at the line that plants it, read back from the source ncu imported into the report
     path = PLANTED["detailed"]
     _need(path)
-    res = _by_function(analysis.analyze_report(path), path)
+    res = _by_function(analyzed(path), path)
     src = source_lines.source_texts(path)
     assert any(f.endswith("planted.cu") for f in src), "--import-source yes put the code in the report"
     expect = {"planted_uncoalesced": ("uncoalesced-global", "row[j]"),
@@ -283,7 +290,7 @@ def test_severity_follows_the_gain_it_is_ranked_by():
     for path in (PLANTED["detailed"], SDPA):
         if not path.exists():
             continue
-        for a in analysis.analyze_report(path):
+        for a in analyzed(path):
             gains = [f.rank for f in a.findings]
             assert gains == sorted(gains, reverse=True)
             for f in a.findings:
@@ -379,7 +386,7 @@ def test_store_tables_round_trip(tmp_path):
 
     path = PLANTED["detailed"]
     _need(path)
-    analyses = analysis.analyze_report(path)
+    analyses = analyzed(path)
     ff = analysis.findings_frame(analyses)
     assert len(ff) == sum(len(a.findings) for a in analyses)
     mf = analysis.metrics_frame(path)
@@ -514,7 +521,7 @@ def test_six_kernel_full_set_report_is_analyzed_whole():
     path = Path(__file__).resolve().parent / "fixtures" / "ncu" / "v5-full.ncu-rep.xz"
     if not path.exists():
         pytest.skip("v5-full.ncu-rep.xz not recorded")
-    analyses = analysis.analyze_report(path)
+    analyses = analyzed(path)
     assert len(analyses) == 6
     assert len({a.duration_ns for a in analyses}) > 1  # six real launches, not one row repeated
     for a in analyses:
@@ -529,6 +536,6 @@ def test_kernels_that_are_not_rungs_hear_no_attention_advice():
     paths = [p for p in (PLANTED["detailed"], VEC_ADD, NAIVE, COALESCED, DOT, SDPA) if p.exists()]
     assert paths
     for path in paths:
-        for a in analysis.analyze_report(path):
+        for a in analyzed(path):
             for f in a.findings:
                 assert not RUNG_WORDS.search(f.advice) and "two matrix products" not in f.advice, (a.kernel, f.advice)

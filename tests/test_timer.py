@@ -76,9 +76,9 @@ def test_outside_stream_verdict():
 
 
 def test_refusal_is_a_failed_check_with_a_row_reason():
-    r = TimingRefused(WRONG_OUTPUT, "set 1 is wrong", what="v9")
+    r = TimingRefused(WRONG_OUTPUT, "set 1 is wrong", what="mine1")
     assert isinstance(r, CheckFailed) and r.exit_code == 1
-    assert "v9" in str(r) and "wrong-output" in str(r)
+    assert "mine1" in str(r) and "wrong-output" in str(r)
     assert r.row_reason().startswith("refused by the timer (wrong-output)")
     assert set(timed.STATUSES) == {OUTSIDE_STREAM, WRONG_OUTPUT, IMPOSSIBLE, NOT_CAPTURABLE}
 

@@ -175,9 +175,9 @@ def check(tmp: Path) -> None:
     _run([lab, "init", "ws"], user, env, "lab init ws")
     ws = user / "ws"
     source = ids[-1]   # the top of the built-in ladder, copied forward as a user starts a rung of their own
-    _run([lab, "new", "v9", "--from", source], ws, env, f"lab new v9 --from {source}")
-    if not list((ws / "kernels").glob("v9_*")):
-        raise Failed("lab new wrote no kernels/v9_* in the workspace")
+    _run([lab, "new", "mine1", "--from", source], ws, env, f"lab new mine1 --from {source}")
+    if not list((ws / "kernels").glob("mine1_*")):
+        raise Failed("lab new wrote no kernels/mine1_* in the workspace")
     if shutil.which("nvcc"):
         # compiled against the installed common.cuh: a copy of the first (lightest) CUDA rung, as the
         # top one's compile takes minutes and tests/test_build.py compiles every rung already

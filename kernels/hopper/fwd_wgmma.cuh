@@ -3,8 +3,13 @@
 // later Hopper rung reuses it instead of forking it: v6 launches it as it always did; v8_wgmma_bwd
 // launches it with WRITE_LSE, its epilogue then also storing the row log-sum-exp the backward needs
 // (common.cuh's backward contract). WRITE_LSE = false compiles to v6's kernel exactly.
+// The tile scheduler (hopper/tile_scheduler.cuh) is a template argument: OneTilePerCta, v6's grid
+// and v6's machine code; Persistent, v9's: each CTA loops over tiles, the K/V ring's stage and
+// phase carried across them, Q freed by the consumers (mbarrier q_empty) once their last S = Q K^T
+// of a tile is done, so the producer loads the next tile's Q and K/V under the epilogue.
 #pragma once
 
+#include "tile_scheduler.cuh"
 #include "tma_pipeline.cuh"
 #include "wgmma.cuh"
 
@@ -36,6 +41,15 @@ struct Config {
   static constexpr int kMinBlocks = kConsumers == 1 ? 2 : 1;
   static constexpr int kProducerRegs = kConsumers == 3 ? 32 : 24;
   static constexpr int kConsumerRegs = kConsumers == 1 ? 232 : kConsumers == 2 ? 240 : 160;
+  // A persistent CTA's producer carries the tile walk (round, ring position, tile, its key-tile
+  // count) across its loop: at 24 registers ptxas spilled it (nvcc 13.0: 8-60 bytes per kernel).
+  // setmaxnreg only moves registers inside the CTA's launch allocation (kLaunchRegs per thread):
+  // 32 + 224 (one consumer), 40 + 2 x 232 (two), 32 + 3 x 160 (three, as v6).
+  static constexpr int kLaunchRegs = (65536 / kMinBlocks / kThreads) & ~7;
+  static constexpr int kPersistentProducerRegs = kConsumers == 2 ? 40 : 32;
+  static constexpr int kPersistentConsumerRegs = kConsumers == 1 ? 224 : kConsumers == 2 ? 232 : 160;
+  static_assert(kPersistentProducerRegs + kConsumers * kPersistentConsumerRegs <= kLaunchRegs * (1 + kConsumers),
+                "setmaxnreg: the warpgroups' registers exceed the CTA's launch allocation (the increase would wait forever)");
   static constexpr int kHeadGroup = 32;  // causal longest-first order walks heads in groups (as v5)
   static_assert(D == 64 || D == 128, "head_dim 64 or 128");
   static_assert(BN == 64 || BN == 128, "key tile of 64 or 128");
@@ -44,7 +58,7 @@ struct Config {
 };
 
 
-template <class C, typename T, bool CAUSAL, bool WRITE_LSE>
+template <class C, typename T, bool CAUSAL, bool WRITE_LSE, class Sched = lab_hopper_sched::OneTilePerCta>
 __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
 fwd_kernel(const __grid_constant__ CUtensorMap tm_q,  // [B*H, nq, D] in boxes of [BM rows, 64 cols]
            const __grid_constant__ CUtensorMap tm_k,  // [B*H, nk, D] in boxes of [BN rows, 64 cols]
@@ -54,29 +68,61 @@ fwd_kernel(const __grid_constant__ CUtensorMap tm_q,  // [B*H, nq, D] in boxes o
            float* __restrict__ lse) {  // [B*H, nq] natural-log row log-sum-exp (WRITE_LSE only)
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   constexpr int D = C::D, BN = C::BN, BM = C::BM, S = C::kStages;
+  constexpr bool kPersistent = Sched::kPersistent;
   extern __shared__ uint8_t smem_raw[];
-  // Barriers: [0] Q landed; per stage s: K full, K empty, V full, V empty.
-  __shared__ __align__(8) uint64_t bars[1 + 4 * S];
+  // Barriers: [0] Q landed; per stage s: K full, K empty, V full, V empty; persistent: [1 + 4S] Q
+  // free again (every consumer thread done with the tile's last S = Q K^T).
+  __shared__ __align__(8) uint64_t bars[1 + 4 * S + (kPersistent ? 1 : 0)];
 
   const int tid = threadIdx.x;
-  int m_block, bh_index;
-  if constexpr (CAUSAL) {
-    // Longest-processing-time first within groups of heads (as v5): every head's heaviest query
-    // block, then the next heaviest, ... so the tail of the grid is short blocks.
-    const int m_blocks = lab_cdiv(nq, BM);
-    const int group = blockIdx.x / (m_blocks * C::kHeadGroup);
-    const int within = blockIdx.x - group * m_blocks * C::kHeadGroup;
-    const int heads = min(C::kHeadGroup, bh_total - group * C::kHeadGroup);
-    const int rank = within / heads;
-    m_block = m_blocks - 1 - rank;
-    bh_index = group * C::kHeadGroup + (within - rank * heads);
+  // The tile list (hopper/tile_scheduler.cuh): causal longest-processing-time first (as v5: every
+  // head's heaviest query block, then the next heaviest, ... so the tail of the grid is short
+  // blocks; one CTA per tile in groups of 32 heads, persistent over all heads); non-causal query
+  // block fastest.
+  const int m_blocks_total = lab_cdiv(nq, BM);
+  const int tiles_total = m_blocks_total * bh_total;  // the launcher keeps it below 2^31
+  auto tile_at = [&](unsigned index) {  // persistent only
+    return lab_hopper_sched::persistent_order(index, m_blocks_total, bh_total, CAUSAL);
+  };
+  (void)tiles_total;
+  // The current tile: its first query row, its batch*head, its key tiles (the keys any row of
+  // the block sees). A persistent CTA moves them on with next_tile().
+  int m0, bh_index;
+  if constexpr (kPersistent) {
+    const lab_hopper_sched::Tile t = tile_at(Sched::index(0, tiles_total));  // the launcher: grid <= tiles
+    m0 = t.m_block * BM;
+    bh_index = t.bh;
   } else {
-    m_block = blockIdx.x;
-    bh_index = blockIdx.y;
+    // v6's own statements, kept verbatim: the same order through lab_hopper_sched::causal_lpt
+    // compiles to a different instruction schedule (and v6's machine code must not move).
+    int m_block;
+    if constexpr (CAUSAL) {
+      const int m_blocks = lab_cdiv(nq, BM);
+      const int group = blockIdx.x / (m_blocks * C::kHeadGroup);
+      const int within = blockIdx.x - group * m_blocks * C::kHeadGroup;
+      const int heads = min(C::kHeadGroup, bh_total - group * C::kHeadGroup);
+      const int rank = within / heads;
+      m_block = m_blocks - 1 - rank;
+      bh_index = group * C::kHeadGroup + (within - rank * heads);
+    } else {
+      m_block = blockIdx.x;
+      bh_index = blockIdx.y;
+    }
+    m0 = m_block * BM;
   }
-  const int m0 = m_block * BM;
-  const int n_end = CAUSAL ? min(nk, min(nq, m0 + BM)) : nk;  // keys any row of this block sees
-  const int n_tiles = lab_cdiv(n_end, BN);
+  auto tile_key_tiles = [&]() { return lab_cdiv(CAUSAL ? min(nk, min(nq, m0 + BM)) : nk, BN); };
+  int n_tiles = tile_key_tiles();
+  // Persistent: the next round's tile, or false when this CTA has none left.
+  auto next_tile = [&](int round) {
+    const int next = Sched::index(round, tiles_total);
+    if (next < 0) return false;
+    const lab_hopper_sched::Tile t = tile_at(next);
+    m0 = t.m_block * BM;
+    bh_index = t.bh;
+    n_tiles = tile_key_tiles();
+    return true;
+  };
+  (void)next_tile;
 
   // The 128-byte swizzle repeats every 1024 bytes: tiles start on a 1024-byte boundary.
   const uint32_t s_base = (lab_smem_addr(smem_raw) + 1023u) & ~1023u;
@@ -88,6 +134,7 @@ fwd_kernel(const __grid_constant__ CUtensorMap tm_q,  // [B*H, nq, D] in boxes o
   auto k_empty = [&](int s) { return lab_smem_addr(&bars[1 + S + s]); };
   auto v_full = [&](int s) { return lab_smem_addr(&bars[1 + 2 * S + s]); };
   auto v_empty = [&](int s) { return lab_smem_addr(&bars[1 + 3 * S + s]); };
+  auto q_empty = [&]() { return lab_smem_addr(&bars[kPersistent ? 1 + 4 * S : 0]); };
   constexpr int kConsumerThreads = 128 * C::kConsumers;
 
   if (tid == 0) {
@@ -98,6 +145,7 @@ fwd_kernel(const __grid_constant__ CUtensorMap tm_q,  // [B*H, nq, D] in boxes o
       lab_mbar_init(k_empty(s), kConsumerThreads);
       lab_mbar_init(v_empty(s), kConsumerThreads);
     }
+    if constexpr (kPersistent) lab_mbar_init(q_empty(), kConsumerThreads);
     lab_fence_mbar_init();
   }
   __syncthreads();
@@ -105,49 +153,55 @@ fwd_kernel(const __grid_constant__ CUtensorMap tm_q,  // [B*H, nq, D] in boxes o
   const int warpgroup = tid / 128;
   if (warpgroup == 0) {
     // ---------------- producer: one thread issues every TMA copy ----------------
-    lab_setmaxnreg_dec<C::kProducerRegs>();
+    lab_setmaxnreg_dec<kPersistent ? C::kPersistentProducerRegs : C::kProducerRegs>();
     if (tid == 0) {
       lab_tma_prefetch_map(&tm_q);
       lab_tma_prefetch_map(&tm_k);
       lab_tma_prefetch_map(&tm_v);
-      lab_mbar_arrive_expect_tx(bar_q, C::kQBytes);
+      // it0: the K/V ring's running tile count at this tile's start (0 for one tile per CTA).
+      for (int round = 0, it0 = 0;;) {
+        // The consumers still read Q until the previous tile's last S = Q K^T is done.
+        if constexpr (kPersistent) lab_mbar_wait(q_empty(), (round & 1) ^ 1);
+        lab_mbar_arrive_expect_tx(bar_q, C::kQBytes);
 #pragma unroll
-      for (int h = 0; h < C::kHalves; ++h) lab_tma_load_3d(s_q + h * BM * 128, &tm_q, bar_q, h * 64, m0, bh_index);
-      for (int j = 0; j < n_tiles; ++j) {
-        const int s = j % S;
-        const uint32_t parity = ((j / S) & 1) ^ 1;  // first pass: the fresh slot counts as free
-        lab_mbar_wait(k_empty(s), parity);
-        lab_mbar_arrive_expect_tx(k_full(s), C::kKVBytes);
+        for (int h = 0; h < C::kHalves; ++h) lab_tma_load_3d(s_q + h * BM * 128, &tm_q, bar_q, h * 64, m0, bh_index);
+        for (int j = 0; j < n_tiles; ++j) {
+          const int s = (it0 + j) % S;
+          const uint32_t parity = (((it0 + j) / S) & 1) ^ 1;  // first pass: the fresh slot counts as free
+          lab_mbar_wait(k_empty(s), parity);
+          lab_mbar_arrive_expect_tx(k_full(s), C::kKVBytes);
 #pragma unroll
-        for (int h = 0; h < C::kHalves; ++h)
-          lab_tma_load_3d(s_k(s) + h * BN * 128, &tm_k, k_full(s), h * 64, j * BN, bh_index);
-        lab_mbar_wait(v_empty(s), parity);
-        lab_mbar_arrive_expect_tx(v_full(s), C::kKVBytes);
+          for (int h = 0; h < C::kHalves; ++h)
+            lab_tma_load_3d(s_k(s) + h * BN * 128, &tm_k, k_full(s), h * 64, j * BN, bh_index);
+          lab_mbar_wait(v_empty(s), parity);
+          lab_mbar_arrive_expect_tx(v_full(s), C::kKVBytes);
 #pragma unroll
-        for (int h = 0; h < C::kHalves; ++h)
-          lab_tma_load_3d(s_v(s) + h * BN * 128, &tm_v, v_full(s), h * 64, j * BN, bh_index);
+          for (int h = 0; h < C::kHalves; ++h)
+            lab_tma_load_3d(s_v(s) + h * BN * 128, &tm_v, v_full(s), h * 64, j * BN, bh_index);
+        }
+        if constexpr (!kPersistent) {
+          break;
+        } else {
+          it0 += n_tiles;
+          if (!next_tile(++round)) break;
+        }
       }
     }
     return;
   }
 
   // ---------------- consumers: S = Q K^T, online softmax, O += P V ----------------
-  lab_setmaxnreg_inc<C::kConsumerRegs>();
+  lab_setmaxnreg_inc<kPersistent ? C::kPersistentConsumerRegs : C::kConsumerRegs>();
   const int cw = warpgroup - 1;          // consumer warpgroup: query rows m0 + 64 cw ..
   const int ctid = tid - 128;            // 0 .. kConsumerThreads-1
   const int lane = tid & 31, warp_in_wg = (tid / 32) & 3;
-  const int wg_row0 = m0 + cw * 64;
-  const int row_g = wg_row0 + warp_in_wg * 16 + (lane >> 2);  // this thread's rows: row_g, row_g + 8
+  int wg_row0, row_g;  // this warpgroup's first row and this thread's rows (row_g, row_g + 8): per tile
   (void)ctid;
 
   float o_acc[D / 2];   // m64nD accumulator: D/8 column blocks x 4
   float s_acc[BN / 2];  // m64nBN accumulator
   uint32_t p_frag[BN / 16][4];
-  float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.f, 0.f};
-#pragma unroll
-  for (int i = 0; i < D / 2; ++i) o_acc[i] = 0.f;
-#pragma unroll
-  for (int i = 0; i < BN / 2; ++i) s_acc[i] = 0.f;
+  float row_max[2], row_sum[2];
 
   // Descriptors. Q and K are K-major (D contiguous), in 64-column swizzle atoms of [rows x 128 B];
   // 8-row groups 1024 bytes apart (stride byte offset); a k16 step inside an atom is +32 bytes.
@@ -240,83 +294,103 @@ fwd_kernel(const __grid_constant__ CUtensorMap tm_q,  // [B*H, nq, D] in boxes o
   auto turn_pass = [&]() {
     if constexpr (C::kPingPong) lab_named_arrive(kBarIssue + (cw ^ 1), kConsumerThreads);
   };
-  if constexpr (C::kPingPong) {
-    if (cw == 1) lab_named_arrive(kBarIssue + 0, kConsumerThreads);  // warpgroup 0 goes first
-  }
-
-  lab_mbar_wait(bar_q, 0);
-  // Tile 0: S_0, its softmax, P_0.
-  lab_mbar_wait(k_full(0), 0);
-  turn_wait();
-  issue_s(0);
-  turn_pass();
-  lab_wgmma_wait<0>();
-  lab_fence_regs(s_acc);
-  lab_mbar_arrive(k_empty(0));
-  {
-    float alpha[2];
-    softmax(0, alpha);  // O is zero: nothing to rescale
-    pack_p();
-  }
-
-  // Steady state, iteration j: S_j = Q K_j^T and O += P_{j-1} V_{j-1} are both issued, then the
-  // softmax of S_j runs while P_{j-1} V_{j-1} is still on the tensor cores; O is rescaled and P_j
-  // packed only after that product has finished reading P's registers and writing O's.
-  for (int j = 1; j < n_tiles; ++j) {
-    const int sk = j % S, sv = (j - 1) % S;
-    lab_mbar_wait(k_full(sk), (j / S) & 1);
-    lab_mbar_wait(v_full(sv), ((j - 1) / S) & 1);
-    turn_wait();
-    issue_s(sk);
-    issue_pv(sv);
-    turn_pass();
-    lab_wgmma_wait<1>();  // S_j done (groups complete in order); P V may still run
-    lab_fence_regs(s_acc);
-    lab_mbar_arrive(k_empty(sk));
-    float alpha[2];
-    softmax(j, alpha);
-    lab_wgmma_wait<0>();
-    lab_fence_regs(o_acc);
-    lab_fence_regs(p_frag);
-    lab_mbar_arrive(v_empty(sv));
-    rescale_o(alpha);
-    pack_p();
-  }
-  {
-    const int sv = (n_tiles - 1) % S;
-    lab_mbar_wait(v_full(sv), ((n_tiles - 1) / S) & 1);
-    turn_wait();
-    issue_pv(sv);
-    turn_pass();
-    lab_wgmma_wait<0>();
-    lab_fence_regs(o_acc);
-    lab_fence_regs(p_frag);
-  }
-  if constexpr (C::kPingPong) {
-    // Balance the turn barrier: the last pass went to the other warpgroup, which will not wait
-    // for it again; warpgroup 1 consumes warpgroup 0's last pass, warpgroup 0 got one extra at start.
-    if (cw == 0) lab_named_sync(kBarIssue + 0, kConsumerThreads);
-  }
-
-  // Epilogue: O / l, straight from the accumulator to global memory (a quad writes 16 contiguous
-  // bytes of a row; rows past nq are not written).
+  // One pass per tile (once for one tile per CTA); it0: the K/V ring's running tile count.
+  for (int round = 0, it0 = 0;;) {
+    wg_row0 = m0 + cw * 64;
+    row_g = wg_row0 + warp_in_wg * 16 + (lane >> 2);
+    row_max[0] = row_max[1] = -INFINITY;
+    row_sum[0] = row_sum[1] = 0.f;
 #pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    float l = row_sum[h];
-    l += __shfl_xor_sync(0xffffffffu, l, 1);
-    l += __shfl_xor_sync(0xffffffffu, l, 2);
-    const float inv = 1.f / l;
-    const int row = row_g + h * 8;
-    // The backward's statistic (common.cuh's backward contract): log sum_j exp(scale q.k_j) =
-    // (m + log2 l) ln 2, m the running max in log2 units that every exponent above subtracted.
-    if constexpr (WRITE_LSE) {
-      if ((lane & 3) == 0 && row < nq) lse[(size_t)bh_index * nq + row] = (row_max[h] + __log2f(l)) * 0.6931471805599453f;
+    for (int i = 0; i < D / 2; ++i) o_acc[i] = 0.f;
+#pragma unroll
+    for (int i = 0; i < BN / 2; ++i) s_acc[i] = 0.f;
+
+    if constexpr (C::kPingPong) {
+      if (cw == 1) lab_named_arrive(kBarIssue + 0, kConsumerThreads);  // warpgroup 0 goes first
     }
-    if (row < nq) {
-      T* dst = o + ((size_t)bh_index * nq + row) * D + (lane & 3) * 2;
+
+    lab_mbar_wait(bar_q, round & 1);
+    // Tile 0: S_0, its softmax, P_0.
+    lab_mbar_wait(k_full(it0 % S), (it0 / S) & 1);
+    turn_wait();
+    issue_s(it0 % S);
+    turn_pass();
+    lab_wgmma_wait<0>();
+    lab_fence_regs(s_acc);
+    lab_mbar_arrive(k_empty(it0 % S));
+    {
+      float alpha[2];
+      softmax(0, alpha);  // O is zero: nothing to rescale
+      pack_p();
+    }
+
+    // Steady state, iteration j: S_j = Q K_j^T and O += P_{j-1} V_{j-1} are both issued, then the
+    // softmax of S_j runs while P_{j-1} V_{j-1} is still on the tensor cores; O is rescaled and P_j
+    // packed only after that product has finished reading P's registers and writing O's.
+    for (int j = 1; j < n_tiles; ++j) {
+      const int sk = (it0 + j) % S, sv = (it0 + j - 1) % S;
+      lab_mbar_wait(k_full(sk), ((it0 + j) / S) & 1);
+      lab_mbar_wait(v_full(sv), ((it0 + j - 1) / S) & 1);
+      turn_wait();
+      issue_s(sk);
+      issue_pv(sv);
+      turn_pass();
+      lab_wgmma_wait<1>();  // S_j done (groups complete in order); P V may still run
+      lab_fence_regs(s_acc);
+      lab_mbar_arrive(k_empty(sk));
+      float alpha[2];
+      softmax(j, alpha);
+      lab_wgmma_wait<0>();
+      lab_fence_regs(o_acc);
+      lab_fence_regs(p_frag);
+      lab_mbar_arrive(v_empty(sv));
+      rescale_o(alpha);
+      pack_p();
+    }
+    // Every S = Q K^T of this tile is done: the producer may load the next tile's Q.
+    if constexpr (kPersistent) lab_mbar_arrive(q_empty());
+    {
+      const int sv = (it0 + n_tiles - 1) % S;
+      lab_mbar_wait(v_full(sv), ((it0 + n_tiles - 1) / S) & 1);
+      turn_wait();
+      issue_pv(sv);
+      turn_pass();
+      lab_wgmma_wait<0>();
+      lab_fence_regs(o_acc);
+      lab_fence_regs(p_frag);
+    }
+    if constexpr (C::kPingPong) {
+      // Balance the turn barrier: the last pass went to the other warpgroup, which will not wait
+      // for it again; warpgroup 1 consumes warpgroup 0's last pass, warpgroup 0 got one extra at start.
+      if (cw == 0) lab_named_sync(kBarIssue + 0, kConsumerThreads);
+    }
+
+    // Epilogue: O / l, straight from the accumulator to global memory (a quad writes 16 contiguous
+    // bytes of a row; rows past nq are not written).
 #pragma unroll
-      for (int i = 0; i < D / 8; ++i)
-        *reinterpret_cast<uint32_t*>(dst + i * 8) = lab_pack2<T>(o_acc[i * 4 + 2 * h] * inv, o_acc[i * 4 + 2 * h + 1] * inv);
+    for (int h = 0; h < 2; ++h) {
+      float l = row_sum[h];
+      l += __shfl_xor_sync(0xffffffffu, l, 1);
+      l += __shfl_xor_sync(0xffffffffu, l, 2);
+      const float inv = 1.f / l;
+      const int row = row_g + h * 8;
+      // The backward's statistic (common.cuh's backward contract): log sum_j exp(scale q.k_j) =
+      // (m + log2 l) ln 2, m the running max in log2 units that every exponent above subtracted.
+      if constexpr (WRITE_LSE) {
+        if ((lane & 3) == 0 && row < nq) lse[(size_t)bh_index * nq + row] = (row_max[h] + __log2f(l)) * 0.6931471805599453f;
+      }
+      if (row < nq) {
+        T* dst = o + ((size_t)bh_index * nq + row) * D + (lane & 3) * 2;
+#pragma unroll
+        for (int i = 0; i < D / 8; ++i)
+          *reinterpret_cast<uint32_t*>(dst + i * 8) = lab_pack2<T>(o_acc[i * 4 + 2 * h] * inv, o_acc[i * 4 + 2 * h + 1] * inv);
+      }
+    }
+    if constexpr (!kPersistent) {
+      break;
+    } else {
+      it0 += n_tiles;
+      if (!next_tile(++round)) break;
     }
   }
 #else
@@ -326,9 +400,9 @@ fwd_kernel(const __grid_constant__ CUtensorMap tm_q,  // [B*H, nq, D] in boxes o
 }
 
 // The launch: tensor maps (TMA descriptors) for Q, K, V, then the kernel on `stream`.
-template <class C, typename T, bool CAUSAL, bool WRITE_LSE = false>
+template <class C, typename T, bool CAUSAL, bool WRITE_LSE = false, class Sched = lab_hopper_sched::OneTilePerCta>
 const char* launch_one(const LabAttentionArgs* a, cudaStream_t stream) {
-  auto kernel = fwd_kernel<C, T, CAUSAL, WRITE_LSE>;
+  auto kernel = fwd_kernel<C, T, CAUSAL, WRITE_LSE, Sched>;
   static const cudaError_t attr = lab_set_smem(kernel, C::kSmemBytes);  // once per instantiation
   if (attr != cudaSuccess) return cudaGetErrorString(attr);
   const int bh = a->batch * a->heads;
@@ -338,7 +412,14 @@ const char* launch_one(const LabAttentionArgs* a, cudaStream_t stream) {
     return "cuTensorMapEncodeTiled refused a tensor map (q, k, v must be contiguous and 16-byte aligned)";
   const int m_blocks = lab_cdiv(a->seqlen_q, C::BM);
   dim3 grid(m_blocks, bh);
-  if (CAUSAL) {
+  if constexpr (Sched::kPersistent) {
+    // A flat grid of the CTAs the GPU holds at once, each looping over the tile list.
+    if ((long long)m_blocks * bh > 0x7fffffffLL) return "too many query blocks for one launch";
+    static int ctas_by_device[64] = {};  // once per instantiation and device
+    const int ctas = lab_hopper_sched::persistent_ctas(kernel, C::kThreads, C::kSmemBytes, m_blocks * bh, ctas_by_device);
+    if (ctas <= 0) return "the persistent kernel fits no CTA on an SM of this GPU (occupancy 0)";
+    grid = dim3(ctas);
+  } else if (CAUSAL) {
     if ((long long)m_blocks * bh > 0x7fffffffLL) return "too many query blocks for one launch";
     grid = dim3(m_blocks * bh);
   } else if (bh > 65535) {
@@ -350,11 +431,11 @@ const char* launch_one(const LabAttentionArgs* a, cudaStream_t stream) {
   return lab_last_launch_error();
 }
 
-template <class C, bool CAUSAL, bool WRITE_LSE = false>
+template <class C, bool CAUSAL, bool WRITE_LSE = false, class Sched = lab_hopper_sched::OneTilePerCta>
 const char* launch(const LabAttentionArgs* a, cudaStream_t stream) {
   switch (a->dtype) {
-    case LAB_FLOAT16: return launch_one<C, __half, CAUSAL, WRITE_LSE>(a, stream);
-    case LAB_BFLOAT16: return launch_one<C, __nv_bfloat16, CAUSAL, WRITE_LSE>(a, stream);
+    case LAB_FLOAT16: return launch_one<C, __half, CAUSAL, WRITE_LSE, Sched>(a, stream);
+    case LAB_BFLOAT16: return launch_one<C, __nv_bfloat16, CAUSAL, WRITE_LSE, Sched>(a, stream);
     default: return "float16 and bfloat16 only (a wgmma rung); use --dtype float16";
   }
 }

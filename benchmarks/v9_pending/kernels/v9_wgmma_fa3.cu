@@ -1,0 +1,145 @@
+// v9_wgmma_fa3: the Hopper forward beyond cuDNN (issue 28), FlashAttention-3's schedule built step
+// by step from the Hopper headers by role (hopper/tma_pipeline.cuh, wgmma.cuh, fwd_wgmma.cuh,
+// tile_scheduler.cuh); fp16 and bf16 in, fp32 accumulate, sm_90a only. Writes the row
+// log-sum-exp when args->lse is given (the statistic v8's backward reads; fwd_wgmma.cuh's WRITE_LSE).
+//
+// What changed since v6: step 1, a persistent tile scheduler (hopper/tile_scheduler.cuh,
+//   lab_hopper_sched::Persistent). v6 launches one CTA per tile (B*H*ceil(N/BM) CTAs: 8,192 at
+//   N=512 D=64 on the FlashAttention grid) and each pays its own prologue (barrier init,
+//   setmaxnreg, tensor-map prefetch, the Q load's full latency before its first S = Q K^T) and
+//   epilogue. v9 launches as many CTAs as the GPU holds at once (132 SMs x 2 at D=64, x 1 at
+//   D=128, from the occupancy calculator) and each walks the tile list (causal: longest first,
+//   v6's order) with a static stride that reverses direction every other round. The K/V ring's
+//   stage and phase run on across tiles; the consumers free Q (mbarrier q_empty) as soon as their
+//   last S = Q K^T of a tile is done, so the producer loads the next tile's Q and first K/V tiles
+//   while the consumers still run the tile's last P V and its epilogue. The main loop (warp
+//   specialisation, softmax under P V, the tiles and their configurations) is v6's, unchanged.
+// Bottleneck it attacks: the short-sequence and causal cells where v6 trails cuDNN (H100,
+//   2026-11-26, fa-grid, events: N=512 causal 0.70x at D=64 and D=128, N=1024 causal 0.80x; v6
+//   >= cuDNN in 4 of 24 fp16 cells). There a CTA has 1-8 key tiles, so the fixed per-CTA cost is a
+//   large share of its time; the H200 table of v6 (benchmarks/RESULTS.md) shows the same shape of
+//   loss: 0.78-0.86x cuDNN at N=1024, 0.97-1.02x from N=8192. v6's stored profile
+//   (profiles/examples/20261123-200956-v6-B8-H16-N1024-D64-float16) is one such short-sequence
+//   launch.
+// Predicted gain (written before measuring, 2026-11-26): against v6 in the same sweep, D=128 (one
+//   CTA per SM in v6, so nothing hides its prologue and epilogue): 1.10-1.25x on causal N <= 1024,
+//   1.03-1.10x on non-causal N <= 1024 and causal N = 2048; D=64 (v6 already runs two CTAs per SM,
+//   each hiding the other's prologue): 1.03-1.12x on causal N <= 1024, 1.00-1.05x non-causal
+//   N <= 1024; 0.98-1.03x (no change) from N = 4096, where a tile has 32+ key tiles. So N=512 causal
+//   about 0.80-0.90x cuDNN instead of 0.70x on an H100. Not the whole gap: each consumer's epilogue
+//   still stalls its own next main loop (O stored from registers; FA3's TMA store and the
+//   inter-warpgroup ping-pong are later steps).
+// Measured: not yet. Written 2026-11-26 without a GPU run (the session's device time was spent
+//   before its turn came): compiled here only (nvcc 13.0, sm_90a: 40 kernels with the tuning
+//   candidates, 0 bytes spilled; the persistent walk checked on the CPU by
+//   tests/test_tile_scheduler.py). The checks and the sweep to run: benchmarks/v9_notes.md.
+// Profile it: lab profile --variant v9 --dtype float16 --shape 32,16,512,128 --causal
+//
+// Steps still to come (issue 28; benchmarks/v9_notes.md): inter-warpgroup ping-pong (named barriers
+// so one consumer warpgroup's softmax runs under the other's products), O stored by TMA from shared
+// memory so the consumers start the next tile at once, smaller query tiles for short sequences,
+// GQA, and the choices through `lab tune --variant v9`.
+#include "common.cuh"
+#include "hopper/fwd_wgmma.cuh"
+
+namespace v9 {
+
+template <int D_, int BN_, int STAGES_, bool PINGPONG_ = false, int CONSUMERS_ = 2>
+using Config = lab_hopper_fwd::Config<D_, BN_, STAGES_, PINGPONG_, CONSUMERS_>;
+using lab_hopper_sched::OneTilePerCta;
+using lab_hopper_sched::Persistent;
+// v6's configurations (benchmarks/v6_notes.md run 5), now persistent:
+//                       D   BN  stages ping-pong consumer warpgroups
+using Default64 = Config<64, 128, 2, false, 1>;     // BM = 64, two CTAs per SM
+using Long64 = Config<64, 128, 2, false, 3>;        // BM = 192: non-causal, seqlen_k >= kLongKeys
+using Default128 = Config<128, 128, 2, false, 2>;   // BM = 128, one CTA per SM
+constexpr int kLongKeys = 8192;
+
+// The LSE only when asked (a second instantiation: the default forward stores nothing more).
+template <class C, bool CAUSAL, class Sched = Persistent>
+const char* launch(const LabAttentionArgs* a, cudaStream_t stream) {
+  return a->lse != nullptr ? lab_hopper_fwd::launch<C, CAUSAL, true, Sched>(a, stream)
+                           : lab_hopper_fwd::launch<C, CAUSAL, false, Sched>(a, stream);
+}
+
+#ifdef LAB_TUNING
+// Candidates for `lab tune --variant v9`: each configuration with the persistent scheduler and with
+// v6's one CTA per tile, so the scheduler's own effect is timed interleaved on any problem.
+template <class C, class Sched>
+const char* launch_any(const LabAttentionArgs* a, cudaStream_t stream) {
+  return a->causal ? launch<C, true, Sched>(a, stream) : launch<C, false, Sched>(a, stream);
+}
+template <class C, class Sched>
+const char* launch_non_causal(const LabAttentionArgs* a, cudaStream_t stream) {
+  return a->causal ? "candidate is for non-causal problems only" : launch<C, false, Sched>(a, stream);
+}
+static const LabTuneCandidate kCandidates64[] = {
+    {"C1 BN128 S2 persistent", launch_any<Default64, Persistent>},
+    {"C1 BN128 S2 one-tile-per-CTA", launch_any<Default64, OneTilePerCta>},
+    {"C3 BN128 S2 persistent (non-causal)", launch_non_causal<Long64, Persistent>},
+    {"C3 BN128 S2 one-tile-per-CTA (non-causal)", launch_non_causal<Long64, OneTilePerCta>},
+};
+static const LabTuneCandidate kCandidates128[] = {
+    {"C2 BN128 S2 persistent", launch_any<Default128, Persistent>},
+    {"C2 BN128 S2 one-tile-per-CTA", launch_any<Default128, OneTilePerCta>},
+};
+static LabTuneList candidates(int head_dim) {
+  switch (head_dim) {
+    case 64: return lab_tune_list(kCandidates64);
+    case 128: return lab_tune_list(kCandidates128);
+    default: return {nullptr, 0};
+  }
+}
+#endif
+
+}  // namespace v9
+
+static const char* refuse(const LabAttentionArgs* args) {
+  if (args->head_dim != 64 && args->head_dim != 128) return "v9 supports head_dim 64 and 128";
+  if (args->seqlen_q < 1 || args->seqlen_k < 1) return "v9 needs seqlen_q >= 1 and seqlen_k >= 1";
+  // The row max is taken on raw scores and scaled afterwards, which needs a positive scale.
+  if (!(args->softmax_scale > 0.f)) return "v9 needs softmax_scale > 0";
+  const void* ptrs[4] = {args->q, args->k, args->v, args->o};
+  for (const void* p : ptrs)
+    if (reinterpret_cast<uintptr_t>(p) % 16 != 0) return "v9 needs q, k, v and o 16-byte aligned (TMA)";
+  if (lab_hopper_refusal() != nullptr) return "v9 needs a Hopper GPU (compute capability 9.0, sm_90a: wgmma + TMA); this GPU is not one";
+  if (!lab_tma_encode_tiled()) return "v9: the driver has no cuTensorMapEncodeTiled (needs CUDA 12+ driver)";
+  return nullptr;
+}
+
+LAB_EXPORT const char* lab_forward_v9(const LabAttentionArgs* args, cudaStream_t stream) {
+  if (const char* why = refuse(args)) return why;
+  if (args->head_dim == 64) {
+    if (args->causal) return v9::launch<v9::Default64, true>(args, stream);
+    return args->seqlen_k >= v9::kLongKeys ? v9::launch<v9::Long64, false>(args, stream)
+                                           : v9::launch<v9::Default64, false>(args, stream);
+  }
+  return args->causal ? v9::launch<v9::Default128, true>(args, stream) : v9::launch<v9::Default128, false>(args, stream);
+}
+
+#ifdef LAB_TUNING
+LAB_EXPORT const char* lab_forward_v9_configs(int head_dim, LabDtype dtype) {
+  return dtype == LAB_FLOAT32 ? "" : lab_tune_labels(v9::candidates(head_dim));
+}
+LAB_EXPORT const char* lab_forward_v9_config(const LabAttentionArgs* args, cudaStream_t stream, int config) {
+  if (const char* why = refuse(args)) return why;
+  return lab_tune_launch(v9::candidates(args->head_dim), args, stream, config);
+}
+#endif
+
+// The rung's facts for the lab (lab/ladder/registry.py reads them; the header above is its record).
+// Kept at the end of the file so that line numbers in stored profiles stay valid.
+// Not in the built-in ladder yet: this file sits in the workspace benchmarks/v9_pending/ until v9
+// is checked on a Hopper GPU and measured (benchmarks/v9_notes.md); then it moves to kernels/.
+// lab:rung
+// id = "v9"
+// slug = "wgmma_fa3"
+// title = "Hopper forward, FlashAttention-3's schedule: v6's wgmma + TMA pipeline on a persistent, longest-first tile scheduler (sm_90a)"
+// dtypes = ["float16", "bfloat16"]
+// head_dims = [64, 128]
+// min_cc = "9.0"             # wgmma, TMA, setmaxnreg: Hopper only
+// arch_flags = ["-gencode=arch=compute_90a,code=sm_90a"]
+// attacks = ["latency-bound"]  # per-CTA prologue/epilogue and the grid's tail at short sequences
+// grid = "flat"              # persistent: SMs x CTAs per SM, each looping over the tile list
+// aligned16 = true           # TMA: the launcher refuses q, k, v, o not 16-byte aligned
+// lab:end

@@ -412,3 +412,51 @@ def test_the_page_read_ahead_is_the_page_rendered_cold(tmp_path, monkeypatch):
     runs._READ.clear()
     sourceview._highlighted.cache_clear()
     assert pages.render_run_page(older).read_text() == page
+
+
+def test_the_measuring_childs_answers(monkeypatch):
+    """lab.measure.isolated.serve, the child's loop, on stand-ins for the GPU's acts: a python rung is
+    loaded, never looked up as a compiled build; a cuda rung without a build says so; the timer's
+    refusal, a failed check and bad input each come back as what they are; the child keeps serving."""
+    from types import SimpleNamespace
+
+    from lab import environment
+    from lab.errors import CheckFailed, LabError
+    from lab.ladder import build
+    from lab.measure import checked, isolated
+    from lab.measure.timed import TimingRefused
+
+    def no_lookup(*a, **k):
+        raise AssertionError("a python rung has no compiled build to look up")
+
+    for name, fn in {"require_gpu": lambda *a, **k: None, "require_compute_capability": lambda *a, **k: None,
+                     "device_info": lambda *a: dict(DEVICE), "software_info": lambda *a: dict(SOFTWARE)}.items():
+        monkeypatch.setattr(environment, name, fn)
+    monkeypatch.setattr(build, "is_built", no_lookup)
+    monkeypatch.setattr(build, "load_cached", lambda v: "the module")
+    outcomes = iter([bench.summarize([2.0] * 30, 5, True), TimingRefused("impossible", "test-made: below the floor"),
+                     CheckFailed("test-made: wrong"), LabError("test-made: bad", hint="a hint")])
+
+    def time_rung(variant, module, *a, **k):
+        assert module == "the module"
+        got = next(outcomes)
+        if isinstance(got, Exception):
+            raise got
+        return got
+
+    monkeypatch.setattr(checked, "time_rung", time_rung)
+    replies: list = []
+    rung = SimpleNamespace(kind="python", id="py")
+    lines = [json.dumps({"do": "bench", "reps": 30, "warmup": 5})] * 4 + [json.dumps({"do": "nonsense"})]
+    assert isolated.serve(rung, parse_shape("1,2,64,64"), "fwd", lines, replies.append) == 0
+    ok, refused, failed, bad, unknown = replies
+    assert ok["timing"]["median"] == 2.0 and ok["device"] == DEVICE and ok["software"] == SOFTWARE
+    assert refused["refused"] == {"status": "impossible", "reason": "test-made: below the floor", "what": None}
+    assert failed == {"check_failed": "test-made: wrong"}
+    assert bad == {"error": "test-made: bad", "hint": "a hint"}
+    assert "unknown request" in unknown["error"]
+    replies.clear()
+    monkeypatch.setattr(build, "is_built", lambda v: False)
+    isolated.serve(SimpleNamespace(kind="cuda", id="cu"), parse_shape("1,2,64,64"), "fwd",
+                   [json.dumps({"do": "check", "shapes": 2})], replies.append)
+    assert replies == [{"error": "cu has no cached build here", "not_built": True}]

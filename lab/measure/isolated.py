@@ -341,24 +341,25 @@ class MeasuringChild:
 
 
 def _serve(a) -> int:
-    """The measuring child's loop (see MeasuringChild). Replies go to a private copy of stdout: what
+    """The measuring child's process (see MeasuringChild). Replies go to a private copy of stdout: what
     else writes to fd 1 (a rung's printf, a library's print) goes to stderr and cannot garble them."""
     replies = os.fdopen(os.dup(1), "w", buffering=1)
     os.dup2(2, 1)
     sys.stdout = sys.stderr
-
-    def reply(obj: dict) -> None:
-        replies.write(json.dumps(obj) + "\n")
-
     import torch  # noqa: F401  (seconds: now, while the parent works and ncu profiles; no CUDA call until asked)
 
-    from lab.environment import device_info, require_compute_capability, require_gpu, software_info
+    return serve(registry.get(a.variant), Problem.from_label(a.problem), a.mode, sys.stdin,
+                 lambda obj: replies.write(json.dumps(obj) + "\n"))
+
+
+def serve(variant, problem: Problem, mode: str, requests, reply) -> int:
+    """Answer each request line (JSON) with one reply (a dict handed to `reply`), until the lines end."""
+    from lab import environment
     from lab.measure import baselines, checked
     from lab.measure.timed import TimingRefused
 
-    variant, problem = registry.get(a.variant), Problem.from_label(a.problem)
     module = None
-    for line in sys.stdin:
+    for line in requests:
         try:
             request = json.loads(line)
         except ValueError:
@@ -368,25 +369,24 @@ def _serve(a) -> int:
             reply({"error": f"unknown request {request.get('do')!r}"})
             continue
         try:
-            require_gpu("profile")
-            require_compute_capability(variant)
+            environment.require_gpu("profile")
+            environment.require_compute_capability(variant)
             if module is None and request["do"] in ("check", "bench"):
-                if not build.is_built(variant):
+                if variant.kind == "cuda" and not build.is_built(variant):   # a python rung compiles nothing
                     reply({"error": f"{variant.id} has no cached build here", "not_built": True})
                     continue
                 module = build.load_cached(variant)
             if request["do"] == "check":
                 result = check_variant(variant, problem=problem, extra_shapes=request["shapes"], module=module,
-                                       mode=a.mode).to_dict()
-                torch.cuda.empty_cache()   # the float64 references' memory, before anything is timed
+                                       mode=mode).to_dict()
+                _release_cached_memory()   # the float64 references' memory, before anything is timed
                 reply({"result": result})
             elif request["do"] == "bench":
-                timing = checked.time_rung(variant, module, problem, request["reps"], request["warmup"], mode=a.mode)
-                reply({"timing": timing.to_dict(), "device": device_info(),
-                       "software": software_info({}),
-                       "seconds": time.perf_counter() - t0})
-            elif request["do"] == "baselines":
-                rows = baselines.run_baselines(problem, request["reps"], request["warmup"], mode=a.mode)
+                timing = checked.time_rung(variant, module, problem, request["reps"], request["warmup"], mode=mode)
+                reply({"timing": timing.to_dict(), "device": environment.device_info(),
+                       "software": environment.software_info({}), "seconds": time.perf_counter() - t0})
+            else:
+                rows = baselines.run_baselines(problem, request["reps"], request["warmup"], mode=mode)
                 reply({"rows": [b.to_dict() for b in rows], "seconds": time.perf_counter() - t0})
         except TimingRefused as e:
             reply({"refused": e.to_dict()})
@@ -395,6 +395,13 @@ def _serve(a) -> int:
         except CheckFailed as e:
             reply({"check_failed": str(e)})
     return 0
+
+
+def _release_cached_memory() -> None:
+    import torch
+
+    if torch.cuda.is_initialized():
+        torch.cuda.empty_cache()
 
 
 def _emit(msg: dict) -> None:

@@ -119,7 +119,7 @@ def test_a_damaged_run_does_not_block_the_others(tmp_path):
     (bad_table / "metrics.parquet").write_bytes(b"not parquet")
 
     out = tmp_path / "o"
-    r = lab("report", "--out", str(out), store=store, in_process=False)
+    r = lab("report", "--out", str(out), store=store)
     assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr
     warnings = [ln for ln in r.stderr.splitlines() if ln.startswith("warning: damaged run")]
     assert len(warnings) == 3
@@ -156,7 +156,7 @@ def test_a_damaged_sweep_does_not_block_the_runs_or_the_other_sweeps(tmp_path):
     bad.mkdir()
     (bad / "sweep.json").write_text('{"schema_version": ')
     out = tmp_path / "o"
-    r = lab("report", "--out", str(out), store=store, in_process=False)
+    r = lab("report", "--out", str(out), store=store)
     assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr
     assert any(bad.name in ln and "cannot read sweep.json" in ln for ln in r.stderr.splitlines()
                if ln.startswith("warning: damaged sweep left out"))

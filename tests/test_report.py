@@ -405,13 +405,22 @@ def test_lab_report_and_compare_need_no_torch(tmp_path):
     root = tmp_path / "store"
     make_run(root, R1, median=30.0, run_id="a", created="2026-01-01T00:00:00+00:00")
     make_run(root, R2, median=12.0, run_id="b", created="2026-01-02T00:00:00+00:00")
-    code = ("import sys; sys.modules['torch'] = None\n"
+    # one child runs both commands (the interpreter's start and the lab's imports paid once), each as
+    # `lab` would: its exit code is the one click's main gives
+    code = ("import json, sys; sys.modules['torch'] = None\n"
             "from lab.cli import main\n"
-            "main(sys.argv[1:])")
+            "for args in json.loads(sys.argv[1]):\n"
+            "    try:\n"
+            "        main(args)\n"
+            "    except SystemExit as e:\n"
+            "        if e.code:\n"
+            "            sys.exit(f'lab {args[0]}: exit {e.code}')\n")
     env = {**os.environ, "LAB_PROFILES": str(root)}
-    for args in (["report", "--out", str(tmp_path / "o")], ["compare", "a", "b", "--out", str(tmp_path / "o")]):
-        r = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, env=env, timeout=120)
-        assert r.returncode == 0, r.stderr
+    commands = [["report", "--out", str(tmp_path / "o")], ["compare", "a", "b", "--out", str(tmp_path / "o")]]
+    r = subprocess.run([sys.executable, "-c", code, json.dumps(commands)], capture_output=True, text=True, env=env,
+                       timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert (tmp_path / "o" / "index.html").is_file() and list((tmp_path / "o").glob("compare-*.html"))
 
 
 def test_render_run_page_as_lab_profile_calls_it(tmp_path):

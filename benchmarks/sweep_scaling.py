@@ -18,6 +18,11 @@ where its time went (the sweep manifest's workers). Exit 1 when a target is miss
 
 Run the counts in separate calls where one call may not take them all (`--counts 1` then
 `--counts 2,4 --reuse-one`, the same --out: the one-GPU sweep is read back from DIR/gpus-1).
+
+`--again` runs the one-GPU sweep a second time (DIR/gpus-1-again) and holds it against the first by
+the same rule, printed as the row "1 again": the disagreement one GPU has with itself from one run to
+the next, the reference against which the multi-GPU rows' disagreement is read (on two H100s, short
+calls' rows differed between the one- and two-GPU tables beyond 3%: RESULTS.md).
 """
 
 from __future__ import annotations
@@ -40,6 +45,7 @@ from lab.store import sweeps as store  # noqa: E402
 TARGET_SWEEP = ["--variant", "v6,v7", "--preset", "fa-grid", "--mode", "fwd,bwd,fwd+bwd", "--dtype", "float16,bfloat16",
                 "--baselines", "sdpa-cudnn,sdpa-flash"]
 TARGETS = {2: 1.8, 4: 3.4}
+AGAIN = "1-again"   # the one-GPU sweep's second run (--again): its store is OUT/gpus-1-again
 
 
 def _run(argv: list[str], env: dict, log: Path) -> tuple[float, int]:
@@ -54,6 +60,8 @@ def main() -> int:
     ap.add_argument("--counts", default="1,2,4", help="GPU counts, comma-separated (1 is the reference)")
     ap.add_argument("--out", required=True, type=Path, help="a folder: one store per count, logs, the JSON")
     ap.add_argument("--reuse-one", action="store_true", help="read the one-GPU sweep already in OUT/gpus-1")
+    ap.add_argument("--again", action="store_true",
+                    help="run the one-GPU sweep twice: its run-to-run disagreement, the reference row '1 again'")
     ap.add_argument("--threshold", type=float, default=store.PRACTICAL_THRESHOLD_PCT)
     ap.add_argument("--json", type=Path, default=None)
     ap.add_argument("--lab", default=f"{sys.executable} -m lab.cli",
@@ -73,17 +81,18 @@ def main() -> int:
         if rc:
             sys.exit(f"lab build --variant {variants} failed (exit {rc}); see {a.out / 'build.log'}")
         results["build_s"] = round(build_s, 1)
-    for n in counts:
+    runs = counts + ([AGAIN] if a.again else [])
+    for n in runs:
         where = a.out / f"gpus-{n}"
-        if n == 1 and a.reuse_one and where.is_dir():
+        if n in (1, AGAIN) and a.reuse_one and store.list_sweeps(where):
             continue
-        gpus = [] if n == 1 else ["--gpus", ",".join(map(str, range(n)))]
+        gpus = [] if n in (1, AGAIN) else ["--gpus", ",".join(map(str, range(n)))]
         seconds, rc = _run([*lab, "sweep", *options, *gpus, "--name", f"scale-{n}", "--profiles", str(where)], env,
                            a.out / f"sweep-{n}.log")
         results["counts"][n] = {"wall_s": round(seconds, 1), "exit": rc}
         (a.out / f"wall-{n}.json").write_text(json.dumps(results["counts"][n]))
     sweeps = {}
-    for n in counts:
+    for n in runs:
         found = store.list_sweeps(a.out / f"gpus-{n}")
         if not found:
             sys.exit(f"no sweep in {a.out / f'gpus-{n}'}; see {a.out / f'sweep-{n}.log'}")
@@ -103,9 +112,9 @@ def main() -> int:
              "| GPUs | wall s | speed-up | cells | rows changed (> CI95 and "
              f"{a.threshold:g}%) | beyond CI95 within {a.threshold:g}% | median time ratio vs 1 GPU | GPU-to-GPU middle 90% |",
              "| --- | --- | --- | --- | --- | --- | --- | --- |"]
-    for n in counts:
+    for n in runs:
         e = results["counts"][n]
-        speedup = one / e["wall_s"] if one and e.get("wall_s") else None
+        speedup = one / e["wall_s"] if one and e.get("wall_s") and n != AGAIN else None
         e["speedup"] = round(speedup, 2) if speedup else None
         if n in TARGETS and (speedup is None or speedup < TARGETS[n]):
             failed = True
@@ -117,11 +126,12 @@ def main() -> int:
             changed, within = len(c["differing"]), len(c["beyond_ci95_within_threshold"])
             ratio = f"{c['median_ratio_b_over_a']:.3f}"
             spread = ", ".join(f"{g['p5_ratio']:.3f}-{g['p95_ratio']:.3f}" for g in c["gpu_spread"]) or "-"
-            failed |= bool(changed)
-        lines.append(f"| {n} | {e.get('wall_s')} | {f'{speedup:.2f}x' if speedup else '-'} | {e.get('cells')} | {changed} "
+            failed |= bool(changed) and n != AGAIN   # the reference row judges nothing: it is the noise itself
+        label = "1 again" if n == AGAIN else n
+        lines.append(f"| {label} | {e.get('wall_s')} | {f'{speedup:.2f}x' if speedup else '-'} | {e.get('cells')} | {changed} "
                      f"| {within} | {ratio} | {spread} |")
     lines.append("")
-    for n in counts:
+    for n in runs:
         for w in results["counts"][n].get("workers") or []:
             t = ", ".join(f"{k} {v:.1f}" for k, v in (w.get("times_s") or {}).items() if isinstance(v, (int, float)))
             lines.append(f"- {n} GPUs, worker {w['part']} ({w['gpu_uuid']}): {w['cells']} cells in {len(w['units'])} "

@@ -58,13 +58,16 @@ def test_shared_gates_check_once_and_take_over_from_a_dead_claimer(tmp_path):
 def test_the_scaling_benchmark_holds_n_gpus_against_one(tmp_path):
     env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     r = subprocess.run([sys.executable, "benchmarks/sweep_scaling.py", "--lab", f"{sys.executable} -m tests.sweep_fakes",
-                        "--counts", "1,2", "--out", str(tmp_path), "--", "--shape", "1,2,{64,128},64", "--baselines",
+                        "--counts", "1,2", "--again", "--out", str(tmp_path), "--", "--shape", "1,2,{64,128},64", "--baselines",
                         "sdpa-flash", "--timing", "events"], cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
     assert "| 2 |" in r.stdout and "| 1 |" in r.stdout, r.stdout + r.stderr
     result = json.loads((tmp_path / "result.json").read_text())
     two = result["counts"]["2"]
     assert two["compare"]["changed"] == 0 and two["compare"]["rows_compared"] == 2 and two["cells"] == 2
     assert two["wall_s"] > 0 and len(two["workers"]) == 2
+    # --again: the one-GPU sweep run twice, its own disagreement printed as a reference row, judging nothing
+    again = result["counts"]["1-again"]
+    assert "| 1 again |" in r.stdout and again["compare"]["rows_compared"] == 2 and again["speedup"] is None
     # the fake's two "GPUs" share this machine's cores: the 1.8x target is missed, and said so (exit 1)
     assert (r.returncode == 1) == (two["speedup"] < 1.8)
 

@@ -1,11 +1,11 @@
 """The Hopper forward's tile schedulers (kernels/hopper/tile_scheduler.cuh), walked on the CPU.
 
 A host program compiled by nvcc from the header itself (no GPU) walks every CTA of a persistent grid
-through its rounds exactly as hopper/fwd_wgmma.cuh's producer and consumers do, for the
+through its steps exactly as hopper/fwd_wgmma.cuh's producer and consumers do, for the
 FlashAttention grid's problems and ragged ones: every tile (query block x batch*head) must be
-computed exactly once, whatever the grid (1 CTA, fewer CTAs than tiles, more), causal or not. And the balance the header claims for the
-reversing stride over a longest-first list: no CTA's work (its key tiles) above the mean by more
-than one longest tile (list scheduling's bound), where the plain stride's grows with the rounds.
+computed exactly once, whatever the grid (1 CTA, fewer CTAs than units, more), causal or not. And
+the balance the header claims for its units of equal work (causal: a head's query blocks m-1-p and
+p together): no CTA's work (its key tiles) above the mean by more than one unit.
 Skips without nvcc.
 """
 
@@ -26,42 +26,51 @@ DRIVER = textwrap.dedent(r"""
     #include <vector>
     using namespace lab_hopper_sched;
 
-    // A CTA's walk as fwd_wgmma.cuh's: round 0 at index_of(0), then until index_of(round) < 0.
-    // Work of a tile: its key tiles (the kernel's tile_key_tiles()).
+    // Every CTA's walk as fwd_wgmma.cuh's next_tile(): steps from 0 until kWalkDone, kWalkSkip
+    // steps taken without a tile. Work of a tile: its key tiles (the kernel's tile_key_tiles()).
+    // order = 1: the persistent walk; order = 0: a plain stride over one longest-first list of all
+    // heads (causal_lpt with one group), for comparison.
     int main(int argc, char** argv) {
       const int nq = atoi(argv[1]), nk = atoi(argv[2]), bm = atoi(argv[3]), bn = atoi(argv[4]);
-      const int bh = atoi(argv[5]), grid_asked = atoi(argv[6]), causal = atoi(argv[7]);
-      const int snake = atoi(argv[8]);
+      const int bh = atoi(argv[5]), grid_asked = atoi(argv[6]), causal = atoi(argv[7]), order = atoi(argv[8]);
       const int m_blocks = (nq + bm - 1) / bm, total = m_blocks * bh;
-      const int grid = grid_asked < total ? grid_asked : total;  // the launcher's clamp
+      const int units = order ? persistent_units_per_head(m_blocks, causal) * bh : total;
+      const int grid = grid_asked < units ? grid_asked : units;  // the launcher's clamp
       std::vector<int> seen(total, 0);
-      long long max_work = 0, sum_work = 0, longest = 0;
+      long long max_work = 0, sum_work = 0, longest_unit = 0;
       for (int b = 0; b < grid; ++b) {
-        long long work = 0;
-        for (int round = 0;; ++round) {
-          // snake = 0: the plain stride round * grid + b, for comparison.
-          const int i = snake ? Persistent::index_of(round, total, grid, b)
-                              : (round * grid + b < total ? round * grid + b : -1);
-          if (i < 0) break;
-          const Tile t = persistent_order(i, m_blocks, bh, causal);
-          if (t.m_block < 0 || t.m_block >= m_blocks || t.bh < 0 || t.bh >= bh) { printf("out of range %d\n", i); return 1; }
+        long long work = 0, unit_work = 0;
+        for (int step = 0;; ++step) {
+          Tile t;
+          if (order) {
+            t = Persistent::step_tile(step, m_blocks, bh, causal, grid, b);
+          } else {
+            const int i = step * grid + b;
+            t = i < total ? causal_lpt(i, m_blocks, bh, bh) : Tile{kWalkDone, 0};
+          }
+          if (!order || !causal || (step & 1) == 0) unit_work = 0;  // a new unit starts
+          if (t.m_block == kWalkDone) break;
+          if (t.m_block == kWalkSkip) continue;
+          if (t.m_block < 0 || t.m_block >= m_blocks || t.bh < 0 || t.bh >= bh) { printf("out of range\n"); return 1; }
           ++seen[t.bh * m_blocks + t.m_block];
           const int m0 = t.m_block * bm;
           const int rows_end = nq < m0 + bm ? nq : m0 + bm;
           const int keys = causal ? (nk < rows_end ? nk : rows_end) : nk;
           const int w = (keys + bn - 1) / bn;
           work += w;
-          longest = w > longest ? w : longest;
+          unit_work += w;
+          longest_unit = unit_work > longest_unit ? unit_work : longest_unit;
         }
         max_work = work > max_work ? work : max_work;
         sum_work += work;
       }
       int missing = 0, twice = 0;
       for (int s : seen) { missing += s == 0; twice += s > 1; }
-      printf("%d %d %lld %lld %lld %d\n", missing, twice, max_work, sum_work, longest, grid);
+      printf("%d %d %lld %lld %lld %d\n", missing, twice, max_work, sum_work, longest_unit, grid);
       return 0;
     }
 """)
+
 
 # (nq, nk, BM, BN, batch*heads, grid, causal): the fa-grid's weakest cells on an H100's
 # persistent grid (264 CTAs at D=64, 132 at D=128), ragged and odd ones, tiny and oversized grids.
@@ -98,24 +107,32 @@ def walker(tmp_path_factory):
     return exe
 
 
-def _walk(exe, case, snake=1):
-    out = subprocess.run([str(exe), *map(str, case), str(snake)], capture_output=True, text=True, timeout=60)
+def _walk(exe, case, order=1):
+    out = subprocess.run([str(exe), *map(str, case), str(order)], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stdout + out.stderr
-    return tuple(map(int, out.stdout.split()))  # missing, twice, max work, total work, longest tile, grid
+    return tuple(map(int, out.stdout.split()))  # missing, twice, max work, total work, longest unit, grid
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: "nq{}-nk{}-BM{}-BN{}-bh{}-grid{}-{}".format(
     *c[:6], "causal" if c[6] else "full"))
 def test_every_tile_is_computed_exactly_once_and_the_ctas_are_balanced(walker, case):
-    missing, twice, max_work, sum_work, longest, grid = _walk(walker, case)
+    missing, twice, max_work, sum_work, longest_unit, grid = _walk(walker, case)
     assert (missing, twice) == (0, 0)
-    assert max_work <= sum_work / grid + longest, (max_work, sum_work / grid, longest)
+    assert max_work <= sum_work / grid + longest_unit, (max_work, sum_work / grid, longest_unit)
 
 
-def test_the_reversing_stride_beats_the_plain_one_on_a_long_causal_list(walker):
-    # N = 16384 causal at D = 64: 8,192 tiles of 1..128 key tiles over 264 CTAs, 31 rounds.
-    case = CASES[4]
-    _, _, snake_max, total, _, _ = _walk(walker, case, snake=1)
-    _, _, plain_max, _, _, _ = _walk(walker, case, snake=0)
-    mean = total / case[5]
-    assert snake_max < plain_max and snake_max - mean < (plain_max - mean) / 4, (snake_max, plain_max, mean)
+def test_a_causal_unit_is_a_head_s_heavy_and_light_block_of_equal_total_work(walker):
+    # N = 512 causal at D = 64 (BM 64, BN 128): blocks of 1, 1, 2, 2, 3, 3, 4, 4 key tiles pair
+    # into units of 5, so 4,096 units over 264 CTAs: 15 or 16 units, 75 or 80 key tiles each.
+    missing, twice, max_work, sum_work, longest_unit, grid = _walk(walker, CASES[0])
+    assert (missing, twice, longest_unit, grid) == (0, 0, 5, 264)
+    assert max_work == 80 and sum_work == 1024 * 20
+
+
+def test_the_walk_is_balanced_where_a_static_stride_over_grouped_ranks_is_not(walker):
+    # N = 512 causal at D = 128: 512 heads; a static stride over one longest-first list balances
+    # work too, but reads each head's K and V once per rank (the header's L2 argument); the
+    # persistent walk must stay as balanced as that list.
+    _, _, walk_max, total, _, grid = _walk(walker, CASES[1], order=1)
+    _, _, list_max, _, _, _ = _walk(walker, CASES[1], order=0)
+    assert walk_max <= list_max and walk_max <= 1.04 * total / grid, (walk_max, list_max, total / grid)

@@ -41,7 +41,7 @@ struct Config {
   static constexpr int kMinBlocks = kConsumers == 1 ? 2 : 1;
   static constexpr int kProducerRegs = kConsumers == 3 ? 32 : 24;
   static constexpr int kConsumerRegs = kConsumers == 1 ? 232 : kConsumers == 2 ? 240 : 160;
-  // A persistent CTA's producer carries the tile walk (round, ring position, tile, its key-tile
+  // A persistent CTA's producer carries the tile walk (step, round, ring position, tile, its key-tile
   // count) across its loop: at 24 registers ptxas spilled it (nvcc 13.0: 8-60 bytes per kernel).
   // setmaxnreg only moves registers inside the CTA's launch allocation (kLaunchRegs per thread):
   // 32 + 224 (one consumer), 40 + 2 x 232 (two), 32 + 3 x 160 (three, as v6).
@@ -75,21 +75,16 @@ fwd_kernel(const __grid_constant__ CUtensorMap tm_q,  // [B*H, nq, D] in boxes o
   __shared__ __align__(8) uint64_t bars[1 + 4 * S + (kPersistent ? 1 : 0)];
 
   const int tid = threadIdx.x;
-  // The tile list (hopper/tile_scheduler.cuh): causal longest-processing-time first (as v5: every
-  // head's heaviest query block, then the next heaviest, ... so the tail of the grid is short
-  // blocks; one CTA per tile in groups of 32 heads, persistent over all heads); non-causal query
-  // block fastest.
+  // Which tiles, in what order (hopper/tile_scheduler.cuh): one CTA per tile, causal longest-
+  // processing-time first in groups of 32 heads (as v5: every head's heaviest query block, then the
+  // next heaviest, ... so the tail of the grid is short blocks), non-causal [query blocks, B*H];
+  // persistent, units of equal work head by head (causal: the pair of query blocks m-1-p and p).
   const int m_blocks_total = lab_cdiv(nq, BM);
-  const int tiles_total = m_blocks_total * bh_total;  // the launcher keeps it below 2^31
-  auto tile_at = [&](unsigned index) {  // persistent only
-    return lab_hopper_sched::persistent_order(index, m_blocks_total, bh_total, CAUSAL);
-  };
-  (void)tiles_total;
   // The current tile: its first query row, its batch*head, its key tiles (the keys any row of
   // the block sees). A persistent CTA moves them on with next_tile().
   int m0, bh_index;
   if constexpr (kPersistent) {
-    const lab_hopper_sched::Tile t = tile_at(Sched::index(0, tiles_total));  // the launcher: grid <= tiles
+    const lab_hopper_sched::Tile t = Sched::step_tile(0, m_blocks_total, bh_total, CAUSAL);  // grid <= units
     m0 = t.m_block * BM;
     bh_index = t.bh;
   } else {
@@ -112,15 +107,19 @@ fwd_kernel(const __grid_constant__ CUtensorMap tm_q,  // [B*H, nq, D] in boxes o
   }
   auto tile_key_tiles = [&]() { return lab_cdiv(CAUSAL ? min(nk, min(nq, m0 + BM)) : nk, BN); };
   int n_tiles = tile_key_tiles();
-  // Persistent: the next round's tile, or false when this CTA has none left.
-  auto next_tile = [&](int round) {
-    const int next = Sched::index(round, tiles_total);
-    if (next < 0) return false;
-    const lab_hopper_sched::Tile t = tile_at(next);
-    m0 = t.m_block * BM;
-    bh_index = t.bh;
-    n_tiles = tile_key_tiles();
-    return true;
+  // Persistent: on to this CTA's next tile (hopper/tile_scheduler.cuh's walk), or false when it
+  // has none left.
+  int step = 0;
+  auto next_tile = [&]() {
+    for (;;) {
+      const lab_hopper_sched::Tile t = Sched::step_tile(++step, m_blocks_total, bh_total, CAUSAL);
+      if (t.m_block == lab_hopper_sched::kWalkDone) return false;
+      if (t.m_block == lab_hopper_sched::kWalkSkip) continue;
+      m0 = t.m_block * BM;
+      bh_index = t.bh;
+      n_tiles = tile_key_tiles();
+      return true;
+    }
   };
   (void)next_tile;
 
@@ -183,7 +182,8 @@ fwd_kernel(const __grid_constant__ CUtensorMap tm_q,  // [B*H, nq, D] in boxes o
           break;
         } else {
           it0 += n_tiles;
-          if (!next_tile(++round)) break;
+          ++round;
+          if (!next_tile()) break;
         }
       }
     }
@@ -390,7 +390,8 @@ fwd_kernel(const __grid_constant__ CUtensorMap tm_q,  // [B*H, nq, D] in boxes o
       break;
     } else {
       it0 += n_tiles;
-      if (!next_tile(++round)) break;
+      ++round;
+      if (!next_tile()) break;
     }
   }
 #else
@@ -416,7 +417,8 @@ const char* launch_one(const LabAttentionArgs* a, cudaStream_t stream) {
     // A flat grid of the CTAs the GPU holds at once, each looping over the tile list.
     if ((long long)m_blocks * bh > 0x7fffffffLL) return "too many query blocks for one launch";
     static int ctas_by_device[64] = {};  // once per instantiation and device
-    const int ctas = lab_hopper_sched::persistent_ctas(kernel, C::kThreads, C::kSmemBytes, m_blocks * bh, ctas_by_device);
+    const int units = lab_hopper_sched::persistent_units_per_head(m_blocks, CAUSAL) * bh;
+    const int ctas = lab_hopper_sched::persistent_ctas(kernel, C::kThreads, C::kSmemBytes, units, ctas_by_device);
     if (ctas <= 0) return "the persistent kernel fits no CTA on an SM of this GPU (occupancy 0)";
     grid = dim3(ctas);
   } else if (CAUSAL) {

@@ -10,17 +10,20 @@
 //     the consumers finish the previous tile (its last P V and its epilogue), and the prologue is
 //     paid once per CTA instead of once per tile.
 //
-// The tile list's order. Causal problems longest-processing-time first, so the short tiles fill
-// the tail: one CTA per tile (v5's, v6's order) within groups of 32 heads for L2 reuse (every
-// head's heaviest query block, then the next heaviest...: the hardware hands the next CTA to
-// whichever SM frees first); persistent over all heads at once, a list that never grows longer,
-// because a static walk over grouped lists puts the same rank under the same CTA every round
-// (tests/test_tile_scheduler.py: at N = 512 causal D = 128, 512 heads in 16 groups over 132 CTAs,
-// the busiest CTA had 1.44x the mean work). Non-causal problems query block fastest (the CTAs of
-// one wave share a head's K and V in L2). The persistent walk reverses direction every other round
-// (CTA b takes tile r*G + b in even rounds, r*G + G-1-b in odd ones, G CTAs), so the CTA that got
-// a round's longest tile gets the next round's shortest: over a non-increasing list no CTA's work
-// exceeds the mean by more than one tile (the plain stride's excess grows with the rounds).
+// The persistent walk's order. A static walk cannot rely on the hardware's first-free-SM hand-out
+// that balances v6's causal grid (tiles of 1..N/BN key tiles, longest first in groups of 32
+// heads); walked statically, grouped lists put the same rank under the same CTA every round
+// (tests/test_tile_scheduler.py: the busiest CTA had 1.44x the mean work at N = 512 causal
+// D = 128, 512 heads, 132 CTAs), and one longest-first list over all heads visits each head's K
+// and V once per rank, far apart in time: at N = 512 causal D = 64 (1,024 heads, 128 MiB of K and
+// V against a 50 MB L2) up to 4.9x the unique bytes from HBM. So the persistent walk hands out
+// units of equal work, head by head: causal, a unit is the pair of query blocks (m-1-p, p) of one
+// head (their key tiles sum to the same count for every p: the heavy one first, then the light
+// one; the middle block of an odd count is a unit alone); non-causal, a unit is one tile, query
+// block fastest. G consecutive units cover G/(units per head) heads, whose K and V stay in L2.
+// CTA b takes unit r*G + b in even rounds and r*G + G-1-b in odd ones (G CTAs): where units are
+// not equal (Nk < Nq, a ragged last block) the CTA that got a round's longest gets the next
+// round's shortest.
 #pragma once
 
 #include "../common.cuh"
@@ -28,13 +31,16 @@
 namespace lab_hopper_sched {
 
 struct Tile {
-  int m_block;  // query block: rows m_block * BM ..
+  int m_block;  // query block: rows m_block * BM .. (or kWalkDone / kWalkSkip below)
   int bh;       // batch * heads index
 };
+// A walk step's m_block when the CTA has no tile left, or none at this step (the unpaired middle
+// block's missing partner).
+constexpr int kWalkDone = -2, kWalkSkip = -1;
 
-// Causal longest-processing-time order: index -> tile, within groups of `head_group` heads. The
-// index is unsigned (blockIdx.x's type: v6's divisions, and cheaper than signed ones).
-// Host and device: tests/test_tile_scheduler.py walks it on the CPU.
+// v6's causal order (one CTA per tile): index -> tile, longest-processing-time first within groups
+// of `head_group` heads. (fwd_wgmma.cuh keeps v6's own statements inline; this is their record,
+// and the CPU walk's.)
 static __host__ __device__ __forceinline__ Tile causal_lpt(unsigned index, int m_blocks, int bh_total, int head_group) {
   const int group = index / (m_blocks * head_group);
   const int within = index - group * m_blocks * head_group;
@@ -44,36 +50,49 @@ static __host__ __device__ __forceinline__ Tile causal_lpt(unsigned index, int m
   return {m_blocks - 1 - rank, group * head_group + (within - rank * heads)};
 }
 
-// The persistent walk's list: index -> tile (the header's order).
-static __host__ __device__ __forceinline__ Tile persistent_order(unsigned index, int m_blocks, int bh_total, bool causal) {
-  if (causal) return causal_lpt(index, m_blocks, bh_total, bh_total);  // one group: all heads
-  return {int(index % unsigned(m_blocks)), int(index / unsigned(m_blocks))};
+// The persistent walk's units (the header's order): causal, ceil(m_blocks / 2) pairs per head.
+static __host__ __device__ __forceinline__ int persistent_units_per_head(int m_blocks, bool causal) {
+  return causal ? (m_blocks + 1) / 2 : m_blocks;
 }
 
 // v6's: one CTA per tile; causal grids are flat (blockIdx.x walks the longest-first list),
 // non-causal ones are [query blocks, batch*heads].
 struct OneTilePerCta {
   static constexpr bool kPersistent = false;
-  // The tile is the CTA's own (blockIdx); there is no later round.
-  static __device__ __forceinline__ int index(int, int) { return -1; }
+  // The tile is the CTA's own (blockIdx); there is no later step.
+  static __device__ __forceinline__ Tile step_tile(int, int, int, bool) { return {kWalkDone, 0}; }
 };
 
-// v9's: a persistent grid walking the list with a reversing static stride (the header above).
+// v9's: a persistent grid walking the units (the header's order). A CTA's walk is a sequence of
+// steps: causal, two per unit (its heavy block, then its light one), else one.
 struct Persistent {
   static constexpr bool kPersistent = true;
-  // This CTA's tile of round `round`, or -1 when it has none (and none later: every index of round
-  // r+1 is above every index of round r).
-  static __host__ __device__ __forceinline__ int index_of(int round, int total, int g, int b) {
+  // The unit of round `round` for CTA b of g, or -1 when there is none (and none later: every unit
+  // of round r+1 is above every unit of round r).
+  static __host__ __device__ __forceinline__ int unit_of(int round, int units, int g, int b) {
     const int i = round * g + ((round & 1) ? g - 1 - b : b);
-    return i < total ? i : -1;
+    return i < units ? i : -1;
   }
-  static __device__ __forceinline__ int index(int round, int total) {
-    return index_of(round, total, gridDim.x, blockIdx.x);
+  // CTA b's tile at walk step `step`: m_block kWalkDone past its last unit, kWalkSkip for the
+  // missing partner of an odd count's middle block.
+  static __host__ __device__ __forceinline__ Tile step_tile(int step, int m_blocks, int bh_total, bool causal, int g,
+                                                            int b) {
+    const int per_head = persistent_units_per_head(m_blocks, causal);
+    const int u = unit_of(causal ? step >> 1 : step, per_head * bh_total, g, b);
+    if (u < 0) return {kWalkDone, 0};
+    const int bh = u / per_head, p = u - bh * per_head;
+    if (!causal) return {p, bh};
+    const int heavy = m_blocks - 1 - p;
+    if ((step & 1) == 0) return {heavy, bh};
+    return {heavy == p ? kWalkSkip : p, bh};
+  }
+  static __device__ __forceinline__ Tile step_tile(int step, int m_blocks, int bh_total, bool causal) {
+    return step_tile(step, m_blocks, bh_total, causal, gridDim.x, blockIdx.x);
   }
 };
 
 // Host: the persistent grid's size, the CTAs of `kernel` the current GPU holds at once (its SM
-// count x the occupancy calculator's CTAs per SM), at most `tiles`. `cache` is the caller's
+// count x the occupancy calculator's CTAs per SM), at most `tiles` (the walk's units). `cache` is the caller's
 // per-instantiation memo (one entry per device ordinal, 0 = not yet asked), so that a launch does
 // not query the driver each time. Returns 0 when the kernel does not fit on an SM at all.
 template <class Kernel>

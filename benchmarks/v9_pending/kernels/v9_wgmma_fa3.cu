@@ -8,8 +8,10 @@
 //   N=512 D=64 on the FlashAttention grid) and each pays its own prologue (barrier init,
 //   setmaxnreg, tensor-map prefetch, the Q load's full latency before its first S = Q K^T) and
 //   epilogue. v9 launches as many CTAs as the GPU holds at once (132 SMs x 2 at D=64, x 1 at
-//   D=128, from the occupancy calculator) and each walks the tile list (causal: longest first,
-//   v6's order) with a static stride that reverses direction every other round. The K/V ring's
+//   D=128, from the occupancy calculator) and each walks units of equal work head by head (causal:
+//   a head's query blocks m-1-p and p, heavy then light; non-causal: one tile) with a static
+//   stride that reverses direction every other round (tile_scheduler.cuh says why not v6's
+//   longest-first order: balance and L2 under a static walk). The K/V ring's
 //   stage and phase run on across tiles; the consumers free Q (mbarrier q_empty) as soon as their
 //   last S = Q K^T of a tile is done, so the producer loads the next tile's Q and first K/V tiles
 //   while the consumers still run the tile's last P V and its epilogue. The main loop (warp
@@ -25,7 +27,10 @@
 //   CTA per SM in v6, so nothing hides its prologue and epilogue): 1.10-1.25x on causal N <= 1024,
 //   1.03-1.10x on non-causal N <= 1024 and causal N = 2048; D=64 (v6 already runs two CTAs per SM,
 //   each hiding the other's prologue): 1.03-1.12x on causal N <= 1024, 1.00-1.05x non-causal
-//   N <= 1024; 0.98-1.03x (no change) from N = 4096, where a tile has 32+ key tiles. So N=512 causal
+//   N <= 1024; 0.97-1.03x (no change) from N = 4096, where a tile has 32+ key tiles (and where the
+//   static walk's last round is partly empty on the fa-grid, 4,096 units over 264 CTAs at D=64,
+//   1,024 over 132 at D=128, while v6's hardware hand-out ends on its shortest tiles: up to 3% to
+//   lose there). So N=512 causal
 //   about 0.80-0.90x cuDNN instead of 0.70x on an H100. Not the whole gap: each consumer's epilogue
 //   still stalls its own next main loop (O stored from registers; FA3's TMA store and the
 //   inter-warpgroup ping-pong are later steps).

@@ -89,12 +89,14 @@ def build_wheel(tmp: Path) -> Path:
         tar.extractall(tmp / "sdist", **({"filter": "data"} if hasattr(tarfile, "data_filter") else {}))
     unpacked = next((tmp / "sdist").iterdir())
     print(f"ok   sdist built: {sdists[0].name}", flush=True)
-    res = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--no-index",
-                          "-w", str(dist), str(unpacked)], capture_output=True, text=True, timeout=600)
+    # the build backend's own hook, as `python -m build` calls it (pip wheel would add pip's start and a child)
+    res = subprocess.run([sys.executable, "-c", "import sys; from setuptools import build_meta as b; "
+                          "print(b.build_wheel(sys.argv[1]))", str(dist)],
+                         cwd=unpacked, capture_output=True, text=True, timeout=600)
     wheels = sorted(dist.glob("flash_lab-*.whl"))
     if res.returncode != 0 or not wheels:
-        raise CannotRun("cannot build a wheel offline here (pip wheel --no-build-isolation needs setuptools "
-                        f">= 68 installed): {(res.stderr or res.stdout).strip()[-600:]}")
+        raise CannotRun("cannot build a wheel offline here (setuptools >= 68 installed): "
+                        f"{(res.stderr or res.stdout).strip()[-600:]}")
     print(f"ok   wheel built from the sdist: {wheels[0].name}", flush=True)
     return wheels[0]
 

@@ -5,6 +5,7 @@ tests/sweep_fakes.py (deterministic rows); the real measurer's GPU test is tests
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 
@@ -264,11 +265,30 @@ def test_shards_merge_into_the_unsharded_table(tmp_path):
     assert merged.manifest["status"] == "complete" and a.equals(b)
 
 
-def test_compare_sweeps_by_ci95_overlap(tmp_path):
-    base = ["sweep", "--shape", "1,2,{64,128},64", "--baselines", "sdpa-flash"]
-    assert lab(*base, root=tmp_path).returncode == 0
-    assert lab(*base, "--gpus", "0,1", root=tmp_path).returncode == 0
-    a, b = store.list_sweeps(tmp_path)
+@pytest.fixture(scope="module")
+def one_and_two_gpus(tmp_path_factory) -> tuple:
+    """One plan swept on one "GPU" and on two (both take units: each cell slowed, each worker held at its
+    first cell until both are there), in one store, run once for the module: (store, id on one, id on two).
+    The compare tests read copies."""
+    root = tmp_path_factory.mktemp("one-and-two-gpus")
+    base = ["sweep", "--shape", "1,2,{64,128,256,512},64", "--baselines", "sdpa-flash", "--timing", "events"]
+    assert lab(*base, root=root).returncode == 0                       # on GPU-fake-0
+    r = lab(*base, "--gpus", "0,1", env={"LAB_TEST_SLOW": "*:0.2", "LAB_TEST_BARRIER": f"{root / '.barrier'}:2"},
+            root=root)
+    assert r.returncode == 0, r.stderr
+    a, b = store.list_sweeps(root)
+    return root, a.id, b.id
+
+
+def _copies(one_and_two_gpus, tmp_path):
+    root, a, b = one_and_two_gpus
+    for sweep_id in (a, b):
+        shutil.copytree(root / sweep_id, tmp_path / sweep_id)
+    return store.find_sweep(a, tmp_path), store.find_sweep(b, tmp_path)
+
+
+def test_compare_sweeps_by_ci95_overlap(one_and_two_gpus, tmp_path):
+    a, b = _copies(one_and_two_gpus, tmp_path)
     r = lab("sweep", "compare", a.id, b.id, root=tmp_path)
     assert r.returncode == 0 and "0 differ" in r.stdout, r.stdout + r.stderr
     rows = b.rows()
@@ -303,12 +323,8 @@ def test_compare_counts_a_change_only_beyond_ci95_and_the_practical_threshold(tm
     assert r.returncode == 2 and "--threshold must be >= 0" in r.stderr and "Traceback" not in r.stderr
 
 
-def test_compare_reports_the_gpu_to_gpu_spread(tmp_path):
-    base = ["sweep", "--shape", "1,2,{64,128,256,512},64", "--baselines", "sdpa-flash", "--timing", "events"]
-    assert lab(*base, root=tmp_path).returncode == 0                       # on GPU-fake-0
-    assert lab(*base, "--gpus", "0,1", env={"LAB_TEST_SLOW": "*:0.2", "LAB_TEST_BARRIER": f"{tmp_path / 'barrier'}:2"},
-               root=tmp_path).returncode == 0
-    a, b = store.list_sweeps(tmp_path)
+def test_compare_reports_the_gpu_to_gpu_spread(one_and_two_gpus, tmp_path):
+    a, b = _copies(one_and_two_gpus, tmp_path)
     on = {r["label"]: r["gpu_uuid"] for r in b.rows()}
     assert set(on.values()) == {"GPU-fake-0", "GPU-fake-1"}
     import json

@@ -35,7 +35,7 @@
 //   still stalls its own next main loop (O stored from registers; FA3's TMA store and the
 //   inter-warpgroup ping-pong are later steps).
 // Measured: not yet. Written 2026-11-26 without a GPU run (the session's device time was spent
-//   before its turn came): compiled here only (nvcc 13.0, sm_90a: 40 kernels with the tuning
+//   before its turn came): compiled here only (nvcc 13.0, sm_90a: 56 kernels with the tuning
 //   candidates, 0 bytes spilled; the persistent walk checked on the CPU by
 //   tests/test_tile_scheduler.py). The checks and the sweep to run: benchmarks/v9_notes.md.
 // Profile it: lab profile --variant v9 --dtype float16 --shape 32,16,512,128 --causal
@@ -69,7 +69,9 @@ const char* launch(const LabAttentionArgs* a, cudaStream_t stream) {
 
 #ifdef LAB_TUNING
 // Candidates for `lab tune --variant v9`: each configuration with the persistent scheduler and with
-// v6's one CTA per tile, so the scheduler's own effect is timed interleaved on any problem.
+// v6's one CTA per tile, so the scheduler's own effect is timed interleaved on any problem; and
+// step 2's first candidates (benchmarks/v9_notes.md): two consumer warpgroups taking turns at the
+// tensor cores (ping-pong, named barriers) on the persistent grid, at D=128 and at D=64 (BM = 128).
 template <class C, class Sched>
 const char* launch_any(const LabAttentionArgs* a, cudaStream_t stream) {
   return a->causal ? launch<C, true, Sched>(a, stream) : launch<C, false, Sched>(a, stream);
@@ -83,10 +85,12 @@ static const LabTuneCandidate kCandidates64[] = {
     {"C1 BN128 S2 one-tile-per-CTA", launch_any<Default64, OneTilePerCta>},
     {"C3 BN128 S2 persistent (non-causal)", launch_non_causal<Long64, Persistent>},
     {"C3 BN128 S2 one-tile-per-CTA (non-causal)", launch_non_causal<Long64, OneTilePerCta>},
+    {"C2 BN128 S2 persistent pp", launch_any<Config<64, 128, 2, true, 2>, Persistent>},
 };
 static const LabTuneCandidate kCandidates128[] = {
     {"C2 BN128 S2 persistent", launch_any<Default128, Persistent>},
     {"C2 BN128 S2 one-tile-per-CTA", launch_any<Default128, OneTilePerCta>},
+    {"C2 BN128 S2 persistent pp", launch_any<Config<128, 128, 2, true, 2>, Persistent>},
 };
 static LabTuneList candidates(int head_dim) {
   switch (head_dim) {

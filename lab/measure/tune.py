@@ -80,6 +80,7 @@ def tune(variant, problem: Problem, reps: int = DEFAULT_REPS, warmup: int = DEFA
     if not any(is_built(variant, tuning=t) for t in (False, True)):
         # neither build is cached: compile the plain and the tuning build side by side (two worker
         # processes, as `lab build --tuning` does) instead of one after the other
+        _say(f"compile {variant.id}'s build and its tuning build side by side (`lab build --tuning` builds them ahead)")
         for outcome in build_many([variant], None, ptxas_only=False, tuning=True):
             if outcome.error:
                 raise LabError(outcome.error, hint=outcome.hint)

@@ -9,6 +9,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
+from lab import nvml
 from lab.errors import LabError
 from lab.gpu_specs import peaks_for
 from lab.profilers.ncu import ncu_version
@@ -74,17 +75,9 @@ def device_info(index: int = 0) -> dict:
         "mem_clock_mhz": None,
         "max_sm_clock_mhz": None,
         "driver": None,
+        "probe_source": None,
     }
-    # by UUID: nvidia-smi's --id=<index> counts in its own (PCI) order over every GPU of the host, not in
-    # CUDA's order over the ones CUDA_VISIBLE_DEVICES leaves (a pinned sweep worker's device 0 is any GPU)
-    smi = _run(["nvidia-smi", f"--id={gpu_uuid(p)}", "--query-gpu=driver_version,clocks.sm,clocks.mem,clocks.max.sm",
-                "--format=csv,noheader,nounits"])
-    if smi and smi.strip():
-        parts = [s.strip() for s in smi.strip().splitlines()[0].split(",")]
-        if len(parts) == 4:
-            info["driver"] = parts[0]
-            for key, val in zip(("sm_clock_mhz", "mem_clock_mhz", "max_sm_clock_mhz"), parts[1:]):
-                info[key] = int(val) if val.isdigit() else None
+    info.update(_read_gpu(gpu_uuid(p), _SMI_DEVICE))
     peaks = peaks_for(p.name)
     info["peaks"] = peaks.to_dict() if peaks else None
     return info
@@ -104,24 +97,55 @@ def gpu_uuids() -> list[str]:
     return [gpu_uuid(torch.cuda.get_device_properties(i)) for i in range(torch.cuda.device_count())]
 
 
-GPU_STATE_FIELDS = ("index", "clocks.sm", "clocks.mem", "power.limit")
+# The fields device_info and gpu_state read (the lab's names: nvidia-smi's --query-gpu names, asked
+# where NVML cannot be read, lab.nvml)
+_SMI_DEVICE = {"driver": "driver_version", "sm_clock_mhz": "clocks.sm", "mem_clock_mhz": "clocks.mem",
+               "max_sm_clock_mhz": "clocks.max.sm"}
+_SMI_STATE = {"gpu_host_index": "index", "sm_clock_mhz": "clocks.sm", "mem_clock_mhz": "clocks.mem",
+              "power_limit_w": "power.limit"}
+_PARSE = {"driver": str, "power_limit_w": float}   # the rest are integers (MHz, an index)
+
+
+def _smi_query(uuid: str, fields: dict[str, str]) -> dict | None:
+    """`fields` (the lab's name: nvidia-smi's) of the GPU with this UUID, read by nvidia-smi: each
+    None where it prints none ("[N/A]", "[Not Supported]"); None where nvidia-smi answers nothing.
+    By UUID: nvidia-smi's --id=<index> counts in its own (PCI) order over every GPU of the host, not
+    in CUDA's order over the ones CUDA_VISIBLE_DEVICES leaves (a pinned sweep worker's device 0 is
+    any GPU)."""
+    smi = _run(["nvidia-smi", f"--id={uuid}", f"--query-gpu={','.join(fields.values())}",
+                "--format=csv,noheader,nounits"], timeout=10)
+    parts = [s.strip() for s in (smi or "").strip().splitlines()[0].split(",")] if (smi or "").strip() else []
+    if len(parts) != len(fields):
+        return None
+    out: dict = {}
+    for key, val in zip(fields, parts):
+        try:
+            out[key] = _PARSE.get(key, lambda v: int(float(v)))(val)
+        except ValueError:
+            out[key] = None   # "[N/A]", "[Not Supported]"
+    return out
+
+
+def _read_gpu(uuid: str, fields: dict[str, str]) -> dict:
+    """`fields` of the GPU with this UUID and `probe_source`, the one that gave them: NVML in this
+    process ("nvml"), or nvidia-smi ("nvidia-smi") where NVML cannot be loaded or a call of it fails;
+    None, and every field None, where neither answers. A field not given is None, never a guess."""
+    try:
+        found = nvml.read(uuid)
+    except nvml.NvmlError:
+        smi = _smi_query(uuid, fields)
+        return {**dict.fromkeys(fields), **(smi or {}), "probe_source": "nvidia-smi" if smi else None}
+    return {**{k: found[k] for k in fields}, "probe_source": "nvml"}
 
 
 def gpu_state(uuid: str) -> dict:
     """What can change under a sweep, read now for one GPU by UUID: its SM and memory clocks and its
-    power limit, and the host's index of it (nvidia-smi's, over every GPU of the host). A field
-    nvidia-smi does not give is None, never a guess."""
-    out = {"gpu_host_index": None, "sm_clock_mhz": None, "mem_clock_mhz": None, "power_limit_w": None}
-    smi = _run(["nvidia-smi", f"--id={uuid}", f"--query-gpu={','.join(GPU_STATE_FIELDS)}",
-                "--format=csv,noheader,nounits"], timeout=10)
-    parts = [s.strip() for s in (smi or "").strip().splitlines()[0].split(",")] if (smi or "").strip() else []
-    if len(parts) == len(GPU_STATE_FIELDS):
-        for key, val, cast in zip(out, parts, (int, int, int, float)):
-            try:
-                out[key] = cast(float(val)) if cast is int else cast(val)
-            except ValueError:
-                pass   # "[N/A]", "[Not Supported]"
-    return out
+    power limit, and the host's index of it (NVML's and nvidia-smi's, over every GPU of the host), with
+    `gpu_probe_source`: "nvml" (read in this process, lab.nvml) or "nvidia-smi" (where NVML cannot
+    be). A field not given is None, never a guess."""
+    found = _read_gpu(uuid, _SMI_STATE)
+    found["gpu_probe_source"] = found.pop("probe_source")
+    return found
 
 
 def gpu_record(index: int = 0) -> dict:

@@ -280,7 +280,8 @@ def _probed(measuring: Measuring, gpu: str | None) -> dict:
 class GpuSampler:
     """The GPU fields of a row (`_probed`), read once at the start and then again every `every_s`
     seconds on a thread: a row gets the clocks and power limit read at most that long before its cell
-    finished, and no cell waits for nvidia-smi (a call of tens to hundreds of milliseconds)."""
+    finished, and no cell waits for the probe (NVML in this process, lab.nvml: microseconds; where it
+    cannot be read, an nvidia-smi of tens to hundreds of milliseconds)."""
 
     def __init__(self, measuring: Measuring, gpu: str | None, every_s: float = 2.0):
         self.measuring, self.gpu, self.every_s = measuring, gpu, every_s

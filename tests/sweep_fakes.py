@@ -116,7 +116,7 @@ def probe():
     return {"gpu_name": DEVICE["name"], "gpu_uuid": f"GPU-fake-{index}", "cuda_visible_devices": index,
             "gpu_host_index": int(index) if index.isdigit() else None,
             "sm_clock_mhz": int(clocks[index]) if index in clocks else 1980, "mem_clock_mhz": 2619,
-            "power_limit_w": 700.0}
+            "power_limit_w": 700.0, "gpu_probe_source": "nvml"}
 
 
 PROGRAM = (sys.executable, "-m", "tests.sweep_fakes")

@@ -243,6 +243,7 @@ def test_n_workers_give_the_table_of_one_and_each_row_names_its_gpu(tmp_path):
         assert row["gpu_uuid"] == f"GPU-fake-{row['gpu']}" and row["cuda_visible_devices"] == row["gpu"]
         assert row["worker"].startswith(f"gpu{row['gpu']}-") and row["sm_clock_mhz"] == clocks[row["gpu"]]
         assert row["power_limit_w"] == 700.0 and row["gpu_name"] == "Fake GPU (tests)"
+        assert row["gpu_probe_source"] == "nvml"   # the probe's every field reaches the table
     assert (df.groupby("label").gpu_uuid.nunique() == 1).all()
     assert df.gpu_uuid.nunique() >= 2
     assert set(one.table().gpu_uuid) == {"GPU-fake-0"} and one.table().gpu.isna().all()

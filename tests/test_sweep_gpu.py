@@ -97,3 +97,4 @@ def test_each_row_names_the_gpu_its_worker_was_pinned_to(tmp_path):
     host = {u.strip(): (int(i), float(w)) for u, i, w in (line.split(",") for line in smi.strip().splitlines())}
     assert set(df.gpu_host_index) == {host[uuid][0]} and set(df.power_limit_w) == {host[uuid][1]}
     assert (df.sm_clock_mhz > 0).all() and (df.mem_clock_mhz > 0).all()
+    assert set(df.gpu_probe_source) == {"nvml"}   # read in the worker's process, no nvidia-smi started

@@ -246,6 +246,7 @@ class Device(Section):
     mem_clock_mhz: int | None = None
     max_sm_clock_mhz: int | None = None
     driver: str | None = None
+    probe_source: str | None = None    # which gave the clocks and driver: "nvml" (in process) or "nvidia-smi"
     peaks: Peaks | None = None
 
 

@@ -42,9 +42,10 @@ COLUMNS = ["impl", "impl_kind", "label", "batch", "heads", "heads_kv", "seqlen_q
            "pct_of_peak", "tokens_per_s", "time_per_token_us", "peak_memory_bytes",
            "memory_per_token_bytes", "worker",
            # which GPU measured the row (lab.sweeping: the --gpus entry, the worker's pin, the clocks and
-           # power limit read at most 2 s before its cell finished); None on rows of sweeps before they were recorded
+           # power limit read at most 2 s before its cell finished, and what read them: "nvml" in the
+           # worker's process, or "nvidia-smi"); None on rows of sweeps before they were recorded
            "gpu", "gpu_name", "gpu_uuid", "gpu_host_index", "cuda_visible_devices", "sm_clock_mhz",
-           "mem_clock_mhz", "power_limit_w"]
+           "mem_clock_mhz", "power_limit_w", "gpu_probe_source"]
 
 
 def now_utc() -> str:
@@ -171,7 +172,7 @@ def _frame(rows: list[dict], baselines: list[str]) -> "pd.DataFrame":
     df["causal"] = df["causal"].astype("boolean")
     df["power_limit_w"] = pd.to_numeric(df["power_limit_w"], errors="coerce").astype("float64")
     for c in ("impl", "impl_kind", "label", "dtype", "mode", "timing", "status", "reason", "worker", "gpu", "gpu_name",
-              "gpu_uuid", "cuda_visible_devices"):
+              "gpu_uuid", "cuda_visible_devices", "gpu_probe_source"):
         df[c] = df[c].astype("string")
     return df
 

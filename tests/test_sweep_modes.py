@@ -57,3 +57,32 @@ def test_sdpa_context_factory_enters_once_per_timing_method():
     for _ in range(2):   # events, then graph: a fresh context each time
         with sdpa.context():
             pass
+
+
+def test_a_call_that_raises_is_labelled_by_what_raised_not_by_the_timing_method():
+    """A RuntimeError under graph timing was called "CUDA graph capture failed" whatever raised it; the
+    timer refuses capture failures itself (graph-capture-failed), so a backend refusing the problem is
+    `unavailable` by either method, and a rung's error is `failed`, named by its type and first line."""
+    import warnings
+
+    from lab.measure.bench import EVENTS, GRAPH
+    from lab.measure.sweep import raised_row
+    from lab.measure.sweepplan import Cell
+
+    p = Problem(1, 2, 64, 64, 64, False, "float32")
+    q, k, v = make_inputs(p, seed=0, device="cpu")
+    backend = attention("sdpa-efficient", p, device="cpu")   # no CPU kernel: PyTorch refuses the call
+    with warnings.catch_warnings(record=True) as caught, pytest.raises(RuntimeError) as refusal:
+        warnings.simplefilter("always")
+        with backend.context():
+            make_call(backend, q, k, v, "fwd")()
+    messages = [str(w.message) for w in caught]
+    crash = RuntimeError("CUDA error: an illegal memory access was encountered\n"
+                         "CUDA kernel errors might be asynchronously reported at some other API call")
+    for method in (EVENTS, GRAPH):
+        row = raised_row(Cell("sdpa-efficient", p, "fwd"), method, refusal.value, messages, is_rung=False)
+        assert (row["status"], row["timing"]) == ("unavailable", method)
+        assert row["reason"] == str(refusal.value).strip().splitlines()[0] and "capture" not in row["reason"]
+        row = raised_row(Cell("my-rung", p, "fwd"), method, crash, [], is_rung=True)
+        assert (row["status"], row["timing"]) == ("failed", method)
+        assert row["reason"] == "RuntimeError: CUDA error: an illegal memory access was encountered"

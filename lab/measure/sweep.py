@@ -203,14 +203,24 @@ class GpuMeasurer:
                 rows.append(status_row(cell, "oom", _oom_reason(cell, e), method))
                 self.release()
             except (RuntimeError, ValueError) as e:
-                reason = unavailable_reason([str(w.message) for w in caught], e)
-                status = "failed" if method == GRAPH else "unavailable"
-                rows.append(status_row(cell, status, (f"CUDA graph capture failed: {reason}" if method == GRAPH
-                                                      else reason), method))
+                rows.append(raised_row(cell, method, e, [str(w.message) for w in caught], is_rung))
                 torch.cuda.synchronize()
             except Exception as e:  # noqa: BLE001 - one method's failure must not lose the other's row
                 rows.append(status_row(cell, "failed", f"{type(e).__name__}: {str(e).strip()[:300]}", method))
         return rows
+
+
+def raised_row(cell: Cell, method: str, error: BaseException, messages: list[str], is_rung: bool) -> dict:
+    """The row of a cell whose call raised `error` (a RuntimeError or ValueError) while `method` timed
+    it, `messages` the warnings it raised with. A baseline's: PyTorch's backend refusing the problem
+    ("No available kernel", its warnings saying why), `unavailable` by either method; a rung's: the
+    rung failed, with the error's type and first line. The method does not make either a capture
+    failure: the timer refuses a call that cannot be captured itself (TimingRefused, graph-capture-failed),
+    so what reaches here was raised by an eager warm-up call or a replay, as it would be by events."""
+    if not is_rung:
+        return status_row(cell, "unavailable", unavailable_reason(messages, error), method)
+    first = (str(error).strip().splitlines() or [""])[0][:300]
+    return status_row(cell, "failed", f"{type(error).__name__}: {first}" if first else type(error).__name__, method)
 
 
 def _oom_reason(cell: Cell, error: BaseException) -> str:

@@ -5,6 +5,8 @@
 // also exposes backward(q, k, v, o, dout, lse, dq, dk, dv, causal, softmax_scale), which allocates the
 // rung's workspace from torch's allocator on the current stream.
 // The output is passed in (not allocated here) so the correctness gate can poison it first.
+// A rung that declares `gqa = true` is compiled with -DLAB_GQA: its K and V (dK and dV) may have
+// heads_kv heads, a divisor of Q's (common.cuh's GQA contract); without it they must have Q's.
 #include <torch/extension.h>
 #include <c10/cuda/CUDAStream.h>
 #include <c10/cuda/CUDAGuard.h>
@@ -45,12 +47,18 @@ static LabAttentionArgs make_args(const at::Tensor& q, const at::Tensor& k, cons
   }
   TORCH_CHECK(k.sizes() == v.sizes(), "k and v must have the same shape");
   TORCH_CHECK(o.sizes() == q.sizes(), "o must have q's shape");
-  TORCH_CHECK(q.size(0) == k.size(0) && q.size(1) == k.size(1) && q.size(3) == k.size(3),
-              "q and k must agree on batch, heads and head_dim");
+  TORCH_CHECK(q.size(0) == k.size(0) && q.size(3) == k.size(3), "q and k must agree on batch and head_dim");
+#ifdef LAB_GQA
+  TORCH_CHECK(k.size(1) >= 1 && q.size(1) % k.size(1) == 0,
+              "k and v heads must divide q's heads (GQA: each K/V head serves heads / heads_kv query heads)");
+#else
+  TORCH_CHECK(q.size(1) == k.size(1),
+              "q and k must agree on heads: this rung does not declare gqa = true (K/V heads != Q heads)");
+#endif
   return LabAttentionArgs{q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr(),
                           (int)q.size(0), (int)q.size(1), (int)q.size(2), (int)k.size(2),
                           (int)q.size(3), causal ? 1 : 0, (float)softmax_scale,
-                          to_lab_dtype(q.scalar_type()), lse};
+                          to_lab_dtype(q.scalar_type()), lse, (int)k.size(1)};
 }
 
 void forward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, at::Tensor& o,
@@ -85,7 +93,7 @@ static LabBackwardArgs make_backward_args(const at::Tensor& q, const at::Tensor&
   return LabBackwardArgs{q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr(), dout.data_ptr(),
                          lse.data_ptr<float>(), dq.data_ptr(), dk.data_ptr(), dv.data_ptr(), nullptr, 0,
                          (int)q.size(0), (int)q.size(1), (int)q.size(2), (int)k.size(2), (int)q.size(3),
-                         causal ? 1 : 0, (float)softmax_scale, to_lab_dtype(q.scalar_type())};
+                         causal ? 1 : 0, (float)softmax_scale, to_lab_dtype(q.scalar_type()), (int)k.size(1)};
 }
 
 // The workspace comes from torch's caching allocator on the current stream: stream-ordered, counted

@@ -42,6 +42,15 @@
 // the accumulator) on `stream`. dq, dk and dv are written whole, never accumulated into: the lab
 // poisons them with NaN before a check. Every launch of a backward goes on `stream`.
 //
+// The GQA contract (optional; a rung whose lab:rung block says `gqa = true`). K and V (and dK, dV)
+// may have fewer heads than Q: args->heads_kv of them, heads_kv dividing heads, and query head h
+// reads K/V head h / (heads / heads_kv) (grouped-query attention; heads_kv = 1 is multi-query).
+// dK and dV of a K/V head are the sums over its group of query heads. Every other tensor keeps
+// `heads` (Q, O, dO, dQ, the LSE). The lab sends a GQA problem only to a rung that declares it
+// (a rung without `gqa = true` is refused before anything is built, and its binding, compiled
+// without -DLAB_GQA, refuses K/V heads != Q heads); heads_kv equals heads in every other call, so a
+// rung that never reads it is unchanged. The field sits last in both argument structs.
+//
 // Tuning a backward (`lab tune --mode bwd`, optional): built with -DLAB_TUNING a rung may also
 // export lab_backward_<id>_configs(int head_dim, LabDtype dtype) and
 // lab_backward_<id>_config(const LabBackwardArgs*, cudaStream_t, int config), as for the forward;
@@ -55,8 +64,8 @@ enum LabDtype : int { LAB_FLOAT32 = 0, LAB_FLOAT16 = 1, LAB_BFLOAT16 = 2 };
 
 struct LabAttentionArgs {
   const void* q;  // [batch, heads, seqlen_q, head_dim], contiguous
-  const void* k;  // [batch, heads, seqlen_k, head_dim], contiguous
-  const void* v;  // [batch, heads, seqlen_k, head_dim], contiguous
+  const void* k;  // [batch, heads_kv, seqlen_k, head_dim], contiguous
+  const void* v;  // [batch, heads_kv, seqlen_k, head_dim], contiguous
   void* o;        // [batch, heads, seqlen_q, head_dim], contiguous
   int batch;
   int heads;
@@ -67,20 +76,21 @@ struct LabAttentionArgs {
   float softmax_scale;  // usually 1/sqrt(head_dim)
   LabDtype dtype;
   float* lse;           // [batch, heads, seqlen_q] fp32 row log-sum-exp to write, or nullptr (backward contract)
+  int heads_kv;         // K and V heads: = heads, or (gqa = true) a divisor of it (the GQA contract)
 };
 
 // The backward's arguments (the backward contract above). Every tensor is contiguous (B, H, N, D)
 // in the inputs' dtype unless its comment says otherwise.
 struct LabBackwardArgs {
   const void* q;      // [batch, heads, seqlen_q, head_dim]
-  const void* k;      // [batch, heads, seqlen_k, head_dim]
-  const void* v;      // [batch, heads, seqlen_k, head_dim]
+  const void* k;      // [batch, heads_kv, seqlen_k, head_dim]
+  const void* v;      // [batch, heads_kv, seqlen_k, head_dim]
   const void* o;      // [batch, heads, seqlen_q, head_dim]: the forward's output
   const void* dout;   // [batch, heads, seqlen_q, head_dim]: dL/dO
   const float* lse;   // [batch, heads, seqlen_q] fp32: the forward's row log-sum-exp
   void* dq;           // [batch, heads, seqlen_q, head_dim]: written whole
-  void* dk;           // [batch, heads, seqlen_k, head_dim]: written whole
-  void* dv;           // [batch, heads, seqlen_k, head_dim]: written whole
+  void* dk;           // [batch, heads_kv, seqlen_k, head_dim]: written whole (GQA: summed over the group)
+  void* dv;           // [batch, heads_kv, seqlen_k, head_dim]: written whole (GQA: summed over the group)
   void* workspace;    // workspace_bytes of uninitialised scratch, 256-byte aligned (the rung's layout)
   size_t workspace_bytes;
   int batch;
@@ -91,6 +101,7 @@ struct LabBackwardArgs {
   int causal;
   float softmax_scale;
   LabDtype dtype;
+  int heads_kv;       // K, V, dK and dV heads: = heads, or (gqa = true) a divisor of it
 };
 
 #define LAB_EXPORT extern "C"

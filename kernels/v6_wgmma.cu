@@ -159,4 +159,5 @@ LAB_EXPORT const char* lab_forward_v6_config(const LabAttentionArgs* args, cudaS
 // attacks = ["compute-bound"]  # v5's tensor path: mma.sync issue and its ldmatrix -> HMMA -> softmax chain
 // grid = "q-tiles,bh"        # non-causal: batch*heads on grid.y (<= 65535, refused above)
 // aligned16 = true           # TMA: the launcher refuses q, k, v, o not 16-byte aligned
+// gqa = true                 # K/V heads dividing Q's: hopper/fwd_wgmma.cuh's GQA instantiation reads K/V row bh / (H/Hkv)
 // lab:end

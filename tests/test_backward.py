@@ -96,16 +96,6 @@ def test_the_gqa_key_lets_a_rung_take_fewer_kv_heads(backward_ws):
         check_supported(b3, gqa)
 
 
-def test_gqa_is_refused_on_a_cuda_rung(tmp_path):
-    from lab.ladder.rungfile import parse_rung
-
-    src = next(p for p in (ROOT / "kernels").glob("v1_*.cu"))
-    text = src.read_text().replace("// lab:end", "// gqa = true\n// lab:end")
-    (tmp_path / src.name).write_text(text)
-    with pytest.raises(LabError, match="gqa is for python rungs"):
-        parse_rung(tmp_path / src.name)
-
-
 # ---------------------------------------------------------------------------------------------
 # The call path, in every mode, on CPU tensors
 # ---------------------------------------------------------------------------------------------

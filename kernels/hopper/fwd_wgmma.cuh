@@ -7,6 +7,11 @@
 // and v6's machine code; Persistent, v9's: each CTA loops over tiles, the K/V ring's stage and
 // phase carried across them, Q freed by the consumers (mbarrier q_empty) once their last S = Q K^T
 // of a tile is done, so the producer loads the next tile's Q and K/V under the epilogue.
+// GQA (common.cuh's GQA contract) is a template argument too: K and V have heads_kv heads, and the
+// producer loads query head bh's K/V tiles from row bh / kv_group of the [B*Hkv, nk, D] maps (b*H + h
+// over H/Hkv is b*Hkv + h/(H/Hkv)), one integer division per tile in the producer thread. GQA =
+// false is the kernel as it was, instruction for instruction (a runtime division there moved the
+// consumers' instruction schedule; registers and spills did not change).
 #pragma once
 
 #include "tile_scheduler.cuh"
@@ -58,14 +63,16 @@ struct Config {
 };
 
 
-template <class C, typename T, bool CAUSAL, bool WRITE_LSE, class Sched = lab_hopper_sched::OneTilePerCta>
+template <class C, typename T, bool CAUSAL, bool WRITE_LSE, class Sched = lab_hopper_sched::OneTilePerCta,
+          bool GQA = false>
 __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
 fwd_kernel(const __grid_constant__ CUtensorMap tm_q,  // [B*H, nq, D] in boxes of [BM rows, 64 cols]
-           const __grid_constant__ CUtensorMap tm_k,  // [B*H, nk, D] in boxes of [BN rows, 64 cols]
-           const __grid_constant__ CUtensorMap tm_v,  // [B*H, nk, D] in boxes of [BN rows, 64 cols]
+           const __grid_constant__ CUtensorMap tm_k,  // [B*Hkv, nk, D] in boxes of [BN rows, 64 cols]
+           const __grid_constant__ CUtensorMap tm_v,  // [B*Hkv, nk, D] in boxes of [BN rows, 64 cols]
            T* __restrict__ o,                         // [B*H, nq, D]
            int nq, int nk, int bh_total, float scale_log2,
-           float* __restrict__ lse) {  // [B*H, nq] natural-log row log-sum-exp (WRITE_LSE only)
+           float* __restrict__ lse,  // [B*H, nq] natural-log row log-sum-exp (WRITE_LSE only)
+           int kv_group) {           // GQA: query heads per K/V head; K/V maps are [B*H/kv_group, nk, D]
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   constexpr int D = C::D, BN = C::BN, BM = C::BM, S = C::kStages;
   constexpr bool kPersistent = Sched::kPersistent;
@@ -164,6 +171,7 @@ fwd_kernel(const __grid_constant__ CUtensorMap tm_q,  // [B*H, nq, D] in boxes o
         lab_mbar_arrive_expect_tx(bar_q, C::kQBytes);
 #pragma unroll
         for (int h = 0; h < C::kHalves; ++h) lab_tma_load_3d(s_q + h * BM * 128, &tm_q, bar_q, h * 64, m0, bh_index);
+        const int kv_index = GQA ? bh_index / kv_group : bh_index;  // this query head's K/V head
         for (int j = 0; j < n_tiles; ++j) {
           const int s = (it0 + j) % S;
           const uint32_t parity = (((it0 + j) / S) & 1) ^ 1;  // first pass: the fresh slot counts as free
@@ -171,12 +179,12 @@ fwd_kernel(const __grid_constant__ CUtensorMap tm_q,  // [B*H, nq, D] in boxes o
           lab_mbar_arrive_expect_tx(k_full(s), C::kKVBytes);
 #pragma unroll
           for (int h = 0; h < C::kHalves; ++h)
-            lab_tma_load_3d(s_k(s) + h * BN * 128, &tm_k, k_full(s), h * 64, j * BN, bh_index);
+            lab_tma_load_3d(s_k(s) + h * BN * 128, &tm_k, k_full(s), h * 64, j * BN, kv_index);
           lab_mbar_wait(v_empty(s), parity);
           lab_mbar_arrive_expect_tx(v_full(s), C::kKVBytes);
 #pragma unroll
           for (int h = 0; h < C::kHalves; ++h)
-            lab_tma_load_3d(s_v(s) + h * BN * 128, &tm_v, v_full(s), h * 64, j * BN, bh_index);
+            lab_tma_load_3d(s_v(s) + h * BN * 128, &tm_v, v_full(s), h * 64, j * BN, kv_index);
         }
         if constexpr (!kPersistent) {
           break;
@@ -401,15 +409,17 @@ fwd_kernel(const __grid_constant__ CUtensorMap tm_q,  // [B*H, nq, D] in boxes o
 }
 
 // The launch: tensor maps (TMA descriptors) for Q, K, V, then the kernel on `stream`.
-template <class C, typename T, bool CAUSAL, bool WRITE_LSE = false, class Sched = lab_hopper_sched::OneTilePerCta>
-const char* launch_one(const LabAttentionArgs* a, cudaStream_t stream) {
-  auto kernel = fwd_kernel<C, T, CAUSAL, WRITE_LSE, Sched>;
+template <class C, typename T, bool CAUSAL, bool WRITE_LSE, class Sched, bool GQA>
+const char* launch_kernel(const LabAttentionArgs* a, cudaStream_t stream) {
+  auto kernel = fwd_kernel<C, T, CAUSAL, WRITE_LSE, Sched, GQA>;
   static const cudaError_t attr = lab_set_smem(kernel, C::kSmemBytes);  // once per instantiation
   if (attr != cudaSuccess) return cudaGetErrorString(attr);
   const int bh = a->batch * a->heads;
+  // GQA: K and V hold heads_kv heads, each read by heads / heads_kv query heads.
+  const int kv_group = a->heads / a->heads_kv, bh_kv = a->batch * a->heads_kv;
   CUtensorMap tm_q, tm_k, tm_v;
-  if (!lab_tma_map_3d<T>(&tm_q, a->q, C::D, a->seqlen_q, bh, C::BM) || !lab_tma_map_3d<T>(&tm_k, a->k, C::D, a->seqlen_k, bh, C::BN) ||
-      !lab_tma_map_3d<T>(&tm_v, a->v, C::D, a->seqlen_k, bh, C::BN))
+  if (!lab_tma_map_3d<T>(&tm_q, a->q, C::D, a->seqlen_q, bh, C::BM) || !lab_tma_map_3d<T>(&tm_k, a->k, C::D, a->seqlen_k, bh_kv, C::BN) ||
+      !lab_tma_map_3d<T>(&tm_v, a->v, C::D, a->seqlen_k, bh_kv, C::BN))
     return "cuTensorMapEncodeTiled refused a tensor map (q, k, v must be contiguous and 16-byte aligned)";
   const int m_blocks = lab_cdiv(a->seqlen_q, C::BM);
   dim3 grid(m_blocks, bh);
@@ -429,8 +439,16 @@ const char* launch_one(const LabAttentionArgs* a, cudaStream_t stream) {
   }
   const float scale_log2 = a->softmax_scale * 1.4426950408889634f;  // exp(x) = 2^(x log2 e)
   kernel<<<grid, C::kThreads, C::kSmemBytes, stream>>>(tm_q, tm_k, tm_v, static_cast<T*>(a->o), a->seqlen_q,
-                                                       a->seqlen_k, bh, scale_log2, a->lse);
+                                                       a->seqlen_k, bh, scale_log2, a->lse, kv_group);
   return lab_last_launch_error();
+}
+
+// K and V with as many heads as Q: the kernel as it always was; fewer (GQA): its GQA instantiation.
+template <class C, typename T, bool CAUSAL, bool WRITE_LSE = false, class Sched = lab_hopper_sched::OneTilePerCta>
+const char* launch_one(const LabAttentionArgs* a, cudaStream_t stream) {
+  if (a->heads_kv < 1 || a->heads % a->heads_kv != 0) return "heads_kv must divide heads (GQA)";
+  return a->heads_kv == a->heads ? launch_kernel<C, T, CAUSAL, WRITE_LSE, Sched, false>(a, stream)
+                                 : launch_kernel<C, T, CAUSAL, WRITE_LSE, Sched, true>(a, stream);
 }
 
 template <class C, bool CAUSAL, bool WRITE_LSE = false, class Sched = lab_hopper_sched::OneTilePerCta>

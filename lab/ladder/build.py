@@ -184,6 +184,7 @@ def arch_of(major: int, minor: int) -> str:
 # A tuning build (`lab tune`) compiles the rung's candidate configurations too (common.cuh's
 # tuning contract); it is its own cached extension beside the plain one.
 TUNING_DEFINE = "-DLAB_TUNING"
+GQA_DEFINE = "-DLAB_GQA"   # the binding of a rung that declares gqa = true accepts heads_kv < heads
 
 
 def nvcc_flags(variant: Variant, arch: str, tuning: bool = False) -> list[str]:
@@ -267,6 +268,8 @@ def cache_key(sources: Sequence[Path], flags: Sequence[str], versions_: dict) ->
 
 def _cxx_flags(variant: Variant, tuning: bool) -> list[str]:
     flags = [*BASE_CXX_FLAGS, f"-DLAB_LAUNCHER={variant.launcher}"]
+    if variant.gqa:   # common.cuh's GQA contract: the binding lets K and V have fewer heads than Q
+        flags.append(GQA_DEFINE)
     if variant.backward_launcher:   # common.cuh's backward contract
         flags += [f"-DLAB_BACKWARD_LAUNCHER={variant.backward_launcher}",
                   f"-DLAB_BACKWARD_WORKSPACE={variant.backward_launcher}_workspace"]

@@ -19,7 +19,7 @@ rung's text. Nothing else restates them.
     // aligned16 = true                # the launcher refuses q/k/v/o not 16-byte aligned
     // grid = "bh"                     # grid.x[,grid.y]: "bh" or "q-tiles,bh" (B*H on grid.y)
     // backward = true                 # it also exports lab_backward_<id> (common.cuh's backward contract)
-    // gqa = true                      # python rungs: K and V may have fewer heads than Q (GQA/MQA)
+    // gqa = true                      # K and V may have fewer heads than Q (GQA/MQA; cuda: args->heads_kv)
     // lab:end
 
 The block may sit anywhere in the file: `lab new` opens a new rung with it; the built-in rungs keep
@@ -27,7 +27,10 @@ theirs at the end, so that the source line numbers recorded in stored profiles s
 
 Optional keys: kind ("cuda" for .cu, "python" for .py), layout ("BHND", or "BNHD" for a python
 rung that takes flash-attn's layout), arch_flags (extra nvcc -gencode flags), entry (python:
-"function" in this file, or "package.module:function").
+"function" in this file, or "package.module:function"), backward, gqa. With `gqa = true` K and V
+(and dK, dV) may have heads_kv heads, a divisor of Q's: a cuda rung reads args->heads_kv
+(kernels/common.cuh's GQA contract; its binding is built with -DLAB_GQA), a python rung gets the
+tensors as they are. A rung without it is never given such a problem (refused, exit 2).
 """
 
 from __future__ import annotations
@@ -300,10 +303,6 @@ def parse_rung(path: Path, origin: str = "built-in") -> Variant | None:
     gqa = table.get("gqa", False)
     if not isinstance(gqa, bool):
         return _raise(bad("gqa must be true or false"))
-    if gqa and kind == "cuda":
-        # LabAttentionArgs carries one heads count for Q, K and V; the binding refuses K/V heads != Q heads
-        return _raise(bad("gqa is for python rungs: kernels/common.cuh's launcher contract passes one heads "
-                          "count for Q, K and V"))
     arch_flags = tuple(_str_list(table.get("arch_flags", []), "arch_flags", bad))
     if not isinstance(table["title"], str) or not table["title"].strip():
         return _raise(bad("title must be a non-empty string"))

@@ -34,7 +34,9 @@ what the lab needs to know (see any built-in rung, e.g. `lab new vN --from v1` c
   Q, K, V, O are contiguous (B, H, N, D) tensors; causal masking is top-left aligned.
   With `backward = true` in its block it also exports `lab_backward_<id>` and
   `lab_backward_<id>_workspace`, and its forward writes the row log-sum-exp (common.cuh's backward
-  contract).
+  contract). With `gqa = true` K and V (and dK, dV) may have `args->heads_kv` heads, a divisor of
+  Q's: query head h reads K/V head h / (heads / heads_kv), dK and dV are summed over each group
+  (common.cuh's GQA contract); without it the lab never sends such a problem.
 * a **python** rung is a `.py` whose function `forward(q, k, v, causal, softmax_scale) -> o`
   (or the `entry` the block names, "module:function") computes attention; with `layout = "BNHD"`
   it gets (B, N, H, D) tensors, as flash-attn's API takes them, and returns O the same way.

@@ -205,14 +205,21 @@ def rule_for(dtype: str) -> str:
 
 def check_shapes(variant: Variant, count: int = DEFAULT_SHAPE_COUNT, seed: int = 0) -> list[Problem]:
     """`count` seeded shapes for the rung: first the corners (every N in CORNER_SEQLENS x every
-    head_dim x causal and not, ordered so that any prefix spreads over all three), then random
-    ragged ones (seqlen_q != seqlen_k about half of the time). Same (variant, count, seed), same list.
+    head_dim x causal and not, ordered so that any prefix spreads over all three), for a rung that
+    declares gqa the backward's GQA corners (K/V heads dividing Q's: a group and multi-query, ragged),
+    then random ragged ones (seqlen_q != seqlen_k about half of the time). Same (variant, count,
+    seed), same list.
     """
     if count < 0:
         raise LabError(f"the number of shapes must be >= 0, got {count}")
     dtype = variant.default_dtype
     corners = _spread(list(itertools.product(CORNER_SEQLENS, variant.head_dims, (False, True))))
-    shapes = [Problem(CORNER_BATCH, CORNER_HEADS, n, n, d, causal, dtype) for n, d, causal in corners][:count]
+    shapes = [Problem(CORNER_BATCH, CORNER_HEADS, n, n, d, causal, dtype) for n, d, causal in corners]
+    if variant.gqa:
+        dims = variant.head_dims
+        shapes += [Problem(b, h, nq, nk, dims[i % len(dims)], causal, dtype, hkv)
+                   for i, (b, h, hkv, nq, nk, causal, _) in enumerate(gradcheck.GQA_CORNERS)]
+    shapes = shapes[:count]
     rng = random.Random(seed)
     while len(shapes) < count:
         seqlen_q = rng.randint(1, RANDOM_MAX_SEQLEN)

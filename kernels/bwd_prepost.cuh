@@ -96,6 +96,35 @@ bwd_convert_kernel(const float* __restrict__ dq_acc, T* __restrict__ dq, size_t 
   }
 }
 
+// (d) GQA with the group split over several CTAs: dK (dV) of each K/V head = the sum of its
+// `splits` fp32 partials [head * splits + s, nk, D], added in split order (the same bits on every
+// run: no atomics), to 16 bits, 8 elements per step. blockIdx.y: 0 dK, 1 dV. per_head = nk * D
+// (a multiple of 8: a step never straddles two heads).
+template <typename T>
+__global__ void __launch_bounds__(256)
+bwd_sum_partials_kernel(const float* __restrict__ dk_part, const float* __restrict__ dv_part, T* __restrict__ dk,
+                        T* __restrict__ dv, size_t per_head, int splits, size_t n8) {
+  const float* part = blockIdx.y == 0 ? dk_part : dv_part;
+  T* out = blockIdx.y == 0 ? dk : dv;
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n8; i += (size_t)gridDim.x * blockDim.x) {
+    const size_t e = 8 * i, head = e / per_head;
+    const float* src = part + head * splits * per_head + (e - head * per_head);
+    float4 a = reinterpret_cast<const float4*>(src)[0], b = reinterpret_cast<const float4*>(src)[1];
+    for (int s = 1; s < splits; ++s) {
+      const float4 a2 = reinterpret_cast<const float4*>(src + s * per_head)[0];
+      const float4 b2 = reinterpret_cast<const float4*>(src + s * per_head)[1];
+      a = make_float4(a.x + a2.x, a.y + a2.y, a.z + a2.z, a.w + a2.w);
+      b = make_float4(b.x + b2.x, b.y + b2.y, b.z + b2.z, b.w + b2.w);
+    }
+    uint4 o;
+    o.x = lab_pack2<T>(a.x, a.y);
+    o.y = lab_pack2<T>(a.z, a.w);
+    o.z = lab_pack2<T>(b.x, b.y);
+    o.w = lab_pack2<T>(b.z, b.w);
+    reinterpret_cast<uint4*>(out)[i] = o;
+  }
+}
+
 // Two fp32 adds into global memory in one reduction (sm_90: red.global.add.v2.f32, half the
 // L2 atomic transactions of two scalar ones); one scalar RED each before Hopper.
 static __device__ __forceinline__ void red_add2(float* addr, float a, float b) {

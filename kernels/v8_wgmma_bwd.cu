@@ -48,6 +48,25 @@
 //   exponentials and reductions with the other products): benchmarks/v8_notes.md.
 // Profile it: lab profile --variant v8 --dtype float16 --mode bwd
 //
+// GQA (`gqa = true`: K and V with Hkv heads, query head h reads K/V head h / (H/Hkv); common.cuh's
+//   GQA contract; added after the measurement above, checked on the CPU by compiling only, its GPU
+//   check and timing are benchmarks/v8_notes.md's). The forward is hopper/fwd_wgmma.cuh's GQA
+//   instantiation (the producer loads K/V row bh / (H/Hkv)). The backward runs a K/V head's group
+//   inside one CTA: per (key block, K/V head) K_j and V_j are loaded once and the group's query
+//   heads stream through the same Q/dO ring one after another, dK and dV summed in the fp32
+//   registers they already live in, then written once in 16 bits: no atomics, no fp32 copy of dK
+//   and dV, the same bits on every run, and K/V read once per group. FlashAttention-3 keeps one CTA
+//   per query head instead and adds each CTA's dK, dV into fp32 accumulators by TMA reduce-add
+//   (semaphore-ordered when deterministic) before a convert: a grid H/Hkv times larger, paid for with
+//   fp32 dK/dV traffic per query head and order-dependent sums or waits. Here the grid is H/Hkv times
+//   smaller, so where it would not fill the SMs once (short sequences, small B*Hkv, MQA) the group is
+//   split over the fewest CTAs that do (gqa_splits), each writing its share as fp32 partials in the
+//   workspace that bwd_sum_partials_kernel (bwd_prepost.cuh) adds in split order: deterministic
+//   too. dQ reaches its fp32 accumulator by RED as without GQA (its last bits order-dependent, as
+//   before). GQA is a template argument: the kernels without it are the same SASS as before
+//   (cuobjdump -sass, instruction by instruction, nvcc 13.0: v8 34 of 34, v6 10 of 10, v9 20 of 20);
+//   the GQA instantiations hold 168 registers at the launch bound with no spills.
+//
 // Roles in one backward CTA (384 threads; key block n0 .. n0+127 of head bh):
 //
 //   warpgroup 0: producer (setmaxnreg.dec 24; one thread issues every copy)
@@ -121,17 +140,24 @@ struct BwdConfig {
   static_assert(kSmemBytes <= 227 * 1024, "shared memory over the 227 KB per-block limit");
 };
 
-template <class C, typename T, bool CAUSAL>
+// GQA = true (common.cuh's GQA contract; its own instantiation, so the kernel without it is the
+// same machine code as before): grid.y = B*Hkv*kv_splits units; unit u loads K/V head u / kv_splits
+// once and runs query heads u*heads_per_cta .. +heads_per_cta-1 one after another through the same
+// Q/dO ring, dK and dV summed in registers across them. kv_splits = 1: written as 16 bits; else as
+// fp32 partials [unit, nk, D] that bwd_sum_partials_kernel adds in split order.
+template <class C, typename T, bool CAUSAL, bool GQA = false>
 __global__ void __launch_bounds__(C::kThreads, 1)
 bwd_kernel(const __grid_constant__ CUtensorMap tm_q,   // [B*H, nq, D] in boxes of [BM rows, 64 cols]
            const __grid_constant__ CUtensorMap tm_do,  // [B*H, nq, D] in boxes of [BM rows, 64 cols]
-           const __grid_constant__ CUtensorMap tm_k,   // [B*H, nk, D] in boxes of [BN rows, 64 cols]
-           const __grid_constant__ CUtensorMap tm_v,   // [B*H, nk, D] in boxes of [BN rows, 64 cols]
+           const __grid_constant__ CUtensorMap tm_k,   // [B*Hkv, nk, D] in boxes of [BN rows, 64 cols]
+           const __grid_constant__ CUtensorMap tm_v,   // [B*Hkv, nk, D] in boxes of [BN rows, 64 cols]
            const float* __restrict__ lse2,             // [B*H, nq_pad] LSE * log2(e), +inf on padding rows
            const float* __restrict__ dsum,             // [B*H, nq_pad] rowsum(dO * O), 0 on padding rows
            float* __restrict__ dq_acc,                 // [B*H, nq, D] fp32, zeroed by the preprocess
-           T* __restrict__ dk, T* __restrict__ dv,     // [B*H, nk, D]
-           int nq, int nk, int nq_pad, float scale_log2, float scale) {
+           T* __restrict__ dk, T* __restrict__ dv,     // [B*Hkv, nk, D]
+           int nq, int nk, int nq_pad, float scale_log2, float scale,
+           int heads_per_cta, int kv_splits,           // GQA only: query heads per CTA, CTAs per K/V head
+           float* __restrict__ dk_part, float* __restrict__ dv_part) {  // GQA, kv_splits > 1: [B*Hkv*kv_splits, nk, D]
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   constexpr int D = C::D, BM = C::BM, BN = C::BN, S = C::kStages;
   extern __shared__ uint8_t smem_raw[];
@@ -146,6 +172,10 @@ bwd_kernel(const __grid_constant__ CUtensorMap tm_q,   // [B*H, nq, D] in boxes 
   // of its keys.
   const int m_first = CAUSAL ? min(n0 / BM, m_blocks) : 0;
   const int n_steps = m_blocks - m_first;
+  // GQA: this CTA's K/V head and first query head; its steps are n_steps per query head, head by head.
+  const int kv_index = GQA ? bh / kv_splits : bh;
+  const int bh_q0 = GQA ? bh * heads_per_cta : bh;
+  const int n_total = GQA ? n_steps * heads_per_cta : n_steps;
 
   const uint32_t s_base = (lab_smem_addr(smem_raw) + 1023u) & ~1023u;
   const uint32_t s_k = s_base + C::kOffK, s_v = s_base + C::kOffV;
@@ -185,25 +215,30 @@ bwd_kernel(const __grid_constant__ CUtensorMap tm_q,   // [B*H, nq, D] in boxes 
       lab_mbar_arrive_expect_tx(kv_full, 2 * C::kKVBytes);
 #pragma unroll
       for (int h = 0; h < C::kHalves; ++h) {
-        lab_tma_load_3d(s_k + h * BN * 128, &tm_k, kv_full, h * 64, n0, bh);
-        lab_tma_load_3d(s_v + h * BN * 128, &tm_v, kv_full, h * 64, n0, bh);
+        lab_tma_load_3d(s_k + h * BN * 128, &tm_k, kv_full, h * 64, n0, kv_index);
+        lab_tma_load_3d(s_v + h * BN * 128, &tm_v, kv_full, h * 64, n0, kv_index);
       }
       const float* lse2_bh = lse2 + (size_t)bh * nq_pad;
       const float* dsum_bh = dsum + (size_t)bh * nq_pad;
-      for (int it = 0; it < n_steps; ++it) {
-        const int s = it % S, m0 = (m_first + it) * BM;
+      // GQA: step it is query block m_first + mi of query head bq (mi runs to n_steps, then bq moves on).
+      for (int it = 0, mi = 0, bq = bh_q0; it < n_total; ++it) {
+        const int s = it % S, m0 = (m_first + (GQA ? mi : it)) * BM;
+        const int bh_q = GQA ? bq : bh;
         const uint32_t parity = ((it / S) & 1) ^ 1;  // first pass: a fresh slot counts as free
         lab_mbar_wait(q_empty(s), parity);
         lab_mbar_arrive_expect_tx(q_full(s), C::kQBytes + C::kStatBytes);
 #pragma unroll
-        for (int h = 0; h < C::kHalves; ++h) lab_tma_load_3d(s_q(s) + h * BM * 128, &tm_q, q_full(s), h * 64, m0, bh);
-        lab_bulk_load(s_l(s), lse2_bh + m0, C::kStatBytes, q_full(s));
+        for (int h = 0; h < C::kHalves; ++h) lab_tma_load_3d(s_q(s) + h * BM * 128, &tm_q, q_full(s), h * 64, m0, bh_q);
+        lab_bulk_load(s_l(s), GQA ? lse2 + (size_t)bq * nq_pad + m0 : lse2_bh + m0, C::kStatBytes, q_full(s));
         lab_mbar_wait(do_empty(s), parity);
         lab_mbar_arrive_expect_tx(do_full(s), C::kQBytes + C::kStatBytes);
 #pragma unroll
         for (int h = 0; h < C::kHalves; ++h)
-          lab_tma_load_3d(s_do(s) + h * BM * 128, &tm_do, do_full(s), h * 64, m0, bh);
-        lab_bulk_load(s_dd(s), dsum_bh + m0, C::kStatBytes, do_full(s));
+          lab_tma_load_3d(s_do(s) + h * BM * 128, &tm_do, do_full(s), h * 64, m0, bh_q);
+        lab_bulk_load(s_dd(s), GQA ? dsum + (size_t)bq * nq_pad + m0 : dsum_bh + m0, C::kStatBytes, do_full(s));
+        if constexpr (GQA) {
+          if (++mi == n_steps) mi = 0, ++bq;
+        }
       }
     }
     return;
@@ -225,8 +260,9 @@ bwd_kernel(const __grid_constant__ CUtensorMap tm_q,   // [B*H, nq, D] in boxes 
   const int dq_col0 = C::kDqSplitRows ? 0 : c * C::kDqN;
 
   if (n_steps > 0) lab_mbar_wait(kv_full, 0);
-  for (int it = 0; it < n_steps; ++it) {
-    const int s = it % S, m0 = (m_first + it) * BM;
+  for (int it = 0, mi = 0, bq = bh_q0; it < n_total; ++it) {
+    const int s = it % S, m0 = (m_first + (GQA ? mi : it)) * BM;
+    const int bh_q = GQA ? bq : bh;   // the query head of this step (GQA: the group's heads in turn)
     const uint32_t phase = (it / S) & 1;
     const int ds_buf = it & 1;
 
@@ -364,7 +400,7 @@ bwd_kernel(const __grid_constant__ CUtensorMap tm_q,   // [B*H, nq, D] in boxes 
       if (lane < 16) {
         const int qrow = m0 + dq_row0 + warp * 16 + lane;
         if (qrow < nq)
-          lab_bulk_reduce_add_f32(dq_acc + ((size_t)bh * nq + qrow) * D + dq_col0, s_rows + lane * C::kDqRowBytes,
+          lab_bulk_reduce_add_f32(dq_acc + ((size_t)bh_q * nq + qrow) * D + dq_col0, s_rows + lane * C::kDqRowBytes,
                                   C::kDqN * 4);
         lab_bulk_commit();
       }
@@ -374,11 +410,14 @@ bwd_kernel(const __grid_constant__ CUtensorMap tm_q,   // [B*H, nq, D] in boxes 
       for (int h = 0; h < 2; ++h) {
         const int qrow = m0 + dq_row0 + warp * 16 + g + 8 * h;
         if (qrow < nq) {
-          float* dst = dq_acc + ((size_t)bh * nq + qrow) * D + dq_col0 + c2;
+          float* dst = dq_acc + ((size_t)bh_q * nq + qrow) * D + dq_col0 + c2;
 #pragma unroll
           for (int i = 0; i < C::kDqN / 8; ++i) lab_bwd::red_add2(dst + i * 8, dq[i * 4 + 2 * h], dq[i * 4 + 2 * h + 1]);
         }
       }
+    }
+    if constexpr (GQA) {
+      if (++mi == n_steps) mi = 0, ++bq;
     }
   }
   // Bulk reductions still in flight finish before the CTA does.
@@ -386,12 +425,31 @@ bwd_kernel(const __grid_constant__ CUtensorMap tm_q,   // [B*H, nq, D] in boxes 
     if (lane < 16) lab_bulk_wait<0>();
   }
 
-  // Epilogue: dK = scale * dS^T Q summed, dV; rows past nk are not written.
+  // Epilogue: dK = scale * dS^T Q summed, dV; rows past nk are not written. GQA split over
+  // kv_splits CTAs: this CTA's fp32 share, added to the others' by bwd_sum_partials_kernel.
+  if constexpr (GQA) {
+    if (kv_splits > 1) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int key = key_g + 8 * h;
+        if (key < nk) {
+          const size_t off = ((size_t)bh * nk + key) * D + c2;
+#pragma unroll
+          for (int i = 0; i < D / 8; ++i) {
+            *reinterpret_cast<float2*>(dk_part + off + i * 8) =
+                make_float2(dk_acc[i * 4 + 2 * h] * scale, dk_acc[i * 4 + 2 * h + 1] * scale);
+            *reinterpret_cast<float2*>(dv_part + off + i * 8) = make_float2(dv_acc[i * 4 + 2 * h], dv_acc[i * 4 + 2 * h + 1]);
+          }
+        }
+      }
+      return;
+    }
+  }
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     const int key = key_g + 8 * h;
     if (key < nk) {
-      const size_t off = ((size_t)bh * nk + key) * D + c2;
+      const size_t off = ((size_t)kv_index * nk + key) * D + c2;
 #pragma unroll
       for (int i = 0; i < D / 8; ++i) {
         *reinterpret_cast<uint32_t*>(dk + off + i * 8) = lab_pack2<T>(dk_acc[i * 4 + 2 * h] * scale, dk_acc[i * 4 + 2 * h + 1] * scale);
@@ -405,6 +463,39 @@ bwd_kernel(const __grid_constant__ CUtensorMap tm_q,   // [B*H, nq, D] in boxes 
 #endif
 }
 
+// GQA: how many CTAs share one K/V head's group of query heads (a divisor of the group). One CTA per
+// (key block, K/V head) loads K and V once and keeps dK and dV in registers across the whole group,
+// but its grid is group times smaller than one CTA per query head: the group is split (each share's
+// dK and dV an fp32 partial, summed in a fixed order afterwards) only until the grid holds one CTA
+// per SM. Every configuration has 128-key blocks, so the workspace covers each tuning candidate.
+constexpr int kKeyBlock = 128;
+static int gqa_splits(const LabBackwardArgs* a) {
+  const int group = a->heads_kv >= 1 ? a->heads / a->heads_kv : 1;
+  if (group <= 1) return 1;
+  static int sms_by_device[64] = {};  // the SM count, asked once per device
+  int dev = 0, sms = 132;
+  if (cudaGetDevice(&dev) == cudaSuccess && dev >= 0 && dev < 64) {
+    if (sms_by_device[dev] == 0) cudaDeviceGetAttribute(&sms_by_device[dev], cudaDevAttrMultiProcessorCount, dev);
+    if (sms_by_device[dev] > 0) sms = sms_by_device[dev];
+  }
+  const long long ctas = (long long)lab_cdiv(a->seqlen_k, kKeyBlock) * a->batch * a->heads_kv;
+  int splits = 1;
+  while (splits < group && ctas * splits < sms) {
+    do ++splits;
+    while (group % splits);
+  }
+  return splits;
+}
+// One fp32 partial buffer (dK's or dV's): [B*Hkv*splits, nk, D]; none without a split.
+static size_t gqa_partial_bytes(const LabBackwardArgs* a, int splits) {
+  if (splits <= 1) return 0;
+  return lab_bwd::align256((size_t)a->batch * a->heads_kv * splits * a->seqlen_k * a->head_dim * sizeof(float));
+}
+// The workspace: the shared layout (bwd_prepost.cuh), then dK's and dV's partials when the group is split.
+static size_t workspace_bytes(const LabBackwardArgs* a) {
+  return lab_bwd::workspace_bytes(a) + 2 * gqa_partial_bytes(a, gqa_splits(a));
+}
+
 template <class C, typename T, bool CAUSAL>
 const char* bwd_launch_one(const LabBackwardArgs* a, cudaStream_t stream) {
   lab_bwd::Workspace w;
@@ -412,6 +503,8 @@ const char* bwd_launch_one(const LabBackwardArgs* a, cudaStream_t stream) {
   if (a->workspace == nullptr || a->workspace_bytes < need) return "v8: backward workspace missing or too small";
   const int bh = a->batch * a->heads, nq = a->seqlen_q, nk = a->seqlen_k;
   if (bh > 65535) return "v8: batch*heads must be <= 65535 (grid y limit)";
+  if (a->heads_kv < 1 || a->heads % a->heads_kv != 0) return "v8: heads_kv must divide heads (GQA)";
+  const int group = a->heads / a->heads_kv, bh_kv = a->batch * a->heads_kv;
   constexpr int D = C::D;
   if (reinterpret_cast<uintptr_t>(w.lse2) % 16 || reinterpret_cast<uintptr_t>(w.dsum) % 16)
     return "v8: the row statistics must be 16-byte aligned (bulk copies)";
@@ -423,16 +516,42 @@ const char* bwd_launch_one(const LabBackwardArgs* a, cudaStream_t stream) {
 
   CUtensorMap tm_q, tm_do, tm_k, tm_v;
   if (!lab_tma_map_3d<T>(&tm_q, a->q, D, nq, bh, C::BM) || !lab_tma_map_3d<T>(&tm_do, a->dout, D, nq, bh, C::BM) ||
-      !lab_tma_map_3d<T>(&tm_k, a->k, D, nk, bh, C::BN) || !lab_tma_map_3d<T>(&tm_v, a->v, D, nk, bh, C::BN))
+      !lab_tma_map_3d<T>(&tm_k, a->k, D, nk, bh_kv, C::BN) || !lab_tma_map_3d<T>(&tm_v, a->v, D, nk, bh_kv, C::BN))
     return "v8: cuTensorMapEncodeTiled refused a tensor map (q, k, v, dout must be contiguous and 16-byte aligned)";
-  auto kernel = bwd_kernel<C, T, CAUSAL>;
-  static const cudaError_t attr = lab_set_smem(kernel, C::kSmemBytes);  // once per instantiation
-  if (attr != cudaSuccess) return cudaGetErrorString(attr);
   const float scale = a->softmax_scale, scale_log2 = scale * 1.4426950408889634f;
-  kernel<<<dim3(lab_cdiv(nk, C::BN), bh), C::kThreads, C::kSmemBytes, stream>>>(
-      tm_q, tm_do, tm_k, tm_v, w.lse2, w.dsum, w.dq_acc, static_cast<T*>(a->dk), static_cast<T*>(a->dv), nq, nk,
-      w.nq_pad, scale_log2, scale);
-  if (const char* err = lab_last_launch_error()) return err;
+  T* dk = static_cast<T*>(a->dk);
+  T* dv = static_cast<T*>(a->dv);
+  if (group == 1) {
+    auto kernel = bwd_kernel<C, T, CAUSAL>;
+    static const cudaError_t attr = lab_set_smem(kernel, C::kSmemBytes);  // once per instantiation
+    if (attr != cudaSuccess) return cudaGetErrorString(attr);
+    kernel<<<dim3(lab_cdiv(nk, C::BN), bh), C::kThreads, C::kSmemBytes, stream>>>(
+        tm_q, tm_do, tm_k, tm_v, w.lse2, w.dsum, w.dq_acc, dk, dv, nq, nk, w.nq_pad, scale_log2, scale, 1, 1, nullptr,
+        nullptr);
+    if (const char* err = lab_last_launch_error()) return err;
+  } else {
+    // GQA: one CTA per (key block, K/V head, share of its group), the shares' dK and dV summed after.
+    static_assert(C::BN == kKeyBlock, "gqa_splits sizes the workspace for 128-key blocks");
+    const int splits = gqa_splits(a);
+    const size_t part_bytes = gqa_partial_bytes(a, splits);
+    if (a->workspace_bytes < need + 2 * part_bytes) return "v8: backward workspace missing or too small";
+    float* dk_part = splits > 1 ? reinterpret_cast<float*>(static_cast<uint8_t*>(a->workspace) + need) : nullptr;
+    float* dv_part = splits > 1 ? reinterpret_cast<float*>(static_cast<uint8_t*>(a->workspace) + need + part_bytes) : nullptr;
+    auto kernel = bwd_kernel<C, T, CAUSAL, true>;
+    static const cudaError_t attr = lab_set_smem(kernel, C::kSmemBytes);  // once per instantiation
+    if (attr != cudaSuccess) return cudaGetErrorString(attr);
+    kernel<<<dim3(lab_cdiv(nk, C::BN), bh_kv * splits), C::kThreads, C::kSmemBytes, stream>>>(
+        tm_q, tm_do, tm_k, tm_v, w.lse2, w.dsum, w.dq_acc, dk, dv, nq, nk, w.nq_pad, scale_log2, scale,
+        group / splits, splits, dk_part, dv_part);
+    if (const char* err = lab_last_launch_error()) return err;
+    if (splits > 1) {
+      const size_t n8 = (size_t)bh_kv * nk * D / 8;
+      const int blocks = (int)((n8 + 255) / 256 < 132 * 16 ? (n8 + 255) / 256 : 132 * 16);
+      lab_bwd::bwd_sum_partials_kernel<T><<<dim3(blocks, 2), 256, 0, stream>>>(dk_part, dv_part, dk, dv,
+                                                                                (size_t)nk * D, splits, n8);
+      if (const char* err = lab_last_launch_error()) return err;
+    }
+  }
 
   const size_t n8 = (size_t)bh * nq * D / 8;
   const int blocks = (int)((n8 + 255) / 256 < 132 * 16 ? (n8 + 255) / 256 : 132 * 16);
@@ -530,7 +649,7 @@ LAB_EXPORT const char* lab_forward_v8(const LabAttentionArgs* a, cudaStream_t st
   return a->causal ? v8::fwd_launch<v8::Fwd128, true>(a, stream) : v8::fwd_launch<v8::Fwd128, false>(a, stream);
 }
 
-LAB_EXPORT size_t lab_backward_v8_workspace(const LabBackwardArgs* args) { return lab_bwd::workspace_bytes(args); }
+LAB_EXPORT size_t lab_backward_v8_workspace(const LabBackwardArgs* args) { return v8::workspace_bytes(args); }
 
 LAB_EXPORT const char* lab_backward_v8(const LabBackwardArgs* a, cudaStream_t stream) {
   if (const char* why = refuse(a->head_dim, a->seqlen_q, a->seqlen_k, a->softmax_scale,
@@ -580,4 +699,5 @@ LAB_EXPORT const char* lab_backward_v8_config(const LabBackwardArgs* a, cudaStre
 // grid = "q-tiles,bh"        # forward as v6; backward: key blocks on grid.x, batch*heads on grid.y (<= 65535)
 // aligned16 = true           # TMA: the launchers refuse tensors not 16-byte aligned
 // backward = true
+// gqa = true                 # K/V heads dividing Q's: the group's query heads in one CTA per K/V head (header)
 // lab:end

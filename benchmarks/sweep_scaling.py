@@ -101,7 +101,8 @@ def main() -> int:
         entry = results["counts"].setdefault(n, {})
         if "wall_s" not in entry and (a.out / f"wall-{n}.json").is_file():   # --reuse-one: timed by an earlier call
             entry.update(json.loads((a.out / f"wall-{n}.json").read_text()))
-        entry.update(sweep=sweeps[n].id, status=m["status"], cells=m["cells_done"], device=(m.get("device") or {}).get("name"),
+        # a sweep cut off by a time limit has no cells_done yet: its rows are still compared, its wall time is not
+        entry.update(sweep=sweeps[n].id, status=m.get("status"), cells=m.get("cells_done"), device=(m.get("device") or {}).get("name"),
                      workers=[{k: w.get(k) for k in ("part", "gpu_uuid", "cells", "units", "times_s", "gates_checked")}
                               for w in m.get("workers") or []])
     one = results["counts"].get(1, {}).get("wall_s")

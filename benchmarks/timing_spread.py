@@ -39,7 +39,7 @@ CELLS = [   # (impl, B, H, N, D, causal, mode, timing): fa-grid's short rows, an
 def measure(rounds: list[str], dtype: str) -> list[dict]:
     import torch
 
-    from lab.environment import device_info
+    from lab.environment import device_info, gpu_record
     from lab.ladder import build, registry
     from lab.measure.baselines import attention
     from lab.measure.call import rung
@@ -52,6 +52,8 @@ def measure(rounds: list[str], dtype: str) -> list[dict]:
     workloads: dict = {}
     rows = []
     for r, kind in enumerate(rounds):
+        state = gpu_record()   # the SM clock at each round's start (NVML: a few ms), told apart from the timer
+        print(f"round {r}: SM {state.get('sm_clock_mhz')} MHz, memory {state.get('mem_clock_mhz')} MHz", flush=True)
         for impl_name, b, h, n, d, causal, mode, timing in CELLS:
             p = Problem(batch=b, heads=h, seqlen_q=n, seqlen_k=n, head_dim=d, causal=causal, dtype=dtype)
             impl = (attention(impl_name, p) if impl_name.startswith("sdpa")
@@ -65,7 +67,7 @@ def measure(rounds: list[str], dtype: str) -> list[dict]:
                             floor=attention_floor(p, mode, device.get("peaks"), device.get("name")), what=impl_name)
             t0 = time.perf_counter()
             t = m.time(timing, budget_s=0.4)
-            rows.append({"round": r, "kind": kind, "impl": impl_name, "label": p.label(), "mode": mode, "timing": timing,
+            rows.append({"round": r, "kind": kind, "sm_clock_mhz": state.get("sm_clock_mhz"), "impl": impl_name, "label": p.label(), "mode": mode, "timing": timing,
                          "median_ms": t.median, "ci95": [t.ci95_low, t.ci95_high], "reps": t.reps,
                          "wall_s": round(time.perf_counter() - t0, 3)})
             print(f"r{r} {kind:<5} {impl_name:<10} {p.label():<32} {mode:<4} {timing:<6} {t.median:.4f} ms "

@@ -337,8 +337,13 @@ def test_lab_tune_checks_and_times_every_candidate(variant, mode, tuning_builds)
     out = json.loads(res.stdout)
     declared = candidate_labels(tuning_module(variant), d, variant.default_dtype, mode)
     assert declared and [r["label"] for r in out["rows"]] == ["default", *declared]
+    # a candidate its label declares non-causal (v6's and v9's three-warpgroup tiles) refuses this causal
+    # shape in its launcher, with that reason: the one candidate allowed to go untimed here
+    refused_causal = {r["label"] for r in out["rows"]
+                      if "(non-causal)" in r["label"] and not r["passed"] and "non-causal" in (r.get("error") or "")}
     unfinished = [(r["label"], r["passed"], (r.get("timing") or {}).get("reps"), r.get("refused"), (r.get("error") or "")[:300])
-                  for r in out["rows"] if not (r["passed"] and (r.get("timing") or {}).get("reps") == 3)]
+                  for r in out["rows"] if r["label"] not in refused_causal
+                  and not (r["passed"] and (r.get("timing") or {}).get("reps") == 3)]
     assert not unfinished, unfinished   # (label, passed, reps, the timer's refusal, error): pytest cuts a long repr
     assert out["fastest"] in {r["label"] for r in out["rows"]}
     assert "in one child process" in res.stderr and "each in a child of its own" not in res.stderr, res.stderr

@@ -6,6 +6,8 @@
 # tarred into $OUT/v9-logs.tgz with the logs. Each step has its own time limit, so a call cut short
 # still returns the logs of the steps before.
 #   STEPS="build check tests sweep slow" bash benchmarks/v9_gpu.sh   (slow: racecheck, synccheck)
+#   STEPS="build probe" bash benchmarks/v9_gpu.sh   (probe: lab check on two shapes where every CTA
+#     runs several tiles, the first run's hang; seconds each when it works, rc=124 when it hangs)
 set -uo pipefail
 OUT=${OUT:-/tmp/lab-out}; L=$OUT/v9; mkdir -p "$L"
 export LAB_PROFILES=${LAB_PROFILES:-/tmp/v9-profiles}
@@ -16,6 +18,9 @@ for s in $STEPS; do
   t0=$SECONDS
   case $s in
     build) timeout 240 python3 -m lab.cli build --variant ${BUILD_VARIANTS:-v6,v9} >"$L/build.log" 2>&1 ;;
+    probe) for sh in "float16 --causal 8,40,300,64" "bfloat16 --no-causal 8,40,300,128"; do set -- $sh
+             timeout 90 python3 -m lab.cli check --variant v9 --dtype $1 $2 --shape $3 >>"$L/probe.log" 2>&1
+             echo "lab check v9 $sh rc=$?" >>"$L/probe.log"; done ;;
     check) for dt in ${CHECK_DTYPES:-float16 bfloat16}; do for c in --no-causal --causal; do
              timeout 120 python3 -m lab.cli check --variant v9 --dtype $dt $c >>"$L/check.log" 2>&1
              echo "lab check v9 $dt $c rc=$?" >>"$L/check.log"; done; done ;;
@@ -29,6 +34,7 @@ for s in $STEPS; do
 done
 tar czf "$OUT/v9-logs.tgz" -C "$OUT" v9 -C "$(dirname "$LAB_PROFILES")" "$(basename "$LAB_PROFILES")" 2>/dev/null
 [ -f "$L/build.log" ] && tail -4 "$L/build.log"
+[ -f "$L/probe.log" ] && tail -12 "$L/probe.log"
 [ -f "$L/check.log" ] && grep -E "rc=|FAIL|fail|passed|shapes" "$L/check.log" | head -20
 for t in tests slow; do [ -f "$L/$t.log" ] && { grep -E "FAILED|ERROR|Error" "$L/$t.log" | head -20; tail -2 "$L/$t.log"; }; done
 [ -f "$L/sweep.log" ] && tail -${SWEEP_TAIL:-70} "$L/sweep.log"

@@ -27,7 +27,7 @@ DRIVER = textwrap.dedent(r"""
     using namespace lab_hopper_sched;
 
     // Every CTA's walk as fwd_wgmma.cuh's next_tile(): steps from 0 until kWalkDone, kWalkSkip
-    // steps taken without a tile. Work of a tile: its key tiles (the kernel's tile_key_tiles()).
+    // steps taken without a tile. Work of a tile: its key tiles (key_tiles(), the kernel's count).
     // order = 1: the persistent walk; order = 0: a plain stride over one longest-first list of all
     // heads (causal_lpt with one group), for comparison.
     int main(int argc, char** argv) {
@@ -53,10 +53,7 @@ DRIVER = textwrap.dedent(r"""
           if (t.m_block == kWalkSkip) continue;
           if (t.m_block < 0 || t.m_block >= m_blocks || t.bh < 0 || t.bh >= bh) { printf("out of range\n"); return 1; }
           ++seen[t.bh * m_blocks + t.m_block];
-          const int m0 = t.m_block * bm;
-          const int rows_end = nq < m0 + bm ? nq : m0 + bm;
-          const int keys = causal ? (nk < rows_end ? nk : rows_end) : nk;
-          const int w = (keys + bn - 1) / bn;
+          const int w = key_tiles(t.m_block * bm, bm, bn, nq, nk, causal);  // the kernel's count
           work += w;
           unit_work += w;
           longest_unit = unit_work > longest_unit ? unit_work : longest_unit;

@@ -7,6 +7,9 @@
 // and v6's machine code; Persistent, v9's: each CTA loops over tiles, the K/V ring's stage and
 // phase carried across them, Q freed by the consumers (mbarrier q_empty) once their last S = Q K^T
 // of a tile is done, so the producer loads the next tile's Q and K/V under the epilogue.
+// Both roles of a persistent CTA move from tile to tile through one function (advance()), and every
+// K/V stage goes back to the producer, the tile's last V included (its missing release hung v9's
+// first GPU run on any CTA's second tile; tests/test_fwd_pipeline_model.py replays the protocol).
 // GQA (common.cuh's GQA contract) is a template argument too: K and V have heads_kv heads, and the
 // producer loads query head bh's K/V tiles from row bh / kv_group of the [B*Hkv, nk, D] maps (b*H + h
 // over H/Hkv is b*Hkv + h/(H/Hkv)), one integer division per tile in the producer thread. GQA =
@@ -112,23 +115,31 @@ fwd_kernel(const __grid_constant__ CUtensorMap tm_q,  // [B*H, nq, D] in boxes o
     }
     m0 = m_block * BM;
   }
-  auto tile_key_tiles = [&]() { return lab_cdiv(CAUSAL ? min(nk, min(nq, m0 + BM)) : nk, BN); };
+  auto tile_key_tiles = [&]() { return lab_hopper_sched::key_tiles(m0, BM, BN, nq, nk, CAUSAL); };
   int n_tiles = tile_key_tiles();
-  // Persistent: on to this CTA's next tile (hopper/tile_scheduler.cuh's walk), or false when it
-  // has none left.
+  // After each tile, the producer thread and every consumer thread call this one function on their
+  // own copies of the walk (round, it0 and the state above, from the same start): so both sides
+  // visit the same tiles with the same key-tile counts, and agree on every K/V stage and parity.
+  // Returns false when the CTA has no tile left (at once for one tile per CTA). round: tiles done
+  // (Q's parity); it0: the K/V ring's running tile count at the next tile's start.
   int step = 0;
-  auto next_tile = [&]() {
-    for (;;) {
-      const lab_hopper_sched::Tile t = Sched::step_tile(++step, m_blocks_total, bh_total, CAUSAL);
-      if (t.m_block == lab_hopper_sched::kWalkDone) return false;
-      if (t.m_block == lab_hopper_sched::kWalkSkip) continue;
-      m0 = t.m_block * BM;
-      bh_index = t.bh;
-      n_tiles = tile_key_tiles();
-      return true;
+  auto advance = [&](int& round, int& it0) {
+    if constexpr (!kPersistent) {
+      return false;
+    } else {
+      it0 += n_tiles;
+      ++round;
+      for (;;) {  // hopper/tile_scheduler.cuh's walk: skip the steps without a tile
+        const lab_hopper_sched::Tile t = Sched::step_tile(++step, m_blocks_total, bh_total, CAUSAL);
+        if (t.m_block == lab_hopper_sched::kWalkDone) return false;
+        if (t.m_block == lab_hopper_sched::kWalkSkip) continue;
+        m0 = t.m_block * BM;
+        bh_index = t.bh;
+        n_tiles = tile_key_tiles();
+        return true;
+      }
     }
   };
-  (void)next_tile;
 
   // The 128-byte swizzle repeats every 1024 bytes: tiles start on a 1024-byte boundary.
   const uint32_t s_base = (lab_smem_addr(smem_raw) + 1023u) & ~1023u;
@@ -186,13 +197,7 @@ fwd_kernel(const __grid_constant__ CUtensorMap tm_q,  // [B*H, nq, D] in boxes o
           for (int h = 0; h < C::kHalves; ++h)
             lab_tma_load_3d(s_v(s) + h * BN * 128, &tm_v, v_full(s), h * 64, j * BN, kv_index);
         }
-        if constexpr (!kPersistent) {
-          break;
-        } else {
-          it0 += n_tiles;
-          ++round;
-          if (!next_tile()) break;
-        }
+        if (!advance(round, it0)) break;
       }
     }
     return;
@@ -302,6 +307,15 @@ fwd_kernel(const __grid_constant__ CUtensorMap tm_q,  // [B*H, nq, D] in boxes o
   auto turn_pass = [&]() {
     if constexpr (C::kPingPong) lab_named_arrive(kBarIssue + (cw ^ 1), kConsumerThreads);
   };
+  // Persistent ping-pong: the turns alternate across the CTA's tiles without a break (both warpgroups
+  // take n_tiles + 1 turns per tile), so warpgroup 1 lets warpgroup 0 go first once per CTA and
+  // warpgroup 0 takes the last pass once, after its last tile. Re-arming per tile (as one tile per
+  // CTA does below) races: bar.arrive does not wait, so warpgroup 1's last pass of a tile and its
+  // opening pass of the next could both reach barrier 1 before warpgroup 0's closing sync, and 256
+  // arrivals of warpgroup 1 alone would complete it.
+  if constexpr (kPersistent && C::kPingPong) {
+    if (cw == 1) lab_named_arrive(kBarIssue + 0, kConsumerThreads);
+  }
   // One pass per tile (once for one tile per CTA); it0: the K/V ring's running tile count.
   for (int round = 0, it0 = 0;;) {
     wg_row0 = m0 + cw * 64;
@@ -313,7 +327,7 @@ fwd_kernel(const __grid_constant__ CUtensorMap tm_q,  // [B*H, nq, D] in boxes o
 #pragma unroll
     for (int i = 0; i < BN / 2; ++i) s_acc[i] = 0.f;
 
-    if constexpr (C::kPingPong) {
+    if constexpr (!kPersistent && C::kPingPong) {
       if (cw == 1) lab_named_arrive(kBarIssue + 0, kConsumerThreads);  // warpgroup 0 goes first
     }
 
@@ -366,8 +380,16 @@ fwd_kernel(const __grid_constant__ CUtensorMap tm_q,  // [B*H, nq, D] in boxes o
       lab_wgmma_wait<0>();
       lab_fence_regs(o_acc);
       lab_fence_regs(p_frag);
+      // The tile's last V stage goes back to the producer like every other (the loop above frees
+      // V_{j-1} only). This release was missing when v9 first ran (H200, 2026-11-26): harmless with
+      // one tile per CTA (its ring is never refilled), but a persistent CTA's producer, coming back
+      // to this stage S K/V tiles later (in the next tile: its second at S = 2), waited on v_empty
+      // for a phase no consumer would complete, and the consumers on k_full for the K tile after
+      // it: every shape where a CTA runs a second tile hung (benchmarks/v9_notes.md).
+      // tests/test_fwd_pipeline_model.py replays this protocol on the CPU and deadlocks without it.
+      if constexpr (kPersistent) lab_mbar_arrive(v_empty(sv));
     }
-    if constexpr (C::kPingPong) {
+    if constexpr (!kPersistent && C::kPingPong) {
       // Balance the turn barrier: the last pass went to the other warpgroup, which will not wait
       // for it again; warpgroup 1 consumes warpgroup 0's last pass, warpgroup 0 got one extra at start.
       if (cw == 0) lab_named_sync(kBarIssue + 0, kConsumerThreads);
@@ -394,13 +416,11 @@ fwd_kernel(const __grid_constant__ CUtensorMap tm_q,  // [B*H, nq, D] in boxes o
           *reinterpret_cast<uint32_t*>(dst + i * 8) = lab_pack2<T>(o_acc[i * 4 + 2 * h] * inv, o_acc[i * 4 + 2 * h + 1] * inv);
       }
     }
-    if constexpr (!kPersistent) {
-      break;
-    } else {
-      it0 += n_tiles;
-      ++round;
-      if (!next_tile()) break;
-    }
+    if (!advance(round, it0)) break;
+  }
+  if constexpr (kPersistent && C::kPingPong) {
+    // The turn barriers' balance, once per CTA (see the tile loop's start).
+    if (cw == 0) lab_named_sync(kBarIssue + 0, kConsumerThreads);
   }
 #else
   // Built for another target: the launcher refuses before launching (wgmma/TMA need sm_90a).

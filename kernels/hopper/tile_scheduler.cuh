@@ -55,6 +55,14 @@ static __host__ __device__ __forceinline__ int persistent_units_per_head(int m_b
   return causal ? (m_blocks + 1) / 2 : m_blocks;
 }
 
+// The key tiles (of BN keys) a query block of BM rows from row m0 reads: every key, or causal (top-left
+// aligned, key j seen by rows i >= j) those up to its last row. fwd_wgmma.cuh's producer loads this
+// many K/V tiles per tile and its consumers wait for as many, so both count with this one function;
+// the CPU tests (tests/test_tile_scheduler.py, tests/test_fwd_pipeline_model.py) walk it too.
+static __host__ __device__ __forceinline__ int key_tiles(int m0, int bm, int bn, int nq, int nk, bool causal) {
+  return lab_cdiv(causal ? min(nk, min(nq, m0 + bm)) : nk, bn);
+}
+
 // v6's: one CTA per tile; causal grids are flat (blockIdx.x walks the longest-first list),
 // non-causal ones are [query blocks, batch*heads].
 struct OneTilePerCta {

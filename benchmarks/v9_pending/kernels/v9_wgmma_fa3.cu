@@ -38,6 +38,9 @@
 //   before its turn came): compiled here only (nvcc 13.0, sm_90a: 56 kernels with the tuning
 //   candidates, 0 bytes spilled; the persistent walk checked on the CPU by
 //   tests/test_tile_scheduler.py). The checks and the sweep to run: benchmarks/v9_notes.md.
+//   First run (H200, 2026-11-26): hung on every shape where a CTA takes a second tile (the tile's
+//   last V stage was never freed: fwd_wgmma.cuh, after the last P V); fixed and replayed on the CPU
+//   (tests/test_fwd_pipeline_model.py), not yet re-run on a GPU.
 // Profile it: lab profile --variant v9 --dtype float16 --shape 32,16,512,128 --causal
 //
 // Steps still to come (issue 28; benchmarks/v9_notes.md): inter-warpgroup ping-pong (named barriers

@@ -1,0 +1,440 @@
+"""The Hopper forward's barrier protocol (kernels/hopper/fwd_wgmma.cuh), replayed on the CPU.
+
+v9's persistent forward hung on its first GPU run (H200, 2026-11-26) on every shape where a CTA took
+a second tile: the consumers never handed the tile's last V stage back (v_empty), so the producer,
+refilling that stage for the next tile, waited on a phase nobody would complete. No GPU is needed to
+see it: this file replays the CTA's protocol with
+
+* mbarriers as the PTX ISA defines them: an arrival count and transaction bytes per phase, the phase
+  completing when both reach zero, try_wait.parity(P) passing once the current phase's parity is not
+  P (a fresh barrier passes parity 1);
+* named barriers (ping-pong's turns) as thread counters: bar.arrive adds its threads and goes on,
+  bar.sync adds them and waits for the generation to complete, whoever's threads completed it;
+* TMA copies as agents of their own that land at any later moment (they check that no warpgroup
+  still reads the buffer and tag it with the tile and key tile they carry);
+* the producer thread and each consumer warpgroup running fwd_wgmma.cuh's sequence of waits,
+  arrivals, copies and operand reads, transcribed statement for statement below (a change to the
+  kernel's protocol must change `producer` and `consumer` with it), each side keeping its own round
+  and ring position as the kernel does;
+* the CTAs' tile walks from the header itself: a host program compiled by nvcc prints each CTA's
+  (query block, batch*head, key tiles) from Persistent::step_tile and key_tiles, as the kernel's
+  advance() calls them.
+
+A random interleaving of the agents runs until all are done. The checks: no deadlock (an agent not
+done and none able to move), every operand read finds the tile and key tile the reader expects (a
+parity that lets a wait pass on the wrong phase shows here), no copy lands in a buffer still read,
+each warpgroup reads every K and V tile the producer loads, once, in order, and the barriers end
+balanced. The protocol before the fix, replayed the same way, deadlocks at a CTA's second tile and
+never at its first (what the GPU showed); the ping-pong turns re-armed per tile can deadlock too.
+Skips without nvcc (the walk is compiled from the header).
+"""
+
+from __future__ import annotations
+
+import random
+import shutil
+import subprocess
+import textwrap
+from dataclasses import dataclass
+
+import pytest
+
+from conftest import REPO
+
+WALK = textwrap.dedent(r"""
+    #include "hopper/tile_scheduler.cuh"
+    #include <cstdio>
+    #include <cstdlib>
+    using namespace lab_hopper_sched;
+
+    // One line per CTA of a persistent grid: its tiles as fwd_wgmma.cuh's roles visit them (step 0,
+    // then advance(): ++step, kWalkSkip steps passed over, kWalkDone ends), "m_block,bh,key_tiles;".
+    int main(int argc, char** argv) {
+      const int nq = atoi(argv[1]), nk = atoi(argv[2]), bm = atoi(argv[3]), bn = atoi(argv[4]);
+      const int bh = atoi(argv[5]), grid_asked = atoi(argv[6]), causal = atoi(argv[7]);
+      const int m_blocks = (nq + bm - 1) / bm;
+      const int units = persistent_units_per_head(m_blocks, causal) * bh;
+      const int grid = grid_asked < units ? grid_asked : units;  // the launcher's clamp
+      for (int b = 0; b < grid; ++b) {
+        for (int step = 0;; ++step) {
+          const Tile t = Persistent::step_tile(step, m_blocks, bh, causal, grid, b);
+          if (t.m_block == kWalkDone) break;
+          if (t.m_block == kWalkSkip) continue;
+          printf("%d,%d,%d;", t.m_block, t.bh, key_tiles(t.m_block * bm, bm, bn, nq, nk, causal));
+        }
+        printf("\n");
+      }
+      return 0;
+    }
+""")
+
+CONSUMER_THREADS_PER_WG = 128
+
+
+class Hazard(AssertionError):
+    """The protocol let something happen that the hardware would get wrong."""
+
+
+class Deadlock(AssertionError):
+    """Some agent is not done and none can move."""
+
+
+class MBarrier:
+    def __init__(self, name: str, count: int):
+        self.name, self.count = name, count
+        self.pending, self.tx, self.phase = count, 0, 0  # phase: phases completed so far
+
+    def arrive(self, threads: int, tx: int = 0):
+        self.tx += tx  # arrive.expect_tx: the bytes are announced before the arrival counts
+        self.pending -= threads
+        if self.pending < 0:
+            raise Hazard(f"{self.name}: more arrivals than its count ({self.count}) in phase {self.phase}")
+        self._complete()
+
+    def complete_tx(self, nbytes: int):
+        self.tx -= nbytes
+        if self.tx < 0:
+            raise Hazard(f"{self.name}: a copy delivered bytes no arrival announced (phase {self.phase})")
+        self._complete()
+
+    def _complete(self):
+        if self.pending == 0 and self.tx == 0:
+            self.phase += 1
+            self.pending = self.count
+
+    def passed(self, parity: int) -> bool:
+        return (self.phase & 1) != parity  # mbarrier.try_wait.parity
+
+    def balanced(self) -> bool:
+        return self.pending == self.count and self.tx == 0
+
+
+class NamedBarrier:
+    def __init__(self, name: str, count: int):
+        self.name, self.count, self.arrived, self.generation = name, count, 0, 0
+
+    def arrive(self, threads: int) -> int:
+        token = self.generation
+        self.arrived += threads
+        if self.arrived == self.count:
+            self.generation += 1
+            self.arrived = 0
+        return token
+
+
+@dataclass(frozen=True)
+class Op:
+    what: str
+    ready: object  # () -> bool
+    do: object     # () -> value sent back into the agent
+
+
+@dataclass(frozen=True)
+class Protocol:
+    """fwd_wgmma.cuh's choices that this file tells apart: the fixed kernel is the default."""
+    persistent: bool = True
+    release_last_v: bool = True  # the consumers free the tile's last V stage (the fix)
+    turns_once_per_cta: bool = True  # persistent ping-pong: opening pass / closing sync once per CTA
+    stale_k_parity: bool = False  # a planted bug: the consumers wait on K's previous phase
+
+
+class Cta:
+    """One CTA's shared state: its barriers, buffers, in-flight copies and what was read."""
+
+    def __init__(self, stages: int, consumers: int, pingpong: bool):
+        threads = CONSUMER_THREADS_PER_WG * consumers
+        self.S, self.consumers, self.pingpong = stages, consumers, pingpong
+        self.bar = {"bar_q": MBarrier("bar_q", 1), "q_empty": MBarrier("q_empty", threads)}
+        for s in range(stages):
+            for name, count in (("k_full", 1), ("v_full", 1), ("k_empty", threads), ("v_empty", threads)):
+                self.bar[f"{name}[{s}]"] = MBarrier(f"{name}[{s}]", count)
+        self.named = {i: NamedBarrier(f"turn barrier {i}", threads) for i in (1, 2)}
+        self.tag = {}        # buffer -> (tile, key tile) it holds
+        self.readers = {}    # buffer -> warpgroups reading it now
+        self.loaded = []     # (buffer kind, tag) in the producer's order
+        self.read = {cw: [] for cw in range(consumers)}
+        self.stored = {cw: [] for cw in range(consumers)}
+        self.spawned = []    # copies issued, not yet scheduled
+
+    # --- the operations the roles yield
+    def wait(self, bar: str, parity: int, who: str) -> Op:
+        b = self.bar[bar]
+        return Op(f"{who}: wait {bar} parity {parity}", lambda: b.passed(parity), lambda: None)
+
+    def arrive(self, bar: str, threads: int, who: str, tx: int = 0) -> Op:
+        b = self.bar[bar]
+        return Op(f"{who}: arrive {bar}", lambda: True, lambda: b.arrive(threads, tx))
+
+    def copy(self, buf: str, tag, bar: str, who: str) -> Op:
+        def issue():
+            self.loaded.append((buf.split("[")[0], tag))
+            self.spawned.append(self._land(buf, tag, bar))
+        return Op(f"{who}: TMA {buf} <- {tag}", lambda: True, issue)
+
+    def _land(self, buf: str, tag, bar: str):
+        def land():
+            if self.readers.get(buf):
+                raise Hazard(f"TMA into {buf} ({tag}) while warpgroup(s) {sorted(self.readers[buf])} still read "
+                             f"{self.tag.get(buf)}")
+            self.tag[buf] = tag
+            self.bar[bar].complete_tx(1)
+        yield Op(f"TMA {buf} <- {tag} lands", lambda: True, land)
+
+    def begin_read(self, buf: str, tag, cw: int) -> Op:
+        def begin():
+            if self.tag.get(buf) != tag:
+                raise Hazard(f"consumer {cw} reads {buf} expecting {tag}, it holds {self.tag.get(buf)}")
+            self.readers.setdefault(buf, set()).add(cw)
+            if buf != "Q":
+                self.read[cw].append((buf.split("[")[0], tag))
+        return Op(f"consumer {cw}: issue wgmma reading {buf} {tag}", lambda: True, begin)
+
+    def end_read(self, buf: str, cw: int) -> Op:
+        return Op(f"consumer {cw}: wgmma on {buf} done", lambda: True, lambda: self.readers[buf].discard(cw))
+
+    def named_arrive(self, i: int, who: str) -> Op:
+        nb = self.named[i]
+        return Op(f"{who}: bar.arrive {i}", lambda: True, lambda: nb.arrive(CONSUMER_THREADS_PER_WG))
+
+    def named_wait(self, i: int, token: int, who: str) -> Op:
+        nb = self.named[i]
+        return Op(f"{who}: bar.sync {i} (waiting)", lambda: nb.generation > token, lambda: None)
+
+    def store(self, tile, cw: int) -> Op:
+        return Op(f"consumer {cw}: epilogue of {tile}", lambda: True, lambda: self.stored[cw].append(tile))
+
+
+def producer(cta: Cta, walk, p: Protocol):
+    """fwd_wgmma.cuh's producer thread (warpgroup 0, tid 0), one tile per pass, advance() after it."""
+    who, S = "producer", cta.S
+    rnd, it0 = 0, 0
+    for m_block, bh, n in walk:
+        tile = (m_block, bh)
+        if p.persistent:
+            yield cta.wait("q_empty", (rnd & 1) ^ 1, f"{who} (tile {tile})")
+        yield cta.arrive("bar_q", 1, who, tx=1)
+        yield cta.copy("Q", (tile, None), "bar_q", who)
+        for j in range(n):
+            s, parity = (it0 + j) % S, (((it0 + j) // S) & 1) ^ 1
+            w = f"{who} (tile {tile}, key tile {j})"
+            yield cta.wait(f"k_empty[{s}]", parity, w)
+            yield cta.arrive(f"k_full[{s}]", 1, w, tx=1)
+            yield cta.copy(f"K[{s}]", (tile, j), f"k_full[{s}]", w)
+            yield cta.wait(f"v_empty[{s}]", parity, w)
+            yield cta.arrive(f"v_full[{s}]", 1, w, tx=1)
+            yield cta.copy(f"V[{s}]", (tile, j), f"v_full[{s}]", w)
+        it0 += n  # advance()
+        rnd += 1
+
+
+def consumer(cta: Cta, walk, p: Protocol, cw: int):
+    """fwd_wgmma.cuh's consumer warpgroup cw: S_0; then S_j with P_{j-1} V_{j-1}; the last P V; O."""
+    who, S, t = f"consumer {cw}", cta.S, CONSUMER_THREADS_PER_WG
+    pp_once = p.persistent and p.turns_once_per_cta
+
+    def turn_wait():
+        if cta.pingpong:
+            token = yield cta.named_arrive(1 + cw, who)
+            yield cta.named_wait(1 + cw, token, who)
+
+    def turn_pass():
+        if cta.pingpong:
+            yield cta.named_arrive(1 + (cw ^ 1), who)
+
+    if cta.pingpong and pp_once and cw == 1:
+        yield cta.named_arrive(1, who)
+    rnd, it0 = 0, 0
+    for m_block, bh, n in walk:
+        tile = (m_block, bh)
+        w = f"{who} (tile {tile})"
+        if cta.pingpong and not pp_once and cw == 1:
+            yield cta.named_arrive(1, w)  # warpgroup 0 goes first
+        yield cta.wait("bar_q", rnd & 1, w)
+        s0 = it0 % S
+        yield cta.wait(f"k_full[{s0}]", (it0 // S) & 1 ^ p.stale_k_parity, w)
+        yield from turn_wait()
+        yield cta.begin_read("Q", (tile, None), cw)
+        yield cta.begin_read(f"K[{s0}]", (tile, 0), cw)
+        yield from turn_pass()
+        yield cta.end_read(f"K[{s0}]", cw)  # wgmma_wait<0>
+        yield cta.arrive(f"k_empty[{s0}]", t, w)
+        for j in range(1, n):
+            sk, sv = (it0 + j) % S, (it0 + j - 1) % S
+            wj = f"{who} (tile {tile}, key tile {j})"
+            yield cta.wait(f"k_full[{sk}]", ((it0 + j) // S) & 1 ^ p.stale_k_parity, wj)
+            yield cta.wait(f"v_full[{sv}]", ((it0 + j - 1) // S) & 1, wj)
+            yield from turn_wait()
+            yield cta.begin_read(f"K[{sk}]", (tile, j), cw)
+            yield cta.begin_read(f"V[{sv}]", (tile, j - 1), cw)
+            yield from turn_pass()
+            yield cta.end_read(f"K[{sk}]", cw)  # wgmma_wait<1>: S_j done
+            yield cta.arrive(f"k_empty[{sk}]", t, wj)
+            yield cta.end_read(f"V[{sv}]", cw)  # wgmma_wait<0>: P_{j-1} V_{j-1} done
+            yield cta.arrive(f"v_empty[{sv}]", t, wj)
+        yield cta.end_read("Q", cw)
+        if p.persistent:
+            yield cta.arrive("q_empty", t, w)
+        sv = (it0 + n - 1) % S
+        yield cta.wait(f"v_full[{sv}]", ((it0 + n - 1) // S) & 1, w)
+        yield from turn_wait()
+        yield cta.begin_read(f"V[{sv}]", (tile, n - 1), cw)
+        yield from turn_pass()
+        yield cta.end_read(f"V[{sv}]", cw)
+        if p.persistent and p.release_last_v:
+            yield cta.arrive(f"v_empty[{sv}]", t, w)
+        if cta.pingpong and not pp_once and cw == 0:
+            token = yield cta.named_arrive(1, w)  # the closing sync of the tile
+            yield cta.named_wait(1, token, w)
+        yield cta.store(tile, cw)
+        it0 += n  # advance()
+        rnd += 1
+    if cta.pingpong and pp_once and cw == 0:
+        token = yield cta.named_arrive(1, who)
+        yield cta.named_wait(1, token, who)
+
+
+def simulate(walk, *, stages=2, consumers=1, pingpong=False, protocol=Protocol(), seed=0) -> Cta:
+    """One CTA through its walk under a random interleaving; raises Deadlock or Hazard."""
+    rng = random.Random(seed)
+    cta = Cta(stages, consumers, pingpong)
+    agents = [producer(cta, walk, protocol)] + [consumer(cta, walk, protocol, cw) for cw in range(consumers)]
+    current = {}
+    for a in agents:
+        current[a] = next(a)
+    while current:
+        ready = [a for a, op in current.items() if op.ready()]
+        if not ready:
+            raise Deadlock("; ".join(op.what for op in current.values()))
+        a = rng.choice(ready)
+        value = current[a].do()
+        for c in cta.spawned:
+            current[c] = next(c)
+        cta.spawned.clear()
+        try:
+            current[a] = a.send(value)
+        except StopIteration:
+            del current[a]
+    return cta
+
+
+def check_complete(cta: Cta, walk):
+    tiles = [(m, bh) for m, bh, _ in walk]
+    for cw in range(cta.consumers):
+        assert cta.stored[cw] == tiles, cw
+        for kind in "KV":  # every K and V tile the producer loaded, read once, in the producer's order
+            assert [t for k, t in cta.read[cw] if k == kind] == [t for k, t in cta.loaded if k == kind], (cw, kind)
+    assert all(b.balanced() for b in cta.bar.values()), {n: (b.pending, b.tx) for n, b in cta.bar.items()}
+    assert all(nb.arrived == 0 for nb in cta.named.values())
+
+
+@pytest.fixture(scope="module")
+def walker(tmp_path_factory):
+    nvcc = shutil.which("nvcc")
+    if nvcc is None:
+        pytest.skip("nvcc not found: the CTAs' walks are computed by a host program compiled from the header")
+    d = tmp_path_factory.mktemp("walk")
+    (d / "walk.cu").write_text(WALK)
+    exe = d / "walk"
+    res = subprocess.run([nvcc, "-std=c++17", "-O1", "-I", str(REPO / "kernels"), "-o", str(exe), str(d / "walk.cu")],
+                         capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr[-3000:]
+
+    def walks(nq, nk, bm, bn, bh, grid, causal):
+        out = subprocess.run([str(exe), *map(str, (nq, nk, bm, bn, bh, grid, int(causal)))],
+                             capture_output=True, text=True, timeout=60, check=True).stdout
+        return [[tuple(map(int, t.split(","))) for t in line.split(";") if t] for line in out.splitlines()]
+    return walks
+
+
+def busiest(walks, k=3):
+    """The CTAs with the most tiles and the most key tiles, and the last one (a short walk)."""
+    by_tiles = max(range(len(walks)), key=lambda b: len(walks[b]))
+    by_work = max(range(len(walks)), key=lambda b: sum(n for *_, n in walks[b]))
+    return [walks[b] for b in dict.fromkeys((by_tiles, by_work, len(walks) - 1))][:k]
+
+
+# (nq, nk, BM, BN, batch*heads, grid, causal, consumer warpgroups, ping-pong, stages): v9's
+# configurations (BM 64/128/192 = 1/2/3 consumers, BN 128, 2 stages) on the shapes that hung
+# (tests/test_v9_gpu.py's first, lab check's), ragged edges, N = 1, Nq != Nk both ways, a CTA
+# with one key tile per tile, the ping-pong candidate, and a 3-stage ring (n_tiles not a multiple).
+CASES = [
+    (300, 300, 64, 128, 8 * 40, 264, True, 1, False, 2),
+    (300, 300, 64, 128, 8 * 40, 264, False, 1, False, 2),
+    (1000, 1000, 64, 128, 2 * 3, 7, False, 1, False, 2),
+    (257, 129, 128, 128, 4 * 33, 40, True, 2, False, 2),
+    (129, 1000, 128, 128, 3 * 4, 5, True, 2, False, 2),
+    (1, 239, 128, 128, 6 * 70, 132, True, 2, False, 2),
+    (100, 100, 128, 128, 50, 3, True, 2, False, 2),
+    (4097, 2000, 192, 128, 2, 5, False, 3, False, 2),
+    (512, 512, 128, 128, 8, 3, True, 2, True, 2),
+    (300, 700, 128, 128, 6, 4, False, 2, True, 2),
+    (1000, 777, 64, 128, 5, 3, True, 1, False, 3),
+]
+SEEDS = 4
+
+
+def case_id(c):
+    return "nq{}-nk{}-BM{}-BN{}-bh{}-grid{}-{}-C{}{}-S{}".format(
+        *c[:6], "causal" if c[6] else "full", c[7], "pp" if c[8] else "", c[9])
+
+
+@pytest.mark.parametrize("case", CASES, ids=case_id)
+def test_the_persistent_protocol_runs_every_tile_without_deadlock_or_hazard(walker, case):
+    nq, nk, bm, bn, bh, grid, causal, consumers, pp, stages = case
+    walks = walker(nq, nk, bm, bn, bh, grid, causal)
+    for walk in busiest(walks):
+        for seed in range(SEEDS):
+            cta = simulate(walk, stages=stages, consumers=consumers, pingpong=pp, seed=seed)
+            check_complete(cta, walk)
+
+
+def test_the_walk_hands_the_hung_shape_several_tiles_per_cta(walker):
+    # tests/test_v9_gpu.py's first case (B8 H40 N300 D64 causal: 5 query blocks of 64, 3 units per
+    # head, 960 units over 264 CTAs): what hung on the GPU, so what the model must cover.
+    walks = walker(300, 300, 64, 128, 320, 264, True)
+    assert sum(len(w) for w in walks) == 5 * 320 and max(len(w) for w in walks) >= 7
+    assert {n for w in walks for *_, n in w} == {1, 2, 3}
+
+
+def test_before_the_fix_a_cta_deadlocks_at_its_second_tile_never_at_its_first(walker):
+    old = Protocol(release_last_v=False)
+    walks = walker(300, 300, 64, 128, 320, 264, True)
+    walk = busiest(walks)[0]
+    for seed in range(SEEDS):
+        check_complete(simulate(walk[:1], protocol=old, seed=seed), walk[:1])  # one tile: as on the GPU
+        with pytest.raises(Deadlock) as e:
+            simulate(walk, protocol=old, seed=seed)
+        assert "producer" in str(e.value) and "v_empty" in str(e.value), str(e.value)
+    # One CTA per tile (v6, v8) frees no last V either, and needs not: its ring is never refilled.
+    v6 = Protocol(persistent=False, release_last_v=False)
+    for seed in range(SEEDS):
+        check_complete(simulate(walk[:1], consumers=2, protocol=v6, seed=seed), walk[:1])
+
+
+def test_ping_pong_turns_rearmed_per_tile_can_deadlock_and_once_per_cta_cannot(walker):
+    walk = walker(512, 512, 128, 128, 8, 3, False)[0]
+    rearmed = Protocol(turns_once_per_cta=False)
+    outcomes = []
+    for seed in range(40):
+        check_complete(simulate(walk, consumers=2, pingpong=True, seed=seed), walk)
+        try:
+            simulate(walk, consumers=2, pingpong=True, protocol=rearmed, seed=seed)
+            outcomes.append("ok")
+        except Deadlock as e:
+            assert "bar.sync" in str(e), str(e)
+            outcomes.append("deadlock")
+    assert "deadlock" in outcomes, outcomes  # the race exists: warpgroup 1's two passes complete barrier 1
+
+
+def test_the_model_catches_a_consumer_that_waits_on_the_wrong_phase(walker):
+    # A parity bug (the consumers wait on K's other phase) lets a wait pass before the copy landed
+    # (a read of stale data) or wait for a phase one ahead (a deadlock): never a clean run.
+    walk = walker(1000, 1000, 64, 128, 6, 7, False)[0]
+    caught = set()
+    for seed in range(2 * SEEDS):
+        with pytest.raises((Hazard, Deadlock)) as e:
+            simulate(walk, protocol=Protocol(stale_k_parity=True), seed=seed)
+        caught.add(e.type)
+        if e.type is Hazard:
+            assert "consumer 0 reads K" in str(e.value), str(e.value)
+    assert Hazard in caught, caught

@@ -24,14 +24,17 @@ A random interleaving of the agents runs until all are done. The checks: no dead
 done and none able to move), every operand read finds the tile and key tile the reader expects (a
 parity that lets a wait pass on the wrong phase shows here), no copy lands in a buffer still read,
 each warpgroup reads every K and V tile the producer loads, once, in order, and the barriers end
-balanced. The protocol before the fix, replayed the same way, deadlocks at a CTA's second tile and
-never at its first (what the GPU showed); the ping-pong turns re-armed per tile can deadlock too.
-Skips without nvcc (the walk is compiled from the header).
+balanced; and each role has as many barrier sites as the kernel's (a drift alarm). The protocol
+before the fix, replayed the same way, deadlocks at a CTA's second tile and never at its first (what
+the GPU showed); the ping-pong turns re-armed per tile can deadlock too. The replays skip without
+nvcc (the walks are compiled from the header).
 """
 
 from __future__ import annotations
 
+import inspect
 import random
+import re
 import shutil
 import subprocess
 import textwrap
@@ -438,3 +441,23 @@ def test_the_model_catches_a_consumer_that_waits_on_the_wrong_phase(walker):
         if e.type is Hazard:
             assert "consumer 0 reads K" in str(e.value), str(e.value)
     assert Hazard in caught, caught
+
+
+def _sites(text: str, *patterns: str) -> int:
+    return sum(len(re.findall(p, text)) for p in patterns)
+
+
+def test_the_model_has_the_kernel_s_barrier_sites_role_by_role():
+    # A drift alarm, not a proof: each role of the model waits, arrives and copies at as many places
+    # as fwd_wgmma.cuh's role does, so a barrier operation added to or removed from the kernel (the
+    # missing release was one) fails here until the model is changed with it.
+    src = (REPO / "kernels" / "hopper" / "fwd_wgmma.cuh").read_text()
+    kernel_producer = src[src.index("// ---------------- producer"):src.index("// ---------------- consumers")]
+    kernel_consumer = src[src.index("// ---------------- consumers"):src.index("#else")]
+    model_producer, model_consumer = inspect.getsource(producer), inspect.getsource(consumer)
+    assert (_sites(kernel_producer, r"lab_mbar_wait\("), _sites(kernel_producer, r"lab_mbar_arrive\w*\("),
+            _sites(kernel_producer, r"lab_tma_load_3d\(")) == (
+        _sites(model_producer, r"cta\.wait\("), _sites(model_producer, r"cta\.arrive\("),
+        _sites(model_producer, r"cta\.copy\(")) == (3, 3, 3)
+    assert (_sites(kernel_consumer, r"lab_mbar_wait\("), _sites(kernel_consumer, r"lab_mbar_arrive\w*\(")) == (
+        _sites(model_consumer, r"cta\.wait\("), _sites(model_consumer, r"cta\.arrive\(")) == (5, 5)

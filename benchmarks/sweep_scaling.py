@@ -122,7 +122,8 @@ def main() -> int:
         changed = within = ratio = spread = "-"
         if n != 1 and 1 in sweeps:
             c = store.compare_sweeps(sweeps[1], sweeps[n], a.threshold)
-            e["compare"] = {k: c[k] for k in ("rows_compared", "median_ratio_b_over_a", "gpu_spread")} | {
+            e["compare"] = {k: c[k] for k in ("rows_compared", "median_ratio_b_over_a", "gpu_spread",
+                                               "pass_spread_a", "pass_spread_b")} | {
                 "changed": len(c["differing"]), "beyond_ci95_within_threshold": len(c["beyond_ci95_within_threshold"])}
             changed, within = len(c["differing"]), len(c["beyond_ci95_within_threshold"])
             ratio = f"{c['median_ratio_b_over_a']:.3f}"
@@ -132,6 +133,11 @@ def main() -> int:
         lines.append(f"| {label} | {e.get('wall_s')} | {f'{speedup:.2f}x' if speedup else '-'} | {e.get('cells')} | {changed} "
                      f"| {within} | {ratio} | {spread} |")
     lines.append("")
+    for n in runs:   # the drift a sweep's passes saw (lab sweep --passes): what its rows' CI95 now span
+        spread = store.pass_spread([r for r in sweeps[n].rows() if r.get("status") == "ok"], a.threshold)
+        if spread["rows_in_passes"]:
+            lines.append(f"- {n} GPUs: {spread['passes_apart']} of {spread['rows_in_passes']} rows had passes more than "
+                         f"{a.threshold:g}% apart (the widest {(spread['max_pass_spread'] - 1) * 100:.1f}%)")
     for n in runs:
         for w in results["counts"][n].get("workers") or []:
             t = ", ".join(f"{k} {v:.1f}" for k, v in (w.get("times_s") or {}).items() if isinstance(v, (int, float)))

@@ -745,6 +745,10 @@ class SweepGroup(click.Group):
 @click.option("--warmup", default=DEFAULT_WARMUP, show_default=True)
 @click.option("--cell-budget", "cell_budget_s", type=float, default=0.4, show_default=True,
               help="seconds of timed calls a cell may take before its repetitions are cut (never below 5; 3 for calls over 100 ms)")
+@click.option("--passes", type=int, default=None, metavar="N",
+              help=f"time each cell in N passes over its problem's cells, seconds apart, each with 1/N of --reps and "
+                   f"--cell-budget; the row pools them, its CI95 spanning every pass's median (default "
+                   f"{sweepplan.DEFAULT_PASSES}: one burst's CI95 misses the drift of short calls over seconds)")
 @click.option("--gpus", "gpus_spec", default=None, metavar="0,1",
               help="one worker process per GPU (pinned by UUID), fed whole problems, largest first, as each finishes one")
 @click.option("--shard", "shard_spec", default=None, metavar="i/N", help="measure only the i-th of N interleaved slices (merge with `lab sweep merge`)")
@@ -756,17 +760,19 @@ class SweepGroup(click.Group):
 @json_option
 @click.pass_context
 def sweep(ctx, variant_spec, shapes, preset, batch_spec, heads_kv_spec, causal, dtype_spec, mode_spec, timing,
-          baseline_spec, no_baselines, reps, warmup, cell_budget_s, gpus_spec, shard_spec, resume_id, name, yes,
+          baseline_spec, no_baselines, reps, warmup, cell_budget_s, passes, gpus_spec, shard_spec, resume_id, name, yes,
           allow_mismatch, profiles_dir, as_json):
     """Time rungs and baselines over many shapes, modes and timing methods into ONE stored table
-    (profiles/<sweep-id>/): Ctrl-C keeps finished rows, --resume finishes, `lab report` draws it."""
+    (profiles/<sweep-id>/): each cell in --passes passes over its problem's cells, pooled into a row
+    whose CI95 spans every pass; Ctrl-C keeps finished rows, --resume finishes, `lab report` draws it."""
     if ctx.invoked_subcommand:
         return
 
     gpus = sweepplan.parse_list(gpus_spec, "--gpus") if gpus_spec is not None else None
     given = [name for name, v in (("--variant", variant_spec), ("--shape", shapes), ("--preset", preset),
                                   ("--batch", batch_spec), ("--heads-kv", heads_kv_spec), ("--dtype", dtype_spec),
-                                  ("--shard", shard_spec), ("--baselines", baseline_spec)) if v]
+                                  ("--shard", shard_spec), ("--baselines", baseline_spec),
+                                  ("--passes", passes is not None)) if v]
     if resume_id and given:
         raise LabError(f"--resume measures the stored sweep's own plan; drop {', '.join(given)}")
     if resume_id:
@@ -783,7 +789,8 @@ def sweep(ctx, variant_spec, shapes, preset, batch_spec, heads_kv_spec, causal, 
             variant_spec=variant_spec, shapes=list(shapes), preset=preset, batch_spec=batch_spec,
             heads_kv_spec=heads_kv_spec, causal=causal, dtype_spec=dtype_spec, mode_spec=mode_spec, timing=timing,
             baseline_spec=baseline_spec, no_baselines=no_baselines, reps=reps, warmup=warmup,
-            cell_budget_s=cell_budget_s, shard_spec=shard_spec, yes=yes, command=_command_line("sweep"), name=name)
+            cell_budget_s=cell_budget_s, shard_spec=shard_spec, yes=yes, command=_command_line("sweep"), name=name,
+            passes=sweepplan.DEFAULT_PASSES if passes is None else passes)
     # how cells are measured: the GPU's measurer, unless the caller's context object hands in another
     measuring = ctx.find_object(sweeper.Measuring) or sweeper.ON_GPU
     if measuring.on_gpu:
@@ -873,6 +880,12 @@ def sweep_compare(sweep_a, sweep_b, threshold_pct, profiles_dir, as_json):
         for d in result["differing"]:
             click.echo(f"  {d['impl']} {d['label']} {d['mode']} {d['timing']}: {d['a_ms']:.4g} vs {d['b_ms']:.4g} ms "
                        f"({d['ratio']:.3f}x)")
+        for side in ("a", "b"):
+            ps = result[f"pass_spread_{side}"]
+            if ps["rows_in_passes"]:
+                click.echo(f"{side.upper()}: {ps['passes_apart']} of {ps['rows_in_passes']} rows timed in passes had "
+                           f"passes more than {t:g}% apart (the widest {(ps['max_pass_spread'] - 1) * 100:.1f}%); "
+                           "their CI95 spans every pass")
         for g in result["gpu_spread"]:
             click.echo(f"GPU to GPU, A on {g['gpu_a']} vs B on {g['gpu_b']}: {g['rows']} rows, median B/A "
                        f"{g['median_ratio_b_over_a']:.3f}, middle 90% {g['p5_ratio']:.3f}-{g['p95_ratio']:.3f}, "

@@ -14,6 +14,8 @@ def plain(v):
         return v
     if type(v).__name__ == "NAType":   # pandas.NA, recognised without importing pandas
         return None
+    if getattr(v, "ndim", 0) > 0:   # an array cell of a frame (a list column read back from Parquet)
+        return [plain(x) for x in v.tolist()]
     if hasattr(v, "item"):   # a NumPy scalar (np.float32, np.int64, np.bool_ ...)
         v = v.item()
     if isinstance(v, float) and math.isnan(v):

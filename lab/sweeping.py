@@ -17,6 +17,10 @@ are made once), largest first by estimated cost; each worker takes the next unit
 (an exclusive claim file) whenever it finishes one, so a GPU that is faster, or a worker that dies,
 never leaves a fixed share behind. Each rung's float64 gate (per dtype and mode) is checked once
 for the whole sweep by whichever worker gets to it first (`Gates`), not once per GPU.
+
+Each unit is measured in passes (the plan's, `--passes`, default 2; `measure_unit`): every cell of
+the unit once with 1/passes of its repetitions and budget, then again, and each row pools its passes,
+so its CI95 covers the drift of the timing over the seconds between them.
 """
 
 from __future__ import annotations
@@ -44,7 +48,7 @@ from lab.measure.call import require_mode
 from lab.measure.gate import verdict as gate_verdict
 from lab.measure.isolated import child_env
 from lab.measure.problem import Problem, check_supported
-from lab.measure.sweep import GpuMeasurer, Progress, cell_cost, environment_facts, status_row
+from lab.measure.sweep import GpuMeasurer, Progress, cell_cost, combine_passes, environment_facts, status_row
 from lab.measure import sweepplan
 from lab.measure.baselines import SWEEP_BASELINES
 from lab.measure.sweepplan import Cell, Plan
@@ -65,7 +69,7 @@ WORKER = (sys.executable, "-m", "lab.sweeping")
 @dataclass(frozen=True)
 class Measuring:
     """How a sweep's cells are measured. `make(plan, log, part, gates)` returns the measurer (a
-    callable cell -> rows, with `device` and `software` where it knows them; `part` names the journal
+    callable cell -> rows, one pass of the cell: `plan` is the sweep's Plan.pass_plan(), with `device` and `software` where it knows them; `part` names the journal
     it writes: "main", or a worker's; `gates`: the sweep's shared float64 verdicts, a `Gates`);
     `worker` is the command that runs one worker process (it gets `--worker DIR --part NAME --gpu G`);
     `on_gpu`: the cells run on a GPU, so the sweep needs one, pins workers by UUID and builds each rung
@@ -214,7 +218,7 @@ def gate_problems(plan: Plan, cells: list[Cell]) -> dict[str, Problem]:
 
 def plan_from_specs(*, variant_spec, shapes, preset, batch_spec, heads_kv_spec, causal, dtype_spec, mode_spec,
                     timing, baseline_spec, no_baselines, reps, warmup, cell_budget_s, shard_spec, yes, command,
-                    name) -> Plan:
+                    name, passes: int = sweepplan.DEFAULT_PASSES) -> Plan:
     """`lab sweep`'s options, as typed, into its plan: the rungs from the registry (with the dtypes
     each accepts), the baselines, the shapes; bad input is refused (LabError) before anything runs."""
     chosen = registry.select(variant_spec) if variant_spec and variant_spec != "none" else []
@@ -226,7 +230,8 @@ def plan_from_specs(*, variant_spec, shapes, preset, batch_spec, heads_kv_spec, 
         heads_kv=sweepplan.parse_ints(heads_kv_spec, "--heads-kv") if heads_kv_spec is not None else None,
         causal=causal, dtypes=sweepplan.parse_list(dtype_spec, "--dtype") if dtype_spec else [],
         modes=sweepplan.parse_list(mode_spec, "--mode"), timing=timing, reps=reps, warmup=warmup,
-        cell_budget_s=cell_budget_s, shard=sweepplan.parse_shard(shard_spec), yes=yes, command=command, name=name)
+        cell_budget_s=cell_budget_s, shard=sweepplan.parse_shard(shard_spec), yes=yes, command=command, name=name,
+        passes=passes)
 
 
 def create(plan: Plan, root: Path | None = None) -> Sweep:
@@ -236,27 +241,54 @@ def create(plan: Plan, root: Path | None = None) -> Sweep:
 
 
 def run_cells(sweep, cells: list[Cell], measure: Callable[[Cell], list[dict]], part: str = "main",
-              progress: Progress | None = None, worker: str | None = None, gpu: Callable[[], dict] | None = None) -> int:
-    """Measure `cells` in order, each cell's rows made durable before the next starts. Ctrl-C
-    (KeyboardInterrupt) propagates after the finished cells are on disk. Returns cells done. Every
-    row carries `worker` and `gpu()`'s fields (which GPU measured it, its clocks and power limit)."""
+              progress: Progress | None = None, worker: str | None = None, gpu: Callable[[], dict] | None = None,
+              passes: int = 1) -> int:
+    """Measure `cells` one problem at a time (`by_problem`: a unit), each cell in `passes` (see
+    `measure_unit`), each unit's rows made durable once its last pass is done, before the next unit
+    starts. Ctrl-C (KeyboardInterrupt) propagates after the finished units are on disk (the unit in
+    flight is measured again by --resume). Returns cells done. Every row carries `worker` and
+    `gpu()`'s fields (which GPU measured it, its clocks and power limit at its last pass)."""
     done = 0
-    for cell in cells:
-        try:
-            rows = measure(cell)
-        except KeyboardInterrupt:
-            raise
-        except Exception as e:  # noqa: BLE001 - a cell that breaks the measurer is a row, not the end of the sweep
-            rows = [status_row(cell, "failed", f"{type(e).__name__}: {str(e).strip().splitlines()[0][:300] if str(e).strip() else ''}")]
-        fields = gpu() if gpu is not None else {}
+    for unit in by_problem(cells):
+        rows = measure_unit(unit, measure, passes, progress, gpu)
         for r in rows:
             r["worker"] = worker
-            r.update(fields)
         sweep.append_rows(rows, part)
-        done += 1
-        if progress:
-            progress.advance(cell, rows)
+        done += len(unit)
     return done
+
+
+def measure_unit(unit: list[Cell], measure: Callable[[Cell], list[dict]], passes: int = 1,
+                 progress: Progress | None = None, gpu: Callable[[], dict] | None = None) -> list[dict]:
+    """The rows of one problem's cells, measured in `passes`: every cell of the unit once (with
+    1/passes of its repetitions and budget: the measurer was made for Plan.pass_plan()), then every
+    cell again, so a cell's passes are the unit's length apart (seconds), and its row pools them
+    (lab.measure.sweep.combine_passes): the row's CI95 covers the drift between passes that one
+    burst's CI95 cannot see. A cell no pass before timed (unsupported, out of memory, refused) is not
+    measured again: its row is that pass's, whatever the next would give."""
+    taken: dict[str, list[list[dict]]] = {c.key: [] for c in unit}
+    fields: dict[str, dict] = {}
+    for k in range(passes):
+        for cell in unit:
+            if k and not any(r.get("status") == "ok" for r in taken[cell.key][-1]):
+                continue
+            try:
+                rows = measure(cell)
+            except KeyboardInterrupt:
+                raise
+            except Exception as e:  # noqa: BLE001 - a cell that breaks the measurer is a row, not the end of the sweep
+                first = str(e).strip().splitlines()[0][:300] if str(e).strip() else ""
+                rows = [status_row(cell, "failed", f"{type(e).__name__}: {first}")]
+            taken[cell.key].append(rows)
+            fields[cell.key] = gpu() if gpu is not None else {}
+            if progress:
+                progress.advance(cell, rows, share=1 / passes, step=f"pass {k + 1} of {passes}" if passes > 1 else "")
+    out = []
+    for cell in unit:
+        for r in combine_passes(taken[cell.key]):
+            r.update(fields[cell.key])
+            out.append(r)
+    return out
 
 
 def by_problem(cells: list[Cell]) -> list[list[Cell]]:
@@ -307,7 +339,7 @@ def run_in_process(sweep, cells: list[Cell], measuring: Measuring = ON_GPU, show
     progress = Progress(cells, f"sweep {sweep.id}", show_progress)
     try:
         gates = Gates(measuring.check, gate_problems(plan, cells))
-        measurer = measuring.make(plan, progress.log, "main", gates)
+        measurer = measuring.make(plan.pass_plan(), progress.log, "main", gates)
         gates.turn = getattr(measurer, "turn", None)
         facts = environment_facts(measurer)
         _check_device(sweep, facts["device"])
@@ -316,7 +348,7 @@ def run_in_process(sweep, cells: list[Cell], measuring: Measuring = ON_GPU, show
                               devices=_add_device(sweep.manifest.get("devices"), facts["device"], "main"))
         sampler = GpuSampler(measuring, None)
         try:
-            return run_cells(sweep, cells, measurer, "main", progress, gpu=sampler)
+            return run_cells(sweep, cells, measurer, "main", progress, gpu=sampler, passes=plan.passes)
         finally:
             sampler.close()
     finally:
@@ -485,7 +517,7 @@ def _follow(progress: Progress, sweep, before: int, cells: list[Cell]) -> None:
     """Advance the parent's bar as the workers' journals grow (cells in dealing order: an estimate)."""
     count = len(sweep.done_cells()) - before
     while progress.done < count and progress.done < len(cells):
-        progress.advance(cells[progress.done], [])
+        progress.advance(cells[int(progress.done)], [])
 
 
 def _tail(path: Path) -> str:
@@ -585,7 +617,7 @@ def worker_main(argv=None, measuring: Measuring = ON_GPU) -> int:
 
     try:
         t = time.time()
-        measurer = measuring.make(plan, say, a.part, gates)
+        measurer = measuring.make(plan.pass_plan(), say, a.part, gates)
         gates.turn = getattr(measurer, "turn", None)
         record.update(environment_facts(measurer))
         sampler = GpuSampler(measuring, a.gpu)
@@ -609,7 +641,7 @@ def worker_main(argv=None, measuring: Measuring = ON_GPU) -> int:
             if not unit or not _claim(sweep.path / CLAIMS / str(index), a.part):
                 continue
             t = time.time()
-            run_cells(sweep, unit, measurer, a.part, progress, worker=a.part, gpu=sampler)
+            run_cells(sweep, unit, measurer, a.part, progress, worker=a.part, gpu=sampler, passes=plan.passes)
             times["measure"] = round(times["measure"] + time.time() - t, 3)
             write()
         sampler.close()

@@ -12,6 +12,13 @@ LAB_TEST_BARRIER=<dir>:<n>  a worker waits at its first cell until <n> workers a
                          taken a unit, however late the machine starts one)
 LAB_TEST_GATES=<file>    each float64 gate checked appends `rung|dtype|mode|problem|pid` to <file>
 LAB_TEST_GPU_CLOCKS=<i>:<MHz>,...  the SM clock the probe reads on "GPU" i (CUDA_VISIBLE_DEVICES=i)
+LAB_TEST_DRIFT=<pct>     a cell's k-th pass times (1 + pct/100 * (k-1)) its first: drift between passes
+LAB_TEST_REFUSE=<impl>:<k>  the k-th pass of each cell of <impl> is refused (a failed row, as the timer's
+                         refusal of a cheat makes one)
+LAB_TEST_ORDER=<file>    each call of a measurer appends `part|cell key` to <file> (the order passes ran)
+
+A cell's times are as many repetitions as the plan of one pass asks (Plan.pass_plan().reps), spread
++-2% around its time, so a row's statistics pool its passes' real samples.
 
 The fake GPU probe reads the worker's CUDA_VISIBLE_DEVICES (the parent pins a fake worker to the
 index as given): GPU i is `GPU-fake-<i>`, so a test sees which worker's GPU measured each row.
@@ -44,6 +51,7 @@ class FakeMeasurer:
         self.part = part
         self.gates = gates
         self.count = 0
+        self.seen: dict[str, int] = {}   # cell key -> passes measured (this is pass seen[key])
 
     def _barrier(self):
         """Hold this worker at its first cell until every worker has taken its first unit."""
@@ -58,6 +66,11 @@ class FakeMeasurer:
 
     def __call__(self, cell):
         self.count += 1
+        self.seen[cell.key] = k = self.seen.get(cell.key, 0) + 1
+        order = os.environ.get("LAB_TEST_ORDER")
+        if order:
+            with open(order, "a") as f:
+                f.write(f"{self.part}|{cell.key}\n")
         if self.count == 1:
             self._barrier()
         die = os.environ.get("LAB_TEST_DIE")
@@ -83,12 +96,17 @@ class FakeMeasurer:
             return [status_row(cell, "oom", "out of memory (fake)")]
         rate = RATES_TFLOPS.get(cell.impl, 320.0) * (0.5 if cell.mode != "fwd" else 1.0)
         ms = cell.problem.forward_flops * {"fwd": 1, "bwd": 2.5, "fwd+bwd": 3.5}[cell.mode] / (rate * 1e12) * 1e3 + 0.03
+        drift = 1 + float(os.environ.get("LAB_TEST_DRIFT", "0")) / 100 * (k - 1)
+        refuse = os.environ.get("LAB_TEST_REFUSE", "")
         rows = []
         methods = ["events", "graph"] if self.plan.timing == "both" or (self.plan.timing == "auto" and ms < 0.5) else \
             [self.plan.timing if self.plan.timing != "auto" else "events"]
         for method in methods:
-            t = ms - (0.025 if method == "graph" else 0.0)
-            timing = summarize([t * (1 + 0.01 * ((i * 7) % 5 - 2)) for i in range(10)], 2, True)
+            if refuse == f"{cell.impl}:{k}":
+                rows.append(status_row(cell, "failed", "refused (fake): the fastest repetition beat the floor", method))
+                continue
+            t = (ms - (0.025 if method == "graph" else 0.0)) * drift
+            timing = summarize([t * (1 + 0.01 * ((i * 7) % 5 - 2)) for i in range(self.plan.reps)], 2, True)
             timing.method = method
             scores = p.batch * p.heads * p.seqlen_q * p.seqlen_k * 2
             peak = scores * 2 if cell.impl in ("standard", "sdpa-math") else p.batch * p.heads * p.seqlen_q * p.head_dim * 2

@@ -143,12 +143,15 @@ def test_sweep_stores_one_tidy_table_with_reasons_and_ratios(tmp_path):
 
 
 def test_ctrl_c_keeps_finished_rows_and_resume_finishes(tmp_path):
+    # a problem's 10 cells (5 baselines, 2 modes) take 20 calls in 2 passes: Ctrl-C at the 25th is in the
+    # second problem's first pass; the first problem's rows stay, the second's partial passes do not
     args = ["sweep", "--shape", "2,4,{64,128,256},64", "--mode", "fwd,bwd"]
-    r = lab(*args, env={"LAB_TEST_INTERRUPT": "4"}, root=tmp_path)
+    r = lab(*args, env={"LAB_TEST_INTERRUPT": "25"}, root=tmp_path)
     assert r.returncode == 130 and "--resume" in r.stderr
     (sw,) = store.list_sweeps(tmp_path)
-    assert sw.manifest["status"] == "interrupted" and sw.manifest["cells_done"] == 3
-    assert len(sw.missing_cells()) == sw.manifest["cells_planned"] - 3
+    assert sw.manifest["status"] == "interrupted" and sw.manifest["cells_done"] == 10
+    assert len(sw.missing_cells()) == sw.manifest["cells_planned"] - 10
+    assert {r["passes"] for r in sw.rows()} == {2}
     r = lab("sweep", "--resume", sw.id, root=tmp_path)
     assert r.returncode == 0, r.stderr
     sw = store.find_sweep(sw.id, tmp_path)
@@ -157,30 +160,34 @@ def test_ctrl_c_keeps_finished_rows_and_resume_finishes(tmp_path):
 
 
 def test_a_killed_process_leaves_its_journal_and_resume_reads_it(tmp_path):
-    r = lab("sweep", "--shape", "1,2,{64,128},64", env={"LAB_TEST_DIE": "main:3"},
+    # killed in the second problem's second pass (5 cells a problem, 10 calls in 2 passes): the first
+    # problem's rows are in the journal, none of the second's (its unit's rows are written after its last pass)
+    r = lab("sweep", "--shape", "1,2,{64,128},64", env={"LAB_TEST_DIE": "main:17"},
             root=tmp_path, process=True)
     assert r.returncode < 0   # SIGKILL: no chance to fold the journal
     (sw,) = store.list_sweeps(tmp_path)
-    assert sw.manifest["status"] == "running" and len(sw.done_cells()) == 2
+    assert sw.manifest["status"] == "running" and len(sw.done_cells()) == 5
+    assert {r["label"] for r in sw.rows()} == {sweepplan.Plan.from_dict(sw.plan_dict).problems[0].label()}
     assert lab("sweep", "--resume", sw.id, root=tmp_path).returncode == 0
     assert store.find_sweep(sw.id, tmp_path).manifest["status"] == "complete"
 
 
 def test_a_killed_worker_leaves_its_rows_the_others_take_its_share_and_resume_finishes_on_the_gpus_left(tmp_path):
-    # worker 1 is slow, so worker 2 surely takes units; it is killed at its second cell
+    # worker 1 is slow, so worker 2 surely takes units; it is killed at its sixth call: its second unit's
+    # (2 cells, 2 passes: 4 calls a unit) second cell of the first pass
     args = ["sweep", "--shape", "1,2,{64,128,256,512},64", "--baselines", "sdpa-flash,standard", "--gpus", "0,1"]
-    r = lab(*args, env={"LAB_TEST_DIE": "gpu1-2:2", "LAB_TEST_SLOW": "gpu0-1:0.3",
+    r = lab(*args, env={"LAB_TEST_DIE": "gpu1-2:6", "LAB_TEST_SLOW": "gpu0-1:0.3",
                         "LAB_TEST_BARRIER": f"{tmp_path / 'barrier'}:2"}, root=tmp_path)
     assert r.returncode == 1
-    assert "worker 2/2 on GPU 1 (1) died (killed by SIGKILL) after 1 cells; 1 cells of its unit in flight" in r.stderr
+    assert "worker 2/2 on GPU 1 (1) died (killed by SIGKILL) after 2 cells; 2 cells of its unit in flight" in r.stderr
     assert "left for --resume" in r.stderr
     (sw,) = store.list_sweeps(tmp_path)
-    # the dead worker's one finished row stays; the units it had not taken were measured by worker 1
-    assert sw.manifest["status"] == "incomplete" and sw.manifest["cells_done"] == 8 - 1
+    # the dead worker's finished unit stays; the units it had not taken were measured by worker 1
+    assert sw.manifest["status"] == "incomplete" and sw.manifest["cells_done"] == 8 - 2
     by_worker = {}
     for row in sw.rows():
         by_worker.setdefault(row["worker"], set()).add((row["impl"], row["label"], row["mode"]))
-    assert len(by_worker["gpu1-2"]) == 1 and len(by_worker["gpu0-1"]) == 6
+    assert len(by_worker["gpu1-2"]) == 2 and len(by_worker["gpu0-1"]) == 4
     assert (sw.path / ".worker-2.log").is_file()   # the dead worker's log stays beside its rows
     r = lab("sweep", "--resume", sw.id, "--gpus", "0", root=tmp_path)   # the GPU left
     assert r.returncode == 0, r.stderr

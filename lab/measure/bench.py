@@ -15,7 +15,7 @@ Statistics reported: median (the headline), mean +- std, a 95% confidence interv
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Callable
 
 DEFAULT_WARMUP = 5
@@ -41,9 +41,14 @@ class Timing:
                  "synchronize after the last repetition, before the events are read")
     peak_memory_bytes: int | None = None   # extra device memory one call allocated at its peak
     checks: dict | None = None             # what lab.measure.timed checked before trusting the time
+    # the repetitions' times in the order they ran: a sweep pools its passes' (lab.measure.sweep.combine_passes);
+    # never stored (to_dict leaves them out): records keep the statistics
+    samples: list[float] | None = field(default=None, repr=False, compare=False)
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        d = asdict(self)
+        d.pop("samples")
+        return d
 
 
 def median_ci95(sorted_samples: list[float]) -> tuple[float, float]:
@@ -64,7 +69,7 @@ def summarize(samples_ms: list[float], warmup: int, l2_flush: bool) -> Timing:
     std = math.sqrt(sum((x - mean) ** 2 for x in s) / (n - 1)) if n > 1 else 0.0
     mid = s[n // 2] if n % 2 else 0.5 * (s[n // 2 - 1] + s[n // 2])
     lo, hi = median_ci95(s)
-    return Timing("ms", mid, mean, std, lo, hi, s[0], s[-1], n, warmup, l2_flush)
+    return Timing("ms", mid, mean, std, lo, hi, s[0], s[-1], n, warmup, l2_flush, samples=list(samples_ms))
 
 
 EVENTS, GRAPH = "events", "graph"

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import math
+import statistics
 import sys
 import tempfile
 import time
@@ -31,7 +33,7 @@ from lab.errors import LabError
 from lab.ladder import registry
 from lab.measure import rates
 from lab.measure.baselines import attention, unavailable_reason
-from lab.measure.bench import EVENTS, GRAPH
+from lab.measure.bench import EVENTS, GRAPH, summarize
 from lab.measure.call import rung
 from lab.measure.checked import Measurement, Workload, describe
 from lab.measure.floor import attention_floor
@@ -63,14 +65,85 @@ def timed_row(cell: Cell, timing, peak_bytes: int | None, peaks: dict | None) ->
     row = {**base_row(cell), "timing": timing.method, "status": "ok", "reason": "",
            "median_ms": timing.median, "mean_ms": timing.mean, "std_ms": timing.std,
            "ci95_low_ms": timing.ci95_low, "ci95_high_ms": timing.ci95_high, "min_ms": timing.min,
-           "max_ms": timing.max, "reps": timing.reps, "warmup": timing.warmup}
-    tokens = p.batch * p.seqlen_q
+           "max_ms": timing.max, "reps": timing.reps, "warmup": timing.warmup,
+           "passes": 1, "pass_medians_ms": [timing.median]}
     row["tflops"] = rates.tflops(row["flops"], timing.median)
     row["pct_of_peak"] = rates.pct_of_peak(row["tflops"], peaks, p.dtype)
-    row["tokens_per_s"] = tokens / (timing.median * 1e-3)
-    row["time_per_token_us"] = timing.median * 1e3 / tokens
+    _rates(row, timing.median, peak_bytes)
+    if timing.samples:
+        row[SAMPLES] = list(timing.samples)   # for combine_passes, which takes them out of the row
+    return row
+
+
+SAMPLES = "samples_ms"   # a pass's repetitions, carried from the measurer to combine_passes, never stored
+
+
+def _rates(row: dict, median_ms: float, peak_bytes: int | None) -> None:
+    """The row's per-token figures from its median and peak memory (timed_row's, and a pooled row's)."""
+    tokens = row["batch"] * row["seqlen_q"]
+    row["tokens_per_s"] = tokens / (median_ms * 1e-3)
+    row["time_per_token_us"] = median_ms * 1e3 / tokens
     row["peak_memory_bytes"] = peak_bytes
     row["memory_per_token_bytes"] = peak_bytes / tokens if peak_bytes is not None else None
+
+
+# ------------------------------------------------------------------------------ passes
+
+def combine_passes(per_pass: list[list[dict]]) -> list[dict]:
+    """A cell's rows from its passes (each pass: the rows one call of the measurer gave, one per timing
+    method), one row per timing method. Where every pass timed it: the median of all the passes'
+    repetitions pooled (of the pass medians where a measurer gave no samples), CI95 the union of the
+    passes' CI95s and the pooled one (an interval that holds every pass's median: the drift between
+    passes, seconds apart, is what one burst's CI95 leaves out), reps the total, and `passes` and
+    `pass_medians_ms` to show the drift. A pass that did not time it (refused, failed, out of memory)
+    makes the row that pass's row: a call caught by one pass is never timed by the others. A method
+    only some passes timed (timing auto adds graph below GRAPH_AUTO_BELOW_MS) pools the passes that did."""
+    n = len(per_pass)
+    by_timing: dict[str, list[tuple[int, dict]]] = {}
+    for k, rows in enumerate(per_pass):
+        for r in rows:
+            by_timing.setdefault(r.get("timing"), []).append((k, r))
+    out = []
+    for found in by_timing.values():
+        bad = next(((k, r) for k, r in found if r.get("status") != "ok"), None)
+        if bad is not None:
+            k, r = bad
+            r = {key: v for key, v in r.items() if key != SAMPLES}
+            if k and r.get("reason") is not None:   # the earlier passes timed it: say which pass did not
+                r["reason"] = f"pass {k + 1} of {n}: {r['reason']}"
+            out.append(r)
+        else:
+            out.append(_pooled([r for _, r in found]))
+    return out
+
+
+def _pooled(rows: list[dict]) -> dict:
+    first = rows[0]
+    row = {k: v for k, v in first.items() if k != SAMPLES}
+    medians = [r["median_ms"] for r in rows]
+    samples = [r.get(SAMPLES) for r in rows]
+    if len(rows) == 1:
+        pass
+    elif all(samples):
+        t = summarize([x for s in samples for x in s], first.get("warmup") or 0, True)
+        row.update(median_ms=t.median, mean_ms=t.mean, std_ms=t.std, min_ms=t.min, max_ms=t.max, reps=t.reps,
+                   ci95_low_ms=t.ci95_low, ci95_high_ms=t.ci95_high)
+    else:   # statistics only: the median of the pass medians, the pooled mean and standard deviation
+        reps = [r["reps"] for r in rows]
+        total = sum(reps)
+        mean = sum(r["mean_ms"] * n for r, n in zip(rows, reps)) / total
+        var = sum((n - 1) * r["std_ms"] ** 2 + n * (r["mean_ms"] - mean) ** 2 for r, n in zip(rows, reps)) / max(1, total - 1)
+        row.update(median_ms=statistics.median(medians), mean_ms=mean, std_ms=math.sqrt(var), reps=total,
+                   min_ms=min(r["min_ms"] for r in rows), max_ms=max(r["max_ms"] for r in rows))
+    row["ci95_low_ms"] = min([row["ci95_low_ms"], *(r["ci95_low_ms"] for r in rows)])
+    row["ci95_high_ms"] = max([row["ci95_high_ms"], *(r["ci95_high_ms"] for r in rows)])
+    row["passes"], row["pass_medians_ms"] = len(rows), medians
+    tflops = rates.tflops(row["flops"], row["median_ms"])
+    if row.get("pct_of_peak") is not None and first.get("tflops"):
+        row["pct_of_peak"] = row["pct_of_peak"] * tflops / first["tflops"]
+    row["tflops"] = tflops
+    peaks = [r["peak_memory_bytes"] for r in rows if r.get("peak_memory_bytes") is not None]
+    _rates(row, row["median_ms"], max(peaks) if peaks else None)
     return row
 
 
@@ -240,8 +313,8 @@ class Progress:
 
     def __init__(self, cells: list[Cell], title: str, enabled: bool = True):
         self.total = sum(cell_cost(c) for c in cells) or 1.0
-        self.count, self.done_cost, self.done = len(cells), 0.0, 0
-        self.t0 = time.perf_counter()
+        self.count, self.done_cost, self.done = len(cells), 0.0, 0.0   # done: cells, fractions while in passes
+        self.t0, self.t1, self.first_cost = time.perf_counter(), None, 0.0
         self.enabled = enabled
         self._rich = None
         if enabled and sys.stderr.isatty():
@@ -253,26 +326,28 @@ class Progress:
 
     def eta_s(self) -> float | None:
         """From the rate since the first cell (which also builds and checks a rung: not typical)."""
-        if self.done < 2:
+        if self.done < 2 or self.done_cost <= self.first_cost:
             return None
         elapsed = time.perf_counter() - self.t1
         return elapsed / (self.done_cost - self.first_cost) * (self.total - self.done_cost)
 
-    def advance(self, cell: Cell, rows: list[dict]) -> None:
-        self.done += 1
-        self.done_cost += cell_cost(cell)
-        if self.done == 1:
+    def advance(self, cell: Cell, rows: list[dict], share: float = 1.0, step: str = "") -> None:
+        """`cell` measured, or `share` of it (one of its passes; `step` says which)."""
+        self.done += share
+        self.done_cost += cell_cost(cell) * share
+        if self.t1 is None:
             self.t1, self.first_cost = time.perf_counter(), self.done_cost
         if not self.enabled:
             return
+        what = f"{cell.impl} {cell.problem.label()} {cell.mode}" + (f" ({step})" if step else "")
         if self._rich is not None:
-            self._rich.update(self._task, completed=self.done_cost, cells=f"{self.done}/{self.count} cells",
-                              description=f"{cell.impl} {cell.problem.label()} {cell.mode}")
+            self._rich.update(self._task, completed=self.done_cost, cells=f"{int(self.done + 1e-9)}/{self.count} cells",
+                              description=what)
             return
         eta = self.eta_s()
         summary = "; ".join(f"{r['timing']} {r['median_ms']:.4g} ms" if r.get("status") == "ok"
                             else f"{r['timing']} {r['status']}" for r in rows)
-        say(f"{self.done}/{self.count} {cell.impl} {cell.problem.label()} {cell.mode}: {summary or 'done'}"
+        say(f"{int(self.done + 1e-9)}/{self.count} {what}: {summary or 'done'}"
             + (f" (ETA {eta:.0f} s)" if eta is not None else ""))
 
     def log(self, text: str) -> None:

@@ -19,7 +19,7 @@ import hashlib
 import itertools
 import json
 import re
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 
 from lab.errors import LabError
 from lab.measure.bench import DEFAULT_REPS, DEFAULT_WARMUP
@@ -30,6 +30,11 @@ from lab.measure.rates import flops as mode_flops  # noqa: F401  (the one FLOP c
 TIMINGS = ("auto", "events", "graph", "both")
 MAX_SHAPES = 256
 """More problems than this need --yes: a typo in a range (1..65536 of batch) should not start hours."""
+DEFAULT_PASSES = 2
+"""A cell is timed in this many passes over its problem's cells, a unit's length apart, and its row
+pools them: one burst of ~30 repetitions within 0.4 s has a CI95 ~1% wide, while the same call timed
+again seconds later moved 2-5% (graph) and up to 10-24% (events, cuDNN) on calls under 0.3 ms
+(four H200s, benchmarks/timing_spread.py). A row's interval must cover that, not one burst."""
 GRAPH_AUTO_BELOW_MS = 0.5
 """timing auto: a cell whose call latency is under this also gets a CUDA-graph row, since below it the
 host's dispatch (~0.01-0.04 ms per call) is a visible share of what the events measure."""
@@ -226,6 +231,7 @@ class Plan:
     reps: int = DEFAULT_REPS
     warmup: int = DEFAULT_WARMUP
     cell_budget_s: float = 0.4
+    passes: int = 1                    # DEFAULT_PASSES for a new plan; 1 is a plan stored before passes existed
     l2_flush: bool = True
     axis: str = "seqlen"               # the x axis of the page's charts: "seqlen" or "batch"
     command: str = ""
@@ -254,6 +260,14 @@ class Plan:
                 out.extend(Cell(impl, p, m) for m in self.modes)
         return out
 
+    def pass_plan(self) -> "Plan":
+        """What one pass of a cell measures: 1/passes of the cell's repetitions and time budget (at
+        least 2 repetitions), so a sweep in passes takes the time of one in a single burst."""
+        if self.passes <= 1:
+            return self
+        return replace(self, reps=max(2, -(-self.reps // self.passes)), cell_budget_s=self.cell_budget_s / self.passes,
+                       passes=1)
+
     def key(self) -> str:
         """Identity of the sweep's content (not of a shard): partials merge only when this matches."""
         d = self.to_dict()
@@ -272,13 +286,15 @@ class Plan:
         d = dict(d)
         d["problems"] = [Problem.from_dict(p) for p in d["problems"]]
         d["shard"] = tuple(d["shard"]) if d.get("shard") else None
+        d.setdefault("passes", 1)   # a plan stored before passes: each cell was one burst
         return cls(**d)
 
 
 def build_plan(*, rungs: dict[str, list[str]], baselines: list[str], shapes: list[str], preset: str | None,
                batches: list[int] | None, heads_kv: list[int] | None, causal: str | None, dtypes: list[str],
                modes: list[str], timing: str, reps: int, warmup: int, cell_budget_s: float,
-               shard: tuple[int, int] | None, yes: bool, command: str = "", name: str | None = None) -> Plan:
+               shard: tuple[int, int] | None, yes: bool, command: str = "", name: str | None = None,
+               passes: int = DEFAULT_PASSES) -> Plan:
     """Validate everything a sweep was asked for and expand it; LabError (exit 2) on bad input."""
     if not rungs and not baselines:
         raise LabError("nothing to sweep: no rung (--variant) and no baseline (--no-baselines was given)")
@@ -295,6 +311,9 @@ def build_plan(*, rungs: dict[str, list[str]], baselines: list[str], shapes: lis
         raise LabError("--warmup must be >= 0")
     if cell_budget_s <= 0:
         raise LabError("--cell-budget must be > 0 seconds")
+    if not 1 <= passes <= reps // 2:
+        raise LabError(f"--passes must be between 1 and {max(1, reps // 2)} (--reps {reps} split over the passes, "
+                       f"at least 2 repetitions each); got {passes}")
     if preset and shapes:
         raise LabError("give either --preset or --shape, not both")
     if preset and batches:
@@ -334,7 +353,7 @@ def build_plan(*, rungs: dict[str, list[str]], baselines: list[str], shapes: lis
         raise LabError(f"--shard {shard[0]}/{shard[1]}: only {len(problems)} problems to split; use N <= {len(problems)}")
     plan = Plan(name=name or preset or ("batch" if batches else "custom"), rungs=dict(rungs), baselines=list(baselines),
                 problems=problems, modes=list(modes), timing=timing, reps=reps, warmup=warmup,
-                cell_budget_s=cell_budget_s, axis="batch" if batches else "seqlen", command=command,
+                cell_budget_s=cell_budget_s, passes=passes, axis="batch" if batches else "seqlen", command=command,
                 preset=preset, shard=shard)
     if not plan.cells():
         raise LabError("no cell to measure: no rung runs the sweep's dtypes and there are no baselines")

@@ -79,7 +79,9 @@ def markdown_sweep(sweep, metric: str = "tflops") -> str:
              f"{dev.get('sm_count', '?')} SMs), torch {sw.get('torch', '?')}, CUDA {sw.get('cuda', '?')}, "
              f"{(m.get('created_utc') or '?')[:10]}, commit {commit}; status {m.get('status')} "
              f"({m.get('cells_done')} of {m.get('cells_planned')} cells). Median of up to {plan.get('reps')} repetitions "
-             f"(fewer where a cell's {plan.get('cell_budget_s')} s budget ran out; the table stores the count), "
+             f"(fewer where a cell's {plan.get('cell_budget_s')} s budget ran out; the table stores the count)"
+             + (f" in {plan['passes']} passes over each problem's cells, seconds apart, pooled (the CI95 spans every "
+                "pass's median; the table stores each pass's)" if (plan.get("passes") or 1) > 1 else "") + ", "
              "L2 flushed before each. Cells: median ms (TFLOP/s). Timing `events` = call latency (host dispatch "
              "included), `graph` = CUDA-graph replay (device time). Backward FLOPs = 2.5x forward, forward+backward "
              "= 3.5x (FlashAttention's convention); causal FLOPs are halved.", ""]

@@ -38,7 +38,10 @@ ROW_KEY = ("impl", "label", "mode", "timing")
 # The tidy table's columns, in order (ratio columns vs_<baseline> follow, one per baseline).
 COLUMNS = ["impl", "impl_kind", "label", "batch", "heads", "heads_kv", "seqlen_q", "seqlen_k", "head_dim",
            "causal", "dtype", "mode", "timing", "status", "reason", "median_ms", "mean_ms", "std_ms",
-           "ci95_low_ms", "ci95_high_ms", "min_ms", "max_ms", "reps", "warmup", "flops", "tflops",
+           "ci95_low_ms", "ci95_high_ms", "min_ms", "max_ms", "reps", "warmup",
+           # the passes a row pools (lab.sweeping.measure_unit) and each one's median; None on rows of sweeps
+           # before passes (one burst: read as 1 pass)
+           "passes", "pass_medians_ms", "flops", "tflops",
            "pct_of_peak", "tokens_per_s", "time_per_token_us", "peak_memory_bytes",
            "memory_per_token_bytes", "worker",
            # which GPU measured the row (lab.sweeping: the --gpus entry, the worker's pin, the clocks and
@@ -165,7 +168,7 @@ def _frame(rows: list[dict], baselines: list[str]) -> "pd.DataFrame":
               "pct_of_peak", "tokens_per_s", "time_per_token_us", "memory_per_token_bytes",
               *[ratio_column(b) for b in baselines]):
         df[c] = pd.to_numeric(df[c], errors="coerce").astype("float64")
-    for c in ("reps", "warmup", "peak_memory_bytes", "gpu_host_index", "sm_clock_mhz", "mem_clock_mhz"):
+    for c in ("reps", "warmup", "passes", "peak_memory_bytes", "gpu_host_index", "sm_clock_mhz", "mem_clock_mhz"):
         df[c] = pd.to_numeric(df[c], errors="coerce").astype("Int64")
     for c in ("batch", "heads", "heads_kv", "seqlen_q", "seqlen_k", "head_dim"):
         df[c] = pd.to_numeric(df[c], errors="coerce").astype("Int64")
@@ -431,13 +434,23 @@ def gpu_spread(pairs: list[tuple[str, str, float]]) -> list[dict]:
     return out
 
 
+def pass_spread(rows: list[dict], threshold_pct: float) -> dict:
+    """How many timed rows' passes (`pass_medians_ms`) are more than `threshold_pct` apart (slowest over
+    fastest): the drift a single burst's CI95 would not have covered. Rows of one pass count as none."""
+    spread = [max(m) / min(m) for r in rows if len(m := list(r.get("pass_medians_ms") or [])) > 1 and min(m) > 0]
+    return {"rows_in_passes": len(spread), "passes_apart": sum(1 for x in spread if (x - 1) * 100 > threshold_pct),
+            "max_pass_spread": max(spread) if spread else None}
+
+
 def compare_sweeps(a: Sweep, b: Sweep, threshold_pct: float = PRACTICAL_THRESHOLD_PCT) -> dict:
     """Row by row (implementation, problem, mode, timing), did anything change between two sweeps?
     A row differs only when the CI95 intervals of its medians do not overlap AND the medians are
     more than `threshold_pct` apart (statistically and practically significant); a row beyond CI95
     but within the threshold is counted apart. Where rows of the two were measured on different
     GPUs (their UUIDs), the GPU-to-GPU spread of the B/A ratios is reported per pair of GPUs. Used
-    to check that a sweep spread over GPUs (--gpus, shards merged) equals the same sweep on one GPU."""
+    to check that a sweep spread over GPUs (--gpus, shards merged) equals the same sweep on one GPU.
+    A row's CI95 is its passes' (lab.sweeping.measure_unit); `pass_spread_a`/`_b` count the rows whose
+    passes alone were more than the threshold apart."""
     if threshold_pct < 0:
         raise LabError(f"--threshold must be >= 0 (percent), got {threshold_pct:g}")
     ra = {tuple(r.get(k) for k in ROW_KEY): r for r in a.rows() if r.get("status") == "ok"}
@@ -464,4 +477,6 @@ def compare_sweeps(a: Sweep, b: Sweep, threshold_pct: float = PRACTICAL_THRESHOL
             "overlapping": len(common) - len(differ) - len(within_threshold), "differing": differ,
             "beyond_ci95_within_threshold": within_threshold,
             "median_ratio_b_over_a": ratios[len(ratios) // 2] if ratios else None,
-            "gpu_spread": gpu_spread(pairs)}
+            "gpu_spread": gpu_spread(pairs),
+            "pass_spread_a": pass_spread(list(ra.values()), threshold_pct),
+            "pass_spread_b": pass_spread(list(rb.values()), threshold_pct)}

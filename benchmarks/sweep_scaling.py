@@ -23,6 +23,11 @@ Run the counts in separate calls where one call may not take them all (`--counts
 the same rule, printed as the row "1 again": the disagreement one GPU has with itself from one run to
 the next, the reference against which the multi-GPU rows' disagreement is read (on two H100s, short
 calls' rows differed between the one- and two-GPU tables beyond 3%: RESULTS.md).
+
+Each table's rows are timed in passes (`lab sweep --passes`, default 2: a row's CI95 spans its passes'
+medians); the lines under the table count, per count, the rows whose passes alone were more than the
+threshold apart. `-- ... --passes 1` (the whole sweep's options) times each cell in one burst, as
+sweeps before passes did: the pair of runs shows what the passes cost in wall time and in agreement.
 """
 
 from __future__ import annotations

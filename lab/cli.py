@@ -817,6 +817,12 @@ def sweep(ctx, variant_spec, shapes, preset, batch_spec, heads_kv_spec, causal, 
         click.echo(target.table().to_json(orient="records"))
     else:
         _print_sweep_summary(target)
+        spread = sweep_store.pass_spread([r for r in target.rows() if r.get("status") == "ok"],
+                                         sweep_store.PRACTICAL_THRESHOLD_PCT)
+        if spread["rows_in_passes"]:
+            click.echo(f"passes: {spread['passes_apart']} of {spread['rows_in_passes']} timed rows had passes more than "
+                       f"{sweep_store.PRACTICAL_THRESHOLD_PCT:g}% apart (the widest "
+                       f"{(spread['max_pass_spread'] - 1) * 100:.1f}%); each row's CI95 spans its passes", err=True)
     click.echo(f"sweep {target.id}: {status}, {m['cells_done']} of {m['cells_planned']} cells, {m['rows']} rows; "
                f"`lab report` draws it, `lab export {target.id} --format markdown` tabulates it", err=True)
     if status != "complete":

@@ -62,6 +62,7 @@ def test_the_row_pools_its_passes(tmp_path):
     CI95 spans both passes' medians, its reps the total; one pass alone would not have covered it."""
     r = lab("sweep", *SHAPES, "--passes", "3", "--reps", "30", env={"LAB_TEST_DRIFT": "8"}, root=tmp_path)
     assert r.returncode == 0, r.stderr
+    assert "passes: 8 of 8 timed rows had passes more than 3% apart (the widest 16.0%)" in r.stderr
     (sw,) = store.list_sweeps(tmp_path)
     ok = [x for x in sw.rows() if x["status"] == "ok"]
     assert ok

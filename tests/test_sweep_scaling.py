@@ -65,6 +65,9 @@ def test_the_scaling_benchmark_holds_n_gpus_against_one(tmp_path):
     two = result["counts"]["2"]
     assert two["compare"]["changed"] == 0 and two["compare"]["rows_compared"] == 2 and two["cells"] == 2
     assert two["wall_s"] > 0 and len(two["workers"]) == 2
+    # each table's rows were timed in 2 passes (lab sweep's default): the drift between them is counted
+    assert two["compare"]["pass_spread_b"]["rows_in_passes"] == 2 and two["compare"]["pass_spread_b"]["passes_apart"] == 0
+    assert "- 2 GPUs: 0 of 2 rows had passes more than 3% apart" in r.stdout
     # --again: the one-GPU sweep run twice, its own disagreement printed as a reference row, judging nothing
     again = result["counts"]["1-again"]
     assert "| 1 again |" in r.stdout and again["compare"]["rows_compared"] == 2 and again["speedup"] is None

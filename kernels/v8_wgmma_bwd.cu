@@ -133,11 +133,25 @@ struct BwdConfig {
   static constexpr int kDqTileBytes = kBulkDq ? 64 * kDqRowBytes : 0;
   static constexpr int kSmemBytes = kOffDQ + kConsumers * kDqTileBytes + 1024;  // + alignment slack
   static constexpr int kProducerRegs = 24, kConsumerRegs = 240;
+  // How each consumer warpgroup orders its products (0: the measured step 1; Overlapped<> below).
+  static constexpr int kOverlap = 0;
   static_assert(D == 64 || D == 128, "head_dim 64 or 128");
   static_assert(BM == 64 || BM == 128, "query block of 64 or 128 rows");
   static_assert(kDqN == 64 || kDqN == 128, "dQ split on whole 64-column atoms");
   static_assert(BM <= lab_bwd::kMaxQueryBlock, "the row statistics are padded to kMaxQueryBlock rows");
   static_assert(kSmemBytes <= 227 * 1024, "shared memory over the 227 KB per-block limit");
+};
+
+// Step 3's tuning candidates: the same tiles with the products issued so that more of them are in
+// flight (v8_notes.md, step 3). 1: FlashAttention-3's order within a step: dV issued before the
+// dS^T stores, dQ before dK, dQ's RED while dK runs. 2: as 1, and the next step's S^T and dP^T
+// issued before this step's RED. A config of its own (not a template argument of BwdConfig) so
+// that the default kernels keep their names and machine code.
+template <class Base, int OVERLAP>
+struct Overlapped : Base {
+  static constexpr int kOverlap = OVERLAP;
+  static_assert(OVERLAP == 1 || OVERLAP == 2, "overlap 1 (FA3's order) or 2 (and the next S^T, dP^T)");
+  static_assert(!Base::kBulkDq, "the overlapped orders add dQ by RED from registers");
 };
 
 // GQA = true (common.cuh's GQA contract; its own instantiation, so the kernel without it is the
@@ -260,152 +274,139 @@ bwd_kernel(const __grid_constant__ CUtensorMap tm_q,   // [B*H, nq, D] in boxes 
   const int dq_col0 = C::kDqSplitRows ? 0 : c * C::kDqN;
 
   if (n_steps > 0) lab_mbar_wait(kv_full, 0);
-  for (int it = 0, mi = 0, bq = bh_q0; it < n_total; ++it) {
-    const int s = it % S, m0 = (m_first + (GQA ? mi : it)) * BM;
-    const int bh_q = GQA ? bq : bh;   // the query head of this step (GQA: the group's heads in turn)
-    const uint32_t phase = (it / S) & 1;
-    const int ds_buf = it & 1;
-
-    // S^T = K_c Q^T and dP^T = V_c dO^T: A = 64 rows of K (V) K-major, B = the BM rows of Q (dO)
-    // K-major; 8-row groups 1024 B apart, a k16 step +32 B inside a 64-column atom.
+  if constexpr (C::kOverlap > 0) {
+    // Step 3's orders (v8_notes.md): the same products, issued so that more are in flight. Which
+    // wait protects what:
+    //   st, dpt   written by S^T / dP^T (one commit group each); read only after wait<1> / wait<0>.
+    //   p_frag    dV's A operand: not touched until the wait<1> that retires dV (with dQ).
+    //   ds_frag   dK's A operand (and the dS^T stores' source, read before dK is issued; a
+    //             wgmma.fence orders those reads before dK): not touched until dK's wait<0>.
+    //   dO_s      read by dP^T and dV (and Dsum_s by this thread): do_empty after dV's wait<1>.
+    //   Q_s       read by S^T and dK (and LSE2_s): q_empty after dK's wait<0>.
+    //   dS^T[b]   written at step it (b = it % 2), read by both warpgroups' dQ of step it, which
+    //             each retires (wait<1>) before it reaches step it + 1's named barrier; step it + 2
+    //             writes b again only after that barrier, as in the default order.
+    //   S^T of step it + 1 (order 2): issued after that step's q_full wait into st, whose step-it
+    //             values were consumed by the packing (registers only), behind dK: the wait<1>
+    //             that retires dK leaves it in flight (the most recent group), the top of the next
+    //             step issues dP^T and waits <1> for S^T as order 1 does.
     float st[BM / 2], dpt[BM / 2];
-    lab_mbar_wait(q_full(s), phase);
-    lab_wgmma_fence();
+    auto issue_s = [&](int s, uint32_t phase) {
+      lab_mbar_wait(q_full(s), phase);
+      lab_wgmma_fence();
 #pragma unroll
-    for (int kk = 0; kk < D / 16; ++kk) {
-      const uint32_t a = s_k + (kk / 4) * BN * 128 + c * 64 * 128 + (kk % 4) * 32;
-      const uint32_t b = s_q(s) + (kk / 4) * BM * 128 + (kk % 4) * 32;
-      lab_wgmma_ss<T, BM>(st, lab_wgmma_desc_sw128(a, 16, 1024), lab_wgmma_desc_sw128(b, 16, 1024), kk > 0 ? 1 : 0);
-    }
-    lab_wgmma_commit();
-    lab_mbar_wait(do_full(s), phase);
-#pragma unroll
-    for (int kk = 0; kk < D / 16; ++kk) {
-      const uint32_t a = s_v + (kk / 4) * BN * 128 + c * 64 * 128 + (kk % 4) * 32;
-      const uint32_t b = s_do(s) + (kk / 4) * BM * 128 + (kk % 4) * 32;
-      lab_wgmma_ss<T, BM>(dpt, lab_wgmma_desc_sw128(a, 16, 1024), lab_wgmma_desc_sw128(b, 16, 1024), kk > 0 ? 1 : 0);
-    }
-    lab_wgmma_commit();
-
-    // P^T = 2^(s scale log2e - LSE2) from the forward's LSE (no running max: the LSE normalises),
-    // zero where the key is padding or, causal, right of the query. Element e of column block i:
-    // key key_g + 8 (e >> 1), query m0 + 8 i + c2 + (e & 1). Padding queries have LSE2 = +inf.
-    lab_wgmma_wait<1>();
-    lab_fence_regs(st);
-    const float* lse_s = reinterpret_cast<const float*>(smem_raw + (s_l(s) - lab_smem_addr(smem_raw)));
-    const float* dd_s = reinterpret_cast<const float*>(smem_raw + (s_dd(s) - lab_smem_addr(smem_raw)));
-    const bool masked = n0 + BN > nk || (CAUSAL && m0 < n0 + BN - 1);
-#pragma unroll
-    for (int i = 0; i < BM / 8; ++i) {
-      const float2 l = *reinterpret_cast<const float2*>(lse_s + i * 8 + c2);
-#pragma unroll
-      for (int e = 0; e < 4; ++e) st[i * 4 + e] = lab_exp2(fmaf(st[i * 4 + e], scale_log2, -((e & 1) ? l.y : l.x)));
-    }
-    if (masked) {
-#pragma unroll
-      for (int i = 0; i < BM / 8; ++i)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int key = key_g + (e >> 1) * 8, query = m0 + i * 8 + c2 + (e & 1);
-          if (key >= nk || (CAUSAL && key > query)) st[i * 4 + e] = 0.f;
-        }
-    }
-    lab_wgmma_wait<0>();
-    lab_fence_regs(dpt);
-#pragma unroll
-    for (int i = 0; i < BM / 8; ++i) {
-      const float2 dd = *reinterpret_cast<const float2*>(dd_s + i * 8 + c2);
-#pragma unroll
-      for (int e = 0; e < 4; ++e) dpt[i * 4 + e] = st[i * 4 + e] * (dpt[i * 4 + e] - ((e & 1) ? dd.y : dd.x));
-    }
-    // P^T and dS^T as wgmma's register A operand (the mma.sync m16n8k16 A fragment of rows 16 warp..):
-    // k-step kk covers queries 16 kk .. 16 kk + 15, column blocks 2 kk and 2 kk + 1.
-    uint32_t p_frag[BM / 16][4], ds_frag[BM / 16][4];
-#pragma unroll
-    for (int kk = 0; kk < BM / 16; ++kk)
-#pragma unroll
-      for (int r = 0; r < 4; ++r) {
-        p_frag[kk][r] = lab_pack2<T>(st[8 * kk + 2 * r], st[8 * kk + 2 * r + 1]);
-        ds_frag[kk][r] = lab_pack2<T>(dpt[8 * kk + 2 * r], dpt[8 * kk + 2 * r + 1]);
+      for (int kk = 0; kk < D / 16; ++kk) {
+        const uint32_t a = s_k + (kk / 4) * BN * 128 + c * 64 * 128 + (kk % 4) * 32;
+        const uint32_t b = s_q(s) + (kk / 4) * BM * 128 + (kk % 4) * 32;
+        lab_wgmma_ss<T, BM>(st, lab_wgmma_desc_sw128(a, 16, 1024), lab_wgmma_desc_sw128(b, 16, 1024), kk > 0 ? 1 : 0);
       }
-
-    // dV += P^T dO, dK += dS^T Q: B = dO (Q) [BM queries x D] MN-major, 64-column atoms BM*128 B
-    // apart, a k16 step (16 queries) +2048 B.
-    lab_wgmma_fence();
+      lab_wgmma_commit();
+    };
+    auto issue_dp = [&](int s, uint32_t phase) {
+      lab_mbar_wait(do_full(s), phase);
+      lab_wgmma_fence();
 #pragma unroll
-    for (int kk = 0; kk < BM / 16; ++kk)
-      lab_wgmma_rs_tb<T, D>(dv_acc, p_frag[kk], lab_wgmma_desc_sw128(s_do(s) + kk * 2048, BM * 128, 1024));
-#pragma unroll
-    for (int kk = 0; kk < BM / 16; ++kk)
-      lab_wgmma_rs_tb<T, D>(dk_acc, ds_frag[kk], lab_wgmma_desc_sw128(s_q(s) + kk * 2048, BM * 128, 1024));
-    lab_wgmma_commit();
-
-    // dS^T -> shared memory [128 keys x BM queries], queries contiguous in 64-query atoms: row
-    // key - n0, chunk (query % 64) / 8 swizzled by the row (g: every row base is a multiple of 8).
-    // A quad writes 16 contiguous bytes of a chunk; the swizzle spreads the 8 rows over all banks.
-    {
-      uint8_t* ds_tile = smem_raw + (s_ds(ds_buf) - lab_smem_addr(smem_raw));
-      const int row = c * 64 + warp * 16 + g;
-#pragma unroll
-      for (int i = 0; i < BM / 8; ++i)
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          const int r = row + 8 * h;
-          const int off = (i / 8) * BN * 128 + r * 128 + (((i % 8) ^ g) * 16) + (lane & 3) * 4;
-          *reinterpret_cast<uint32_t*>(ds_tile + off) = ds_frag[i / 2][(i % 2) * 2 + h];
-        }
-    }
-    lab_fence_proxy_async_shared();            // the stores above, visible to wgmma's reads
-    lab_named_sync(1, C::kConsumerThreads);    // both warpgroups' keys of dS^T are in place
-
-    // dQ (this warpgroup's share) = dS K: A = dS [queries x keys] read from dS^T (MN-major: the
-    // queries contiguous), B = K [keys x D] MN-major; k = the 128 keys, a k16 step +2048 B in both.
-    float dq[C::kDqN / 2];
-    lab_wgmma_fence();
-#pragma unroll
-    for (int kk = 0; kk < BN / 16; ++kk) {
-      const uint32_t a = s_ds(ds_buf) + (dq_row0 / 64) * BN * 128 + kk * 2048;
-      const uint32_t b = s_k + (dq_col0 / 64) * BN * 128 + kk * 2048;
-      lab_wgmma_ss_tt<T, C::kDqN>(dq, lab_wgmma_desc_sw128(a, BN * 128, 1024), lab_wgmma_desc_sw128(b, BN * 128, 1024),
-                                  kk > 0 ? 1 : 0);
-    }
-    lab_wgmma_commit();
-    lab_wgmma_wait<0>();
-    lab_fence_regs(dv_acc);
-    lab_fence_regs(dk_acc);
-    lab_fence_regs(dq);
-    lab_fence_regs(p_frag);
-    lab_fence_regs(ds_frag);
-    // Q, dO and their statistics are no longer read by this thread (dS^T's buffer is reused two
-    // steps on, after the next step's barrier: both warpgroups have finished this step's dQ then).
-    lab_mbar_arrive(q_empty(s));
-    lab_mbar_arrive(do_empty(s));
-
-    // Into the fp32 accumulator: the other key blocks' CTAs add into the same rows.
-    if constexpr (C::kBulkDq) {
-      // This warp's 16 rows -> its rows of the staging tile -> 16 bulk reductions (lanes 0-15, one
-      // row each). The copy engine must have read last step's rows before they are overwritten.
-      const uint32_t s_rows = s_base + C::kOffDQ + c * C::kDqTileBytes + warp * 16 * C::kDqRowBytes;
-      uint8_t* rows = smem_raw + (s_rows - lab_smem_addr(smem_raw));
-      if (lane < 16) lab_bulk_wait_read<0>();
-      __syncwarp();
-#pragma unroll
-      for (int h = 0; h < 2; ++h)
-#pragma unroll
-        for (int i = 0; i < C::kDqN / 8; ++i)
-          *reinterpret_cast<float2*>(rows + (g + 8 * h) * C::kDqRowBytes + (i * 8 + c2) * 4) =
-              make_float2(dq[i * 4 + 2 * h], dq[i * 4 + 2 * h + 1]);
-      lab_fence_proxy_async_shared();  // the stores above, visible to the copy engine's reads
-      __syncwarp();
-      if (lane < 16) {
-        const int qrow = m0 + dq_row0 + warp * 16 + lane;
-        if (qrow < nq)
-          lab_bulk_reduce_add_f32(dq_acc + ((size_t)bh_q * nq + qrow) * D + dq_col0, s_rows + lane * C::kDqRowBytes,
-                                  C::kDqN * 4);
-        lab_bulk_commit();
+      for (int kk = 0; kk < D / 16; ++kk) {
+        const uint32_t a = s_v + (kk / 4) * BN * 128 + c * 64 * 128 + (kk % 4) * 32;
+        const uint32_t b = s_do(s) + (kk / 4) * BM * 128 + (kk % 4) * 32;
+        lab_wgmma_ss<T, BM>(dpt, lab_wgmma_desc_sw128(a, 16, 1024), lab_wgmma_desc_sw128(b, 16, 1024), kk > 0 ? 1 : 0);
       }
-    } else {
-      // RED from registers (no return value), two floats each.
+      lab_wgmma_commit();
+    };
+    // One step; has_next (order 2, known at compile time): the next step's S^T goes out inside it.
+    // The last step is its own copy (has_next false), so that no wgmma is issued under a runtime
+    // condition: ptxas serialises every wgmma of a function where it cannot follow one's pipeline.
+    int mi = 0, bq = bh_q0;
+    auto step = [&](int it, auto has_next) {
+      constexpr bool next = decltype(has_next)::value;
+      const int s = it % S, m0 = (m_first + (GQA ? mi : it)) * BM;
+      const int bh_q = GQA ? bq : bh;
+      const int ds_buf = it & 1;
+      if constexpr (C::kOverlap == 1) issue_s(s, (it / S) & 1);
+      issue_dp(s, (it / S) & 1);
+
+      // P^T (as the default order: LSE-normalised exponentials, masked), while dP^T runs.
+      lab_wgmma_wait<1>();
+      lab_fence_regs(st);
+      const float* lse_s = reinterpret_cast<const float*>(smem_raw + (s_l(s) - lab_smem_addr(smem_raw)));
+      const float* dd_s = reinterpret_cast<const float*>(smem_raw + (s_dd(s) - lab_smem_addr(smem_raw)));
+      const bool masked = n0 + BN > nk || (CAUSAL && m0 < n0 + BN - 1);
+#pragma unroll
+      for (int i = 0; i < BM / 8; ++i) {
+        const float2 l = *reinterpret_cast<const float2*>(lse_s + i * 8 + c2);
+#pragma unroll
+        for (int e = 0; e < 4; ++e) st[i * 4 + e] = lab_exp2(fmaf(st[i * 4 + e], scale_log2, -((e & 1) ? l.y : l.x)));
+      }
+      if (masked) {
+#pragma unroll
+        for (int i = 0; i < BM / 8; ++i)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int key = key_g + (e >> 1) * 8, query = m0 + i * 8 + c2 + (e & 1);
+            if (key >= nk || (CAUSAL && key > query)) st[i * 4 + e] = 0.f;
+          }
+      }
+      lab_wgmma_wait<0>();
+      lab_fence_regs(dpt);
+#pragma unroll
+      for (int i = 0; i < BM / 8; ++i) {
+        const float2 dd = *reinterpret_cast<const float2*>(dd_s + i * 8 + c2);
+#pragma unroll
+        for (int e = 0; e < 4; ++e) dpt[i * 4 + e] = st[i * 4 + e] * (dpt[i * 4 + e] - ((e & 1) ? dd.y : dd.x));
+      }
+      uint32_t p_frag[BM / 16][4], ds_frag[BM / 16][4];
+#pragma unroll
+      for (int kk = 0; kk < BM / 16; ++kk)
+#pragma unroll
+        for (int r = 0; r < 4; ++r) {
+          p_frag[kk][r] = lab_pack2<T>(st[8 * kk + 2 * r], st[8 * kk + 2 * r + 1]);
+          ds_frag[kk][r] = lab_pack2<T>(dpt[8 * kk + 2 * r], dpt[8 * kk + 2 * r + 1]);
+        }
+
+      // dV += P^T dO first: its products run while this warpgroup stores dS^T.
+      lab_wgmma_fence();
+#pragma unroll
+      for (int kk = 0; kk < BM / 16; ++kk)
+        lab_wgmma_rs_tb<T, D>(dv_acc, p_frag[kk], lab_wgmma_desc_sw128(s_do(s) + kk * 2048, BM * 128, 1024));
+      lab_wgmma_commit();
+      {
+        uint8_t* ds_tile = smem_raw + (s_ds(ds_buf) - lab_smem_addr(smem_raw));
+        const int row = c * 64 + warp * 16 + g;
+#pragma unroll
+        for (int i = 0; i < BM / 8; ++i)
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            const int r = row + 8 * h;
+            const int off = (i / 8) * BN * 128 + r * 128 + (((i % 8) ^ g) * 16) + (lane & 3) * 4;
+            *reinterpret_cast<uint32_t*>(ds_tile + off) = ds_frag[i / 2][(i % 2) * 2 + h];
+          }
+      }
+      lab_fence_proxy_async_shared();            // the stores above, visible to wgmma's reads
+      lab_named_sync(1, C::kConsumerThreads);    // both warpgroups' keys of dS^T are in place
+
+      // dQ, then dK (FlashAttention-3's order): dQ retires first, its RED runs while dK does.
+      float dq[C::kDqN / 2];
+      lab_wgmma_fence();                         // ds_frag was read by the stores above
+#pragma unroll
+      for (int kk = 0; kk < BN / 16; ++kk) {
+        const uint32_t a = s_ds(ds_buf) + (dq_row0 / 64) * BN * 128 + kk * 2048;
+        const uint32_t b = s_k + (dq_col0 / 64) * BN * 128 + kk * 2048;
+        lab_wgmma_ss_tt<T, C::kDqN>(dq, lab_wgmma_desc_sw128(a, BN * 128, 1024),
+                                    lab_wgmma_desc_sw128(b, BN * 128, 1024), kk > 0 ? 1 : 0);
+      }
+      lab_wgmma_commit();
+#pragma unroll
+      for (int kk = 0; kk < BM / 16; ++kk)
+        lab_wgmma_rs_tb<T, D>(dk_acc, ds_frag[kk], lab_wgmma_desc_sw128(s_q(s) + kk * 2048, BM * 128, 1024));
+      lab_wgmma_commit();
+      lab_wgmma_wait<1>();                       // dV and dQ retired; dK may still run
+      lab_fence_regs(dv_acc);
+      lab_fence_regs(dq);
+      lab_fence_regs(p_frag);
+      lab_mbar_arrive(do_empty(s));              // dO_s and Dsum_s: read for the last time
+      // Order 2: the next step's S^T goes out behind dK (dP^T waits for the loop's top: its
+      // accumulators beside S^T's, dQ's, dK's and dV's would pass 240 registers).
+      if constexpr (next) issue_s((it + 1) % S, ((it + 1) / S) & 1);
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         const int qrow = m0 + dq_row0 + warp * 16 + g + 8 * h;
@@ -415,9 +416,185 @@ bwd_kernel(const __grid_constant__ CUtensorMap tm_q,   // [B*H, nq, D] in boxes 
           for (int i = 0; i < C::kDqN / 8; ++i) lab_bwd::red_add2(dst + i * 8, dq[i * 4 + 2 * h], dq[i * 4 + 2 * h + 1]);
         }
       }
+      // dK retired (with order 2, the next S^T may still run: it is the most recent group).
+      if constexpr (next) lab_wgmma_wait<1>();
+      else lab_wgmma_wait<0>();
+      lab_fence_regs(dk_acc);
+      lab_fence_regs(ds_frag);
+      lab_mbar_arrive(q_empty(s));               // Q_s and LSE2_s: read for the last time
+      if constexpr (GQA) {
+        if (++mi == n_steps) mi = 0, ++bq;
+      }
+    };
+    if constexpr (C::kOverlap == 2) {
+      if (n_total > 0) {
+        issue_s(0, 0);
+        for (int it = 0; it + 1 < n_total; ++it) step(it, std::true_type{});
+        step(n_total - 1, std::false_type{});
+      }
+    } else {
+      for (int it = 0; it < n_total; ++it) step(it, std::false_type{});
     }
-    if constexpr (GQA) {
-      if (++mi == n_steps) mi = 0, ++bq;
+  } else {
+    for (int it = 0, mi = 0, bq = bh_q0; it < n_total; ++it) {
+      const int s = it % S, m0 = (m_first + (GQA ? mi : it)) * BM;
+      const int bh_q = GQA ? bq : bh;   // the query head of this step (GQA: the group's heads in turn)
+      const uint32_t phase = (it / S) & 1;
+      const int ds_buf = it & 1;
+
+      // S^T = K_c Q^T and dP^T = V_c dO^T: A = 64 rows of K (V) K-major, B = the BM rows of Q (dO)
+      // K-major; 8-row groups 1024 B apart, a k16 step +32 B inside a 64-column atom.
+      float st[BM / 2], dpt[BM / 2];
+      lab_mbar_wait(q_full(s), phase);
+      lab_wgmma_fence();
+#pragma unroll
+      for (int kk = 0; kk < D / 16; ++kk) {
+        const uint32_t a = s_k + (kk / 4) * BN * 128 + c * 64 * 128 + (kk % 4) * 32;
+        const uint32_t b = s_q(s) + (kk / 4) * BM * 128 + (kk % 4) * 32;
+        lab_wgmma_ss<T, BM>(st, lab_wgmma_desc_sw128(a, 16, 1024), lab_wgmma_desc_sw128(b, 16, 1024), kk > 0 ? 1 : 0);
+      }
+      lab_wgmma_commit();
+      lab_mbar_wait(do_full(s), phase);
+#pragma unroll
+      for (int kk = 0; kk < D / 16; ++kk) {
+        const uint32_t a = s_v + (kk / 4) * BN * 128 + c * 64 * 128 + (kk % 4) * 32;
+        const uint32_t b = s_do(s) + (kk / 4) * BM * 128 + (kk % 4) * 32;
+        lab_wgmma_ss<T, BM>(dpt, lab_wgmma_desc_sw128(a, 16, 1024), lab_wgmma_desc_sw128(b, 16, 1024), kk > 0 ? 1 : 0);
+      }
+      lab_wgmma_commit();
+
+      // P^T = 2^(s scale log2e - LSE2) from the forward's LSE (no running max: the LSE normalises),
+      // zero where the key is padding or, causal, right of the query. Element e of column block i:
+      // key key_g + 8 (e >> 1), query m0 + 8 i + c2 + (e & 1). Padding queries have LSE2 = +inf.
+      lab_wgmma_wait<1>();
+      lab_fence_regs(st);
+      const float* lse_s = reinterpret_cast<const float*>(smem_raw + (s_l(s) - lab_smem_addr(smem_raw)));
+      const float* dd_s = reinterpret_cast<const float*>(smem_raw + (s_dd(s) - lab_smem_addr(smem_raw)));
+      const bool masked = n0 + BN > nk || (CAUSAL && m0 < n0 + BN - 1);
+#pragma unroll
+      for (int i = 0; i < BM / 8; ++i) {
+        const float2 l = *reinterpret_cast<const float2*>(lse_s + i * 8 + c2);
+#pragma unroll
+        for (int e = 0; e < 4; ++e) st[i * 4 + e] = lab_exp2(fmaf(st[i * 4 + e], scale_log2, -((e & 1) ? l.y : l.x)));
+      }
+      if (masked) {
+#pragma unroll
+        for (int i = 0; i < BM / 8; ++i)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int key = key_g + (e >> 1) * 8, query = m0 + i * 8 + c2 + (e & 1);
+            if (key >= nk || (CAUSAL && key > query)) st[i * 4 + e] = 0.f;
+          }
+      }
+      lab_wgmma_wait<0>();
+      lab_fence_regs(dpt);
+#pragma unroll
+      for (int i = 0; i < BM / 8; ++i) {
+        const float2 dd = *reinterpret_cast<const float2*>(dd_s + i * 8 + c2);
+#pragma unroll
+        for (int e = 0; e < 4; ++e) dpt[i * 4 + e] = st[i * 4 + e] * (dpt[i * 4 + e] - ((e & 1) ? dd.y : dd.x));
+      }
+      // P^T and dS^T as wgmma's register A operand (the mma.sync m16n8k16 A fragment of rows 16 warp..):
+      // k-step kk covers queries 16 kk .. 16 kk + 15, column blocks 2 kk and 2 kk + 1.
+      uint32_t p_frag[BM / 16][4], ds_frag[BM / 16][4];
+#pragma unroll
+      for (int kk = 0; kk < BM / 16; ++kk)
+#pragma unroll
+        for (int r = 0; r < 4; ++r) {
+          p_frag[kk][r] = lab_pack2<T>(st[8 * kk + 2 * r], st[8 * kk + 2 * r + 1]);
+          ds_frag[kk][r] = lab_pack2<T>(dpt[8 * kk + 2 * r], dpt[8 * kk + 2 * r + 1]);
+        }
+
+      // dV += P^T dO, dK += dS^T Q: B = dO (Q) [BM queries x D] MN-major, 64-column atoms BM*128 B
+      // apart, a k16 step (16 queries) +2048 B.
+      lab_wgmma_fence();
+#pragma unroll
+      for (int kk = 0; kk < BM / 16; ++kk)
+        lab_wgmma_rs_tb<T, D>(dv_acc, p_frag[kk], lab_wgmma_desc_sw128(s_do(s) + kk * 2048, BM * 128, 1024));
+#pragma unroll
+      for (int kk = 0; kk < BM / 16; ++kk)
+        lab_wgmma_rs_tb<T, D>(dk_acc, ds_frag[kk], lab_wgmma_desc_sw128(s_q(s) + kk * 2048, BM * 128, 1024));
+      lab_wgmma_commit();
+
+      // dS^T -> shared memory [128 keys x BM queries], queries contiguous in 64-query atoms: row
+      // key - n0, chunk (query % 64) / 8 swizzled by the row (g: every row base is a multiple of 8).
+      // A quad writes 16 contiguous bytes of a chunk; the swizzle spreads the 8 rows over all banks.
+      {
+        uint8_t* ds_tile = smem_raw + (s_ds(ds_buf) - lab_smem_addr(smem_raw));
+        const int row = c * 64 + warp * 16 + g;
+#pragma unroll
+        for (int i = 0; i < BM / 8; ++i)
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            const int r = row + 8 * h;
+            const int off = (i / 8) * BN * 128 + r * 128 + (((i % 8) ^ g) * 16) + (lane & 3) * 4;
+            *reinterpret_cast<uint32_t*>(ds_tile + off) = ds_frag[i / 2][(i % 2) * 2 + h];
+          }
+      }
+      lab_fence_proxy_async_shared();            // the stores above, visible to wgmma's reads
+      lab_named_sync(1, C::kConsumerThreads);    // both warpgroups' keys of dS^T are in place
+
+      // dQ (this warpgroup's share) = dS K: A = dS [queries x keys] read from dS^T (MN-major: the
+      // queries contiguous), B = K [keys x D] MN-major; k = the 128 keys, a k16 step +2048 B in both.
+      float dq[C::kDqN / 2];
+      lab_wgmma_fence();
+#pragma unroll
+      for (int kk = 0; kk < BN / 16; ++kk) {
+        const uint32_t a = s_ds(ds_buf) + (dq_row0 / 64) * BN * 128 + kk * 2048;
+        const uint32_t b = s_k + (dq_col0 / 64) * BN * 128 + kk * 2048;
+        lab_wgmma_ss_tt<T, C::kDqN>(dq, lab_wgmma_desc_sw128(a, BN * 128, 1024), lab_wgmma_desc_sw128(b, BN * 128, 1024),
+                                    kk > 0 ? 1 : 0);
+      }
+      lab_wgmma_commit();
+      lab_wgmma_wait<0>();
+      lab_fence_regs(dv_acc);
+      lab_fence_regs(dk_acc);
+      lab_fence_regs(dq);
+      lab_fence_regs(p_frag);
+      lab_fence_regs(ds_frag);
+      // Q, dO and their statistics are no longer read by this thread (dS^T's buffer is reused two
+      // steps on, after the next step's barrier: both warpgroups have finished this step's dQ then).
+      lab_mbar_arrive(q_empty(s));
+      lab_mbar_arrive(do_empty(s));
+
+      // Into the fp32 accumulator: the other key blocks' CTAs add into the same rows.
+      if constexpr (C::kBulkDq) {
+        // This warp's 16 rows -> its rows of the staging tile -> 16 bulk reductions (lanes 0-15, one
+        // row each). The copy engine must have read last step's rows before they are overwritten.
+        const uint32_t s_rows = s_base + C::kOffDQ + c * C::kDqTileBytes + warp * 16 * C::kDqRowBytes;
+        uint8_t* rows = smem_raw + (s_rows - lab_smem_addr(smem_raw));
+        if (lane < 16) lab_bulk_wait_read<0>();
+        __syncwarp();
+#pragma unroll
+        for (int h = 0; h < 2; ++h)
+#pragma unroll
+          for (int i = 0; i < C::kDqN / 8; ++i)
+            *reinterpret_cast<float2*>(rows + (g + 8 * h) * C::kDqRowBytes + (i * 8 + c2) * 4) =
+                make_float2(dq[i * 4 + 2 * h], dq[i * 4 + 2 * h + 1]);
+        lab_fence_proxy_async_shared();  // the stores above, visible to the copy engine's reads
+        __syncwarp();
+        if (lane < 16) {
+          const int qrow = m0 + dq_row0 + warp * 16 + lane;
+          if (qrow < nq)
+            lab_bulk_reduce_add_f32(dq_acc + ((size_t)bh_q * nq + qrow) * D + dq_col0, s_rows + lane * C::kDqRowBytes,
+                                    C::kDqN * 4);
+          lab_bulk_commit();
+        }
+      } else {
+        // RED from registers (no return value), two floats each.
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int qrow = m0 + dq_row0 + warp * 16 + g + 8 * h;
+          if (qrow < nq) {
+            float* dst = dq_acc + ((size_t)bh_q * nq + qrow) * D + dq_col0 + c2;
+#pragma unroll
+            for (int i = 0; i < C::kDqN / 8; ++i) lab_bwd::red_add2(dst + i * 8, dq[i * 4 + 2 * h], dq[i * 4 + 2 * h + 1]);
+          }
+        }
+      }
+      if constexpr (GQA) {
+        if (++mi == n_steps) mi = 0, ++bq;
+      }
     }
   }
   // Bulk reductions still in flight finish before the CTA does.
@@ -604,13 +781,21 @@ struct BwdCandidate {
   const char* label;
   const char* (*launch)(const LabBackwardArgs* args, cudaStream_t stream);
 };
+// Step 3 (v8_notes.md, predictions written before any was run): a third stage, and the overlapped
+// orders (Overlapped<>: overlap-FA3 = 1, overlap-next = 2) with RED-dQ.
 static const BwdCandidate kBwd64[] = {
     {"BM128 S2 RED-dQ", bwd_launch<BwdConfig<64, 128, 2, false>>},
     {"BM128 S2 bulk-dQ", bwd_launch<BwdConfig<64, 128, 2, true>>},
+    {"BM128 S3 RED-dQ", bwd_launch<BwdConfig<64, 128, 3, false>>},
+    {"BM128 S2 RED-dQ overlap-next", bwd_launch<Overlapped<BwdConfig<64, 128, 2, false>, 2>>},
 };
 static const BwdCandidate kBwd128[] = {
     {"BM64 S2 RED-dQ", bwd_launch<BwdConfig<128, 64, 2, false>>},
     {"BM64 S2 bulk-dQ", bwd_launch<BwdConfig<128, 64, 2, true>>},
+    {"BM64 S3 RED-dQ", bwd_launch<BwdConfig<128, 64, 3, false>>},
+    {"BM64 S2 RED-dQ overlap-FA3", bwd_launch<Overlapped<BwdConfig<128, 64, 2, false>, 1>>},
+    {"BM64 S2 RED-dQ overlap-next", bwd_launch<Overlapped<BwdConfig<128, 64, 2, false>, 2>>},
+    {"BM64 S3 RED-dQ overlap-next", bwd_launch<Overlapped<BwdConfig<128, 64, 3, false>, 2>>},
 };
 template <int N>
 static const char* bwd_labels(const BwdCandidate (&items)[N]) {

@@ -260,7 +260,10 @@ def run_sanitize(tuning: bool) -> int:
     for (b, h, nq, nk, d, causal, dtype) in ((1, 2, 113, 203, 64, True, torch.float16),
                                               (1, 1, 203, 113, 128, False, torch.bfloat16),
                                               (1, 1, 130, 130, 128, True, torch.float16),
-                                              (2, 1, 17, 70, 64, False, torch.bfloat16)):
+                                              (2, 1, 17, 70, 64, False, torch.bfloat16),
+                                              # D=64 with three query blocks of 128: the steps after the
+                                              # first (v8's overlap-next issues S^T a step ahead)
+                                              (1, 1, 300, 129, 64, False, torch.float16)):
         mk = lambda n: (torch.randn(b, h, n, d, device="cuda") + 0.5).to(dtype)
         q, k, v, dout = mk(nq), mk(nk), mk(nk), mk(nq)
         for _, cfg in backward_variants(mod, d, tuning):   # --tuning: every backward candidate too

@@ -67,6 +67,23 @@
 //   (cuobjdump -sass, instruction by instruction, nvcc 13.0: v8 34 of 34, v6 10 of 10, v9 20 of 20);
 //   the GQA instantiations hold 168 registers at the launch bound with no spills.
 //
+// Step 3 (tuning candidates, written and compiled on the CPU, not yet run; v8_notes.md has the
+//   predictions, written first, and the GPU commands). Evidence: step 1's 386-417 TFLOP/s against
+//   cuDNN's 504-547 at D=128 non-causal, N >= 8192 (H100), with each warpgroup waiting for all of its
+//   products twice per step. Overlapped<C, 1> ("overlap-FA3", FlashAttention-3's order within a
+//   step): dV issued before the dS^T stores, dQ before dK, wait<1> retires dV and dQ only, dO's stage
+//   released then, dQ's RED issued while dK runs, Q's stage released after wait<0>. Overlapped<C, 2>
+//   ("overlap-next"): as 1, and the next step's S^T issued (after its q_full wait) before this step's
+//   RED, retired by the next step's wait<1>; its dP^T stays at the top of the step (both next
+//   accumulators beside dQ's, dK's and dV's would pass 240 registers). The last step is a copy of
+//   its own without the look-ahead: a wgmma issued under a runtime condition made ptxas serialise
+//   every wgmma of the kernel (its C7515 notice). Also 3 stages of the Q/dO ring (195-196 KB).
+//   Predicted: overlap-FA3 1.03-1.08x, overlap-next 1.06-1.15x the default at 4,16,8192,128 fp16
+//   (the tensor pipe busier, fewer wgmma-wait stalls), 3 stages 0.98-1.02x. The default kernels are
+//   the same SASS as before (cuobjdump -sass, nvcc 13.0: 64 of 64; tuning build 80 of 80); the 48
+//   new kernels 0 spills, at most 238 of the consumers' 240 registers, no C7515. Their barrier
+//   protocol, replayed on the CPU: tests/test_bwd_pipeline_model.py.
+//
 // Roles in one backward CTA (384 threads; key block n0 .. n0+127 of head bh):
 //
 //   warpgroup 0: producer (setmaxnreg.dec 24; one thread issues every copy)

@@ -1,0 +1,42 @@
+"""v8's tuning build (`lab tune --variant v8 --mode bwd`) compiles every backward candidate for sm_90a
+without spills and without ptxas serialising its wgmma pipeline.
+
+Step 3's candidates keep wgmma products in flight across other instructions (kernels/v8_wgmma_bwd.cu,
+Overlapped<>): the overlap is real only if ptxas neither spills the accumulators of the products in
+flight (the consumers run at 240 registers by setmaxnreg) nor falls back to waiting after every wgmma,
+which it does, for the whole function, when it cannot follow a product's registers from its issue to
+its wait (its C7515 "wgmma.mma_async instructions are serialized" notice: a wgmma issued under a
+runtime condition did it). Needs nvcc, no GPU. The protocol itself: tests/test_bwd_pipeline_model.py.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+from pathlib import Path
+
+import platformdirs
+import pytest
+
+from lab.ladder import build
+from lab.ladder.registry import builtin
+
+V8 = next(v for v in builtin() if v.id == "v8")
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not on PATH: compiling v8's tuning build needs it")
+def test_v8s_backward_candidates_compile_without_spills_or_serialised_wgmma(monkeypatch):
+    root = Path(platformdirs.user_cache_dir("flash-lab", appauthor=False)) / "tests"
+    root.mkdir(parents=True, exist_ok=True)
+    monkeypatch.setenv("LAB_CACHE", str(root))
+    report = build.ptxas_report(V8, "sm_90a", tuning=True)
+    overlapped = [r for r in report.records if "Overlapped" in r.kernel]
+    # overlap-FA3 at D=128; overlap-next at D=128 (2 and 3 stages) and D=64: x fp16/bf16 x causal x GQA
+    assert len(overlapped) == 4 * 8, [r.kernel[:100] for r in report.records if "bwd_kernel" in r.kernel]
+    spilled = [(r.kernel[:100], r.spill_stores_bytes, r.spill_loads_bytes) for r in report.records
+               if r.spill_stores_bytes or r.spill_loads_bytes]
+    assert not spilled, spilled
+    log = report.log_path.read_text()
+    assert "Compiling entry function" in log  # the log read is ptxas -v's
+    serialised = re.findall(r"C7515.*?function '(\w+)'", log)
+    assert not serialised, serialised

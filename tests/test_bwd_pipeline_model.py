@@ -25,7 +25,7 @@ from collections import Counter
 
 import pytest
 
-from conftest import REPO
+from lab.ladder.registry import builtin
 from test_fwd_pipeline_model import CONSUMER_THREADS_PER_WG, Deadlock, Hazard, MBarrier, NamedBarrier, Op
 
 CONSUMERS = 2
@@ -224,7 +224,7 @@ def _sites(text: str, *patterns: str) -> int:
 def test_the_model_has_the_overlapped_orders_barrier_sites():
     # A drift alarm, not a proof: the kernel's overlapped consumer block waits and arrives at as many
     # places as the model's (q_full, do_full; do_empty, q_empty), and its producer as the model's.
-    src = (REPO / "kernels" / "v8_wgmma_bwd.cu").read_text()
+    src = next(t for v in builtin() if v.kind == "cuda" and v.backward and "Overlapped<" in (t := v.source.read_text()))
     overlapped = src[src.index("// Step 3's orders (v8_notes.md)"):src.index("  } else {\n    for (int it = 0, mi = 0")]
     kernel_producer = src[src.index("// ---------------- producer"):src.index("// ---------------- consumers")]
     assert (_sites(overlapped, r"lab_mbar_wait\("), _sites(overlapped, r"lab_mbar_arrive\w*\(")) == (2, 2)

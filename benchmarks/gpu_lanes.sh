@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Run independent GPU work in parallel lanes, one lane per GPU of the host, within one deadline, and
 # bring back one archive: on a 4-GPU machine the GPU suite's files, a rung's check and a benchmark run
-# side by side (measured on four H200s, 2026-11-26: the GPU test files that took about 10 minutes in
-# turn finished in under 3 minutes in four lanes).
+# side by side (measured on four H200s, 2026-11-26: GPU test files that add up to 8 minutes in
+# turn finished in a little over 3 minutes in three lanes).
 #
 #   LANE0="pytest tests/test_tune.py" LANE1="pytest tests/test_backward_gpu.py; pytest tests/test_ncu.py" \
 #   DEADLINE=540 OUT=/tmp/out bash benchmarks/gpu_lanes.sh

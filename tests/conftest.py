@@ -166,3 +166,21 @@ def lab_here(*args, cwd=None, env=None, obj=None) -> LabResult:
     if r.exception is not None and not isinstance(r.exception, SystemExit):
         raise r.exception
     return LabResult(r.exit_code, r.stdout, r.stderr)
+
+
+def host_program(tmp_path_factory, source: str, skip_why: str) -> Path:
+    """A host program compiled by nvcc from `source` against kernels/ (a header's logic run on the
+    CPU: the tile scheduler's walks), or a skip saying `skip_why` where nvcc is not found."""
+    import shutil
+    import subprocess
+
+    nvcc = shutil.which("nvcc")
+    if nvcc is None:
+        pytest.skip(f"nvcc not found: {skip_why}")
+    d = tmp_path_factory.mktemp("host")
+    (d / "main.cu").write_text(source)
+    exe = d / "main"
+    res = subprocess.run([nvcc, "-std=c++17", "-O1", "-I", str(REPO / "kernels"), "-o", str(exe), str(d / "main.cu")],
+                         capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr[-3000:]
+    return exe

@@ -26,7 +26,7 @@ from collections import Counter
 import pytest
 
 from lab.ladder.registry import builtin
-from test_fwd_pipeline_model import CONSUMER_THREADS_PER_WG, Deadlock, Hazard, MBarrier, NamedBarrier, Op
+from test_fwd_pipeline_model import CONSUMER_THREADS_PER_WG, Deadlock, Hazard, MBarrier, NamedBarrier, Op, interleave
 
 CONSUMERS = 2
 
@@ -171,24 +171,9 @@ def consumer(cta: BwdCta, n: int, order: int, cw: int, bug: str = ""):
 
 def simulate(n: int, *, stages: int, order: int, seed: int, bug: str = "") -> BwdCta:
     """One CTA's n steps under a random interleaving; raises Deadlock or Hazard."""
-    rng = random.Random(seed)
     cta = BwdCta(stages)
     agents = [producer(cta, n)] + [consumer(cta, n, order, cw, bug) for cw in range(CONSUMERS)]
-    current = {a: next(a) for a in agents}
-    while current:
-        ready = [a for a, op in current.items() if op.ready()]
-        if not ready:
-            raise Deadlock("; ".join(op.what for op in current.values()))
-        a = rng.choice(ready)
-        value = current[a].do()
-        for c in cta.spawned:
-            current[c] = next(c)
-        cta.spawned.clear()
-        try:
-            current[a] = a.send(value)
-        except StopIteration:
-            del current[a]
-    return cta
+    return interleave(cta, agents, random.Random(seed))
 
 
 CASES = [(order, stages, n) for order in (0, 1, 2) for stages in (2, 3) for n in (1, 2, 3, 5, 9)]

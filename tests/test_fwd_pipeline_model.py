@@ -35,14 +35,13 @@ from __future__ import annotations
 import inspect
 import random
 import re
-import shutil
 import subprocess
 import textwrap
 from dataclasses import dataclass
 
 import pytest
 
-from conftest import REPO
+from conftest import REPO, host_program
 
 WALK = textwrap.dedent(r"""
     #include "hopper/tile_scheduler.cuh"
@@ -298,12 +297,15 @@ def consumer(cta: Cta, walk, p: Protocol, cw: int):
 
 def simulate(walk, *, stages=2, consumers=1, pingpong=False, protocol=Protocol(), seed=0) -> Cta:
     """One CTA through its walk under a random interleaving; raises Deadlock or Hazard."""
-    rng = random.Random(seed)
     cta = Cta(stages, consumers, pingpong)
     agents = [producer(cta, walk, protocol)] + [consumer(cta, walk, protocol, cw) for cw in range(consumers)]
-    current = {}
-    for a in agents:
-        current[a] = next(a)
+    return interleave(cta, agents, random.Random(seed))
+
+
+def interleave(cta, agents, rng: random.Random):
+    """Run the roles (generators yielding Ops) one ready Op at a time, picked by `rng`, until all end;
+    roles a role spawns (cta.spawned) join in. Raises Deadlock when none is ready. Returns the cta."""
+    current = {a: next(a) for a in agents}
     while current:
         ready = [a for a, op in current.items() if op.ready()]
         if not ready:
@@ -332,15 +334,7 @@ def check_complete(cta: Cta, walk):
 
 @pytest.fixture(scope="module")
 def walker(tmp_path_factory):
-    nvcc = shutil.which("nvcc")
-    if nvcc is None:
-        pytest.skip("nvcc not found: the CTAs' walks are computed by a host program compiled from the header")
-    d = tmp_path_factory.mktemp("walk")
-    (d / "walk.cu").write_text(WALK)
-    exe = d / "walk"
-    res = subprocess.run([nvcc, "-std=c++17", "-O1", "-I", str(REPO / "kernels"), "-o", str(exe), str(d / "walk.cu")],
-                         capture_output=True, text=True, timeout=300)
-    assert res.returncode == 0, res.stderr[-3000:]
+    exe = host_program(tmp_path_factory, WALK, "the CTAs' walks are computed by a host program compiled from the header")
 
     def walks(nq, nk, bm, bn, bh, grid, causal):
         out = subprocess.run([str(exe), *map(str, (nq, nk, bm, bn, bh, grid, int(causal)))],

@@ -11,13 +11,12 @@ Skips without nvcc.
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 import textwrap
 
 import pytest
 
-from conftest import REPO
+from conftest import host_program
 
 DRIVER = textwrap.dedent(r"""
     #include "hopper/tile_scheduler.cuh"
@@ -92,16 +91,7 @@ CASES = [
 
 @pytest.fixture(scope="module")
 def walker(tmp_path_factory):
-    nvcc = shutil.which("nvcc")
-    if nvcc is None:
-        pytest.skip("nvcc not found: the scheduler is walked by a host program compiled from its header")
-    d = tmp_path_factory.mktemp("sched")
-    (d / "walk.cu").write_text(DRIVER)
-    exe = d / "walk"
-    res = subprocess.run([nvcc, "-std=c++17", "-O1", "-I", str(REPO / "kernels"), "-o", str(exe), str(d / "walk.cu")],
-                         capture_output=True, text=True, timeout=300)
-    assert res.returncode == 0, res.stderr[-3000:]
-    return exe
+    return host_program(tmp_path_factory, DRIVER, "the scheduler is walked by a host program compiled from its header")
 
 
 def _walk(exe, case, order=1):

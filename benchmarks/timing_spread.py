@@ -7,11 +7,17 @@ cell's median per round, so the spread can be told apart by where it arises:
 
   same      rounds on the same inputs (one Workload, the same allocations): the timer's own
             repeatability within a process;
-  fresh     each round on a new Workload (new allocations, new addresses);
+  fresh     each round on a new Workload, the old one freed first (torch.cuda.empty_cache): the new
+            buffers may well come back at the same addresses, in the same physical memory;
+  placed    each round on a new Workload while every earlier one is still held, so its buffers must
+            land in other physical memory: a cell's spread across placements (issue 31, fourth
+            session: two runs of one sweep disagree on short calls whose passes within each run
+            agree, as if something fixed for a whole process set their speed);
   process   the same script run again in a fresh process (compare two --json files);
   neighbour the script run on several GPUs of the host at once (CUDA_VISIBLE_DEVICES per process).
 
     python3 benchmarks/timing_spread.py --rounds same,same,fresh,fresh --json OUT.json
+    python3 benchmarks/timing_spread.py --rounds same,placed,placed,placed,same --json OUT.json
     python3 benchmarks/timing_spread.py --compare A.json B.json [C.json ...]
 """
 
@@ -50,6 +56,7 @@ def measure(rounds: list[str], dtype: str) -> list[dict]:
     device = device_info()
     modules = {v: build.build(registry.get(v)).module for v in {c[0] for c in CELLS if not c[0].startswith("sdpa")}}
     workloads: dict = {}
+    held: list = []   # "placed" rounds' earlier workloads, kept alive so a new one cannot reuse their memory
     rows = []
     for r, kind in enumerate(rounds):
         state = gpu_record()   # the SM clock at each round's start (NVML: a few ms), told apart from the timer
@@ -59,9 +66,12 @@ def measure(rounds: list[str], dtype: str) -> list[dict]:
             impl = (attention(impl_name, p) if impl_name.startswith("sdpa")
                     else rung(registry.get(impl_name), modules[impl_name], p))
             key = (p, impl.layout)
+            if kind == "placed" and key in workloads:
+                held.append(workloads.pop(key))
             if kind == "fresh" or key not in workloads:
                 workloads.pop(key, None)
-                torch.cuda.empty_cache()
+                if kind == "fresh":
+                    torch.cuda.empty_cache()
                 workloads[key] = Workload(p, impl.layout)
             m = Measurement(impl, workloads[key], mode, verify=not impl_name.startswith("sdpa"),
                             floor=attention_floor(p, mode, device.get("peaks"), device.get("name")), what=impl_name)
@@ -85,13 +95,14 @@ def compare(files: list[Path]) -> None:
             cells.setdefault((row["impl"], row["label"], row["mode"], row["timing"]), []).append((i, row))
     def spread(xs):
         return (max(xs) / min(xs) - 1) * 100 if len(xs) > 1 else 0.0
-    print(f"{'cell':<62} {'same%':>6} {'fresh%':>6} {'proc%':>6}  medians (ms) per file: rounds")
+    print(f"{'cell':<62} {'same%':>6} {'fresh%':>6} {'placed%':>7} {'proc%':>6}  medians (ms) per file: rounds")
     for key, found in cells.items():
         same = [spread([r["median_ms"] for j, r in found if j == i and r["kind"] == "same"]) for i in range(len(runs))]
         fresh = [spread([r["median_ms"] for j, r in found if j == i and r["kind"] == "fresh"]) for i in range(len(runs))]
+        placed = [spread([r["median_ms"] for j, r in found if j == i and r["kind"] == "placed"]) for i in range(len(runs))]
         per_file = [statistics.median([r["median_ms"] for j, r in found if j == i] or [float("nan")]) for i in range(len(runs))]
         text = " | ".join(" ".join(f"{r['median_ms']:.4f}" for j, r in found if j == i) for i in range(len(runs)))
-        print(f"{' '.join(map(str, key)):<62} {max(same):6.1f} {max(fresh):6.1f} {spread(per_file):6.1f}  {text}")
+        print(f"{' '.join(map(str, key)):<62} {max(same):6.1f} {max(fresh):6.1f} {max(placed):7.1f} {spread(per_file):6.1f}  {text}")
 
 
 def main() -> int:

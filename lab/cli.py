@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 import click
+from click.core import ParameterSource
 from rich.console import Console
 from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
@@ -38,7 +39,8 @@ from lab.measure.bench import DEFAULT_REPS, DEFAULT_WARMUP
 from lab.measure.call import require_mode
 from lab.measure.benchtable import bench_ladder, markdown_ladder, print_ladder
 from lab.measure.gate import GATE_SHAPES
-from lab.measure.problem import DEFAULT_SHAPE, check_supported, parse_shape
+from lab.measure.problem import (DEFAULT_SHAPE, DTYPE_SHORT, check_dtype, check_supported, normalize_dtype,
+                                 parse_shape)
 from lab.measure.tune import tune as run_tune
 from lab.pipeline import ProfileOptions, profile as run_profile, reanalyze as run_reanalyze
 from lab.profilers.ncu import section_args
@@ -148,9 +150,6 @@ def variants(rung_id, as_json, markdown):
         _print_ladder(rungs)
 
 
-DTYPE_SHORT = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16"}
-
-
 def _print_ladder(rungs) -> None:
     """One line per rung, within the terminal's width (rich cuts the title to what is left)."""
     ws = workspace.active()
@@ -245,6 +244,12 @@ def doctor(no_probe, as_json):
             if not c.ok and c.fix:
                 click.echo(f"     {'':18} fix: {c.fix}" + (f"  (needed for: {c.required_for})" if c.required_for else ""))
     sys.exit(1 if essentials_failed(checks) else 0)
+
+
+def given(ctx: click.Context, name: str) -> bool:
+    """Whether the user gave option `name` (on the command line or through its variable), not its default:
+    a flag with a default (--causal/--no-causal) cannot say so by its value."""
+    return ctx.get_parameter_source(name) not in (None, ParameterSource.DEFAULT)
 
 
 def _problem(variant, shape, causal, dtype, seqlen_k=None):
@@ -399,12 +404,20 @@ def _print_build_kernels(builder, r, console) -> None:
 @dtype_option
 @mode_option
 @json_option
-def check(variant_spec, shape_count, seed, shape, causal, dtype, mode, as_json):
+@click.pass_context
+def check(ctx, variant_spec, shape_count, seed, shape, causal, dtype, mode, as_json):
     """Check rungs against a float64 reference on seeded shapes; exit 1 if any output is wrong.
-    --mode bwd (or fwd+bwd): O, LSE, dQ, dK and dV against float64 autograd, each tensor judged."""
+    --dtype: every shape in that dtype (default: each rung's first); --causal / --no-causal: every
+    shape causal, or none (default: both, seeded). --mode bwd (or fwd+bwd): O, LSE, dQ, dK and dV
+    against float64 autograd, each tensor judged."""
     chosen = registry.select(variant_spec)
+    dtype = normalize_dtype(dtype) if dtype else None
+    # --causal/--no-causal has a default: only a flag the user gave fixes the seeded shapes' mask
+    seeded_causal = causal if given(ctx, "causal") else None
     for v in chosen:
         require_mode(v, mode)   # a rung without a backward: exit 2 before anything runs
+        if dtype:
+            check_dtype(v, dtype)   # a dtype the rung does not declare: exit 2, with or without --shape
     problems = {v.id: (_problem(v, shape, causal, dtype) if shape else None) for v in chosen}
     if shape_count is None:
         shape_count = 0 if shape else gate.DEFAULT_SHAPE_COUNT
@@ -417,7 +430,8 @@ def check(variant_spec, shape_count, seed, shape, causal, dtype, mode, as_json):
                    + (f"  {s.error}" if s.error else ""), err=True)
 
     results = [gate.check_variant(v, problem=problems[v.id], extra_shapes=shape_count, seed=seed,
-                                  progress=None if as_json else progress, mode=mode) for v in chosen]
+                                  progress=None if as_json else progress, mode=mode, dtype=dtype,
+                                  causal=seeded_causal) for v in chosen]
     if as_json:
         click.echo(json.dumps([{"variant": r.variant_id, **r.to_dict(), "shapes": [s.to_dict() for s in r.shapes]}
                                for r in results], indent=2))
@@ -647,10 +661,14 @@ def timeline(file, range_name, launches, top, as_json):
 @click.option("--lines", "n_lines", default=None, type=click.IntRange(min=0), metavar="N",
               help="the N hottest source lines of each kernel, with their code (in --json: at most N lines)")
 @json_option
-def analyze(report_path, kernel_regex, shape, causal, dtype, n_lines, as_json):
+@click.pass_context
+def analyze(ctx, report_path, kernel_regex, shape, causal, dtype, n_lines, as_json):
     """Name each kernel's bottleneck in an Nsight Compute report (.ncu-rep, or .xz/.gz of one): the
     evidence, the estimated gain, the source lines behind it and the next step. Needs no GPU."""
 
+    loose = [flag for flag, name in (("--causal/--no-causal", "causal"), ("--dtype", "dtype")) if given(ctx, name)]
+    if loose and not shape:   # they describe --shape's problem: alone they would change nothing, silently
+        raise LabError(f"{' and '.join(loose)} describe the problem of --shape; give --shape B,H,N,D with them")
     problem = None
     if shape:
         dt = dtype or analysis.report_dtype(report_path, kernel_regex)
@@ -725,6 +743,10 @@ class SweepGroup(click.Group):
         return out
 
 
+RESUME_KEEPS = {"resume_id", "gpus_spec", "allow_mismatch", "profiles_dir", "as_json", "help"}
+"""`lab sweep --resume`'s own options: every other option of `lab sweep` is part of the stored plan."""
+
+
 @main.group(cls=SweepGroup, invoke_without_command=True)
 @click.option("--variant", "variant_spec", default=None, help="rungs to sweep: v5, v3,v5 or all (default: none, the baselines alone)")
 @click.option("--shape", "shapes", multiple=True, metavar="B,H,N,D",
@@ -769,12 +791,12 @@ def sweep(ctx, variant_spec, shapes, preset, batch_spec, heads_kv_spec, causal, 
         return
 
     gpus = sweepplan.parse_list(gpus_spec, "--gpus") if gpus_spec is not None else None
-    given = [name for name, v in (("--variant", variant_spec), ("--shape", shapes), ("--preset", preset),
-                                  ("--batch", batch_spec), ("--heads-kv", heads_kv_spec), ("--dtype", dtype_spec),
-                                  ("--shard", shard_spec), ("--baselines", baseline_spec),
-                                  ("--passes", passes is not None)) if v]
-    if resume_id and given:
-        raise LabError(f"--resume measures the stored sweep's own plan; drop {', '.join(given)}")
+    # what --resume measures is the stored plan: an option of the plan the user gave beside it (defaults
+    # included: --mode fwd, --causal no) would be ignored, so it is refused instead
+    planned = [p.opts[0] for p in ctx.command.params
+               if p.name not in RESUME_KEEPS and isinstance(p, click.Option) and given(ctx, p.name)]
+    if resume_id and planned:
+        raise LabError(f"--resume measures the stored sweep's own plan; drop {', '.join(planned)}")
     if resume_id:
         target = sweep_store.find_sweep(resume_id, profiles_dir)
         if target.manifest.get("status") == "complete" and not target.missing_cells():

@@ -116,9 +116,113 @@ def test_check_without_gpu_exits_2():
     (["check", "--variant", "no_such_rung"], "unknown variant"),
     (["check", "--variant", FP32.id, "--shape", f"1,1,16,{UNSUPPORTED_D}"], "head_dim"),
     (["check", "--variant", FP32.id, "--shape", "1,1,16,64", "--dtype", "float16"], "dtype"),
+    (["check", "--variant", FP32.id, "--dtype", "float16"], f"{FP32.id} supports dtype float32; got float16"),
+    (["check", "--variant", FP32.id, "--dtype", "int8"], "unknown dtype"),
     (["check", "--variant", FP32.id, "--shapes", "-1"], "--shapes"),
 ])
 def test_check_bad_input_exits_2(args, message):
     res = lab_here(*args)
     assert res.returncode == 2, res.stderr
     assert message in res.stderr and "Traceback" not in res.stderr
+
+
+# ----------------------------------------------------------------------------------------------
+# The seeded shapes honour an explicit --dtype and --causal/--no-causal (with or without --shape)
+# ----------------------------------------------------------------------------------------------
+
+# a rung with two dtypes and a backward, so every mode can be asked for in its second dtype
+TWO_DTYPES = next(v for v in builtin() if len(v.dtypes) > 1 and v.backward_launcher)
+SECOND = TWO_DTYPES.dtypes[1]
+
+
+@pytest.mark.parametrize("causal", [None, True, False])
+@pytest.mark.parametrize("dtype", [None, SECOND])
+def test_seeded_shapes_take_the_dtype_and_mask_asked_for(dtype, causal):
+    from lab.measure import gradcheck
+
+    fwd = check.check_shapes(TWO_DTYPES, 40, seed=3, dtype=dtype, causal=causal)
+    bwd = [g.problem for g in gradcheck.backward_shapes(TWO_DTYPES, 40, seed=3, dtype=dtype, causal=causal)]
+    for shapes in (fwd, bwd):
+        assert len(shapes) == 40
+        assert {p.dtype for p in shapes} == {dtype or TWO_DTYPES.default_dtype}
+        assert {p.causal for p in shapes} == ({False, True} if causal is None else {causal})
+    # a fixed mask keeps the sizes of the mixed list's random shapes (the rng is drawn the same way)
+    gqa = len(gradcheck.GQA_CORNERS) if TWO_DTYPES.gqa else 0
+    corners = len(check.CORNER_SEQLENS) * len(TWO_DTYPES.head_dims) * (2 if causal is None else 1) + gqa
+    mixed = check.check_shapes(TWO_DTYPES, 80, seed=3)[len(check.CORNER_SEQLENS) * len(TWO_DTYPES.head_dims) * 2 + gqa:]
+    assert [p.label().split("-D")[0] for p in fwd[corners:]] == [p.label().split("-D")[0] for p in mixed[:40 - corners]]
+    if causal is not None:   # every corner N and head_dim, in the one mask
+        assert {(p.seqlen_q, p.head_dim) for p in fwd if p.batch == check.CORNER_BATCH and p.seqlen_q == p.seqlen_k} >= {
+            (n, d) for n in check.CORNER_SEQLENS for d in TWO_DTYPES.head_dims}
+
+
+def test_a_seeded_list_in_a_dtype_the_rung_does_not_declare_is_refused():
+    from lab.errors import LabError
+
+    with pytest.raises(LabError, match="supports dtype float32") as e:
+        check.check_shapes(FP32, 4, dtype="float16")
+    assert e.value.exit_code == 2
+
+
+def test_the_gate_checks_the_timed_problems_dtype():
+    """The gate before a timing (bench, profile, sweep, tune) checks its seeded shapes in the timed
+    problem's dtype: a rung timed in bf16 is gated in bf16, not in its first dtype."""
+    problem = Problem(1, 2, 130, 130, TWO_DTYPES.head_dims[0], True, SECOND)
+    shapes = check.gate_shapes(TWO_DTYPES, problem, 6)
+    assert shapes[0] == problem and {p.dtype for p in shapes} == {SECOND}
+    assert {p.causal for p in shapes[1:]} == {False, True}   # the gate's own shapes: causal and not
+
+
+@pytest.fixture
+def checked(monkeypatch):
+    """`lab check` run through the CLI with the launch replaced by a recorder: the problems each rung
+    would have been checked on, in order (no GPU, no build)."""
+    seen = []
+
+    def forward(variant, problem, module, seed=0):
+        seen.append(problem)
+        return check.ShapeCheck(problem, True, 0.0, 0.0, 0.0, 1.0, numel=1)
+
+    def backward(variant, shape, module, seed=0, device="cuda"):
+        seen.append(shape.problem)
+        return check.ShapeCheck(shape.problem, True, 0.0, 0.0, 0.0, 1.0, numel=1, tensors=[])
+
+    monkeypatch.setattr(check, "_ready", lambda variant, module: object())
+    monkeypatch.setattr(check, "check_problem", forward)
+    monkeypatch.setattr(check, "check_backward_problem", backward)
+    return seen
+
+
+@pytest.mark.parametrize("mode", ["fwd", "bwd"])
+@pytest.mark.parametrize("flags, dtype, masks", [
+    ([], None, {False, True}),                                   # neither given: the rung's first dtype, both masks
+    (["--dtype", SECOND], SECOND, {False, True}),
+    (["--causal"], None, {True}),
+    (["--no-causal"], None, {False}),
+    (["--dtype", SECOND, "--causal"], SECOND, {True}),
+    (["--dtype", SECOND, "--no-causal"], SECOND, {False}),
+])
+def test_lab_check_without_a_shape_checks_the_dtype_and_mask_asked_for(checked, flags, dtype, masks, mode):
+    res = lab_here("check", "--variant", TWO_DTYPES.id, "--mode", mode, "--json", *flags)
+    assert res.returncode == 0, res.stderr
+    assert len(checked) == check.DEFAULT_SHAPE_COUNT
+    assert {p.dtype for p in checked} == {dtype or TWO_DTYPES.default_dtype}
+    assert {p.causal for p in checked} == masks
+    import json
+    assert len(json.loads(res.stdout)[0]["shapes"]) == check.DEFAULT_SHAPE_COUNT
+
+
+@pytest.mark.parametrize("mode", ["fwd", "bwd"])
+def test_lab_check_with_a_shape_checks_its_seeded_shapes_alike(checked, mode):
+    d = TWO_DTYPES.head_dims[0]
+    res = lab_here("check", "--variant", TWO_DTYPES.id, "--shape", f"1,2,130,{d}", "--shapes", "6",
+                   "--dtype", SECOND, "--causal", "--mode", mode, "--json")
+    assert res.returncode == 0, res.stderr
+    assert len(checked) == 7 and checked[0] == Problem(1, 2, 130, 130, d, True, SECOND)
+    assert {p.dtype for p in checked} == {SECOND} and {p.causal for p in checked} == {True}
+
+
+def test_lab_check_refuses_an_undeclared_dtype_before_checking_anything(checked):
+    res = lab_here("check", "--variant", f"{TWO_DTYPES.id},{FP32.id}", "--dtype", SECOND, "--causal")
+    assert res.returncode == 2 and f"{FP32.id} supports dtype float32; got {SECOND}" in res.stderr
+    assert checked == [] and "Traceback" not in res.stderr

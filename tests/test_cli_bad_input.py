@@ -30,6 +30,12 @@ def lab(*args, env=None):
     (["profile", "--variant", FP32, "--dtype", "bfloat16"], "dtype"),
     (["profile", "--variant", FP32, "--dtype", "int8"], "unknown dtype"),
     (["bench", "--variant", ""], "no variant"),
+    # an option that would change nothing is refused, never silently ignored
+    (["analyze", "tests/fixtures/ncu/planted-basic.ncu-rep.xz", "--causal"], "--causal/--no-causal describe the problem of --shape"),
+    (["analyze", "tests/fixtures/ncu/planted-basic.ncu-rep.xz", "--no-causal", "--dtype", "float16"],
+     "--causal/--no-causal and --dtype describe the problem of --shape"),
+    (["sweep", "--resume", "x", "--mode", "bwd"], "drop --mode"),
+    (["sweep", "--resume", "x", "--causal", "no", "--reps", "5"], "drop --causal, --reps"),
 ])
 def test_bad_usage_exits_2_with_message(args, message, tmp_path):
     import os

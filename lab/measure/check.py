@@ -29,7 +29,7 @@ from lab.ladder.rungfile import Variant
 from lab.measure import gradcheck
 from lab.measure.call import require_mode, upstream_grad
 from lab.measure.gradcheck import GradShape, backward_shapes
-from lab.measure.problem import Problem, check_supported, make_inputs, softmax_scale
+from lab.measure.problem import Problem, check_dtype, check_supported, make_inputs, softmax_scale
 
 FP32_REL_TOL = 1e-4
 """Relative error (Frobenius) allowed for an fp32 rung against the float64 reference.
@@ -203,30 +203,44 @@ def rule_for(dtype: str) -> str:
 # Shapes
 # ---------------------------------------------------------------------------------------------
 
-def check_shapes(variant: Variant, count: int = DEFAULT_SHAPE_COUNT, seed: int = 0) -> list[Problem]:
+def check_shapes(variant: Variant, count: int = DEFAULT_SHAPE_COUNT, seed: int = 0, dtype: str | None = None,
+                 causal: bool | None = None) -> list[Problem]:
     """`count` seeded shapes for the rung: first the corners (every N in CORNER_SEQLENS x every
     head_dim x causal and not, ordered so that any prefix spreads over all three), for a rung that
     declares gqa the backward's GQA corners (K/V heads dividing Q's: a group and multi-query, ragged),
     then random ragged ones (seqlen_q != seqlen_k about half of the time). Same (variant, count,
     seed), same list.
+    `dtype`: every shape in it (default: the rung's first; one it does not declare is refused, exit 2).
+    `causal`: every shape causal (True) or none (False); default None, both. The random shapes are
+    drawn the same way whatever they are, so a fixed mask keeps the sizes of the mixed list.
     """
     if count < 0:
         raise LabError(f"the number of shapes must be >= 0, got {count}")
-    dtype = variant.default_dtype
-    corners = _spread(list(itertools.product(CORNER_SEQLENS, variant.head_dims, (False, True))))
-    shapes = [Problem(CORNER_BATCH, CORNER_HEADS, n, n, d, causal, dtype) for n, d, causal in corners]
+    dtype = seeded_dtype(variant, dtype)
+    masks = (False, True) if causal is None else (causal,)
+    corners = _spread(list(itertools.product(CORNER_SEQLENS, variant.head_dims, masks)))
+    shapes = [Problem(CORNER_BATCH, CORNER_HEADS, n, n, d, c, dtype) for n, d, c in corners]
     if variant.gqa:
         dims = variant.head_dims
-        shapes += [Problem(b, h, nq, nk, dims[i % len(dims)], causal, dtype, hkv)
-                   for i, (b, h, hkv, nq, nk, causal, _) in enumerate(gradcheck.GQA_CORNERS)]
+        shapes += [Problem(b, h, nq, nk, dims[i % len(dims)], c if causal is None else causal, dtype, hkv)
+                   for i, (b, h, hkv, nq, nk, c, _) in enumerate(gradcheck.GQA_CORNERS)]
     shapes = shapes[:count]
     rng = random.Random(seed)
     while len(shapes) < count:
         seqlen_q = rng.randint(1, RANDOM_MAX_SEQLEN)
         seqlen_k = seqlen_q if rng.random() < 0.5 else rng.randint(1, RANDOM_MAX_SEQLEN)
-        shapes.append(Problem(rng.randint(1, 3), rng.randint(1, 4), seqlen_q, seqlen_k,
-                              rng.choice(variant.head_dims), rng.random() < 0.5, dtype))
+        b, h, d, c = rng.randint(1, 3), rng.randint(1, 4), rng.choice(variant.head_dims), rng.random() < 0.5
+        shapes.append(Problem(b, h, seqlen_q, seqlen_k, d, c if causal is None else causal, dtype))
     return shapes
+
+
+def seeded_dtype(variant: Variant, dtype: str | None) -> str:
+    """The dtype of a seeded shape list: the one asked for (refused, exit 2, where the rung does not
+    declare it), else the rung's first."""
+    if dtype is None:
+        return variant.default_dtype
+    check_dtype(variant, dtype)
+    return dtype
 
 
 def _spread(combos: list[tuple]) -> list[tuple]:
@@ -354,12 +368,14 @@ def check_problem(variant: Variant, problem: Problem, module, seed: int = 0) -> 
 
 
 def gate_shapes(variant: Variant, problem: Problem | None, extra_shapes: int, seed: int = 0,
-                pin_to_problem: bool = False) -> list[Problem]:
-    """`problem` (if given), then `extra_shapes` seeded shapes; pinned: the extra shapes take
-    `problem`'s head_dim and dtype."""
-    extra = check_shapes(variant, extra_shapes, seed)
+                pin_to_problem: bool = False, causal: bool | None = None) -> list[Problem]:
+    """`problem` (if given), then `extra_shapes` seeded shapes in `problem`'s dtype (a rung timed or
+    checked in bf16 is checked in bf16, not in its first dtype); pinned: they also take its head_dim.
+    `causal`: the seeded shapes' mask (None: both)."""
+    extra = check_shapes(variant, extra_shapes, seed, dtype=problem.dtype if problem is not None else None,
+                         causal=causal)
     if pin_to_problem and problem is not None:
-        extra = [dataclasses.replace(p, head_dim=problem.head_dim, dtype=problem.dtype) for p in extra]
+        extra = [dataclasses.replace(p, head_dim=problem.head_dim) for p in extra]
     return ([problem] if problem is not None else []) + extra
 
 
@@ -409,16 +425,26 @@ BACKWARD_RULE = ("each of O, LSE, dQ, dK, dV: max_abs_err <= 2 x torch's own (SD
 def check_variant(variant: Variant, problem: Problem | None = None, extra_shapes: int = DEFAULT_SHAPE_COUNT,
                   seed: int = 0, module=None,
                   progress: Callable[[ShapeCheck], None] | None = None,
-                  pin_to_problem: bool = False, mode: str = "fwd") -> CheckResult:
+                  pin_to_problem: bool = False, mode: str = "fwd", dtype: str | None = None,
+                  causal: bool | None = None) -> CheckResult:
     """Check a rung on `problem` (if given) followed by `extra_shapes` seeded shapes from
-    `check_shapes`. Bad input (unsupported D or dtype, no GPU) raises LabError before any launch.
-    `pin_to_problem`: the extra shapes keep `problem`'s head_dim and dtype (a tuning candidate is
-    one compiled configuration for one head_dim, so only its own head_dim can be checked).
+    `check_shapes`, in `problem`'s dtype where there is one, else in `dtype` (None: the rung's first).
+    `causal`: the seeded shapes all causal (True), none (False), or both (None: the default); `lab
+    check --causal` without --shape checks causal shapes only. Bad input (unsupported D or dtype, no
+    GPU) raises LabError before any launch.
+    `pin_to_problem`: the extra shapes also keep `problem`'s head_dim (a tuning candidate is one
+    compiled configuration for one head_dim, so only its own head_dim can be checked).
     mode bwd or fwd+bwd: the backward's check (`check_backward_problem`) on the backward's shapes;
     a rung without a backward is refused (exit 2) before anything runs."""
+    if problem is None and dtype is not None:
+        seeded_dtype(variant, dtype)   # refused (exit 2) before anything is built
     if mode != "fwd":
-        return _check_backward(variant, problem, extra_shapes, seed, module, progress, pin_to_problem, mode)
-    problems = gate_shapes(variant, problem, extra_shapes, seed, pin_to_problem)
+        return _check_backward(variant, problem, extra_shapes, seed, module, progress, pin_to_problem, mode,
+                               dtype, causal)
+    if problem is None:
+        problems = check_shapes(variant, extra_shapes, seed, dtype=dtype, causal=causal)
+    else:
+        problems = gate_shapes(variant, problem, extra_shapes, seed, pin_to_problem, causal)
     if not problems:
         raise LabError("nothing to check: give a shape or a number of shapes >= 1")
     for p in problems:
@@ -442,12 +468,13 @@ def _ready(variant, module):
     return module
 
 
-def _check_backward(variant, problem, extra_shapes, seed, module, progress, pin_to_problem, mode) -> CheckResult:
+def _check_backward(variant, problem, extra_shapes, seed, module, progress, pin_to_problem, mode, dtype=None,
+                    causal=None) -> CheckResult:
     require_mode(variant, mode)
-    extra = backward_shapes(variant, extra_shapes, seed)
+    extra = backward_shapes(variant, extra_shapes, seed, seeded_dtype(variant, problem.dtype if problem else dtype),
+                            causal)
     if pin_to_problem and problem is not None:
-        extra = [GradShape(dataclasses.replace(g.problem, head_dim=problem.head_dim, dtype=problem.dtype), g.q_scale)
-                 for g in extra]
+        extra = [GradShape(dataclasses.replace(g.problem, head_dim=problem.head_dim), g.q_scale) for g in extra]
     shapes = ([GradShape(problem)] if problem is not None else []) + extra
     if not shapes:
         raise LabError("nothing to check: give a shape or a number of shapes >= 1")

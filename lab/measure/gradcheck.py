@@ -63,19 +63,23 @@ class GradShape:
         return self.problem.label() + ("" if self.q_scale == 1.0 else f" (Q x{self.q_scale:g}: large logits)")
 
 
-def backward_shapes(variant, count: int, seed: int = 0) -> list[GradShape]:
-    """`count` seeded shapes: the corners (head_dims taken in turn), then random ragged ones."""
-    dtype = variant.default_dtype
+def backward_shapes(variant, count: int, seed: int = 0, dtype: str | None = None,
+                    causal: bool | None = None) -> list[GradShape]:
+    """`count` seeded shapes: the corners (head_dims taken in turn), then random ragged ones.
+    `dtype`: every shape's (default: the rung's first); `causal`: every shape causal (True) or none
+    (False), default None: each corner's own mask and a coin for the random ones (drawn either way, so
+    a fixed mask keeps the sizes of the mixed list)."""
+    dtype = dtype or variant.default_dtype
     corners = list(CORNERS) + (list(GQA_CORNERS) if variant.gqa else [])
     dims = variant.head_dims
-    shapes = [GradShape(Problem(b, h, nq, nk, dims[i % len(dims)], causal, dtype, hkv), scale)
-              for i, (b, h, hkv, nq, nk, causal, scale) in enumerate(corners)][:count]
+    shapes = [GradShape(Problem(b, h, nq, nk, dims[i % len(dims)], c if causal is None else causal, dtype, hkv), scale)
+              for i, (b, h, hkv, nq, nk, c, scale) in enumerate(corners)][:count]
     rng = random.Random(seed)
     while len(shapes) < count:
         nq = rng.randint(1, RANDOM_MAX_SEQLEN)
         nk = nq if rng.random() < 0.5 else rng.randint(1, RANDOM_MAX_SEQLEN)
-        shapes.append(GradShape(Problem(rng.randint(1, 3), rng.randint(1, 4), nq, nk, rng.choice(dims),
-                                        rng.random() < 0.5, dtype)))
+        b, h, d, c = rng.randint(1, 3), rng.randint(1, 4), rng.choice(dims), rng.random() < 0.5
+        shapes.append(GradShape(Problem(b, h, nq, nk, d, c if causal is None else causal, dtype)))
     return shapes
 
 

@@ -16,6 +16,8 @@ DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, "float64": 8}
 DTYPE_ALIASES = {"fp32": "float32", "float": "float32", "f32": "float32", "fp16": "float16",
                  "half": "float16", "f16": "float16", "bf16": "bfloat16", "float32": "float32",
                  "float16": "float16", "bfloat16": "bfloat16"}
+DTYPE_SHORT = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16"}
+"""How a table's narrow column names a dtype (bfloat16 is bf16, never "bfp16")."""
 
 DEFAULT_SHAPE = "8,16,1024,64"
 _LABEL_RE = re.compile(r"B(\d+)-H(\d+)(?:kv(\d+))?-N(\d+)(?:x(\d+))?-D(\d+)(-causal)?-(float32|float16|bfloat16)")
@@ -138,8 +140,13 @@ def check_supported(variant, problem: Problem) -> None:
     if problem.gqa and not variant.gqa:
         raise LabError(f"{variant.id} does not declare GQA support (heads_kv < heads); got {problem.label()}",
                        hint="a rung that takes K and V with fewer heads declares gqa = true in its lab:rung block")
-    if problem.dtype not in variant.dtypes:
-        raise LabError(f"{variant.id} supports dtype {', '.join(variant.dtypes)}; got {problem.dtype}",
+    check_dtype(variant, problem.dtype)
+
+
+def check_dtype(variant, dtype: str) -> None:
+    """Refuse (exit 2) a dtype the rung does not declare: with a shape or without one (a seeded list)."""
+    if dtype not in variant.dtypes:
+        raise LabError(f"{variant.id} supports dtype {', '.join(variant.dtypes)}; got {dtype}",
                        hint=f"pass --dtype {variant.default_dtype}")
 
 

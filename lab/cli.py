@@ -474,8 +474,9 @@ def check(ctx, variant_spec, shape_count, seed, shape, causal, dtype, mode, as_j
               help="also append the table as Markdown (device, date, commit) to this file")
 @json_option
 def bench(variant_spec, shape, causal, dtype, reps, warmup, mode, no_baselines, backends_spec, markdown_path, as_json):
-    """Time rungs beside the SDPA backends (cudnn, flash, efficient, math) in fp16 and fp32; --mode bwd
-    or fwd+bwd times the backward (the rung's own launcher; the backends' through autograd)."""
+    """Time rungs beside the SDPA backends (cudnn, flash, efficient, math) in the rung's 16-bit dtype (fp16
+    for an fp32 rung) and fp32; --mode bwd or fwd+bwd times the backward (the rung's own launcher; the
+    backends' through autograd)."""
 
     chosen = registry.select(variant_spec)
     problems = [_problem(v, shape, causal, dtype) for v in chosen]

@@ -384,7 +384,7 @@ def baselines_beside(child, problem: Problem, facts: Facts, opts: ProfileOptions
     if not opts.baselines:
         return BaselinesTimed([])
     key = baseline_cache.cache_key(facts.device, facts.software, problem, reps=opts.reps, warmup=opts.warmup, mode=opts.mode,
-                                   backends=baselines.BACKENDS, dtypes=baselines.BASELINE_DTYPES)
+                                   backends=baselines.BACKENDS, dtypes=baselines.baseline_dtypes(problem.dtype))
     hit = None if opts.fresh_baselines else baseline_cache.get(key)
     if hit:
         return BaselinesTimed(hit[0], hit[1], True)

@@ -107,3 +107,60 @@ def test_vs_previous_compares_the_same_problem_up_to_dtype():
     assert _shape_key(plain) == _shape_key(parse_shape("8,16,1024,64", dtype="fp16").to_dict())
     assert _shape_key(plain) != _shape_key(parse_shape("8,16,1024,64", causal=True).to_dict())
     assert _shape_key(plain) != _shape_key(parse_shape("8,16,1024,2048,64").to_dict())
+
+
+def test_bench_times_the_baselines_in_the_rungs_own_dtype(monkeypatch, capsys):
+    """A bf16 rung is held to SDPA in bf16 (and fp32), never fp16 (on four H200s `lab bench --dtype
+    bfloat16` printed its ratios to fp16 cuDNN and FlashAttention under "x cudnn fp16"); an fp32 rung to
+    fp16 and fp32; each (shape, dtype) is timed once, and each column names the dtype it ran in."""
+    from types import SimpleNamespace
+
+    from lab.measure import baselines, benchtable
+    from lab.measure.bench import Timing
+
+    def timing(ms):
+        return Timing("ms", ms, ms, 0.01, ms, ms, ms, ms, 30, 5, True)
+
+    timed = []
+
+    def run_baseline(problem, backend, dtype, reps, warmup, mode="fwd"):
+        timed.append((problem.label().rsplit("-", 1)[0], backend, dtype))
+        return baselines.Baseline(f"sdpa-{backend}", backend, dtype, "ok", "", timing(1.0), 1.0)
+
+    monkeypatch.setattr(baselines, "run_baseline", run_baseline)
+    for name in ("require_gpu", "require_compute_capability"):
+        monkeypatch.setattr(benchtable, name, lambda *a, **k: None)
+    monkeypatch.setattr(benchtable, "gated", lambda v, p, mode: SimpleNamespace(passed=True, verdict={"passed": True},
+                                                                                module=None))
+    monkeypatch.setattr(benchtable, "time_rung", lambda *a, **k: timing(2.0))
+    monkeypatch.setattr(benchtable, "device_info", lambda: {"name": "GPU", "compute_capability": "9.0", "sm_count": 132})
+    monkeypatch.setattr(benchtable, "software_info", lambda: {"torch": "2.11"})
+    monkeypatch.setattr(benchtable, "git_info", lambda: {"commit": "abc", "dirty": False})
+
+    sixteen = next(v for v in builtin() if "bfloat16" in v.dtypes)
+    fp32 = next(v for v in builtin() if v.dtypes == ("float32",) and 64 in v.head_dims)
+    shape = "1,2,256,64"
+    problems = [parse_shape(shape, dtype="bfloat16"), parse_shape(shape, dtype="float32"),
+                parse_shape(shape, dtype="bfloat16")]
+    result = benchtable.bench_ladder([sixteen, fp32, sixteen], problems, reps=30, warmup=5,
+                                     backends=("cudnn", "flash"))
+    base = "B1-H2-N256-D64"
+    assert timed == [(base, "cudnn", "bfloat16"), (base, "flash", "bfloat16"), (base, "cudnn", "float32"),
+                     (base, "flash", "float32"), (base, "cudnn", "float16"), (base, "flash", "float16")]
+    assert [[b["dtype"] for b in row["baselines"]] for row in result["rows"]] == [
+        ["bfloat16"] * 2 + ["float32"] * 2, ["float16"] * 2 + ["float32"] * 2, ["bfloat16"] * 2 + ["float32"] * 2]
+    md = benchtable.markdown_ladder(result)
+    head = next(line for line in md.splitlines() if line.startswith("| rung"))
+    assert "SDPA cudnn bf16" in head and "SDPA flash fp16" in head and "bfp16" not in md
+    monkeypatch.setenv("COLUMNS", "300")
+    benchtable.print_ladder(result)
+    out = capsys.readouterr().out
+    assert "x cudnn bf16" in out and "x flash fp32" in out and "x cudnn fp16" in out and "bfp16" not in out
+
+
+def test_the_baselines_dtypes_follow_the_rungs():
+    from lab.measure.baselines import baseline_dtypes
+
+    assert baseline_dtypes("bfloat16") == ("bfloat16", "float32")
+    assert baseline_dtypes("float16") == ("float16", "float32")
+    assert baseline_dtypes("float32") == ("float16", "float32")

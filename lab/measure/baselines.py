@@ -1,4 +1,5 @@
-"""The baselines a rung is timed beside: PyTorch SDPA with each backend pinned, in fp16 and fp32.
+"""The baselines a rung is timed beside: PyTorch SDPA with each backend pinned, in the rung's own
+16-bit dtype (fp16 for an fp32 rung: the ladder's step to tensor cores) and in fp32 (`baseline_dtypes`).
 
 A backend that cannot run a shape or dtype becomes a row saying why (PyTorch's own warning text),
 never a crash: flash has no fp32 kernel, math may run out of memory at long sequences.
@@ -19,7 +20,16 @@ from lab.measure.problem import Problem, softmax_scale
 from lab.measure.timed import TimingRefused
 
 BACKENDS = ("cudnn", "flash", "efficient", "math")
-BASELINE_DTYPES = ("float16", "float32")
+LOW_PRECISION = ("float16", "bfloat16")
+
+
+def baseline_dtypes(dtype: str) -> tuple[str, ...]:
+    """The dtypes SDPA is timed in beside a rung of `dtype`: its own where it is 16-bit (a bf16 rung
+    against bf16 SDPA, never fp16: a ratio across dtypes is not the rung's), fp16 for an fp32 rung
+    (how far the fast path is), and fp32."""
+    return (dtype if dtype in LOW_PRECISION else "float16", "float32")
+
+
 STANDARD = "standard"
 SWEEP_BASELINES = tuple(f"sdpa-{b}" for b in BACKENDS) + (STANDARD,)
 """What a sweep can time beside the rungs: each SDPA backend pinned, and eager "standard attention"
@@ -164,9 +174,10 @@ def select_backends(spec: str) -> tuple[str, ...]:
 
 
 def run_baselines(problem: Problem, reps: int = DEFAULT_REPS, warmup: int = DEFAULT_WARMUP, backends=BACKENDS,
-                  dtypes=BASELINE_DTYPES, progress=None, mode: str = "fwd") -> list[Baseline]:
+                  dtypes=None, progress=None, mode: str = "fwd") -> list[Baseline]:
+    """Each backend in each of `dtypes` (default: `baseline_dtypes` of the problem's dtype)."""
     out = []
-    for dtype in dtypes:
+    for dtype in dtypes or baseline_dtypes(problem.dtype):
         for backend in backends:
             if progress:
                 progress(f"baseline sdpa-{backend} {dtype}" + (f" {mode}" if mode != "fwd" else ""))

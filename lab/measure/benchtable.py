@@ -1,8 +1,9 @@
 """`lab bench`: each rung checked, then timed beside the SDPA backends, as one side-by-side table.
 
 Correctness gates timing: a rung that fails its check on the benched shape is reported as failed
-and not timed. Baselines are timed once per problem shape (in fp16 and fp32), in the same process
-and run as the rungs, so the ratios are side by side.
+and not timed. Baselines are timed once per problem shape and dtype (lab.measure.baselines.baseline_dtypes:
+the rung's own 16-bit dtype, fp16 for an fp32 rung, and fp32), in the same process and run as the rungs,
+so the ratios are side by side; a column names the dtype its baselines ran in.
 """
 
 from __future__ import annotations
@@ -13,12 +14,12 @@ from rich.table import Table
 from lab.console import say
 from lab.environment import device_info, git_info, require_compute_capability, require_gpu, software_info
 from lab.measure import rates
-from lab.measure.baselines import run_baselines
+from lab.measure.baselines import baseline_dtypes, run_baselines
 from lab.measure.bench import DEFAULT_REPS, DEFAULT_WARMUP
 from lab.measure.call import require_mode
 from lab.measure.checked import time_rung
 from lab.measure.gate import gated
-from lab.measure.problem import check_supported
+from lab.measure.problem import DTYPE_SHORT, check_supported
 from lab.measure.timed import TimingRefused
 
 
@@ -32,13 +33,18 @@ def bench_ladder(chosen, problems, reps: int = DEFAULT_REPS, warmup: int = DEFAU
     require_gpu("bench")  # a clear refusal before any work
     for variant in chosen:
         require_compute_capability(variant)
-    rows, base_by_shape, failed, refusals = [], {}, [], []
+    rows, base, failed, refusals = [], {}, [], []   # base: (shape, dtype) -> that dtype's baselines
     for variant, problem in zip(chosen, problems):
-        shape_key = problem.with_dtype("float32").label()
-        if baselines and shape_key not in base_by_shape:
-            say(f"baselines for {shape_key}" + ("" if mode == "fwd" else f" ({mode})"))
-            base_by_shape[shape_key] = run_baselines(problem, reps, warmup, mode=mode,
-                                                     **({"backends": backends} if backends else {}))
+        shape_key = _shape_key(problem.to_dict())
+        wanted = baseline_dtypes(problem.dtype)
+        missing = [d for d in wanted if (shape_key, d) not in base] if baselines else []
+        if missing:
+            say(f"baselines for {problem.with_dtype(missing[0]).label()}"
+                + "".join(f", {d}" for d in missing[1:]) + ("" if mode == "fwd" else f" ({mode})"))
+            timed = run_baselines(problem, reps, warmup, mode=mode, dtypes=missing,
+                                  **({"backends": backends} if backends else {}))
+            for d in missing:
+                base[(shape_key, d)] = [b for b in timed if b.dtype == d]
         # correctness gates timing: built, then checked in a child on the benched shape and a few
         # ragged ones, causal and not, so that a crashing rung cannot take the table down with it
         rung = gated(variant, problem, mode)
@@ -58,7 +64,7 @@ def bench_ladder(chosen, problems, reps: int = DEFAULT_REPS, warmup: int = DEFAU
             continue
         row.update(timing=timing.to_dict(), tflops=rates.tflops(rates.flops(problem, mode), timing.median),
                    peak_memory_bytes=timing.peak_memory_bytes,
-                   baselines=[b.to_dict(timing.median) for b in base_by_shape.get(shape_key, [])])
+                   baselines=[b.to_dict(timing.median) for d in wanted for b in base.get((shape_key, d), [])])
         rows.append(row)
     for prev, row in zip(rows, rows[1:]):
         # the same problem up to dtype (the ladder's fp32 -> fp16 step is a gain we want to show)
@@ -72,7 +78,12 @@ def bench_ladder(chosen, problems, reps: int = DEFAULT_REPS, warmup: int = DEFAU
 
 
 def _shape_key(problem: dict) -> tuple:
-    return tuple(problem[k] for k in ("batch", "heads", "seqlen_q", "seqlen_k", "head_dim", "causal"))
+    return tuple(problem.get(k) for k in ("batch", "heads", "heads_kv", "seqlen_q", "seqlen_k", "head_dim", "causal"))
+
+
+def _column(baseline: dict) -> str:
+    """A baseline's column: its backend and the dtype it was timed in (bf16, not "bfp16")."""
+    return f"{baseline['backend']} {DTYPE_SHORT.get(baseline['dtype'], baseline['dtype'])}"
 
 
 def print_ladder(result: dict) -> None:
@@ -87,7 +98,7 @@ def print_ladder(result: dict) -> None:
     backends = []
     for row in result["rows"]:
         for b in row.get("baselines", []):
-            key = f"{b['backend']} {b['dtype'].replace('float', 'fp')}"
+            key = _column(b)
             if key not in backends:
                 backends.append(key)
     for key in backends:
@@ -101,7 +112,7 @@ def print_ladder(result: dict) -> None:
         tm = row["timing"]
         cells += [f"{tm['median']:.3f}", f"{tm['std']:.3f}", f"{row['tflops']:.2f}",
                   f"{row['speedup_vs_previous']:.2f}x" if "speedup_vs_previous" in row else ""]
-        by_key = {f"{b['backend']} {b['dtype'].replace('float', 'fp')}": b for b in row["baselines"]}
+        by_key = {_column(b): b for b in row["baselines"]}
         for key in backends:
             b = by_key.get(key)
             cells.append("" if b is None else (f"{b['ratio']:.3f}" if b["status"] == "ok" else "n/a"))
@@ -136,7 +147,7 @@ def markdown_ladder(result: dict, title: str | None = None) -> str:
             if (b["backend"], b["dtype"]) not in backends:
                 backends.append((b["backend"], b["dtype"]))
     head = ["rung", "problem", "median ms (± std)", "TFLOP/s", "vs previous"]
-    head += [f"SDPA {b} {d.replace('float', 'fp')}: ms (speed-up)" for b, d in backends]
+    head += [f"SDPA {b} {DTYPE_SHORT.get(d, d)}: ms (speed-up)" for b, d in backends]
     lines += ["| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
     for row in result["rows"]:
         if "refused" in row:

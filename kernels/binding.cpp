@@ -7,6 +7,9 @@
 // The output is passed in (not allocated here) so the correctness gate can poison it first.
 // A rung that declares `gqa = true` is compiled with -DLAB_GQA: its K and V (dK and dV) may have
 // heads_kv heads, a divisor of Q's (common.cuh's GQA contract); without it they must have Q's.
+// A rung whose forward writes the row log-sum-exp is compiled with -DLAB_WRITES_LSE (its block says
+// backward = true, whose contract includes it, or writes_lse = true for a forward-only rung): its
+// forward takes lse; every other rung's refuses one, so a statistic never written is never read.
 #include <torch/extension.h>
 #include <c10/cuda/CUDAStream.h>
 #include <c10/cuda/CUDAGuard.h>
@@ -18,6 +21,10 @@
 #endif
 
 LAB_EXPORT const char* LAB_LAUNCHER(const LabAttentionArgs* args, cudaStream_t stream);
+
+#if defined(LAB_BACKWARD_LAUNCHER) && !defined(LAB_WRITES_LSE)
+#define LAB_WRITES_LSE  // the backward contract's forward writes the LSE (the lab's build says so too)
+#endif
 
 static LabDtype to_lab_dtype(at::ScalarType t) {
   switch (t) {
@@ -64,8 +71,9 @@ static LabAttentionArgs make_args(const at::Tensor& q, const at::Tensor& k, cons
 void forward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, at::Tensor& o,
              bool causal, double softmax_scale, const c10::optional<at::Tensor>& lse) {
   c10::cuda::CUDAGuard guard(q.device());
-#ifndef LAB_BACKWARD_LAUNCHER
-  TORCH_CHECK(!lse.has_value() || !lse->defined(), "this rung has no backward: its forward writes no lse");
+#ifndef LAB_WRITES_LSE
+  TORCH_CHECK(!lse.has_value() || !lse->defined(),
+              "this rung's forward writes no lse: its lab:rung block declares neither backward = true nor writes_lse = true");
 #endif
   const LabAttentionArgs args = make_args(q, k, v, o, causal, softmax_scale, lse_ptr(lse, q));
   const char* err = LAB_LAUNCHER(&args, c10::cuda::getCurrentCUDAStream().stream());

@@ -25,8 +25,8 @@
 //
 //   * Its forward writes the row log-sum-exp when args->lse is not null: lse[b, h, i] =
 //     log(sum_j exp(softmax_scale * q_i . k_j)) over the keys row i attends (natural log, fp32,
-//     [batch, heads, seqlen_q], contiguous), as torch's flash backend returns it. A rung without a
-//     backward ignores args->lse (the lab passes nullptr to it).
+//     [batch, heads, seqlen_q], contiguous), as torch's flash backend returns it. A forward-only rung
+//     may write it too (`writes_lse = true`); every other rung's forward gets args->lse = nullptr.
 //   * It exports
 //
 //     extern "C" size_t lab_backward_<id>_workspace(const LabBackwardArgs* args);

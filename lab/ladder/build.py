@@ -185,6 +185,7 @@ def arch_of(major: int, minor: int) -> str:
 # tuning contract); it is its own cached extension beside the plain one.
 TUNING_DEFINE = "-DLAB_TUNING"
 GQA_DEFINE = "-DLAB_GQA"   # the binding of a rung that declares gqa = true accepts heads_kv < heads
+LSE_DEFINE = "-DLAB_WRITES_LSE"   # the binding of a rung whose forward writes the LSE accepts an lse tensor
 
 
 def nvcc_flags(variant: Variant, arch: str, tuning: bool = False) -> list[str]:
@@ -270,6 +271,8 @@ def _cxx_flags(variant: Variant, tuning: bool) -> list[str]:
     flags = [*BASE_CXX_FLAGS, f"-DLAB_LAUNCHER={variant.launcher}"]
     if variant.gqa:   # common.cuh's GQA contract: the binding lets K and V have fewer heads than Q
         flags.append(GQA_DEFINE)
+    if variant.writes_lse:   # writes_lse = true, or backward = true (whose contract includes it)
+        flags.append(LSE_DEFINE)
     if variant.backward_launcher:   # common.cuh's backward contract
         flags += [f"-DLAB_BACKWARD_LAUNCHER={variant.backward_launcher}",
                   f"-DLAB_BACKWARD_WORKSPACE={variant.backward_launcher}_workspace"]

@@ -16,6 +16,7 @@ backward contract:
     dK and dV with K's and V's heads. Scratch (a dQ accumulator, the row statistic D = rowsum(dO * O))
     is the function's own: it allocates what it needs from torch, so peak memory counts it.
 The lab calls the backward directly, never through autograd (lab.measure.call says why).
+A forward-only rung that declares `writes_lse = true` returns (o, lse) too, with no `backward`.
 
 `PythonRung.forward(q, k, v, o, causal, scale, lse=None)` and `PythonRung.backward(q, k, v, o, dout,
 lse, dq, dk, dv, causal, scale)` are the extension's interface (tensors in (B, H, N, D), outputs
@@ -109,12 +110,14 @@ class PythonRung:
     # ------------------------------------------------------------------ in the rung's own layout (timing)
 
     def call_forward(self, q, k, v, causal: bool, softmax_scale: float):
-        """One forward on inputs already in the rung's layout: (o, lse), lse None without a backward."""
+        """One forward on inputs already in the rung's layout: (o, lse), lse None where the rung
+        writes none (neither backward = true nor writes_lse = true)."""
         out = self.fn(q, k, v, causal, softmax_scale)
-        if not self.variant.backward:
+        if not self.variant.writes_lse:
             return out, None
         if not isinstance(out, (tuple, list)) or len(out) != 2:
-            raise RuntimeError(f"{self.variant.id} declares backward = true, so its forward returns (o, lse); "
+            declared = "backward = true" if self.variant.backward else "writes_lse = true"
+            raise RuntimeError(f"{self.variant.id} declares {declared}, so its forward returns (o, lse); "
                                f"it returned {type(out).__name__}")
         return out[0], out[1]
 
@@ -135,7 +138,8 @@ class PythonRung:
         o.copy_(from_layout(out, layout))
         if lse is not None:
             if row_lse is None:
-                raise RuntimeError(f"{self.variant.id} has no backward: its forward returns no lse")
+                raise RuntimeError(f"{self.variant.id}'s forward returns no lse: its lab:rung block declares "
+                                   "neither backward = true nor writes_lse = true")
             self.validate(row_lse, lse.shape, lse.dtype, lse.device, what="lse")
             lse.copy_(row_lse)
 

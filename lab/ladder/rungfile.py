@@ -20,6 +20,7 @@ rung's text. Nothing else restates them.
     // grid = "bh"                     # grid.x[,grid.y]: "bh" or "q-tiles,bh" (B*H on grid.y)
     // backward = true                 # it also exports lab_backward_<id> (common.cuh's backward contract)
     // gqa = true                      # K and V may have fewer heads than Q (GQA/MQA; cuda: args->heads_kv)
+    // writes_lse = true               # a forward-only rung whose forward writes the row log-sum-exp
     // lab:end
 
 The block may sit anywhere in the file: `lab new` opens a new rung with it; the built-in rungs keep
@@ -27,10 +28,17 @@ theirs at the end, so that the source line numbers recorded in stored profiles s
 
 Optional keys: kind ("cuda" for .cu, "python" for .py), layout ("BHND", or "BNHD" for a python
 rung that takes flash-attn's layout), arch_flags (extra nvcc -gencode flags), entry (python:
-"function" in this file, or "package.module:function"), backward, gqa. With `gqa = true` K and V
+"function" in this file, or "package.module:function"), backward, gqa, writes_lse. With `gqa = true` K and V
 (and dK, dV) may have heads_kv heads, a divisor of Q's: a cuda rung reads args->heads_kv
 (kernels/common.cuh's GQA contract; its binding is built with -DLAB_GQA), a python rung gets the
 tensors as they are. A rung without it is never given such a problem (refused, exit 2).
+
+`writes_lse = true`: the rung's forward writes the row log-sum-exp (kernels/common.cuh's backward
+contract: fp32 [B, H, Nq], natural log) although the rung has no backward of its own, as a Hopper
+forward written for another rung's backward does. `backward = true` implies it (the backward contract
+includes that forward), so a backward rung need not say it and may not say `writes_lse = false`. A
+cuda rung's binding is then built with -DLAB_WRITES_LSE and accepts an lse tensor, which every other
+rung's refuses; a python rung's forward returns (o, lse) as a backward rung's does.
 """
 
 from __future__ import annotations
@@ -65,7 +73,7 @@ _SECTIONS = (("changed", "What changed"), ("bottleneck", "Bottleneck"), ("predic
              ("measured", "Measured"), ("profile_command", "Profile"))
 
 REQUIRED = ("id", "slug", "title", "dtypes", "head_dims", "min_cc", "attacks")
-OPTIONAL = ("kind", "layout", "arch_flags", "aligned16", "grid", "entry", "backward", "gqa")
+OPTIONAL = ("kind", "layout", "arch_flags", "aligned16", "grid", "entry", "backward", "gqa", "writes_lse")
 
 
 @dataclass(frozen=True)
@@ -86,6 +94,7 @@ class Variant:
     entry: str = ""              # python rungs: "function" in the file, or "module:function"
     backward: bool = False       # it has a backward (cuda: lab_backward_<id>; python: a `backward` callable)
     gqa: bool = False            # it takes K and V with fewer heads than Q (heads_kv divides heads)
+    writes_lse: bool = False     # its forward writes the row log-sum-exp when given a buffer (backward implies it)
     origin: str = "built-in"     # "built-in" or "workspace"
     changed: str = ""            # header prose: what changed since the previous rung
     attacks: str = ""            # header prose: the bottleneck it attacks, with the evidence
@@ -93,6 +102,10 @@ class Variant:
     measured: str = ""           # header prose: the measured result (device, date)
     follows: str = ""            # header prose: the rung "What changed since <id>" names (`lab new` writes it)
     shadows: bool = field(default=False, compare=False)  # a workspace rung hiding a built-in of its id
+
+    def __post_init__(self):
+        if self.backward and not self.writes_lse:   # the backward contract's forward writes the LSE
+            object.__setattr__(self, "writes_lse", True)
 
     @property
     def launcher(self) -> str:
@@ -120,6 +133,7 @@ class Variant:
                 "source": str(self.source), "dtypes": list(self.dtypes), "head_dims": list(self.head_dims),
                 "layout": self.layout, "min_cc": ".".join(map(str, self.min_cc)), "arch_flags": list(self.arch_flags),
                 "aligned16": self.aligned16, "grid": self.grid, "entry": self.entry or None, "backward": self.backward, "gqa": self.gqa,
+                "writes_lse": self.writes_lse,
                 "attacks_classes": list(self.classes), "shadows_builtin": self.shadows,
                 "changed": self.changed, "attacks": self.attacks, "predicted_gain": self.predicted_gain,
                 "measured": self.measured, "follows": self.follows or None}
@@ -303,6 +317,12 @@ def parse_rung(path: Path, origin: str = "built-in") -> Variant | None:
     gqa = table.get("gqa", False)
     if not isinstance(gqa, bool):
         return _raise(bad("gqa must be true or false"))
+    writes_lse = table.get("writes_lse", backward)
+    if not isinstance(writes_lse, bool):
+        return _raise(bad("writes_lse must be true or false"))
+    if backward and not writes_lse:
+        return _raise(bad("writes_lse = false contradicts backward = true: a backward rung's forward writes the "
+                          "row log-sum-exp its backward reads (kernels/common.cuh's backward contract)"))
     arch_flags = tuple(_str_list(table.get("arch_flags", []), "arch_flags", bad))
     if not isinstance(table["title"], str) or not table["title"].strip():
         return _raise(bad("title must be a non-empty string"))
@@ -310,7 +330,7 @@ def parse_rung(path: Path, origin: str = "built-in") -> Variant | None:
     return Variant(id=vid, slug=slug, title=table["title"].strip(), kind=kind, source=path, dtypes=tuple(dtypes),
                    head_dims=tuple(head_dims), min_cc=(int(m.group(1)), int(m.group(2))), classes=tuple(classes),
                    layout=layout, arch_flags=arch_flags, aligned16=aligned16, grid=grid, entry=entry, origin=origin,
-                   backward=backward, gqa=gqa,
+                   backward=backward, gqa=gqa, writes_lse=writes_lse,
                    changed=prose.get("changed", ""), attacks=prose.get("bottleneck", ""),
                    predicted_gain=prose.get("predicted_gain", ""), measured=prose.get("measured", ""),
                    follows=follows_of(rest))

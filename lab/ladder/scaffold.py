@@ -37,11 +37,14 @@ what the lab needs to know (see any built-in rung, e.g. `lab new vN --from v1` c
   contract). With `gqa = true` K and V (and dK, dV) may have `args->heads_kv` heads, a divisor of
   Q's: query head h reads K/V head h / (heads / heads_kv), dK and dV are summed over each group
   (common.cuh's GQA contract); without it the lab never sends such a problem.
+  A forward-only rung whose forward writes the row log-sum-exp anyway (for another rung's
+  backward) says `writes_lse = true`; only then, or with a backward, is it given an lse buffer.
 * a **python** rung is a `.py` whose function `forward(q, k, v, causal, softmax_scale) -> o`
   (or the `entry` the block names, "module:function") computes attention; with `layout = "BNHD"`
   it gets (B, N, H, D) tensors, as flash-attn's API takes them, and returns O the same way.
   With `backward = true` its forward returns (o, lse) (lse: fp32 [B, H, Nq], natural log) and the
-  same module has `backward(q, k, v, o, dout, lse, causal, softmax_scale) -> (dq, dk, dv)`; with
+  same module has `backward(q, k, v, o, dout, lse, causal, softmax_scale) -> (dq, dk, dv)`
+  (`writes_lse = true` without a backward: the forward returns (o, lse) alone); with
   `gqa = true` K and V may have fewer heads than Q.
 
 Below the block, the header's sections are the rung's record: What changed, Bottleneck attacked,

@@ -37,7 +37,8 @@ UPSTREAM_GRAD_SEED = 1   # dO: seeded, independent of the inputs' seed
 @dataclass
 class Attention:
     """One implementation bound to one problem. Inputs come in `layout`; `forward(q, k, v) -> o`
-    allocates its output. A rung with a backward also has `forward_lse(q, k, v) -> (o, lse)` and
+    allocates its output. A rung whose forward writes the LSE (backward = true, or a forward-only
+    rung's writes_lse = true) also has `forward_lse(q, k, v) -> (o, lse)`; a rung with a backward
     `backward(q, k, v, o, dout, lse) -> (dq, dk, dv)`; a baseline's backward is autograd's."""
     name: str
     forward: Callable
@@ -108,7 +109,8 @@ def rung(variant, module, problem: Problem) -> Attention:
             module.backward(q, k, v, o, dout, lse, dq, dk, dv, causal, scale)
             return dq, dk, dv
     if not variant.backward:
-        return Attention(variant.id, forward, variant.layout, no_backward=no_backward_reason(variant))
+        return Attention(variant.id, forward, variant.layout, forward_lse if variant.writes_lse else None,
+                         no_backward=no_backward_reason(variant))
     return Attention(variant.id, forward, variant.layout, forward_lse, backward)
 
 

@@ -34,13 +34,20 @@
 //   about 0.80-0.90x cuDNN instead of 0.70x on an H100. Not the whole gap: each consumer's epilogue
 //   still stalls its own next main loop (O stored from registers; FA3's TMA store and the
 //   inter-warpgroup ping-pong are later steps).
-// Measured: not yet. Written 2026-11-26 without a GPU run (the session's device time was spent
-//   before its turn came): compiled here only (nvcc 13.0, sm_90a: 56 kernels with the tuning
-//   candidates, 0 bytes spilled; the persistent walk checked on the CPU by
-//   tests/test_tile_scheduler.py). The checks and the sweep to run: benchmarks/v9_notes.md.
-//   First run (H200, 2026-11-26): hung on every shape where a CTA takes a second tile (the tile's
-//   last V stage was never freed: fwd_wgmma.cuh, after the last P V); fixed and replayed on the CPU
-//   (tests/test_fwd_pipeline_model.py), not yet re-run on a GPU.
+// Measured: correctness only, no timing yet. Compiled 2026-11-26 (nvcc 13.0, sm_90a: 56 kernels with
+//   the tuning candidates, 0 bytes spilled; the persistent walk checked on the CPU by
+//   tests/test_tile_scheduler.py). First run (H200, 2026-11-26): hung on every shape where a CTA
+//   takes a second tile (the tile's last V stage was never freed: fwd_wgmma.cuh, after the last
+//   P V); fixed and replayed on the CPU (tests/test_fwd_pipeline_model.py). Second run (four H200s,
+//   2026-11-27, commit 28e592a, benchmarks/v9_gpu.sh probe/check/tests): the hang is gone. The probe
+//   shapes (8,40,300,64 causal fp16: 1,600 tiles on 264 CTAs; 8,40,300,128 bf16: 960 on 132) pass
+//   in seconds; `lab check --variant v9` 24 of 24 seeded shapes (fp16 only, causal and not: that
+//   run's lab check ignored --dtype and --causal without --shape, so its four runs were one list);
+//   tests/test_v9_gpu.py 14 passed (the 13 float64 cases, fp16 and bf16), 2 skipped (slow tier),
+//   5 failed, one cause: the binding refused an lse from a rung without a backward (the four LSE
+//   tests and memcheck's workload). Fixed on the CPU (this block's writes_lse = true, the binding's
+//   -DLAB_WRITES_LSE), not yet re-run; racecheck, synccheck and the sweep not yet run
+//   (benchmarks/v9_notes.md).
 // Profile it: lab profile --variant v9 --dtype float16 --shape 32,16,512,128 --causal
 //
 // Steps still to come (issue 28; benchmarks/v9_notes.md): inter-warpgroup ping-pong (named barriers
@@ -154,4 +161,5 @@ LAB_EXPORT const char* lab_forward_v9_config(const LabAttentionArgs* args, cudaS
 // attacks = ["latency-bound"]  # per-CTA prologue/epilogue and the grid's tail at short sequences
 // grid = "flat"              # persistent: SMs x CTAs per SM, each looping over the tile list
 // aligned16 = true           # TMA: the launcher refuses q, k, v, o not 16-byte aligned
+// writes_lse = true          # forward-only, it writes the row log-sum-exp for v8's backward (fwd_wgmma.cuh's WRITE_LSE)
 // lab:end

@@ -85,49 +85,133 @@ def test_refusal_is_a_failed_check_with_a_row_reason():
 
 # ------------------------------------------------------------------------------ rotation
 
-def test_rotation_refills_the_same_slots_with_each_set_in_turn():
-    torch = pytest.importorskip("torch")
-    from lab.measure.rotation import RotatingInputs, problem_inputs
+def _head_dim(t, layout):
+    return 1 if t.dim() == 3 or layout == "BHND" else 2
 
-    rot = problem_inputs(Problem(1, 2, 8, 8, 4, dtype="float32"), count=3, device="cpu")
+
+def _moved(t, placement, layout, heads_kv, role=None):
+    """One set's tensor as a placement moves it, by torch.roll and a sign: what the slots must hold
+    (query heads, O, dO and LSE rolled by whole GQA groups, K and V by K/V heads; `role` "qk" or "v"
+    for the sign flips, None for the LSE)."""
+    torch = pytest.importorskip("torch")
+    hd = _head_dim(t, layout)
+    group = t.shape[hd] // heads_kv
+    rolled = torch.roll(t, shifts=(placement.batch, placement.heads_kv * group), dims=(0, hd))
+    negated = {"qk": placement.negate_qk, "v": placement.negate_v}.get(role, False)
+    return -rolled if negated else rolled
+
+
+def _honest_forward(p, layout="BHND"):
+    """float64 attention on the slots in `layout` (K/V repeated to the query heads under GQA), float32 out."""
+    from lab.measure.check import reference_attention
+    from lab.measure.problem import softmax_scale
+
+    def forward(q, k, v):
+        if layout == "BNHD":
+            q, k, v = (t.transpose(1, 2) for t in (q, k, v))
+        g = q.shape[1] // k.shape[1]
+        o = reference_attention(q, k.repeat_interleave(g, dim=1), v.repeat_interleave(g, dim=1), p.causal,
+                                softmax_scale(p)).float()
+        return o if layout == "BHND" else o.transpose(1, 2).contiguous()
+    return forward
+
+
+ROLLED_PROBLEMS = [(Problem(2, 4, 8, 8, 4, dtype="float32", heads_kv=2), "BHND"),
+                   (Problem(3, 2, 8, 5, 4, causal=True, dtype="float32"), "BNHD"),
+                   (Problem(2, 6, 7, 7, 4, dtype="float32", heads_kv=3), "BNHD")]
+
+
+@pytest.mark.parametrize("p, layout", ROLLED_PROBLEMS)
+def test_rotation_refills_the_same_slots_with_every_set_and_roll_before_one_repeats(p, layout):
+    torch = pytest.importorskip("torch")
+    from lab.measure.rotation import problem_inputs
+
+    rot = problem_inputs(p, count=3, device="cpu", layout=layout)
+    assert rot.placements == 3 * 4 * p.batch * p.heads_kv
     ptrs = [t.data_ptr() for t in rot.slots]
-    seen = []
-    for rep in range(6):
-        assert rot.prepare(rep) == rep % 3
+    seen, loaded, previous = [], [], None
+    for rep in range(2 * rot.placements):
+        placement = rot.prepare(rep)
+        loaded.append(placement)
         assert [t.data_ptr() for t in rot.slots] == ptrs   # one pointer, as a graph needs
-        assert torch.equal(rot.slots[0], rot.sets[rep % 3][0])
-        seen.append(rot.slots[0].clone())
-    assert not torch.equal(seen[0], seen[1]) and not torch.equal(seen[1], seen[2])
+        for slot, src, role in zip(rot.slots, rot.sets[placement.set], ("qk", "qk", "v")):
+            assert torch.equal(slot, _moved(src, placement, layout, p.heads_kv, role))
+        if previous is not None:   # consecutive calls: another set, so other values in every slot
+            assert placement.set != previous.set
+            assert all(not torch.equal(a, b) for a, b in zip(rot.slots, seen[-1]))
+        seen.append(tuple(t.clone() for t in rot.slots))
+        previous = placement
+    placements = [rot.placement(r) for r in range(rot.placements)]
+    assert len(set(placements)) == rot.placements   # every placement once before any repeats
+    assert rot.placement(rot.placements) == placements[0]
+    samples = {tuple(q.reshape(-1)[:8].tolist() + v.reshape(-1)[-8:].tolist()) for q, _, v in seen[:rot.placements]}
+    assert len(samples) == rot.placements   # a sample of the values is new on every call of a period
+    # O does not change when Q and K are negated: those placements come last, V differs in all before them
+    half = rot.placements // 2
+    assert not any(pl.negate_qk for pl in placements[:half]) and all(pl.negate_qk for pl in placements[half:])
+    unflipped = [v for (_, _, v), pl in zip(seen[:rot.placements], loaded) if not pl.negate_qk]
+    assert len({tuple(v.reshape(-1)[-8:].tolist()) for v in unflipped}) == half
+
+
+def test_attention_follows_every_move_exactly():
+    """The roll moves query heads by whole GQA groups, and the signs of Q and K together and of V:
+    attention of the moved inputs is the set's attention moved alike, bit for bit (what lets the
+    check compare every call against its set's one reference)."""
+    torch = pytest.importorskip("torch")
+    from lab.measure.rotation import problem_inputs
+
+    for p, layout in ROLLED_PROBLEMS:
+        rot = problem_inputs(p, count=2, device="cpu", layout=layout)
+        forward = _honest_forward(p, layout)
+        for rep in range(rot.placements):
+            placement = rot.prepare(rep)
+            want = _moved(forward(*rot.sets[placement.set]), placement, layout, p.heads_kv, "v")
+            assert torch.equal(forward(*rot.slots), want), placement
+
+
+def test_rotation_without_batch_or_kv_heads_to_roll_varies_the_sets_and_signs_only():
+    torch = pytest.importorskip("torch")
+    from lab.measure.rotation import Placement, RotatingInputs, problem_inputs
+
+    rot = problem_inputs(Problem(1, 2, 8, 8, 4, dtype="float32", heads_kv=1), count=3, device="cpu")
+    assert rot.placements == 12
+    assert [rot.placement(i) for i in range(12)] == [Placement(i % 3, 0, 0, i >= 6, i // 3 % 2 == 1) for i in range(12)]
     with pytest.raises(ValueError):
         RotatingInputs([(torch.zeros(2),)])
     with pytest.raises(ValueError):
         RotatingInputs([], fixed=True)
-    fixed = RotatingInputs([(torch.ones(2),)], fixed=True)   # the backward's one set: every call reads it
-    assert fixed.prepare(0) == fixed.prepare(5) == 0 and torch.equal(fixed.slots[0], torch.ones(2))
+    fixed = RotatingInputs([(torch.ones(2),)], fixed=True)   # a baseline's backward: every call reads it
+    assert fixed.prepare(0) == fixed.prepare(5) == Placement(0) and torch.equal(fixed.slots[0], torch.ones(2))
 
 
-def test_output_check_refuses_a_kept_result_and_a_half_written_output():
+@pytest.mark.parametrize("p, layout", ROLLED_PROBLEMS)
+def test_output_check_passes_each_calls_output_and_refuses_a_stale_one(p, layout):
     torch = pytest.importorskip("torch")
-    from lab.measure.check import reference_attention
-    from lab.measure.problem import softmax_scale
-    from lab.measure.rotation import OutputCheck, problem_inputs
+    from lab.measure.rotation import OutputCheck, Placement, problem_inputs
 
-    p = Problem(1, 2, 16, 16, 8, dtype="float32")
-    rot = problem_inputs(p, count=3, device="cpu")
-    check = OutputCheck(p, rot)
-
-    def honest(q, k, v):
-        return reference_attention(q, k, v, False, softmax_scale(p)).float()
-
-    for rep in range(3):
+    rot = problem_inputs(p, count=3, device="cpu", layout=layout)
+    check = OutputCheck(p, rot, layout=layout)
+    honest = _honest_forward(p, layout)
+    outputs = []
+    for rep in range(rot.placements + 1):
         token = rot.prepare(rep)
-        assert check(token, honest(*rot.slots)) is None
-    kept = honest(*rot.sets[0])
-    assert "input set 1" in check(1, kept)           # set 0's result handed back for set 1
-    half = honest(*rot.sets[2])
-    half[..., 8:, :] = torch.nan                     # the other half never written
-    assert "non-finite" in check(2, half)
-    assert "cannot be compared" in check(0, None)
+        outputs.append((token, honest(*rot.slots)))
+        assert check(token, outputs[-1][1]) is None
+    for back in (1, 2, 3):   # the previous call's output, and the same set's under another roll
+        token, _ = outputs[-1]
+        stale_token, stale = outputs[-1 - back]
+        assert stale_token != token
+        assert "is wrong" in check(token, stale), (back, stale_token, token)
+    unmoved = {t.set: honest(*rot.sets[t.set]) for t, _ in outputs}   # each set's own output, not moved
+    rolled = next(t for t, _ in outputs if t.batch or t.heads_kv)
+    assert f"input set {rolled.set} of 3 (rolled by" in check(rolled, unmoved[rolled.set])
+    negated = next(t for t, _ in outputs if t.negate_v)
+    assert "V negated" in check(negated, unmoved[negated.set])
+    assert check(Placement(rolled.set), unmoved[rolled.set]) is None
+    half = outputs[-1][1].clone()
+    half[:, :half.shape[1] // 2] = torch.nan   # the other half never written
+    assert "non-finite" in check(outputs[-1][0], half)
+    assert "cannot be compared" in check(Placement(0), None)
 
 
 # ------------------------------------------------------------------------------ the protocol, simulated
@@ -378,6 +462,18 @@ def test_chunked_output_errors_match_the_checks_compare():
         for key in ("rel_err", "max_abs_err", "mean_abs_err"):
             assert math.isclose(mine[key], theirs[key], rel_tol=1e-9), key
         assert mine["nonfinite"] == 0 and mine["numel"] == ref.numel()
+    from lab.measure.rotation import Moves, Placement
+
+    # against a reference moved block by block (Moves.blocks, a sign), the errors are those against a moved copy
+    moves = Moves("BHND", 2, 3)
+    for placement in (Placement(0, 1, 2), Placement(2, 0, 1, negate_v=True), Placement(1, 1, 0)):
+        sign = placement.sign("v")
+        moved = sign * torch.roll(ref, shifts=(placement.batch, placement.heads_kv), dims=(0, 1)).float()
+        for chunk in (7, 100, 1 << 20):
+            mine = output_errors(out, ref.float(), chunk, blocks=moves.blocks(ref.shape, placement), sign=sign)
+            theirs = output_errors(out, moved, chunk)
+            for key in ("rel_err", "max_abs_err", "mean_abs_err"):
+                assert math.isclose(mine[key], theirs[key], rel_tol=1e-9), (placement, chunk, key)
     out[0, 0, 5:9] = float("nan")
     bad = output_errors(out, ref.float(), 7)
     assert bad["nonfinite"] == 4 * 8 and math.isnan(bad["rel_err"])
@@ -529,7 +625,7 @@ def test_gradient_check_rounds_the_reference_only_where_it_may():
     """The timed check's references agree with the gate's float64 autograd, chunked by query rows."""
     torch = pytest.importorskip("torch")
     from lab.measure import gradcheck
-    from lab.measure.rotation import GradientCheck
+    from lab.measure.rotation import GradientCheck, Placement
 
     p = Problem(1, 2, 33, 40, 8, causal=True, dtype="float32")
     gen = torch.Generator().manual_seed(5)
@@ -542,6 +638,124 @@ def test_gradient_check_rounds_the_reference_only_where_it_may():
         torch.testing.assert_close(ref[name], whole[name], rtol=1e-12, atol=1e-12)
         torch.testing.assert_close(check.refs[0][name], whole[name].float())
     grads = (whole["dQ"].float(), whole["dK"].float(), whole["dV"].float())
-    assert check(0, grads) is None
-    assert "dK" in check(0, (grads[0], grads[1] * 1.01, grads[2]))
-    assert "not (dq, dk, dv)" in check(0, grads[0])
+    assert check(Placement(0), grads) is None
+    assert "dK" in check(Placement(0), (grads[0], grads[1] * 1.01, grads[2]))
+    assert "not (dq, dk, dv)" in check(Placement(0), grads[0])
+
+
+# ------------------------------------------------------------------------------ a result kept by the inputs' values
+
+def _value_cache(p, dev, layout="BHND"):
+    """tests/cheats/kernels/valuecache.py on the CPU: the output kept by a sample of the inputs' values
+    (Q's first and V's last elements); a miss computes (1 ms on the simulated device), a hit hands the
+    kept output back at once. Returns (Attention, the list of hits)."""
+    from lab.measure.call import Attention
+
+    honest, kept, hits = _honest_forward(p, layout), {}, []
+
+    def forward(q, k, v):
+        key = tuple(q.reshape(-1)[:8].tolist() + v.reshape(-1)[-8:].tolist())
+        if key in kept:
+            hits.append(key)
+            dev.launch(0.01)
+            return kept[key]
+        dev.launch(1.0)
+        kept[key] = honest(q, k, v)
+        return kept[key]
+    return Attention("valuecache", forward, layout), hits
+
+
+HALF_MS_FLOOR = Floor(5e11, 1000.0, "fp16 tensor", 10**6, 3.0)   # 0.5 ms of FLOPs: a miss's 1 ms is above it
+
+
+@pytest.mark.parametrize("p, layout", ROLLED_PROBLEMS)
+def test_a_value_keyed_cache_misses_every_call_and_is_timed_as_the_work_it_does(p, layout):
+    pytest.importorskip("torch")
+    from lab.measure.checked import Measurement, Workload
+
+    dev = SimDevice()
+    impl, hits = _value_cache(p, dev, layout)
+    m = Measurement(impl, Workload(p, layout, device="cpu"), "fwd", floor=HALF_MS_FLOOR)
+    t = m.time(reps=5, warmup=3, device=dev)
+    assert hits == [] and t.min >= 1.0   # no call, timed or untimed, found its inputs' values seen before
+    assert t.checks["inputs_loaded"] <= t.checks["input_placements"] == 3 * 4 * p.batch * p.heads_kv
+
+
+def test_measurements_one_after_another_on_the_same_values_go_on_through_the_placements():
+    """A python rung's module is imported once per process, so its cache outlives a measurement: the
+    next measurement of the same problem (a new Workload, as lab bench makes) starts where the last
+    stopped, and the cache misses there too."""
+    pytest.importorskip("torch")
+    from lab.measure.checked import Measurement, Workload
+
+    p = Problem(2, 4, 8, 8, 4, dtype="float32", heads_kv=2)
+    dev = SimDevice()
+    impl, hits = _value_cache(p, dev)
+    first = Workload(p, device="cpu")
+    start = first.forward.handed_out
+    for _ in range(3):
+        Measurement(impl, Workload(p, device="cpu"), "fwd", floor=HALF_MS_FLOOR).time(reps=4, warmup=2, device=dev)
+    assert hits == [] and first.forward.handed_out == start + 3 * (2 + 2 * 4)
+
+
+def test_where_nothing_rolls_a_value_keyed_cache_is_left_to_the_floor():
+    """B x Hkv = 1: only the three sets and the signs vary, so a measurement of more than 12 calls
+    hands the cache values it saw, and only the floor refuses it (what rotation's docstring says it
+    cannot see)."""
+    pytest.importorskip("torch")
+    from lab.measure.checked import Measurement, Workload
+
+    p = Problem(1, 2, 16, 16, 8, dtype="float32", heads_kv=1)
+    dev = SimDevice()
+    impl, hits = _value_cache(p, dev)
+    m = Measurement(impl, Workload(p, device="cpu"), "fwd", floor=HALF_MS_FLOOR)
+    with pytest.raises(TimingRefused) as refused:
+        m.time(reps=10, warmup=3, device=dev)   # 23 calls
+    assert hits and refused.value.status == IMPOSSIBLE
+
+
+def test_interleaved_candidates_on_shared_slots_never_hand_a_value_cache_its_next_inputs():
+    """lab tune's candidates share one workload's slots: the untimed call before a timed one must not run
+    on what the previous candidate left there (the inputs this candidate's timed call is about to read)."""
+    pytest.importorskip("torch")
+    from lab.measure.call import Attention
+    from lab.measure.checked import Measurement, Workload
+
+    p = Problem(2, 4, 8, 8, 4, dtype="float32", heads_kv=2)
+    dev = SimDevice()
+    workload = Workload(p, device="cpu")
+    cache, hits = _value_cache(p, dev)
+    honest = Attention("honest", lambda q, k, v: (dev.launch(1.0), _honest_forward(p)(q, k, v))[1])
+    specs = {impl.name: Measurement(impl, workload, "fwd", floor=HALF_MS_FLOOR).checked()
+             for impl in (honest, cache)}
+    out = time_checked_interleaved(specs, reps=4, warmup=2, device=dev)
+    assert hits == [] and out["valuecache"].min >= 1.0 and out["honest"].min >= 1.0
+
+
+@pytest.mark.parametrize("p", [Problem(2, 2, 16, 16, 8, dtype="float32"),
+                               Problem(2, 4, 12, 16, 8, dtype="float32", heads_kv=2)])
+def test_the_backwards_sets_roll_as_one_and_the_check_follows_them(p):
+    """Q, K, V, dO and the rung's own O and LSE move by the same roll: the slots' O and LSE are what the
+    rung's forward makes of the slots' Q, K, V; the honest gradients of every placement pass, and the
+    previous placement's fail."""
+    torch = pytest.importorskip("torch")
+    from lab.measure.checked import Measurement, Workload
+
+    impl = _cpu_backward_rung(None, SimDevice())
+    m = Measurement(impl, Workload(p, device="cpu"), "bwd")
+    assert m.inputs.placements == 3 * 4 * p.batch * p.heads_kv
+    previous = None
+    for rep in range(m.inputs.placements):
+        placement = m.inputs.prepare(rep)
+        q, k, v, dout, o, lse = m.inputs.slots
+        o_now, lse_now = impl.forward_lse(q, k, v)
+        torch.testing.assert_close(o, o_now, rtol=1e-6, atol=1e-6)
+        torch.testing.assert_close(lse, lse_now, rtol=1e-6, atol=1e-6)
+        grads = impl.backward(q, k, v, o, dout, lse)
+        assert m.verify(placement, grads) is None, placement
+        if previous is not None:
+            assert "is wrong" in m.verify(placement, previous), placement
+        previous = grads
+    # fwd+bwd reads the same rolled Q, K, V, dO and is checked against the same rolled gradients
+    t = Measurement(impl, m.workload, "fwd+bwd").time(reps=4, warmup=2, device=SimDevice())
+    assert t.checks["outputs_verified"] == 4 + t.warmup

@@ -5,12 +5,14 @@ nothing else in the lab times a call.
 A Measurement is one implementation (lab.measure.call.Attention: a rung or a baseline) on one problem
 in one mode, and composes:
   inputs    a Workload's seeded input sets (lab.measure.rotation), refilled into the same slots
-            before every call, outside the timed region: Q, K, V for fwd; Q, K, V and dO for fwd+bwd;
-            for a rung's bwd, Q, K, V, dO and the O and LSE the rung's own forward made from that set
-            (computed once per set before timing), so a backward never sees the same values twice in a row;
-  check     every call's output, warm-up and timed, against its own set's float64 reference: O for fwd
-            (rotation.OutputCheck), dQ, dK, dV for bwd and fwd+bwd (rotation.GradientCheck), each
-            reference made once per set and shared by every implementation timed on the Workload;
+            before every call, outside the timed region, each rolled over its batch and K/V heads so
+            that no two calls of a measurement read the same values (up to sets x B x Hkv calls): Q, K,
+            V for fwd; Q, K, V and dO for fwd+bwd; for a rung's bwd, Q, K, V, dO and the O and LSE the
+            rung's own forward made from that set (computed once per set before timing, rolled with it);
+  check     every call's output, warm-up and timed, against its own set's float64 reference, rolled
+            as its inputs were: O for fwd (rotation.OutputCheck), dQ, dK, dV for bwd and fwd+bwd
+            (rotation.GradientCheck), each reference made once per set and shared by every
+            implementation timed on the Workload;
   floor     the problem's physical floor in that mode on this device (lab.measure.floor);
   timer     lab.measure.timed, by CUDA events or CUDA-graph replays, with its refusals.
 Baselines are the reference: their outputs are not checked (verify=False). A baseline's `bwd` times
@@ -56,7 +58,8 @@ class Workload:
     def backward(self) -> RotatingInputs:
         """Q, K, V and each set's own dO."""
         if self._backward is None:
-            self._backward = RotatingInputs(gradient_sets(self.forward))
+            self._backward = RotatingInputs(gradient_sets(self.forward), moves=self.forward.moves,
+                                            key=(*self.forward.key, "dO"))
         return self._backward
 
     def output_check(self) -> OutputCheck:
@@ -96,7 +99,8 @@ class Measurement:
 
                 with torch.no_grad():
                     sets = [(q, k, v, dout, *impl.forward_lse(q, k, v)) for q, k, v, dout in workload.backward.sets]
-                self.inputs = RotatingInputs(sets)
+                self.inputs = RotatingInputs(sets, moves=workload.forward.moves,
+                                             key=(*workload.backward.key, "O, LSE of", impl.name))
             if verify:
                 self.verify = workload.gradient_check()
         self.problem = problem

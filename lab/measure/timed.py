@@ -20,11 +20,15 @@ pass; otherwise it raises TimingRefused (a CheckFailed: exit 1) with one of thes
           graph method probes its eager warm-up calls this way (a graph cannot hold unjoined work: a
           capture that fails on that is refused too). The timed region itself is unchanged.
   wrong-output   `prepare(rep)` runs before each call, outside the timed region (lab.measure.rotation
-          refills the call's inputs with the next of several seeded sets), and `verify(token, output)`
-          judges every call's output, warm-up and timed, against that set's reference: a result kept
-          from earlier inputs, work skipped on a repeated call, a partly written output are wrong for
-          the set in the slots. The first wrong output ends the timing.
-  (events only) Before each timed call, one untimed call on the previous set's values warms the host
+          refills the call's inputs with the next of several seeded sets, moved: rolled over batch and
+          K/V heads, signs flipped), and `verify(token, output)` judges every call's output, warm-up and timed, against
+          that placement's reference: a result kept from earlier inputs (by pointer, object or value),
+          work skipped on a repeated call, a partly written output are wrong for what is in the slots.
+          Every call of a run, whatever it is for (warm-up, the capture, the untimed call below, a
+          timed call, a traced one), loads inputs of its own, so no two calls read the same values
+          while the process makes at most the rotation's `placements` calls on them. The first wrong
+          output ends the timing.
+  (events only) Before each timed call, one untimed call on a placement of its own warms the host
           (see _Run.rep): measured on an H100, a host idle or busy checking for a few ms between calls
           dispatches the next one 10-15% slower than the bare timer's tight loop, which a model's loop is.
   impossible     `floor` (lab.measure.floor): the time no correct implementation can beat on this
@@ -229,6 +233,7 @@ class _Run:
         self.timed: list[tuple] = []      # (start, end, after) of the timed repetitions
         self.probes: list[tuple] = []     # (start, end, after) of eager warm-up calls
         self.verified = 0
+        self.loads = 0                    # reps handed to prepare: every call of the run takes the next
         self.warmup_done = 0
         self.peak = 0
         self.replay = None
@@ -241,8 +246,13 @@ class _Run:
     def refuse(self, status: str, reason: str, timing: Timing | None = None):
         raise TimingRefused(status, reason, timing, self.spec.what)
 
-    def load(self, rep: int):
-        return self.spec.prepare(rep) if self.spec.prepare is not None else None
+    def load(self, _rep: int | None = None):
+        """Load the next call's inputs (prepare gets the run's own count of them; the rotation counts
+        per set of values, lab.measure.rotation); returns the token for verify."""
+        if self.spec.prepare is None:
+            return None
+        self.loads += 1
+        return self.spec.prepare(self.loads - 1)
 
     def judge_output(self, token, output) -> None:
         if self.spec.verify is None:
@@ -264,7 +274,7 @@ class _Run:
         dev.synchronize()
         before = dev.memory_allocated()
         dev.reset_peak_memory()
-        token = self.load(0)
+        token = self.load()
         out = self.spec.call()   # the first call: one-off set-up (cuBLAS handles, cuDNN plans), not probed
         dev.synchronize()
         self.judge_output(token, out)
@@ -279,7 +289,7 @@ class _Run:
             if (done >= 2 and budget_s and (time.perf_counter() - t0) >= budget_s / 5
                     and (self.method != GRAPH or len(self.probes) >= MIN_PROBES)):
                 break
-            token = self.load(done)
+            token = self.load()
             t1 = time.perf_counter()
             out, events = self.probe(self.spec.call)
             if per_call_ms is None:
@@ -302,7 +312,7 @@ class _Run:
     def prepare_method(self, stream=None) -> None:
         if self.method != GRAPH:
             return
-        self.load(self.warmup_done)
+        self.load()   # the capture's eager call and the upload replay read a placement of their own
         try:
             self.replay, self.static_output = self.dev.capture(self.spec.call, stream)
         except RuntimeError as e:
@@ -321,11 +331,13 @@ class _Run:
         if self.method == EVENTS and self.spec.prepare is not None:
             # events time the host's dispatch too, and a host that spent milliseconds checking the last
             # output (or asleep: the same +10% on an H100) dispatches the next call slower than a model's
-            # loop does. One untimed call on the slots as they are (the PREVIOUS set's values, its output
-            # dropped) warms it: a result kept by pointer or one call behind is still the wrong set's,
-            # and the timed call's set differs from this call's
+            # loop does. One untimed call (its output dropped) warms it, on a placement of its own: what
+            # it kept (by pointer, object or value) is another placement's, wrong for the timed call; and
+            # where candidates share the slots (time_checked_interleaved), what the previous candidate
+            # left there is never the placement this candidate's timed call reads
+            self.load()
             self.spec.call()
-        token = self.load(self.warmup_done + i)
+        token = self.load()
         if self.method == GRAPH:
             _, events = self.probe(self.replay, flush)
             out = self.static_output
@@ -361,7 +373,7 @@ class _Run:
         if tracer is None:
             return None
         try:
-            calls = tracer(self.spec.call, self.spec.prepare)
+            calls = tracer(self.spec.call, self.load if self.spec.prepare is not None else None)
         except Exception as e:  # noqa: BLE001 - no profiler, CUPTI busy: the screen's verdict stands, said so
             self.trace_error = f"{type(e).__name__}: {str(e).strip()[:120]}"
             return None
@@ -386,6 +398,7 @@ class _Run:
             "outside_stream_evidence": None,
             "sync_latency_ms": statistics.median(self.noop_gaps),
             "input_sets": getattr(getattr(self.spec.prepare, "__self__", None), "count", None),  # RotatingInputs
+            "input_placements": getattr(getattr(self.spec.prepare, "__self__", None), "placements", None),
             "outputs_verified": self.verified if self.spec.verify is not None else None,
             "floor_ms": floor.limit_ms(self.l2_flush) if floor is not None else None,
             "floor": floor.describe(self.l2_flush) if floor is not None else "no floor: this device's peaks are unknown",
@@ -396,6 +409,7 @@ class _Run:
             self.check_outside(probed, timing)
             timing.checks["outside_stream_ms"] = self.outside_ms
             timing.checks["outside_stream_evidence"] = self.evidence
+        timing.checks["inputs_loaded"] = self.loads if self.spec.prepare is not None else None   # traced calls too
         reason = floor_verdict(samples, floor, self.l2_flush)
         if reason:
             self.refuse(IMPOSSIBLE, reason, timing)

@@ -11,8 +11,11 @@
 # lab:end
 #
 # What changed: the output is kept, keyed by a few of the inputs' values, so it stays right when the
-# same tensors are refilled with inputs seen before: the outputs check passes, and only the floor can
-# tell that no GPU computes this shape that fast. Expected verdict: impossible.
+# same tensors are refilled with inputs seen before: the outputs check passes, and only the floor could
+# tell that no GPU computes this shape that fast, while the host's round trip kept the call under it.
+# Expected verdict: the timer never refills inputs seen before in a process (lab.measure.rotation moves
+# every set: batch and K/V-head rolls, sign flips), so every call misses and computes: by events no time
+# or an honest one (no faster than `honest`), by graph graph-capture-failed (the host read).
 import torch
 import torch.nn.functional as F
 

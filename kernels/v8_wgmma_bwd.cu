@@ -67,8 +67,8 @@
 //   (cuobjdump -sass, instruction by instruction, nvcc 13.0: v8 34 of 34, v6 10 of 10, v9 20 of 20);
 //   the GQA instantiations hold 168 registers at the launch bound with no spills.
 //
-// Step 3 (tuning candidates, written and compiled on the CPU, not yet run; v8_notes.md has the
-//   predictions, written first, and the GPU commands). Evidence: step 1's 386-417 TFLOP/s against
+// Step 3 (tuning candidates; v8_notes.md has the predictions, written first, the measurement and
+//   the GPU commands that make overlap-FA3 the default). Evidence: step 1's 386-417 TFLOP/s against
 //   cuDNN's 504-547 at D=128 non-causal, N >= 8192 (H100), with each warpgroup waiting for all of its
 //   products twice per step. Overlapped<C, 1> ("overlap-FA3", FlashAttention-3's order within a
 //   step): dV issued before the dS^T stores, dQ before dK, wait<1> retires dV and dQ only, dO's stage
@@ -83,6 +83,15 @@
 //   the same SASS as before (cuobjdump -sass, nvcc 13.0: 64 of 64; tuning build 80 of 80); the 48
 //   new kernels 0 spills, at most 238 of the consumers' 240 registers, no C7515. Their barrier
 //   protocol, replayed on the CPU: tests/test_bwd_pipeline_model.py.
+//   Measured (one H200 of four beside other GPU work, 2026-11-27, commit 28e592a, `lab tune
+//   --variant v8 --mode bwd`, fp16, every candidate gated and every timed call checked): at
+//   4,16,8192,128 the default 13.167 ms (417.5 TFLOP/s), overlap-FA3 11.729 ms (468.7 TFLOP/s, CI95
+//   11.72-11.73): 1.123x, above its 1.03-1.08x; at 16,16,1024,128 1.078x (1.0900 -> 1.0109 ms).
+//   3 stages 1.02x (the ring is not the bound), bulk-dQ 1.01x. overlap-next 0.94x and 0.95x (S2 and
+//   S3), a miss: ptxas serialises every wgmma of its 24 kernels (C7514: its next S^T stays in flight
+//   across the loop's back-edge; SASS 64 HGMMA, 64 WARPGROUP.DEPBAR against overlap-FA3's 32 and 4),
+//   which step 3's compile check (C7515 only) let through. overlap-FA3 is not the default yet: its
+//   56-shape check and compute-sanitizer runs come first (v8_notes.md); D = 64 not yet timed.
 //
 // Roles in one backward CTA (384 threads; key block n0 .. n0+127 of head bh):
 //

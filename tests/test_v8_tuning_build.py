@@ -1,5 +1,5 @@
 """v8's tuning build (`lab tune --variant v8 --mode bwd`) compiles every backward candidate for sm_90a
-without spills and without ptxas serialising its wgmma pipeline.
+without spills and without ptxas serialising its wgmma pipeline, except overlap-next (found serialised).
 
 Step 3's candidates keep wgmma products in flight across other instructions (kernels/v8_wgmma_bwd.cu,
 Overlapped<>): the overlap is real only if ptxas neither spills the accumulators of the products in
@@ -18,6 +18,7 @@ from pathlib import Path
 import platformdirs
 import pytest
 
+from lab.demangle import demangle
 from lab.ladder import build
 from lab.ladder.registry import builtin
 
@@ -39,5 +40,13 @@ def test_v8s_backward_candidates_compile_without_spills_or_serialised_wgmma(monk
     assert not spilled, spilled
     log = report.log_path.read_text()
     assert "Compiling entry function" in log  # the log read is ptxas -v's
-    serialised = re.findall(r"C7515.*?function '(\w+)'", log)
-    assert not serialised, serialised
+    # ptxas serialises a function's wgmmas (a wait after each) with C7515 (it lost a product's pipeline)
+    # or C7514 (a non-wgmma instruction reads a product's accumulators before its wait). overlap-next
+    # (Overlapped<..., 2>) has C7514 in all its 24 kernels with nvcc 13.0: 64 HGMMA, 64
+    # WARPGROUP.DEPBAR in its SASS (overlap-FA3: 32 and 4), the 0.94x measured on an H200 (v8_notes.md,
+    # step 3). Held here as found, so that a fix (or another kernel serialised) changes this test.
+    serialised = set(demangle(re.findall(r"C751[45].*?function '(\w+)'", log)))
+    overlap_next = {r.kernel for r in overlapped if re.search(r"Overlapped<v8::BwdConfig<[^>]*>, 2>", r.kernel)}
+    assert len(overlap_next) == 3 * 8, sorted(overlap_next)
+    assert not serialised - overlap_next, sorted(serialised - overlap_next)   # the default, FA3, S3: none
+    assert serialised == overlap_next, sorted(overlap_next - serialised)

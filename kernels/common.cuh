@@ -12,13 +12,19 @@
 // also export its candidate configurations, which live only in its own file:
 //
 //     extern "C" const char* lab_forward_<id>_configs(int head_dim, LabDtype dtype);
-//         // the candidates' labels for that head_dim and dtype, ';'-separated ("" when none)
+//         // the candidates' labels for that head_dim and dtype, ';'-separated ("" when none); a label
+//         // may end in "|causal" or "|non-causal": the candidate serves only problems of that mask
 //     extern "C" const char* lab_forward_<id>_config(const LabAttentionArgs* args, cudaStream_t stream,
 //                                                    int config);
 //         // launch candidate `config` (an index into that list), same return convention as above
 //
 // The lab builds, checks and times every candidate through the same extension; nothing outside
-// the rung's file names them.
+// the rung's file names them. A candidate compiled for one mask only (v6's three-consumer tile is
+// built non-causal) declares it in its table (LabTuneCandidate::serves below; lab_tune_labels writes
+// the mark): the lab then shows it "not applicable" on a problem of the other mask, with that reason,
+// and never launches it there; it is checked on seeded shapes of its own mask only, so a wrong
+// output is still a failure and a refusal is never mistaken for one. Its launcher still refuses the
+// other mask (a refusal is an error, as for any launcher): the declaration is what the lab reads.
 //
 // The backward contract (optional; a rung whose lab:rung block says `backward = true`). Training
 // needs the forward's row statistic and three more functions:
@@ -116,10 +122,14 @@ static inline __host__ __device__ int lab_cdiv(int a, int b) { return (a + b - 1
 
 #ifdef LAB_TUNING
 #include <string>
-// A rung's tuning candidates: a label and the launcher of one compiled configuration.
+// Which problems a tuning candidate serves (the tuning contract above): both masks, unless declared.
+enum LabServes : int { LAB_SERVES_ALL = 0, LAB_SERVES_CAUSAL = 1, LAB_SERVES_NON_CAUSAL = 2 };
+// A rung's tuning candidates: a label, the launcher of one compiled configuration, and the problems
+// it serves (left out of an entry: LAB_SERVES_ALL).
 struct LabTuneCandidate {
   const char* label;
   const char* (*launch)(const LabAttentionArgs* args, cudaStream_t stream);
+  LabServes serves;
 };
 struct LabTuneList {
   const LabTuneCandidate* items;
@@ -127,13 +137,16 @@ struct LabTuneList {
 };
 template <int N>
 static inline LabTuneList lab_tune_list(const LabTuneCandidate (&items)[N]) { return {items, N}; }
-// The labels joined by ';' (valid until the next call on this thread; the binding copies them).
+// The labels joined by ';', each with its mask where it serves one (valid until the next call on this
+// thread; the binding copies them).
 static inline const char* lab_tune_labels(LabTuneList list) {
   static thread_local std::string joined;
   joined.clear();
   for (int i = 0; i < list.count; ++i) {
     if (i) joined += ';';
     joined += list.items[i].label;
+    if (list.items[i].serves == LAB_SERVES_CAUSAL) joined += "|causal";
+    if (list.items[i].serves == LAB_SERVES_NON_CAUSAL) joined += "|non-causal";
   }
   return joined.c_str();
 }

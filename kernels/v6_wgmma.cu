@@ -79,7 +79,9 @@ constexpr int kLongKeys = 8192;
 #ifdef LAB_TUNING
 // Candidate configurations for `lab tune --variant v6` (the tuning contract of common.cuh), fp16 and
 // bf16; the launcher's own choice is timed beside them as "default". Label: C consumer warpgroups
-// (BM = 64 C query rows), BN keys per tile, S stages of the K/V ring, pp = ping-pong.
+// (BM = 64 C query rows), BN keys per tile, S stages of the K/V ring, pp = ping-pong. The three-consumer
+// tile is compiled non-causal only, and says so (LAB_SERVES_NON_CAUSAL: `lab tune` on a causal problem
+// shows it not applicable); its launcher refuses a causal problem all the same.
 template <class C>
 const char* launch_any(const LabAttentionArgs* a, cudaStream_t stream) {
   return a->causal ? launch<C, true>(a, stream) : launch<C, false>(a, stream);
@@ -94,7 +96,7 @@ static const LabTuneCandidate kCandidates64[] = {
     {"C1 BN64 S2 (2 CTAs/SM)", launch_any<Config<64, 64, 2, false, 1>>},
     {"C2 BN128 S2", launch_any<Config<64, 128, 2, false, 2>>},
     {"C2 BN128 S2 pp", launch_any<Config<64, 128, 2, true, 2>>},
-    {"C3 BN128 S2 (non-causal)", launch_non_causal<Config<64, 128, 2, false, 3>>},
+    {"C3 BN128 S2 (non-causal)", launch_non_causal<Config<64, 128, 2, false, 3>>, LAB_SERVES_NON_CAUSAL},
 };
 static const LabTuneCandidate kCandidates128[] = {
     {"C2 BN128 S2", launch_any<Config<128, 128, 2, false, 2>>},

@@ -455,8 +455,7 @@ def check(ctx, variant_spec, shape_count, seed, shape, causal, dtype, mode, as_j
             console.print(f"{r.variant_id}: {'passed' if r.passed else 'FAILED'}: {r.summary()}; rule: {r.rule}")
     failed = [r for r in results if not r.passed]
     if failed:
-        raise CheckFailed("; ".join(f"{r.variant_id} is wrong: {r.failure}" if r.mode != "fwd"
-                                    else f"{r.variant_id} is wrong on {r.failed_shape}" for r in failed))
+        raise CheckFailed("; ".join(f"{r.variant_id} is wrong: {r.failure}" for r in failed))
 
 
 @main.command()
@@ -987,7 +986,8 @@ def _print_tune(result) -> None:
         cells = (["-"] * 4 if not t else
                  [f"{t['median']:.4f}", f"{t['ci95_low']:.4f}-{t['ci95_high']:.4f}", f"{t['tflops']:.1f}",
                   f"{default.timing['median'] / t['median']:.3f}x" if default else "-"])
-        mark = (f"[red]no time[/] ({r.refused})" if r.refused else "[green]pass[/]" if r.passed
+        mark = (f"[yellow]not applicable[/] ({r.not_applicable})" if r.not_applicable
+                else f"[red]no time[/] ({r.refused})" if r.refused else "[green]pass[/]" if r.passed
                 else f"[red]FAIL[/] {r.error or ''}")
         label = f"[bold]{r.label}[/]" if r is best else r.label
         table.add_row("" if r.index is None else str(r.index), label, *cells, mark)

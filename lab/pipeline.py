@@ -323,7 +323,7 @@ def fresh_check(variant: Variant, problem: Problem, opts: ProfileOptions, child,
     if key is not None:
         check_cache.put(key, correctness)   # a passed verdict only
     if not correctness["passed"]:
-        if correctness.get("failure"):   # the backward's: the tensor, the shape and the worst element
+        if correctness.get("failure"):   # the shape and the tensor (a backward's worst element), or the launch's error
             raise CheckFailed(f"{variant.id} is wrong: {correctness['failure']} ({correctness['rule']})")
         raise CheckFailed(f"{variant.id} is wrong on {correctness['failed_shape']}: rel_err "
                           f"{correctness['rel_err']}, tolerance {correctness['tolerance']} ({correctness['rule']})")

@@ -260,10 +260,23 @@ def test_the_real_batch_child_speaks_the_protocol():
         gate.verdicts(RUNG, PROBLEM, "fwd", [None, 0], 1)
 
 
+class StandInTuning:
+    """A tuning build's lists, as the binding returns them (a mask mark where a candidate declares one)."""
+
+    def __init__(self, entries):
+        self.entries = list(entries)
+
+    def configs(self, head_dim, dtype):
+        return self.entries
+
+    backward_configs = configs
+
+
 def test_the_batch_child_checks_each_configuration_as_its_own_child_would(monkeypatch, capsys):
     """The child's loop, in this process: the default through the plain build (module None, shapes
-    across head dims), each candidate through the tuning build pinned to the problem's head_dim and
-    dtype; it stops, without that verdict, after the configuration that broke the CUDA context."""
+    across head dims and masks), each candidate through the tuning build pinned to the problem's
+    head_dim and dtype, its seeded shapes of the mask it is declared for; it stops, without that
+    verdict, after the configuration that broke the CUDA context."""
     calls = []
 
     class Result:
@@ -273,23 +286,127 @@ def test_the_batch_child_checks_each_configuration_as_its_own_child_would(monkey
         def to_dict(self):
             return {"passed": True, "n": self.n}
 
-    def check_variant(variant, problem, extra_shapes, module, pin_to_problem, mode):
+    def check_variant(variant, problem, extra_shapes, module, pin_to_problem, mode, causal):
         calls.append((module if module is None else (module.module, module.index, module.mode), pin_to_problem,
-                      extra_shapes, problem, mode))
+                      extra_shapes, problem, mode, causal))
         return Result(len(calls))
 
-    tuning = object()
+    tuning = StandInTuning(["a", "b|non-causal", "c|causal"])
     monkeypatch.setattr(isolated, "check_variant", check_variant)
     monkeypatch.setattr(isolated, "tuning_module", lambda v: tuning)
     lost = iter([None, None, "CUDA error: an illegal memory access was encountered"])
     monkeypatch.setattr(isolated, "_context_lost", lambda: next(lost))
     isolated._check_configs(RUNG, PROBLEM, 3, "bwd", [None, 0, 1, 2])
-    assert calls == [(None, False, 3, PROBLEM, "bwd"), ((tuning, 0, "bwd"), True, 3, PROBLEM, "bwd"),
-                     ((tuning, 1, "bwd"), True, 3, PROBLEM, "bwd")]   # candidate 2 never ran here
+    assert calls == [(None, False, 3, PROBLEM, "bwd", None), ((tuning, 0, "bwd"), True, 3, PROBLEM, "bwd", None),
+                     ((tuning, 1, "bwd"), True, 3, PROBLEM, "bwd", False)]   # candidate 2 never ran here
     out = [json.loads(ln) for ln in capsys.readouterr().out.splitlines()]
     assert out == [{"config": "default", "verdict": {"passed": True, "n": 1}},
                    {"config": "0", "verdict": {"passed": True, "n": 2}},
                    {"config": "1", "ended": "CUDA error: an illegal memory access was encountered"}]
+
+
+# ------------------------------------------------------------------ a candidate declared for one mask
+
+def test_a_candidates_entry_declares_the_mask_it_serves():
+    from lab.ladder.tuning import Declared, parse_entry
+
+    assert parse_entry("C2 BN128 S2 pp") == Declared("C2 BN128 S2 pp", None)
+    assert parse_entry("C3 BN128 S2 (non-causal)|non-causal") == Declared("C3 BN128 S2 (non-causal)", False)
+    assert parse_entry("BM64 causal-only|causal") == Declared("BM64 causal-only", True)
+    causal, plain = parse_shape("1,2,130,64", causal=True), parse_shape("1,2,130,64")
+    assert parse_entry("x|non-causal").refusal(causal) == "declared for non-causal problems only"
+    assert parse_entry("x|non-causal").refusal(plain) is None and parse_entry("x").refusal(causal) is None
+    for bad in ("x|noncausal", "x|", "|causal"):
+        with pytest.raises(LabError, match="declares it serves") as e:
+            parse_entry(bad, "v6")
+        assert e.value.exit_code == 2
+
+
+def test_common_cuh_writes_each_candidates_mask_into_its_list(tmp_path_factory):
+    """The table's `serves` field, through lab_tune_labels, reads back as each candidate's mask."""
+    from conftest import host_program
+    from lab.ladder.tuning import Declared, parse_entry
+
+    exe = host_program(tmp_path_factory, """
+#define LAB_TUNING
+#include <cstdio>
+#include "common.cuh"
+static const char* run(const LabAttentionArgs*, cudaStream_t) { return nullptr; }
+static const LabTuneCandidate kTable[] = {
+    {"both", run}, {"C3 (non-causal)", run, LAB_SERVES_NON_CAUSAL}, {"causal one", run, LAB_SERVES_CAUSAL}};
+int main() { std::printf("%s", lab_tune_labels(lab_tune_list(kTable))); }
+""", "common.cuh's lab_tune_labels is run by a host program")
+    entries = subprocess.run([str(exe)], capture_output=True, text=True, check=True).stdout.split(";")
+    assert [parse_entry(e) for e in entries] == [Declared("both"), Declared("C3 (non-causal)", False),
+                                                 Declared("causal one", True)]
+
+
+@pytest.fixture
+def stand_in_tune(monkeypatch):
+    """lab.measure.tune.tune with what needs a GPU replaced: a tuning build whose list declares a
+    non-causal-only candidate, checks that pass except candidate 2's (a wrong output), and a timer;
+    records which configurations were checked and which timed."""
+    from lab.measure import tune
+    from lab.measure.bench import Timing
+
+    seen = {"checked": None, "timed": None}
+
+    def verdicts(variant, problem, mode, configs, extra_shapes, on_verdict=None):
+        seen["checked"] = list(configs)
+        wrong = {"passed": False, "failed_shape": problem.label(),
+                 "failure": f"O on {problem.label()}: max_abs_err 0.5 > tolerance 0.002"}
+        return {c: (wrong if c == 2 else {"passed": True}) for c in configs}
+
+    def interleaved(passing, reps, warmup):
+        seen["timed"] = list(passing)
+        return {label: Timing("ms", 1.0, 1.0, 0.01, 0.99, 1.01, 0.99, 1.01, reps, warmup, True) for label in passing}
+
+    tuning = StandInTuning(["C1", "C3 (non-causal)|non-causal", "C2 wrong"])
+    for name in ("require_gpu", "require_compute_capability", "require_tunable", "require_mode", "check_supported"):
+        monkeypatch.setattr(tune, name, lambda *a, **k: None)
+    monkeypatch.setattr(tune, "is_built", lambda *a, **k: True)
+    monkeypatch.setattr(tune, "build", lambda v: SimpleNamespace(module=object()))
+    monkeypatch.setattr(tune, "tuning_module", lambda v: tuning)
+    monkeypatch.setattr(tune, "verdicts", verdicts)
+    monkeypatch.setattr(tune, "attention_floor", lambda *a, **k: None)
+    monkeypatch.setattr(tune, "Workload", lambda *a, **k: None)
+    monkeypatch.setattr(tune, "rung", lambda *a: None)
+    monkeypatch.setattr(tune, "Measurement", lambda *a, **k: SimpleNamespace(checked=lambda: None))
+    monkeypatch.setattr(tune, "time_checked_interleaved", interleaved)
+    monkeypatch.setattr("torch.cuda.get_device_name", lambda *a: "stand-in")
+    return seen
+
+
+def test_a_candidate_that_does_not_serve_the_problem_is_not_applicable_never_wrong(stand_in_tune):
+    """On a causal problem the non-causal-only candidate is shown not applicable with its declaration's
+    reason: not checked, not timed, not failed; the wrong candidate still fails; the others are timed."""
+    from lab.measure.tune import tune
+
+    pytest.importorskip("torch")
+    problem = parse_shape("1,2,130,64", causal=True, dtype=RUNG.default_dtype)
+    result = tune(RUNG, problem, reps=3, warmup=1, check_shapes=1)
+    rows = {r.label: r for r in result.rows}
+    assert stand_in_tune["checked"] == [None, 0, 2] and stand_in_tune["timed"] == ["default", "C1"]
+    na = rows["C3 (non-causal)"]
+    assert na.not_applicable == "declared for non-causal problems only"
+    assert na.correctness == {} and na.timing is None and na.error is None and na.refused is None
+    assert na.to_dict()["not_applicable"] == na.not_applicable
+    assert not rows["C2 wrong"].passed and rows["C2 wrong"].error.startswith(f"O on {problem.label()}: max_abs_err")
+    assert rows["C2 wrong"].not_applicable is None and rows["C1"].timing and rows["default"].timing
+
+    result = tune(RUNG, parse_shape("1,2,130,64", dtype=RUNG.default_dtype), reps=3, warmup=1, check_shapes=1)
+    assert stand_in_tune["checked"] == [None, 0, 1, 2] and "C3 (non-causal)" in stand_in_tune["timed"]
+    assert not any(r.not_applicable for r in result.rows)
+
+
+def test_lab_tune_prints_not_applicable_with_the_reason(stand_in_tune):
+    res = lab_here("tune", "--variant", RUNG.id, "--shape", "1,2,130,64", "--causal", "--dtype", RUNG.default_dtype,
+                   "--reps", "3", "--check-shapes", "1", env={"COLUMNS": "250"})
+    assert res.returncode == 0, res.stderr
+    line = next(ln for ln in res.stdout.splitlines() if "C3 (non-causal)" in ln)
+    assert "not applicable (declared for non-causal problems only)" in line and "FAIL" not in line
+    assert "FAIL" in next(ln for ln in res.stdout.splitlines() if "C2 wrong" in ln)
+    assert "1 not applicable to this problem" in res.stderr
 
 
 def _has_gpu() -> bool:
@@ -304,8 +421,16 @@ def _backward_tunable(variant) -> bool:
     return bool(variant.backward_launcher) and f"{variant.backward_launcher}_configs" in variant.source.read_text()
 
 
-# every tunable rung's forward candidates, and its backward's where it declares them
-TUNE_CASES = [(v, "fwd") for v in TUNABLE] + [(v, "bwd") for v in TUNABLE if _backward_tunable(v)]
+def _declares_a_mask(variant) -> bool:
+    """Whether the rung's tuning table declares a candidate for one mask only (common.cuh's LabServes)."""
+    return "LAB_SERVES_CAUSAL" in variant.source.read_text() or "LAB_SERVES_NON_CAUSAL" in variant.source.read_text()
+
+
+# every tunable rung's forward candidates, and its backward's where it declares them, on a causal shape;
+# a rung with a candidate declared for one mask also on a non-causal shape, where that candidate is timed
+TUNE_CASES = ([pytest.param(v, "fwd", True, id=f"{v.id}-fwd") for v in TUNABLE]
+              + [pytest.param(v, "bwd", True, id=f"{v.id}-bwd") for v in TUNABLE if _backward_tunable(v)]
+              + [pytest.param(v, "fwd", False, id=f"{v.id}-fwd-non-causal") for v in TUNABLE if _declares_a_mask(v)])
 
 
 def _cache_env() -> dict:
@@ -323,26 +448,29 @@ def tuning_builds():
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not _has_gpu(), reason="needs a CUDA GPU (torch.cuda.is_available() is False)")
-@pytest.mark.parametrize("variant, mode", TUNE_CASES, ids=lambda c: c if isinstance(c, str) else c.id)
-def test_lab_tune_checks_and_times_every_candidate(variant, mode, tuning_builds):
-    """`lab tune` on a ragged causal shape: the default and every candidate the rung declares for it
-    checked (in one child: no candidate of a correct rung ends it) and timed round-robin."""
-    from lab.ladder.tuning import candidate_labels, tuning_module
+@pytest.mark.parametrize("variant, mode, causal", TUNE_CASES)
+def test_lab_tune_checks_and_times_every_candidate(variant, mode, causal, tuning_builds):
+    """`lab tune` on a ragged shape: the default and every candidate the rung declares for its mask
+    checked (in one child: no candidate of a correct rung ends it) and timed round-robin; a candidate
+    declared for the other mask (v6's three-consumer tile, non-causal) is shown not applicable, with
+    its declaration's reason, neither checked nor timed nor failed."""
+    from lab.ladder.tuning import declared_candidates, tuning_module
 
     assert (variant.id, True) in tuning_builds
     d = 64 if 64 in variant.head_dims else variant.head_dims[0]
-    res = lab_here("tune", "--variant", variant.id, "--shape", f"1,2,130,{d}", "--causal", "--reps", "3",
-                   "--check-shapes", "1", "--mode", mode, "--json", env=_cache_env())
+    shape = f"1,2,130,{d}"
+    res = lab_here("tune", "--variant", variant.id, "--shape", shape, "--causal" if causal else "--no-causal",
+                   "--reps", "3", "--check-shapes", "1", "--mode", mode, "--json", env=_cache_env())
     assert res.returncode == 0, res.stderr[-2000:]
     out = json.loads(res.stdout)
-    declared = candidate_labels(tuning_module(variant), d, variant.default_dtype, mode)
-    assert declared and [r["label"] for r in out["rows"]] == ["default", *declared]
-    # a candidate its label declares non-causal (v6's and v9's three-warpgroup tiles) refuses this causal
-    # shape in its launcher, with that reason: the one candidate allowed to go untimed here
-    refused_causal = {r["label"] for r in out["rows"]
-                      if "(non-causal)" in r["label"] and not r["passed"] and "non-causal" in (r.get("error") or "")}
+    declared = declared_candidates(tuning_module(variant), d, variant.default_dtype, mode)
+    assert declared and [r["label"] for r in out["rows"]] == ["default", *(c.label for c in declared)]
+    problem = parse_shape(shape, causal=causal)
+    assert [r["not_applicable"] for r in out["rows"][1:]] == [c.refusal(problem) for c in declared]
+    apart = [r for r in out["rows"] if r["not_applicable"]]
+    assert all(not r["passed"] and r["timing"] is None and r["error"] is None and r["refused"] is None for r in apart)
     unfinished = [(r["label"], r["passed"], (r.get("timing") or {}).get("reps"), r.get("refused"), (r.get("error") or "")[:300])
-                  for r in out["rows"] if r["label"] not in refused_causal
+                  for r in out["rows"] if r not in apart
                   and not (r["passed"] and (r.get("timing") or {}).get("reps") == 3)]
     assert not unfinished, unfinished   # (label, passed, reps, the timer's refusal, error): pytest cuts a long repr
     assert out["fastest"] in {r["label"] for r in out["rows"]}

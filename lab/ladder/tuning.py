@@ -1,12 +1,49 @@
 """A rung's tuning build and its candidates. A rung declares them in its own file, through
 common.cuh's tuning contract: built with -DLAB_TUNING it exports `lab_forward_<id>_configs(head_dim,
 dtype)` (the labels) and `lab_forward_<id>_config(args, stream, index)`. `lab tune`
-(lab.measure.tune) times them; the correctness child (lab.measure.isolated) checks one."""
+(lab.measure.tune) times them; the correctness child (lab.measure.isolated) checks one.
+
+A candidate compiled for one mask declares it: its label in the list ends in "|causal" or
+"|non-causal" (common.cuh's LabTuneCandidate::serves, written by lab_tune_labels). `Declared.refusal`
+says why it does not apply to a problem of the other mask: `lab tune` shows it "not applicable" there
+and never launches it, and the check child checks it on seeded shapes of its own mask only.
+"""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from lab.errors import LabError
 from lab.ladder.build import build, declares_tuning
+
+MASK_MARK = "|"
+MASKS = {"causal": True, "non-causal": False}
+"""The marks a candidate's entry may end in (after MASK_MARK), and the mask each serves."""
+
+
+@dataclass(frozen=True)
+class Declared:
+    """A candidate as its rung's table declares it: its label and the one mask it serves (None: both)."""
+    label: str
+    causal: bool | None = None
+
+    def refusal(self, problem) -> str | None:
+        """Why the candidate does not apply to `problem` (None: it does)."""
+        if self.causal is None or problem.causal == self.causal:
+            return None
+        return f"declared for {'causal' if self.causal else 'non-causal'} problems only"
+
+
+def parse_entry(entry: str, variant_id: str = "the rung") -> Declared:
+    """One entry of a `_configs` list: `label`, `label|causal` or `label|non-causal`."""
+    label, mark, serves = entry.rpartition(MASK_MARK)
+    if not mark:
+        return Declared(entry)
+    if serves not in MASKS or not label:
+        raise LabError(f"{variant_id}'s tuning candidate {entry!r} declares it serves {serves!r}",
+                       hint=f"a candidate's label may end in {MASK_MARK}causal or {MASK_MARK}non-causal (common.cuh's "
+                            "LabTuneCandidate::serves writes it), or in neither: it serves both")
+    return Declared(label, MASKS[serves])
 
 
 class Candidate:
@@ -15,10 +52,11 @@ class Candidate:
     they take the rung itself. A backward candidate (mode bwd or fwd+bwd) runs the rung's own
     forward and candidate `index` of its backward (lab_backward_<id>_config)."""
 
-    def __init__(self, module, index: int, mode: str = "fwd"):
+    def __init__(self, module, index: int, mode: str = "fwd", causal: bool | None = None):
         self.module = module
         self.index = index
         self.mode = mode
+        self.causal = causal   # the one mask it is declared for (None: both): its check's seeded shapes take it
 
     def forward(self, q, k, v, o, causal, softmax_scale, lse=None):
         if self.mode == "fwd":
@@ -30,9 +68,21 @@ class Candidate:
         self.module.backward_config(q, k, v, o, dout, lse, dq, dk, dv, causal, softmax_scale, self.index)
 
 
+def declared_candidates(module, head_dim: int, dtype: str, mode: str = "fwd", variant_id: str = "the rung") -> list[Declared]:
+    """The forward's candidates as declared (label and mask), or the backward's for mode bwd / fwd+bwd."""
+    entries = module.configs(head_dim, dtype) if mode == "fwd" else module.backward_configs(head_dim, dtype)
+    return [parse_entry(e, variant_id) for e in entries]
+
+
 def candidate_labels(module, head_dim: int, dtype: str, mode: str = "fwd") -> list[str]:
     """The labels of the forward's candidates, or of the backward's for mode bwd / fwd+bwd."""
-    return list(module.configs(head_dim, dtype) if mode == "fwd" else module.backward_configs(head_dim, dtype))
+    return [d.label for d in declared_candidates(module, head_dim, dtype, mode)]
+
+
+def candidate(module, index: int, mode: str, problem) -> Candidate:
+    """Candidate `index` of the list for `problem`'s head_dim and dtype, with the mask it declares."""
+    declared = declared_candidates(module, problem.head_dim, problem.dtype, mode)
+    return Candidate(module, index, mode, declared[index].causal if 0 <= index < len(declared) else None)
 
 
 def require_tunable(variant) -> None:

@@ -127,13 +127,19 @@ class CheckResult:
 
     @property
     def failure(self) -> str | None:
-        """What is wrong, in one line: the shape, and for a backward the tensor and its worst element."""
+        """What is wrong, in one line: the shape and what the launch said where it raised (a refusal is
+        not a wrong output), else the tensor (the forward's O) and its error, and for a backward its
+        worst element."""
         bad = next((s for s in self.shapes if not s.passed), None)
         if bad is None:
             return None
         t = bad.failed_tensor
-        if bad.error or t is None:
-            return f"{bad.label}" + (f": {bad.error}" if bad.error else "")
+        if bad.error:
+            return f"{bad.label}: {bad.error}"
+        if t is None:
+            what = (f"{bad.nonfinite} non-finite output elements" if bad.nonfinite
+                    else f"{bad.metric} {_fmt(bad.judged_err)} > tolerance {_fmt(bad.tolerance)}")
+            return f"O on {bad.label}: {what}"
         what = (f"{t.nonfinite} non-finite elements" if t.nonfinite
                 else f"max_abs_err {_fmt(t.max_abs_err)} > tolerance {_fmt(t.tolerance)}")
         return f"{t.name} on {bad.label}: {what}; worst element {t.worst_text()}"
@@ -178,12 +184,12 @@ class CheckResult:
              "tolerance": _finite(w.tolerance) if w else None, "judged": w.metric if w else None,
              "rule": self.rule,
              "shapes_checked": [s.label for s in self.shapes],
-             "failed_shape": self.failed_shape, "mode": self.mode}
+             "failed_shape": self.failed_shape, "failure": self.failure, "mode": self.mode}
         if self.mode != "fwd":
             bad = next((s for s in self.shapes if not s.passed), None)
             t = bad.failed_tensor if bad else None
             d.update(tensors=list(gradcheck.TENSORS), failed_tensor=t.name if t else None,
-                     worst_element=t.worst_text() if t else None, failure=self.failure)
+                     worst_element=t.worst_text() if t else None)
         return d
 
 

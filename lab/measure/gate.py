@@ -35,7 +35,8 @@ class Gated:
         """Why the rung is not timed, or None when it passed."""
         if self.passed:
             return None
-        return (f"failed its float64 check ({self.verdict.get('error') or self.verdict.get('failed_shape') or 'see lab check'})"
+        why = self.verdict.get('error') or self.verdict.get('failure') or self.verdict.get('failed_shape')
+        return (f"failed its float64 check ({why or 'see lab check'})"
                 f"{'' if self.mode == 'fwd' else ' in ' + self.mode}: not timed")
 
 

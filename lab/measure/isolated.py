@@ -40,7 +40,7 @@ from pathlib import Path
 from lab import children
 from lab.errors import CheckFailed, LabError
 from lab.ladder import build, registry, workspace
-from lab.ladder.tuning import Candidate, tuning_module
+from lab.ladder.tuning import candidate, tuning_module
 from lab.measure.check import check_variant
 from lab.measure.problem import Problem
 
@@ -234,6 +234,14 @@ def _context_lost() -> str | None:
     return None
 
 
+def _check(variant, problem: Problem, shapes: int, module, mode: str):
+    """The check of the rung (module None: its own build) or of a tuning candidate: on the candidate's own
+    head_dim and dtype, and on seeded shapes of the one mask it is declared for (lab.ladder.tuning)."""
+    return check_variant(variant, problem=problem, extra_shapes=shapes, module=module,
+                         pin_to_problem=module is not None, mode=mode,
+                         causal=getattr(module, "causal", None) if module is not None else None)
+
+
 def _check_configs(variant, problem: Problem, shapes: int, mode: str, configs: list[int | None]) -> None:
     """The batch child: each configuration checked as its own child would check it, one JSON line
     each; it stops after the first that leaves the CUDA context broken, without its verdict (the
@@ -244,9 +252,8 @@ def _check_configs(variant, problem: Problem, shapes: int, mode: str, configs: l
             module = None   # the launcher's own choice: check_variant loads the plain build
             if config is not None:
                 tuning = tuning if tuning is not None else tuning_module(variant)
-                module = Candidate(tuning, config, mode)
-            result = check_variant(variant, problem=problem, extra_shapes=shapes, module=module,
-                                   pin_to_problem=config is not None, mode=mode)
+                module = candidate(tuning, config, mode, problem)
+            result = _check(variant, problem, shapes, module, mode)
         except LabError as e:
             _emit({"config": config_name(config), "error": str(e)})
             return
@@ -432,9 +439,8 @@ def _main(argv=None) -> int:
             return 0
         module = None
         if a.tune_config is not None:
-            module = Candidate(tuning_module(variant), a.tune_config, a.mode)
-        result = check_variant(variant, problem=problem, extra_shapes=a.shapes, module=module,
-                               pin_to_problem=a.tune_config is not None, mode=a.mode)
+            module = candidate(tuning_module(variant), a.tune_config, a.mode, problem)
+        result = _check(variant, problem, a.shapes, module, a.mode)
     except LabError as e:
         print(json.dumps({"error": str(e)}))
         return 0

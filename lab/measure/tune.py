@@ -7,7 +7,9 @@ A rung declares its candidates in its own file, through common.cuh's tuning cont
 process (correctness gates timing; lab.measure.gate.verdicts: where a candidate crashes that child,
 the candidates it had not finished are checked again each in a child of its own), then times
 the launcher's own choice ("default") and every passing candidate interleaved, repetition by
-repetition, so that drift hits all of them alike.
+repetition, so that drift hits all of them alike. A candidate declared for the other mask than the
+problem's (lab.ladder.tuning.Declared) is "not applicable", with that reason: neither checked nor
+timed, and never counted as wrong; the others are checked on seeded shapes of the mask they serve.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from lab.console import say as _say
 from lab.environment import require_compute_capability, require_gpu
 from lab.errors import LabError
 from lab.ladder.build import build, build_many, is_built
-from lab.ladder.tuning import Candidate, candidate_labels, require_tunable, tuning_module
+from lab.ladder.tuning import Candidate, declared_candidates, require_tunable, tuning_module
 from lab.measure import rates
 from lab.measure.bench import DEFAULT_REPS, DEFAULT_WARMUP
 from lab.measure.call import require_mode, rung
@@ -39,6 +41,7 @@ class TuneRow:
     timing: dict | None = None    # lab.measure.bench.Timing.to_dict(), with tflops
     error: str | None = None
     refused: str | None = None    # the timer's verdict (lab.measure.timed.STATUSES) when it gave no time
+    not_applicable: str | None = None   # why the candidate does not serve this problem (its declaration)
 
     @property
     def passed(self) -> bool:
@@ -46,7 +49,8 @@ class TuneRow:
 
     def to_dict(self) -> dict:
         return {"label": self.label, "index": self.index, "passed": self.passed, "correctness": self.correctness,
-                "timing": self.timing, "error": self.error, "refused": self.refused}
+                "timing": self.timing, "error": self.error, "refused": self.refused,
+                "not_applicable": self.not_applicable}
 
 
 @dataclass
@@ -86,7 +90,8 @@ def tune(variant, problem: Problem, reps: int = DEFAULT_REPS, warmup: int = DEFA
                 raise LabError(outcome.error, hint=outcome.hint)
     plain = build(variant).module
     module = tuning_module(variant)
-    labels = candidate_labels(module, problem.head_dim, problem.dtype, mode)
+    declared = declared_candidates(module, problem.head_dim, problem.dtype, mode, variant.id)
+    labels = [d.label for d in declared]
     if not labels:
         raise LabError(f"{variant.id} declares no {'backward ' if mode != 'fwd' else ''}tuning candidates for "
                        f"head_dim {problem.head_dim}, {problem.dtype}",
@@ -94,15 +99,22 @@ def tune(variant, problem: Problem, reps: int = DEFAULT_REPS, warmup: int = DEFA
 
     result = TuneResult(variant.id, problem, mode=mode)
     names = {None: DEFAULT_LABEL, **dict(enumerate(labels))}
-    _say(f"check {variant.id}'s default and {len(labels)} candidates on {problem.label()} "
-         f"and {check_shapes} ragged shapes each, in one child process")
+    apart = {i: why for i, why in ((i, d.refusal(problem)) for i, d in enumerate(declared)) if why}
+    serving = [c for c in names if c not in apart]
+    _say(f"check {variant.id}'s default and {len(serving) - 1} candidates on {problem.label()} "
+         f"and {check_shapes} ragged shapes each, in one child process"
+         + (f"; {len(apart)} not applicable to this problem ({', '.join(names[i] for i in apart)}: "
+            f"{next(iter(apart.values()))})" if apart else ""))
 
     def shown(index, correctness):
         _say(f"  {'ok  ' if correctness.get('passed') else 'FAIL'} {names[index]}"
              + (f": {_failure(correctness)}" if not correctness.get("passed") else ""))
 
-    found = verdicts(variant, problem, mode, list(names), check_shapes, on_verdict=shown)
+    found = verdicts(variant, problem, mode, serving, check_shapes, on_verdict=shown)
     for index, label in names.items():
+        if index in apart:   # declared for the other mask: not run, not wrong
+            result.rows.append(TuneRow(label, index, {}, not_applicable=apart[index]))
+            continue
         correctness = found[index]
         result.rows.append(TuneRow(label, index, correctness,
                                    error=None if correctness["passed"] else _failure(correctness)))
@@ -134,4 +146,6 @@ def tune(variant, problem: Problem, reps: int = DEFAULT_REPS, warmup: int = DEFA
 
 
 def _failure(correctness: dict) -> str:
-    return correctness.get("error") or f"wrong on {correctness.get('failed_shape')}"
+    """Why a configuration failed its check: the child's error, else the first failed shape and what
+    failed there (a launcher's refusal reads as itself, never as a wrong output)."""
+    return correctness.get("error") or correctness.get("failure") or f"wrong on {correctness.get('failed_shape')}"

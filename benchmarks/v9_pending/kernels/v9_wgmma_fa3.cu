@@ -93,8 +93,8 @@ const char* launch_non_causal(const LabAttentionArgs* a, cudaStream_t stream) {
 static const LabTuneCandidate kCandidates64[] = {
     {"C1 BN128 S2 persistent", launch_any<Default64, Persistent>},
     {"C1 BN128 S2 one-tile-per-CTA", launch_any<Default64, OneTilePerCta>},
-    {"C3 BN128 S2 persistent (non-causal)", launch_non_causal<Long64, Persistent>},
-    {"C3 BN128 S2 one-tile-per-CTA (non-causal)", launch_non_causal<Long64, OneTilePerCta>},
+    {"C3 BN128 S2 persistent (non-causal)", launch_non_causal<Long64, Persistent>, LAB_SERVES_NON_CAUSAL},
+    {"C3 BN128 S2 one-tile-per-CTA (non-causal)", launch_non_causal<Long64, OneTilePerCta>, LAB_SERVES_NON_CAUSAL},
     {"C2 BN128 S2 persistent pp", launch_any<Config<64, 128, 2, true, 2>, Persistent>},
 };
 static const LabTuneCandidate kCandidates128[] = {

@@ -318,7 +318,7 @@ def test_a_candidates_entry_declares_the_mask_it_serves():
     assert parse_entry("x|non-causal").refusal(plain) is None and parse_entry("x").refusal(causal) is None
     for bad in ("x|noncausal", "x|", "|causal"):
         with pytest.raises(LabError, match="declares it serves") as e:
-            parse_entry(bad, "v6")
+            parse_entry(bad, "mine")
         assert e.value.exit_code == 2
 
 

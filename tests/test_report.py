@@ -445,6 +445,19 @@ def test_lab_report_open_hands_the_index_to_the_browser(tmp_path):
     assert opened.read_text() == (tmp_path / "o" / "index.html").resolve().as_uri()
 
 
+def test_lab_report_in_a_folder_with_no_store(tmp_path):
+    """`lab report` where there is no profiles/ and no LAB_PROFILES (a new folder): the default store
+    may not exist yet, so an empty index and a message, exit 0 (it was refused as a named store that
+    does not exist: render opened the default store, then load_all opened the path it got back)."""
+    env = {k: v for k, v in os.environ.items() if k != "LAB_PROFILES"}
+    env["PYTHONPATH"] = os.pathsep.join([str(Path(__file__).resolve().parent.parent), env.get("PYTHONPATH", "")])
+    r = subprocess.run([sys.executable, "-m", "lab.cli", "report"], cwd=tmp_path, capture_output=True, text=True,
+                       env=env, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert "no stored runs in profiles" in r.stderr and "Traceback" not in r.stderr
+    assert (tmp_path / "reports" / "index.html").is_file() and not (tmp_path / "profiles").exists()
+
+
 def test_lab_report_empty_store_and_bad_input(tmp_path):
     empty = tmp_path / "empty"
     empty.mkdir()

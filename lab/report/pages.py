@@ -413,7 +413,7 @@ def render(out: Path | None = None, root: Path | None = None, run_id: str | None
     its reason in `Rendered.damaged` and on the index; the others render. Raises LabError when the
     store is not one, or when the run asked for by `run_id` is damaged."""
     asked_root, root = root, open_root(root)
-    runs, damaged = load_all(root)
+    runs, damaged = load_all(asked_root)   # opens the store itself: a second open of the default would count it as named
     selected = runs
     if run_id is not None:
         wanted = find_run(run_id, root)

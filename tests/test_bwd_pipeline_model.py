@@ -26,12 +26,12 @@ from collections import Counter
 import pytest
 
 from lab.ladder.registry import builtin
-from test_fwd_pipeline_model import CONSUMER_THREADS_PER_WG, Deadlock, Hazard, MBarrier, NamedBarrier, Op, interleave
+from test_fwd_pipeline_model import CONSUMER_THREADS_PER_WG, Barriers, Deadlock, Hazard, MBarrier, NamedBarrier, Op, interleave
 
 CONSUMERS = 2
 
 
-class BwdCta:
+class BwdCta(Barriers):
     """One backward CTA: its barriers, the Q/dO ring, the two dS^T buffers, and who reads what."""
 
     def __init__(self, stages: int):
@@ -49,14 +49,6 @@ class BwdCta:
 
     def _reading(self, buf: str) -> Counter:
         return self.readers.setdefault(buf, Counter())
-
-    def wait(self, bar: str, parity: int, who: str) -> Op:
-        b = self.bar[bar]
-        return Op(f"{who}: wait {bar} parity {parity}", lambda: b.passed(parity), lambda: None)
-
-    def arrive(self, bar: str, threads: int, who: str, tx: int = 0) -> Op:
-        b = self.bar[bar]
-        return Op(f"{who}: arrive {bar}", lambda: True, lambda: b.arrive(threads, tx))
 
     def copy(self, buf: str, step, bar: str, who: str) -> Op:
         def land():

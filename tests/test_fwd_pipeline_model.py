@@ -140,7 +140,19 @@ class Protocol:
     stale_k_parity: bool = False  # a planted bug: the consumers wait on K's previous phase
 
 
-class Cta:
+class Barriers:
+    """A CTA model's mbarrier operations, as the roles yield them: `self.bar` maps names to MBarrier."""
+
+    def wait(self, bar: str, parity: int, who: str) -> Op:
+        b = self.bar[bar]
+        return Op(f"{who}: wait {bar} parity {parity}", lambda: b.passed(parity), lambda: None)
+
+    def arrive(self, bar: str, threads: int, who: str, tx: int = 0) -> Op:
+        b = self.bar[bar]
+        return Op(f"{who}: arrive {bar}", lambda: True, lambda: b.arrive(threads, tx))
+
+
+class Cta(Barriers):
     """One CTA's shared state: its barriers, buffers, in-flight copies and what was read."""
 
     def __init__(self, stages: int, consumers: int, pingpong: bool):
@@ -158,15 +170,7 @@ class Cta:
         self.stored = {cw: [] for cw in range(consumers)}
         self.spawned = []    # copies issued, not yet scheduled
 
-    # --- the operations the roles yield
-    def wait(self, bar: str, parity: int, who: str) -> Op:
-        b = self.bar[bar]
-        return Op(f"{who}: wait {bar} parity {parity}", lambda: b.passed(parity), lambda: None)
-
-    def arrive(self, bar: str, threads: int, who: str, tx: int = 0) -> Op:
-        b = self.bar[bar]
-        return Op(f"{who}: arrive {bar}", lambda: True, lambda: b.arrive(threads, tx))
-
+    # --- the operations the roles yield (wait and arrive: Barriers)
     def copy(self, buf: str, tag, bar: str, who: str) -> Op:
         def issue():
             self.loaded.append((buf.split("[")[0], tag))

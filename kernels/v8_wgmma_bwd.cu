@@ -90,8 +90,9 @@
 //   3 stages 1.02x (the ring is not the bound), bulk-dQ 1.01x. overlap-next 0.94x and 0.95x (S2 and
 //   S3), a miss: ptxas serialises every wgmma of its 24 kernels (C7514: its next S^T stays in flight
 //   across the loop's back-edge; SASS 64 HGMMA, 64 WARPGROUP.DEPBAR against overlap-FA3's 32 and 4),
-//   which step 3's compile check (C7515 only) let through. overlap-FA3 is not the default yet: its
-//   56-shape check and compute-sanitizer runs come first (v8_notes.md); D = 64 not yet timed.
+//   which step 3's compile check (C7515 only) let through. Taken: overlap-FA3 is the default at
+//   D = 128 (BwdDefault128; its kernels are the candidate's, cuobjdump -sass 8 of 8 instruction for
+//   instruction, D = 64's unchanged). D = 64 keeps order 0: overlap-FA3's causal kernels spill there.
 //
 // Roles in one backward CTA (384 threads; key block n0 .. n0+127 of head bh):
 //
@@ -788,7 +789,8 @@ const char* fwd_launch(const LabAttentionArgs* a, cudaStream_t stream) {
 
 // The backward's configurations: D, BM query rows per step, stages of the Q/dO ring, bulk dQ.
 using BwdDefault64 = BwdConfig<64, 128, 2>;
-using BwdDefault128 = BwdConfig<128, 64, 2>;
+// D = 128: overlap-FA3 (step 3, 1.08-1.12x order 0 on an H200); D = 64: order 0 (step 1).
+using BwdDefault128 = Overlapped<BwdConfig<128, 64, 2, false>, 1>;
 
 #ifdef LAB_TUNING
 // Candidates for `lab tune --variant v8 [--mode bwd]` (common.cuh's tuning contract). Forward: the

@@ -19,7 +19,12 @@ class OccupancyLimited(Rule):
     def applies(self, c: KernelFacts, ctx: Context) -> Finding | None:
         M = c.M
         theo = M.num("sm__maximum_warps_per_active_cycle_pct")
-        if theo is None or theo > 50.0 or ctx.top >= BOUND_PCT:
+        if theo is None or theo > 50.0:
+            return None
+        by_design = warp_specialised(M, c.device)
+        # A unit at its roof makes occupancy moot, except where the lab must still speak for a warp-
+        # specialised kernel: else Nsight's TheoreticalOccupancy rule stands alone, with its estimate.
+        if ctx.top >= BOUND_PCT and not by_design:
             return None
         lim, blocks, limits = occupancy_limiter(M)
         est = (100.0 - ctx.top) * c.busy_fraction * (1.0 - theo / 100.0) * c.fill
@@ -29,7 +34,7 @@ class OccupancyLimited(Rule):
               **{k: v for k, v in limits.items()},
               "launch__shared_mem_per_block_dynamic": M.num("launch__shared_mem_per_block_dynamic"),
               "launch__registers_per_thread": M.num("launch__registers_per_thread")}
-        if warp_specialised(M, c.device):
+        if by_design:
             # A warp-specialised wgmma kernel hides latency with asynchronous depth (wgmma groups and TMA
             # stages in flight), not with resident warps: its warpgroups trade registers (setmaxnreg) and
             # few warps per SM is the design. The lab has no model of what more warps would gain there,

@@ -11,8 +11,6 @@
 set -uo pipefail
 OUT=${OUT:-/tmp/lab-out}; L=$OUT/v9; mkdir -p "$L"
 export LAB_PROFILES=${LAB_PROFILES:-/tmp/v9-profiles}
-# v9 before it joins kernels/: the workspace that holds it (benchmarks/v9_notes.md).
-if ! ls kernels/v9_*.cu >/dev/null 2>&1; then export LAB_WORKSPACE=${LAB_WORKSPACE:-$PWD/benchmarks/v9_pending}; fi
 STEPS=${STEPS:-"build check tests sweep slow"}
 for s in $STEPS; do
   t0=$SECONDS

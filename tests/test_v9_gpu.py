@@ -29,22 +29,13 @@ torch = pytest.importorskip("torch", reason="torch is not installed")
 from lab.measure import check  # noqa: E402
 from lab.measure.problem import Problem, make_inputs, softmax_scale  # noqa: E402
 from lab.ladder import registry  # noqa: E402
-from lab.ladder import workspace  # noqa: E402
 from lab.ladder.registry import builtin  # noqa: E402
 from conftest import REPO  # noqa: E402
 
 # The persistent Hopper forward, found by what it declares (sm_90a, a flat persistent grid), not by
-# id: in the built-in ladder once it has passed these tests on a Hopper GPU, until then in the
-# workspace benchmarks/v9_pending (benchmarks/v9_notes.md), which the lab builds the same way.
-PENDING = REPO / "benchmarks" / "v9_pending"
-
-
+# id (tests name rungs through the registry).
 def _find_rung():
-    declared = lambda vs: next((v for v in vs if v.min_cc >= (9, 0) and v.grid == "flat"), None)  # noqa: E731
-    found = declared(builtin())
-    if found is None and (PENDING / workspace.LAB_TOML).is_file():
-        found = declared(workspace.load(PENDING).rungs())
-    return found
+    return next((v for v in builtin() if v.min_cc >= (9, 0) and v.grid == "flat"), None)
 
 
 RUNG = _find_rung()
@@ -174,8 +165,6 @@ def test_v9_compute_sanitizer_is_clean(tool, v9, tmp_path):
     script.write_text(SANITIZER_SCRIPT)
     env = dict(os.environ, PYTORCH_NO_CUDA_MEMORY_CACHING="1")
     env["PYTHONPATH"] = str(REPO) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-    if RUNG.origin == "workspace":
-        env[workspace.ENV] = str(PENDING)  # the child finds the rung where this process did
     res = subprocess.run([sanitizer, "--tool", tool, "--error-exitcode", "3", sys.executable, str(script), registry.ref(RUNG)],
                          capture_output=True, text=True, cwd=REPO, env=env, timeout=420)
     out = res.stdout + res.stderr
@@ -186,6 +175,6 @@ def test_v9_compute_sanitizer_is_clean(tool, v9, tmp_path):
 
 
 def test_v9_is_found():
-    """The rung these tests check exists (built-in, or pending in its workspace): without it every
-    GPU test above would skip as if there were no Hopper GPU."""
-    assert RUNG is not None and RUNG.kind == "cuda" and RUNG.head_dims == (64, 128)
+    """The rung these tests check is in the built-in ladder: without it every GPU test above would
+    skip as if there were no Hopper GPU."""
+    assert RUNG is not None and RUNG.kind == "cuda" and RUNG.origin == "built-in" and RUNG.head_dims == (64, 128)

@@ -19,13 +19,12 @@ import pytest
 
 from conftest import REPO
 from lab.errors import LabError
-from lab.ladder import build, workspace
+from lab.ladder import build
 from lab.ladder.registry import builtin
 from lab.ladder.rungfile import parse_rung
 from lab.measure.problem import Problem
 
 KERNELS = REPO / "kernels"
-PENDING = REPO / "benchmarks" / "v9_pending"
 WS = REPO / "tests" / "fixtures" / "backward_ws" / "kernels"
 VARIANTS = builtin()
 FORWARD_ONLY = next(v for v in VARIANTS if v.kind == "cuda" and not v.backward)   # the ladder's first
@@ -100,15 +99,14 @@ def test_the_binding_takes_lse_exactly_where_the_rung_writes_it(tmp_path):
 
 
 def test_the_persistent_hopper_forward_declares_it():
-    """v9 (built-in once it has passed its GPU checks, until then in benchmarks/v9_pending), found as
-    tests/test_v9_gpu.py finds it: a forward-only rung that writes the LSE for v8's backward."""
-    declared = lambda vs: next((v for v in vs if v.min_cc >= (9, 0) and v.grid == "flat"), None)  # noqa: E731
-    rung = declared(VARIANTS) or declared(workspace.load(PENDING).rungs())
+    """v9, found as tests/test_v9_gpu.py finds it: a forward-only rung that writes the LSE for v8's
+    backward, and the only one (v6's launcher ignores args->lse)."""
+    rung = next((v for v in VARIANTS if v.min_cc >= (9, 0) and v.grid == "flat"), None)
     assert rung is not None and rung.writes_lse and not rung.backward
     assert build.LSE_DEFINE in build._cxx_flags(rung, tuning=True)
     text = rung.source.read_text()
     assert "a->lse != nullptr" in text   # its launcher picks the WRITE_LSE instantiation when given one
-    assert [v.id for v in VARIANTS if v.writes_lse and not v.backward] == []   # v6's launcher ignores args->lse
+    assert [v for v in VARIANTS if v.writes_lse and not v.backward] == [rung]   # v6's launcher ignores args->lse
 
 
 def test_a_python_rung_that_declares_it_returns_the_lse_without_a_backward(tmp_path):

@@ -148,12 +148,10 @@ LAB_EXPORT const char* lab_forward_v9_config(const LabAttentionArgs* args, cudaS
 
 // The rung's facts for the lab (lab/ladder/registry.py reads them; the header above is its record).
 // Kept at the end of the file so that line numbers in stored profiles stay valid.
-// Not in the built-in ladder yet: this file sits in the workspace benchmarks/v9_pending/ until v9
-// is checked on a Hopper GPU and measured (benchmarks/v9_notes.md); then it moves to kernels/.
 // lab:rung
 // id = "v9"
 // slug = "wgmma_fa3"
-// title = "Hopper forward, FlashAttention-3's schedule: v6's wgmma + TMA pipeline on a persistent, longest-first tile scheduler (sm_90a)"
+// title = "Hopper forward, FlashAttention-3's schedule: v6's wgmma + TMA pipeline on a persistent tile scheduler, causal tiles paired heavy with light (sm_90a)"
 // dtypes = ["float16", "bfloat16"]
 // head_dims = [64, 128]
 // min_cc = "9.0"             # wgmma, TMA, setmaxnreg: Hopper only

@@ -259,7 +259,8 @@ def _problem(variant, shape, causal, dtype, seqlen_k=None):
 
 
 @main.command()
-@click.option("--variant", "variant_spec", default="all", show_default=True, help="v2, v1,v2 or all")
+@click.option("--variant", "variant_spec", default="all", show_default=True,
+              help="v2, v1,v2 or all; a pair v9+v8 builds both of its rungs")
 @click.option("--arch", default=None, metavar="sm_XY",
               help="target arch, e.g. sm_90a or sm_80 (default: this GPU's; sm_90a with --ptxas-only and no GPU)")
 @click.option("--ptxas-only", is_flag=True, help="only compile each rung's .cu with ptxas -v: needs nvcc, no GPU")
@@ -275,7 +276,7 @@ def build(variant_spec, arch, ptxas_only, jobs, verbose, tuning, markdown_path, 
     memory, spills per kernel. A python rung has nothing to compile: its callable is imported.
     --tuning: the rungs' tuning builds too, compiled beside the rest, so `lab tune` finds them ready."""
 
-    chosen = registry.select(variant_spec)
+    chosen = registry.rungs_of(registry.select(variant_spec))   # a pair builds its two rungs
     if arch:
         builder.validate_arch(arch)
     if jobs is not None and jobs < 1:
@@ -395,7 +396,8 @@ def _print_build_kernels(builder, r, console) -> None:
 
 
 @main.command()
-@click.option("--variant", "variant_spec", required=True, help="v1, v1,v2 or all")
+@click.option("--variant", "variant_spec", required=True,
+              help="v1, v1,v2 or all; v9+v8: v9's forward (it writes the LSE) feeding v8's backward")
 @click.option("--shapes", "shape_count", type=click.IntRange(0, MAX_CHECK_SHAPES), default=None,
               help="seeded shapes to check (default: 24, or 0 extra when --shape is given)")
 @click.option("--seed", type=int, default=0, show_default=True, help="seed of the shape list and the inputs")
@@ -409,7 +411,9 @@ def check(ctx, variant_spec, shape_count, seed, shape, causal, dtype, mode, as_j
     """Check rungs against a float64 reference on seeded shapes; exit 1 if any output is wrong.
     --dtype: every shape in that dtype (default: each rung's first); --causal / --no-causal: every
     shape causal, or none (default: both, seeded). --mode bwd (or fwd+bwd): O, LSE, dQ, dK and dV
-    against float64 autograd, each tensor judged."""
+    against float64 autograd, each tensor judged; --mode fwd of a rung whose forward writes the LSE
+    (writes_lse, or a backward): O and its LSE. A pair F+B (--variant v9+v8): F's forward, then B's
+    backward on F's O and LSE."""
     chosen = registry.select(variant_spec)
     dtype = normalize_dtype(dtype) if dtype else None
     # --causal/--no-causal has a default: only a flag the user gave fixes the seeded shapes' mask
@@ -427,6 +431,7 @@ def check(ctx, variant_spec, shape_count, seed, shape, causal, dtype, mode, as_j
         t = s.worst_tensor
         click.echo(f"[lab] {mark} {s.label}  " + (f"{t.name} max_abs_err {t.max_abs_err:.3g} (tol {t.tolerance:.3g})"
                                                    if t else f"rel_err {s.rel_err:.3g}")
+                   + (f"  LSE max_abs_err {s.lse.max_abs_err:.3g} (tol {s.lse.tolerance:.3g})" if s.lse else "")
                    + (f"  {s.error}" if s.error else ""), err=True)
 
     results = [gate.check_variant(v, problem=problems[v.id], extra_shapes=shape_count, seed=seed,
@@ -439,14 +444,18 @@ def check(ctx, variant_spec, shape_count, seed, shape, causal, dtype, mode, as_j
 
         table = Table()
         backward = mode != "fwd"
+        lse = not backward and any(s.lse for r in results for s in r.shapes)   # a writes_lse rung's forward
         cols = ("variant", "shape") + (("worst tensor",) if backward else ()) + (
-            "rel_err", "max_abs_err", "mean_abs_err", "tolerance", "result")
+            "rel_err", "max_abs_err", "mean_abs_err", "tolerance") + (("LSE max_abs_err", "LSE tolerance") if lse else ()) + (
+            "result",)
         for col in cols:
             table.add_column(col, justify="right" if col.endswith(("err", "tolerance")) else "left")
         for r in results:
             for s in r.shapes:
                 cells = [f"{x:.3g}" for x in (s.rel_err, s.max_abs_err, s.mean_abs_err, s.tolerance)]
                 tensor = [s.worst_tensor.name if s.worst_tensor else "-"] if backward else []
+                if lse:
+                    cells += [f"{x:.3g}" for x in (s.lse.max_abs_err, s.lse.tolerance)] if s.lse else ["-", "-"]
                 table.add_row(r.variant_id, s.label, *tensor, *cells,
                               "[green]pass[/]" if s.passed else f"[red]FAIL[/] {s.error or ''}".strip())
         console = Console()
@@ -459,7 +468,8 @@ def check(ctx, variant_spec, shape_count, seed, shape, causal, dtype, mode, as_j
 
 
 @main.command()
-@click.option("--variant", "variant_spec", default="all", show_default=True, help="v2, v1,v3 or all")
+@click.option("--variant", "variant_spec", default="all", show_default=True,
+              help="v2, v1,v3 or all; v9+v8: v9's forward (it writes the LSE) feeding v8's backward")
 @shape_option
 @causal_option
 @dtype_option
@@ -496,7 +506,8 @@ def bench(variant_spec, shape, causal, dtype, reps, warmup, mode, no_baselines, 
 
 
 @main.command()
-@click.option("--variant", "variant_id", required=True, help="the rung to profile, e.g. v2")
+@click.option("--variant", "variant_id", required=True,
+              help="the rung to profile, e.g. v2; v9+v8: v9's forward (it writes the LSE) feeding v8's backward")
 @shape_option
 @causal_option
 @dtype_option
@@ -748,7 +759,8 @@ RESUME_KEEPS = {"resume_id", "gpus_spec", "allow_mismatch", "profiles_dir", "as_
 
 
 @main.group(cls=SweepGroup, invoke_without_command=True)
-@click.option("--variant", "variant_spec", default=None, help="rungs to sweep: v5, v3,v5 or all (default: none, the baselines alone)")
+@click.option("--variant", "variant_spec", default=None, help="rungs to sweep: v5, v3,v5 or all (default: none, the baselines alone); "
+                   "v9+v8: v9's forward (it writes the LSE) feeding v8's backward")
 @click.option("--shape", "shapes", multiple=True, metavar="B,H,N,D",
               help="repeatable; fields may be lists {a,b}, doubling ranges a..b, heads H:Hkv (GQA), batch _ with --batch")
 @click.option("--preset", default=None, help="fa-grid (16k tokens, hidden 2048, N 512..16384, D 64/128, causal and not) or memory")
@@ -943,7 +955,7 @@ def sweep_merge(partials, name, allow_mismatch, profiles_dir):
 
 
 @main.command()
-@click.option("--variant", "variant_id", required=True, help="one rung, e.g. v5")
+@click.option("--variant", "variant_id", required=True, help="one rung, e.g. v5 (a pair's parts are tuned each alone)")
 @shape_option
 @causal_option
 @dtype_option

@@ -35,7 +35,7 @@ from lab.environment import git_info, require_gpu, torch_versions
 from lab.demangle import demangle as demangle_names
 from lab.errors import LabError
 from lab.files import write_json_atomic
-from lab.ladder import python_rung
+from lab.ladder import pairing, python_rung
 from lab.ladder.rungfile import KERNELS_DIR, Variant
 
 BINDING = KERNELS_DIR / "binding.cpp"
@@ -473,9 +473,13 @@ def build(variant: Variant, arch: str | None = None, verbose: bool = False,
           allow_compile: bool = True, tuning: bool = False) -> BuildResult:
     """Build (or load the cached build of) one rung; `allow_compile=False` refuses to compile;
     `tuning=True` builds the rung's tuning candidates in (module.configs, module.forward_config).
-    A python rung builds nothing: its module is the callable behind the extension's interface."""
+    A python rung builds nothing: its module is the callable behind the extension's interface; a pair
+    (lab.ladder.pairing) builds its two parts."""
     started = time.perf_counter()
     require_cuda_torch()
+    if getattr(variant, "parts", ()):
+        parts = [build(p, arch, verbose, allow_compile, tuning) for p in variant.parts]
+        return _pair_result(variant, parts, pairing.PairedModule(variant, parts[0].module, parts[1].module), started)
     if variant.kind == "python":
         return _python_result(variant, started)
     arch = validate_arch(arch or device_arch())
@@ -555,6 +559,8 @@ def is_built(variant: Variant, arch: str | None = None, tuning: bool = False) ->
     GPU (compiles and loads nothing): lets `lab profile`'s measuring child say there is none, and
     `lab tune` compile its two builds side by side when neither is."""
     require_cuda_torch()
+    if getattr(variant, "parts", ()):   # a python part compiles nothing
+        return all(p.kind == "python" or is_built(p, arch, tuning) for p in variant.parts)
     arch = validate_arch(arch or device_arch())
     _, key = _key_for(variant, arch, tuning)
     marker = build_dir_for(variant, key, tuning) / _BUILD_MARKER
@@ -571,6 +577,9 @@ def cached_build(variant: Variant, compute_capability: str) -> BuildResult | Non
     `lab profile`'s parent, whose measuring child loads the module. A python rung's facts (nothing to
     compile) come without importing its callable."""
     started = time.perf_counter()
+    if getattr(variant, "parts", ()):
+        parts = [cached_build(p, compute_capability) for p in variant.parts]
+        return None if None in parts else _pair_result(variant, parts, None, started)
     if variant.kind == "python":
         if not variant.source.is_file():
             raise LabError(f"{variant.id}: source {variant.source} is missing")
@@ -598,6 +607,17 @@ def _python_result(variant: Variant, started: float) -> BuildResult:
     return BuildResult(module=module, variant_id=variant.id, arch="", cache_key=python_rung.source_key(variant),
                        flags=[], ptxas=[], sass_path=None, build_dir=variant.source.parent, built_now=False,
                        seconds=time.perf_counter() - started)
+
+
+def _pair_result(variant: Variant, parts: list[BuildResult], module, started: float) -> BuildResult:
+    """A pair's build: its parts' facts side by side (both parts' kernels in ptxas; the cache key of
+    both, so that a verdict kept for the pair is dropped when either part changes)."""
+    first, second = parts
+    return BuildResult(module=module, variant_id=variant.id, arch=first.arch or second.arch,
+                       cache_key=f"{first.cache_key}{pairing.SEPARATOR}{second.cache_key}",
+                       flags=list(dict.fromkeys(first.flags + second.flags)), ptxas=first.ptxas + second.ptxas,
+                       sass_path=first.sass_path, build_dir=first.build_dir,
+                       built_now=first.built_now or second.built_now, seconds=time.perf_counter() - started)
 
 
 def load_cached(variant: Variant, arch: str | None = None):

@@ -8,6 +8,9 @@ a workspace (lab.ladder.workspace: a folder with lab.toml, found upward like .gi
 in its own kernels/. Id clash rule: inside a workspace, the workspace's rung wins (as a local file
 shadows an installed one); `lab variants` marks it, and the built-in stays reachable as
 `builtin:<id>`. Bad declarations raise LabError (exit 2) naming the file and line.
+
+A forward+backward pairing `F+B` (lab.ladder.pairing: F's forward feeding B's backward) is a rung of
+this registry too: `get` makes it from its two parts, each looked up as any rung is.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from lab.errors import LabError
-from lab.ladder import workspace
+from lab.ladder import pairing, workspace
 # The rung-file facts readers reach through the registry (registry.Variant, registry.KERNELS_DIR...).
 from lab.ladder.rungfile import (ANALYSIS_CLASSES, BUILTIN_PREFIX, DTYPES, KERNELS_DIR, Variant,  # noqa: F401
                                  block_lines, parse_rung, read_block, rung_files, scan)
@@ -49,7 +52,9 @@ def _shadowed(vid: str) -> bool:
 def ref(v: Variant) -> str:
     """A spec that `get` resolves to this very rung in a child process too: `builtin:<id>` for a
     built-in rung the workspace shadows. (A function of the registry, not a field of the rung: it
-    depends on the active workspace.)"""
+    depends on the active workspace.) A pair: its parts' refs, `F+B`."""
+    if getattr(v, "parts", ()):
+        return pairing.SEPARATOR.join(ref(p) for p in v.parts)
     return f"{BUILTIN_PREFIX}{v.id}" if v.origin == "built-in" and _shadowed(v.id) else v.id
 
 
@@ -70,8 +75,16 @@ def all_ids() -> list[str]:
 
 
 def get(variant_id: str) -> Variant:
-    """Look a rung up by id (`v2`), label (`v2_float4`), or `builtin:v2` for the built-in one."""
+    """Look a rung up by id (`v2`), label (`v2_float4`), or `builtin:v2` for the built-in one; `v9+v8`
+    is the pair of v9's forward and v8's backward (lab.ladder.pairing)."""
     spec = variant_id.strip()
+    if pairing.is_pair_spec(spec):
+        forward, backward = pairing.split(spec)
+        try:
+            parts = get(forward), get(backward)
+        except LabError as e:   # which pairing named the unknown rung
+            raise LabError(f"{spec}: {e}", hint=e.hint) from None
+        return pairing.pair(*parts, spec)
     pool = variants()
     if spec.startswith(BUILTIN_PREFIX):
         spec, pool = spec[len(BUILTIN_PREFIX):], builtin()
@@ -83,7 +96,7 @@ def get(variant_id: str) -> Variant:
 
 
 def select(spec: str) -> list[Variant]:
-    """Parse a CLI selection: `all`, `v2`, or `v1,v3`."""
+    """Parse a CLI selection: `all`, `v2`, `v1,v3`, or with pairs `v9+v8,v8` (`all`: the rungs, no pairs)."""
     spec = spec.strip()
     if spec == "all":
         return list(variants())
@@ -91,6 +104,11 @@ def select(spec: str) -> list[Variant]:
     if not ids:
         raise LabError("no variant given; use an id such as v2, a list such as v1,v2, or all")
     return [get(i) for i in ids]
+
+
+def rungs_of(chosen) -> list[Variant]:
+    """The rungs behind a selection: a pair's two parts in its place, each rung once (what `lab build` builds)."""
+    return list(dict.fromkeys(p for v in chosen for p in (v.parts or (v,))))
 
 
 def attacking(cls: str) -> list[Variant]:
@@ -106,7 +124,10 @@ def demonstrating(cls: str) -> Variant | None:
 
 
 def source_label(v: Variant) -> str:
-    """The rung's file as a reader finds it: kernels/<file> under the lab, or under its workspace."""
+    """The rung's file as a reader finds it: kernels/<file> under the lab, or under its workspace; a
+    pair's two files, `F's + B's`."""
+    if getattr(v, "parts", ()):
+        return " + ".join(source_label(p) for p in v.parts)
     if v.origin == "built-in":
         return f"kernels/{v.source.name}"
     ws = workspace.active()

@@ -102,6 +102,7 @@ class Variant:
     measured: str = ""           # header prose: the measured result (device, date)
     follows: str = ""            # header prose: the rung "What changed since <id>" names (`lab new` writes it)
     shadows: bool = field(default=False, compare=False)  # a workspace rung hiding a built-in of its id
+    parts: tuple = ()            # kind "pair" (lab.ladder.pairing): (the forward's rung, the backward's rung)
 
     def __post_init__(self):
         if self.backward and not self.writes_lse:   # the backward contract's forward writes the LSE
@@ -126,7 +127,12 @@ class Variant:
         return len(parts) > 1 and parts[1] == "bh"
 
     def label(self) -> str:
-        return f"{self.id}_{self.slug}"
+        return self.id if self.parts else f"{self.id}_{self.slug}"
+
+    @property
+    def sources(self) -> tuple[Path, ...]:
+        """Every file whose code runs: the rung's, or a pair's two."""
+        return tuple(dict.fromkeys(p.source for p in self.parts)) if self.parts else (self.source,)
 
     def to_dict(self) -> dict:
         return {"id": self.id, "slug": self.slug, "title": self.title, "kind": self.kind, "origin": self.origin,
@@ -134,6 +140,7 @@ class Variant:
                 "layout": self.layout, "min_cc": ".".join(map(str, self.min_cc)), "arch_flags": list(self.arch_flags),
                 "aligned16": self.aligned16, "grid": self.grid, "entry": self.entry or None, "backward": self.backward, "gqa": self.gqa,
                 "writes_lse": self.writes_lse,
+                "pair": [p.id for p in self.parts] or None,
                 "attacks_classes": list(self.classes), "shadows_builtin": self.shadows,
                 "changed": self.changed, "attacks": self.attacks, "predicted_gain": self.predicted_gain,
                 "measured": self.measured, "follows": self.follows or None}

@@ -87,7 +87,12 @@ def candidate(module, index: int, mode: str, problem) -> Candidate:
 
 def require_tunable(variant) -> None:
     """Refuse (exit 2), before any build or GPU work, a rung without the tuning contract: its tuning
-    binding would not link."""
+    binding would not link. A pair (lab.ladder.pairing) is two rungs' kernels: each part is tuned alone."""
+    if variant.parts:
+        first, second = variant.parts
+        raise LabError(f"{variant.id} pairs two rungs; lab tune tunes one rung's candidates",
+                       hint=f"tune each part: lab tune --variant {first.id} (its forward), "
+                            f"lab tune --variant {second.id} --mode bwd (its backward)")
     if not declares_tuning(variant):
         raise LabError(f"{variant.id} declares no tuning candidates",
                        hint="a CUDA rung lists them under #ifdef LAB_TUNING (the tuning contract in kernels/common.cuh)")

@@ -6,6 +6,8 @@ makes their Attention). bench, sweep, tune and profile's target all call through
   bwd      dq, dk, dv from a forward done once, before the call
   fwd+bwd  the forward and its backward, one call
 
+A pair `F+B` (lab.ladder.pairing) is called as one rung: F's forward, B's backward on F's O and LSE.
+
 A rung's backward is its own launcher, called directly: its forward writes the row log-sum-exp
 (fp32, [B, H, Nq]) and its backward takes Q, K, V, O, dO and that LSE (kernels/common.cuh's backward
 contract; a python rung's `backward` function, lab.ladder.python_rung). Not through autograd:
@@ -77,11 +79,27 @@ def require_mode(variant, mode: str) -> None:
                          hint="--mode fwd (the default) checks, times and profiles its forward; `lab variants` shows which rungs have a backward")
 
 
+def lse_shape(q, layout: str) -> tuple[int, int, int]:
+    """The row log-sum-exp's shape for Q in `layout`: [B, H, Nq] whatever the layout (kernels/common.cuh's
+    backward contract, lab.ladder.python_rung's), never Q's first three dims in BNHD."""
+    if layout == "BNHD":
+        b, n, h = q.shape[:3]
+        return (b, h, n)
+    return tuple(q.shape[:3])   # (B, H, N, D)
+
+
 def rung(variant, module, problem: Problem) -> Attention:
     """A rung's extension (a CUDA build, or lab.ladder.python_rung.PythonRung) as an Attention taking
-    inputs in the rung's own layout, so that a python rung's timing holds no layout copies."""
+    inputs in the rung's own layout, so that a python rung's timing holds no layout copies. A pair
+    (lab.ladder.pairing): its forward part's forward and forward_lse, its backward part's backward,
+    each called as that part's own rung is (the parts share one layout)."""
     import torch
 
+    if getattr(variant, "parts", ()):
+        first, second = variant.parts
+        fwd = rung(first, module.forward_module, problem)
+        bwd = rung(second, module.backward_module, problem)
+        return Attention(variant.id, fwd.forward, variant.layout, fwd.forward_lse, bwd.backward)
     causal, scale = problem.causal, softmax_scale(problem)
     if variant.kind == "python":
         def forward(q, k, v):
@@ -100,7 +118,7 @@ def rung(variant, module, problem: Problem) -> Attention:
 
         def forward_lse(q, k, v):
             o = torch.empty_like(q)
-            lse = torch.empty(q.shape[:3], dtype=torch.float32, device=q.device)
+            lse = torch.empty(lse_shape(q, variant.layout), dtype=torch.float32, device=q.device)
             module.forward(q, k, v, o, causal, scale, lse)
             return o, lse
 

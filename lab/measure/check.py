@@ -79,6 +79,7 @@ class ShapeCheck:
     metric: str = "rel_err"     # the error the rule judges: rel_err (fp32) or max_abs_err (fp16/bf16)
     tensors: list | None = None  # the backward's O, LSE, dQ, dK, dV (lab.measure.gradcheck.TensorCheck)
     label_text: str | None = None   # the shape as the backward names it (large logits marked)
+    lse: object = None          # the forward's LSE of a writes_lse rung (gradcheck.TensorCheck), or None
 
     @property
     def judged_err(self) -> float:
@@ -107,7 +108,14 @@ class ShapeCheck:
              "error": self.error}
         if self.tensors is not None:
             d["tensors"] = [t.to_dict() for t in self.tensors]
+        if self.lse is not None:
+            d["lse"] = self.lse.to_dict()
         return d
+
+    @property
+    def output_passed(self) -> bool:
+        """The forward's O alone (a shape of a writes_lse rung may fail on its LSE instead)."""
+        return self.nonfinite == 0 and math.isfinite(self.judged_err) and self.judged_err <= self.tolerance
 
 
 @dataclass
@@ -136,6 +144,8 @@ class CheckResult:
         t = bad.failed_tensor
         if bad.error:
             return f"{bad.label}: {bad.error}"
+        if t is None and bad.lse is not None and not bad.lse.passed and bad.output_passed:
+            t = bad.lse   # the forward's O is right, the LSE it wrote for a backward is not
         if t is None:
             what = (f"{bad.nonfinite} non-finite output elements" if bad.nonfinite
                     else f"{bad.metric} {_fmt(bad.judged_err)} > tolerance {_fmt(bad.tolerance)}")
@@ -174,6 +184,13 @@ class CheckResult:
         detail = (w.error if w.error else
                   f"worst {(wt.name + ' ') if wt else ''}{w.metric} {_fmt(w.judged_err)} (tolerance {_fmt(w.tolerance)}) "
                   f"on {w.label}" + (f", {w.nonfinite} non-finite output elements" if w.nonfinite else ""))
+        lse = [s for s in self.shapes if s.lse is not None]
+        if lse:   # a writes_lse rung's forward: the LSE's own worst, beside O's
+            s = next((s for s in lse if not s.lse.passed), None) or max(
+                lse, key=lambda s: s.lse.max_abs_err / s.lse.tolerance if s.lse.tolerance else 0)
+            t = s.lse
+            detail += (f"; LSE {'FAILED' if not t.passed else 'worst'} max_abs_err {_fmt(t.max_abs_err)} "
+                       f"(tolerance {_fmt(t.tolerance)}) on {s.label}")
         return f"{head}; {detail}"
 
     def to_dict(self) -> dict:
@@ -185,6 +202,10 @@ class CheckResult:
              "rule": self.rule,
              "shapes_checked": [s.label for s in self.shapes],
              "failed_shape": self.failed_shape, "failure": self.failure, "mode": self.mode}
+        lse = [s.lse for s in self.shapes if s.lse is not None]
+        if self.mode == "fwd" and lse:   # a writes_lse rung's forward: its LSE checked on every shape
+            d["lse_checked"] = True
+            d["lse_max_abs_err"] = _finite(max((t.max_abs_err for t in lse), default=math.nan))
         if self.mode != "fwd":
             bad = next((s for s in self.shapes if not s.passed), None)
             t = bad.failed_tensor if bad else None
@@ -350,27 +371,50 @@ def _tolerance(problem: Problem, q, k, v, ref, scale: float) -> float:
 # Running the gate
 # ---------------------------------------------------------------------------------------------
 
-def check_problem(variant: Variant, problem: Problem, module, seed: int = 0) -> ShapeCheck:
-    """Run the rung once on `problem` into a NaN-poisoned output and judge it."""
+def check_problem(variant: Variant, problem: Problem, module, seed: int = 0, device: str = "cuda") -> ShapeCheck:
+    """Run the rung once on `problem` into a NaN-poisoned output and judge it. A rung whose forward
+    writes the row log-sum-exp (writes_lse, or backward = true) also gets a NaN-poisoned LSE, judged
+    as the backward's check judges it (lab.measure.gradcheck: float64, torch's own error scale): a
+    forward written for another rung's backward is checked on what that backward reads.
+    `device`: "cuda" in the lab; "cpu" lets the tests run a python rung without a GPU."""
     import torch
 
     scale = softmax_scale(problem)
+    lse_check = None
     try:
-        q, k, v = make_inputs(problem, shape_seed(seed, problem), device="cuda")
+        q, k, v = make_inputs(problem, shape_seed(seed, problem), device=device)
         o = torch.full_like(q, float("nan"))  # poison: an element the kernel never writes stays NaN
-        module.forward(q, k, v, o, problem.causal, scale)
-        torch.cuda.synchronize()
+        if variant.writes_lse:
+            lse = torch.full(q.shape[:3], float("nan"), dtype=torch.float32, device=q.device)   # [B, H, Nq]
+            module.forward(q, k, v, o, problem.causal, scale, lse)
+        else:
+            module.forward(q, k, v, o, problem.causal, scale)
+        if q.is_cuda:
+            torch.cuda.synchronize()
         ref = reference_attention(q, k, v, problem.causal, scale, device=_reference_device(problem, q.device))
         tolerance = _tolerance(problem, q, k, v, ref, scale)
         errors = compare(o, ref)
+        if variant.writes_lse:
+            lse_check = _judge_lse(problem, q, k, v, lse, scale)
     except RuntimeError as e:  # the launcher's refusal, a launch or memory error: this shape fails
         message = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         tolerance = FP32_REL_TOL if problem.dtype == "float32" else math.nan  # fp16's needs SDPA's run
         return ShapeCheck(problem, False, math.nan, math.nan, math.nan, tolerance, error=message,
                           metric=judged_metric(problem.dtype))
     metric = judged_metric(problem.dtype)
-    return ShapeCheck(problem, judge(errors, tolerance, metric), errors["rel_err"], errors["max_abs_err"],
-                      errors["mean_abs_err"], tolerance, errors["nonfinite"], errors["numel"], metric=metric)
+    passed = judge(errors, tolerance, metric) and (lse_check is None or lse_check.passed)
+    return ShapeCheck(problem, passed, errors["rel_err"], errors["max_abs_err"],
+                      errors["mean_abs_err"], tolerance, errors["nonfinite"], errors["numel"], metric=metric,
+                      lse=lse_check)
+
+
+def _judge_lse(problem: Problem, q, k, v, lse, scale: float):
+    """The forward's LSE against the backward check's float64 LSE and tolerance (lab.measure.gradcheck)."""
+    ref = gradcheck.reference_backward(q, k, v, None, problem.causal, scale,
+                                       device=_reference_device(problem, q.device))
+    err = {"LSE": gradcheck.lse_error(q, k, problem.causal, scale, ref["LSE"])}
+    tolerance = gradcheck.tolerances(err, ref, problem.dtype, FP32_REL_TOL)["LSE"]
+    return gradcheck.judge_tensor("LSE", lse, ref["LSE"], tolerance)
 
 
 def gate_shapes(variant: Variant, problem: Problem | None, extra_shapes: int, seed: int = 0,

@@ -379,7 +379,7 @@ def serve(variant, problem: Problem, mode: str, requests, reply) -> int:
             environment.require_gpu("profile")
             environment.require_compute_capability(variant)
             if module is None and request["do"] in ("check", "bench"):
-                if variant.kind == "cuda" and not build.is_built(variant):   # a python rung compiles nothing
+                if variant.kind != "python" and not build.is_built(variant):   # a python rung compiles nothing
                     reply({"error": f"{variant.id} has no cached build here", "not_built": True})
                     continue
                 module = build.load_cached(variant)

@@ -19,6 +19,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from lab import measure
+from lab.ladder import pairing
 from lab.files import write_json_atomic
 from lab.store.manifest import Correctness, ManifestError
 from lab.store.runs import store_root
@@ -39,7 +40,7 @@ def _sha256(path: Path) -> str:
 
 def binary_sha256(built) -> str:
     """The checked binary: a cuda rung's extension (the build's library, the .so its module loads from;
-    `lab profile`'s parent never loads it), or a python rung's source."""
+    `lab profile`'s parent never loads it), or a python rung's source; a pair's, its parts' build keys."""
     path = getattr(built, "library", None) or getattr(built.module, "__file__", None)
     return _sha256(Path(path)) if path and Path(path).is_file() else hashlib.sha256(built.cache_key.encode()).hexdigest()
 
@@ -48,7 +49,7 @@ def cache_key(variant, built, problem, shapes: int, mode: str, device: dict, sof
     here = Path(measure.__file__).parent
     code = hashlib.sha256(b"".join((here / n).read_bytes() for n in _CHECK_CODE if (here / n).is_file())).hexdigest()
     return {"format": FORMAT, "variant": variant.id, "binary_sha256": binary_sha256(built),
-            "source_sha256": _sha256(variant.source), "problem": problem.label(), "shapes": shapes, "seed": SEED,
+            "source_sha256": "+".join(_sha256(s) for s in pairing.sources(variant)), "problem": problem.label(), "shapes": shapes, "seed": SEED,
             "mode": mode, "check_code_sha256": code,
             "device": {k: device.get(k) for k in ("name", "compute_capability", "driver")},
             "software": {k: software.get(k) for k in ("torch", "cuda")}}

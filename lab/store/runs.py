@@ -84,7 +84,7 @@ def new_run_id(variant_id: str, problem_label: str, now: datetime | None = None,
     return run_id
 
 
-_SAFE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+_SAFE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]*$")   # '+': a pair's id (v9+v8, lab.ladder.pairing)
 
 
 class RunWriter:

@@ -307,3 +307,20 @@ def test_check_of_a_pair_through_the_cli_reaches_the_gate(pairing_ws, monkeypatc
     assert found["variant"] == "p1+p3" and found["passed"] and calls == ["p1+p3"]
     res = lab("check", "--variant", "p2+p3", "--mode", "bwd", "--shape", "1,2,33,47,32", "--dtype", "float32")
     assert res.returncode == 1 and "p2+p3 is wrong" in res.stderr
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_the_lse_error_scale_is_the_same_chunk_by_chunk(monkeypatch, causal):
+    """torch's own LSE error (the LSE's tolerance) is found a chunk of query rows at a time, so that a
+    forward's long timed problem fits: the same number as over the whole problem at once."""
+    from lab.measure import gradcheck
+
+    gen = torch.Generator().manual_seed(0)
+    q, k = torch.randn(2, 4, 300, 32, generator=gen).half(), torch.randn(2, 2, 257, 32, generator=gen).half()
+    s = torch.matmul(q.double(), k.double().repeat_interleave(2, dim=1).transpose(-2, -1)) * 0.2
+    if causal:
+        s = s.masked_fill(torch.ones(300, 257, dtype=torch.bool).triu(1), float("-inf"))
+    ref = torch.logsumexp(s, -1)
+    whole = gradcheck.lse_error(q, k, causal, 0.2, ref)
+    monkeypatch.setattr(gradcheck, "REFERENCE_CHUNK_BYTES", 2 * 4 * 257 * 6 * 7)   # 7 query rows a chunk
+    assert gradcheck.lse_error(q, k, causal, 0.2, ref) == whole > 0

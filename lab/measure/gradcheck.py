@@ -167,11 +167,18 @@ def lse_error(q, k, causal: bool, scale: float, ref_lse) -> float:
     import torch
 
     kr = k if k.shape[1] == q.shape[1] else k.repeat_interleave(q.shape[1] // k.shape[1], dim=1)
-    scores = (torch.matmul(q, kr.transpose(-2, -1)) * scale).float()   # rounded to the dtype by the matmul
-    if causal:
-        nq, nk = scores.shape[-2:]
-        scores = scores.masked_fill(torch.ones(nq, nk, dtype=torch.bool, device=q.device).triu(1), float("-inf"))
-    return _max_abs(torch.logsumexp(scores, dim=-1), ref_lse)
+    b, h, nq, _ = q.shape
+    nk = k.shape[2]
+    # query rows a chunk at a time, so that a long sequence's scores (a forward's timed problem) fit
+    rows = max(1, min(nq, REFERENCE_CHUNK_BYTES // max(1, b * h * nk * 6)))
+    worst = 0.0
+    for r0 in range(0, nq, rows):
+        scores = (torch.matmul(q[:, :, r0:r0 + rows], kr.transpose(-2, -1)) * scale).float()   # rounded to the dtype
+        if causal:   # top-left aligned: query i sees keys j <= i
+            i = torch.arange(r0, r0 + scores.shape[2], device=q.device)[:, None]
+            scores = scores.masked_fill(torch.arange(nk, device=q.device)[None, :] > i, float("-inf"))
+        worst = max(worst, _max_abs(torch.logsumexp(scores, dim=-1), ref_lse[:, :, r0:r0 + rows]))
+    return worst
 
 
 def _max_abs(t, ref) -> float:

@@ -172,7 +172,17 @@ def _print_ladder(rungs) -> None:
 
 
 def _print_rung(v) -> None:
-    """The rung's facts as its file declares them (the lab:rung block) and its header's prose, verbatim."""
+    """The rung's facts as its file declares them (the lab:rung block) and its header's prose, verbatim;
+    a pair's: what it runs (the dtypes, head dims and GQA both parts take), then each part's."""
+    if v.parts:
+        click.echo(f"{v.id}: {v.title}")
+        click.echo(f"a pair: {v.parts[0].id}'s forward, then {v.parts[1].id}'s backward on its O and LSE; "
+                   f"dtypes {', '.join(v.dtypes)}; D {', '.join(map(str, v.head_dims))}; GQA {'yes' if v.gqa else 'no'}; "
+                   f"min cc {'.'.join(map(str, v.min_cc))}")
+        for part in v.parts:
+            click.echo("")
+            _print_rung(part)
+        return
     where = registry.source_label(v)
     click.echo(f"{v.id}: {v.title}")
     click.echo(f"{v.origin} rung{' (shadows the built-in: builtin:' + v.id + ')' if v.shadows else ''}, {where}")

@@ -284,7 +284,7 @@ def build_rung(variant: Variant, identity: dict | None, machine: Machine = THIS_
     where a GPU that nvidia-smi could not name also sets the arch."""
     _say(f"build {variant.label()}")
     built = machine.cached_build(variant, identity["compute_capability"]) if identity is not None else None
-    if built is None and identity is not None and variant.kind == "cuda":
+    if built is None and identity is not None and variant.kind != "python":   # a cuda rung, or a pair (its parts)
         built = machine.build(variant, build.arch_of(*(int(x) for x in identity["compute_capability"].split("."))))
     elif built is None:
         built = machine.build(variant)

@@ -135,7 +135,8 @@ class Gates:
                 return {"passed": False, "error": f"{type(e).__name__}: {str(e).strip()[:300]}"}
 
     def _files(self, key: str) -> tuple[Path, Path]:
-        name = "".join(c if c.isalnum() or c in "-_." else "_" for c in key)
+        # '+' (a pair's id, fwd+bwd) becomes '-', which no rung id holds: pair v9+v8 and a rung v9_v8 keep two files
+        name = "".join(c if c.isalnum() or c in "-_." else "-" if c == "+" else "_" for c in key)
         return self.folder / f"{name}.json", self.folder / f"{name}.claim"
 
     def _computed(self, key, compute) -> dict:

@@ -324,3 +324,24 @@ def test_the_lse_error_scale_is_the_same_chunk_by_chunk(monkeypatch, causal):
     whole = gradcheck.lse_error(q, k, causal, 0.2, ref)
     monkeypatch.setattr(gradcheck, "REFERENCE_CHUNK_BYTES", 2 * 4 * 257 * 6 * 7)   # 7 query rows a chunk
     assert gradcheck.lse_error(q, k, causal, 0.2, ref) == whole > 0
+
+
+def test_a_sweeps_shared_verdict_of_a_pair_has_a_file_of_its_own(tmp_path):
+    """lab.sweeping.Gates keeps one verdict file per (rung, dtype, mode): a pair p1+p3 and a rung whose id
+    is p1_p3 must not share one."""
+    from lab.sweeping import Gates
+
+    gates = Gates(lambda *a: {"passed": True}, {}, tmp_path)
+    files = {Gates.key(rid, "float16", mode): gates._files(Gates.key(rid, "float16", mode))
+             for rid in ("p1+p3", "p1_p3") for mode in ("bwd", "fwd+bwd")}
+    assert len({done for done, _ in files.values()}) == 4
+
+
+def test_variants_shows_a_pair_and_each_of_its_parts():
+    res = lab("variants", "p1+p3")
+    assert res.returncode == 0, res.stderr
+    lines = res.stdout.splitlines()
+    assert lines[0] == "p1+p3: p1's forward + p3's backward"
+    assert lines[1].startswith("a pair: p1's forward, then p3's backward on its O and LSE; dtypes float16, bfloat16, float32")
+    assert '  id = "p1"' in lines and '  id = "p3"' in lines and "  writes_lse = true" in lines
+    refused(lab("variants", "p4+p3"), "p4's forward writes no row log-sum-exp")

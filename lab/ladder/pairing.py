@@ -68,7 +68,7 @@ def pair(forward: Variant, backward: Variant, spec: str | None = None) -> Varian
     pair_id = f"{forward.id}{SEPARATOR}{backward.id}"
     return replace(
         forward, id=pair_id, slug=f"{forward.slug}{SEPARATOR}{backward.slug}", kind=PAIR_KIND,
-        title=f"{forward.id}'s forward ({forward.title}) + {backward.id}'s backward ({backward.title})",
+        title=f"{forward.id}'s forward + {backward.id}'s backward",
         dtypes=dtypes, head_dims=head_dims, min_cc=max(forward.min_cc, backward.min_cc), classes=(),
         arch_flags=tuple(dict.fromkeys(forward.arch_flags + backward.arch_flags)),
         aligned16=forward.aligned16 or backward.aligned16, grid="", entry="", backward=True,

@@ -295,6 +295,8 @@ class Correctness(Section):
     failed_tensor: str | None = None   # the first tensor that failed, on failed_shape
     worst_element: str | None = None   # where it was furthest off: index, value, reference
     reused: str | None = None          # a kept verdict on the same binary, shapes and seed (lab.store.check_cache)
+    lse_checked: bool | None = None    # fwd of a rung whose forward writes the LSE: that LSE judged too
+    lse_max_abs_err: float | None = None   # its largest error against float64, over the shapes checked
 
 
 @dataclass

@@ -60,9 +60,13 @@ def test_gqa_must_be_a_boolean(tmp_path):
 
 
 def test_the_hopper_rungs_declare_gqa_and_the_others_do_not():
-    assert HOPPER and all(v.gqa for v in HOPPER), [v.id for v in HOPPER if not v.gqa]
+    """GQA is declared by Hopper rungs only, a forward and a backward among them. The one Hopper rung
+    without it is the persistent forward (issue 28: its launcher has fwd_wgmma.cuh's GQA
+    instantiation, but it declares gqa only once tests/test_gqa_gpu.py has checked it on a GPU)."""
+    persistent = [v for v in HOPPER if v.grid == "flat"]
+    assert HOPPER and [v for v in HOPPER if not v.gqa] == persistent and len(persistent) <= 1
     assert not [v.id for v in VARIANTS if v.gqa and v not in HOPPER]
-    assert GQA_BACKWARD in HOPPER and any(not v.backward for v in HOPPER)   # a forward and a backward
+    assert GQA_BACKWARD in HOPPER and any(v.gqa and not v.backward for v in HOPPER)   # a forward and a backward
 
 
 def test_the_binding_refuses_kv_heads_unless_built_for_gqa():
@@ -96,7 +100,8 @@ def test_a_rung_without_gqa_is_refused_a_gqa_problem(variant):
     with pytest.raises(LabError, match=f"{variant.id} does not declare GQA support"):
         check_supported(variant, problem)
     for v in HOPPER:   # the rungs that declare it
-        check_supported(v, problem.with_dtype(v.default_dtype))
+        if v.gqa:
+            check_supported(v, problem.with_dtype(v.default_dtype))
 
 
 @pytest.mark.parametrize("args", [

@@ -1,8 +1,8 @@
 """A forward+backward pairing: one rung's forward feeding another rung's backward, as a user trains
 with them (a Hopper forward written for another rung's backward: v9's forward, v8's backward).
 
-Named `F+B` wherever a rung is named (`--variant v9+v8`; `builtin:v9+v8` or `v9+builtin:v8` reach a
-built-in a workspace shadows), it is a rung of the one registry (lab.ladder.registry.get makes it):
+Named `F+B` wherever a rung is named (`--variant v9+v8`; each part as a rung is named, so
+`v9+builtin:v8` reaches the built-in v8 a workspace shadows), it is a rung of the one registry (lab.ladder.registry.get makes it):
 a Variant of kind "pair" whose `parts` are (F, B). Its modes:
 
   fwd      F's forward

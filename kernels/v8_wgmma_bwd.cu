@@ -93,10 +93,33 @@
 //   which step 3's compile check (C7515 only) let through. Taken: overlap-FA3 is the default at
 //   D = 128 (BwdDefault128; its kernels are the candidate's, cuobjdump -sass 8 of 8 instruction for
 //   instruction, D = 64's unchanged). D = 64 keeps order 0: overlap-FA3's causal kernels spill there.
+//   Measured after the flip (two H200s, 2026-11-27, commit c98dadc): `lab check --mode bwd` 24 shapes
+//   passed in fp16 and bf16, compute-sanitizer memcheck, racecheck, synccheck clean, the GPU tests
+//   (backward 6, GQA 33, tune 9) passed; `lab tune` at 4,16,8192,128: causal fp16 6.130 ms (448.4
+//   TFLOP/s) against order 0's 6.796 ms (1.109x), bf16 non-causal 11.730 ms (468.7) against 13.149
+//   (1.121x). The honest grid (profiles/examples/20261127-030127-sweep-honest-grid): v8's backward
+//   0.85-1.07x SDPA cuDNN in fp16 (>= 1.0 in 5 of 24 cells), 0.83-1.11x in bf16 (4 of 24), events
+//   timing; D = 128 non-causal N >= 8192 462-472 TFLOP/s against cuDNN's 514-538.
+//
+// Step 4 (tuning candidates, TmaDq<>; v8_notes.md has the prediction, written before any run, and
+//   the GPU commands). Evidence: the lab's profile of the new default (4,16,4096,128 fp16, H200,
+//   profiles/examples/20261127-031243-v8-B4-H16-N4096-D128-float16): 46.7% of the tensor peak; dQ's
+//   16.8M REDG are 37% of L2's sectors, and the lines around them hold ~30% of the stall samples
+//   (lg_throttle at the REDG, long scoreboard where the next step reuses their source registers).
+//   Design: each consumer warpgroup stores its fp32 dQ share into a swizzled staging buffer (the
+//   boxes of dQ's fp32 tensor map), fences and arrives; a dQ-writer warp in the producer warpgroup
+//   issues one TMA tensor reduction (cp.reduce.async.bulk.tensor .add) per box and, once the engine
+//   has read the buffers, arrives on the next step's dS^T named barrier, before which no consumer
+//   stores dQ again: no consumer waits on a reduction. Predicted: 1.05-1.12x the default
+//   at 4,16,8192,128 fp16, 1.04-1.10x at 4,16,2048,128, 1.04-1.12x at D = 64 (order 0); in Nsight
+//   Compute no REDG, lg_throttle ~0, long scoreboard from 34% to <= 20% of the stalls. Compiled
+//   (nvcc 13.0): the 16 TMA-dQ kernels 0 spills, none serialised; the default kernels the same SASS
+//   as before, instruction by instruction. Not yet run on a GPU.
 //
 // Roles in one backward CTA (384 threads; key block n0 .. n0+127 of head bh):
 //
-//   warpgroup 0: producer (setmaxnreg.dec 24; one thread issues every copy)
+//   warpgroup 0: producer (setmaxnreg.dec 24; one thread issues every copy; TmaDq<>: a second
+//     thread, warp 1's, issues dQ's reductions from the consumers' staging buffers)
 //     K_j, V_j --TMA--> smem (once; kv_full)
 //     for query block m: wait q_empty[s]  -> Q_m  (TMA boxes) + LSE2_m (bulk)  -> q_full[s]
 //                        wait do_empty[s] -> dO_m (TMA boxes) + Dsum_m (bulk)  -> do_full[s]
@@ -162,6 +185,11 @@ struct BwdConfig {
   static constexpr int kProducerRegs = 24, kConsumerRegs = 240;
   // How each consumer warpgroup orders its products (0: the measured step 1; Overlapped<> below).
   static constexpr int kOverlap = 0;
+  // TMA-dQ (TmaDq<> below): none here. Its staging boxes are [64 rows x 32 floats] of 128 bytes.
+  static constexpr bool kDqTma = false;
+  static constexpr int kOffDqT = 0, kDqTileTBytes = 0, kDqBoxBytes = 64 * 128;
+  // Threads at the dS^T named barrier (barrier 1) of each step: the consumers (TMA-dQ: + the dQ writer's warp).
+  static constexpr int kDsBarrierThreads = kConsumerThreads;
   static_assert(D == 64 || D == 128, "head_dim 64 or 128");
   static_assert(BM == 64 || BM == 128, "query block of 64 or 128 rows");
   static_assert(kDqN == 64 || kDqN == 128, "dQ split on whole 64-column atoms");
@@ -181,29 +209,62 @@ struct Overlapped : Base {
   static_assert(!Base::kBulkDq, "the overlapped orders add dQ by RED from registers");
 };
 
+// Step 4's tuning candidates (v8_notes.md, step 4): dQ by TMA tensor reductions, issued by a warp of
+// its own. Each consumer warpgroup stores its fp32 dQ share [64 rows x kDqN] into its staging buffer,
+// laid out as kDqN/32 boxes of [64 rows x 32 floats] with the 128-byte swizzle of dQ's fp32 tensor
+// map (lab_tma_map_3d_f32), and every thread fences the async proxy and arrives on dq_full; warp 1 of
+// the producer warpgroup (the dQ writer) waits for it, its first thread issues one
+// cp.reduce.async.bulk.tensor per box into the accumulator (rows past nq clipped by the map) and
+// waits for the engine's reads, and the warp arrives (bar.arrive) on the next step's dS^T named
+// barrier, which the consumers pass before they store dQ again: so no consumer waits on a
+// reduction, or on anything but the barrier it already had (FlashAttention-3's dQ-empty barrier is
+// such a named barrier too). One buffer per warpgroup: a named barrier counts one arrival per
+// generation, so the writer can free at most one step ahead. Layout: the staging buffers after
+// dS^T (1024-aligned), the row statistics after them. A config of its own (as Overlapped<>), so the
+// default kernels keep their names and machine code.
+template <class Base>
+struct TmaDq : Base {
+  static constexpr bool kDqTma = true;
+  static constexpr int kDqTileTBytes = (Base::kDqN / 32) * Base::kDqBoxBytes;  // one warpgroup's share
+  static constexpr int kOffDqT = Base::kOffDS + 2 * Base::kDsBytes;
+  static constexpr int kOffL = kOffDqT + Base::kConsumers * kDqTileTBytes;
+  static constexpr int kOffDsum = kOffL + Base::kStages * Base::kStatBytes;
+  static constexpr int kSmemBytes = kOffDsum + Base::kStages * Base::kStatBytes + 1024;  // + alignment slack
+  static constexpr int kDsBarrierThreads = Base::kConsumerThreads + 32;
+  static_assert(!Base::kBulkDq, "TMA-dQ replaces step 2's per-row bulk reductions");
+  static_assert(kOffDqT % 1024 == 0, "the swizzled staging boxes sit on 1024-byte boundaries");
+  // The static mbarriers (1 + 4 S + 2 of 8 bytes) count against the same 227 KB.
+  static_assert(kSmemBytes + 8 * (1 + 4 * Base::kStages + 2) <= 227 * 1024, "shared memory over the 227 KB per-block limit");
+};
+
 // GQA = true (common.cuh's GQA contract; its own instantiation, so the kernel without it is the
 // same machine code as before): grid.y = B*Hkv*kv_splits units; unit u loads K/V head u / kv_splits
 // once and runs query heads u*heads_per_cta .. +heads_per_cta-1 one after another through the same
 // Q/dO ring, dK and dV summed in registers across them. kv_splits = 1: written as 16 bits; else as
 // fp32 partials [unit, nk, D] that bwd_sum_partials_kernel adds in split order.
-template <class C, typename T, bool CAUSAL, bool GQA = false>
-__global__ void __launch_bounds__(C::kThreads, 1)
-bwd_kernel(const __grid_constant__ CUtensorMap tm_q,   // [B*H, nq, D] in boxes of [BM rows, 64 cols]
-           const __grid_constant__ CUtensorMap tm_do,  // [B*H, nq, D] in boxes of [BM rows, 64 cols]
-           const __grid_constant__ CUtensorMap tm_k,   // [B*Hkv, nk, D] in boxes of [BN rows, 64 cols]
-           const __grid_constant__ CUtensorMap tm_v,   // [B*Hkv, nk, D] in boxes of [BN rows, 64 cols]
-           const float* __restrict__ lse2,             // [B*H, nq_pad] LSE * log2(e), +inf on padding rows
-           const float* __restrict__ dsum,             // [B*H, nq_pad] rowsum(dO * O), 0 on padding rows
-           float* __restrict__ dq_acc,                 // [B*H, nq, D] fp32, zeroed by the preprocess
-           T* __restrict__ dk, T* __restrict__ dv,     // [B*Hkv, nk, D]
-           int nq, int nk, int nq_pad, float scale_log2, float scale,
-           int heads_per_cta, int kv_splits,           // GQA only: query heads per CTA, CTAs per K/V head
-           float* __restrict__ dk_part, float* __restrict__ dv_part) {  // GQA, kv_splits > 1: [B*Hkv*kv_splits, nk, D]
+// The kernel's body: bwd_kernel (every configuration but TMA-dQ's) and bwd_kernel_tdq (TmaDq<>,
+// with dQ's fp32 tensor map as one more __grid_constant__ parameter) are this, inlined.
+template <class C, typename T, bool CAUSAL, bool GQA>
+static __device__ __forceinline__ void
+bwd_body(const CUtensorMap& tm_q,   // [B*H, nq, D] in boxes of [BM rows, 64 cols]
+         const CUtensorMap& tm_do,  // [B*H, nq, D] in boxes of [BM rows, 64 cols]
+         const CUtensorMap& tm_k,   // [B*Hkv, nk, D] in boxes of [BN rows, 64 cols]
+         const CUtensorMap& tm_v,   // [B*Hkv, nk, D] in boxes of [BN rows, 64 cols]
+         const float* __restrict__ lse2,             // [B*H, nq_pad] LSE * log2(e), +inf on padding rows
+         const float* __restrict__ dsum,             // [B*H, nq_pad] rowsum(dO * O), 0 on padding rows
+         float* __restrict__ dq_acc,                 // [B*H, nq, D] fp32, zeroed by the preprocess
+         T* __restrict__ dk, T* __restrict__ dv,     // [B*Hkv, nk, D]
+         int nq, int nk, int nq_pad, float scale_log2, float scale,
+         int heads_per_cta, int kv_splits,           // GQA only: query heads per CTA, CTAs per K/V head
+         float* __restrict__ dk_part, float* __restrict__ dv_part,  // GQA, kv_splits > 1: [B*Hkv*kv_splits, nk, D]
+         const CUtensorMap* tm_dq) {                 // TMA-dQ only: dq_acc in boxes of [64 rows, 32 cols] fp32
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   constexpr int D = C::D, BM = C::BM, BN = C::BN, S = C::kStages;
   extern __shared__ uint8_t smem_raw[];
-  // Barriers: [0] K/V landed; per stage s: Q full, Q empty, dO full, dO empty.
-  __shared__ __align__(8) uint64_t bars[1 + 4 * S];
+  // Barriers: [0] K/V landed; per stage s: Q full, Q empty, dO full, dO empty; TMA-dQ: per consumer
+  // warpgroup, its dQ share staged (dq_full). (A staging buffer is free again at the next step's
+  // dS^T named barrier, which the dQ writer's warp arrives on.)
+  __shared__ __align__(8) uint64_t bars[1 + 4 * S + (C::kDqTma ? 2 : 0)];
 
   const int tid = threadIdx.x;
   const int n_block = blockIdx.x, bh = blockIdx.y;
@@ -230,6 +291,9 @@ bwd_kernel(const __grid_constant__ CUtensorMap tm_q,   // [B*H, nq, D] in boxes 
   auto q_empty = [&](int s) { return lab_smem_addr(&bars[1 + S + s]); };
   auto do_full = [&](int s) { return lab_smem_addr(&bars[1 + 2 * S + s]); };
   auto do_empty = [&](int s) { return lab_smem_addr(&bars[1 + 3 * S + s]); };
+  // TMA-dQ: consumer warpgroup cw's staging buffer and its barrier.
+  auto s_dqt = [&](int cw) { return s_base + C::kOffDqT + cw * C::kDqTileTBytes; };
+  auto dq_full = [&](int cw) { return lab_smem_addr(&bars[1 + 4 * S + cw]); };
 
   if (tid == 0) {
     lab_mbar_init(kv_full, 1);
@@ -238,6 +302,9 @@ bwd_kernel(const __grid_constant__ CUtensorMap tm_q,   // [B*H, nq, D] in boxes 
       lab_mbar_init(do_full(s), 1);
       lab_mbar_init(q_empty(s), C::kConsumerThreads);
       lab_mbar_init(do_empty(s), C::kConsumerThreads);
+    }
+    if constexpr (C::kDqTma) {
+      for (int cw = 0; cw < C::kConsumers; ++cw) lab_mbar_init(dq_full(cw), 128);  // the warpgroup's threads
     }
     lab_fence_mbar_init();
   }
@@ -262,7 +329,7 @@ bwd_kernel(const __grid_constant__ CUtensorMap tm_q,   // [B*H, nq, D] in boxes 
       const float* lse2_bh = lse2 + (size_t)bh * nq_pad;
       const float* dsum_bh = dsum + (size_t)bh * nq_pad;
       // GQA: step it is query block m_first + mi of query head bq (mi runs to n_steps, then bq moves on).
-      for (int it = 0, mi = 0, bq = bh_q0; it < n_total; ++it) {
+      auto load_step = [&](int it, int mi, int bq) {
         const int s = it % S, m0 = (m_first + (GQA ? mi : it)) * BM;
         const int bh_q = GQA ? bq : bh;
         const uint32_t parity = ((it / S) & 1) ^ 1;  // first pass: a fresh slot counts as free
@@ -277,9 +344,57 @@ bwd_kernel(const __grid_constant__ CUtensorMap tm_q,   // [B*H, nq, D] in boxes 
         for (int h = 0; h < C::kHalves; ++h)
           lab_tma_load_3d(s_do(s) + h * BM * 128, &tm_do, do_full(s), h * 64, m0, bh_q);
         lab_bulk_load(s_dd(s), GQA ? dsum + (size_t)bq * nq_pad + m0 : dsum_bh + m0, C::kStatBytes, do_full(s));
-        if constexpr (GQA) {
-          if (++mi == n_steps) mi = 0, ++bq;
+      };
+      if constexpr (C::kDqTma) {
+        // Not unrolled: unrolled (as ptxas does by itself, 4 steps) the loop spilled at the
+        // producers' 24 registers beside the dQ writer's branch.
+#pragma unroll 1
+        for (int it = 0, mi = 0, bq = bh_q0; it < n_total; ++it) {
+          load_step(it, mi, bq);
+          if constexpr (GQA) {
+            if (++mi == n_steps) mi = 0, ++bq;
+          }
         }
+      } else {
+        for (int it = 0, mi = 0, bq = bh_q0; it < n_total; ++it) {
+          load_step(it, mi, bq);
+          if constexpr (GQA) {
+            if (++mi == n_steps) mi = 0, ++bq;
+          }
+        }
+      }
+    } else if (C::kDqTma && tid / 32 == 1 && n_steps > 0) {
+      // ---------------- dQ writer (TMA-dQ): warp 1; its first thread issues every dQ reduction ----------------
+      // (an else of the loader: values it alone needs are not held across the loader's loop, which
+      // at the producers' 24 registers spilled)
+      if constexpr (C::kDqTma) {
+        const bool leader = tid == 32;
+        if (leader) lab_tma_prefetch_map(tm_dq);
+        lab_named_arrive(1, C::kDsBarrierThreads);  // step 0: the staging buffers are free
+#pragma unroll 1
+        for (int it = 0, mi = 0, bq = bh_q0; it < n_total; ++it) {
+          const int m0 = (m_first + (GQA ? mi : it)) * BM;
+          const int bh_q = GQA ? bq : bh;
+#pragma unroll
+          for (int cw = 0; cw < C::kConsumers; ++cw) {
+            lab_mbar_wait(dq_full(cw), it & 1);
+            const int row = m0 + (C::kDqSplitRows ? 64 * cw : 0), col = C::kDqSplitRows ? 0 : cw * C::kDqN;
+            if (leader) {
+#pragma unroll
+              for (int a = 0; a < C::kDqN / 32; ++a)
+                lab_tma_reduce_add_3d(tm_dq, s_dqt(cw) + a * C::kDqBoxBytes, col + 32 * a, row, bh_q);
+              lab_bulk_commit();
+            }
+          }
+          if (leader) lab_bulk_wait_read<0>();  // the engine has read both buffers
+          __syncwarp();
+          // Step it + 1's dS^T barrier: the consumers pass it before they store dQ again.
+          if (it + 1 < n_total) lab_named_arrive(1, C::kDsBarrierThreads);
+          if constexpr (GQA) {
+            if (++mi == n_steps) mi = 0, ++bq;
+          }
+        }
+        if (leader) lab_bulk_wait<0>();  // the reductions' writes done before the CTA ends
       }
     }
     return;
@@ -299,6 +414,31 @@ bwd_kernel(const __grid_constant__ CUtensorMap tm_q,   // [B*H, nq, D] in boxes 
   // dQ's share of this warpgroup: query rows dq_row0 .. +63 of the block, columns dq_col0 .. +kDqN-1.
   const int dq_row0 = C::kDqSplitRows ? 64 * c : 0;
   const int dq_col0 = C::kDqSplitRows ? 0 : c * C::kDqN;
+
+  // TMA-dQ: this warpgroup's dQ share of step it -> its staging buffer, swizzled as the fp32 map's
+  // boxes: the thread's float2 of row r (= 16 warp + g + 8h, so r % 8 = g), column j (= 8i + c2)
+  // sits in box j / 32, 16-byte chunk (j % 32) / 4 XOR g. A warp's store of 8 rows x 32 bytes meets
+  // each bank twice (two wavefronts, conflict-free). The buffer is free: this step's dS^T barrier,
+  // passed before, counted the dQ writer's arrival after the engine read last step's. Then every
+  // thread fences the async proxy (its stores, visible to the engine's reads) and arrives (every
+  // thread: a per-warp arrival after __syncwarp cost the GQA kernels a spill at 240 registers).
+  auto dq_stage = [&](int it, const float (&dq)[C::kDqN / 2]) {
+    // Chunk (2(i % 4) + c2 / 4) ^ g = 2(i % 4) ^ x with x = (c2 / 4) ^ g: four addresses, one per
+    // i % 4. x is made opaque here so that ptxas forms them per step instead of holding them across
+    // the loop (it spilled at the consumers' 240 registers when it did).
+    uint32_t x = (c2 >> 2) ^ g;
+    asm volatile("" : "+r"(x));
+    uint8_t* rows = smem_raw + (s_dqt(c) - lab_smem_addr(smem_raw)) + (warp * 16 + g) * 128 + (c2 & 3) * 4;
+#pragma unroll
+    for (int h = 0; h < 2; ++h)
+#pragma unroll
+      for (int i = 0; i < C::kDqN / 8; ++i) {
+        const uint32_t off = (i / 4) * C::kDqBoxBytes + h * 8 * 128 + (((2 * (i % 4)) ^ x) << 4);
+        *reinterpret_cast<float2*>(rows + off) = make_float2(dq[i * 4 + 2 * h], dq[i * 4 + 2 * h + 1]);
+      }
+    lab_fence_proxy_async_shared();
+    lab_mbar_arrive(dq_full(c));
+  };
 
   if (n_steps > 0) lab_mbar_wait(kv_full, 0);
   if constexpr (C::kOverlap > 0) {
@@ -347,7 +487,7 @@ bwd_kernel(const __grid_constant__ CUtensorMap tm_q,   // [B*H, nq, D] in boxes 
     auto step = [&](int it, auto has_next) {
       constexpr bool next = decltype(has_next)::value;
       const int s = it % S, m0 = (m_first + (GQA ? mi : it)) * BM;
-      const int bh_q = GQA ? bq : bh;
+      [[maybe_unused]] const int bh_q = GQA ? bq : bh;  // (TMA-dQ: the dQ writer's business)
       const int ds_buf = it & 1;
       if constexpr (C::kOverlap == 1) issue_s(s, (it / S) & 1);
       issue_dp(s, (it / S) & 1);
@@ -409,7 +549,7 @@ bwd_kernel(const __grid_constant__ CUtensorMap tm_q,   // [B*H, nq, D] in boxes 
           }
       }
       lab_fence_proxy_async_shared();            // the stores above, visible to wgmma's reads
-      lab_named_sync(1, C::kConsumerThreads);    // both warpgroups' keys of dS^T are in place
+      lab_named_sync(1, C::kDsBarrierThreads);   // both warpgroups' keys of dS^T are in place
 
       // dQ, then dK (FlashAttention-3's order): dQ retires first, its RED runs while dK does.
       float dq[C::kDqN / 2];
@@ -434,13 +574,17 @@ bwd_kernel(const __grid_constant__ CUtensorMap tm_q,   // [B*H, nq, D] in boxes 
       // Order 2: the next step's S^T goes out behind dK (dP^T waits for the loop's top: its
       // accumulators beside S^T's, dQ's, dK's and dV's would pass 240 registers).
       if constexpr (next) issue_s((it + 1) % S, ((it + 1) / S) & 1);
+      if constexpr (C::kDqTma) {
+        dq_stage(it, dq);                        // TMA-dQ: the dQ writer adds it
+      } else {
 #pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const int qrow = m0 + dq_row0 + warp * 16 + g + 8 * h;
-        if (qrow < nq) {
-          float* dst = dq_acc + ((size_t)bh_q * nq + qrow) * D + dq_col0 + c2;
+        for (int h = 0; h < 2; ++h) {
+          const int qrow = m0 + dq_row0 + warp * 16 + g + 8 * h;
+          if (qrow < nq) {
+            float* dst = dq_acc + ((size_t)bh_q * nq + qrow) * D + dq_col0 + c2;
 #pragma unroll
-          for (int i = 0; i < C::kDqN / 8; ++i) lab_bwd::red_add2(dst + i * 8, dq[i * 4 + 2 * h], dq[i * 4 + 2 * h + 1]);
+            for (int i = 0; i < C::kDqN / 8; ++i) lab_bwd::red_add2(dst + i * 8, dq[i * 4 + 2 * h], dq[i * 4 + 2 * h + 1]);
+          }
         }
       }
       // dK retired (with order 2, the next S^T may still run: it is the most recent group).
@@ -559,7 +703,7 @@ bwd_kernel(const __grid_constant__ CUtensorMap tm_q,   // [B*H, nq, D] in boxes 
           }
       }
       lab_fence_proxy_async_shared();            // the stores above, visible to wgmma's reads
-      lab_named_sync(1, C::kConsumerThreads);    // both warpgroups' keys of dS^T are in place
+      lab_named_sync(1, C::kDsBarrierThreads);   // both warpgroups' keys of dS^T are in place
 
       // dQ (this warpgroup's share) = dS K: A = dS [queries x keys] read from dS^T (MN-major: the
       // queries contiguous), B = K [keys x D] MN-major; k = the 128 keys, a k16 step +2048 B in both.
@@ -607,6 +751,8 @@ bwd_kernel(const __grid_constant__ CUtensorMap tm_q,   // [B*H, nq, D] in boxes 
                                     C::kDqN * 4);
           lab_bulk_commit();
         }
+      } else if constexpr (C::kDqTma) {
+        dq_stage(it, dq);  // TMA-dQ: the dQ writer adds it
       } else {
         // RED from registers (no return value), two floats each.
 #pragma unroll
@@ -667,6 +813,30 @@ bwd_kernel(const __grid_constant__ CUtensorMap tm_q,   // [B*H, nq, D] in boxes 
 #endif
 }
 
+template <class C, typename T, bool CAUSAL, bool GQA = false>
+__global__ void __launch_bounds__(C::kThreads, 1)
+bwd_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_do,
+           const __grid_constant__ CUtensorMap tm_k, const __grid_constant__ CUtensorMap tm_v,
+           const float* __restrict__ lse2, const float* __restrict__ dsum, float* __restrict__ dq_acc,
+           T* __restrict__ dk, T* __restrict__ dv, int nq, int nk, int nq_pad, float scale_log2, float scale,
+           int heads_per_cta, int kv_splits, float* __restrict__ dk_part, float* __restrict__ dv_part) {
+  static_assert(!C::kDqTma, "TMA-dQ configurations run bwd_kernel_tdq");
+  bwd_body<C, T, CAUSAL, GQA>(tm_q, tm_do, tm_k, tm_v, lse2, dsum, dq_acc, dk, dv, nq, nk, nq_pad, scale_log2, scale,
+                              heads_per_cta, kv_splits, dk_part, dv_part, nullptr);
+}
+template <class C, typename T, bool CAUSAL, bool GQA = false>
+__global__ void __launch_bounds__(C::kThreads, 1)
+bwd_kernel_tdq(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_do,
+               const __grid_constant__ CUtensorMap tm_k, const __grid_constant__ CUtensorMap tm_v,
+               const float* __restrict__ lse2, const float* __restrict__ dsum, float* __restrict__ dq_acc,
+               T* __restrict__ dk, T* __restrict__ dv, int nq, int nk, int nq_pad, float scale_log2, float scale,
+               int heads_per_cta, int kv_splits, float* __restrict__ dk_part, float* __restrict__ dv_part,
+               const __grid_constant__ CUtensorMap tm_dq) {
+  static_assert(C::kDqTma, "only TMA-dQ configurations take dQ's tensor map");
+  bwd_body<C, T, CAUSAL, GQA>(tm_q, tm_do, tm_k, tm_v, lse2, dsum, dq_acc, dk, dv, nq, nk, nq_pad, scale_log2, scale,
+                              heads_per_cta, kv_splits, dk_part, dv_part, &tm_dq);
+}
+
 // GQA: how many CTAs share one K/V head's group of query heads (a divisor of the group). One CTA per
 // (key block, K/V head) loads K and V once and keeps dK and dV in registers across the whole group,
 // but its grid is group times smaller than one CTA per query head: the group is split (each share's
@@ -725,13 +895,28 @@ const char* bwd_launch_one(const LabBackwardArgs* a, cudaStream_t stream) {
   const float scale = a->softmax_scale, scale_log2 = scale * 1.4426950408889634f;
   T* dk = static_cast<T*>(a->dk);
   T* dv = static_cast<T*>(a->dv);
+  // TMA-dQ: the fp32 accumulator as the map its reductions write through (boxes of 64 rows).
+  CUtensorMap tm_dq;
+  if constexpr (C::kDqTma) {
+    if (reinterpret_cast<uintptr_t>(w.dq_acc) % 16 || !lab_tma_map_3d_f32(&tm_dq, w.dq_acc, D, nq, bh, 64))
+      return "v8: cuTensorMapEncodeTiled refused dQ's fp32 accumulator map";
+  }
   if (group == 1) {
-    auto kernel = bwd_kernel<C, T, CAUSAL>;
-    static const cudaError_t attr = lab_set_smem(kernel, C::kSmemBytes);  // once per instantiation
-    if (attr != cudaSuccess) return cudaGetErrorString(attr);
-    kernel<<<dim3(lab_cdiv(nk, C::BN), bh), C::kThreads, C::kSmemBytes, stream>>>(
-        tm_q, tm_do, tm_k, tm_v, w.lse2, w.dsum, w.dq_acc, dk, dv, nq, nk, w.nq_pad, scale_log2, scale, 1, 1, nullptr,
-        nullptr);
+    if constexpr (C::kDqTma) {
+      auto kernel = bwd_kernel_tdq<C, T, CAUSAL>;
+      static const cudaError_t attr = lab_set_smem(kernel, C::kSmemBytes);  // once per instantiation
+      if (attr != cudaSuccess) return cudaGetErrorString(attr);
+      kernel<<<dim3(lab_cdiv(nk, C::BN), bh), C::kThreads, C::kSmemBytes, stream>>>(
+          tm_q, tm_do, tm_k, tm_v, w.lse2, w.dsum, w.dq_acc, dk, dv, nq, nk, w.nq_pad, scale_log2, scale, 1, 1,
+          nullptr, nullptr, tm_dq);
+    } else {
+      auto kernel = bwd_kernel<C, T, CAUSAL>;
+      static const cudaError_t attr = lab_set_smem(kernel, C::kSmemBytes);  // once per instantiation
+      if (attr != cudaSuccess) return cudaGetErrorString(attr);
+      kernel<<<dim3(lab_cdiv(nk, C::BN), bh), C::kThreads, C::kSmemBytes, stream>>>(
+          tm_q, tm_do, tm_k, tm_v, w.lse2, w.dsum, w.dq_acc, dk, dv, nq, nk, w.nq_pad, scale_log2, scale, 1, 1,
+          nullptr, nullptr);
+    }
     if (const char* err = lab_last_launch_error()) return err;
   } else {
     // GQA: one CTA per (key block, K/V head, share of its group), the shares' dK and dV summed after.
@@ -741,12 +926,21 @@ const char* bwd_launch_one(const LabBackwardArgs* a, cudaStream_t stream) {
     if (a->workspace_bytes < need + 2 * part_bytes) return "v8: backward workspace missing or too small";
     float* dk_part = splits > 1 ? reinterpret_cast<float*>(static_cast<uint8_t*>(a->workspace) + need) : nullptr;
     float* dv_part = splits > 1 ? reinterpret_cast<float*>(static_cast<uint8_t*>(a->workspace) + need + part_bytes) : nullptr;
-    auto kernel = bwd_kernel<C, T, CAUSAL, true>;
-    static const cudaError_t attr = lab_set_smem(kernel, C::kSmemBytes);  // once per instantiation
-    if (attr != cudaSuccess) return cudaGetErrorString(attr);
-    kernel<<<dim3(lab_cdiv(nk, C::BN), bh_kv * splits), C::kThreads, C::kSmemBytes, stream>>>(
-        tm_q, tm_do, tm_k, tm_v, w.lse2, w.dsum, w.dq_acc, dk, dv, nq, nk, w.nq_pad, scale_log2, scale,
-        group / splits, splits, dk_part, dv_part);
+    if constexpr (C::kDqTma) {
+      auto kernel = bwd_kernel_tdq<C, T, CAUSAL, true>;
+      static const cudaError_t attr = lab_set_smem(kernel, C::kSmemBytes);  // once per instantiation
+      if (attr != cudaSuccess) return cudaGetErrorString(attr);
+      kernel<<<dim3(lab_cdiv(nk, C::BN), bh_kv * splits), C::kThreads, C::kSmemBytes, stream>>>(
+          tm_q, tm_do, tm_k, tm_v, w.lse2, w.dsum, w.dq_acc, dk, dv, nq, nk, w.nq_pad, scale_log2, scale,
+          group / splits, splits, dk_part, dv_part, tm_dq);
+    } else {
+      auto kernel = bwd_kernel<C, T, CAUSAL, true>;
+      static const cudaError_t attr = lab_set_smem(kernel, C::kSmemBytes);  // once per instantiation
+      if (attr != cudaSuccess) return cudaGetErrorString(attr);
+      kernel<<<dim3(lab_cdiv(nk, C::BN), bh_kv * splits), C::kThreads, C::kSmemBytes, stream>>>(
+          tm_q, tm_do, tm_k, tm_v, w.lse2, w.dsum, w.dq_acc, dk, dv, nq, nk, w.nq_pad, scale_log2, scale,
+          group / splits, splits, dk_part, dv_part);
+    }
     if (const char* err = lab_last_launch_error()) return err;
     if (splits > 1) {
       const size_t n8 = (size_t)bh_kv * nk * D / 8;
@@ -810,12 +1004,15 @@ struct BwdCandidate {
   const char* (*launch)(const LabBackwardArgs* args, cudaStream_t stream);
 };
 // Step 3 (v8_notes.md, predictions written before any was run): a third stage, and the overlapped
-// orders (Overlapped<>: overlap-FA3 = 1, overlap-next = 2) with RED-dQ.
+// orders (Overlapped<>: overlap-FA3 = 1, overlap-next = 2) with RED-dQ. Step 4 (v8_notes.md, its
+// prediction written before any run): TMA-dQ (TmaDq<>, one staging buffer per warpgroup, as
+// FlashAttention-3 has).
 static const BwdCandidate kBwd64[] = {
     {"BM128 S2 RED-dQ", bwd_launch<BwdConfig<64, 128, 2, false>>},
     {"BM128 S2 bulk-dQ", bwd_launch<BwdConfig<64, 128, 2, true>>},
     {"BM128 S3 RED-dQ", bwd_launch<BwdConfig<64, 128, 3, false>>},
     {"BM128 S2 RED-dQ overlap-next", bwd_launch<Overlapped<BwdConfig<64, 128, 2, false>, 2>>},
+    {"BM128 S2 TMA-dQ", bwd_launch<TmaDq<BwdConfig<64, 128, 2, false>>>},
 };
 static const BwdCandidate kBwd128[] = {
     {"BM64 S2 RED-dQ", bwd_launch<BwdConfig<128, 64, 2, false>>},
@@ -824,6 +1021,7 @@ static const BwdCandidate kBwd128[] = {
     {"BM64 S2 RED-dQ overlap-FA3", bwd_launch<Overlapped<BwdConfig<128, 64, 2, false>, 1>>},
     {"BM64 S2 RED-dQ overlap-next", bwd_launch<Overlapped<BwdConfig<128, 64, 2, false>, 2>>},
     {"BM64 S3 RED-dQ overlap-next", bwd_launch<Overlapped<BwdConfig<128, 64, 3, false>, 2>>},
+    {"BM64 S2 TMA-dQ overlap-FA3", bwd_launch<TmaDq<Overlapped<BwdConfig<128, 64, 2, false>, 1>>>},
 };
 template <int N>
 static const char* bwd_labels(const BwdCandidate (&items)[N]) {

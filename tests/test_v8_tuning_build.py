@@ -33,8 +33,11 @@ def test_v8s_backward_candidates_compile_without_spills_or_serialised_wgmma(monk
     monkeypatch.setenv("LAB_CACHE", str(root))
     report = build.ptxas_report(V8, "sm_90a", tuning=True)
     overlapped = [r for r in report.records if "Overlapped" in r.kernel]
-    # overlap-FA3 at D=128; overlap-next at D=128 (2 and 3 stages) and D=64: x fp16/bf16 x causal x GQA
-    assert len(overlapped) == 4 * 8, [r.kernel[:100] for r in report.records if "bwd_kernel" in r.kernel]
+    # overlap-FA3 at D=128 (also under TMA-dQ); overlap-next at D=128 (2 and 3 stages) and D=64:
+    # x fp16/bf16 x causal x GQA
+    assert len(overlapped) == 5 * 8, [r.kernel[:100] for r in report.records if "bwd_kernel" in r.kernel]
+    tma_dq = [r for r in report.records if "TmaDq<" in r.kernel]   # step 4: D=128 and D=64
+    assert len(tma_dq) == 2 * 8, [r.kernel[:100] for r in tma_dq]
     spilled = [(r.kernel[:100], r.spill_stores_bytes, r.spill_loads_bytes) for r in report.records
                if r.spill_stores_bytes or r.spill_loads_bytes]
     assert not spilled, spilled
@@ -50,3 +53,20 @@ def test_v8s_backward_candidates_compile_without_spills_or_serialised_wgmma(monk
     assert len(overlap_next) == 3 * 8, sorted(overlap_next)
     assert not serialised - overlap_next, sorted(serialised - overlap_next)   # the default, FA3, S3: none
     assert serialised == overlap_next, sorted(overlap_next - serialised)
+    # TMA-dQ's kernels add dQ by TMA tensor reductions only: no REDG (the RED-dQ path), and the
+    # reductions there; the D=128 default (overlap-FA3, RED-dQ) keeps its REDG.
+    if report.sass_path is None:
+        pytest.skip("cuobjdump not found beside nvcc: the SASS half of this check needs it")
+    sass = _functions(report.sass_path.read_text())
+    tdq = {name: body for name, body in sass.items() if "bwd_kernel_tdq" in name}
+    assert len(tdq) == 2 * 8, sorted(tdq)
+    for name, body in tdq.items():
+        assert re.search(r"\bUTMAREDG\.3D\.ADD\b", body) and not re.search(r"(?<!UTMA)\bREDG\.", body), name
+    red = [n for n in sass if n.startswith("_ZN2v810bwd_kernelINS_10OverlappedINS_9BwdConfigILi128ELi64ELi2ELb0EEELi1EEE")]
+    assert len(red) == 8 and all(re.search(r"(?<!UTMA)\bREDG\.", sass[n]) for n in red), red
+
+
+def _functions(sass: str) -> dict[str, str]:
+    """cuobjdump -sass text -> {mangled function name: its instructions}."""
+    parts = re.split(r"\n\s+Function : (\S+)", sass)
+    return dict(zip(parts[1::2], parts[2::2]))

@@ -3,7 +3,8 @@
 // host-side tensor maps those copies read, and the warp-specialisation primitives (setmaxnreg,
 // named barriers) a producer/consumer CTA is built from. Pure PTX wrappers, no state; names follow
 // the PTX ISA sections they wrap. Moved out of common.cuh unchanged (v6_wgmma proved them), with
-// the bulk copy (v8_wgmma_bwd's row statistics) and bulk reduction (its dQ) added.
+// the bulk copy (v8_wgmma_bwd's row statistics) and bulk reduction (its dQ) added, and the TMA
+// tensor reduction with its fp32 map (v8's TMA-dQ candidates).
 //
 // Device code here runs only on sm_90a: a rung that uses it guards its kernel body with
 // __CUDA_ARCH_FEAT_SM90_ALL and refuses other devices in its launcher.
@@ -98,6 +99,18 @@ static __device__ __forceinline__ void lab_bulk_wait() {
   asm volatile("cp.async.bulk.wait_group %0;\n" ::"n"(kPending) : "memory");
 }
 
+// A TMA tensor reduction shared -> global: the box of a 3-D tensor map (coordinates innermost first)
+// at those coordinates, read from shared memory in the map's layout (its swizzle), added element-wise
+// into global memory by the copy engine (fp32 add at L2, as RED and the bulk reduction do); elements
+// of the box outside the tensor are not written. Tracked by this thread's bulk-async groups like
+// lab_bulk_reduce_add_f32: commit, then wait (.read) before the source is overwritten.
+static __device__ __forceinline__ void lab_tma_reduce_add_3d(const CUtensorMap* map, uint32_t src, int c0, int c1,
+                                                             int c2) {
+  asm volatile(
+      "cp.reduce.async.bulk.tensor.3d.global.shared::cta.add.tile.bulk_group [%0, {%2, %3, %4}], [%1];\n"
+      ::"l"(reinterpret_cast<uint64_t>(map)), "r"(src), "r"(c0), "r"(c1), "r"(c2) : "memory");
+}
+
 // ---------------------------------------------------------------------------------------------
 // Host side: tensor maps.
 // ---------------------------------------------------------------------------------------------
@@ -129,6 +142,21 @@ static inline bool lab_tma_map_3d(CUtensorMap* map, const void* ptr, int d, int 
   const cuuint32_t box[3] = {64, (cuuint32_t)box_rows, 1};
   const cuuint32_t elem_strides[3] = {1, 1, 1};
   return lab_tma_encode_tiled()(map, type, 3, const_cast<void*>(ptr), dims, strides, box, elem_strides,
+                                CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                                CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+}
+
+// A [bh, n, d] fp32 tensor (an accumulator: v8's dQ) as a 3-D map in boxes of [rows, 32 columns]
+// (128 bytes, the widest box the 128-byte swizzle allows), so that the shared-memory tile a
+// reduction reads is swizzled: a warp's float2 stores of mma fragments (8 rows, 32 bytes each) then
+// meet each bank twice, not eight times as in a plain row-major tile with 512-byte rows. The middle
+// dimension is n itself: box rows past a head's last row are not written.
+static inline bool lab_tma_map_3d_f32(CUtensorMap* map, void* ptr, int d, int n, int bh, int box_rows) {
+  const cuuint64_t dims[3] = {(cuuint64_t)d, (cuuint64_t)n, (cuuint64_t)bh};
+  const cuuint64_t strides[2] = {(cuuint64_t)d * 4, (cuuint64_t)n * d * 4};  // bytes, dims 1 and 2
+  const cuuint32_t box[3] = {32, (cuuint32_t)box_rows, 1};
+  const cuuint32_t elem_strides[3] = {1, 1, 1};
+  return lab_tma_encode_tiled()(map, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 3, ptr, dims, strides, box, elem_strides,
                                 CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
                                 CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }

@@ -370,6 +370,7 @@ bwd_body(const CUtensorMap& tm_q,   // [B*H, nq, D] in boxes of [BM rows, 64 col
       if constexpr (C::kDqTma) {
         const bool leader = tid == 32;
         if (leader) lab_tma_prefetch_map(tm_dq);
+        __syncwarp();                               // the whole warp at each bar.arrive
         lab_named_arrive(1, C::kDsBarrierThreads);  // step 0: the staging buffers are free
 #pragma unroll 1
         for (int it = 0, mi = 0, bq = bh_q0; it < n_total; ++it) {

@@ -5,6 +5,7 @@
     python3 benchmarks/v7_dev.py bench [--quick]    # backward: rung vs SDPA flash (FA2) vs SDPA cuDNN, fa-grid
     python3 benchmarks/v7_dev.py sanitize           # small shapes, for compute-sanitizer memcheck / racecheck
     python3 benchmarks/v7_dev.py tune               # the rung's backward tuning candidates on a few grid cells
+    python3 benchmarks/v7_dev.py profile --shape B,H,N,D [--tuning]   # one backward call each: ncu's workload
 
 The rung is built through the lab's own build (lab.ladder.build), so what is checked and timed is
 what `lab check` / `lab bench` load. Correctness rule (the lab's: issue 4's and v5's): for every
@@ -273,14 +274,42 @@ def run_sanitize(tuning: bool) -> int:
     return 0
 
 
+def run_profile(tuning: bool, shape: str, causal: bool, dtype_name: str) -> int:
+    """One forward + backward call of the default (and, with --tuning, of each backward candidate) on
+    one shape: the workload for Nsight Compute on candidates `lab profile` does not reach (it profiles
+    the default launcher), e.g. `ncu -k regex:bwd_kernel ... v7_dev.py profile --rung v8 --tuning`;
+    each candidate's kernel is told apart by its configuration in the demangled name."""
+    try:
+        b, h, n, d = (int(x) for x in shape.split(","))
+        dtype = {"float16": torch.float16, "bfloat16": torch.bfloat16}[dtype_name]
+        if min(b, h, n, d) < 1:
+            raise ValueError
+    except (ValueError, KeyError):
+        print(f"profile: --shape B,H,N,D of positive integers and --dtype float16 or bfloat16 (got {shape!r}, "
+              f"{dtype_name!r})", file=sys.stderr)
+        return 2
+    mod = rung_module(tuning)
+    gen = torch.Generator(device="cuda").manual_seed(n + d)
+    mk = lambda: (torch.randn(b, h, n, d, generator=gen, device="cuda") + 0.5).to(dtype)
+    q, k, v, dout = mk(), mk(), mk(), mk() - 0.5
+    for label, cfg in backward_variants(mod, d, tuning):
+        rung_forward_backward(mod, q, k, v, dout, causal, d ** -0.5, cfg)
+        torch.cuda.synchronize()
+        print(f"profile workload: {RUNG} [{label}] B{b} H{h} N{n} D{d} {'causal' if causal else 'full'} {dtype_name}")
+    return 0
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("what", choices=("check", "bench", "sanitize", "tune"))
+    ap.add_argument("what", choices=("check", "bench", "sanitize", "tune", "profile"))
     ap.add_argument("--quick", action="store_true", help="bench: fp16, N in 512/4096/16384 only")
     ap.add_argument("--reps", type=int, default=20)
     ap.add_argument("--tuning", action="store_true", help="build the tuning candidates too; check/bench each")
     ap.add_argument("--dtypes", default="float16,bfloat16", help="bench: comma-separated dtypes")
     ap.add_argument("--rung", default=RUNG, help="the backward rung to work on (default v7)")
+    ap.add_argument("--shape", default="4,16,4096,128", help="profile: B,H,N,D")
+    ap.add_argument("--causal", action="store_true", help="profile: causal")
+    ap.add_argument("--dtype", default="float16", help="profile: float16 or bfloat16")
     a = ap.parse_args()
     globals()["RUNG"] = a.rung
     if not torch.cuda.is_available():
@@ -288,7 +317,8 @@ def main() -> int:
         return 2
     return {"check": lambda: run_check(a.tuning), "bench": lambda: run_bench(a.quick, a.reps, a.tuning, a.dtypes),
             "sanitize": lambda: run_sanitize(a.tuning),
-            "tune": lambda: run_tune(a.reps)}[a.what]()
+            "tune": lambda: run_tune(a.reps),
+            "profile": lambda: run_profile(a.tuning, a.shape, a.causal, a.dtype)}[a.what]()
 
 
 if __name__ == "__main__":

@@ -33,7 +33,7 @@ from lab.analysis import findings as analysis
 from lab.analysis import lines as source_lines
 from lab.errors import CheckFailed, LabError
 from lab.files import write_json_atomic
-from lab.ladder import build, pairing, registry
+from lab.ladder import build, registry
 from lab.ladder.registry import Variant, source_label
 from lab.measure import baselines, bench, rates
 from lab.measure.call import require_mode
@@ -213,13 +213,13 @@ def _profile(variant: Variant, problem: Problem, opts: ProfileOptions, machine: 
         with stage("build"):
             built = build_rung(variant, identity, machine)
         # the source as built (a pair's two, F's+B's)
-        source_sha = "+".join(hashlib.sha256(s.read_bytes()).hexdigest() for s in pairing.sources(variant))
+        source_sha = "+".join(hashlib.sha256(s.read_bytes()).hexdigest() for s in variant.sources)
         with stage("check"):
             correctness, key = gate(variant, problem, opts, child, built, identity, machine)
 
         rng = range_name(variant.id, problem.label(), opts.mode)
         # what the page reads of the store's other runs, read while ncu runs (a thread: ncu is a subprocess)
-        warming = (pool_report.submit(warm_report, runs.store_root(), variant.id, pairing.sources(variant))
+        warming = (pool_report.submit(warm_report, runs.store_root(), variant.id, variant.sources)
                    if opts.report else None)
         with runs.create_run(runs.new_run_id(variant.id, problem.label())) as run:
             ncu_info = timeline_info = None
@@ -428,7 +428,7 @@ def analyze(run, variant: Variant, problem: Problem, timeline_info: dict | None,
     was when profiled (pages never reopen the report)."""
     report_path = run.artifact_path("profile.ncu-rep")
     analyses, tables = analysis_tables(report_path, problem.to_dict(), timeline_info, mode)
-    tables["sources"] = source_lines.sources_frame(source_lines.source_texts(report_path), list(pairing.sources(variant)))
+    tables["sources"] = source_lines.sources_frame(source_lines.source_texts(report_path), list(variant.sources))
     return analyses, tables
 
 

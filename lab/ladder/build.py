@@ -477,7 +477,7 @@ def build(variant: Variant, arch: str | None = None, verbose: bool = False,
     (lab.ladder.pairing) builds its two parts."""
     started = time.perf_counter()
     require_cuda_torch()
-    if getattr(variant, "parts", ()):
+    if variant.parts:
         parts = [build(p, arch, verbose, allow_compile, tuning) for p in variant.parts]
         return _pair_result(variant, parts, pairing.PairedModule(variant, parts[0].module, parts[1].module), started)
     if variant.kind == "python":
@@ -559,7 +559,7 @@ def is_built(variant: Variant, arch: str | None = None, tuning: bool = False) ->
     GPU (compiles and loads nothing): lets `lab profile`'s measuring child say there is none, and
     `lab tune` compile its two builds side by side when neither is."""
     require_cuda_torch()
-    if getattr(variant, "parts", ()):   # a python part compiles nothing
+    if variant.parts:   # a python part compiles nothing
         return all(p.kind == "python" or is_built(p, arch, tuning) for p in variant.parts)
     arch = validate_arch(arch or device_arch())
     _, key = _key_for(variant, arch, tuning)
@@ -577,7 +577,7 @@ def cached_build(variant: Variant, compute_capability: str) -> BuildResult | Non
     `lab profile`'s parent, whose measuring child loads the module. A python rung's facts (nothing to
     compile) come without importing its callable."""
     started = time.perf_counter()
-    if getattr(variant, "parts", ()):
+    if variant.parts:
         parts = [cached_build(p, compute_capability) for p in variant.parts]
         return None if None in parts else _pair_result(variant, parts, None, started)
     if variant.kind == "python":

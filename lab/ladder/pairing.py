@@ -78,12 +78,6 @@ def pair(forward: Variant, backward: Variant, spec: str | None = None) -> Varian
         parts=(forward, backward))
 
 
-def sources(variant) -> tuple:
-    """Every file whose code a rung runs (a pair's two), of a Variant or anything shaped like one."""
-    parts = getattr(variant, "parts", ())
-    return tuple(dict.fromkeys(p.source for p in parts)) if parts else (variant.source,)
-
-
 class PairedModule:
     """The extension's interface (lab.ladder.build) of a pair: the forward part's forward, the
     backward part's backward, each of its own built module (a .cu extension or a python rung)."""

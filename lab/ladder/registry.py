@@ -53,7 +53,7 @@ def ref(v: Variant) -> str:
     """A spec that `get` resolves to this very rung in a child process too: `builtin:<id>` for a
     built-in rung the workspace shadows. (A function of the registry, not a field of the rung: it
     depends on the active workspace.) A pair: its parts' refs, `F+B`."""
-    if getattr(v, "parts", ()):
+    if v.parts:
         return pairing.SEPARATOR.join(ref(p) for p in v.parts)
     return f"{BUILTIN_PREFIX}{v.id}" if v.origin == "built-in" and _shadowed(v.id) else v.id
 
@@ -126,7 +126,7 @@ def demonstrating(cls: str) -> Variant | None:
 def source_label(v: Variant) -> str:
     """The rung's file as a reader finds it: kernels/<file> under the lab, or under its workspace; a
     pair's two files, `F's + B's`."""
-    if getattr(v, "parts", ()):
+    if v.parts:
         return " + ".join(source_label(p) for p in v.parts)
     if v.origin == "built-in":
         return f"kernels/{v.source.name}"

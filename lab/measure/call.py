@@ -95,7 +95,7 @@ def rung(variant, module, problem: Problem) -> Attention:
     each called as that part's own rung is (the parts share one layout)."""
     import torch
 
-    if getattr(variant, "parts", ()):
+    if variant.parts:
         first, second = variant.parts
         fwd = rung(first, module.forward_module, problem)
         bwd = rung(second, module.backward_module, problem)

@@ -19,7 +19,6 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from lab import measure
-from lab.ladder import pairing
 from lab.files import write_json_atomic
 from lab.store.manifest import Correctness, ManifestError
 from lab.store.runs import store_root
@@ -49,7 +48,7 @@ def cache_key(variant, built, problem, shapes: int, mode: str, device: dict, sof
     here = Path(measure.__file__).parent
     code = hashlib.sha256(b"".join((here / n).read_bytes() for n in _CHECK_CODE if (here / n).is_file())).hexdigest()
     return {"format": FORMAT, "variant": variant.id, "binary_sha256": binary_sha256(built),
-            "source_sha256": "+".join(_sha256(s) for s in pairing.sources(variant)), "problem": problem.label(), "shapes": shapes, "seed": SEED,
+            "source_sha256": "+".join(_sha256(s) for s in variant.sources), "problem": problem.label(), "shapes": shapes, "seed": SEED,
             "mode": mode, "check_code_sha256": code,
             "device": {k: device.get(k) for k in ("name", "compute_capability", "driver")},
             "software": {k: software.get(k) for k in ("torch", "cuda")}}

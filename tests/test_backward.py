@@ -321,7 +321,7 @@ def test_the_profilers_child_names_its_range_by_mode():
     assert range_name("b1", "B1-H2-N64-D64-float16", "bwd") == "lab b1 B1-H2-N64-D64-float16 bwd"
 
     class V:
-        id, origin = "b1", "workspace"
+        id, origin, parts = "b1", "workspace", ()   # a stand-in for a Variant: a rung, not a pair
 
     argv = target_argv(V(), Problem(1, 2, 64, 64, 64, True, "float16", 1), mode="fwd+bwd")
     assert argv[argv.index("--problem") + 1] == "B1-H2kv1-N64-D64-causal-float16"

@@ -169,5 +169,6 @@ LAB_EXPORT const char* lab_forward_v9_config(const LabAttentionArgs* args, cudaS
 // attacks = ["latency-bound"]  # per-CTA prologue/epilogue and the grid's tail at short sequences
 // grid = "flat"              # persistent: SMs x CTAs per SM, each looping over the tile list
 // aligned16 = true           # TMA: the launcher refuses q, k, v, o not 16-byte aligned
+// gqa = true                 # K/V heads dividing Q's: the producer loads K/V head bh / (H/Hkv) per tile of the walk (fwd_wgmma.cuh)
 // writes_lse = true          # forward-only, it writes the row log-sum-exp for v8's backward (fwd_wgmma.cuh's WRITE_LSE)
 // lab:end

@@ -14,6 +14,7 @@ The CPU side: tests/test_gqa.py. Needs a Hopper GPU (sm_90a); skips elsewhere.
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import shutil
@@ -33,9 +34,10 @@ from lab.measure.problem import Problem  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 VARIANTS = builtin()
-# The Hopper backward that declares gqa (v8), the Hopper forward that does (v6), a backward that does not (v7).
+# The Hopper backward that declares gqa (v8), every forward-only rung that does (v6, v9: one CTA per tile
+# and the persistent walk), a backward that does not (v7).
 GQA_BACKWARD = next(v for v in VARIANTS if v.kind == "cuda" and v.backward and v.gqa)
-GQA_FORWARD = next(v for v in VARIANTS if v.kind == "cuda" and not v.backward and v.gqa)
+GQA_FORWARDS = [v for v in VARIANTS if v.kind == "cuda" and not v.backward and v.gqa]
 NO_GQA_BACKWARD = next(v for v in VARIANTS if v.kind == "cuda" and v.backward and not v.gqa)
 HAS_HOPPER = torch.cuda.is_available() and torch.cuda.get_device_capability(0) == (9, 0)
 pytestmark = [pytest.mark.gpu,
@@ -73,11 +75,11 @@ def bwd_rung():
     return build(GQA_BACKWARD).module
 
 
-@pytest.fixture(scope="module")
-def fwd_rung():
+@functools.cache
+def _module(variant):
     from lab.ladder.build import build
 
-    return build(GQA_FORWARD).module
+    return build(variant).module
 
 
 def _why(shape_check) -> str:
@@ -95,12 +97,11 @@ def test_the_hopper_backward_on_gqa_shapes_matches_float64(bwd_rung, case):
     assert result.passed, _why(result)
 
 
-@pytest.mark.parametrize("rung", ["bwd_rung", "fwd_rung"], ids=["backward-rungs-forward", "forward-rung"])
+@pytest.mark.parametrize("variant", [GQA_BACKWARD, *GQA_FORWARDS], ids=lambda v: v.id)
 @pytest.mark.parametrize("case", CASES[::2] + CASES[1::4], ids=_ids)
-def test_the_hopper_forwards_on_gqa_shapes_match_float64(request, rung, case):
-    module = request.getfixturevalue(rung)
-    variant = GQA_BACKWARD if rung == "bwd_rung" else GQA_FORWARD
-    result = check.check_problem(variant, _problem(case), module)
+def test_the_hopper_forwards_on_gqa_shapes_match_float64(variant, case):
+    """The backward rung's own forward and every forward-only rung that declares gqa."""
+    result = check.check_problem(variant, _problem(case), _module(variant))
     assert result.passed, (result.error or f"max_abs_err {result.max_abs_err:.3g} > {result.tolerance:.3g}")
 
 

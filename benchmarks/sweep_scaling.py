@@ -17,7 +17,19 @@ where its time went (the sweep manifest's workers). Exit 1 when a target is miss
     python3 benchmarks/sweep_scaling.py --counts 1,2,4 --out DIR [--json FILE]
 
 Run the counts in separate calls where one call may not take them all (`--counts 1` then
-`--counts 2,4 --reuse-one`, the same --out: the one-GPU sweep is read back from DIR/gpus-1).
+`--counts 2,4 --reuse-one`, the same --out: the one-GPU sweep is read back from DIR/gpus-1, its wall
+time from DIR/wall-1.json, whether or not --counts names 1: it is the reference every row is held to).
+
+`--one-as-worker` measures the one-GPU sweep (and its --again) as `lab sweep --gpus 0`: one worker
+process pinned to GPU 0 like each multi-GPU worker, instead of `lab sweep` measuring in its own
+process; the code path that times a cell is then the same in every table. On four H200s (RESULTS.md,
+2026-11-27, two sessions) the in-process one-GPU table was the slower in all 24 of 24 (row length,
+timing) groups against the 2- and 4-GPU tables (median ratios 0.973-0.998, the shortest calls
+furthest), while the 2- against the 4-GPU table leaned either way (0.984-1.012).
+
+`--reuse` runs nothing (no build, no sweep): it reads every count's sweep and wall time already in DIR
+and prints the table, on any machine, a CPU one included (the GPU machine's DIR copied back). The date
+and commit are the sweeps' own (their manifests), not this checkout's.
 
 `--again` runs the one-GPU sweep a second time (DIR/gpus-1-again) and holds it against the first by
 the same rule, printed as the row "1 again": the disagreement one GPU has with itself from one run to
@@ -60,13 +72,28 @@ def _run(argv: list[str], env: dict, log: Path) -> tuple[float, int]:
     return time.perf_counter() - t0, rc
 
 
+def _read_build_s(out: Path) -> float | None:
+    """The build time an earlier call recorded in OUT (build.json; before it, that call's result.json)."""
+    for name in ("build.json", "result.json"):
+        try:
+            return json.loads((out / name).read_text())["build_s"]
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+    return None
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--counts", default="1,2,4", help="GPU counts, comma-separated (1 is the reference)")
     ap.add_argument("--out", required=True, type=Path, help="a folder: one store per count, logs, the JSON")
-    ap.add_argument("--reuse-one", action="store_true", help="read the one-GPU sweep already in OUT/gpus-1")
+    ap.add_argument("--reuse-one", action="store_true",
+                    help="read the one-GPU sweep already in OUT/gpus-1 (the reference, --counts naming 1 or not)")
+    ap.add_argument("--reuse", action="store_true",
+                    help="run nothing: read every count's sweep and wall time already in OUT and print the table")
     ap.add_argument("--again", action="store_true",
                     help="run the one-GPU sweep twice: its run-to-run disagreement, the reference row '1 again'")
+    ap.add_argument("--one-as-worker", action="store_true",
+                    help="measure the one-GPU sweep as one worker (--gpus 0), pinned as the others are, not in-process")
     ap.add_argument("--threshold", type=float, default=store.PRACTICAL_THRESHOLD_PCT)
     ap.add_argument("--json", type=Path, default=None)
     ap.add_argument("--lab", default=f"{sys.executable} -m lab.cli",
@@ -74,24 +101,34 @@ def main() -> int:
     ap.add_argument("sweep_options", nargs="*", help="lab sweep options after --, replacing the target sweep's")
     a = ap.parse_args()
     counts = [int(c) for c in a.counts.split(",")]
+    if (a.reuse_one or a.reuse) and 1 not in counts:
+        counts = [1, *counts]   # the one-GPU sweep is what the others are held to: read back, never left out
     options = a.sweep_options or TARGET_SWEEP
     lab = a.lab.split()
     env = dict(os.environ, NCCL_NVLS_ENABLE="0")   # the lab needs no NCCL; multicast stays off regardless
-    a.out.mkdir(parents=True, exist_ok=True)
+    if not a.reuse:   # --reuse reads OUT: a wrong one is reported, not created
+        a.out.mkdir(parents=True, exist_ok=True)
     variants = options[options.index("--variant") + 1] if "--variant" in options else None
     results: dict = {"date_utc": datetime.now(timezone.utc).isoformat(timespec="seconds"), "git": git_info(),
                      "options": options, "threshold_pct": a.threshold, "counts": {}}
-    if variants:
+    if variants and not a.reuse:
         build_s, rc = _run([*lab, "build", "--variant", variants], env, a.out / "build.log")
         if rc:
             sys.exit(f"lab build --variant {variants} failed (exit {rc}); see {a.out / 'build.log'}")
         results["build_s"] = round(build_s, 1)
+        (a.out / "build.json").write_text(json.dumps({"build_s": results["build_s"]}))
+    elif a.reuse:
+        results["build_s"] = _read_build_s(a.out)
+        if results["build_s"] is None:
+            del results["build_s"]
     runs = counts + ([AGAIN] if a.again else [])
     for n in runs:
         where = a.out / f"gpus-{n}"
-        if n in (1, AGAIN) and a.reuse_one and store.list_sweeps(where):
+        if a.reuse or (n in (1, AGAIN) and a.reuse_one and store.list_sweeps(where)):
             continue
-        gpus = [] if n in (1, AGAIN) else ["--gpus", ",".join(map(str, range(n)))]
+        gpus = ["--gpus", ",".join(map(str, range(1 if n == AGAIN else n)))]
+        if n in (1, AGAIN) and not a.one_as_worker:
+            gpus = []   # the lab's own process measures, as `lab sweep` without --gpus does
         seconds, rc = _run([*lab, "sweep", *options, *gpus, "--name", f"scale-{n}", "--profiles", str(where)], env,
                            a.out / f"sweep-{n}.log")
         results["counts"][n] = {"wall_s": round(seconds, 1), "exit": rc}
@@ -99,8 +136,9 @@ def main() -> int:
     sweeps = {}
     for n in runs:
         found = store.list_sweeps(a.out / f"gpus-{n}")
-        if not found:
-            sys.exit(f"no sweep in {a.out / f'gpus-{n}'}; see {a.out / f'sweep-{n}.log'}")
+        if not found:   # nothing to read (a wrong --out, a count never measured there): bad input, exit 2
+            print(f"no sweep in {a.out / f'gpus-{n}'}; see {a.out / f'sweep-{n}.log'}", file=sys.stderr)
+            return 2
         sweeps[n] = found[-1]
         m = sweeps[n].manifest
         entry = results["counts"].setdefault(n, {})
@@ -110,6 +148,11 @@ def main() -> int:
         entry.update(sweep=sweeps[n].id, status=m.get("status"), cells=m.get("cells_done"), device=(m.get("device") or {}).get("name"),
                      workers=[{k: w.get(k) for k in ("part", "gpu_uuid", "cells", "units", "times_s", "gates_checked")}
                               for w in m.get("workers") or []])
+    if a.reuse:   # the measurement's own date and commit, not this checkout's
+        manifests = [sweeps[n].manifest for n in runs]
+        results["date_utc"] = min(m.get("created_utc") or "" for m in manifests) or results["date_utc"]
+        commits = sorted({(m.get("git") or {}).get("commit") or "unknown" for m in manifests})
+        results["git"] = {"commit": commits[0] if len(commits) == 1 else "/".join(c[:12] for c in commits)}
     one = results["counts"].get(1, {}).get("wall_s")
     failed = False
     lines = [f"lab sweep {' '.join(options)} on {results['counts'][counts[-1]].get('device')}, "

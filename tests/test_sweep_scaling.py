@@ -85,3 +85,34 @@ def test_a_gate_check_that_raises_is_a_failed_verdict_every_worker_reads(tmp_pat
     assert found == {"passed": False, "error": "RuntimeError: the checking child could not start"}
     assert second.verdict(RUNG, P, "fwd") == found and second.checked == []   # read, no wait, no second check
 
+
+
+def test_the_one_gpu_sweep_of_an_earlier_call_is_the_reference_and_reuse_runs_nothing(tmp_path):
+    """`--counts 1` (as one worker), then `--counts 2 --reuse-one` in a second call (as on a GPU machine whose call
+    cannot take both): the one-GPU sweep and wall time are read back although --counts does not name
+    1 (at e3bf36b they were not: no speed-up, no comparison, exit 1). `--reuse` then prints the same
+    table from the stores alone, running nothing (a --lab that cannot run proves it)."""
+    env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    sweep = ["--", "--shape", "1,2,{64,128},64", "--baselines", "sdpa-flash", "--timing", "events"]
+
+    def scaling(*args, lab=f"{sys.executable} -m tests.sweep_fakes"):
+        return subprocess.run([sys.executable, "benchmarks/sweep_scaling.py", "--lab", lab, "--out", str(tmp_path), *args,
+                               *sweep], cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+
+    first = scaling("--counts", "1", "--one-as-worker")
+    assert first.returncode == 0 and "| 1 |" in first.stdout, first.stdout + first.stderr
+    # --one-as-worker: the one-GPU sweep measured by one pinned worker (--gpus 0), not in-process
+    assert [w["part"] for w in json.loads((tmp_path / "result.json").read_text())["counts"]["1"]["workers"]] == ["gpu0-1"]
+    second = scaling("--counts", "2", "--reuse-one")
+    one_wall = json.loads((tmp_path / "wall-1.json").read_text())["wall_s"]
+    result = json.loads((tmp_path / "result.json").read_text())
+    assert result["counts"]["1"]["wall_s"] == one_wall, second.stdout + second.stderr
+    two = result["counts"]["2"]
+    assert two["speedup"] == round(one_wall / two["wall_s"], 2) and two["compare"]["rows_compared"] == 2
+    assert f"| 1 | {one_wall} | 1.00x |" in second.stdout and f"| {two['speedup']:.2f}x |" in second.stdout
+    sweeps_before = sorted(p.name for p in tmp_path.glob("gpus-*/*"))
+    third = scaling("--counts", "2", "--reuse", lab="/nonexistent/lab")
+    assert third.returncode == second.returncode, third.stdout + third.stderr
+    assert sorted(p.name for p in tmp_path.glob("gpus-*/*")) == sweeps_before
+    table = [line for line in second.stdout.splitlines() if line.startswith("| ")]
+    assert [line for line in third.stdout.splitlines() if line.startswith("| ")] == table

@@ -114,7 +114,25 @@
 //   at 4,16,8192,128 fp16, 1.04-1.10x at 4,16,2048,128, 1.04-1.12x at D = 64 (order 0); in Nsight
 //   Compute no REDG, lg_throttle ~0, long scoreboard from 34% to <= 20% of the stalls. Compiled
 //   (nvcc 13.0): the 16 TMA-dQ kernels 0 spills, none serialised; the default kernels the same SASS
-//   as before, instruction by instruction. Not yet run on a GPU.
+//   as before, instruction by instruction.
+//   Measured (four H200s, 2026-11-27, commit e3bf36b; each command on one GPU while the others ran
+//   other lab work): `benchmarks/v7_dev.py check --rung v8 --tuning` 0 failures (56 shapes, fp16 and
+//   bf16, the default and every candidate, ragged nq: the map's clipping), compute-sanitizer memcheck,
+//   racecheck and synccheck clean on `sanitize --rung v8 --tuning`. `lab tune --mode bwd`, every
+//   candidate gated and every timed call checked: **4,16,8192,128 fp16 1.258x** (9.445 against 11.878
+//   ms, 582.1 TFLOP/s), 4,16,2048,128 1.211x (468.3 TFLOP/s), D = 64 4,16,8192,64 1.171x (452.3),
+//   GQA 2,32:8,1000,128 bf16 causal 1.110x: above every predicted range. Nsight Compute at
+//   4,16,4096,128 (one call of each configuration): 2,367 against 2,979 us; tensor pipe 58.7% of peak
+//   (46.6%); REDG 0, UTMAREDG 524,288 and the same 134M reduction sectors in L2 (as predicted); L2
+//   56.5% busy (66.3%: fewer, whole-box requests; predicted within 5 points, a miss on the good
+//   side); long scoreboard still 30% of the stalls (predicted <= 20%: a miss), MIO throttle 13%.
+//   Taken: TMA-dQ is the default at both head dims (BwdDefault64/128 are the candidates' types: the
+//   plain build's 16 backward kernels are the tuning build's TMA-dQ kernels, cuobjdump -sass
+//   instruction for instruction, nvcc 13.0; its 48 other kernels unchanged). What the profile shows next (v8_notes.md
+//   "Step 4 measured"): the consumers' new lines hold 15% of the stall samples (predicted <= 5%):
+//   the staging stores (16.8M warp STS.64: 33.5M shared wavefronts beyond the minimum, four per
+//   store where a conflict-free 64-bit store takes two; MIO throttle) 6.2%, the proxy fence
+//   (MEMBAR.ALL.CTA + FENCE.VIEW.ASYNC, waiting for those stores) 5.3%, the dq_full arrive 3.6%.
 //
 // Roles in one backward CTA (384 threads; key block n0 .. n0+127 of head bh):
 //
@@ -983,9 +1001,11 @@ const char* fwd_launch(const LabAttentionArgs* a, cudaStream_t stream) {
 }
 
 // The backward's configurations: D, BM query rows per step, stages of the Q/dO ring, bulk dQ.
-using BwdDefault64 = BwdConfig<64, 128, 2>;
-// D = 128: overlap-FA3 (step 3, 1.08-1.12x order 0 on an H200); D = 64: order 0 (step 1).
-using BwdDefault128 = Overlapped<BwdConfig<128, 64, 2, false>, 1>;
+// Both head dims: dQ by TMA tensor reductions from the producer warpgroup's dQ writer (step 4,
+// 1.11-1.26x step 3's defaults on an H200); D = 128 on overlap-FA3's order (step 3), D = 64 on
+// order 0 (step 1: overlap-FA3's causal kernels spill at D = 64).
+using BwdDefault64 = TmaDq<BwdConfig<64, 128, 2, false>>;
+using BwdDefault128 = TmaDq<Overlapped<BwdConfig<128, 64, 2, false>, 1>>;
 
 #ifdef LAB_TUNING
 // Candidates for `lab tune --variant v8 [--mode bwd]` (common.cuh's tuning contract). Forward: the

@@ -60,10 +60,15 @@
 //   Issue 28's target is not met.
 // Profile it: lab profile --variant v9 --dtype float16 --shape 32,16,512,128 --causal
 //
+// GQA (`gqa = true`, sixth session): the walk's producer loads K/V head bh / (H/Hkv) of each tile
+//   (fwd_wgmma.cuh's GQA instantiation). tests/test_gqa_gpu.py on an H200 (2026-11-27, commit
+//   e3bf36b): 41 passed, v9's forward on 8 GQA cases among them (groups of 4 and 8, MQA included,
+//   ragged N and Nq != Nk, both masks, fp16 and bf16).
+//
 // Steps still to come (issue 28; benchmarks/v9_notes.md): inter-warpgroup ping-pong (named barriers
 // so one consumer warpgroup's softmax runs under the other's products), O stored by TMA from shared
 // memory so the consumers start the next tile at once, smaller query tiles for short sequences,
-// GQA, and the choices through `lab tune --variant v9`.
+// and the choices through `lab tune --variant v9`.
 #include "common.cuh"
 #include "hopper/fwd_wgmma.cuh"
 

@@ -150,7 +150,7 @@ def test_the_hopper_backwards_gqa_kernels_compile_without_spills(monkeypatch):
     root.mkdir(parents=True, exist_ok=True)
     monkeypatch.setenv("LAB_CACHE", str(root))
     records = build.ptxas_report(GQA_BACKWARD, "sm_90a").records
-    gqa_bwd = [r for r in records if re.search(r"::bwd_kernel<.*, true>\(", r.kernel)]
+    gqa_bwd = [r for r in records if re.search(r"::bwd_kernel(?:_tdq)?<.*, true>\(", r.kernel)]   # _tdq: TMA-dQ (step 4)
     gqa_fwd = [r for r in records if re.search(r"fwd_kernel<.*OneTilePerCta, true>\(", r.kernel)]
     assert len(gqa_bwd) == 8 and len(gqa_fwd) >= 8, [r.kernel[:100] for r in records]
     assert any("bwd_sum_partials_kernel" in r.kernel for r in records)

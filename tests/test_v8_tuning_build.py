@@ -54,7 +54,7 @@ def test_v8s_backward_candidates_compile_without_spills_or_serialised_wgmma(monk
     assert not serialised - overlap_next, sorted(serialised - overlap_next)   # the default, FA3, S3: none
     assert serialised == overlap_next, sorted(overlap_next - serialised)
     # TMA-dQ's kernels add dQ by TMA tensor reductions only: no REDG (the RED-dQ path), and the
-    # reductions there; the D=128 default (overlap-FA3, RED-dQ) keeps its REDG.
+    # reductions there (both defaults since step 4); the RED-dQ overlap-FA3 candidate (step 3's default) keeps its REDG.
     if report.sass_path is None:
         pytest.skip("cuobjdump not found beside nvcc: the SASS half of this check needs it")
     sass = _functions(report.sass_path.read_text())

@@ -17,13 +17,13 @@ from pathlib import Path
 
 import click
 from click.core import ParameterSource
-from rich.console import Console
 from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 from rich.text import Text
 
 from lab import __version__
 from lab import sweeping as sweeper
+from lab.console import rich_console
 from lab.analysis import findings as analysis
 from lab.analysis.lines import render_lines, source_texts
 from lab.children import end_all, end_own_group
@@ -163,7 +163,7 @@ def _print_ladder(rungs) -> None:
                       ",".join(DTYPE_SHORT.get(d, d) for d in v.dtypes), ",".join(map(str, v.head_dims)),
                       "yes" if v.backward else "no", "yes" if v.gqa else "no",
                       Text(v.title, no_wrap=True, overflow="ellipsis"))
-    console = Console()
+    console = rich_console()
     console.print(table)
     if any(v.shadows for v in rungs):
         console.print("* shadows the built-in rung of its id (that one is builtin:ID)", highlight=False)
@@ -325,7 +325,7 @@ def build(variant_spec, arch, ptxas_only, jobs, verbose, tuning, markdown_path, 
 def _build_with_progress(builder, chosen, arch, ptxas_only, jobs, quiet: bool, tuning: bool = False):
     """build_many with a live line per build on stderr (none with --json or when stderr is not a terminal)."""
 
-    console = Console(stderr=True)
+    console = rich_console(stderr=True)
     if quiet or not console.is_terminal:
         return builder.build_many(chosen, arch, ptxas_only, jobs, tuning=tuning)
     with Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(), console=console) as bar:
@@ -347,7 +347,7 @@ def _build_with_progress(builder, chosen, arch, ptxas_only, jobs, quiet: bool, t
 def _print_build_table(builder, results, outcomes, wall):
     """One line per rung (its kernels' ranges), within the terminal's width; a single rung's kernels
     one by one, their names whole."""
-    console = Console()
+    console = rich_console()
     if len(results) == 1:
         _print_build_kernels(builder, results[0], console)
     elif results:
@@ -468,7 +468,7 @@ def check(ctx, variant_spec, shape_count, seed, shape, causal, dtype, mode, as_j
                     cells += [f"{x:.3g}" for x in (s.lse.max_abs_err, s.lse.tolerance)] if s.lse else ["-", "-"]
                 table.add_row(r.variant_id, s.label, *tensor, *cells,
                               "[green]pass[/]" if s.passed else f"[red]FAIL[/] {s.error or ''}".strip())
-        console = Console()
+        console = rich_console()
         console.print(table)
         for r in results:
             console.print(f"{r.variant_id}: {'passed' if r.passed else 'FAILED'}: {r.summary()}; rule: {r.rule}")
@@ -665,7 +665,7 @@ def timeline(file, range_name, launches, top, as_json):
         click.echo(json.dumps(tl.to_json(), indent=2))
         return
 
-    console = Console()
+    console = rich_console()
     for item in renderables(tl, top=top):
         console.print(item)
 
@@ -899,7 +899,7 @@ def _print_sweep_summary(target) -> None:
         cells = [("" if r is None else f"{r['tflops']:.3g}" if r["status"] == "ok" else str(r["status"]))
                  for r in (by.get(i) for i in impls)]
         t.add_row(str(label), str(mode), *cells)
-    console = Console(stderr=True)
+    console = rich_console(stderr=True)
     if not console.is_terminal:
         console.width = max(console.width, 60 + 16 * len(impls))
     console.print(t)
@@ -1013,9 +1013,9 @@ def _print_tune(result) -> None:
                 else f"[red]FAIL[/] {r.error or ''}")
         label = f"[bold]{r.label}[/]" if r is best else r.label
         table.add_row("" if r.index is None else str(r.index), label, *cells, mark)
-    Console().print(table)
+    rich_console().print(table)
     if best:
-        Console().print(f"fastest: {best.label}; a difference inside the CI95 columns is noise")
+        rich_console().print(f"fastest: {best.label}; a difference inside the CI95 columns is noise")
 
 
 if __name__ == "__main__":

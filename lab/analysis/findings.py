@@ -366,10 +366,11 @@ def _fmt(v) -> str:
 def render(analyses: list[KernelAnalysis], console=None) -> None:
     """A readable terminal view: per kernel, its launch and busiest units, then each finding with
     its evidence and next step, most important first."""
-    from rich.console import Console
     from rich.text import Text
 
-    console = console or Console()
+    from lab.console import rich_console
+
+    console = console or rich_console()
     sev_style = {"high": "bold red", "medium": "yellow", "low": "dim"}
     for a in analyses:
         m, d = a.metrics, a.derived

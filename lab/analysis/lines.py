@@ -348,10 +348,11 @@ def source_line(sources: dict[str, str], file: str | None, line: int | None) -> 
 def render_lines(analyses, n: int, sources: dict[str, str], console=None) -> None:
     """The `n` hottest lines of each kernel: samples, the top stalls, the counters that flag a cause,
     the SASS opcodes, and the code."""
-    from rich.console import Console
     from rich.text import Text
 
-    console = console or Console()
+    from lab.console import rich_console
+
+    console = console or rich_console()
     if not sources:
         console.print("note: the report carries no source (ncu --import-source yes records it): the code below is "
                       "read from the files on disk today, which may have changed since the profile", style="yellow",

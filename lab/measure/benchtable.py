@@ -8,10 +8,9 @@ so the ratios are side by side; a column names the dtype its baselines ran in.
 
 from __future__ import annotations
 
-from rich.console import Console
 from rich.table import Table
 
-from lab.console import say
+from lab.console import rich_console, say
 from lab.environment import device_info, git_info, require_compute_capability, require_gpu, software_info
 from lab.measure import rates
 from lab.measure.baselines import baseline_dtypes, run_baselines
@@ -87,7 +86,7 @@ def _column(baseline: dict) -> str:
 
 
 def print_ladder(result: dict) -> None:
-    console = Console()
+    console = rich_console()
     dev = result["device"]
     console.print(f"{dev['name']} (cc {dev['compute_capability']}, {dev['sm_count']} SMs), "
                   f"commit {(result['git']['commit'] or '?')[:10]}{' (dirty)' if result['git']['dirty'] else ''}, "

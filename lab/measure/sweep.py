@@ -24,10 +24,9 @@ import warnings
 from pathlib import Path
 from typing import Callable
 
-from rich.console import Console
 from rich.progress import BarColumn, Progress as RichProgress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-from lab.console import line, say
+from lab.console import line, rich_console, say
 from lab.environment import device_info, require_gpu, software_info
 from lab.errors import LabError
 from lab.ladder import registry
@@ -320,7 +319,7 @@ class Progress:
         if enabled and sys.stderr.isatty():
             self._rich = RichProgress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.fields[cells]}"),
                                       TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(),
-                                      console=Console(stderr=True), transient=False)
+                                      console=rich_console(stderr=True), transient=False)
             self._task = self._rich.add_task(title, total=self.total, cells=f"0/{self.count} cells")
             self._rich.start()
 

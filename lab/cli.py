@@ -155,13 +155,15 @@ def _print_ladder(rungs) -> None:
     ws = workspace.active()
     table = Table(box=None, title=f"workspace {ws.name}: {ws.root}" if ws else "the built-in ladder",
                   title_justify="left", pad_edge=False, header_style="bold")
-    for col in ("id", "origin", "kind", "dtypes", "D", "bwd", "GQA"):
+    # LSE: the forward writes the row log-sum-exp (writes_lse, or a backward's), so it can feed a
+    # backward as the F of a pair F+B (lab.ladder.pairing)
+    for col in ("id", "origin", "kind", "dtypes", "D", "bwd", "LSE", "GQA"):
         table.add_column(col, no_wrap=True)
     table.add_column("title")   # wrapable, so rich narrows it first; each cell stays one cut line
     for v in rungs:
         table.add_row(v.id, v.origin + ("*" if v.shadows else ""), v.kind,
                       ",".join(DTYPE_SHORT.get(d, d) for d in v.dtypes), ",".join(map(str, v.head_dims)),
-                      "yes" if v.backward else "no", "yes" if v.gqa else "no",
+                      "yes" if v.backward else "no", "yes" if v.writes_lse else "no", "yes" if v.gqa else "no",
                       Text(v.title, no_wrap=True, overflow="ellipsis"))
     console = rich_console()
     console.print(table)

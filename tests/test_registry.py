@@ -252,12 +252,13 @@ def test_variants_is_one_line_per_rung_within_the_terminal(columns):
     lines = _variants(columns=columns)
     assert len(lines) <= 40 and max(map(len, lines)) <= columns, "\n".join(lines)
     header = next(i for i, line in enumerate(lines) if line.split()[:1] == ["id"])
-    assert lines[header].split() == ["id", "origin", "kind", "dtypes", "D", "bwd", "GQA", "title"]
+    assert lines[header].split() == ["id", "origin", "kind", "dtypes", "D", "bwd", "LSE", "GQA", "title"]
     rows = [line for line in lines if line.split()[:1] and line.split()[0] in {v.id for v in builtin()}]
     assert [r.split()[0] for r in rows] == [v.id for v in builtin()]
     for v, row in zip(builtin(), rows):
         cells = row.split()
         assert cells[1] == "built-in" and cells[2] == v.kind and cells[5] == ("yes" if v.backward else "no")
+        assert cells[6] == ("yes" if v.writes_lse else "no") and cells[7] == ("yes" if v.gqa else "no")
         assert cells[4] == ",".join(map(str, v.head_dims))
         title = row[lines[header].index("title"):].rstrip()
         assert v.title.startswith(title.rstrip("…")) and (title == v.title or title.endswith("…"))

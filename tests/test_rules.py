@@ -79,6 +79,24 @@ def test_rule_applies_where_its_cause_was_built_and_not_elsewhere(cls, planted):
     assert none == [], (cls, without, [x.title for x in none])
 
 
+def test_advice_knows_a_pair_as_a_rung_and_names_only_rungs_after_both_parts():
+    """`lab profile --variant F+B` opens the range `lab F+B <shape>`: its kernels are the ladder's
+    (attention advice), and a rung named as the fix comes after both parts."""
+    from lab.analysis import advice
+    from lab.ladder import registry
+
+    ids = registry.all_ids()
+    first, second = ids[0], ids[1]
+    assert advice.rung_of(f"lab {first}+{second} B1-H2-N64-D64-float16 fwd+bwd") == f"{first}+{second}"
+    assert advice.rung_of(f"lab {first}+nope B1-H2-N64-D64-float16") is None
+    assert advice.rung_of(f"lab {first}+ B1-H2-N64-D64-float16") is None
+    classes = ("small-grid", "latency-bound", "uncoalesced-global", "compute-bound")
+    assert any(advice.next_rung(cls, second) for cls in classes)   # the ladder has later rungs for some
+    for cls in classes:
+        assert advice.next_rung(cls, f"{second}+{first}") == advice.next_rung(cls, second)
+        assert advice.next_rung(cls, f"{ids[-1]}+{first}") is None   # nothing after the ladder's last rung
+
+
 def test_advice_names_no_rung_where_the_workspace_is_broken_and_hides_no_other_error(tmp_path, monkeypatch):
     """The registry is context for advice: a workspace it refuses (a LabError: here a lab.toml that is
     not TOML) leaves the advice without a rung; any other exception is a bug and surfaces."""

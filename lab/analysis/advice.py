@@ -20,28 +20,36 @@ from lab.errors import LabError
 from lab.ladder import registry
 
 
+def parts_of(rung: str) -> list[str]:
+    """The rungs a rung id names: itself, or both parts of a pair F+B (lab.ladder.pairing)."""
+    return rung.split("+")
+
+
 def rung_of(nvtx: str | None) -> str | None:
     """The ladder rung a kernel belongs to, from the NVTX range the lab's target opens
-    (`lab <id> <shape>`), if the registry knows that id."""
+    (`lab <id> <shape>`), if the registry knows that id: a rung, or a pair F+B of two it knows."""
     m = re.search(r"\blab (\S+) ", nvtx or "")
     if not m:
         return None
     try:
-        return m.group(1) if m.group(1) in registry.all_ids() else None
+        known = registry.all_ids()
+        return m.group(1) if all(p in known for p in parts_of(m.group(1))) else None
     except LabError:   # a broken workspace rung file: the registry is context here, never a reason to fail an analysis
         return None
 
 
 def next_rung(cls: str, current: str | None, cc: tuple[int, int] | None = None) -> str | None:
     """'v3 (unrolled)': the first rung after `current` that attacks `cls` and runs on compute
-    capability `cc`; None when the ladder has none (or `current` is not a rung)."""
+    capability `cc`; None when the ladder has none (or `current` is not a rung). For a pair F+B, the
+    first rung after both of its parts: one between them would be a step back for the later part."""
     if current is None:
         return None
     try:
         order = registry.all_ids()
-        if current not in order:
+        if not all(p in order for p in parts_of(current)):
             return None
-        later = [v for v in registry.attacking(cls) if v.id in order and order.index(v.id) > order.index(current)]
+        last = max(order.index(p) for p in parts_of(current))
+        later = [v for v in registry.attacking(cls) if v.id in order and order.index(v.id) > last]
         if cc is not None:
             later = [v for v in later if v.min_cc <= cc]
         later.sort(key=lambda v: order.index(v.id))

@@ -686,12 +686,14 @@ def timeline(file, range_name, launches, top, as_json):
 @json_option
 @click.pass_context
 def analyze(ctx, report_path, kernel_regex, shape, causal, dtype, n_lines, as_json):
-    """Name each kernel's bottleneck in an Nsight Compute report (.ncu-rep, or .xz/.gz of one): the
-    evidence, the estimated gain, the source lines behind it and the next step. Needs no GPU."""
+    """Name each kernel's bottleneck in an Nsight Compute report (.ncu-rep, or .xz/.gz of one, or a stored
+    run's folder for its report): the evidence, the estimated gain, the source lines behind it and the next
+    step. Needs no GPU."""
 
     loose = [flag for flag, name in (("--causal/--no-causal", "causal"), ("--dtype", "dtype")) if given(ctx, name)]
     if loose and not shape:   # they describe --shape's problem: alone they would change nothing, silently
         raise LabError(f"{' and '.join(loose)} describe the problem of --shape; give --shape B,H,N,D with them")
+    report_path = runs.report_or_run(report_path)
     problem = None
     if shape:
         dt = dtype or analysis.report_dtype(report_path, kernel_regex)

@@ -160,9 +160,11 @@ def reanalyze(run, into: Path | None = None) -> tuple[Path, list]:
     try:
         shutil.rmtree(staging)
         shutil.copytree(run.path, staging)
-        analyses, tables = analysis_tables(staging / report.name, run.manifest.get("problem"), run.manifest.get("timeline"),
-                                           run.manifest.get("mode") or "fwd")
-        d = run.record.to_dict()
+        runs.compress_stored_artifact(staging, "ncu_report")   # a run stored before keeps its report as lab profile now does
+        staged = runs.Run(staging)
+        analyses, tables = analysis_tables(staged.artifact("ncu_report"), run.manifest.get("problem"),
+                                           run.manifest.get("timeline"), run.manifest.get("mode") or "fwd")
+        d = staged.record.to_dict()
         for name, df in tables.items():
             runs.write_table(df, staging / f"{name}.parquet")
             d.setdefault("tables", {})[name] = f"{name}.parquet"
@@ -236,6 +238,8 @@ def _profile(variant: Variant, problem: Problem, opts: ProfileOptions, machine: 
             if ncu_info is not None:
                 with stage("analysis", "beside the measuring child's timing"):
                     analyses, tables = analyze(run, variant, problem, timeline_info, opts.mode)
+                with stage("compress", "the ncu report, xz, beside the measuring child's timing"):
+                    ncu_info["report"] = run.compress_artifact("ncu_report")   # stored as profile.ncu-rep.xz
             measured = measuring.result()
             stage.record("bench", measured.bench_seconds, "in the measuring child, beside the analysis"
                          if ncu_info is not None else "in the measuring child")

@@ -99,7 +99,7 @@ def test_kernel_role_comes_from_what_a_kernel_executed_and_moved(report, element
 
 def test_v7s_elementwise_kernels_hear_no_tile_advice_and_its_main_kernel_keeps_its_own(tmp_path):
     src = _shipped(V7_BWD)
-    report = src / "profile.ncu-rep"
+    report = Run(src).artifact("ncu_report")   # the store's reader: profile.ncu-rep.xz, as runs keep it
     m = json.loads((src / "manifest.json").read_text())
     analyses = analysis.analyze_report(report, problem=m["problem"], mode="bwd")
     by_role = {}

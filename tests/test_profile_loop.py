@@ -6,12 +6,14 @@ measured speed is benchmarks/RESULTS.md's."""
 from __future__ import annotations
 
 import json
+import lzma
 import shutil
 from pathlib import Path
 
 import pytest
 
 from lab import pipeline
+from lab.analysis import findings as analysis
 from lab.ladder.registry import builtin
 from lab.measure import bench
 from lab.measure.baselines import Baseline
@@ -460,3 +462,29 @@ def test_the_measuring_childs_answers(monkeypatch):
     isolated.serve(SimpleNamespace(kind="cuda", id="cu"), parse_shape("1,2,64,64"), "fwd",
                    [json.dumps({"do": "check", "shapes": 2})], replies.append)
     assert replies == [{"error": "cu has no cached build here", "not_built": True}]
+
+
+def test_a_profiled_run_keeps_its_ncu_report_xz_compressed(stand_ins, monkeypatch):
+    """The report ncu writes (here a real one, recorded on a GPU: tests/fixtures/ncu/planted-basic, which the
+    stand-in for ncu writes where ncu would) is analyzed as written, then stored xz-compressed: the manifest's
+    artifact and its profile section name profile.ncu-rep.xz, the plain file is gone, and the .xz unpacks to
+    the report byte for byte; the command stored is ncu's own, as a user reruns it."""
+    real = lzma.decompress((REPO / "tests" / "fixtures" / "ncu" / "planted-basic.ncu-rep.xz").read_bytes())
+
+    def ncu_writes(cmd, log_path, env=None, timeout_s=None):
+        report = Path(cmd[cmd.index("-o") + 1])
+        report.write_bytes(real)
+        Path(log_path).write_text("ncu's log (test-made)\n")
+        return report
+
+    monkeypatch.setattr(pipeline.ncu, "run_ncu", ncu_writes)
+    monkeypatch.setattr(pipeline.ncu, "require_ncu", lambda: "ncu")
+    done = _profile(stand_ins, ncu=True)
+    run = store.Run(done.run_dir)
+    assert run.manifest["artifacts"]["ncu_report"] == "profile.ncu-rep.xz" == run.manifest["profile"]["report"]
+    assert not (done.run_dir / "profile.ncu-rep").exists()
+    assert lzma.decompress(run.artifact("ncu_report").read_bytes()) == real
+    command = run.manifest["profile"]["command"]
+    assert command[command.index("-o") + 1] == "profile.ncu-rep"
+    assert len(run.table("metrics")) == len(analysis.analyze_report(run.artifact("ncu_report"), with_lines=False))
+    assert run.table("findings") is not None and "compress" in run.record.stage_seconds

@@ -11,20 +11,27 @@ import pytest
 from lab.analysis import findings as analysis
 from lab.analysis import lines as source_lines
 from lab.report import pages as report
+from lab.store.runs import Run
 from lab.ladder.registry import builtin
 from conftest import EXAMPLES, REPO  # noqa: E402
 
 BASELINE = builtin()[0]   # the ladder's first rung, whose shipped run this page is built from
 
 
+def _report(run: Path) -> Path | None:
+    """The run's ncu report as the store reads it (profile.ncu-rep.xz; an older run's plain one)."""
+    rep = Run(run).artifact("ncu_report")
+    return rep if rep is not None and rep.is_file() else None
+
+
 def _v1_run(tmp_path: Path) -> Path:
-    src = next((p for p in sorted(EXAMPLES.glob(f"*-{BASELINE.id}-*")) if (p / "profile.ncu-rep").exists()), None)
+    src = next((p for p in sorted(EXAMPLES.glob(f"*-{BASELINE.id}-*")) if _report(p) is not None), None)
     if src is None:
         pytest.skip("no shipped v1 run with its ncu report")
     run = tmp_path / "store" / src.name
     shutil.copytree(src, run)
     man = json.loads((run / "manifest.json").read_text())
-    rep = run / "profile.ncu-rep"
+    rep = _report(run)
     analyses = analysis.analyze_report(rep, problem=man["problem"])
     tables = {"derived": analysis.derived_frame(analyses), "findings": analysis.findings_frame(analyses),
               "lines": source_lines.lines_frame(source_lines.report_lines(rep)),

@@ -355,6 +355,10 @@ def test_ncu_report_is_sent_to_lab_analyze():
         pytest.skip("no ncu fixture")
     res = lab_cli("timeline", reps[0])
     assert res.exit_code == 2 and "lab analyze" in res.output
+    # as a stored run keeps it (profile.ncu-rep.xz)
+    packed = next(iter(sorted((Path(__file__).resolve().parent / "fixtures" / "ncu").glob("*.ncu-rep.xz"))))
+    res = lab_cli("timeline", packed)
+    assert res.exit_code == 2 and "Nsight Compute report" in res.output and "lab analyze" in res.output
 
 
 def test_nsys_rep_without_nsys_says_nsys_is_needed(tmp_path, monkeypatch):

@@ -333,9 +333,16 @@ class Report:
         return len(self.actions)
 
 
+def _no_such_file(path: Path) -> LabError:
+    """A report that is not there; the lab stores a run's report compressed (profile.ncu-rep.xz), so a
+    plain name whose .xz is beside it says so."""
+    packed = path.with_name(path.name + ".xz")
+    return LabError(f"no such file: {path}", hint=f"it is stored compressed: {packed}" if packed.is_file() else None)
+
+
 def _open(path: Path):
     if not path.exists():
-        raise LabError(f"no such file: {path}")
+        raise _no_such_file(path)
     if path.is_dir():
         raise LabError(f"{path} is a folder, not an Nsight Compute report")
     plain = _materialize(path)
@@ -374,7 +381,7 @@ def open_report(path: str | os.PathLike) -> Report:
     """Open (once per file version: the pipeline reads the same report several times)."""
     p = Path(path)
     if not p.exists():
-        raise LabError(f"no such file: {p}")
+        raise _no_such_file(p)
     st = p.stat()
     return _open_cached(str(p.resolve()), st.st_size, st.st_mtime_ns)
 
@@ -461,7 +468,7 @@ def load_report(path: str | os.PathLike) -> pd.DataFrame:
     and every metric as a column. Units in df.attrs["units"]. A copy: callers may modify it."""
     p = Path(path)
     if not p.exists():
-        raise LabError(f"no such file: {p}")
+        raise _no_such_file(p)
     st = p.stat()
     df = _frame_cached(str(p.resolve()), st.st_size, st.st_mtime_ns)
     out = df.copy()

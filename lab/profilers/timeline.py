@@ -337,7 +337,7 @@ def sniff(path: Path) -> str:
     if path.is_dir():
         raise LabError(f"{path} is a directory; pass an nsys export, report, stats CSV or torch.profiler trace")
     name = path.name.lower()
-    if name.endswith(".ncu-rep"):
+    if name.endswith((".ncu-rep", ".ncu-rep.xz", ".ncu-rep.gz")):
         raise LabError(f"{path} is an Nsight Compute report, not a timeline", hint=f"lab analyze {path}")
     if name.endswith(".qdstrm"):
         raise LabError(f"{path} is nsys's raw capture stream, not a report: QdstrmImporter turns it into a "

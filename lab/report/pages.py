@@ -251,10 +251,13 @@ def run_context(rd: RunData, runs: list[RunData], out_dir: Path) -> dict:
                                for i, r in enumerate(mem)], unit="B", title="Bytes moved per memory level",
                               log=True, fmt=fmt_bytes) if len(mem) > 1 else Markup("")
     artifacts = []
-    for name, fname in (rd.manifest.get("artifacts") or {}).items():
-        path = rd.run.path / fname
-        artifacts.append({"name": name, "file": fname, "exists": path.exists(),
-                          "href": _relhref(path, out_dir), "size": path.stat().st_size if path.exists() else None})
+    for name in (rd.manifest.get("artifacts") or {}):
+        path = rd.run.artifact(name)   # the manifest's file, or its other form (.xz or not) where only that is there
+        artifacts.append({"name": name, "file": path.name, "exists": path.exists(), "href": _relhref(path, out_dir),
+                          "size": path.stat().st_size if path.exists() else None,
+                          # Nsight Compute's UI opens only the plain report; the store keeps it compressed
+                          "unpack": f"unxz -k {path.name}" if path.name.endswith(".ncu-rep.xz") else None})
+    ncu_report = next((a for a in artifacts if a["name"] == "ncu_report" and a["exists"]), None)
     return {
         "section_set": section_set_label(rd.manifest.get("profile")), "memory_below_minimum": mem_note, "nway_definition": nway_note, "rd": rd, "m": rd.manifest, "p": rd.problem, "variant": rd.variant, "device": rd.device,
         "peaks": rd.peaks, "software": rd.software, "timing": rd.timing, "correctness": rd.correctness,
@@ -262,7 +265,7 @@ def run_context(rd: RunData, runs: list[RunData], out_dir: Path) -> dict:
         "next_variant": next_variant, "in_registry": rd.variant_id in registry.all_ids(), "kernel": k, "kernels": rd.kernels,
         "roofline": roofline(rd, k), "stalls": stalls, "stall_unit": stall_unit, "stall_family": stall_family,
         "stall_svg": stall_svg, "occupancy": occupancy(k, rd.device), "memory": mem, "memory_svg": mem_svg,
-        "f": fctx, "timeline": timeline_context(rd), "artifacts": artifacts, "backward": backward_kernels(rd),
+        "f": fctx, "timeline": timeline_context(rd), "artifacts": artifacts, "ncu_report": ncu_report, "backward": backward_kernels(rd),
         "source": source_context(rd, k, fctx["findings"]),
         "raw_metrics": raw_metrics_html(rd.kernels, rd.units), "units": rd.units,
         "stored_metric_count": rd.stored_metric_count,

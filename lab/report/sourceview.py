@@ -62,7 +62,7 @@ def source_context(rd, kernel: dict | None, findings: list[dict]) -> dict:
     if lines_t is None:
         return {"recorded": False, "reason": "No per-line data was stored with this run (it was recorded before "
                 "`lab profile` kept the report's per-PC source counters); `lab analyze --lines 20` on its "
-                ".ncu-rep shows them.", "files": []}
+                "stored ncu report (or its run folder) shows them.", "files": []}
     idx = kernel.get("kernel_index") if kernel else None
     rows = [r for r in lines_t.rows if idx is None or r.get("kernel_index") == idx]
     status = next((r.get("status") for r in rows), None)

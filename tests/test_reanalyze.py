@@ -4,6 +4,7 @@ measured stays, the judgement and its tables are replaced whole."""
 from __future__ import annotations
 
 import json
+import lzma
 import shutil
 from pathlib import Path
 
@@ -88,3 +89,60 @@ def test_a_shipped_example_is_reanalyzed_into_the_store_not_in_place(tmp_path):
     listed = [r for r in runs.list_runs(store) if r.id == src.name]
     assert [r.path for r in listed] == [store / src.name]
     assert runs.find_run(src.name, store).path == store / src.name
+
+
+def _as_stored_before(src: Path, run: Path) -> bytes:
+    """A copy of a shipped run as the lab stored it before reports were kept compressed: the plain
+    profile.ncu-rep, the manifest naming it. Returns the report's bytes."""
+    shutil.copytree(src, run)
+    man = json.loads((run / "manifest.json").read_text())
+    packed = run / man["artifacts"]["ncu_report"]
+    plain = run / packed.name.removesuffix(".xz")
+    data = lzma.decompress(packed.read_bytes())
+    plain.write_bytes(data)
+    packed.unlink()
+    man["artifacts"]["ncu_report"] = man["profile"]["report"] = plain.name
+    (run / "manifest.json").write_text(json.dumps(man, indent=2))
+    return data
+
+
+def test_a_run_stored_with_a_plain_report_is_read_and_reanalyzed_into_a_compressed_one(tmp_path):
+    src = _a_shipped_run()
+    assert json.loads((src / "manifest.json").read_text())["artifacts"]["ncu_report"] == "profile.ncu-rep.xz"
+    run = tmp_path / "store" / src.name
+    data = _as_stored_before(src, run)
+    # read as it is: lab analyze on the run's folder and on the file, the same kernels
+    by_folder = _lab("analyze", str(run), "--json")
+    by_file = _lab("analyze", str(run / "profile.ncu-rep"), "--json")
+    assert by_folder.returncode == by_file.returncode == 0, by_folder.stderr
+    assert json.loads(by_folder.stdout) == json.loads(by_file.stdout) and json.loads(by_file.stdout)
+    res = _lab("reanalyze", str(run))
+    assert res.returncode == 0, res.stderr
+    after = json.loads((run / "manifest.json").read_text())
+    assert after["artifacts"]["ncu_report"] == after["profile"]["report"] == "profile.ncu-rep.xz"
+    assert sorted(p.name for p in run.iterdir() if "ncu-rep" in p.name) == ["profile.ncu-rep.xz"]
+    assert lzma.decompress((run / "profile.ncu-rep.xz").read_bytes()) == data
+    again = _lab("analyze", str(run), "--json")
+    assert again.returncode == 0 and json.loads(again.stdout) == json.loads(by_file.stdout)
+    # the plain name, once the run keeps it compressed: one line pointing at the .xz
+    gone = _lab("analyze", str(run / "profile.ncu-rep"))
+    assert gone.returncode == 2 and "profile.ncu-rep.xz" in gone.stderr and "Traceback" not in gone.stderr
+
+
+def test_a_report_unpacked_in_place_is_still_the_runs(tmp_path):
+    """`unxz profile.ncu-rep.xz` (without -k) in a run folder, to open the report in Nsight Compute's UI,
+    leaves the plain file only: the store still finds the run's report, and reanalyze keeps it compressed."""
+    src = _a_shipped_run()
+    run = tmp_path / "store" / src.name
+    shutil.copytree(src, run)
+    packed = run / "profile.ncu-rep.xz"
+    data = lzma.decompress(packed.read_bytes())
+    (run / "profile.ncu-rep").write_bytes(data)
+    packed.unlink()
+    from lab.store import runs
+
+    assert runs.Run(run).artifact("ncu_report") == run / "profile.ncu-rep"
+    assert _lab("analyze", str(run), "--json").returncode == 0
+    res = _lab("reanalyze", str(run))
+    assert res.returncode == 0, res.stderr
+    assert lzma.decompress(runs.Run(run).artifact("ncu_report").read_bytes()) == data

@@ -183,6 +183,7 @@ def test_run_page_has_every_section_and_the_stored_numbers(tmp_path):
     # the appendix links the stored .ncu-rep relative to the page, and the link resolves
     href = re.search(r'<a href="([^"]+)">profile.ncu-rep</a>', html).group(1)
     assert not href.startswith("/") and (page.parent / href).resolve() == (list_runs(root)[0].path / "profile.ncu-rep").resolve()
+    assert "unxz" not in html   # a plain report (as runs were stored before) opens as it is
     # charts are inline SVG; no external resource
     assert html.count("<svg") >= 4
     assert not re.search(r'(src|href)="(https?:)?//', html)
@@ -534,6 +535,11 @@ def test_example_runs_render(examples_rendered):
         found = rd.table("findings")
         if found is not None and found.rows:
             assert found.rows[0]["title"] in text
+        report_file = (rd.manifest.get("artifacts") or {}).get("ncu_report")
+        if report_file:   # kept xz-compressed (lab.store.runs): linked where it lies, and how to open it in the UI
+            href = re.search(r'<a href="([^"]+)">' + re.escape(report_file) + '</a>', html).group(1)
+            assert (done.pages[rd.id].parent / href).resolve().is_file() and report_file.endswith(".ncu-rep.xz")
+            assert f"unxz -k {report_file}" in text
         executed = rundata.sass_fp32_flops(rd.primary_kernel)
         if executed:
             assert f"ncu counted {formatting.fmt_num(executed)} FP32 operations executed" in text

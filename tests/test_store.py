@@ -1,6 +1,9 @@
 """The run store: round trip, and a run appears only when complete (atomic, Ctrl-C safe)."""
 
 import json
+import lzma
+import shutil
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -102,3 +105,68 @@ def test_a_malformed_manifest_is_listed_as_damaged_not_fatal(tmp_path):
         store.find_run(bad.name, tmp_path)
     with pytest.raises(LabError, match="not a lab run"):
         store.Run(bad)
+
+
+# ----------------------------------------------------------------------------- reports kept xz-compressed
+
+REPO = Path(__file__).resolve().parent.parent
+REAL_REPORT = REPO / "tests" / "fixtures" / "ncu" / "planted-basic.ncu-rep.xz"   # recorded on a GPU
+WORKSPACE_RUNS = REPO / "examples" / "workspace" / "profiles"   # manifests of an older lab's fields
+
+
+def test_a_staged_artifact_is_committed_compressed(tmp_path):
+    report = lzma.decompress(REAL_REPORT.read_bytes())
+    with store.create_run("20261121-000000-v1-xz", tmp_path) as run:
+        run.manifest.update({"variant": {"id": "mine"}, "problem": PROBLEM})
+        run.artifact_path("profile.ncu-rep").write_bytes(report)
+        run.register_artifact("ncu_report", "profile.ncu-rep")
+        assert run.compress_artifact("ncu_report") == "profile.ncu-rep.xz"
+        path = run.commit()
+    assert sorted(p.name for p in path.iterdir()) == ["manifest.json", "profile.ncu-rep.xz"]
+    stored = store.Run(path)
+    assert stored.manifest["artifacts"] == {"ncu_report": "profile.ncu-rep.xz"}
+    assert lzma.decompress(stored.artifact("ncu_report").read_bytes()) == report
+
+
+def _stored_before(tmp_path) -> tuple:
+    """The shipped workspace run as an older lab stored it: profile.ncu-rep plain, the manifest naming it."""
+    src = next((p for p in sorted(WORKSPACE_RUNS.glob("*/manifest.json"))), None)
+    if src is None:
+        pytest.skip("no shipped workspace run")
+    run = tmp_path / src.parent.name
+    shutil.copytree(src.parent, run)
+    man = json.loads((run / "manifest.json").read_text())
+    report = lzma.decompress((run / man["artifacts"]["ncu_report"]).read_bytes())
+    (run / man["artifacts"]["ncu_report"]).unlink()
+    (run / "profile.ncu-rep").write_bytes(report)
+    man["artifacts"]["ncu_report"] = man["profile"]["report"] = "profile.ncu-rep"
+    (run / "manifest.json").write_text(json.dumps(man, indent=2))
+    return run, man, report
+
+
+def test_a_stored_runs_report_is_compressed_and_nothing_else_changes(tmp_path):
+    run, before, report = _stored_before(tmp_path)
+    assert store.Run(run).artifact("ncu_report") == run / "profile.ncu-rep"   # an old run reads as it is
+    packed = store.compress_stored_artifact(run)
+    assert packed == run / "profile.ncu-rep.xz" and not (run / "profile.ncu-rep").exists()
+    assert lzma.decompress(packed.read_bytes()) == report
+    after = json.loads((run / "manifest.json").read_text())
+    assert after["artifacts"]["ncu_report"] == after["profile"]["report"] == "profile.ncu-rep.xz"
+    # the manifest as it was stored, but for the two names: not brought up to this lab's record
+    assert {**after, "artifacts": before["artifacts"], "profile": before["profile"]} == before
+    assert store.compress_stored_artifact(run) is None   # kept compressed already
+    assert store.report_or_run(run) == packed
+
+
+def test_a_report_compressed_by_hand_and_a_missing_one(tmp_path):
+    run, _, report = _stored_before(tmp_path)
+    (run / "profile.ncu-rep.xz").write_bytes(lzma.compress(report))   # `xz profile.ncu-rep`
+    (run / "profile.ncu-rep").unlink()
+    assert store.Run(run).artifact("ncu_report") == run / "profile.ncu-rep.xz"   # the manifest still names the plain
+    assert store.compress_stored_artifact(run) == run / "profile.ncu-rep.xz"
+    assert json.loads((run / "manifest.json").read_text())["artifacts"]["ncu_report"] == "profile.ncu-rep.xz"
+    (run / "profile.ncu-rep.xz").unlink()
+    with pytest.raises(LabError, match="missing"):
+        store.compress_stored_artifact(run)
+    with pytest.raises(LabError, match="no ncu report"):
+        store.report_or_run(run)

@@ -1,6 +1,6 @@
 // The one PyTorch binding for every rung. Compiled once per rung with
 // -DLAB_LAUNCHER=lab_forward_<id>; exposes forward(q, k, v, o, causal, softmax_scale, lse=None). A tuning
-// build (-DLAB_TUNING, `lab tune`) also exposes configs(head_dim, dtype) and forward_config(..., config).
+// build (-DLAB_TUNING, `lab tune`) also exposes configs(head_dim, dtype) and forward_config(..., config, lse=None).
 // A rung with a backward (-DLAB_BACKWARD_LAUNCHER=lab_backward_<id>, common.cuh's backward contract)
 // also exposes backward(q, k, v, o, dout, lse, dq, dk, dv, causal, softmax_scale), which allocates the
 // rung's workspace from torch's allocator on the current stream.
@@ -68,14 +68,21 @@ static LabAttentionArgs make_args(const at::Tensor& q, const at::Tensor& k, cons
                           to_lab_dtype(q.scalar_type()), lse, (int)k.size(1)};
 }
 
-void forward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, at::Tensor& o,
-             bool causal, double softmax_scale, const c10::optional<at::Tensor>& lse) {
-  c10::cuda::CUDAGuard guard(q.device());
+// The forward's arguments, lse included, for forward and for every tuning candidate (forward_config):
+// the correctness gate poisons lse and judges what the launch wrote, candidates as the default.
+static LabAttentionArgs forward_args(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, at::Tensor& o,
+                                     bool causal, double softmax_scale, const c10::optional<at::Tensor>& lse) {
 #ifndef LAB_WRITES_LSE
   TORCH_CHECK(!lse.has_value() || !lse->defined(),
               "this rung's forward writes no lse: its lab:rung block declares neither backward = true nor writes_lse = true");
 #endif
-  const LabAttentionArgs args = make_args(q, k, v, o, causal, softmax_scale, lse_ptr(lse, q));
+  return make_args(q, k, v, o, causal, softmax_scale, lse_ptr(lse, q));
+}
+
+void forward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, at::Tensor& o,
+             bool causal, double softmax_scale, const c10::optional<at::Tensor>& lse) {
+  c10::cuda::CUDAGuard guard(q.device());
+  const LabAttentionArgs args = forward_args(q, k, v, o, causal, softmax_scale, lse);
   const char* err = LAB_LAUNCHER(&args, c10::cuda::getCurrentCUDAStream().stream());
   TORCH_CHECK(err == nullptr, err ? err : "");
 }
@@ -168,9 +175,9 @@ std::vector<std::string> configs(int64_t head_dim, const std::string& dtype) {
 }
 
 void forward_config(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, at::Tensor& o,
-                    bool causal, double softmax_scale, int64_t config) {
+                    bool causal, double softmax_scale, int64_t config, const c10::optional<at::Tensor>& lse) {
   c10::cuda::CUDAGuard guard(q.device());
-  const LabAttentionArgs args = make_args(q, k, v, o, causal, softmax_scale);
+  const LabAttentionArgs args = forward_args(q, k, v, o, causal, softmax_scale, lse);
   const char* err = LAB_TUNE_LAUNCHER(&args, c10::cuda::getCurrentCUDAStream().stream(), (int)config);
   TORCH_CHECK(err == nullptr, err ? err : "");
 }
@@ -204,8 +211,9 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
 #ifdef LAB_TUNING
   m.def("configs", &configs, "the labels of the tuning candidates for a head_dim and dtype, by index",
         py::arg("head_dim"), py::arg("dtype"));
-  m.def("forward_config", &forward_config, "attention forward with tuning candidate `config`", py::arg("q"),
-        py::arg("k"), py::arg("v"), py::arg("o"), py::arg("causal"), py::arg("softmax_scale"), py::arg("config"));
+  m.def("forward_config", &forward_config, "attention forward with tuning candidate `config` (lse as forward's)",
+        py::arg("q"), py::arg("k"), py::arg("v"), py::arg("o"), py::arg("causal"), py::arg("softmax_scale"),
+        py::arg("config"), py::arg("lse") = py::none());
 #ifdef LAB_BACKWARD_LAUNCHER
   m.def("backward_configs", &backward_configs, "the labels of the backward's tuning candidates",
         py::arg("head_dim"), py::arg("dtype"));

@@ -6,7 +6,8 @@ binding refuses one (the refusal that failed v9's LSE tests on four H200s, 2026-
 own directives are run through the C preprocessor with the defines the build passes, so the test
 reads what the compiler will compile. A python rung's forward returns (o, lse) under the same key;
 the one call path (lab.measure.call) gives such a rung `forward_lse` and still refuses its backward.
-The GPU side: tests/test_v9_gpu.py's LSE tests."""
+A tuning build's forward_config takes the lse as forward does, and lab.ladder.tuning's candidate hands
+it through (`lab tune` judges every candidate's LSE). The GPU side: tests/test_v9_gpu.py's LSE tests."""
 
 from __future__ import annotations
 
@@ -68,9 +69,9 @@ def test_a_bad_declaration_is_refused(tmp_path, value, message):
         parse_rung(_copy_with(tmp_path, source, f"// writes_lse = {value}"))
 
 
-def _preprocessed_forward(defines: list[str]) -> str:
-    """binding.cpp's forward() as the C preprocessor leaves it under `defines` (its #include lines
-    dropped: the directives under test are the binding's own)."""
+def _preprocessed(defines: list[str]) -> str:
+    """binding.cpp as the C preprocessor leaves it under `defines` (its #include lines dropped: the
+    directives under test are the binding's own)."""
     cpp = shutil.which("cpp") or shutil.which("g++")
     if cpp is None:
         pytest.skip("no C preprocessor (cpp or g++) on this machine")
@@ -79,13 +80,25 @@ def _preprocessed_forward(defines: list[str]) -> str:
     args = [cpp, "-P", "-x", "c++", *([] if cpp.endswith("cpp") else ["-E"]), *defines, "-"]
     out = subprocess.run(args, input=text, capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
-    m = re.search(r"void forward\(.*?\n\}", out.stdout, re.S)
-    assert m, out.stdout[:2000]
-    return m.group(0)
+    return out.stdout
 
 
-def _defines(variant) -> list[str]:
-    return [f for f in build._cxx_flags(variant, tuning=False) if f.startswith("-D")]
+def _function(text: str, name: str) -> str | None:
+    """The definition of C++ function `name` in `text` (its signature and body), None if absent."""
+    m = re.search(rf"^\w[\w:<>*& ]* {name}\(.*?\n\}}", text, re.S | re.M)
+    return m.group(0) if m else None
+
+
+def _preprocessed_forward(defines: list[str]) -> str:
+    """binding.cpp's forward() with the function that makes its arguments (forward_args)."""
+    text = _preprocessed(defines)
+    forward = _function(text, "forward")
+    assert forward, text[:2000]
+    return "\n".join(f for f in (_function(text, "forward_args"), forward) if f)
+
+
+def _defines(variant, tuning: bool = False) -> list[str]:
+    return [f for f in build._cxx_flags(variant, tuning=tuning) if f.startswith("-D")]
 
 
 def test_the_binding_takes_lse_exactly_where_the_rung_writes_it(tmp_path):
@@ -137,3 +150,64 @@ def test_a_python_rung_that_declares_it_returns_the_lse_without_a_backward(tmp_p
     assert rung(plain, python_rung.load(plain), problem).forward_lse is None
     with pytest.raises(RuntimeError, match="forward returns no lse"):
         python_rung.load(plain).forward(q, k, v, o, True, 0.25, lse)
+
+
+def _def_args(text: str, name: str) -> list[str]:
+    """The Python argument names binding.cpp's module gives function `name` (its m.def's py::arg list)."""
+    m = re.search(rf'm\.def\("{name}",(.*?)\);', text, re.S)
+    assert m, f"binding.cpp defines no {name}"
+    return re.findall(r'py::arg\("(\w+)"\)', m.group(1))
+
+
+def test_a_tuning_candidate_takes_the_lse_exactly_as_the_forward_does(tmp_path):
+    """`lab tune` judges the LSE of a rung that writes it for every candidate too, so the tuning build's
+    forward_config takes the lse tensor and makes the candidate's arguments with forward's own function
+    (lse_ptr and the refusal of a rung that writes none included). Without it every candidate of v7, v8
+    and v9 left the NaN-poisoned LSE unwritten and failed (four H200s, 2026-11-27)."""
+    lse = parse_rung(_copy_with(tmp_path, FORWARD_ONLY.source, "// writes_lse = true"))
+    source = (KERNELS / "binding.cpp").read_text()
+    assert source.count(REFUSAL) == 1   # one home, shared by forward and forward_config
+    assert source.count("make_args(q, k, v, o, causal, softmax_scale, lse_ptr(lse, q))") == 1
+    for variant in (lse, BACKWARD, FORWARD_ONLY):
+        text = _preprocessed(_defines(variant, tuning=True))
+        config = _function(text, "forward_config")
+        assert config and re.search(r"const c10::optional<at::Tensor>& lse\)", config), config
+        assert "forward_args(q, k, v, o, causal, softmax_scale, lse)" in config, config
+        assert "forward_args(q, k, v, o, causal, softmax_scale, lse)" in _function(text, "forward")
+        assert "make_args" not in config
+        assert (REFUSAL in _function(text, "forward_args")) == (not variant.writes_lse)
+        assert _def_args(text, "forward_config")[-2:] == ["config", "lse"]
+        assert re.search(r'm\.def\("forward_config",[^;]*py::arg\("lse"\) = py::none\(\)', text)
+    assert _function(_preprocessed(_defines(lse)), "forward_config") is None   # a plain build has none
+
+
+class _Recording:
+    """Stands in for a tuning build's module: records each call by the argument names binding.cpp gives it."""
+
+    def __init__(self):
+        self.calls = []
+        text = (KERNELS / "binding.cpp").read_text()
+        self.names = {n: _def_args(text, n) for n in ("forward", "forward_config")}
+
+    def forward_config(self, *args):
+        self.calls.append(("forward_config", dict(zip(self.names["forward_config"], args))))
+
+    def forward(self, *args):
+        self.calls.append(("forward", dict(zip(self.names["forward"], args))))
+
+
+@pytest.mark.parametrize("mode", ["fwd", "bwd", "fwd+bwd"])
+def test_the_tuning_candidate_hands_the_lse_to_its_launch(mode):
+    """lab.ladder.tuning.Candidate, as the correctness gate calls it (module.forward(..., lse)): a forward
+    candidate launches candidate `index` with that lse; a backward candidate's forward is the rung's own."""
+    from lab.ladder.tuning import Candidate
+
+    module, lse = _Recording(), object()
+    Candidate(module, 3, mode).forward("q", "k", "v", "o", True, 0.125, lse)
+    (name, args), = module.calls
+    assert name == ("forward_config" if mode == "fwd" else "forward")
+    assert args["lse"] is lse and args["causal"] is True and args["softmax_scale"] == 0.125
+    assert args.get("config", 3) == 3
+    module.calls.clear()
+    Candidate(module, 3, mode).forward("q", "k", "v", "o", False, 0.125)   # the timer's call: no lse
+    assert module.calls[0][1]["lse"] is None

@@ -49,8 +49,10 @@ def parse_entry(entry: str, variant_id: str = "the rung") -> Declared:
 class Candidate:
     """One candidate of a tuning build, shaped like a rung's extension (`.forward(...)`, and
     `.backward(...)` for a backward candidate), so the correctness gate and the timer take it as
-    they take the rung itself. A backward candidate (mode bwd or fwd+bwd) runs the rung's own
-    forward and candidate `index` of its backward (lab_backward_<id>_config)."""
+    they take the rung itself. A forward candidate gets the lse the gate hands the rung's forward
+    (forward_config takes it as forward does), so a rung that writes the LSE has it judged for every
+    candidate. A backward candidate (mode bwd or fwd+bwd) runs the rung's own forward and candidate
+    `index` of its backward (lab_backward_<id>_config)."""
 
     def __init__(self, module, index: int, mode: str = "fwd", causal: bool | None = None):
         self.module = module
@@ -60,7 +62,7 @@ class Candidate:
 
     def forward(self, q, k, v, o, causal, softmax_scale, lse=None):
         if self.mode == "fwd":
-            self.module.forward_config(q, k, v, o, causal, softmax_scale, self.index)
+            self.module.forward_config(q, k, v, o, causal, softmax_scale, self.index, lse)
         else:
             self.module.forward(q, k, v, o, causal, softmax_scale, lse)
 

@@ -13,6 +13,7 @@ from lab.environment import nvcc_version
 from lab.errors import LabError
 from lab.profilers import ncu
 from lab.profilers.nsys import nsys_status
+from lab.store.runs import list_runs, shipped_root, store_root
 
 
 @dataclass
@@ -63,41 +64,74 @@ def _compiler_checks() -> list[Check]:
 _COUNTER_PROBE = "import torch; x = torch.ones(1024, device='cuda'); (x + 1).sum().item()"
 
 
+def _stored_report() -> Path | None:
+    """The newest Nsight Compute report among the store's runs, else among the runs shipped with the lab."""
+    for root in (store_root(), shipped_root()):
+        if root is None:
+            continue
+        for run in reversed(list_runs(root)):
+            report = run.artifact("ncu_report")
+            if report is not None and report.is_file():
+                return report
+    return None
+
+
+def _ncu_report_check(report: Path | None) -> Check:
+    """The ncu_report module, and whether it loads a real report (the counter probe's, else a stored
+    one) in a child process: a module that imports but crashes on a report is a failed check here."""
+    try:
+        if report is None:
+            module = ncu.find_ncu_report_module()
+            return Check("ncu_report", True, f"{ncu.module_file(module)} importable; not tried on a report "
+                                             "(none stored here): lab analyze tries it on its first")
+        where, loaded = ncu.check_loadable(report)
+    except LabError as e:
+        return Check("ncu_report", False, str(e), e.hint or "pip install ncu-report", "profile, analyze")
+    if not loaded:
+        return Check("ncu_report", True, f"{where} importable; could not read {report} (no crash)")
+    return Check("ncu_report", True, f"{where} loads {report} (tried in a child process)")
+
+
+_NCU_FIX = "install Nsight Compute and put ncu on PATH"
+
+
 def _ncu_checks(probe: bool) -> list[Check]:
     try:
         version = ncu.ncu_version()
         exe = ncu.find_ncu()
     except LabError as e:
-        return [Check("ncu", False, str(e), e.hint or "install Nsight Compute and put ncu on PATH", "profile")]
-    if not version:
-        return [Check("ncu", False, "not found", "install Nsight Compute and put ncu on PATH", "profile")]
+        version, exe, absent = None, None, Check("ncu", False, str(e), e.hint or _NCU_FIX, "profile")
+    else:
+        absent = Check("ncu", False, "not found", _NCU_FIX, "profile")
+    if not version:   # reading reports needs no ncu: ncu_report is checked all the same
+        return [absent, _ncu_report_check(_stored_report())]
     out = [Check("ncu", True, f"{version} at {exe}")]
-    try:
-        ncu.find_ncu_report_module()
-        out.append(Check("ncu_report", True, "Python module importable"))
-    except LabError as e:
-        out.append(Check("ncu_report", False, str(e), e.hint or "pip install ncu-report", "profile, analyze"))
-    if probe:
-        with tempfile.TemporaryDirectory() as tmp:
-            rep = Path(tmp) / "probe.ncu-rep"
-            cmd = [exe, "--clock-control", "none", "--metrics", "gpu__time_duration.sum", "-c", "1", "-f",
-                   "-o", str(rep), sys.executable, "-c", _COUNTER_PROBE]
-            try:
-                res = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
-                text = res.stdout + res.stderr
-            except subprocess.TimeoutExpired:
-                text = "timed out"
-            if "ERR_NVGPUCTRPERM" in text:
-                out.append(Check("ncu counters", False, "ERR_NVGPUCTRPERM: no permission to read GPU performance counters",
-                                 "run as root, or load the driver with NVreg_RestrictProfilingToAdminUsers=0 "
-                                 "(see https://developer.nvidia.com/ERR_NVGPUCTRPERM)", "profile"))
-            elif rep.exists():
-                out.append(Check("ncu counters", True, "read a hardware counter of a probe kernel"))
-            else:
-                errs = [ln for ln in text.splitlines() if "==ERROR==" in ln or "==WARNING==" in ln][:3]
-                out.append(Check("ncu counters", False, "; ".join(errs) or text.strip()[-200:],
-                                 "run `ncu --list-sets` by hand and read its error", "profile"))
+    with tempfile.TemporaryDirectory() as tmp:
+        rep = Path(tmp) / "probe.ncu-rep"
+        if probe:
+            out.append(_counter_check(exe, rep))
+        # the probe's report is this machine's ncu's own: the one to try the module on
+        out.append(_ncu_report_check(rep if rep.is_file() else _stored_report()))
     return out
+
+
+def _counter_check(exe: str, rep: Path) -> Check:
+    cmd = [exe, "--clock-control", "none", "--metrics", "gpu__time_duration.sum", "-c", "1", "-f",
+           "-o", str(rep), sys.executable, "-c", _COUNTER_PROBE]
+    try:
+        res = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+        text = res.stdout + res.stderr
+    except subprocess.TimeoutExpired:
+        text = "timed out"
+    if "ERR_NVGPUCTRPERM" in text:
+        return Check("ncu counters", False, "ERR_NVGPUCTRPERM: no permission to read GPU performance counters",
+                     "run as root, or load the driver with NVreg_RestrictProfilingToAdminUsers=0 "
+                     "(see https://developer.nvidia.com/ERR_NVGPUCTRPERM)", "profile")
+    if rep.exists():
+        return Check("ncu counters", True, "read a hardware counter of a probe kernel")
+    errs = [ln for ln in text.splitlines() if "==ERROR==" in ln or "==WARNING==" in ln][:3]
+    return Check("ncu counters", False, "; ".join(errs) or text.strip()[-200:],
+                 "run `ncu --list-sets` by hand and read its error", "profile")
 
 
 def _nsys_check() -> Check:

@@ -132,6 +132,84 @@ def test_bad_xz(tmp_path):
         ncu.load_report(p)
 
 
+# ----------------------------------------------------------------------------- a module that crashes on a report
+
+BASIC = OURS / "planted-basic.ncu-rep.xz"
+# A planted ncu_report that imports and then crashes loading any report, as Nsight Compute 2025.3.1's
+# extras/python module did under Python 3.12 on the GPU machine (2026-11-27): not a fake report.
+CRASHING = """import os, signal
+
+class IAction:
+    pass
+
+def load_report(path):
+    os.kill(os.getpid(), signal.SIGSEGV)
+"""
+
+
+def _lab(args, tmp_path, standin: bool):
+    """`python -m lab.cli ARGS` as its own process (a crash of the lab's process is what is tested),
+    with the planted module first on PYTHONPATH where `standin`, from an empty store."""
+    import os
+    import subprocess
+
+    from conftest import REPO
+
+    (tmp_path / "mod").mkdir(exist_ok=True)
+    (tmp_path / "mod" / "ncu_report.py").write_text(CRASHING)
+    env = {k: v for k, v in os.environ.items() if k not in ("LAB_WORKSPACE", "LAB_CACHE")}
+    env["PYTHONPATH"] = os.pathsep.join(([str(tmp_path / "mod")] if standin else []) + [str(REPO)])
+    env["LAB_PROFILES"] = str(tmp_path / "store")
+    return subprocess.run([sys.executable, "-m", "lab.cli", *args], capture_output=True, text=True, env=env,
+                          cwd=tmp_path, timeout=300)
+
+
+def test_lab_analyze_with_a_module_that_crashes_on_the_report_exits_2_naming_it(tmp_path):
+    """The lab's own process never loads the report with a module that crashed on it in a child: one
+    line naming the module's file and the signal, the fix as the hint, exit code 2 (without the child
+    the lab dies of the SIGSEGV itself, rc -11 and no word)."""
+    res = _lab(["analyze", BASIC], tmp_path, standin=True)
+    assert res.returncode == 2, (res.returncode, res.stderr[-2000:])
+    errors = [ln for ln in res.stderr.splitlines() if ln.startswith("error")]
+    assert len(errors) == 1 and str(tmp_path / "mod" / "ncu_report.py") in errors[0], res.stderr
+    assert "SIGSEGV" in errors[0] and str(BASIC) in errors[0]
+    assert "pip install ncu-report" in res.stderr and "Traceback" not in res.stderr
+    assert _lab(["analyze", BASIC, "--json"], tmp_path, standin=False).returncode == 0   # the wheel reads it
+
+
+def test_lab_doctor_tries_the_module_on_a_real_report(tmp_path):
+    """`lab doctor` loads a stored report (here one shipped with the lab: the store is empty) in a child:
+    the planted module fails the ncu_report check with the crash, NVIDIA's wheel passes it."""
+    import json
+
+    for standin, ok in ((True, False), (False, True)):
+        res = _lab(["doctor", "--no-probe", "--json"], tmp_path, standin)
+        assert res.returncode in (0, 1) and "Traceback" not in res.stderr, res.stderr[-2000:]
+        check, = [c for c in json.loads(res.stdout) if c["name"] == "ncu_report"]
+        assert check["ok"] is ok, check
+        if standin:
+            assert "SIGSEGV" in check["detail"] and str(tmp_path / "mod" / "ncu_report.py") in check["detail"]
+            assert "pip install ncu-report" in check["fix"]
+        else:
+            assert "loads" in check["detail"] and ".ncu-rep" in check["detail"]
+
+
+def test_a_module_is_tried_in_a_child_once_per_process(monkeypatch):
+    """One child per module file: after it loaded one real report, the module's next reports are loaded
+    in-process at once; a report it cannot read (no crash) is no proof and asks again next time."""
+    module = ncu.find_ncu_report_module()
+    probes = []
+    real = ncu._probe
+    monkeypatch.setattr(ncu, "_probe", lambda folder, report: probes.append(report) or real(folder, report))
+    monkeypatch.setattr(ncu, "_loaded_in_child", set())
+    plain = ncu._materialize(BASIC)
+    assert ncu.loads_in_child(module, Path("/nonexistent/x.ncu-rep")) is False
+    assert ncu.loads_in_child(module, plain) is True
+    assert ncu.loads_in_child(module, Path("/nonexistent/y.ncu-rep")) is True   # the module is known good
+    assert [str(p) for p in probes] == ["/nonexistent/x.ncu-rep", str(plain)]
+    assert ncu._loaded_in_child == {Path(module.__file__).resolve()}
+
+
 # ----------------------------------------------------------------------------- the command line
 
 def test_ncu_command_default():

@@ -20,6 +20,7 @@ import lzma
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -196,13 +197,86 @@ def find_ncu_report_module():
                         "whose extras/python folder holds the module")
 
 
+# A child process that imports ncu_report from `argv[1]` (the sys.path entry it was found in) and loads
+# the report `argv[2]`, printing its range count, or "error: ..." where load_report raises (an unreadable
+# report: no fault of the module). A child killed by a signal is the module crashing in this Python.
+_PROBE = ("import sys\nsys.path.insert(0, sys.argv[1])\nimport ncu_report\n"
+          "try:\n    print(ncu_report.load_report(sys.argv[2]).num_ranges())\n"
+          "except Exception as e:\n    print('error:', e)\n")
+PROBE_TIMEOUT_S = 300   # loading the largest stored report (64 MB unpacked) takes seconds, not minutes
+
+
+def _probe(folder: str | Path, report: str | Path) -> subprocess.CompletedProcess:
+    return children.run([sys.executable, "-c", _PROBE, str(folder), str(report)], capture_output=True,
+                        text=True, errors="replace", timeout=PROBE_TIMEOUT_S)
+
+
 def _loads_safely(d: Path) -> bool:
-    probe = ("import sys; sys.path.insert(0, sys.argv[1]); import ncu_report\n"
-             "try:\n    ncu_report.load_report('/nonexistent/probe.ncu-rep')\nexcept Exception:\n    pass")
     try:
-        return subprocess.run([sys.executable, "-c", probe, str(d)], capture_output=True, timeout=120).returncode == 0
+        return _probe(d, "/nonexistent/probe.ncu-rep").returncode == 0
     except (OSError, subprocess.TimeoutExpired):
         return False
+
+
+def module_file(module) -> Path:
+    return Path(module.__file__).resolve()
+
+
+def _module_folder(module) -> Path:
+    """The sys.path entry `module` was imported from: a package's parent, a single file's folder."""
+    f = module_file(module)
+    return f.parent.parent if f.name == "__init__.py" else f.parent
+
+
+MODULE_FIX = ("pip install ncu-report (NVIDIA's wheel, the version of the ncu that wrote the report) and take "
+              "Nsight Compute's extras/python off PYTHONPATH, or run the lab with the Python that ncu "
+              "version's own module is built for")
+
+_loaded_in_child: set[Path] = set()   # the ncu_report files that loaded a real report in a child
+
+
+def loads_in_child(module, report: Path, shown: Path | None = None) -> bool:
+    """Whether `module` (an ncu_report) loads `report` in a child process: True, or False where its
+    load_report raises (an unreadable report, which the caller's own load words). A child killed by a
+    signal raises LabError (exit 2) naming the module and the fix, before this process loads anything.
+
+    Why: a module built for another Python (Nsight Compute 2025.3.1's extras/python ncu_report under
+    Python 3.12, on the GPU machine) imports fine and segfaults loading a real report, killing `lab
+    profile` and `lab analyze` without a word; a crash must end a child only. What it costs: once per
+    process and module file, a Python start that imports ncu_report and loads the first report: 0.09 s
+    for planted-basic (10 kernels, 0.7 MB) and 0.08 s for the shipped v7 report (6.3 MB) on the lab's
+    2-core CPU machine, where the lab's own load and frame of planted-basic takes 0.2 s. Once a report
+    loaded in a child, the module's later reports load in-process at once."""
+    where = module_file(module)
+    if where in _loaded_in_child:
+        return True
+    shown = shown or report
+    try:
+        res = _probe(_module_folder(module), report)
+    except subprocess.TimeoutExpired:
+        raise LabError(f"ncu_report ({where}) did not load {shown} within {PROBE_TIMEOUT_S} s in a child process",
+                       hint=MODULE_FIX) from None
+    if res.returncode < 0:
+        try:
+            name = signal.Signals(-res.returncode).name
+        except ValueError:
+            name = f"signal {-res.returncode}"
+        killed = " (SIGKILL: the system ends processes so when out of memory)" if name == "SIGKILL" else ""
+        raise LabError(f"ncu_report ({where}) crashed loading {shown}: a child process died of {name}{killed}; "
+                       f"this Python {sys.version_info.major}.{sys.version_info.minor} cannot read reports "
+                       "with it", hint=MODULE_FIX)
+    loaded = res.returncode == 0 and not res.stdout.startswith("error:")
+    if loaded:
+        _loaded_in_child.add(where)
+    return loaded
+
+
+def check_loadable(path: str | os.PathLike) -> tuple[Path, bool]:
+    """`lab doctor`'s question: the ncu_report this process finds, and whether it loads the report at
+    `path` (.xz/.gz too) in a child; a crash raises LabError as loads_in_child does."""
+    module = find_ncu_report_module()
+    p = Path(path)
+    return module_file(module), loads_in_child(module, _materialize(p), p)
 
 
 def require_ncu() -> str:
@@ -347,6 +421,7 @@ def _open(path: Path):
         raise LabError(f"{path} is a folder, not an Nsight Compute report")
     plain = _materialize(path)
     ncu_report = find_ncu_report_module()
+    loads_in_child(ncu_report, plain, path)   # a module that crashes on it ends a child, not this process
     try:
         ctx = ncu_report.load_report(str(plain))
     except Exception as e:  # the SWIG layer raises a variety of types on unreadable input

@@ -12,7 +12,7 @@
 namespace lab_bwd {
 
 // The workspace (common.cuh's backward contract: the lab allocates it, the rung lays it out):
-//   [dQ accumulator: fp32 B*H*nq*D][LSE * log2(e): fp32 B*H*nq_pad][D: fp32 B*H*nq_pad]
+//   [dQ accumulator: fp32 B*H*nq_pad*D][LSE * log2(e): fp32 B*H*nq_pad][D: fp32 B*H*nq_pad]
 // nq_pad rounds nq up to the largest query block any candidate uses, so the main loop copies
 // whole blocks of the two row statistics with no bounds check; padding rows hold LSE = +inf
 // (P = 2^-inf = 0: a padded query row contributes nothing) and D = 0.
@@ -27,7 +27,9 @@ static inline size_t align256(size_t n) { return (n + 255) & ~size_t(255); }
 static inline size_t workspace_bytes(const LabBackwardArgs* a, Workspace* w = nullptr) {
   const size_t bh = (size_t)a->batch * a->heads;
   const int nq_pad = lab_cdiv(a->seqlen_q, kMaxQueryBlock) * kMaxQueryBlock;
-  const size_t dq_bytes = align256(bh * a->seqlen_q * a->head_dim * sizeof(float));
+  // nq_pad rows a head: an accumulator laid out per whole query block (v8's FragDq<>) writes the
+  // padding rows of the last block too; the row-major [B*H, nq, D] uses the first B*H*nq*D floats.
+  const size_t dq_bytes = align256(bh * nq_pad * a->head_dim * sizeof(float));
   const size_t row_bytes = align256(bh * nq_pad * sizeof(float));
   if (w != nullptr) {
     uint8_t* base = static_cast<uint8_t*>(a->workspace);
@@ -41,8 +43,10 @@ static inline size_t workspace_bytes(const LabBackwardArgs* a, Workspace* w = nu
 
 // (a) Preprocess: one group of D/8 threads per query row, 16 bytes of dO and O per thread.
 // D_i = sum(dO_i * O_i) in fp32; lse2 = lse * log2(e) so the main loop's exponent is one FFMA;
-// the dQ accumulator rows are zeroed here (the atomics of the main loop add into them).
-template <typename T, int D>
+// the dQ accumulator rows are zeroed here (the atomics of the main loop add into them). kWhole:
+// zero all nq_pad rows' worth of the accumulator as one flat buffer (an accumulator laid out per
+// whole query block, v8's FragDq<>, uses every float of it, padding included).
+template <typename T, int D, bool kWhole = false>
 __global__ void __launch_bounds__(256)
 bwd_preprocess_kernel(const T* __restrict__ o, const T* __restrict__ dout, const float* __restrict__ lse,
                       float* __restrict__ lse2, float* __restrict__ dsum, float* __restrict__ dq_acc, int nq,
@@ -68,9 +72,19 @@ bwd_preprocess_kernel(const T* __restrict__ o, const T* __restrict__ dout, const
       }
       acc = fmaf(of.x, df.x, fmaf(of.y, df.y, acc));
     }
-    const float4 zero = make_float4(0.f, 0.f, 0.f, 0.f);
-    *reinterpret_cast<float4*>(dq_acc + off) = zero;
-    *reinterpret_cast<float4*>(dq_acc + off + 4) = zero;
+    if constexpr (!kWhole) {
+      const float4 zero = make_float4(0.f, 0.f, 0.f, 0.f);
+      *reinterpret_cast<float4*>(dq_acc + off) = zero;
+      *reinterpret_cast<float4*>(dq_acc + off + 4) = zero;
+    }
+  }
+  if constexpr (kWhole) {
+    if (row < nq_pad) {
+      const size_t off = (bh * nq_pad + row) * D + c * 8;
+      const float4 zero = make_float4(0.f, 0.f, 0.f, 0.f);
+      *reinterpret_cast<float4*>(dq_acc + off) = zero;
+      *reinterpret_cast<float4*>(dq_acc + off + 4) = zero;
+    }
   }
 #pragma unroll
   for (int w = kChunks / 2; w >= 1; w >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, w);

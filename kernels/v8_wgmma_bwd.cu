@@ -134,6 +134,15 @@
 //   store where a conflict-free 64-bit store takes two; MIO throttle) 6.2%, the proxy fence
 //   (MEMBAR.ALL.CTA + FENCE.VIEW.ASYNC, waiting for those stores) 5.3%, the dq_full arrive 3.6%.
 //
+// Step 5 (tuning candidates, FragDq<>; written and compiled, not yet run). Evidence: step 4's
+//   profile above (the staging stores four wavefronts where two would do; with the fence 11.5% of
+//   the stall samples). Change: dQ's fp32 accumulator in the wgmma fragment's own order, so a
+//   half-warp's float2 stores are 128 contiguous bytes (two wavefronts a store: the minimum), the dQ writer adds a warpgroup's share with one 1-D bulk reduction, and a
+//   convert of its own reads that order back (FlashAttention-3's SM90 layout of dQaccum). Predicted
+//   (v8_notes.md, before any run): 1.02-1.05x the TMA-dQ default at 4,16,8192,128 and at D = 64,
+//   1.01-1.04x at 4,16,2048,128; in Nsight Compute the staging line's excess wavefronts 0 (33.5M)
+//   and staging + fence + arrive <= 8% of the stall samples (15%).
+//
 // Roles in one backward CTA (384 threads; key block n0 .. n0+127 of head bh):
 //
 //   warpgroup 0: producer (setmaxnreg.dec 24; one thread issues every copy; TmaDq<>: a second
@@ -205,6 +214,7 @@ struct BwdConfig {
   static constexpr int kOverlap = 0;
   // TMA-dQ (TmaDq<> below): none here. Its staging boxes are [64 rows x 32 floats] of 128 bytes.
   static constexpr bool kDqTma = false;
+  static constexpr bool kDqFrag = false;  // FragDq<> below
   static constexpr int kOffDqT = 0, kDqTileTBytes = 0, kDqBoxBytes = 64 * 128;
   // Threads at the dS^T named barrier (barrier 1) of each step: the consumers (TMA-dQ: + the dQ writer's warp).
   static constexpr int kDsBarrierThreads = kConsumerThreads;
@@ -253,6 +263,28 @@ struct TmaDq : Base {
   static_assert(kOffDqT % 1024 == 0, "the swizzled staging boxes sit on 1024-byte boundaries");
   // The static mbarriers (1 + 4 S + 2 of 8 bytes) count against the same 227 KB.
   static_assert(kSmemBytes + 8 * (1 + 4 * Base::kStages + 2) <= 227 * 1024, "shared memory over the 227 KB per-block limit");
+};
+
+// Step 5's tuning candidates (v8_notes.md, step 5; predicted before any run): TMA-dQ's protocol
+// (the dQ writer, dq_full, the dS^T barrier) with dQ's fp32 accumulator in the wgmma fragment's own
+// order instead of row-major. Step 4's profile: the staging STS.64 into the 128-byte-swizzled boxes
+// take four wavefronts where two would do (a 64-bit store is served per half-warp, and there the
+// swizzle's XOR and the quad's chunk bit both toggle chunk bit 0), and they and the proxy fence
+// after them hold 11.5% of the stall samples. Here thread t of a warpgroup stores its p-th pair of
+// accumulators (regs 2p, 2p + 1) as one float2 at slot p * 128 + t of the warpgroup's 16 KB share:
+// each half-warp writes 128 contiguous bytes (one wavefront each, the minimum). The writer adds
+// the share with one 1-D bulk reduction (cp.reduce.async.bulk .add.f32) into the accumulator laid
+// out the same way, [B*H][nq_pad / BM][warpgroup][slot]; a convert of its own
+// (bwd_convert_frag_kernel) reads that order back into row-major dQ, and the accumulator, whose
+// padding rows this layout writes too, is zeroed whole by the preprocess (its kWhole
+// instantiation: the same bytes of zeros as the row-major one's, plus the padding rows).
+// FlashAttention-3's SM90 backward keeps its dQ accumulator in the MMA's order the same way (read,
+// not copied).
+template <class Base>
+struct FragDq : TmaDq<Base> {
+  static constexpr bool kDqFrag = true;
+  static_assert(TmaDq<Base>::kDqTileTBytes == 64 * Base::kDqN * 4, "a warpgroup's share: 64 rows x kDqN fp32");
+  static_assert(Base::kDqN / 4 * 128 * 8 == 64 * Base::kDqN * 4, "kDqN / 4 float2 slots per consumer thread");
 };
 
 // GQA = true (common.cuh's GQA contract; its own instantiation, so the kernel without it is the
@@ -399,9 +431,14 @@ bwd_body(const CUtensorMap& tm_q,   // [B*H, nq, D] in boxes of [BM rows, 64 col
             lab_mbar_wait(dq_full(cw), it & 1);
             const int row = m0 + (C::kDqSplitRows ? 64 * cw : 0), col = C::kDqSplitRows ? 0 : cw * C::kDqN;
             if (leader) {
+              if constexpr (C::kDqFrag) {   // the share as one 1-D bulk reduction, in the fragment's order
+                const size_t share = ((size_t)bh_q * (nq_pad / BM) + m0 / BM) * C::kConsumers + cw;
+                lab_bulk_reduce_add_f32(dq_acc + share * (C::kDqTileTBytes / 4), s_dqt(cw), C::kDqTileTBytes);
+              } else {
 #pragma unroll
-              for (int a = 0; a < C::kDqN / 32; ++a)
-                lab_tma_reduce_add_3d(tm_dq, s_dqt(cw) + a * C::kDqBoxBytes, col + 32 * a, row, bh_q);
+                for (int a = 0; a < C::kDqN / 32; ++a)
+                  lab_tma_reduce_add_3d(tm_dq, s_dqt(cw) + a * C::kDqBoxBytes, col + 32 * a, row, bh_q);
+              }
               lab_bulk_commit();
             }
           }
@@ -436,12 +473,26 @@ bwd_body(const CUtensorMap& tm_q,   // [B*H, nq, D] in boxes of [BM rows, 64 col
 
   // TMA-dQ: this warpgroup's dQ share of step it -> its staging buffer, swizzled as the fp32 map's
   // boxes: the thread's float2 of row r (= 16 warp + g + 8h, so r % 8 = g), column j (= 8i + c2)
-  // sits in box j / 32, 16-byte chunk (j % 32) / 4 XOR g. A warp's store of 8 rows x 32 bytes meets
-  // each bank twice (two wavefronts, conflict-free). The buffer is free: this step's dS^T barrier,
+  // sits in box j / 32, 16-byte chunk (j % 32) / 4 XOR g. A warp's store of 8 rows x 32 bytes takes
+  // four wavefronts, not two (measured; tests/test_v8_dq_staging.py says why); FragDq<> stores in
+  // the fragment's order instead, 16 contiguous bytes per thread. The buffer is free: this step's dS^T barrier,
   // passed before, counted the dQ writer's arrival after the engine read last step's. Then every
   // thread fences the async proxy (its stores, visible to the engine's reads) and arrives (every
   // thread: a per-warp arrival after __syncwarp cost the GQA kernels a spill at 240 registers).
   auto dq_stage = [&](int it, const float (&dq)[C::kDqN / 2]) {
+    if constexpr (C::kDqFrag) {
+      // Slot p * 128 + t (t: the thread within its warpgroup) holds accumulators 2p, 2p + 1: a
+      // half-warp's float2 stores are 128 contiguous bytes, one wavefront. (float4 slots, a
+      // quarter-warp's 128 bytes, spilled 4 bytes in the GQA kernels at 240 registers: an STS.128
+      // wants its four registers as an aligned quad.)
+      uint8_t* share = smem_raw + (s_dqt(c) - lab_smem_addr(smem_raw)) + (warp * 32 + lane) * 8;
+#pragma unroll
+      for (int p = 0; p < C::kDqN / 4; ++p)
+        *reinterpret_cast<float2*>(share + p * 128 * 8) = make_float2(dq[2 * p], dq[2 * p + 1]);
+      lab_fence_proxy_async_shared();
+      lab_mbar_arrive(dq_full(c));
+      return;
+    }
     // Chunk (2(i % 4) + c2 / 4) ^ g = 2(i % 4) ^ x with x = (c2 / 4) ^ g: four addresses, one per
     // i % 4. x is made opaque here so that ptxas forms them per step instead of holding them across
     // the loop (it spilled at the consumers' 240 registers when it did).
@@ -889,6 +940,31 @@ static size_t workspace_bytes(const LabBackwardArgs* a) {
   return lab_bwd::workspace_bytes(a) + 2 * gqa_partial_bytes(a, gqa_splits(a));
 }
 
+// FragDq<>'s convert: dQ = scale * the accumulator laid out in the fragment's order
+// ([B*H][nq_pad / BM][warpgroup][slot p * 128 + t], each slot a float2: accumulators 2p, 2p + 1 of
+// thread t, i.e. i = p / 2, h = p % 2), one slot per step: row 16 w + g + 8h, columns 8i + c2 and
+// + 1 of the warpgroup's share (w = t / 32, g = lane / 4, c2 = 2 (lane % 4)). Rows past nq (the
+// padding of the last query block) are skipped.
+template <class C, typename T>
+__global__ void __launch_bounds__(256)
+bwd_convert_frag_kernel(const float* __restrict__ acc, T* __restrict__ dq, int nq, int nq_pad, size_t n2, float scale) {
+  constexpr int D = C::D, kSlots = C::kDqTileTBytes / 8;   // float2 slots per warpgroup share
+  const int m_blocks = nq_pad / C::BM;
+  for (size_t s = blockIdx.x * (size_t)blockDim.x + threadIdx.x; s < n2; s += (size_t)gridDim.x * blockDim.x) {
+    const size_t share = s / kSlots;
+    const int slot = (int)(s % kSlots), p = slot / 128, t = slot % 128;
+    const int cw = (int)(share % C::kConsumers);
+    const size_t block = share / C::kConsumers;
+    const int mb = (int)(block % m_blocks);
+    const size_t bh = block / m_blocks;
+    const int lane = t & 31;
+    const int row = mb * C::BM + (C::kDqSplitRows ? 64 * cw : 0) + 16 * (t / 32) + (lane >> 2) + 8 * (p % 2);
+    const int col = (C::kDqSplitRows ? 0 : cw * C::kDqN) + 8 * (p / 2) + 2 * (lane & 3);
+    const float2 v = reinterpret_cast<const float2*>(acc)[s];
+    if (row < nq) *reinterpret_cast<uint32_t*>(dq + ((bh * nq + row) * D + col)) = lab_pack2<T>(v.x * scale, v.y * scale);
+  }
+}
+
 template <class C, typename T, bool CAUSAL>
 const char* bwd_launch_one(const LabBackwardArgs* a, cudaStream_t stream) {
   lab_bwd::Workspace w;
@@ -903,7 +979,8 @@ const char* bwd_launch_one(const LabBackwardArgs* a, cudaStream_t stream) {
     return "v8: the row statistics must be 16-byte aligned (bulk copies)";
 
   constexpr int kPreRows = 256 / (D / 8);
-  lab_bwd::bwd_preprocess_kernel<T, D><<<dim3(lab_cdiv(w.nq_pad, kPreRows), bh), 256, 0, stream>>>(
+  // FragDq: its accumulator covers whole query blocks (nq_pad rows a head), zeroed whole.
+  lab_bwd::bwd_preprocess_kernel<T, D, C::kDqFrag><<<dim3(lab_cdiv(w.nq_pad, kPreRows), bh), 256, 0, stream>>>(
       static_cast<const T*>(a->o), static_cast<const T*>(a->dout), a->lse, w.lse2, w.dsum, w.dq_acc, nq, w.nq_pad);
   if (const char* err = lab_last_launch_error()) return err;
 
@@ -970,6 +1047,12 @@ const char* bwd_launch_one(const LabBackwardArgs* a, cudaStream_t stream) {
     }
   }
 
+  if constexpr (C::kDqFrag) {
+    const size_t n2 = (size_t)bh * w.nq_pad * D / 2;
+    const int blocks = (int)((n2 + 255) / 256 < 132 * 16 ? (n2 + 255) / 256 : 132 * 16);
+    bwd_convert_frag_kernel<C, T><<<blocks, 256, 0, stream>>>(w.dq_acc, static_cast<T*>(a->dq), nq, w.nq_pad, n2, scale);
+    return lab_last_launch_error();
+  }
   const size_t n8 = (size_t)bh * nq * D / 8;
   const int blocks = (int)((n8 + 255) / 256 < 132 * 16 ? (n8 + 255) / 256 : 132 * 16);
   lab_bwd::bwd_convert_kernel<T><<<blocks, 256, 0, stream>>>(w.dq_acc, static_cast<T*>(a->dq), n8, scale);
@@ -1034,6 +1117,7 @@ static const BwdCandidate kBwd64[] = {
     {"BM128 S3 RED-dQ", bwd_launch<BwdConfig<64, 128, 3, false>>},
     {"BM128 S2 RED-dQ overlap-next", bwd_launch<Overlapped<BwdConfig<64, 128, 2, false>, 2>>},
     {"BM128 S2 TMA-dQ", bwd_launch<TmaDq<BwdConfig<64, 128, 2, false>>>},
+    {"BM128 S2 frag-dQ", bwd_launch<FragDq<BwdConfig<64, 128, 2, false>>>},
 };
 static const BwdCandidate kBwd128[] = {
     {"BM64 S2 RED-dQ", bwd_launch<BwdConfig<128, 64, 2, false>>},
@@ -1043,6 +1127,7 @@ static const BwdCandidate kBwd128[] = {
     {"BM64 S2 RED-dQ overlap-next", bwd_launch<Overlapped<BwdConfig<128, 64, 2, false>, 2>>},
     {"BM64 S3 RED-dQ overlap-next", bwd_launch<Overlapped<BwdConfig<128, 64, 3, false>, 2>>},
     {"BM64 S2 TMA-dQ overlap-FA3", bwd_launch<TmaDq<Overlapped<BwdConfig<128, 64, 2, false>, 1>>>},
+    {"BM64 S2 frag-dQ overlap-FA3", bwd_launch<FragDq<Overlapped<BwdConfig<128, 64, 2, false>, 1>>>},
 };
 template <int N>
 static const char* bwd_labels(const BwdCandidate (&items)[N]) {

@@ -102,3 +102,70 @@ def test_the_transcription_is_the_kernels():
     for line in ("const cuuint32_t box[3] = {32, (cuuint32_t)box_rows, 1};", "CU_TENSOR_MAP_DATA_TYPE_FLOAT32",
                  "CU_TENSOR_MAP_SWIZZLE_128B"):
         assert line in f32_map[:1200], line
+
+
+# ---------------------------------------------------------------------------------------------
+# Step 5's candidate, FragDq<>: dQ's accumulator in the wgmma fragment's own order
+# ---------------------------------------------------------------------------------------------
+
+def frag_slot(t: int, p: int) -> int:
+    """dq_stage's FragDq byte offset: thread t (of its warpgroup) stores accumulators 2p, 2p + 1 at
+    slot p * 128 + t of the share."""
+    return (p * 128 + t) * 8
+
+
+def convert_frag(slot: int, split_rows: bool, cw: int) -> tuple[int, int]:
+    """bwd_convert_frag_kernel's decode of one float2 slot of warpgroup cw's share, transcribed: the
+    (row, col) of the block its pair goes to (BM x D; rows from 0 at the block's first)."""
+    p, t = slot // 128, slot % 128
+    lane = t & 31
+    row = (64 * cw if split_rows else 0) + 16 * (t // 32) + (lane >> 2) + 8 * (p % 2)
+    col = (0 if split_rows else cw * 64) + 8 * (p // 2) + 2 * (lane & 3)
+    return row, col
+
+
+def test_frag_dq_stores_take_the_minimum_of_wavefronts():
+    """A warp's float2 store of consecutive slots: two wavefronts for 256 bytes, the least possible
+    (the swizzled boxes' float2 stores took four)."""
+    for warp in range(4):
+        for p in range(16):
+            offsets = [frag_slot(32 * warp + lane, p) for lane in range(32)]
+            assert shared_wavefronts_64bit(offsets) == 2, (warp, p)
+
+
+def test_frag_dq_convert_puts_every_accumulator_where_the_fragment_holds_it():
+    """The accumulator register i*4 + 2h + e of thread (warp, lane) holds row 16 warp + g + 8h, column
+    8i + c2 + e of its warpgroup's share (the layout the swizzled staging above is checked against);
+    register pair 2p, 2p + 1 is (i, h) = (p / 2, p % 2). The convert's decode of its slot must say
+    the same, and cover the BM x D block once."""
+    for split_rows, bm in ((False, 64), (True, 128)):   # D = 128 (BM 64, split by columns), D = 64 (BM 128, by rows)
+        seen = set()
+        for cw in range(2):
+            for t in range(128):
+                warp, lane = divmod(t, 32)
+                g, c2 = lane >> 2, 2 * (lane & 3)
+                for i in range(8):
+                    for h in range(2):
+                        p = (i * 4 + 2 * h) // 2   # the pair holding registers i*4 + 2h and + 1
+                        row, col = convert_frag(frag_slot(t, p) // 8, split_rows, cw)
+                        assert (row, col) == ((64 * cw if split_rows else 0) + 16 * warp + g + 8 * h,
+                                              (0 if split_rows else 64 * cw) + 8 * i + c2), (cw, t, i, h)
+                        seen |= {(row, col), (row, col + 1)}
+        assert len(seen) == bm * (64 if split_rows else 128) and all(r < bm for r, _ in seen)
+
+
+def test_the_frag_transcription_is_the_kernels():
+    src = next(t for v in builtin() if v.kind == "cuda" and v.backward and "FragDq<" in (t := v.source.read_text()))
+    stage = src[src.index("auto dq_stage = "):src.index("if (n_steps > 0) lab_mbar_wait(kv_full, 0);")]
+    for line in ("(s_dqt(c) - lab_smem_addr(smem_raw)) + (warp * 32 + lane) * 8;",
+                 "*reinterpret_cast<float2*>(share + p * 128 * 8) = make_float2(dq[2 * p], dq[2 * p + 1]);"):
+        assert line in stage, line
+    convert = src[src.index("bwd_convert_frag_kernel(const float*"):src.index("const char* bwd_launch_one")]
+    for line in ("const int slot = (int)(s % kSlots), p = slot / 128, t = slot % 128;",
+                 "+ 16 * (t / 32) + (lane >> 2) + 8 * (p % 2);",
+                 "const int col = (C::kDqSplitRows ? 0 : cw * C::kDqN) + 8 * (p / 2) + 2 * (lane & 3);",
+                 "lab_pack2<T>(v.x * scale, v.y * scale)"):
+        assert line in convert, line
+    writer = src[src.index("if constexpr (C::kDqFrag) {   // the share as one 1-D bulk reduction"):][:400]
+    assert "((size_t)bh_q * (nq_pad / BM) + m0 / BM) * C::kConsumers + cw" in writer
+    assert "dq_acc + share * (C::kDqTileTBytes / 4), s_dqt(cw), C::kDqTileTBytes" in writer

@@ -32,12 +32,16 @@ def test_v8s_backward_candidates_compile_without_spills_or_serialised_wgmma(monk
     root.mkdir(parents=True, exist_ok=True)
     monkeypatch.setenv("LAB_CACHE", str(root))
     report = build.ptxas_report(V8, "sm_90a", tuning=True)
-    overlapped = [r for r in report.records if "Overlapped" in r.kernel]
-    # overlap-FA3 at D=128 (also under TMA-dQ); overlap-next at D=128 (2 and 3 stages) and D=64:
-    # x fp16/bf16 x causal x GQA
-    assert len(overlapped) == 5 * 8, [r.kernel[:100] for r in report.records if "bwd_kernel" in r.kernel]
+    main = [r for r in report.records if "::bwd_kernel" in r.kernel]   # not the converts, preprocess
+    overlapped = [r for r in main if "Overlapped" in r.kernel]
+    # overlap-FA3 at D=128 (also under TMA-dQ and frag-dQ); overlap-next at D=128 (2 and 3 stages) and
+    # D=64: x fp16/bf16 x causal x GQA
+    assert len(overlapped) == 6 * 8, [r.kernel[:100] for r in report.records if "bwd_kernel" in r.kernel]
     tma_dq = [r for r in report.records if "TmaDq<" in r.kernel]   # step 4: D=128 and D=64
     assert len(tma_dq) == 2 * 8, [r.kernel[:100] for r in tma_dq]
+    frag_dq = [r for r in main if "FragDq<" in r.kernel]   # step 5: D=128 and D=64
+    assert len(frag_dq) == 2 * 8, [r.kernel[:100] for r in frag_dq]
+    assert len([r for r in report.records if "bwd_convert_frag_kernel" in r.kernel]) == 4   # its convert, per D and dtype
     spilled = [(r.kernel[:100], r.spill_stores_bytes, r.spill_loads_bytes) for r in report.records
                if r.spill_stores_bytes or r.spill_loads_bytes]
     assert not spilled, spilled
@@ -59,9 +63,13 @@ def test_v8s_backward_candidates_compile_without_spills_or_serialised_wgmma(monk
         pytest.skip("cuobjdump not found beside nvcc: the SASS half of this check needs it")
     sass = _functions(report.sass_path.read_text())
     tdq = {name: body for name, body in sass.items() if "bwd_kernel_tdq" in name}
-    assert len(tdq) == 2 * 8, sorted(tdq)
+    assert len(tdq) == 4 * 8, sorted(tdq)
     for name, body in tdq.items():
-        assert re.search(r"\bUTMAREDG\.3D\.ADD\b", body) and not re.search(r"(?<!UTMA)\bREDG\.", body), name
+        assert not re.search(r"(?<!UTMA)\bREDG\.", body), name
+        if "6FragDq" in name:   # step 5: one 1-D bulk reduction per share, no tensor reduction
+            assert re.search(r"\bUBLKRED\.G\.S\.ADD\.F32\b", body) and "UTMAREDG" not in body, name
+        else:
+            assert re.search(r"\bUTMAREDG\.3D\.ADD\b", body), name
     red = [n for n in sass if n.startswith("_ZN2v810bwd_kernelINS_10OverlappedINS_9BwdConfigILi128ELi64ELi2ELb0EEELi1EEE")]
     assert len(red) == 8 and all(re.search(r"(?<!UTMA)\bREDG\.", sass[n]) for n in red), red
 

@@ -489,23 +489,21 @@ bwd_body(const CUtensorMap& tm_q,   // [B*H, nq, D] in boxes of [BM rows, 64 col
 #pragma unroll
       for (int p = 0; p < C::kDqN / 4; ++p)
         *reinterpret_cast<float2*>(share + p * 128 * 8) = make_float2(dq[2 * p], dq[2 * p + 1]);
-      lab_fence_proxy_async_shared();
-      lab_mbar_arrive(dq_full(c));
-      return;
+    } else {
+      // Chunk (2(i % 4) + c2 / 4) ^ g = 2(i % 4) ^ x with x = (c2 / 4) ^ g: four addresses, one per
+      // i % 4. x is made opaque here so that ptxas forms them per step instead of holding them across
+      // the loop (it spilled at the consumers' 240 registers when it did).
+      uint32_t x = (c2 >> 2) ^ g;
+      asm volatile("" : "+r"(x));
+      uint8_t* rows = smem_raw + (s_dqt(c) - lab_smem_addr(smem_raw)) + (warp * 16 + g) * 128 + (c2 & 3) * 4;
+#pragma unroll
+      for (int h = 0; h < 2; ++h)
+#pragma unroll
+        for (int i = 0; i < C::kDqN / 8; ++i) {
+          const uint32_t off = (i / 4) * C::kDqBoxBytes + h * 8 * 128 + (((2 * (i % 4)) ^ x) << 4);
+          *reinterpret_cast<float2*>(rows + off) = make_float2(dq[i * 4 + 2 * h], dq[i * 4 + 2 * h + 1]);
+        }
     }
-    // Chunk (2(i % 4) + c2 / 4) ^ g = 2(i % 4) ^ x with x = (c2 / 4) ^ g: four addresses, one per
-    // i % 4. x is made opaque here so that ptxas forms them per step instead of holding them across
-    // the loop (it spilled at the consumers' 240 registers when it did).
-    uint32_t x = (c2 >> 2) ^ g;
-    asm volatile("" : "+r"(x));
-    uint8_t* rows = smem_raw + (s_dqt(c) - lab_smem_addr(smem_raw)) + (warp * 16 + g) * 128 + (c2 & 3) * 4;
-#pragma unroll
-    for (int h = 0; h < 2; ++h)
-#pragma unroll
-      for (int i = 0; i < C::kDqN / 8; ++i) {
-        const uint32_t off = (i / 4) * C::kDqBoxBytes + h * 8 * 128 + (((2 * (i % 4)) ^ x) << 4);
-        *reinterpret_cast<float2*>(rows + off) = make_float2(dq[i * 4 + 2 * h], dq[i * 4 + 2 * h + 1]);
-      }
     lab_fence_proxy_async_shared();
     lab_mbar_arrive(dq_full(c));
   };

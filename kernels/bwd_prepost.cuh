@@ -24,12 +24,17 @@ struct Workspace {
   int nq_pad;
 };
 static inline size_t align256(size_t n) { return (n + 255) & ~size_t(255); }
+// One int per 64 query rows of each head after the dQ accumulator: v8's deterministic candidates'
+// turn counters (which key block adds into the query block next).
+static inline size_t turn_bytes(const LabBackwardArgs* a) {
+  return (size_t)a->batch * a->heads * (lab_cdiv(a->seqlen_q, kMaxQueryBlock) * kMaxQueryBlock / 64) * sizeof(int);
+}
 static inline size_t workspace_bytes(const LabBackwardArgs* a, Workspace* w = nullptr) {
   const size_t bh = (size_t)a->batch * a->heads;
   const int nq_pad = lab_cdiv(a->seqlen_q, kMaxQueryBlock) * kMaxQueryBlock;
   // nq_pad rows a head: an accumulator laid out per whole query block (v8's FragDq<>) writes the
   // padding rows of the last block too; the row-major [B*H, nq, D] uses the first B*H*nq*D floats.
-  const size_t dq_bytes = align256(bh * nq_pad * a->head_dim * sizeof(float));
+  const size_t dq_bytes = align256(bh * nq_pad * a->head_dim * sizeof(float) + turn_bytes(a));
   const size_t row_bytes = align256(bh * nq_pad * sizeof(float));
   if (w != nullptr) {
     uint8_t* base = static_cast<uint8_t*>(a->workspace);

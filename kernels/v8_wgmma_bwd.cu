@@ -143,6 +143,14 @@
 //   1.01-1.04x at 4,16,2048,128; in Nsight Compute the staging line's excess wavefronts 0 (33.5M)
 //   and staging + fence + arrive <= 8% of the stall samples (15%).
 //
+// Deterministic dQ (issue 27's deterministic mode; tuning candidates "... deterministic", written
+//   and compiled, not yet run): TMA-dQ with each query block's reductions taken in key-block order
+//   through a turn counter per 64 query rows (Deterministic<> says how and why it cannot deadlock),
+//   so dQ, like dK and dV, has the same bits on every run. Predicted: 0.85-0.95x TMA-dQ at
+//   4,16,8192,128 (a CTA's writer waits for the key block before it on every step; the consumers
+//   only when the writer falls a step behind), nearer 1.0x causal (fewer key blocks per query block
+//   early). Checked: tests/test_v8_deterministic_gpu.py (dQ's bits twice), lab tune's gate.
+//
 // Roles in one backward CTA (384 threads; key block n0 .. n0+127 of head bh):
 //
 //   warpgroup 0: producer (setmaxnreg.dec 24; one thread issues every copy; TmaDq<>: a second
@@ -215,6 +223,7 @@ struct BwdConfig {
   // TMA-dQ (TmaDq<> below): none here. Its staging boxes are [64 rows x 32 floats] of 128 bytes.
   static constexpr bool kDqTma = false;
   static constexpr bool kDqFrag = false;  // FragDq<> below
+  static constexpr bool kDqDet = false;   // Deterministic<> below
   static constexpr int kOffDqT = 0, kDqTileTBytes = 0, kDqBoxBytes = 64 * 128;
   // Threads at the dS^T named barrier (barrier 1) of each step: the consumers (TMA-dQ: + the dQ writer's warp).
   static constexpr int kDsBarrierThreads = kConsumerThreads;
@@ -285,6 +294,24 @@ struct FragDq : TmaDq<Base> {
   static constexpr bool kDqFrag = true;
   static_assert(TmaDq<Base>::kDqTileTBytes == 64 * Base::kDqN * 4, "a warpgroup's share: 64 rows x kDqN fp32");
   static_assert(Base::kDqN / 4 * 128 * 8 == 64 * Base::kDqN * 4, "kDqN / 4 float2 slots per consumer thread");
+};
+
+// Deterministic dQ (issue 27's deterministic mode; tuning candidates, written and compiled, not yet
+// run): the reductions into each query block of the accumulator land in key-block order, so dQ has
+// the same bits on every run (dK and dV already do: they live in one CTA's registers, or in GQA's
+// split partials summed in order). The dQ writer's first thread waits, before a step's reductions,
+// until the query block's turn counter (one int per 64 query rows of each head, after the
+// accumulator, zeroed before the main kernel) equals its key block, n_block: every key block below
+// it adds into that query block (non-causal: all; causal: a key block's first query block does not
+// decrease with it; GQA: one unit's CTAs per query head), so the turn is its index. After the
+// reductions it waits for their writes (not only the engine's reads) and releases the counter
+// (+1). CTA n waits only on CTA n - 1, which the hardware starts first (blocks in index order, as
+// FlashAttention-3's deterministic backward relies on too), so the chain always moves. The
+// consumers wait only if the writer is a whole step behind (at the dS^T barrier).
+template <class Base>
+struct Deterministic : Base {
+  static constexpr bool kDqDet = true;
+  static_assert(Base::kDqTma, "the turn is taken by the dQ writer of TMA-dQ / frag-dQ");
 };
 
 // GQA = true (common.cuh's GQA contract; its own instantiation, so the kernel without it is the
@@ -419,6 +446,10 @@ bwd_body(const CUtensorMap& tm_q,   // [B*H, nq, D] in boxes of [BM rows, 64 col
       // at the producers' 24 registers spilled)
       if constexpr (C::kDqTma) {
         const bool leader = tid == 32;
+        // Deterministic: the turn counters after the accumulator's B*H*nq_pad*D floats (B*H =
+        // gridDim.y * heads_per_cta, GQA or not; lab_bwd::workspace_bytes sizes them).
+        int* const turns = C::kDqDet ? reinterpret_cast<int*>(dq_acc + (size_t)gridDim.y * heads_per_cta * nq_pad * D)
+                                     : nullptr;
         if (leader) lab_tma_prefetch_map(tm_dq);
         __syncwarp();                               // the whole warp at each bar.arrive
         lab_named_arrive(1, C::kDsBarrierThreads);  // step 0: the staging buffers are free
@@ -426,6 +457,13 @@ bwd_body(const CUtensorMap& tm_q,   // [B*H, nq, D] in boxes of [BM rows, 64 col
         for (int it = 0, mi = 0, bq = bh_q0; it < n_total; ++it) {
           const int m0 = (m_first + (GQA ? mi : it)) * BM;
           const int bh_q = GQA ? bq : bh;
+          if constexpr (C::kDqDet) {   // this query block's turn: every lower key block has added
+            if (leader) {
+              const int* turn = turns + (size_t)bh_q * (nq_pad / 64) + m0 / 64;
+              while (lab_ld_acquire_gpu(turn) != n_block) __nanosleep(64);
+              lab_fence_proxy_async_global();   // the wait before this proxy's reductions
+            }
+          }
 #pragma unroll
           for (int cw = 0; cw < C::kConsumers; ++cw) {
             lab_mbar_wait(dq_full(cw), it & 1);
@@ -446,6 +484,13 @@ bwd_body(const CUtensorMap& tm_q,   // [B*H, nq, D] in boxes of [BM rows, 64 col
           __syncwarp();
           // Step it + 1's dS^T barrier: the consumers pass it before they store dQ again.
           if (it + 1 < n_total) lab_named_arrive(1, C::kDsBarrierThreads);
+          if constexpr (C::kDqDet) {   // the writes landed, then the next key block's turn
+            if (leader) {
+              lab_bulk_wait<0>();
+              lab_fence_proxy_async_global();
+              lab_red_release_gpu_add(turns + (size_t)bh_q * (nq_pad / 64) + m0 / 64, 1);
+            }
+          }
           if constexpr (GQA) {
             if (++mi == n_steps) mi = 0, ++bq;
           }
@@ -977,6 +1022,11 @@ const char* bwd_launch_one(const LabBackwardArgs* a, cudaStream_t stream) {
     return "v8: the row statistics must be 16-byte aligned (bulk copies)";
 
   constexpr int kPreRows = 256 / (D / 8);
+  // Deterministic: the turn counters after the accumulator, zeroed (a few KB).
+  if constexpr (C::kDqDet) {
+    if (cudaMemsetAsync(w.dq_acc + (size_t)bh * w.nq_pad * D, 0, lab_bwd::turn_bytes(a), stream) != cudaSuccess)
+      return "v8: zeroing the deterministic dQ's turn counters failed";
+  }
   // FragDq: its accumulator covers whole query blocks (nq_pad rows a head), zeroed whole.
   lab_bwd::bwd_preprocess_kernel<T, D, C::kDqFrag><<<dim3(lab_cdiv(w.nq_pad, kPreRows), bh), 256, 0, stream>>>(
       static_cast<const T*>(a->o), static_cast<const T*>(a->dout), a->lse, w.lse2, w.dsum, w.dq_acc, nq, w.nq_pad);
@@ -1116,6 +1166,7 @@ static const BwdCandidate kBwd64[] = {
     {"BM128 S2 RED-dQ overlap-next", bwd_launch<Overlapped<BwdConfig<64, 128, 2, false>, 2>>},
     {"BM128 S2 TMA-dQ", bwd_launch<TmaDq<BwdConfig<64, 128, 2, false>>>},
     {"BM128 S2 frag-dQ", bwd_launch<FragDq<BwdConfig<64, 128, 2, false>>>},
+    {"BM128 S2 TMA-dQ deterministic", bwd_launch<Deterministic<TmaDq<BwdConfig<64, 128, 2, false>>>>},
 };
 static const BwdCandidate kBwd128[] = {
     {"BM64 S2 RED-dQ", bwd_launch<BwdConfig<128, 64, 2, false>>},
@@ -1126,6 +1177,8 @@ static const BwdCandidate kBwd128[] = {
     {"BM64 S3 RED-dQ overlap-next", bwd_launch<Overlapped<BwdConfig<128, 64, 3, false>, 2>>},
     {"BM64 S2 TMA-dQ overlap-FA3", bwd_launch<TmaDq<Overlapped<BwdConfig<128, 64, 2, false>, 1>>>},
     {"BM64 S2 frag-dQ overlap-FA3", bwd_launch<FragDq<Overlapped<BwdConfig<128, 64, 2, false>, 1>>>},
+    {"BM64 S2 TMA-dQ overlap-FA3 deterministic",
+     bwd_launch<Deterministic<TmaDq<Overlapped<BwdConfig<128, 64, 2, false>, 1>>>>},
 };
 template <int N>
 static const char* bwd_labels(const BwdCandidate (&items)[N]) {

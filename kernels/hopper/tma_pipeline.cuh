@@ -99,6 +99,21 @@ static __device__ __forceinline__ void lab_bulk_wait() {
   asm volatile("cp.async.bulk.wait_group %0;\n" ::"n"(kPending) : "memory");
 }
 
+// Ordering bulk reductions across CTAs (v8's deterministic dQ): a turn counter in global memory,
+// read with acquire and advanced with release at GPU scope, and the proxy fence between the generic
+// accesses to it and the async proxy's reductions on either side.
+static __device__ __forceinline__ int lab_ld_acquire_gpu(const int* p) {
+  int v;
+  asm volatile("ld.acquire.gpu.global.b32 %0, [%1];\n" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+static __device__ __forceinline__ void lab_red_release_gpu_add(int* p, int v) {
+  asm volatile("red.release.gpu.global.add.s32 [%0], %1;\n" ::"l"(p), "r"(v) : "memory");
+}
+static __device__ __forceinline__ void lab_fence_proxy_async_global() {
+  asm volatile("fence.proxy.async.global;\n" ::: "memory");
+}
+
 // A TMA tensor reduction shared -> global: the box of a 3-D tensor map (coordinates innermost first)
 // at those coordinates, read from shared memory in the map's layout (its swizzle), added element-wise
 // into global memory by the copy engine (fp32 add at L2, as RED and the bulk reduction do); elements

@@ -1,0 +1,70 @@
+"""v8's deterministic dQ candidates (kernels/v8_wgmma_bwd.cu, Deterministic<>): dQ, dK and dV the same
+bits on every run, where dQ by reductions in whatever order the CTAs reach them need not be.
+
+The key blocks of each query block add into dQ's accumulator in turn (a counter per 64 query rows);
+correctness against float64 is `lab tune`'s gate (tests/test_tune.py checks every candidate), this
+file the bits: two runs of each deterministic candidate on shapes with many key blocks per query
+block (both head dims, both masks, ragged N, a GQA shape whose group is split over CTAs), NaN-free,
+and dQ equal bit for bit. Needs a Hopper GPU (sm_90a).
+"""
+
+from __future__ import annotations
+
+import functools
+
+import pytest
+
+torch = pytest.importorskip("torch", reason="torch is not installed")
+
+from lab.ladder.registry import builtin  # noqa: E402
+from lab.measure.problem import Problem, make_inputs, softmax_scale  # noqa: E402
+
+HAS_HOPPER = torch.cuda.is_available() and torch.cuda.get_device_capability(0) == (9, 0)
+pytestmark = [pytest.mark.gpu,
+              pytest.mark.skipif(not HAS_HOPPER, reason="v8 needs a Hopper GPU (compute capability 9.0, sm_90a)")]
+V8 = next(v for v in builtin() if v.kind == "cuda" and v.backward and "Deterministic<" in v.source.read_text())
+
+# (B, H, Hkv, N, D, causal): 8-64 key blocks of 128 per query block
+SHAPES = [(2, 4, 4, 1000, 128, False), (2, 4, 4, 2049, 128, True), (2, 4, 4, 4093, 64, False),
+          (1, 8, 8, 1537, 64, True), (1, 16, 2, 1000, 128, False)]
+
+
+@functools.cache
+def _module():
+    from lab.ladder.build import build
+
+    return build(V8, tuning=True).module
+
+
+def _deterministic(d: int) -> list[tuple[str, int]]:
+    labels = _module().backward_configs(d, "float16")
+    found = [(label, i) for i, label in enumerate(labels) if "deterministic" in label]
+    assert found, labels
+    return found
+
+
+def _run(config: int, shape, seed: int = 5):
+    b, h, hkv, n, d, causal = shape
+    problem = Problem(b, h, n, n, d, causal, "float16", hkv)
+    q, k, v = make_inputs(problem, seed)
+    dout = torch.randn_like(q)
+    scale = softmax_scale(problem)
+    o, lse = torch.empty_like(q), torch.empty(q.shape[:3], device="cuda")
+    mod = _module()
+    mod.forward(q, k, v, o, causal, scale, lse)
+    outs = []
+    for _ in range(2):
+        dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+        mod.backward_config(q, k, v, o, dout, lse, dq, dk, dv, causal, scale, config)
+        outs.append((dq, dk, dv))
+    torch.cuda.synchronize()
+    return outs
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "B{}-H{}kv{}-N{}-D{}{}".format(*s[:5], "-causal" if s[5] else ""))
+def test_the_deterministic_candidates_give_the_same_bits_twice(shape):
+    for label, config in _deterministic(shape[4]):
+        (dq1, dk1, dv1), (dq2, dk2, dv2) = _run(config, shape)
+        assert all(torch.isfinite(t).all() for t in (dq1, dk1, dv1)), label
+        assert torch.equal(dq1, dq2), f"{label}: dQ differs between two runs on the same inputs"
+        assert torch.equal(dk1, dk2) and torch.equal(dv1, dv2), label

@@ -90,6 +90,7 @@ def test_advice_knows_a_pair_as_a_rung_and_names_only_rungs_after_both_parts():
     assert advice.rung_of(f"lab {first}+{second} B1-H2-N64-D64-float16 fwd+bwd") == f"{first}+{second}"
     assert advice.rung_of(f"lab {first}+nope B1-H2-N64-D64-float16") is None
     assert advice.rung_of(f"lab {first}+ B1-H2-N64-D64-float16") is None
+    assert advice.rung_of(f"lab {first}+{second}+{first} B1-H2-N64-D64-float16") is None   # a pair is two rungs
     classes = ("small-grid", "latency-bound", "uncoalesced-global", "compute-bound")
     assert any(advice.next_rung(cls, second) for cls in classes)   # the ladder has later rungs for some
     for cls in classes:

@@ -17,12 +17,13 @@ import re
 
 from lab.analysis.metrics import KernelFacts
 from lab.errors import LabError
-from lab.ladder import registry
+from lab.ladder import pairing, registry
 
 
-def parts_of(rung: str) -> list[str]:
-    """The rungs a rung id names: itself, or both parts of a pair F+B (lab.ladder.pairing)."""
-    return rung.split("+")
+def parts_of(rung: str) -> tuple[str, ...]:
+    """The rungs a rung id names: itself, or both parts of a pair F+B (pairing.split's reading: a
+    malformed pairing raises LabError, which the callers take as "not a rung")."""
+    return pairing.split(rung) if pairing.is_pair_spec(rung) else (rung,)
 
 
 def rung_of(nvtx: str | None) -> str | None:

@@ -134,7 +134,7 @@
 //   store where a conflict-free 64-bit store takes two; MIO throttle) 6.2%, the proxy fence
 //   (MEMBAR.ALL.CTA + FENCE.VIEW.ASYNC, waiting for those stores) 5.3%, the dq_full arrive 3.6%.
 //
-// Step 5 (tuning candidates, FragDq<>; written and compiled, not yet run). Evidence: step 4's
+// Step 5 (FragDq<>: the default at D = 64; a tuning candidate at D = 128). Evidence: step 4's
 //   profile above (the staging stores four wavefronts where two would do; with the fence 11.5% of
 //   the stall samples). Change: dQ's fp32 accumulator in the wgmma fragment's own order, so a
 //   half-warp's float2 stores are 128 contiguous bytes (two wavefronts a store: the minimum), the dQ writer adds a warpgroup's share with one 1-D bulk reduction, and a
@@ -142,6 +142,18 @@
 //   (v8_notes.md, before any run): 1.02-1.05x the TMA-dQ default at 4,16,8192,128 and at D = 64,
 //   1.01-1.04x at 4,16,2048,128; in Nsight Compute the staging line's excess wavefronts 0 (33.5M)
 //   and staging + fence + arrive <= 8% of the stall samples (15%).
+//   Measured (four H200s, 2026-11-27, commit 226d993; `lab tune --mode bwd`, fp16 unless said, every
+//   candidate gated and every timed call checked, one GPU while the others ran other lab work):
+//   D = 64 4,16,8192,64 **1.045x** TMA-dQ (6.042 -> 5.779 ms, 475.7 TFLOP/s): inside its range. D =
+//   128: 4,16,8192,128 1.008x (9.408 -> 9.327 ms, 589.4 TFLOP/s; CI95s overlap), below its 1.02-1.05x;
+//   4,16,2048,128 0.983x and GQA 2,32:8,1000,128 bf16 causal 0.986x, below 1.01-1.04x: misses. At D =
+//   128 Nsight Compute (4,16,4096,128, main kernels only) has the main kernel gaining as predicted:
+//   2,311 against 2,382 us (1.031x), tensor pipe 60.1% of peak (58.3%), the shared-store conflicts
+//   (33.5M excess wavefronts) gone; so the end-to-end miss is the frag convert (not profiled; it
+//   writes dQ in 4-byte pairs) taking back what the main kernel saved. Checked: `v7_dev.py check --rung v8 --tuning` 0 failures, compute-sanitizer memcheck,
+//   racecheck, synccheck clean. Taken at D = 64 only (BwdDefault64 = FragDq<BwdConfig<64,128,2,false>>:
+//   the candidate's own type; the plain build's D = 64 backward kernels are the tuning build's
+//   frag-dQ kernels, cuobjdump -sass instruction for instruction).
 //
 // Deterministic dQ (issue 27's deterministic mode; tuning candidates "... deterministic", written
 //   and compiled, not yet run): TMA-dQ with each query block's reductions taken in key-block order
@@ -988,23 +1000,45 @@ static size_t workspace_bytes(const LabBackwardArgs* a) {
 // thread t, i.e. i = p / 2, h = p % 2), one slot per step: row 16 w + g + 8h, columns 8i + c2 and
 // + 1 of the warpgroup's share (w = t / 32, g = lane / 4, c2 = 2 (lane % 4)). Rows past nq (the
 // padding of the last query block) are skipped.
+// One CTA per share (64 rows x kDqN): its float2 slots read in order (coalesced), each pair of
+// fp16/bf16 put at its row and column in a shared tile, then the tile's rows written with 16-byte
+// stores. Step 5's first convert (one slot per thread, its row and column decoded with 64-bit
+// divisions by runtime values, 4-byte stores: half of each written sector) cost about three times
+// the row-major convert and took back the main kernel's gain at D = 128 (v8_notes.md, step 5b).
+// The tile's rows are padded by 4 words so a warp's pair stores (8 rows x 4 lanes) hit 32 banks.
 template <class C, typename T>
 __global__ void __launch_bounds__(256)
-bwd_convert_frag_kernel(const float* __restrict__ acc, T* __restrict__ dq, int nq, int nq_pad, size_t n2, float scale) {
-  constexpr int D = C::D, kSlots = C::kDqTileTBytes / 8;   // float2 slots per warpgroup share
-  const int m_blocks = nq_pad / C::BM;
-  for (size_t s = blockIdx.x * (size_t)blockDim.x + threadIdx.x; s < n2; s += (size_t)gridDim.x * blockDim.x) {
-    const size_t share = s / kSlots;
-    const int slot = (int)(s % kSlots), p = slot / 128, t = slot % 128;
+bwd_convert_frag_kernel(const float* __restrict__ acc, T* __restrict__ dq, int nq, int m_blocks, size_t shares, float scale) {
+  constexpr int D = C::D, kN = C::kDqN, kWords = kN / 2 + 4, kSlots = 64 * kN / 2;
+  static_assert(C::kDqTileTBytes == kSlots * 8, "a share: 64 rows x kDqN fp32 in float2 slots");
+  static_assert(kSlots % 256 == 0 && (kWords * 4) % 16 == 0, "whole steps; 16-byte aligned tile rows");
+  __shared__ __align__(16) uint32_t tile[64 * kWords];
+  const int tid = threadIdx.x;
+  for (size_t share = blockIdx.x; share < shares; share += gridDim.x) {
     const int cw = (int)(share % C::kConsumers);
     const size_t block = share / C::kConsumers;
     const int mb = (int)(block % m_blocks);
     const size_t bh = block / m_blocks;
-    const int lane = t & 31;
-    const int row = mb * C::BM + (C::kDqSplitRows ? 64 * cw : 0) + 16 * (t / 32) + (lane >> 2) + 8 * (p % 2);
-    const int col = (C::kDqSplitRows ? 0 : cw * C::kDqN) + 8 * (p / 2) + 2 * (lane & 3);
-    const float2 v = reinterpret_cast<const float2*>(acc)[s];
-    if (row < nq) *reinterpret_cast<uint32_t*>(dq + ((bh * nq + row) * D + col)) = lab_pack2<T>(v.x * scale, v.y * scale);
+    const float2* src = reinterpret_cast<const float2*>(acc) + share * kSlots;
+    __syncthreads();   // the previous share's rows have been read out of the tile
+#pragma unroll
+    for (int j = 0; j < kSlots / 256; ++j) {
+      const int p = 2 * j + (tid >> 7), t = tid & 127, lane = t & 31;
+      const int r = 16 * (t >> 5) + (lane >> 2) + 8 * (p & 1);
+      const int word = 4 * (p >> 1) + (lane & 3);   // column 8 (p / 2) + 2 (lane % 4), in pairs
+      const float2 v = src[j * 256 + tid];
+      tile[r * kWords + word] = lab_pack2<T>(v.x * scale, v.y * scale);
+    }
+    __syncthreads();
+    const int row0 = mb * C::BM + (C::kDqSplitRows ? 64 * cw : 0);
+    const int col0 = C::kDqSplitRows ? 0 : cw * kN;
+#pragma unroll
+    for (int j = 0; j < 64 * kN / 8 / 256; ++j) {   // 8 elements (16 bytes) per thread per step
+      const int e = j * 256 + tid, r = e / (kN / 8), c8 = e % (kN / 8);
+      if (row0 + r < nq)
+        *reinterpret_cast<uint4*>(dq + ((bh * nq + row0 + r) * D + col0 + 8 * c8)) =
+            *reinterpret_cast<const uint4*>(&tile[r * kWords + 4 * c8]);
+    }
   }
 }
 
@@ -1096,9 +1130,10 @@ const char* bwd_launch_one(const LabBackwardArgs* a, cudaStream_t stream) {
   }
 
   if constexpr (C::kDqFrag) {
-    const size_t n2 = (size_t)bh * w.nq_pad * D / 2;
-    const int blocks = (int)((n2 + 255) / 256 < 132 * 16 ? (n2 + 255) / 256 : 132 * 16);
-    bwd_convert_frag_kernel<C, T><<<blocks, 256, 0, stream>>>(w.dq_acc, static_cast<T*>(a->dq), nq, w.nq_pad, n2, scale);
+    const int m_blocks = w.nq_pad / C::BM;
+    const size_t shares = (size_t)bh * m_blocks * C::kConsumers;
+    const int blocks = (int)(shares < 132 * 32 ? shares : 132 * 32);
+    bwd_convert_frag_kernel<C, T><<<blocks, 256, 0, stream>>>(w.dq_acc, static_cast<T*>(a->dq), nq, m_blocks, shares, scale);
     return lab_last_launch_error();
   }
   const size_t n8 = (size_t)bh * nq * D / 8;
@@ -1132,10 +1167,12 @@ const char* fwd_launch(const LabAttentionArgs* a, cudaStream_t stream) {
 }
 
 // The backward's configurations: D, BM query rows per step, stages of the Q/dO ring, bulk dQ.
-// Both head dims: dQ by TMA tensor reductions from the producer warpgroup's dQ writer (step 4,
-// 1.11-1.26x step 3's defaults on an H200); D = 128 on overlap-FA3's order (step 3), D = 64 on
-// order 0 (step 1: overlap-FA3's causal kernels spill at D = 64).
-using BwdDefault64 = TmaDq<BwdConfig<64, 128, 2, false>>;
+// Both head dims: dQ by bulk reductions from the producer warpgroup's dQ writer (step 4, 1.11-1.26x
+// step 3's defaults on an H200); D = 128 on overlap-FA3's order (step 3) with TMA tensor reductions
+// of the swizzled staging tile; D = 64 on order 0 (step 1: overlap-FA3's causal kernels spill at
+// D = 64) with step 5's fragment-ordered accumulator (1.045x TMA-dQ there; at D = 128 it gained
+// 1.008x at N = 8192 and lost 0.983x at 2048, so D = 128 keeps TMA-dQ).
+using BwdDefault64 = FragDq<BwdConfig<64, 128, 2, false>>;
 using BwdDefault128 = TmaDq<Overlapped<BwdConfig<128, 64, 2, false>, 1>>;
 
 #ifdef LAB_TUNING

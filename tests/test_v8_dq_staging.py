@@ -115,13 +115,42 @@ def frag_slot(t: int, p: int) -> int:
 
 
 def convert_frag(slot: int, split_rows: bool, cw: int) -> tuple[int, int]:
-    """bwd_convert_frag_kernel's decode of one float2 slot of warpgroup cw's share, transcribed: the
-    (row, col) of the block its pair goes to (BM x D; rows from 0 at the block's first)."""
-    p, t = slot // 128, slot % 128
-    lane = t & 31
-    row = (64 * cw if split_rows else 0) + 16 * (t // 32) + (lane >> 2) + 8 * (p % 2)
-    col = (0 if split_rows else cw * 64) + 8 * (p // 2) + 2 * (lane & 3)
+    """bwd_convert_frag_kernel's decode of one float2 slot of warpgroup cw's share, transcribed (step
+    j of thread tid reads slot j * 256 + tid, puts its pair at tile row r, word `word`): the (row,
+    col) of the block its pair goes to (BM x D; rows from 0 at the block's first)."""
+    j, tid = divmod(slot, 256)
+    p, t = 2 * j + (tid >> 7), tid & 127
+    r, word = tile_place(p, t)
+    row = (64 * cw if split_rows else 0) + r
+    col = (0 if split_rows else cw * 64) + 2 * word
     return row, col
+
+
+def tile_place(p: int, t: int) -> tuple[int, int]:
+    """(tile row, 32-bit word of the row) where the convert puts slot p * 128 + t's pair."""
+    lane = t & 31
+    return 16 * (t >> 5) + (lane >> 2) + 8 * (p & 1), 4 * (p >> 1) + (lane & 3)
+
+
+def test_the_frag_convert_tile_is_conflict_free_both_ways():
+    """The shared tile (rows padded to kN / 2 + 4 words): a warp's pair stores (step j: one p, lanes
+    0-31) hit 32 distinct banks, and a quarter-warp's 16-byte row reads (8 threads, 128 bytes) are one
+    wavefront; every (row, 8-column chunk) of the 64 x kN share is written out once."""
+    for kn in (64, 128):
+        words = kn // 2 + 4
+        assert (words * 4) % 16 == 0   # 16-byte aligned rows for the uint4 reads
+        for p in range(kn // 4):
+            for warp in range(4):
+                banks = [(lambda rw: (rw[0] * words + rw[1]) % 32)(tile_place(p, 32 * warp + lane)) for lane in range(32)]
+                assert len(set(banks)) == 32, (kn, p, warp)
+        chunks = []
+        for j in range(64 * kn // 8 // 256):
+            step = [divmod(j * 256 + tid, kn // 8) for tid in range(256)]   # (r, c8) of each thread
+            for q in range(0, 256, 8):   # a quarter-warp: 8 x 16 bytes
+                start = [(r * words + 4 * c8) * 4 for r, c8 in step[q:q + 8]]
+                assert sorted(start) == list(range(min(start), min(start) + 128, 16)), (kn, j, q)
+            chunks += step
+        assert sorted(chunks) == [(r, c) for r in range(64) for c in range(kn // 8)]
 
 
 def test_frag_dq_stores_take_the_minimum_of_wavefronts():
@@ -161,10 +190,18 @@ def test_the_frag_transcription_is_the_kernels():
                  "*reinterpret_cast<float2*>(share + p * 128 * 8) = make_float2(dq[2 * p], dq[2 * p + 1]);"):
         assert line in stage, line
     convert = src[src.index("bwd_convert_frag_kernel(const float*"):src.index("const char* bwd_launch_one")]
-    for line in ("const int slot = (int)(s % kSlots), p = slot / 128, t = slot % 128;",
-                 "+ 16 * (t / 32) + (lane >> 2) + 8 * (p % 2);",
-                 "const int col = (C::kDqSplitRows ? 0 : cw * C::kDqN) + 8 * (p / 2) + 2 * (lane & 3);",
-                 "lab_pack2<T>(v.x * scale, v.y * scale)"):
+    for line in ("constexpr int D = C::D, kN = C::kDqN, kWords = kN / 2 + 4, kSlots = 64 * kN / 2;",
+                 "const int p = 2 * j + (tid >> 7), t = tid & 127, lane = t & 31;",
+                 "const int r = 16 * (t >> 5) + (lane >> 2) + 8 * (p & 1);",
+                 "const int word = 4 * (p >> 1) + (lane & 3);",
+                 "const float2 v = src[j * 256 + tid];",
+                 "tile[r * kWords + word] = lab_pack2<T>(v.x * scale, v.y * scale);",
+                 "const int row0 = mb * C::BM + (C::kDqSplitRows ? 64 * cw : 0);",
+                 "const int col0 = C::kDqSplitRows ? 0 : cw * kN;",
+                 "const int e = j * 256 + tid, r = e / (kN / 8), c8 = e % (kN / 8);",
+                 "if (row0 + r < nq)",
+                 "dq + ((bh * nq + row0 + r) * D + col0 + 8 * c8)",
+                 "*reinterpret_cast<const uint4*>(&tile[r * kWords + 4 * c8])"):
         assert line in convert, line
     writer = src[src.index("if constexpr (C::kDqFrag) {   // the share as one 1-D bulk reduction"):][:400]
     assert "((size_t)bh_q * (nq_pad / BM) + m0 / BM) * C::kConsumers + cw" in writer

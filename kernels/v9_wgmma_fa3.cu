@@ -65,10 +65,41 @@
 //   e3bf36b): 41 passed, v9's forward on 8 GQA cases among them (groups of 4 and 8, MQA included,
 //   ragged N and Nq != Nk, both masks, fp16 and bf16).
 //
-// Steps still to come (issue 28; benchmarks/v9_notes.md): inter-warpgroup ping-pong (named barriers
-// so one consumer warpgroup's softmax runs under the other's products), O stored by TMA from shared
-// memory so the consumers start the next tile at once, smaller query tiles for short sequences,
-// and the choices through `lab tune --variant v9`.
+// Step 2, the default at D=128 non-causal is ping-pong on the persistent grid (seventh session,
+//   2026-11-27). What changed: lab_forward_v9 launches PingPong128 (Config<128, 128, 2, true, 2>,
+//   Persistent) for D=128 non-causal problems, the two consumer warpgroups taking turns at the tensor
+//   cores (fwd_wgmma.cuh's turn_wait / turn_pass, the turns running on across a CTA's tiles). D=128
+//   causal keeps Default128 persistent, D=64 is unchanged. The kernels are the tuning candidate "C2
+//   BN128 S2 persistent pp"'s own type (the candidate list names PingPong128 too): all 40 kernels of
+//   the plain build (8 new, 32 unchanged) are, cuobjdump -sass function by function (nvcc 13.0), the
+//   same functions of the tuning build that was timed (226d993); 168 registers, 0 spills;
+//   tests/test_v9_tuning_build.py holds it. A new candidate, "C2 BN128 S2 one-tile-per-CTA pp" (v6's
+//   grid with ping-pong), asks whether ping-pong pays on v6's grid too or only on the walk.
+//   Evidence (`lab tune --variant v9`, one H200 of four beside other GPU work, 2026-11-27, commit
+//   226d993; every candidate gated, 30 interleaved repetitions, L2 flushed, every timed output
+//   checked; against the persistent default): persistent pp 1.068x at 2,16,8192,128 fp16 (1.6531 ms,
+//   665.1 TFLOP/s), 1.053x at 1,16,16384,128 bf16 (3.1775 ms, 692.1), 1.045x at 32,16,512,128 fp16
+//   (0.1770 ms, 388.3), 0.993x causal at 32,16,512,128 (CI95s overlap: no change). One tile per CTA
+//   (v6's grid): 1.073x and 1.063x at the long shapes, 0.940x and 0.794x (causal) at N=512. So one
+//   choice for every non-causal D=128 problem: ping-pong persistent is the fastest at N=512 (1.11x one
+//   tile per CTA) and within 0.5% and 0.9% of one tile per CTA at N=8192 and 16384, under the lab's
+//   3% practical threshold; a switch per N would rest on a boundary no run measured.
+//   Predicted (written before the GPU confirms it): `lab tune` shows the default level with "C2 BN128
+//   S2 persistent pp" (within CI95) at D=128 non-causal and with "C2 BN128 S2 persistent" causal;
+//   against step 1 on the fa-grid, D=128 non-causal 1.04-1.07x at every N (so v9 / v6 from 0.93-0.95x
+//   to 0.97-1.02x at N >= 4096), 630-720 TFLOP/s at N >= 8192 on an H200 (607-675 before), v9 /
+//   cuDNN (graph) 0.98-1.09x there (0.94-1.02x before) and at N=512 0.78-0.82x (0.75-0.76x before):
+//   ping-pong does not close the short cells. v9+v8 forward+backward at D=128 non-causal 1.01-1.02x
+//   (the forward is 21-26% of the pair's graph time in this session's target sweep, four H200s).
+//   One tile per CTA with ping-pong: 0.96-1.00x one tile per CTA at N >= 8192 (v6 run 4: ping-pong did
+//   not pay on v6's grid, 0.96x at N=16384), so persistent pp ahead of it there.
+//   Measured: pending the GPU (benchmarks/v9_notes.md, "Step 2 taken", has the commands).
+//
+// Steps still to come (issue 28; benchmarks/v9_notes.md): why the persistent kernel without
+// ping-pong trails v6's grid by 6-7% at long N and with it does not (the new candidate, then
+// profiles), ping-pong at D=64 and for causal long N, O stored by TMA from shared memory so the
+// consumers start the next tile at once, smaller query tiles for short sequences, and the choices
+// through `lab tune --variant v9`.
 #include "common.cuh"
 #include "hopper/fwd_wgmma.cuh"
 
@@ -82,7 +113,11 @@ using lab_hopper_sched::Persistent;
 //                       D   BN  stages ping-pong consumer warpgroups
 using Default64 = Config<64, 128, 2, false, 1>;     // BM = 64, two CTAs per SM
 using Long64 = Config<64, 128, 2, false, 3>;        // BM = 192: non-causal, seqlen_k >= kLongKeys
-using Default128 = Config<128, 128, 2, false, 2>;   // BM = 128, one CTA per SM
+using Default128 = Config<128, 128, 2, false, 2>;   // BM = 128, one CTA per SM: causal
+// D=128 non-causal: the two consumer warpgroups take turns at the tensor cores (ping-pong) on the
+// persistent grid (step 2; `lab tune`, H200, 2026-11-27: 1.045-1.068x Default128 non-causal). The
+// default launches this type, the tuning candidate "C2 BN128 S2 persistent pp" the same: one kernel.
+using PingPong128 = Config<128, 128, 2, true, 2>;
 constexpr int kLongKeys = 8192;
 
 // The LSE only when asked (a second instantiation: the default forward stores nothing more).
@@ -115,7 +150,9 @@ static const LabTuneCandidate kCandidates64[] = {
 static const LabTuneCandidate kCandidates128[] = {
     {"C2 BN128 S2 persistent", launch_any<Default128, Persistent>},
     {"C2 BN128 S2 one-tile-per-CTA", launch_any<Default128, OneTilePerCta>},
-    {"C2 BN128 S2 persistent pp", launch_any<Config<128, 128, 2, true, 2>, Persistent>},
+    {"C2 BN128 S2 persistent pp", launch_any<PingPong128, Persistent>},
+    // v6's ping-pong (one CTA per tile): does ping-pong pay on v6's grid too, or only on the walk?
+    {"C2 BN128 S2 one-tile-per-CTA pp", launch_any<PingPong128, OneTilePerCta>},
 };
 static LabTuneList candidates(int head_dim) {
   switch (head_dim) {
@@ -148,7 +185,7 @@ LAB_EXPORT const char* lab_forward_v9(const LabAttentionArgs* args, cudaStream_t
     return args->seqlen_k >= v9::kLongKeys ? v9::launch<v9::Long64, false>(args, stream)
                                            : v9::launch<v9::Default64, false>(args, stream);
   }
-  return args->causal ? v9::launch<v9::Default128, true>(args, stream) : v9::launch<v9::Default128, false>(args, stream);
+  return args->causal ? v9::launch<v9::Default128, true>(args, stream) : v9::launch<v9::PingPong128, false>(args, stream);
 }
 
 #ifdef LAB_TUNING

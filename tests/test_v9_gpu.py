@@ -3,7 +3,8 @@ persistent CTA's tile walk can go wrong: many tiles per CTA (B*H*query blocks fa
 CTAs of the grid, so the K/V ring's stage and phase and the Q buffer's reuse run on across tiles),
 tile lists that do not divide the grid, ragged lengths at v9's 64/128/192-row query and 128-key tile
 edges, N = 1, Nq != Nk both ways, causal and not, D 64 and 128, fp16 and bf16, inputs of standard
-deviation 6 (large logits), and the three-consumer path (D = 64, non-causal, Nk >= 8192). Where
+deviation 6 (large logits), the three-consumer path (D = 64, non-causal, Nk >= 8192) and the
+ping-pong path (D = 128, non-causal: two consumer warpgroups taking turns across a CTA's tiles). Where
 asked, the row log-sum-exp too (the statistic v8's backward reads), against float64.
 
 Rule for O (v5's, lab.measure.check): max |v9 - ref| <= 2 x max |SDPA(same dtype) - ref|, floored at
@@ -60,8 +61,12 @@ CASES = [
     (1, 150, 193, 8192, 64, False, "bfloat16", LARGE_STD),
     (16, 16, 512, 512, 128, True, "float16", 1.0),      # the fa-grid's weakest cells, smaller
     (16, 32, 512, 512, 64, True, "bfloat16", 1.0),
+    # D=128 non-causal runs ping-pong on the persistent grid (step 2): the two consumer warpgroups'
+    # turns carried across 4-5 ragged tiles per CTA, and across 9-10 tiles of a single key tile each
+    (8, 24, 300, 300, 128, False, "bfloat16", LARGE_STD),
+    (3, 50, 1000, 1, 128, False, "float16", 1.0),
 ]
-LSE_CASES = [CASES[0], CASES[3], CASES[5], CASES[9]]
+LSE_CASES = [CASES[0], CASES[3], CASES[5], CASES[9], CASES[13]]
 
 
 def _ids(c) -> str:
@@ -136,15 +141,19 @@ SANITIZER_SCRIPT = textwrap.dedent("""
     from lab.measure.problem import Problem, make_inputs, softmax_scale
 
     # Several tiles per CTA in every launch (the ring and Q reused across tiles), ragged edges,
-    # Nq > Nk causal, the three-consumer path, and the LSE store.
+    # Nq > Nk causal, the three-consumer path, D=128 non-causal's ping-pong, and the LSE store.
     # (The grid: 264 CTAs at D=64, 132 at D=128 and for the three consumers, on an H100 or H200.)
-    shapes = [Problem(1, 70, 200, 300, 128, True, "float16"), Problem(1, 140, 130, 300, 64, False, "bfloat16"),
-              Problem(1, 133, 65, 8192, 64, False, "float16"), Problem(2, 80, 130, 90, 128, True, "float16")]
+    # (problem, with the LSE)
+    shapes = [(Problem(1, 70, 200, 300, 128, True, "float16"), False),
+              (Problem(1, 140, 130, 300, 64, False, "bfloat16"), True),
+              (Problem(1, 133, 65, 8192, 64, False, "float16"), False),
+              (Problem(2, 80, 130, 90, 128, True, "float16"), True),
+              (Problem(1, 140, 200, 300, 128, False, "bfloat16"), True)]
     module = build.load_cached(variants.get(sys.argv[1]))
-    for i, p in enumerate(shapes):
+    for i, (p, with_lse) in enumerate(shapes):
         q, k, v = make_inputs(p, seed=i)
         o = torch.full_like(q, float("nan"))
-        lse = torch.empty(p.batch, p.heads, p.seqlen_q, device=q.device, dtype=torch.float32) if i % 2 else None
+        lse = torch.empty(p.batch, p.heads, p.seqlen_q, device=q.device, dtype=torch.float32) if with_lse else None
         module.forward(q, k, v, o, p.causal, softmax_scale(p), lse)
         torch.cuda.synchronize()
         assert torch.isfinite(o).all(), p.label()
@@ -168,7 +177,7 @@ def test_v9_compute_sanitizer_is_clean(tool, v9, tmp_path):
     res = subprocess.run([sanitizer, "--tool", tool, "--error-exitcode", "3", sys.executable, str(script), registry.ref(RUNG)],
                          capture_output=True, text=True, cwd=REPO, env=env, timeout=420)
     out = res.stdout + res.stderr
-    assert "sanitized launches: 4" in out, out[-4000:]
+    assert "sanitized launches: 5" in out, out[-4000:]
     assert res.returncode == 0, out[-4000:]
     assert re.search(r"ERROR SUMMARY: 0 errors|RACECHECK SUMMARY: 0 hazards displayed \(0 errors", out), out[-4000:]
     assert not re.search(r"ERROR SUMMARY: [1-9]", out), out[-4000:]

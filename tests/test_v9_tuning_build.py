@@ -1,0 +1,52 @@
+"""v9's default is its tuning candidates' machine code: every kernel of the plain build (what `lab
+bench`, `lab sweep`, `lab check` and the GPU tests run) is in the tuning build (what `lab tune` gates
+and times), instruction for instruction, so a default taken from `lab tune`'s table runs the kernel
+that was timed, not a look-alike (kernels/v9_wgmma_fa3.cu: the default launches the candidates'
+own Config types). Both builds without spills. Needs nvcc (cuobjdump and nvdisasm beside it for the
+SASS half), no GPU. Its GPU side: `lab tune --variant v9` shows the default level with its candidate.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+from pathlib import Path
+
+import platformdirs
+import pytest
+
+from lab.ladder import build
+from lab.ladder.registry import builtin
+
+# The persistent Hopper forward, found by what it declares (as tests/test_v9_gpu.py finds it).
+V9 = next((v for v in builtin() if v.kind == "cuda" and v.min_cc >= (9, 0) and v.grid == "flat"), None)
+
+
+def _functions(sass: str) -> dict[str, str]:
+    """cuobjdump -sass text -> {mangled function name: its instructions, up to the function's end}."""
+    parts = re.split(r"\n\s+Function : (\S+)", sass)
+    return {name: body.split("\n\t\t....")[0] for name, body in zip(parts[1::2], parts[2::2])}
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not on PATH: compiling v9's two builds needs it")
+def test_v9s_default_kernels_are_tuning_candidates_kernels(monkeypatch):
+    assert V9 is not None, "no built-in rung declares a flat (persistent) grid on sm_90"
+    root = Path(platformdirs.user_cache_dir("flash-lab", appauthor=False)) / "tests"
+    root.mkdir(parents=True, exist_ok=True)
+    monkeypatch.setenv("LAB_CACHE", str(root))
+    plain = build.ptxas_report(V9, "sm_90a")
+    tuning = build.ptxas_report(V9, "sm_90a", tuning=True)
+    for report in (plain, tuning):
+        spilled = [(r.kernel[:100], r.spill_stores_bytes, r.spill_loads_bytes) for r in report.records
+                   if r.spill_stores_bytes or r.spill_loads_bytes]
+        assert not spilled, spilled
+    defaults = {r.kernel for r in plain.records}
+    candidates = {r.kernel for r in tuning.records}
+    assert defaults and len(candidates) > len(defaults)
+    assert defaults <= candidates, sorted(k[:120] for k in defaults - candidates)
+    if plain.sass_path is None or tuning.sass_path is None:
+        pytest.skip("cuobjdump (or its nvdisasm) not found beside nvcc: the SASS half of this check needs it")
+    a, b = _functions(plain.sass_path.read_text()), _functions(tuning.sass_path.read_text())
+    assert len(a) == len(defaults), sorted(a)
+    differ = [name for name in a if a[name] != b.get(name)]
+    assert not differ, differ

@@ -155,6 +155,18 @@
 //   the candidate's own type; the plain build's D = 64 backward kernels are the tuning build's
 //   frag-dQ kernels, cuobjdump -sass instruction for instruction).
 //
+// Step 5b (the frag convert rewritten; v8_notes.md). Evidence: step 5's profile above (the main
+//   kernel 1.031x, the end-to-end 1.008x: the old convert cost about 3x the row-major one). Change:
+//   one CTA per share through a padded shared tile, 16-byte row stores, no per-element 64-bit
+//   division. Predicted: the frag convert at the row-major convert's cost; frag-dQ 1.02-1.03x TMA-dQ
+//   at 4,16,8192,128, 1.00-1.03x at 2048; D = 64's default 1.00-1.02x. Measured (four H200s,
+//   2026-11-27, commit 5f47945; `lab check --mode bwd` fp16 and bf16 passed, `v7_dev.py check
+//   --tuning` 0 failures, the three sanitizers clean): Nsight Compute at 4,16,4096,128 puts the frag
+//   convert at 45.5 us against the row-major convert's 45.9 (both DRAM 83% of peak); `lab tune`:
+//   frag-dQ 1.027x TMA-dQ at 4,16,8192,128 (596.2 TFLOP/s) and 1.028x at 2048; at D = 64 the default
+//   (frag-dQ) 1.064x TMA-dQ (484.0 TFLOP/s), about 1.017x its step-5 self. All inside the
+//   predictions. Taken: frag-dQ the default at D = 128 too (BwdDefault128 is the candidate's type).
+//
 // Deterministic dQ (issue 27's deterministic mode; tuning candidates "... deterministic", written
 //   and compiled, not yet run): TMA-dQ with each query block's reductions taken in key-block order
 //   through a turn counter per 64 query rows (Deterministic<> says how and why it cannot deadlock),
@@ -1167,13 +1179,12 @@ const char* fwd_launch(const LabAttentionArgs* a, cudaStream_t stream) {
 }
 
 // The backward's configurations: D, BM query rows per step, stages of the Q/dO ring, bulk dQ.
-// Both head dims: dQ by bulk reductions from the producer warpgroup's dQ writer (step 4, 1.11-1.26x
-// step 3's defaults on an H200); D = 128 on overlap-FA3's order (step 3) with TMA tensor reductions
-// of the swizzled staging tile; D = 64 on order 0 (step 1: overlap-FA3's causal kernels spill at
-// D = 64) with step 5's fragment-ordered accumulator (1.045x TMA-dQ there; at D = 128 it gained
-// 1.008x at N = 8192 and lost 0.983x at 2048, so D = 128 keeps TMA-dQ).
+// Both head dims: dQ's fp32 accumulator in the wgmma fragment's order, added by 1-D bulk reductions
+// from the producer warpgroup's dQ writer (steps 4, 5 and 5b: 1.11-1.26x step 3's defaults, then
+// 1.03-1.06x TMA-dQ, on an H200); D = 128 on overlap-FA3's order (step 3), D = 64 on order 0 (step
+// 1: overlap-FA3's causal kernels spill at D = 64).
 using BwdDefault64 = FragDq<BwdConfig<64, 128, 2, false>>;
-using BwdDefault128 = TmaDq<Overlapped<BwdConfig<128, 64, 2, false>, 1>>;
+using BwdDefault128 = FragDq<Overlapped<BwdConfig<128, 64, 2, false>, 1>>;
 
 #ifdef LAB_TUNING
 // Candidates for `lab tune --variant v8 [--mode bwd]` (common.cuh's tuning contract). Forward: the

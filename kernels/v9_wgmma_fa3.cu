@@ -92,7 +92,7 @@
 //   ping-pong does not close the short cells. v9+v8 forward+backward at D=128 non-causal 1.01-1.02x
 //   (the forward is 21-26% of the pair's graph time in this session's target sweep, four H200s).
 //   One tile per CTA with ping-pong: 0.96-1.00x one tile per CTA at N >= 8192 (v6 run 4: ping-pong did
-//   not pay on v6's grid, 0.96x at N=16384), so persistent pp ahead of it there.
+//   not pay on v6's grid, 0.96x at N=16384), so no faster than persistent pp there.
 //   Measured: pending the GPU (benchmarks/v9_notes.md, "Step 2 taken", has the commands).
 //
 // Steps still to come (issue 28; benchmarks/v9_notes.md): why the persistent kernel without

@@ -2,7 +2,7 @@
 // -DLAB_LAUNCHER=lab_forward_<id>; exposes forward(q, k, v, o, causal, softmax_scale, lse=None). A tuning
 // build (-DLAB_TUNING, `lab tune`) also exposes configs(head_dim, dtype) and forward_config(..., config, lse=None).
 // A rung with a backward (-DLAB_BACKWARD_LAUNCHER=lab_backward_<id>, common.cuh's backward contract)
-// also exposes backward(q, k, v, o, dout, lse, dq, dk, dv, causal, softmax_scale), which allocates the
+// also exposes backward(q, k, v, o, dout, lse, dq, dk, dv, causal, softmax_scale, deterministic=False), which allocates the
 // rung's workspace from torch's allocator on the current stream.
 // The output is passed in (not allocated here) so the correctness gate can poison it first.
 // A rung that declares `gqa = true` is compiled with -DLAB_GQA: its K and V (dK and dV) may have
@@ -10,6 +10,8 @@
 // A rung whose forward writes the row log-sum-exp is compiled with -DLAB_WRITES_LSE (its block says
 // backward = true, whose contract includes it, or writes_lse = true for a forward-only rung): its
 // forward takes lse; every other rung's refuses one, so a statistic never written is never read.
+// A rung that declares `deterministic = true` is compiled with -DLAB_DETERMINISTIC: its backward
+// takes deterministic=True (common.cuh's deterministic contract); every other rung's refuses it.
 #include <torch/extension.h>
 #include <c10/cuda/CUDAStream.h>
 #include <c10/cuda/CUDAGuard.h>
@@ -95,7 +97,11 @@ LAB_EXPORT const char* LAB_BACKWARD_LAUNCHER(const LabBackwardArgs* args, cudaSt
 static LabBackwardArgs make_backward_args(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                           const at::Tensor& o, const at::Tensor& dout, const at::Tensor& lse,
                                           at::Tensor& dq, at::Tensor& dk, at::Tensor& dv, bool causal,
-                                          double softmax_scale) {
+                                          double softmax_scale, bool deterministic = false) {
+#ifndef LAB_DETERMINISTIC
+  TORCH_CHECK(!deterministic,
+              "this rung's backward has no deterministic mode: its lab:rung block does not declare deterministic = true");
+#endif
   at::Tensor o_ = o;  // make_args checks q, k, v, o; the gradients are checked against them below
   (void)make_args(q, k, v, o_, causal, softmax_scale, lse_ptr(lse, q));
   TORCH_CHECK(lse.defined(), "backward needs the forward's lse");
@@ -108,7 +114,8 @@ static LabBackwardArgs make_backward_args(const at::Tensor& q, const at::Tensor&
   return LabBackwardArgs{q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr(), dout.data_ptr(),
                          lse.data_ptr<float>(), dq.data_ptr(), dk.data_ptr(), dv.data_ptr(), nullptr, 0,
                          (int)q.size(0), (int)q.size(1), (int)q.size(2), (int)k.size(2), (int)q.size(3),
-                         causal ? 1 : 0, (float)softmax_scale, to_lab_dtype(q.scalar_type()), (int)k.size(1)};
+                         causal ? 1 : 0, (float)softmax_scale, to_lab_dtype(q.scalar_type()), (int)k.size(1),
+                         deterministic ? 1 : 0};
 }
 
 // The workspace comes from torch's caching allocator on the current stream: stream-ordered, counted
@@ -129,9 +136,9 @@ static void with_workspace(LabBackwardArgs& args, const at::Tensor& like, Launch
 
 void backward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& o,
               const at::Tensor& dout, const at::Tensor& lse, at::Tensor& dq, at::Tensor& dk, at::Tensor& dv,
-              bool causal, double softmax_scale) {
+              bool causal, double softmax_scale, bool deterministic) {
   c10::cuda::CUDAGuard guard(q.device());
-  LabBackwardArgs args = make_backward_args(q, k, v, o, dout, lse, dq, dk, dv, causal, softmax_scale);
+  LabBackwardArgs args = make_backward_args(q, k, v, o, dout, lse, dq, dk, dv, causal, softmax_scale, deterministic);
   cudaStream_t stream = c10::cuda::getCurrentCUDAStream().stream();
   with_workspace(args, q, [&](const LabBackwardArgs& a) { return LAB_BACKWARD_LAUNCHER(&a, stream); });
 }
@@ -206,7 +213,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
 #ifdef LAB_BACKWARD_LAUNCHER
   m.def("backward", &backward, "attention backward: dq, dk, dv from q, k, v, o, dout and the forward's lse",
         py::arg("q"), py::arg("k"), py::arg("v"), py::arg("o"), py::arg("dout"), py::arg("lse"), py::arg("dq"),
-        py::arg("dk"), py::arg("dv"), py::arg("causal"), py::arg("softmax_scale"));
+        py::arg("dk"), py::arg("dv"), py::arg("causal"), py::arg("softmax_scale"), py::arg("deterministic") = false);
 #endif
 #ifdef LAB_TUNING
   m.def("configs", &configs, "the labels of the tuning candidates for a head_dim and dtype, by index",

@@ -57,6 +57,17 @@
 // without -DLAB_GQA, refuses K/V heads != Q heads); heads_kv equals heads in every other call, so a
 // rung that never reads it is unchanged. The field sits last in both argument structs.
 //
+// The deterministic contract (optional; a rung whose lab:rung block says `deterministic = true`,
+// which needs `backward = true`). With args->deterministic = 1 the backward must give the same bits
+// of dQ, dK and dV on every run of the same inputs (the same GPU and binary): no sum whose order
+// depends on scheduling (atomics into an accumulator, reductions that land in arrival order).
+// FlashAttention-3's `deterministic` argument and torch.use_deterministic_algorithms ask the same.
+// The lab sets it only for a rung that declares the capability (`--deterministic`; every other
+// rung is refused before anything runs, and its binding, compiled without -DLAB_DETERMINISTIC,
+// refuses the flag); it is 0 in every other call, so a rung that never reads it is unchanged.
+// `lab check --deterministic` runs the backward twice on the same inputs and requires dQ, dK and dV
+// bitwise equal, besides the float64 check. The field sits last in LabBackwardArgs.
+//
 // Tuning a backward (`lab tune --mode bwd`, optional): built with -DLAB_TUNING a rung may also
 // export lab_backward_<id>_configs(int head_dim, LabDtype dtype) and
 // lab_backward_<id>_config(const LabBackwardArgs*, cudaStream_t, int config), as for the forward;
@@ -108,6 +119,7 @@ struct LabBackwardArgs {
   float softmax_scale;
   LabDtype dtype;
   int heads_kv;       // K, V, dK and dV heads: = heads, or (gqa = true) a divisor of it
+  int deterministic;  // 1: dQ, dK, dV bitwise identical run to run (deterministic = true; else always 0)
 };
 
 #define LAB_EXPORT extern "C"

@@ -167,13 +167,21 @@
 //   (frag-dQ) 1.064x TMA-dQ (484.0 TFLOP/s), about 1.017x its step-5 self. All inside the
 //   predictions. Taken: frag-dQ the default at D = 128 too (BwdDefault128 is the candidate's type).
 //
-// Deterministic dQ (issue 27's deterministic mode; tuning candidates "... deterministic", written
-//   and compiled, not yet run): TMA-dQ with each query block's reductions taken in key-block order
-//   through a turn counter per 64 query rows (Deterministic<> says how and why it cannot deadlock),
-//   so dQ, like dK and dV, has the same bits on every run. Predicted: 0.85-0.95x TMA-dQ at
-//   4,16,8192,128 (a CTA's writer waits for the key block before it on every step; the consumers
-//   only when the writer falls a step behind), nearer 1.0x causal (fewer key blocks per query block
-//   early). Checked: tests/test_v8_deterministic_gpu.py (dQ's bits twice), lab tune's gate.
+// Deterministic dQ (issue 27's deterministic mode): TMA-dQ with each query block's reductions taken
+//   in key-block order through a turn counter per 64 query rows (Deterministic<> says how and why it
+//   cannot deadlock), so dQ, like dK and dV, has the same bits on every run. Predicted: 0.85-0.95x
+//   TMA-dQ at 4,16,8192,128 (a CTA's writer waits for the key block before it on every step; the
+//   consumers only when the writer falls a step behind), nearer 1.0x causal (fewer key blocks per
+//   query block early). Measured as tuning candidates "... deterministic" (one H200, 2026-11-27,
+//   commit 226d993): tests/test_v8_deterministic_gpu.py 5 passed (dQ's bits equal twice on 5
+//   shapes), `v7_dev.py check --rung v8 --tuning` passed, compute-sanitizer memcheck, racecheck and
+//   synccheck clean; `lab tune --mode bwd` against the TMA-dQ default: 0.953x at 4,16,8192,128 fp16,
+//   0.828x at 4,16,2048,128, 0.885x at 4,16,8192,64, 0.831x at 2,32:8,1000,128 bf16 causal GQA.
+//   Reachable by users since: the rung declares `deterministic = true`, and `--deterministic` on
+//   `lab check / bench / sweep / profile --mode bwd` sets args->deterministic (common.cuh's
+//   deterministic contract), which lab_backward_v8 turns into BwdDeterministic64/128 (the defaults
+//   wrapped in Deterministic<>, the same kernels as the tuning candidates); `lab check
+//   --deterministic` also runs each shape's backward twice and requires dQ, dK, dV bitwise equal.
 //
 // Roles in one backward CTA (384 threads; key block n0 .. n0+127 of head bh):
 //
@@ -1186,6 +1194,17 @@ const char* fwd_launch(const LabAttentionArgs* a, cudaStream_t stream) {
 using BwdDefault64 = FragDq<BwdConfig<64, 128, 2, false>>;
 using BwdDefault128 = FragDq<Overlapped<BwdConfig<128, 64, 2, false>, 1>>;
 
+// The deterministic mode (args->deterministic, `--deterministic`; common.cuh's deterministic contract):
+// the default's tiles and order with TMA-dQ's reductions taken in key-block order (Deterministic<>).
+// Written in terms of the defaults: a default on TMA-dQ is wrapped as it is; one on frag-dQ
+// (FragDq<B>) is wrapped as TmaDq<B>, the deterministic path that was checked and measured
+// (Deterministic<FragDq<>> has never run). The same types as the tuning candidates "...
+// deterministic" below, so `lab tune` measures the kernels --deterministic runs.
+template <class C> struct DeterministicOf { using type = Deterministic<C>; };
+template <class B> struct DeterministicOf<FragDq<B>> { using type = Deterministic<TmaDq<B>>; };
+using BwdDeterministic64 = DeterministicOf<BwdDefault64>::type;
+using BwdDeterministic128 = DeterministicOf<BwdDefault128>::type;
+
 #ifdef LAB_TUNING
 // Candidates for `lab tune --variant v8 [--mode bwd]` (common.cuh's tuning contract). Forward: the
 // launcher's own configurations (v6's, measured there). Backward: BM query rows per step, S stages,
@@ -1214,7 +1233,7 @@ static const BwdCandidate kBwd64[] = {
     {"BM128 S2 RED-dQ overlap-next", bwd_launch<Overlapped<BwdConfig<64, 128, 2, false>, 2>>},
     {"BM128 S2 TMA-dQ", bwd_launch<TmaDq<BwdConfig<64, 128, 2, false>>>},
     {"BM128 S2 frag-dQ", bwd_launch<FragDq<BwdConfig<64, 128, 2, false>>>},
-    {"BM128 S2 TMA-dQ deterministic", bwd_launch<Deterministic<TmaDq<BwdConfig<64, 128, 2, false>>>>},
+    {"BM128 S2 TMA-dQ deterministic", bwd_launch<BwdDeterministic64>},
 };
 static const BwdCandidate kBwd128[] = {
     {"BM64 S2 RED-dQ", bwd_launch<BwdConfig<128, 64, 2, false>>},
@@ -1225,8 +1244,7 @@ static const BwdCandidate kBwd128[] = {
     {"BM64 S3 RED-dQ overlap-next", bwd_launch<Overlapped<BwdConfig<128, 64, 3, false>, 2>>},
     {"BM64 S2 TMA-dQ overlap-FA3", bwd_launch<TmaDq<Overlapped<BwdConfig<128, 64, 2, false>, 1>>>},
     {"BM64 S2 frag-dQ overlap-FA3", bwd_launch<FragDq<Overlapped<BwdConfig<128, 64, 2, false>, 1>>>},
-    {"BM64 S2 TMA-dQ overlap-FA3 deterministic",
-     bwd_launch<Deterministic<TmaDq<Overlapped<BwdConfig<128, 64, 2, false>, 1>>>>},
+    {"BM64 S2 TMA-dQ overlap-FA3 deterministic", bwd_launch<BwdDeterministic128>},
 };
 template <int N>
 static const char* bwd_labels(const BwdCandidate (&items)[N]) {
@@ -1271,6 +1289,9 @@ LAB_EXPORT const char* lab_backward_v8(const LabBackwardArgs* a, cudaStream_t st
   if (const char* why = refuse(a->head_dim, a->seqlen_q, a->seqlen_k, a->softmax_scale,
                                {a->q, a->k, a->v, a->o, a->dout, a->dq, a->dk, a->dv}))
     return why;
+  if (a->deterministic)   // dQ's reductions in key-block order: dQ, dK, dV the same bits on every run
+    return a->head_dim == 64 ? v8::bwd_launch<v8::BwdDeterministic64>(a, stream)
+                             : v8::bwd_launch<v8::BwdDeterministic128>(a, stream);
   if (a->head_dim == 64) return v8::bwd_launch<v8::BwdDefault64>(a, stream);
   return v8::bwd_launch<v8::BwdDefault128>(a, stream);
 }
@@ -1316,4 +1337,5 @@ LAB_EXPORT const char* lab_backward_v8_config(const LabBackwardArgs* a, cudaStre
 // aligned16 = true           # TMA: the launchers refuse tensors not 16-byte aligned
 // backward = true
 // gqa = true                 # K/V heads dividing Q's: the group's query heads in one CTA per K/V head (header)
+// deterministic = true       # --deterministic: dQ's reductions in key-block order (header, "Deterministic dQ")
 // lab:end

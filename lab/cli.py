@@ -39,8 +39,8 @@ from lab.measure.bench import DEFAULT_REPS, DEFAULT_WARMUP
 from lab.measure.call import require_mode
 from lab.measure.benchtable import bench_ladder, markdown_ladder, print_ladder
 from lab.measure.gate import GATE_SHAPES
-from lab.measure.problem import (DEFAULT_SHAPE, DTYPE_SHORT, check_dtype, check_supported, normalize_dtype,
-                                 parse_shape)
+from lab.measure.problem import (DEFAULT_SHAPE, DTYPE_SHORT, check_dtype, check_supported, deterministic_refusal,
+                                 normalize_dtype, parse_shape, require_deterministic_modes)
 from lab.measure.tune import tune as run_tune
 from lab.pipeline import ProfileOptions, profile as run_profile, reanalyze as run_reanalyze
 from lab.profilers.ncu import section_args
@@ -72,6 +72,10 @@ reps_option = click.option("--reps", type=click.IntRange(2, MAX_REPS), default=D
 warmup_option = click.option("--warmup", type=click.IntRange(0, MAX_REPS), default=DEFAULT_WARMUP, show_default=True)
 mode_option = click.option("--mode", type=click.Choice(["fwd", "bwd", "fwd+bwd"]), default="fwd", show_default=True,
                            help="the forward, the backward (dQ, dK, dV from O, dO and the LSE), or both in one call")
+deterministic_option = click.option(
+    "--deterministic", is_flag=True,
+    help="the backward's deterministic mode: dQ, dK, dV bitwise identical run to run (rungs declaring "
+         "deterministic = true; needs --mode bwd or fwd+bwd; recorded in the problem: ...-deterministic)")
 
 
 class LabGroup(click.Group):
@@ -157,14 +161,15 @@ def _print_ladder(rungs) -> None:
                   title_justify="left", pad_edge=False, header_style="bold")
     # LSE: the forward writes the row log-sum-exp (writes_lse, or a backward's), so it can feed a
     # backward as the F of a pair F+B (lab.ladder.pairing)
-    for col in ("id", "origin", "kind", "dtypes", "D", "bwd", "LSE", "GQA"):
+    # det: the backward has a deterministic mode (deterministic = true: `--deterministic`)
+    for col in ("id", "origin", "kind", "dtypes", "D", "bwd", "LSE", "GQA", "det"):
         table.add_column(col, no_wrap=True)
     table.add_column("title")   # wrapable, so rich narrows it first; each cell stays one cut line
     for v in rungs:
         table.add_row(v.id, v.origin + ("*" if v.shadows else ""), v.kind,
                       ",".join(DTYPE_SHORT.get(d, d) for d in v.dtypes), ",".join(map(str, v.head_dims)),
                       "yes" if v.backward else "no", "yes" if v.writes_lse else "no", "yes" if v.gqa else "no",
-                      Text(v.title, no_wrap=True, overflow="ellipsis"))
+                      "yes" if v.deterministic else "no", Text(v.title, no_wrap=True, overflow="ellipsis"))
     console = rich_console()
     console.print(table)
     if any(v.shadows for v in rungs):
@@ -180,6 +185,7 @@ def _print_rung(v) -> None:
         click.echo(f"{v.id}: {v.title}")
         click.echo(f"a pair: {v.parts[0].id}'s forward, then {v.parts[1].id}'s backward on its O and LSE; "
                    f"dtypes {', '.join(v.dtypes)}; D {', '.join(map(str, v.head_dims))}; GQA {'yes' if v.gqa else 'no'}; "
+                   f"deterministic backward {'yes' if v.deterministic else 'no'}; "
                    f"min cc {'.'.join(map(str, v.min_cc))}")
         for part in v.parts:
             click.echo("")
@@ -264,10 +270,20 @@ def given(ctx: click.Context, name: str) -> bool:
     return ctx.get_parameter_source(name) not in (None, ParameterSource.DEFAULT)
 
 
-def _problem(variant, shape, causal, dtype, seqlen_k=None):
-    problem = parse_shape(shape or DEFAULT_SHAPE, causal, dtype or variant.default_dtype, seqlen_k)
+def _problem(variant, shape, causal, dtype, seqlen_k=None, deterministic=False):
+    problem = parse_shape(shape or DEFAULT_SHAPE, causal, dtype or variant.default_dtype, seqlen_k, deterministic)
     check_supported(variant, problem)
     return problem
+
+
+def _require_deterministic(chosen, deterministic: bool, modes) -> None:
+    """--deterministic: refused (exit 2, one line) before anything is built or run where no backward
+    runs, or where a rung does not declare the mode (with or without --shape)."""
+    require_deterministic_modes(deterministic, modes)
+    if deterministic:
+        lacking = next((v for v in chosen if not v.deterministic), None)
+        if lacking is not None:
+            raise LabError(deterministic_refusal(lacking))
 
 
 @main.command()
@@ -417,15 +433,17 @@ def _print_build_kernels(builder, r, console) -> None:
 @causal_option
 @dtype_option
 @mode_option
+@deterministic_option
 @json_option
 @click.pass_context
-def check(ctx, variant_spec, shape_count, seed, shape, causal, dtype, mode, as_json):
+def check(ctx, variant_spec, shape_count, seed, shape, causal, dtype, mode, deterministic, as_json):
     """Check rungs against a float64 reference on seeded shapes; exit 1 if any output is wrong.
     --dtype: every shape in that dtype (default: each rung's first); --causal / --no-causal: every
     shape causal, or none (default: both, seeded). --mode bwd (or fwd+bwd): O, LSE, dQ, dK and dV
     against float64 autograd, each tensor judged; --mode fwd of a rung whose forward writes the LSE
     (writes_lse, or a backward): O and its LSE. A pair F+B (--variant v9+v8): F's forward, then B's
-    backward on F's O and LSE."""
+    backward on F's O and LSE. --deterministic (with --mode bwd or fwd+bwd): the backward's
+    deterministic mode on every shape, run twice there: dQ, dK and dV must also be bitwise equal."""
     chosen = registry.select(variant_spec)
     dtype = normalize_dtype(dtype) if dtype else None
     # --causal/--no-causal has a default: only a flag the user gave fixes the seeded shapes' mask
@@ -434,7 +452,9 @@ def check(ctx, variant_spec, shape_count, seed, shape, causal, dtype, mode, as_j
         require_mode(v, mode)   # a rung without a backward: exit 2 before anything runs
         if dtype:
             check_dtype(v, dtype)   # a dtype the rung does not declare: exit 2, with or without --shape
-    problems = {v.id: (_problem(v, shape, causal, dtype) if shape else None) for v in chosen}
+    _require_deterministic(chosen, deterministic, mode)
+    problems = {v.id: (_problem(v, shape, causal, dtype, deterministic=deterministic) if shape else None)
+                for v in chosen}
     if shape_count is None:
         shape_count = 0 if shape else gate.DEFAULT_SHAPE_COUNT
 
@@ -444,11 +464,12 @@ def check(ctx, variant_spec, shape_count, seed, shape, causal, dtype, mode, as_j
         click.echo(f"[lab] {mark} {s.label}  " + (f"{t.name} max_abs_err {t.max_abs_err:.3g} (tol {t.tolerance:.3g})"
                                                    if t else f"rel_err {s.rel_err:.3g}")
                    + (f"  LSE max_abs_err {s.lse.max_abs_err:.3g} (tol {s.lse.tolerance:.3g})" if s.lse else "")
+                   + (f"  {_repeat_text(s)}" if s.repeats else "")
                    + (f"  {s.error}" if s.error else ""), err=True)
 
     results = [gate.check_variant(v, problem=problems[v.id], extra_shapes=shape_count, seed=seed,
                                   progress=None if as_json else progress, mode=mode, dtype=dtype,
-                                  causal=seeded_causal) for v in chosen]
+                                  causal=seeded_causal, deterministic=deterministic) for v in chosen]
     if as_json:
         click.echo(json.dumps([{"variant": r.variant_id, **r.to_dict(), "shapes": [s.to_dict() for s in r.shapes]}
                                for r in results], indent=2))
@@ -457,9 +478,10 @@ def check(ctx, variant_spec, shape_count, seed, shape, causal, dtype, mode, as_j
         table = Table()
         backward = mode != "fwd"
         lse = not backward and any(s.lse for r in results for s in r.shapes)   # a writes_lse rung's forward
+        bits = any(s.repeats for r in results for s in r.shapes)   # the deterministic mode's second run
         cols = ("variant", "shape") + (("worst tensor",) if backward else ()) + (
             "rel_err", "max_abs_err", "mean_abs_err", "tolerance") + (("LSE max_abs_err", "LSE tolerance") if lse else ()) + (
-            "result",)
+            ("dQ/dK/dV bits, 2 runs",) if bits else ()) + ("result",)
         for col in cols:
             table.add_column(col, justify="right" if col.endswith(("err", "tolerance")) else "left")
         for r in results:
@@ -468,6 +490,9 @@ def check(ctx, variant_spec, shape_count, seed, shape, causal, dtype, mode, as_j
                 tensor = [s.worst_tensor.name if s.worst_tensor else "-"] if backward else []
                 if lse:
                     cells += [f"{x:.3g}" for x in (s.lse.max_abs_err, s.lse.tolerance)] if s.lse else ["-", "-"]
+                if bits:
+                    cells.append("-" if not s.repeats else "equal" if not s.failed_repeat
+                                 else f"[red]{s.failed_repeat.name} differs[/]")
                 table.add_row(r.variant_id, s.label, *tensor, *cells,
                               "[green]pass[/]" if s.passed else f"[red]FAIL[/] {s.error or ''}".strip())
         console = rich_console()
@@ -479,6 +504,11 @@ def check(ctx, variant_spec, shape_count, seed, shape, causal, dtype, mode, as_j
         raise CheckFailed("; ".join(f"{r.variant_id} is wrong: {r.failure}" for r in failed))
 
 
+def _repeat_text(s) -> str:
+    r = s.failed_repeat
+    return "dQ/dK/dV bitwise equal over 2 runs" if r is None else r.text()
+
+
 @main.command()
 @click.option("--variant", "variant_spec", default="all", show_default=True,
               help="v2, v1,v3 or all; v9+v8: v9's forward (it writes the LSE) feeding v8's backward")
@@ -488,19 +518,23 @@ def check(ctx, variant_spec, shape_count, seed, shape, causal, dtype, mode, as_j
 @reps_option
 @warmup_option
 @mode_option
+@deterministic_option
 @click.option("--no-baselines", is_flag=True, help="skip the SDPA backends")
 @click.option("--backends", "backends_spec", default="all", show_default=True,
               help="SDPA backends to time beside the rungs: all, or a list such as cudnn,flash")
 @click.option("--markdown", "markdown_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="also append the table as Markdown (device, date, commit) to this file")
 @json_option
-def bench(variant_spec, shape, causal, dtype, reps, warmup, mode, no_baselines, backends_spec, markdown_path, as_json):
+def bench(variant_spec, shape, causal, dtype, reps, warmup, mode, deterministic, no_baselines, backends_spec,
+          markdown_path, as_json):
     """Time rungs beside the SDPA backends (cudnn, flash, efficient, math) in the rung's 16-bit dtype (fp16
     for an fp32 rung) and fp32; --mode bwd or fwd+bwd times the backward (the rung's own launcher; the
-    backends' through autograd)."""
+    backends' through autograd). --deterministic: the rungs' deterministic backward (its problem label
+    ends in -deterministic), beside the backends' default one."""
 
     chosen = registry.select(variant_spec)
-    problems = [_problem(v, shape, causal, dtype) for v in chosen]
+    _require_deterministic(chosen, deterministic, mode)
+    problems = [_problem(v, shape, causal, dtype, deterministic=deterministic) for v in chosen]
     backends = select_backends(backends_spec)
     result = bench_ladder(chosen, problems, reps, warmup, baselines=not no_baselines, backends=backends, mode=mode)
     if markdown_path:
@@ -508,7 +542,8 @@ def bench(variant_spec, shape, causal, dtype, reps, warmup, mode, no_baselines, 
         with open(markdown_path, "a") as fh:
             fh.write(markdown_ladder(result, f"lab bench --variant {variant_spec} --shape {shape or 'default'}"
                                              f"{' --causal' if causal else ''}{f' --dtype {dtype}' if dtype else ''}"
-                                             f"{f' --mode {mode}' if mode != 'fwd' else ''}") + "\n")
+                                             f"{f' --mode {mode}' if mode != 'fwd' else ''}"
+                                             f"{' --deterministic' if deterministic else ''}") + "\n")
     if as_json:
         click.echo(json.dumps(result, indent=2))
     else:
@@ -525,6 +560,7 @@ def bench(variant_spec, shape, causal, dtype, reps, warmup, mode, no_baselines, 
 @dtype_option
 @reps_option
 @mode_option
+@deterministic_option
 @click.option("--set", "section_set", default=None,
               help="ncu sections: default (ncu's `detailed`, 20 replay passes), full, a lab set "
                    "(lab-tables, lab-lean, ...) or section names separated by commas")
@@ -538,13 +574,15 @@ def bench(variant_spec, shape, causal, dtype, reps, warmup, mode, no_baselines, 
               help="check correctness again (default: a passed check of the same binary, problem, shapes, seed and "
                    "mode on this device and software is reused, and the run says so)")
 @click.option("--no-report", is_flag=True, help="do not render the HTML page")
-def profile(variant_id, shape, causal, dtype, reps, mode, section_set, no_ncu, timeline, no_baselines, fresh_baselines,
-            fresh_check, no_report):
+def profile(variant_id, shape, causal, dtype, reps, mode, deterministic, section_set, no_ncu, timeline, no_baselines,
+            fresh_baselines, fresh_check, no_report):
     """Build (cached) -> check -> bench -> ncu -> store -> report; prints the run id and its HTML page.
-    --mode bwd (or fwd+bwd): every kernel of the rung's backward, profiled inside one NVTX range."""
+    --mode bwd (or fwd+bwd): every kernel of the rung's backward, profiled inside one NVTX range;
+    --deterministic: its deterministic backward (the run's problem, and so its id, ends in -deterministic)."""
 
     variant = registry.get(variant_id)
-    problem = _problem(variant, shape, causal, dtype)
+    _require_deterministic([variant], deterministic, mode)
+    problem = _problem(variant, shape, causal, dtype, deterministic=deterministic)
     require_mode(variant, mode)
     if section_set is not None:
 
@@ -784,6 +822,9 @@ RESUME_KEEPS = {"resume_id", "gpus_spec", "allow_mismatch", "profiles_dir", "as_
               flag_value="yes", help="causal mask: --causal, --causal no, --causal both (default: the preset's, else no)")
 @click.option("--dtype", "dtype_spec", default=None, help="float16, bfloat16, float32 or a list (default: the rungs' first)")
 @click.option("--mode", "mode_spec", default="fwd", show_default=True, help="fwd, bwd, fwd+bwd or a list")
+@click.option("--deterministic", is_flag=True,
+              help="the rungs' deterministic backward (deterministic = true; modes bwd, fwd+bwd): rows say so in "
+                   "their deterministic column (the baselines' backward is torch's default) and labels")
 @click.option("--timing", type=click.Choice(["auto", "events", "graph", "both"]), default="auto", show_default=True,
               help="events: call latency; graph: CUDA-graph replay (device time); auto: events, plus graph where a call is under 0.5 ms")
 @click.option("--baselines", "baseline_spec", default=None,
@@ -807,8 +848,8 @@ RESUME_KEEPS = {"resume_id", "gpus_spec", "allow_mismatch", "profiles_dir", "as_
 @profiles_option
 @json_option
 @click.pass_context
-def sweep(ctx, variant_spec, shapes, preset, batch_spec, heads_kv_spec, causal, dtype_spec, mode_spec, timing,
-          baseline_spec, no_baselines, reps, warmup, cell_budget_s, passes, gpus_spec, shard_spec, resume_id, name, yes,
+def sweep(ctx, variant_spec, shapes, preset, batch_spec, heads_kv_spec, causal, dtype_spec, mode_spec, deterministic,
+          timing, baseline_spec, no_baselines, reps, warmup, cell_budget_s, passes, gpus_spec, shard_spec, resume_id, name, yes,
           allow_mismatch, profiles_dir, as_json):
     """Time rungs and baselines over many shapes, modes and timing methods into ONE stored table
     (profiles/<sweep-id>/): each cell in --passes passes over its problem's cells, pooled into a row
@@ -835,7 +876,8 @@ def sweep(ctx, variant_spec, shapes, preset, batch_spec, heads_kv_spec, causal, 
             raise LabError("--gpus shards the sweep itself; give --shard or --gpus, not both")
         plan = sweeper.plan_from_specs(
             variant_spec=variant_spec, shapes=list(shapes), preset=preset, batch_spec=batch_spec,
-            heads_kv_spec=heads_kv_spec, causal=causal, dtype_spec=dtype_spec, mode_spec=mode_spec, timing=timing,
+            heads_kv_spec=heads_kv_spec, causal=causal, dtype_spec=dtype_spec, mode_spec=mode_spec,
+            deterministic=deterministic, timing=timing,
             baseline_spec=baseline_spec, no_baselines=no_baselines, reps=reps, warmup=warmup,
             cell_budget_s=cell_budget_s, shard_spec=shard_spec, yes=yes, command=_command_line("sweep"), name=name,
             passes=sweepplan.DEFAULT_PASSES if passes is None else passes)

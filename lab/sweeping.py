@@ -47,7 +47,7 @@ from lab.ladder import build, registry
 from lab.measure.call import require_mode
 from lab.measure.gate import verdict as gate_verdict
 from lab.measure.isolated import child_env
-from lab.measure.problem import Problem, check_supported
+from lab.measure.problem import Problem, check_supported, deterministic_refusal
 from lab.measure.sweep import GpuMeasurer, Progress, cell_cost, combine_passes, environment_facts, status_row
 from lab.measure import sweepplan
 from lab.measure.baselines import SWEEP_BASELINES
@@ -219,14 +219,20 @@ def gate_problems(plan: Plan, cells: list[Cell]) -> dict[str, Problem]:
 
 def plan_from_specs(*, variant_spec, shapes, preset, batch_spec, heads_kv_spec, causal, dtype_spec, mode_spec,
                     timing, baseline_spec, no_baselines, reps, warmup, cell_budget_s, shard_spec, yes, command,
-                    name, passes: int = sweepplan.DEFAULT_PASSES) -> Plan:
+                    name, passes: int = sweepplan.DEFAULT_PASSES, deterministic: bool = False) -> Plan:
     """`lab sweep`'s options, as typed, into its plan: the rungs from the registry (with the dtypes
     each accepts), the baselines, the shapes; bad input is refused (LabError) before anything runs."""
     chosen = registry.select(variant_spec) if variant_spec and variant_spec != "none" else []
     baselines = [] if no_baselines else (sweepplan.parse_list(baseline_spec, "baseline", SWEEP_BASELINES)
                                          if baseline_spec else list(SWEEP_BASELINES))
+    if deterministic:   # every rung runs the deterministic backward, or the sweep is refused (exit 2) now
+        lacking = next((v for v in chosen if not v.deterministic), None)
+        if lacking is not None:
+            raise LabError(deterministic_refusal(lacking))
+        if not chosen:
+            raise LabError("--deterministic asks the rungs' backward for its deterministic mode: name a rung (--variant)")
     return sweepplan.build_plan(
-        rungs={v.id: list(v.dtypes) for v in chosen}, baselines=baselines, shapes=list(shapes), preset=preset,
+        rungs={v.id: list(v.dtypes) for v in chosen}, baselines=baselines, deterministic=deterministic, shapes=list(shapes), preset=preset,
         batches=sweepplan.parse_ints(batch_spec, "--batch") if batch_spec is not None else None,
         heads_kv=sweepplan.parse_ints(heads_kv_spec, "--heads-kv") if heads_kv_spec is not None else None,
         causal=causal, dtypes=sweepplan.parse_list(dtype_spec, "--dtype") if dtype_spec else [],

@@ -51,9 +51,27 @@ def refused(res, *messages):
 # ---------------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("problem", [Problem(8, 16, 1024, 1024, 64), Problem(2, 32, 113, 203, 128, True, "bfloat16", 8),
-                                     Problem(1, 1, 1, 239, 64, True, "float16", 1)])
+                                     Problem(1, 1, 1, 239, 64, True, "float16", 1),
+                                     Problem(2, 32, 1000, 1000, 128, True, "bfloat16", 8, deterministic=True)])
 def test_a_problem_travels_as_its_label(problem):
     assert Problem.from_label(problem.label()) == problem
+    assert Problem.from_dict(problem.to_dict()) == problem
+
+
+def test_a_deterministic_problem_says_so_wherever_it_is_named():
+    """The flag is in the label (run ids, rows, the children's command lines) and the stored dict; a
+    problem without it reads and stores as before; a baseline runs the plain problem."""
+    p = parse_shape("4,16,8192,128", dtype="float16", deterministic=True)
+    assert p.label() == "B4-H16-N8192-D128-float16-deterministic" and p.to_dict()["deterministic"] is True
+    assert p.plain() == parse_shape("4,16,8192,128", dtype="float16") and p.with_dtype("bfloat16").deterministic
+    assert "deterministic" not in p.plain().to_dict() and p.plain().label() == "B4-H16-N8192-D128-float16"
+    from lab.measure.problem import label_without_dtype
+    from lab.store.manifest import _problem
+
+    assert label_without_dtype(p.label()) == "B4-H16-N8192-D128-deterministic"   # never grouped with the default's
+    assert label_without_dtype("B2-H3kv1-N5x7-D64-causal-bfloat16") == "B2-H3kv1-N5x7-D64-causal"
+
+    assert _problem(p.to_dict(), "problem") == p and _problem(p.plain().to_dict(), "problem") == p.plain()
 
 
 @pytest.mark.parametrize("bad", ["B8-H16-N1024-D64", "8,16,1024,64", "B8-H16-N1024-D64-float8", ""])
@@ -273,6 +291,149 @@ def test_the_backward_check_on_the_cpu(backward_ws, rung_id, passed):
 
 
 # ---------------------------------------------------------------------------------------------
+# The deterministic mode (`deterministic = true`, `--deterministic`)
+# ---------------------------------------------------------------------------------------------
+
+DET_CALLS = []   # the deterministic= values the fixture rungs below were called with
+
+
+def _deterministic_rung(tmp_path, name: str = "d1", noise: bool = False, keyword: bool = True):
+    """b1 (right) declaring deterministic = true, its backward taking the keyword (recorded in
+    DET_CALLS); `noise`: each call adds a different tiny offset to dQ (far inside the tolerance, so the
+    values pass and only the bits over two runs can catch it)."""
+    from lab.ladder.rungfile import parse_rung
+
+    text = (WS / "kernels" / "b1_right.py").read_text()
+    text = text.replace('# id = "b1"', f'# id = "{name}"').replace("# gqa = true\n", "# gqa = true\n# deterministic = true\n")
+    sig = "def backward(q, k, v, o, dout, lse, causal, scale):\n"
+    assert sig in text
+    if keyword:
+        text = text.replace(sig, "def backward(q, k, v, o, dout, lse, causal, scale, deterministic=False):\n"
+                                 "    import test_backward\n    test_backward.DET_CALLS.append(deterministic)\n"
+                                 f"    grads = _backward(q, k, v, o, dout, lse, causal, scale)\n"
+                                 + ("    _calls.append(1)\n    grads = (grads[0] + len(_calls) * 1e-7 * grads[0].abs().max(), "
+                                    "*grads[1:])\n" if noise else "")
+                                 + "    return grads\n\n\n_calls = []\n\n\ndef _backward(q, k, v, o, dout, lse, causal, scale):\n")
+    path = tmp_path / f"{name}_det.py"
+    path.write_text(text)
+    return parse_rung(path, "workspace")
+
+
+def test_a_deterministic_python_rung_gets_the_keyword_only_when_asked(tmp_path):
+    from lab.ladder import python_rung
+    from lab.measure.call import make_call, rung
+
+    variant = _deterministic_rung(tmp_path)
+    assert variant.deterministic and variant.backward
+    module = python_rung.load(variant)
+    for deterministic in (False, True):
+        p = Problem(1, 2, 16, 16, 32, False, "float32", deterministic=deterministic)
+        q = torch.randn(1, 2, 16, 32)
+        DET_CALLS.clear()
+        make_call(rung(variant, module, p), q, q, q, "bwd")()
+        assert DET_CALLS == [deterministic]
+
+
+def test_a_declared_deterministic_backward_must_take_the_keyword(tmp_path):
+    from lab.ladder import python_rung
+
+    with pytest.raises(LabError, match="declares deterministic = true but .* takes no `deterministic` keyword"):
+        python_rung.load(_deterministic_rung(tmp_path, keyword=False))
+
+
+@pytest.mark.parametrize("noise", [False, True])
+def test_the_deterministic_check_requires_the_same_bits_twice(tmp_path, noise):
+    """`lab check --deterministic`'s per-shape check: the float64 judgement, then dQ, dK, dV of a second
+    run on the same inputs bitwise equal; a backward whose dQ moves by far less than the tolerance from
+    one run to the next passes the values and fails the bits, and the failure says so."""
+    from lab.ladder import python_rung
+    from lab.measure import check, gradcheck
+
+    variant = _deterministic_rung(tmp_path, noise=noise)
+    module = python_rung.load(variant)
+    g = gradcheck.GradShape(Problem(2, 3, 113, 203, 32, True, "float32", deterministic=True))
+    s = check.check_backward_problem(variant, g, module, seed=0, device="cpu")
+    assert all(t.passed for t in s.tensors), [t.to_dict() for t in s.tensors]
+    assert [r.name for r in s.repeats] == ["dQ", "dK", "dV"]
+    result = check.CheckResult(variant.id, check.BACKWARD_RULE, [s], mode="bwd", deterministic=True)
+    d = result.to_dict()
+    assert d["deterministic"] is True
+    if not noise:
+        assert s.passed and all(r.equal for r in s.repeats) and d["bitwise_repeat_failed"] is None
+        return
+    assert not s.passed and s.failed_repeat.name == "dQ" and s.failed_repeat.differing > 0
+    assert [r.equal for r in s.repeats] == [False, True, True]
+    assert result.failure.startswith("dQ not bitwise equal over two runs of the deterministic backward: ")
+    assert d["bitwise_repeat_failed"] == "dQ" and not d["passed"]
+    # the same rung asked for nothing deterministic: checked once, no bits compared
+    plain = check.check_backward_problem(variant, gradcheck.GradShape(g.problem.plain()), module, seed=0, device="cpu")
+    assert plain.passed and plain.repeats is None
+
+
+def test_bitwise_means_bits():
+    from lab.measure import gradcheck
+
+    a = torch.tensor([0.0, 1.0, float("nan")])
+    assert gradcheck.bitwise_repeat("dQ", a, a.clone()).equal   # NaN equals itself bit for bit
+    r = gradcheck.bitwise_repeat("dK", a, torch.tensor([-0.0, 1.0, float("nan")]))   # -0.0 == 0.0, not the same bits
+    assert not r.equal and r.differing == 1 and r.max_abs_diff == 0.0
+
+
+def _deterministic_builtin() -> str:
+    """A built-in rung with the deterministic mode, as the CLI names it (found in the registry)."""
+    from lab.ladder.registry import builtin
+
+    return "builtin:" + next(v.id for v in builtin() if v.deterministic)
+
+
+def _one_line_refusal(res, *messages):
+    refused(res, *messages)
+    assert len(res.stderr.strip().splitlines()) == 1, res.stderr
+
+
+@pytest.mark.parametrize("command", [["check"], ["check", "--shape", "1,2,64,64"], ["bench", "--no-baselines", "--shape", "1,2,64,64"],
+                                     ["profile", "--no-ncu", "--shape", "1,2,64,64"],
+                                     ["sweep", "--shape", "1,2,64,64", "--no-baselines"]])
+def test_deterministic_of_a_rung_without_it_exits_2_in_one_line(command, tmp_path):
+    """b1 has a backward but no deterministic mode: refused before anything is built or run (no GPU here)."""
+    res = lab(*command, "--variant", "b1", "--mode", "bwd", "--deterministic", env={"LAB_PROFILES": str(tmp_path)})
+    _one_line_refusal(res, "b1 has no deterministic backward (--deterministic)", "deterministic = true")
+    assert not any(tmp_path.iterdir())   # nothing half-written
+
+
+@pytest.mark.parametrize("command", [["check"], ["bench", "--no-baselines"], ["sweep", "--shape", "1,2,64,64"]])
+def test_deterministic_needs_a_backward_mode(command):
+    res = lab(*command, "--variant", _deterministic_builtin(), "--deterministic", "--mode", "fwd")
+    _one_line_refusal(res, "--deterministic is a mode of the backward", "--mode bwd or fwd+bwd")
+
+
+def test_a_sweep_row_says_whether_its_backward_was_deterministic():
+    from lab.measure.sweep import base_row
+    from lab.measure.sweepplan import Cell
+    from lab.store.sweeps import COLUMNS
+
+    p = Problem(1, 2, 64, 64, 64, False, "float16", deterministic=True)
+    rung_row, sdpa_row = base_row(Cell("b1", p, "bwd")), base_row(Cell("sdpa-cudnn", p, "bwd"))
+    assert rung_row["deterministic"] is True and sdpa_row["deterministic"] is False   # SDPA runs torch's default
+    assert rung_row["label"] == sdpa_row["label"] == "B1-H2-N64-D64-float16-deterministic"   # ratios pair them
+    assert base_row(Cell("b1", p.plain(), "bwd"))["deterministic"] is False and "deterministic" in COLUMNS
+
+
+def test_a_deterministic_sweep_plan_asks_every_problem():
+    from lab import sweeping
+
+    spec = dict(variant_spec=_deterministic_builtin(), shapes=["1,2,64,64"], preset=None, batch_spec=None, heads_kv_spec=None,
+                causal=None, dtype_spec="float16", mode_spec="bwd", timing="events", baseline_spec="sdpa-cudnn",
+                no_baselines=False, reps=4, warmup=1, cell_budget_s=0.4, shard_spec=None, yes=False, command="",
+                name=None, passes=1)
+    plan = sweeping.plan_from_specs(**spec, deterministic=True)
+    assert all(p.deterministic for p in plan.problems) and plan.key() != sweeping.plan_from_specs(**spec).key()
+    from lab.measure.sweepplan import Plan
+
+    assert Plan.from_dict(plan.to_dict()).problems == plan.problems
+
+
+# ---------------------------------------------------------------------------------------------
 # The commands: a rung without a backward is bad input; variants shows the column
 # ---------------------------------------------------------------------------------------------
 
@@ -311,6 +472,9 @@ def test_variants_shows_which_rungs_have_a_backward():
     header = next(line.split() for line in table if line.split()[:1] == ["id"])
     rows = {line.split()[0]: dict(zip(header, line.split())) for line in table if line.split()[:1] in (["b1"], ["b3"])}
     assert (rows["b1"]["bwd"], rows["b1"]["GQA"], rows["b3"]["bwd"]) == ("yes", "yes", "no"), table
+    assert rows["b1"]["det"] == "no" and not by_id["b1"]["deterministic"]
+    det = json.loads(lab("variants", _deterministic_builtin(), "--json").stdout)[0]
+    assert det["deterministic"] and det["backward"]
 
 
 def test_the_profilers_child_names_its_range_by_mode():

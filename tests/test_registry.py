@@ -172,6 +172,19 @@ def test_a_block_and_its_prose_parse(tmp_path):
     assert v.launcher == "lab_forward_mine"
 
 
+def test_a_backward_may_declare_its_deterministic_mode(tmp_path):
+    """`deterministic = true` beside `backward = true`: the capability, in the Variant and its dict; the
+    built-in ladder's deterministic rungs are v8's kind (a backward whose launcher reads the flag)."""
+    plain = parse_rung(_write(tmp_path, GOOD_BLOCK.replace("// lab:end", "// backward = true\n// lab:end")))
+    det = parse_rung(_write(tmp_path, GOOD_BLOCK.replace("// lab:end", "// backward = true\n// deterministic = true\n"
+                                                                       "// lab:end"), "det_tiled.cu"))
+    assert not plain.deterministic and det.deterministic and det.backward
+    assert det.to_dict()["deterministic"] is True and plain.to_dict()["deterministic"] is False
+    declared = [v for v in builtin() if v.deterministic]
+    assert declared and all(v.backward and re.search(r"\b(a|args)->deterministic\b", v.source.read_text())
+                            for v in declared)
+
+
 def test_a_file_without_a_block_is_not_a_rung(tmp_path):
     assert parse_rung(_write(tmp_path, "// helper\n__global__ void k() {}\n")) is None
 
@@ -187,6 +200,8 @@ def test_a_file_without_a_block_is_not_a_rung(tmp_path):
     (('// lab:end', '// layout = "BNHD"\n// lab:end'), r"layout BNHD is for python rungs"),
     (('// lab:end', '// colour = "red"\n// lab:end'), r"unknown key\(s\) .*colour"),
     (('// lab:end', '// grid = "diagonal"\n// lab:end'), r"grid 'diagonal'"),
+    (('// lab:end', '// deterministic = true\n// lab:end'), r"deterministic = true is a mode of the backward"),
+    (('// lab:end', '// backward = true\n// deterministic = "yes"\n// lab:end'), r"deterministic must be true or false"),
 ])
 def test_bad_blocks_are_refused_with_the_file(tmp_path, edit, message):
     old, new = edit
@@ -252,13 +267,14 @@ def test_variants_is_one_line_per_rung_within_the_terminal(columns):
     lines = _variants(columns=columns)
     assert len(lines) <= 40 and max(map(len, lines)) <= columns, "\n".join(lines)
     header = next(i for i, line in enumerate(lines) if line.split()[:1] == ["id"])
-    assert lines[header].split() == ["id", "origin", "kind", "dtypes", "D", "bwd", "LSE", "GQA", "title"]
+    assert lines[header].split() == ["id", "origin", "kind", "dtypes", "D", "bwd", "LSE", "GQA", "det", "title"]
     rows = [line for line in lines if line.split()[:1] and line.split()[0] in {v.id for v in builtin()}]
     assert [r.split()[0] for r in rows] == [v.id for v in builtin()]
     for v, row in zip(builtin(), rows):
         cells = row.split()
         assert cells[1] == "built-in" and cells[2] == v.kind and cells[5] == ("yes" if v.backward else "no")
         assert cells[6] == ("yes" if v.writes_lse else "no") and cells[7] == ("yes" if v.gqa else "no")
+        assert cells[8] == ("yes" if v.deterministic else "no")
         assert cells[4] == ",".join(map(str, v.head_dims))
         title = row[lines[header].index("title"):].rstrip()
         assert v.title.startswith(title.rstrip("…")) and (title == v.title or title.endswith("…"))

@@ -42,11 +42,11 @@ def make_run(root: Path, variant: str | None = None, median: float = 10.0, sprea
              shape=(2, 4, 256, 64), causal: bool = False, kernel: str = "lab_v1_kernel",
              metrics: bool = True, findings: list[dict] | None = None, baselines: bool = True,
              timeline: bool = False, created: str = "2026-01-01T00:00:00+00:00", run_id: str | None = None,
-             peaks: bool = True) -> Path:
+             peaks: bool = True, deterministic: bool = False) -> Path:
     """Store one test-made run; times in ms, `spread` is the half-width of its CI95."""
     variant = variant or R1
     b, h, n, d = shape
-    prob = Problem(b, h, n, n, d, causal, "float32")
+    prob = Problem(b, h, n, n, d, causal, "float32", deterministic=deterministic)
     run_id = run_id or f"{created[:10].replace('-', '')}-{variant}-{prob.label()}"
     with create_run(run_id, root) as w:
         if metrics:
@@ -367,6 +367,21 @@ def test_compare_flags_a_regression_only_beyond_noise_and_threshold(tmp_path):
     d = c.to_json()
     assert d["a"]["run"] == "fast" and d["regression"] is True
     assert d["tflops_change_pct"] == pytest.approx(100 * (10.0 / 12.0 - 1))
+
+
+def test_a_deterministic_run_is_never_read_as_the_defaults(tmp_path):
+    """Same rung, same shape, one run --deterministic: compare says which is which, and the index keeps
+    them apart (the latest run of a rung per group must not be the other mode's)."""
+    from lab.report.pages import ladder_groups
+
+    root = tmp_path / "store"
+    plain = rundata.load(Run(make_run(root, R2, median=10.0, run_id="plain")))
+    det = rundata.load(Run(make_run(root, R2, median=11.0, run_id="det", deterministic=True,
+                                    created="2026-01-02T00:00:00+00:00")))
+    assert det.problem.deterministic and det.problem.label().endswith("-deterministic")
+    c = compare_runs(plain, det, threshold_pct=50.0)
+    assert c.comparable and any("B's backward ran its deterministic mode" in w for w in c.warnings), c.warnings
+    assert det.shape_label() != plain.shape_label() and len(ladder_groups([plain, det])) == 2
 
 
 def test_lab_compare_exit_codes_and_json(tmp_path):

@@ -186,6 +186,7 @@ def arch_of(major: int, minor: int) -> str:
 TUNING_DEFINE = "-DLAB_TUNING"
 GQA_DEFINE = "-DLAB_GQA"   # the binding of a rung that declares gqa = true accepts heads_kv < heads
 LSE_DEFINE = "-DLAB_WRITES_LSE"   # the binding of a rung whose forward writes the LSE accepts an lse tensor
+DETERMINISTIC_DEFINE = "-DLAB_DETERMINISTIC"   # the binding of a deterministic = true rung takes deterministic=True
 
 
 def nvcc_flags(variant: Variant, arch: str, tuning: bool = False) -> list[str]:
@@ -273,6 +274,8 @@ def _cxx_flags(variant: Variant, tuning: bool) -> list[str]:
         flags.append(GQA_DEFINE)
     if variant.writes_lse:   # writes_lse = true, or backward = true (whose contract includes it)
         flags.append(LSE_DEFINE)
+    if variant.deterministic:   # common.cuh's deterministic contract: the backward takes the flag
+        flags.append(DETERMINISTIC_DEFINE)
     if variant.backward_launcher:   # common.cuh's backward contract
         flags += [f"-DLAB_BACKWARD_LAUNCHER={variant.backward_launcher}",
                   f"-DLAB_BACKWARD_WORKSPACE={variant.backward_launcher}_workspace"]

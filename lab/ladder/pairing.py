@@ -72,7 +72,7 @@ def pair(forward: Variant, backward: Variant, spec: str | None = None) -> Varian
         dtypes=dtypes, head_dims=head_dims, min_cc=max(forward.min_cc, backward.min_cc), classes=(),
         arch_flags=tuple(dict.fromkeys(forward.arch_flags + backward.arch_flags)),
         aligned16=forward.aligned16 or backward.aligned16, grid="", entry="", backward=True,
-        gqa=forward.gqa and backward.gqa, writes_lse=True,
+        gqa=forward.gqa and backward.gqa, writes_lse=True, deterministic=backward.deterministic,
         origin="workspace" if "workspace" in (forward.origin, backward.origin) else forward.origin,
         changed="", attacks="", predicted_gain="", measured="", follows="", shadows=False,
         parts=(forward, backward))
@@ -93,5 +93,6 @@ class PairedModule:
             return self.forward_module.forward(q, k, v, o, causal, softmax_scale)
         return self.forward_module.forward(q, k, v, o, causal, softmax_scale, lse)
 
-    def backward(self, q, k, v, o, dout, lse, dq, dk, dv, causal: bool, softmax_scale: float) -> None:
-        return self.backward_module.backward(q, k, v, o, dout, lse, dq, dk, dv, causal, softmax_scale)
+    def backward(self, q, k, v, o, dout, lse, dq, dk, dv, causal: bool, softmax_scale: float, **deterministic) -> None:
+        # `deterministic=True` passed on only when asked: the backward part's own binding takes it
+        return self.backward_module.backward(q, k, v, o, dout, lse, dq, dk, dv, causal, softmax_scale, **deterministic)

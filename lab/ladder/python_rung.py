@@ -17,9 +17,13 @@ backward contract:
     is the function's own: it allocates what it needs from torch, so peak memory counts it.
 The lab calls the backward directly, never through autograd (lab.measure.call says why).
 A forward-only rung that declares `writes_lse = true` returns (o, lse) too, with no `backward`.
+A rung that declares `deterministic = true` (the deterministic contract of kernels/common.cuh) has
+`backward(..., causal, softmax_scale, deterministic=False)`: the lab passes deterministic=True when
+asked (`--deterministic`), and the function then returns bitwise-identical gradients run to run.
+The keyword is passed to no other rung's backward.
 
 `PythonRung.forward(q, k, v, o, causal, scale, lse=None)` and `PythonRung.backward(q, k, v, o, dout,
-lse, dq, dk, dv, causal, scale)` are the extension's interface (tensors in (B, H, N, D), outputs
+lse, dq, dk, dv, causal, scale, deterministic=False)` are the extension's interface (tensors in (B, H, N, D), outputs
 written into the given buffers), so the correctness gate runs a python rung unchanged; an output of
 the wrong shape or dtype raises RuntimeError there, which the gate records as a failed shape (exit 1),
 not a crash.
@@ -30,6 +34,7 @@ from __future__ import annotations
 import hashlib
 import importlib
 import importlib.util
+import inspect
 import sys
 from pathlib import Path
 
@@ -85,8 +90,23 @@ def load_functions(variant) -> tuple:
             raise LabError(f"{variant.id} declares backward = true but {where} has no function 'backward'",
                            hint="define backward(q, k, v, o, dout, lse, causal, softmax_scale) -> (dq, dk, dv) "
                                 "beside the forward (lab/ladder/python_rung.py), or drop backward = true")
+        if variant.deterministic and not _takes_keyword(backward, "deterministic"):
+            raise LabError(f"{variant.id} declares deterministic = true but {where}'s backward takes no "
+                           "`deterministic` keyword",
+                           hint="define backward(q, k, v, o, dout, lse, causal, softmax_scale, deterministic=False) "
+                                "(lab/ladder/python_rung.py), or drop deterministic = true")
     _loaded[key] = (fn, backward)
     return _loaded[key]
+
+
+def _takes_keyword(fn, name: str) -> bool:
+    """Whether `fn` accepts the keyword `name` (by name or through **kwargs); True where its signature
+    cannot be read (a builtin, a C extension's function): the call itself is the judge then."""
+    try:
+        params = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):
+        return True
+    return any(p.kind == p.VAR_KEYWORD or (p.name == name and p.kind != p.POSITIONAL_ONLY) for p in params)
 
 
 def to_layout(t, layout: str):
@@ -121,10 +141,16 @@ class PythonRung:
                                f"it returned {type(out).__name__}")
         return out[0], out[1]
 
-    def call_backward(self, q, k, v, o, dout, lse, causal: bool, softmax_scale: float):
-        """One backward in the rung's layout: (dq, dk, dv)."""
+    def call_backward(self, q, k, v, o, dout, lse, causal: bool, softmax_scale: float, deterministic: bool = False):
+        """One backward in the rung's layout: (dq, dk, dv). `deterministic` reaches only a rung that
+        declares it (deterministic = true), whose function takes the keyword."""
         if self.backward_fn is None:
             raise RuntimeError(f"{self.variant.id} has no backward")
+        if deterministic and not self.variant.deterministic:
+            raise RuntimeError(f"{self.variant.id}'s backward has no deterministic mode: its lab:rung block does not "
+                               "declare deterministic = true")
+        if self.variant.deterministic:
+            return self.backward_fn(q, k, v, o, dout, lse, causal, softmax_scale, deterministic=deterministic)
         return self.backward_fn(q, k, v, o, dout, lse, causal, softmax_scale)
 
     # ------------------------------------------------------------------ the extension's interface (B, H, N, D)
@@ -143,10 +169,11 @@ class PythonRung:
             self.validate(row_lse, lse.shape, lse.dtype, lse.device, what="lse")
             lse.copy_(row_lse)
 
-    def backward(self, q, k, v, o, dout, lse, dq, dk, dv, causal: bool, softmax_scale: float) -> None:
+    def backward(self, q, k, v, o, dout, lse, dq, dk, dv, causal: bool, softmax_scale: float,
+                 deterministic: bool = False) -> None:
         layout = self.variant.layout
         native = [to_layout(t, layout) for t in (q, k, v, o, dout)]
-        grads = self._guarded(self.call_backward, *native, lse, causal, softmax_scale)
+        grads = self._guarded(self.call_backward, *native, lse, causal, softmax_scale, deterministic)
         if not isinstance(grads, (tuple, list)) or len(grads) != 3:
             raise RuntimeError(f"{self.variant.id}'s backward returned {type(grads).__name__}; expected (dq, dk, dv)")
         for name, got, buf, like in zip(("dq", "dk", "dv"), grads, (dq, dk, dv), native[:3]):

@@ -21,6 +21,7 @@ rung's text. Nothing else restates them.
     // backward = true                 # it also exports lab_backward_<id> (common.cuh's backward contract)
     // gqa = true                      # K and V may have fewer heads than Q (GQA/MQA; cuda: args->heads_kv)
     // writes_lse = true               # a forward-only rung whose forward writes the row log-sum-exp
+    // deterministic = true            # its backward has a deterministic mode (needs backward = true)
     // lab:end
 
 The block may sit anywhere in the file: `lab new` opens a new rung with it; the built-in rungs keep
@@ -28,7 +29,7 @@ theirs at the end, so that the source line numbers recorded in stored profiles s
 
 Optional keys: kind ("cuda" for .cu, "python" for .py), layout ("BHND", or "BNHD" for a python
 rung that takes flash-attn's layout), arch_flags (extra nvcc -gencode flags), entry (python:
-"function" in this file, or "package.module:function"), backward, gqa, writes_lse. With `gqa = true` K and V
+"function" in this file, or "package.module:function"), backward, gqa, writes_lse, deterministic. With `gqa = true` K and V
 (and dK, dV) may have heads_kv heads, a divisor of Q's: a cuda rung reads args->heads_kv
 (kernels/common.cuh's GQA contract; its binding is built with -DLAB_GQA), a python rung gets the
 tensors as they are. A rung without it is never given such a problem (refused, exit 2).
@@ -39,6 +40,12 @@ forward written for another rung's backward does. `backward = true` implies it (
 includes that forward), so a backward rung need not say it and may not say `writes_lse = false`. A
 cuda rung's binding is then built with -DLAB_WRITES_LSE and accepts an lse tensor, which every other
 rung's refuses; a python rung's forward returns (o, lse) as a backward rung's does.
+
+`deterministic = true` (only beside `backward = true`): the rung's backward takes a deterministic flag
+and then gives bitwise-identical dQ, dK and dV run to run on the same inputs (kernels/common.cuh's
+deterministic contract: a cuda rung reads args->deterministic, its binding built with
+-DLAB_DETERMINISTIC; a python rung's backward takes `deterministic=` as a keyword). `--deterministic`
+on check, bench, sweep and profile asks for it; a rung without the capability is refused (exit 2).
 """
 
 from __future__ import annotations
@@ -73,7 +80,8 @@ _SECTIONS = (("changed", "What changed"), ("bottleneck", "Bottleneck"), ("predic
              ("measured", "Measured"), ("profile_command", "Profile"))
 
 REQUIRED = ("id", "slug", "title", "dtypes", "head_dims", "min_cc", "attacks")
-OPTIONAL = ("kind", "layout", "arch_flags", "aligned16", "grid", "entry", "backward", "gqa", "writes_lse")
+OPTIONAL = ("kind", "layout", "arch_flags", "aligned16", "grid", "entry", "backward", "gqa", "writes_lse",
+            "deterministic")
 
 
 @dataclass(frozen=True)
@@ -95,6 +103,7 @@ class Variant:
     backward: bool = False       # it has a backward (cuda: lab_backward_<id>; python: a `backward` callable)
     gqa: bool = False            # it takes K and V with fewer heads than Q (heads_kv divides heads)
     writes_lse: bool = False     # its forward writes the row log-sum-exp when given a buffer (backward implies it)
+    deterministic: bool = False  # its backward takes a deterministic flag: then dQ, dK, dV bitwise equal run to run
     origin: str = "built-in"     # "built-in" or "workspace"
     changed: str = ""            # header prose: what changed since the previous rung
     attacks: str = ""            # header prose: the bottleneck it attacks, with the evidence
@@ -139,7 +148,7 @@ class Variant:
                 "source": str(self.source), "dtypes": list(self.dtypes), "head_dims": list(self.head_dims),
                 "layout": self.layout, "min_cc": ".".join(map(str, self.min_cc)), "arch_flags": list(self.arch_flags),
                 "aligned16": self.aligned16, "grid": self.grid, "entry": self.entry or None, "backward": self.backward, "gqa": self.gqa,
-                "writes_lse": self.writes_lse,
+                "writes_lse": self.writes_lse, "deterministic": self.deterministic,
                 "pair": [p.id for p in self.parts] or None,
                 "attacks_classes": list(self.classes), "shadows_builtin": self.shadows,
                 "changed": self.changed, "attacks": self.attacks, "predicted_gain": self.predicted_gain,
@@ -330,6 +339,12 @@ def parse_rung(path: Path, origin: str = "built-in") -> Variant | None:
     if backward and not writes_lse:
         return _raise(bad("writes_lse = false contradicts backward = true: a backward rung's forward writes the "
                           "row log-sum-exp its backward reads (kernels/common.cuh's backward contract)"))
+    deterministic = table.get("deterministic", False)
+    if not isinstance(deterministic, bool):
+        return _raise(bad("deterministic must be true or false"))
+    if deterministic and not backward:
+        return _raise(bad("deterministic = true is a mode of the backward (bitwise-identical dQ, dK, dV run to run); "
+                          "this rung declares no backward = true"))
     arch_flags = tuple(_str_list(table.get("arch_flags", []), "arch_flags", bad))
     if not isinstance(table["title"], str) or not table["title"].strip():
         return _raise(bad("title must be a non-empty string"))
@@ -337,7 +352,7 @@ def parse_rung(path: Path, origin: str = "built-in") -> Variant | None:
     return Variant(id=vid, slug=slug, title=table["title"].strip(), kind=kind, source=path, dtypes=tuple(dtypes),
                    head_dims=tuple(head_dims), min_cc=(int(m.group(1)), int(m.group(2))), classes=tuple(classes),
                    layout=layout, arch_flags=arch_flags, aligned16=aligned16, grid=grid, entry=entry, origin=origin,
-                   backward=backward, gqa=gqa, writes_lse=writes_lse,
+                   backward=backward, gqa=gqa, writes_lse=writes_lse, deterministic=deterministic,
                    changed=prose.get("changed", ""), attacks=prose.get("bottleneck", ""),
                    predicted_gain=prose.get("predicted_gain", ""), measured=prose.get("measured", ""),
                    follows=follows_of(rest))

@@ -39,13 +39,17 @@ what the lab needs to know (see any built-in rung, e.g. `lab new vN --from v1` c
   (common.cuh's GQA contract); without it the lab never sends such a problem.
   A forward-only rung whose forward writes the row log-sum-exp anyway (for another rung's
   backward) says `writes_lse = true`; only then, or with a backward, is it given an lse buffer.
+  A backward with a deterministic mode says `deterministic = true`: with args->deterministic = 1
+  (`--deterministic`) its dQ, dK, dV must have the same bits on every run (common.cuh's
+  deterministic contract; `lab check --deterministic` runs it twice and compares them).
 * a **python** rung is a `.py` whose function `forward(q, k, v, causal, softmax_scale) -> o`
   (or the `entry` the block names, "module:function") computes attention; with `layout = "BNHD"`
   it gets (B, N, H, D) tensors, as flash-attn's API takes them, and returns O the same way.
   With `backward = true` its forward returns (o, lse) (lse: fp32 [B, H, Nq], natural log) and the
   same module has `backward(q, k, v, o, dout, lse, causal, softmax_scale) -> (dq, dk, dv)`
   (`writes_lse = true` without a backward: the forward returns (o, lse) alone); with
-  `gqa = true` K and V may have fewer heads than Q.
+  `gqa = true` K and V may have fewer heads than Q; with `deterministic = true` the backward takes
+  `deterministic=False` as a keyword, and gives the same bits on every run when it is True.
 
 Below the block, the header's sections are the rung's record: What changed, Bottleneck attacked,
 Predicted gain (before you measure), Measured, and `Profile: lab profile --variant <id>`.

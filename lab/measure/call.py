@@ -101,6 +101,8 @@ def rung(variant, module, problem: Problem) -> Attention:
         bwd = rung(second, module.backward_module, problem)
         return Attention(variant.id, fwd.forward, variant.layout, fwd.forward_lse, bwd.backward)
     causal, scale = problem.causal, softmax_scale(problem)
+    # the deterministic mode, passed only when asked (check_supported refused it for a rung without it)
+    deterministic = {"deterministic": True} if problem.deterministic else {}
     if variant.kind == "python":
         def forward(q, k, v):
             return module.call_forward(q, k, v, causal, scale)[0]
@@ -109,7 +111,7 @@ def rung(variant, module, problem: Problem) -> Attention:
             return module.call_forward(q, k, v, causal, scale)
 
         def backward(q, k, v, o, dout, lse):
-            return module.call_backward(q, k, v, o, dout, lse, causal, scale)
+            return module.call_backward(q, k, v, o, dout, lse, causal, scale, **deterministic)
     else:
         def forward(q, k, v):
             o = torch.empty_like(q)
@@ -124,7 +126,7 @@ def rung(variant, module, problem: Problem) -> Attention:
 
         def backward(q, k, v, o, dout, lse):
             dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
-            module.backward(q, k, v, o, dout, lse, dq, dk, dv, causal, scale)
+            module.backward(q, k, v, o, dout, lse, dq, dk, dv, causal, scale, **deterministic)
             return dq, dk, dv
     if not variant.backward:
         return Attention(variant.id, forward, variant.layout, forward_lse if variant.writes_lse else None,

@@ -29,7 +29,8 @@ from lab.ladder.rungfile import Variant
 from lab.measure import gradcheck
 from lab.measure.call import require_mode, upstream_grad
 from lab.measure.gradcheck import GradShape, backward_shapes
-from lab.measure.problem import Problem, check_dtype, check_supported, make_inputs, softmax_scale
+from lab.measure.problem import (Problem, check_dtype, check_supported, make_inputs, require_deterministic_modes,
+                                 softmax_scale)
 
 FP32_REL_TOL = 1e-4
 """Relative error (Frobenius) allowed for an fp32 rung against the float64 reference.
@@ -80,6 +81,7 @@ class ShapeCheck:
     tensors: list | None = None  # the backward's O, LSE, dQ, dK, dV (lab.measure.gradcheck.TensorCheck)
     label_text: str | None = None   # the shape as the backward names it (large logits marked)
     lse: object = None          # the forward's LSE of a writes_lse rung (gradcheck.TensorCheck), or None
+    repeats: list | None = None  # a deterministic backward's dQ, dK, dV against a second run (gradcheck.RepeatCheck)
 
     @property
     def judged_err(self) -> float:
@@ -93,6 +95,11 @@ class ShapeCheck:
     def failed_tensor(self):
         """The first tensor of a backward check that failed (None: all passed, or a forward check)."""
         return next((t for t in self.tensors or () if not t.passed), None)
+
+    @property
+    def failed_repeat(self):
+        """The first gradient of a deterministic backward whose second run gave other bits, or None."""
+        return next((r for r in self.repeats or () if not r.equal), None)
 
     @property
     def worst_tensor(self):
@@ -110,6 +117,8 @@ class ShapeCheck:
             d["tensors"] = [t.to_dict() for t in self.tensors]
         if self.lse is not None:
             d["lse"] = self.lse.to_dict()
+        if self.repeats is not None:
+            d["bitwise_repeat"] = [r.to_dict() for r in self.repeats]
         return d
 
     @property
@@ -124,6 +133,7 @@ class CheckResult:
     rule: str
     shapes: list[ShapeCheck] = field(default_factory=list)
     mode: str = "fwd"
+    deterministic: bool = False   # the backward's deterministic mode, its bits checked over two runs
 
     @property
     def passed(self) -> bool:
@@ -144,6 +154,8 @@ class CheckResult:
         t = bad.failed_tensor
         if bad.error:
             return f"{bad.label}: {bad.error}"
+        if t is None and bad.failed_repeat is not None:   # every value right, the bits not the same twice
+            return f"{bad.failed_repeat.text()} on {bad.label}"
         if t is None and bad.lse is not None and not bad.lse.passed and bad.output_passed:
             t = bad.lse   # the forward's O is right, the LSE it wrote for a backward is not
         if t is None:
@@ -180,6 +192,9 @@ class CheckResult:
         bad = [s for s in self.shapes if not s.passed]
         head = (f"{len(bad)} of {len(self.shapes)} shapes failed" if bad
                 else f"{len(self.shapes)} shapes passed")
+        if self.deterministic:
+            head += (f", dQ/dK/dV bitwise equal over two runs on "
+                     f"{sum(1 for s in self.shapes if s.repeats and not s.failed_repeat)} of {len(self.shapes)}")
         wt = w.worst_tensor
         detail = (w.error if w.error else
                   f"worst {(wt.name + ' ') if wt else ''}{w.metric} {_fmt(w.judged_err)} (tolerance {_fmt(w.tolerance)}) "
@@ -211,6 +226,9 @@ class CheckResult:
             t = bad.failed_tensor if bad else None
             d.update(tensors=list(gradcheck.TENSORS), failed_tensor=t.name if t else None,
                      worst_element=t.worst_text() if t else None)
+        if self.deterministic:   # stored with every run and verdict of the mode: never mistaken for the default's
+            r = bad.failed_repeat if bad else None
+            d.update(deterministic=True, bitwise_repeat_failed=r.name if r else None)
         return d
 
 
@@ -448,7 +466,14 @@ def check_backward_problem(variant: Variant, shape, module, seed: int = 0, devic
         lse = torch.full(q.shape[:3], float("nan"), dtype=torch.float32, device=q.device)
         dq, dk, dv = (torch.full_like(t, float("nan")) for t in (q, k, v))
         module.forward(q, k, v, o, problem.causal, scale, lse)
-        module.backward(q, k, v, o, dout, lse, dq, dk, dv, problem.causal, scale)
+        deterministic = {"deterministic": True} if problem.deterministic else {}   # asked of its rung only
+        module.backward(q, k, v, o, dout, lse, dq, dk, dv, problem.causal, scale, **deterministic)
+        repeats = None
+        if problem.deterministic:   # the claim itself: a second run on the same inputs gives the same bits
+            again = [torch.full_like(t, float("nan")) for t in (q, k, v)]
+            module.backward(q, k, v, o, dout, lse, *again, problem.causal, scale, **deterministic)
+            repeats = [gradcheck.bitwise_repeat(name, first, second)
+                       for name, first, second in zip(gradcheck.REPEATED, (dq, dk, dv), again)]
         if q.is_cuda:
             torch.cuda.synchronize()
         ref = gradcheck.reference_backward(q, k, v, dout, problem.causal, scale,
@@ -463,20 +488,23 @@ def check_backward_problem(variant: Variant, shape, module, seed: int = 0, devic
                           tensors=[], label_text=label)
     worst = next((t for t in tensors if not t.passed), None) or max(
         tensors, key=lambda t: t.max_abs_err / t.tolerance if t.tolerance else 0)
-    return ShapeCheck(problem, all(t.passed for t in tensors), worst.rel_err, worst.max_abs_err, worst.mean_abs_err,
+    passed = all(t.passed for t in tensors) and all(r.equal for r in repeats or ())
+    return ShapeCheck(problem, passed, worst.rel_err, worst.max_abs_err, worst.mean_abs_err,
                       worst.tolerance, sum(t.nonfinite for t in tensors), sum(t.numel for t in tensors),
-                      metric=metric, tensors=tensors, label_text=label)
+                      metric=metric, tensors=tensors, label_text=label, repeats=repeats)
 
 
 BACKWARD_RULE = ("each of O, LSE, dQ, dK, dV: max_abs_err <= 2 x torch's own (SDPA forward and autograd backward "
                  "in the same dtype; LSE from scores in that dtype), both against float64 autograd")
+DETERMINISTIC_RULE = ("deterministic: the backward run twice on the same inputs gives dQ, dK and dV with the same "
+                      "bits (torch.equal of their bits)")
 
 
 def check_variant(variant: Variant, problem: Problem | None = None, extra_shapes: int = DEFAULT_SHAPE_COUNT,
                   seed: int = 0, module=None,
                   progress: Callable[[ShapeCheck], None] | None = None,
                   pin_to_problem: bool = False, mode: str = "fwd", dtype: str | None = None,
-                  causal: bool | None = None) -> CheckResult:
+                  causal: bool | None = None, deterministic: bool = False) -> CheckResult:
     """Check a rung on `problem` (if given) followed by `extra_shapes` seeded shapes from
     `check_shapes`, in `problem`'s dtype where there is one, else in `dtype` (None: the rung's first).
     `causal`: the seeded shapes all causal (True), none (False), or both (None: the default); `lab
@@ -485,12 +513,17 @@ def check_variant(variant: Variant, problem: Problem | None = None, extra_shapes
     `pin_to_problem`: the extra shapes also keep `problem`'s head_dim (a tuning candidate is one
     compiled configuration for one head_dim, so only its own head_dim can be checked).
     mode bwd or fwd+bwd: the backward's check (`check_backward_problem`) on the backward's shapes;
-    a rung without a backward is refused (exit 2) before anything runs."""
+    a rung without a backward is refused (exit 2) before anything runs.
+    `deterministic` (or `problem.deterministic`): every shape asks the backward for its deterministic
+    mode, and each is run twice and its dQ, dK, dV required bitwise equal; a rung that does not
+    declare it, or mode fwd, is refused (exit 2) before anything runs."""
     if problem is None and dtype is not None:
         seeded_dtype(variant, dtype)   # refused (exit 2) before anything is built
+    deterministic = problem.deterministic if problem is not None else deterministic
+    require_deterministic_modes(deterministic, mode)
     if mode != "fwd":
         return _check_backward(variant, problem, extra_shapes, seed, module, progress, pin_to_problem, mode,
-                               dtype, causal)
+                               dtype, causal, deterministic)
     if problem is None:
         problems = check_shapes(variant, extra_shapes, seed, dtype=dtype, causal=causal)
     else:
@@ -519,19 +552,22 @@ def _ready(variant, module):
 
 
 def _check_backward(variant, problem, extra_shapes, seed, module, progress, pin_to_problem, mode, dtype=None,
-                    causal=None) -> CheckResult:
+                    causal=None, deterministic=False) -> CheckResult:
     require_mode(variant, mode)
     extra = backward_shapes(variant, extra_shapes, seed, seeded_dtype(variant, problem.dtype if problem else dtype),
                             causal)
     if pin_to_problem and problem is not None:
         extra = [GradShape(dataclasses.replace(g.problem, head_dim=problem.head_dim), g.q_scale) for g in extra]
+    if deterministic:   # the seeded shapes ask for what the checked (timed) problem asks
+        extra = [GradShape(dataclasses.replace(g.problem, deterministic=True), g.q_scale) for g in extra]
     shapes = ([GradShape(problem)] if problem is not None else []) + extra
     if not shapes:
         raise LabError("nothing to check: give a shape or a number of shapes >= 1")
     for g in shapes:
         check_supported(variant, g.problem)
     module = _ready(variant, module)
-    result = CheckResult(variant.id, BACKWARD_RULE, mode=mode)
+    result = CheckResult(variant.id, BACKWARD_RULE + (f"; {DETERMINISTIC_RULE}" if deterministic else ""), mode=mode,
+                         deterministic=deterministic)
     for g in shapes:
         shape = check_backward_problem(variant, g, module, seed)
         result.shapes.append(shape)

@@ -236,6 +236,45 @@ def judge_tensor(name: str, got, ref, tolerance: float) -> TensorCheck:
                        index, float(got64[index].item()), float(ref[index].item()))
 
 
+REPEATED = ("dQ", "dK", "dV")
+"""The tensors a deterministic backward must give bit for bit again (lab.measure.check runs it twice)."""
+
+
+@dataclass
+class RepeatCheck:
+    """One gradient of a deterministic backward against the same gradient of a second run on the same
+    inputs: equal means equal bits (NaN payloads and signed zeros included), not equal values."""
+    name: str
+    equal: bool
+    differing: int = 0          # elements whose bits differ
+    numel: int = 0
+    max_abs_diff: float = 0.0   # the largest |first - second| among them (NaN where one is not finite)
+
+    def text(self) -> str:
+        if self.equal:
+            return f"{self.name} bitwise equal over two runs"
+        return (f"{self.name} not bitwise equal over two runs of the deterministic backward: {self.differing} of "
+                f"{self.numel} elements differ (max |diff| {self.max_abs_diff:.3g})")
+
+    def to_dict(self) -> dict:
+        return {"tensor": self.name, "equal": self.equal, "differing": self.differing, "numel": self.numel,
+                "max_abs_diff": self.max_abs_diff if math.isfinite(self.max_abs_diff) else None}
+
+
+def bitwise_repeat(name: str, first, second) -> RepeatCheck:
+    """Whether two runs' tensor has the same bits (torch.equal on the integer view of its bits)."""
+    import torch
+
+    ints = {1: torch.int8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[first.element_size()]
+    a, b = first.contiguous().view(ints), second.contiguous().view(ints)
+    if torch.equal(a, b):
+        return RepeatCheck(name, True, 0, first.numel())
+    differ = a != b
+    diff = (first.double() - second.double()).abs()[differ]
+    return RepeatCheck(name, False, int(differ.sum().item()), first.numel(),
+                       float(diff.max().item()) if diff.numel() else math.nan)
+
+
 def tolerances(sdpa_err: dict, ref: dict, dtype: str, fp32_step: float) -> dict:
     """BACKWARD_FACTOR x torch's error per tensor, floored at one rounding step of its magnitude
     (for float32 inputs `fp32_step` of it: the forward's FP32_REL_TOL, lab.measure.check)."""

@@ -8,7 +8,7 @@ aligned top-left (query i sees keys j <= i), as in PyTorch's `scaled_dot_product
 from __future__ import annotations
 
 import re
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 from lab.errors import LabError
 
@@ -20,7 +20,10 @@ DTYPE_SHORT = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16"}
 """How a table's narrow column names a dtype (bfloat16 is bf16, never "bfp16")."""
 
 DEFAULT_SHAPE = "8,16,1024,64"
-_LABEL_RE = re.compile(r"B(\d+)-H(\d+)(?:kv(\d+))?-N(\d+)(?:x(\d+))?-D(\d+)(-causal)?-(float32|float16|bfloat16)")
+_LABEL_RE = re.compile(r"B(\d+)-H(\d+)(?:kv(\d+))?-N(\d+)(?:x(\d+))?-D(\d+)(-causal)?-(float32|float16|bfloat16)"
+                       r"(-deterministic)?")
+DETERMINISTIC_SUFFIX = "-deterministic"
+
 
 
 @dataclass(frozen=True)
@@ -33,6 +36,9 @@ class Problem:
     causal: bool = False
     dtype: str = "float32"
     heads_kv: int | None = None   # GQA/MQA: K and V heads (None: = heads); each serves heads/heads_kv queries
+    # the backward asked for its deterministic mode (bitwise-identical dQ, dK, dV run to run): an argument
+    # of the call, as causal is (FlashAttention-3's `deterministic`); only a rung declaring it runs one
+    deterministic: bool = False
 
     def __post_init__(self):
         if self.heads_kv is None:
@@ -66,11 +72,13 @@ class Problem:
         return f / 2 if self.causal else f
 
     def label(self) -> str:
-        """The problem in one word, every field in it: B8-H16kv4-N1024x2048-D64-causal-float16. It
-        names runs and rows, and it is how a problem travels to a child process (`from_label`)."""
+        """The problem in one word, every field in it: B8-H16kv4-N1024x2048-D64-causal-float16 (a
+        deterministic backward asked for: ...-float16-deterministic). It names runs and rows, and it is
+        how a problem travels to a child process (`from_label`)."""
         n = f"{self.seqlen_q}" if self.seqlen_q == self.seqlen_k else f"{self.seqlen_q}x{self.seqlen_k}"
         h = f"{self.heads}" if not self.gqa else f"{self.heads}kv{self.heads_kv}"
-        return f"B{self.batch}-H{h}-N{n}-D{self.head_dim}{'-causal' if self.causal else ''}-{self.dtype}"
+        return (f"B{self.batch}-H{h}-N{n}-D{self.head_dim}{'-causal' if self.causal else ''}-{self.dtype}"
+                f"{DETERMINISTIC_SUFFIX if self.deterministic else ''}")
 
     @classmethod
     def from_label(cls, label: str) -> "Problem":
@@ -79,25 +87,39 @@ class Problem:
         if m is None:
             raise LabError(f"bad problem label {label!r}: expected e.g. B8-H16-N1024-D64-float16 "
                            "(B8-H16kv4-N1024x2048-D64-causal-float16 with GQA, Nq != Nk and a mask)")
-        b, h, hkv, nq, nk, d, causal, dtype = m.groups()
+        b, h, hkv, nq, nk, d, causal, dtype, deterministic = m.groups()
         return cls(int(b), int(h), int(nq), int(nk or nq), int(d), causal is not None, dtype,
-                   int(hkv) if hkv else None)
+                   int(hkv) if hkv else None, deterministic is not None)
 
     def with_dtype(self, dtype: str) -> "Problem":
-        return Problem(self.batch, self.heads, self.seqlen_q, self.seqlen_k, self.head_dim, self.causal, dtype,
-                       self.heads_kv)
+        return replace(self, dtype=dtype)
+
+    def plain(self) -> "Problem":
+        """The same problem without the deterministic request: what a baseline runs (SDPA's backends
+        take no such flag; torch's default backward is what they are timed with)."""
+        return replace(self, deterministic=False)
 
     def to_dict(self) -> dict:
         d = asdict(self)
         if not self.gqa:
             d.pop("heads_kv")   # stored problems without GQA read and round-trip as before
+        if not self.deterministic:
+            d.pop("deterministic")   # as heads_kv: problems stored before the deterministic mode are unchanged
         d.update(forward_flops=self.forward_flops, label=self.label())
         return d
 
     @classmethod
     def from_dict(cls, d: dict) -> "Problem":
         return cls(d["batch"], d["heads"], d["seqlen_q"], d["seqlen_k"], d["head_dim"],
-                   d.get("causal", False), d.get("dtype", "float32"), d.get("heads_kv"))
+                   d.get("causal", False), d.get("dtype", "float32"), d.get("heads_kv"),
+                   bool(d.get("deterministic", False)))
+
+
+def label_without_dtype(label: str) -> str:
+    """A problem label without its dtype (B4-H16-N2048-D128-causal; a deterministic one keeps its
+    -deterministic, so that its runs and rows never group with the default's); a label the lab did
+    not write comes back as it is."""
+    return re.sub(r"-(?:float32|float16|bfloat16)(?=$|-deterministic$)", "", label, count=1)
 
 
 def normalize_dtype(name: str) -> str:
@@ -108,7 +130,7 @@ def normalize_dtype(name: str) -> str:
 
 
 def parse_shape(spec: str, causal: bool = False, dtype: str = "float32",
-                seqlen_k: int | None = None) -> Problem:
+                seqlen_k: int | None = None, deterministic: bool = False) -> Problem:
     """Parse `B,H,N,D` (or `B,H,Nq,Nk,D`; heads `H:Hkv` for GQA/MQA) into a Problem."""
     parts = [p.strip() for p in spec.replace("x", ",").split(",") if p.strip()]
     heads_kv = None
@@ -129,7 +151,7 @@ def parse_shape(spec: str, causal: bool = False, dtype: str = "float32",
         b, h, n, nk, d = nums
     else:
         raise LabError(f"bad shape {spec!r}: expected B,H,N,D (or B,H,Nq,Nk,D), e.g. {DEFAULT_SHAPE}")
-    return Problem(b, h, n, nk, d, causal, normalize_dtype(dtype), heads_kv)
+    return Problem(b, h, n, nk, d, causal, normalize_dtype(dtype), heads_kv, deterministic)
 
 
 def check_supported(variant, problem: Problem) -> None:
@@ -140,7 +162,26 @@ def check_supported(variant, problem: Problem) -> None:
     if problem.gqa and not variant.gqa:
         raise LabError(f"{variant.id} does not declare GQA support (heads_kv < heads); got {problem.label()}",
                        hint="a rung that takes K and V with fewer heads declares gqa = true in its lab:rung block")
+    if problem.deterministic and not variant.deterministic:
+        raise LabError(deterministic_refusal(variant))
     check_dtype(variant, problem.dtype)
+
+
+def deterministic_refusal(variant) -> str:
+    """Why a rung cannot run a deterministic backward (one line)."""
+    if not variant.backward:
+        return f"{variant.id} has no backward, so no deterministic backward (--deterministic)"
+    return (f"{variant.id} has no deterministic backward (--deterministic): its lab:rung block does not declare "
+            "deterministic = true (`lab variants`: the det column)")
+
+
+def require_deterministic_modes(deterministic: bool, modes) -> None:
+    """--deterministic asks the backward for bitwise-identical gradients: refuse it (exit 2) where the
+    command runs no backward (every mode fwd), before anything is built or launched."""
+    modes = [modes] if isinstance(modes, str) else list(modes)
+    if deterministic and "fwd" in modes:
+        raise LabError("--deterministic is a mode of the backward (bitwise-identical dQ, dK, dV run to run): "
+                       f"it needs --mode bwd or fwd+bwd, not {','.join(modes)}")
 
 
 def check_dtype(variant, dtype: str) -> None:

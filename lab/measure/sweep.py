@@ -52,7 +52,10 @@ def base_row(cell: Cell) -> dict:
         "sdpa" if cell.impl.startswith("sdpa-") else "eager")
     return {"impl": cell.impl, "impl_kind": kind, "label": p.label(), "batch": p.batch, "heads": p.heads,
             "heads_kv": p.heads_kv, "seqlen_q": p.seqlen_q, "seqlen_k": p.seqlen_k, "head_dim": p.head_dim,
-            "causal": p.causal, "dtype": p.dtype, "mode": cell.mode, "flops": rates.flops(p, cell.mode)}
+            "causal": p.causal, "dtype": p.dtype, "mode": cell.mode,
+            # what ran: a rung's deterministic backward where the problem asks for it; a baseline's backward is
+            # torch's default whatever the problem asks (SDPA takes no such flag), so its row says False
+            "deterministic": p.deterministic and kind == "rung", "flops": rates.flops(p, cell.mode)}
 
 
 def status_row(cell: Cell, status: str, reason: str, timing: str = "events") -> dict:

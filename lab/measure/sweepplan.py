@@ -23,7 +23,7 @@ from dataclasses import asdict, dataclass, field, replace
 
 from lab.errors import LabError
 from lab.measure.bench import DEFAULT_REPS, DEFAULT_WARMUP
-from lab.measure.problem import Problem, normalize_dtype
+from lab.measure.problem import Problem, normalize_dtype, require_deterministic_modes
 from lab.measure.rates import MODE_FLOP_FACTOR, MODES  # noqa: F401  (re-exported: plans name modes; rates defines them)
 from lab.measure.rates import flops as mode_flops  # noqa: F401  (the one FLOP count per mode, lab.measure.rates)
 
@@ -294,7 +294,7 @@ def build_plan(*, rungs: dict[str, list[str]], baselines: list[str], shapes: lis
                batches: list[int] | None, heads_kv: list[int] | None, causal: str | None, dtypes: list[str],
                modes: list[str], timing: str, reps: int, warmup: int, cell_budget_s: float,
                shard: tuple[int, int] | None, yes: bool, command: str = "", name: str | None = None,
-               passes: int = DEFAULT_PASSES) -> Plan:
+               passes: int = DEFAULT_PASSES, deterministic: bool = False) -> Plan:
     """Validate everything a sweep was asked for and expand it; LabError (exit 2) on bad input."""
     if not rungs and not baselines:
         raise LabError("nothing to sweep: no rung (--variant) and no baseline (--no-baselines was given)")
@@ -303,6 +303,7 @@ def build_plan(*, rungs: dict[str, list[str]], baselines: list[str], shapes: lis
             raise LabError(f"unknown mode {m!r}; choose from {', '.join(MODES)}")
     if not modes:
         raise LabError("no mode given; use fwd, bwd, fwd+bwd or a list of them")
+    require_deterministic_modes(deterministic, modes)
     if timing not in TIMINGS:
         raise LabError(f"unknown timing {timing!r}; choose from {', '.join(TIMINGS)}")
     if reps < 2:
@@ -342,7 +343,9 @@ def build_plan(*, rungs: dict[str, list[str]], baselines: list[str], shapes: lis
         if not set(ds) & set(dtypes):
             raise LabError(f"{rid} runs {', '.join(ds)}; the sweep's dtypes are {', '.join(dtypes)}",
                            hint=f"pass --dtype {ds[0]} (or add it: --dtype {','.join(dtypes + [ds[0]])})")
-    problems = list(dict.fromkeys(Problem(b, h, nq, nk, d, c, dt, kv)
+    # deterministic: every problem asks for it (its label ends in -deterministic); the rungs run their
+    # deterministic backward, the baselines torch's default one (each row's deterministic column)
+    problems = list(dict.fromkeys(Problem(b, h, nq, nk, d, c, dt, kv, deterministic)
                                   for (b, h, kv, nq, nk, d) in dims for c in causals for dt in dtypes))
     if not problems:
         raise LabError("the shapes expand to nothing")

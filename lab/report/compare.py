@@ -111,6 +111,10 @@ def compare_runs(a: RunData, b: RunData, threshold_pct: float = DEFAULT_THRESHOL
     if a.shape_key != b.shape_key or a.problem.dtype != b.problem.dtype:
         warnings.append(f"different problems ({a.problem.label()} vs {b.problem.label()}): times measure different "
                         f"work; the verdict compares TFLOP/s")
+    if a.problem.deterministic != b.problem.deterministic:   # same shape, another backward: say which is which
+        det, plain = ("A", "B") if a.problem.deterministic else ("B", "A")
+        warnings.append(f"{det}'s backward ran its deterministic mode (--deterministic) and {plain}'s the default: "
+                        "the difference includes the price of determinism")
     if a.device_name != b.device_name:
         warnings.append(f"different devices ({a.device_name} vs {b.device_name})")
     change = _pct_change(a_tp.tflops, b_tp.tflops)

@@ -28,7 +28,7 @@ from lab.ladder import registry
 from lab.errors import LabError
 from lab.jsonvalues import plain as _plain
 from lab.report.formatting import fmt_bytes, fmt_num, fmt_pct, speed_phrase
-from lab.measure.problem import DTYPE_BYTES, Problem
+from lab.measure.problem import DTYPE_BYTES, Problem, label_without_dtype
 from lab.measure import rates
 from lab.measure.rates import MODE_FLOP_FACTOR
 from lab.store.runs import DamagedRun, Run, open_root, scan_runs
@@ -106,7 +106,7 @@ class RunData:
         return (p.batch, p.heads, p.seqlen_q, p.seqlen_k, p.head_dim, p.causal)
 
     def shape_label(self) -> str:
-        return self.problem.label().rsplit("-", 1)[0]   # the label without its dtype
+        return label_without_dtype(self.problem.label())   # a deterministic run's keeps -deterministic
 
     # numbers --------------------------------------------------------------------------
     @property

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from lab.errors import LabError
 from lab.files import write_text_atomic
+from lab.measure.problem import label_without_dtype
 from lab.store.runs import Run, find_run
 from lab.store.sweeps import add_ratios, find_sweep, group_rows, is_sweep, oom_points
 
@@ -95,7 +96,7 @@ def markdown_sweep(sweep, metric: str = "tflops") -> str:
         first = {}
         for x in g["xs"]:
             shape = next(r["label"] for (i, xx), r in g["cells"].items() if xx == x)
-            cells = [str(x), shape.rsplit("-", 1)[0]]
+            cells = [str(x), label_without_dtype(shape)]
             effs = []
             for impl in g["impls"]:
                 r = g["cells"].get((impl, x))

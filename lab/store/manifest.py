@@ -128,12 +128,12 @@ def _convert(value, tp, where: str):
 
 def _problem(d: dict, where: str) -> Problem:
     spec = {"batch": int, "heads": int, "seqlen_q": int, "seqlen_k": int, "head_dim": int,
-            "causal": bool, "dtype": str, "heads_kv": int}
+            "causal": bool, "dtype": str, "heads_kv": int, "deterministic": bool}
     vals = {}
     for key, tp in spec.items():
         if key in d:
             vals[key] = _convert(d[key], tp, f"{where}.{key}")
-        elif key not in ("causal", "dtype", "heads_kv"):
+        elif key not in ("causal", "dtype", "heads_kv", "deterministic"):
             raise ManifestError(f"{where}.{key}", "is missing")
     try:
         return Problem(**vals)

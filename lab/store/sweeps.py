@@ -37,7 +37,10 @@ ROW_KEY = ("impl", "label", "mode", "timing")
 
 # The tidy table's columns, in order (ratio columns vs_<baseline> follow, one per baseline).
 COLUMNS = ["impl", "impl_kind", "label", "batch", "heads", "heads_kv", "seqlen_q", "seqlen_k", "head_dim",
-           "causal", "dtype", "mode", "timing", "status", "reason", "median_ms", "mean_ms", "std_ms",
+           "causal", "dtype", "mode",
+           # the row's backward ran in its deterministic mode (`--deterministic`: a rung's; never a baseline's);
+           # None on rows of sweeps before the mode existed (read as False)
+           "deterministic", "timing", "status", "reason", "median_ms", "mean_ms", "std_ms",
            "ci95_low_ms", "ci95_high_ms", "min_ms", "max_ms", "reps", "warmup",
            # the passes a row pools (lab.sweeping.measure_unit) and each one's median; None on rows of sweeps
            # before passes (one burst: read as 1 pass)
@@ -173,6 +176,7 @@ def _frame(rows: list[dict], baselines: list[str]) -> "pd.DataFrame":
     for c in ("batch", "heads", "heads_kv", "seqlen_q", "seqlen_k", "head_dim"):
         df[c] = pd.to_numeric(df[c], errors="coerce").astype("Int64")
     df["causal"] = df["causal"].astype("boolean")
+    df["deterministic"] = df["deterministic"].astype("boolean")
     df["power_limit_w"] = pd.to_numeric(df["power_limit_w"], errors="coerce").astype("float64")
     for c in ("impl", "impl_kind", "label", "dtype", "mode", "timing", "status", "reason", "worker", "gpu", "gpu_name",
               "gpu_uuid", "cuda_visible_devices", "gpu_probe_source"):

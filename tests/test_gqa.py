@@ -77,18 +77,20 @@ def test_the_binding_refuses_kv_heads_unless_built_for_gqa():
     assert "q.size(1) == k.size(1)" in without and "gqa = true" in without
 
 
-@pytest.mark.parametrize("struct", ["LabAttentionArgs", "LabBackwardArgs"])
-def test_heads_kv_is_the_last_field_of_each_argument_struct(struct):
+@pytest.mark.parametrize("struct, tail", [("LabAttentionArgs", ["heads_kv"]),
+                                          ("LabBackwardArgs", ["heads_kv", "deterministic"])])
+def test_heads_kv_is_the_last_field_of_each_argument_struct(struct, tail):
     """Appended, never inserted: a rung built against an older common.cuh (a workspace copy) reads the
-    same offsets for every field it knows."""
+    same offsets for every field it knows (the backward's deterministic flag came after heads_kv)."""
     text = (KERNELS / "common.cuh").read_text()
     body = re.search(rf"struct {struct} \{{(.*?)\n\}};", text, re.S).group(1)
     fields = [re.match(r"\s*[\w\s\*]+?\b(\w+);", line).group(1) for line in body.splitlines()
               if re.match(r"\s*[\w\s\*]+?\b\w+;", line)]
-    assert fields[-1] == "heads_kv", fields
+    assert fields[-len(tail):] == tail, fields
     binding = (KERNELS / "binding.cpp").read_text()
-    # the binding's aggregate initialisers end with K's heads, in that last field
-    assert len(re.findall(r"\(int\)k\.size\(1\)\};", binding)) == 2
+    # the binding's aggregate initialisers put K's heads in that field: last in the forward's, then the flag
+    assert len(re.findall(r"\(int\)k\.size\(1\)\};", binding)) == 1
+    assert len(re.findall(r"\(int\)k\.size\(1\),\s*deterministic \? 1 : 0\};", binding)) == 1
 
 
 @pytest.mark.parametrize("variant", NO_GQA, ids=lambda v: v.id)
@@ -152,7 +154,9 @@ def test_the_hopper_backwards_gqa_kernels_compile_without_spills(monkeypatch):
     records = build.ptxas_report(GQA_BACKWARD, "sm_90a").records
     gqa_bwd = [r for r in records if re.search(r"::bwd_kernel(?:_tdq)?<.*, true>\(", r.kernel)]   # _tdq: TMA-dQ (step 4)
     gqa_fwd = [r for r in records if re.search(r"fwd_kernel<.*OneTilePerCta, true>\(", r.kernel)]
-    assert len(gqa_bwd) == 8 and len(gqa_fwd) >= 8, [r.kernel[:100] for r in records]
+    # the default's 8 (D 64/128 x dtype x mask) and the deterministic mode's 8 (Deterministic<>: GQA too)
+    det = [r for r in gqa_bwd if "Deterministic<" in r.kernel]
+    assert len(gqa_bwd) == 16 and len(det) == 8 and len(gqa_fwd) >= 8, [r.kernel[:100] for r in records]
     assert any("bwd_sum_partials_kernel" in r.kernel for r in records)
     spilled = [(r.kernel[:100], r.spill_stores_bytes, r.spill_loads_bytes) for r in records
                if r.spill_stores_bytes or r.spill_loads_bytes]

@@ -176,12 +176,14 @@
 //   commit 226d993): tests/test_v8_deterministic_gpu.py 5 passed (dQ's bits equal twice on 5
 //   shapes), `v7_dev.py check --rung v8 --tuning` passed, compute-sanitizer memcheck, racecheck and
 //   synccheck clean; `lab tune --mode bwd` against the TMA-dQ default: 0.953x at 4,16,8192,128 fp16,
-//   0.828x at 4,16,2048,128, 0.885x at 4,16,8192,64, 0.831x at 2,32:8,1000,128 bf16 causal GQA.
+//   0.828x at 4,16,2048,128, 0.885x at 4,16,8192,64, 0.831x at 2,32:8,1000,128 bf16 causal GQA
+//   (at D = 64 against TMA-dQ, before frag-dQ became the default there).
 //   Reachable by users since: the rung declares `deterministic = true`, and `--deterministic` on
 //   `lab check / bench / sweep / profile --mode bwd` sets args->deterministic (common.cuh's
-//   deterministic contract), which lab_backward_v8 turns into BwdDeterministic64/128 (the defaults
-//   wrapped in Deterministic<>, the same kernels as the tuning candidates); `lab check
-//   --deterministic` also runs each shape's backward twice and requires dQ, dK, dV bitwise equal.
+//   deterministic contract), which lab_backward_v8 turns into BwdDeterministic64/128: the defaults
+//   wrapped in Deterministic<> (frag-dQ's D = 64 default as TmaDq<> of its tiles, the path that was
+//   checked and measured), the same kernels as the tuning candidates; `lab check --deterministic`
+//   also runs each shape's backward twice and requires dQ, dK, dV bitwise equal.
 //
 // Roles in one backward CTA (384 threads; key block n0 .. n0+127 of head bh):
 //
@@ -328,8 +330,8 @@ struct FragDq : TmaDq<Base> {
   static_assert(Base::kDqN / 4 * 128 * 8 == 64 * Base::kDqN * 4, "kDqN / 4 float2 slots per consumer thread");
 };
 
-// Deterministic dQ (issue 27's deterministic mode; tuning candidates, written and compiled, not yet
-// run): the reductions into each query block of the accumulator land in key-block order, so dQ has
+// Deterministic dQ (issue 27's deterministic mode; `--deterministic` and the "... deterministic" tuning
+// candidates, measured in the header): the reductions into each query block of the accumulator land in key-block order, so dQ has
 // the same bits on every run (dK and dV already do: they live in one CTA's registers, or in GQA's
 // split partials summed in order). The dQ writer's first thread waits, before a step's reductions,
 // until the query block's turn counter (one int per 64 query rows of each head, after the

@@ -177,12 +177,13 @@
 //   shapes), `v7_dev.py check --rung v8 --tuning` passed, compute-sanitizer memcheck, racecheck and
 //   synccheck clean; `lab tune --mode bwd` against the TMA-dQ default: 0.953x at 4,16,8192,128 fp16,
 //   0.828x at 4,16,2048,128, 0.885x at 4,16,8192,64, 0.831x at 2,32:8,1000,128 bf16 causal GQA
-//   (at D = 64 against TMA-dQ, before frag-dQ became the default there).
+//   (against TMA-dQ, the default then; frag-dQ, the default since, is 1.027-1.064x TMA-dQ, so the
+//   deterministic mode's price against today's default is larger: `lab bench --deterministic` times it).
 //   Reachable by users since: the rung declares `deterministic = true`, and `--deterministic` on
 //   `lab check / bench / sweep / profile --mode bwd` sets args->deterministic (common.cuh's
 //   deterministic contract), which lab_backward_v8 turns into BwdDeterministic64/128: the defaults
-//   wrapped in Deterministic<> (frag-dQ's D = 64 default as TmaDq<> of its tiles, the path that was
-//   checked and measured), the same kernels as the tuning candidates; `lab check --deterministic`
+//   wrapped in Deterministic<> (a frag-dQ default as TmaDq<> of its tiles: the path that was checked
+//   and measured; Deterministic<FragDq<>> has never run), the same kernels as the tuning candidates; `lab check --deterministic`
 //   also runs each shape's backward twice and requires dQ, dK, dV bitwise equal.
 //
 // Roles in one backward CTA (384 threads; key block n0 .. n0+127 of head bh):

@@ -259,6 +259,7 @@ struct BwdConfig {
   static constexpr bool kDqTma = false;
   static constexpr bool kDqFrag = false;  // FragDq<> below
   static constexpr bool kDqDet = false;   // Deterministic<> below
+  static constexpr bool kStagedEpi = false;  // StagedEpilogue<> below
   static constexpr int kOffDqT = 0, kDqTileTBytes = 0, kDqBoxBytes = 64 * 128;
   // Threads at the dS^T named barrier (barrier 1) of each step: the consumers (TMA-dQ: + the dQ writer's warp).
   static constexpr int kDsBarrierThreads = kConsumerThreads;
@@ -347,6 +348,22 @@ template <class Base>
 struct Deterministic : Base {
   static constexpr bool kDqDet = true;
   static_assert(Base::kDqTma, "the turn is taken by the dQ writer of TMA-dQ / frag-dQ");
+};
+
+// Step 6 candidate (v8_notes.md; predicted before any run): dK and dV leave through shared memory.
+// The step-5 epilogue stores each thread's accumulator pairs straight to global memory: 64 4-byte
+// stores a thread, a warp's store 8 rows x 16 bytes (half of each sector), lg_throttle on every one
+// (the profile at 4,16,4096,128: 3.3% of the stall samples at 64 query steps a CTA, so some 20% of
+// a CTA at N = 512's 8 steps, where v8's main kernel is 1.12x cuDNN's). Here both consumer
+// warpgroups meet at a named barrier once their last products are done (K, V, Q and dO are then
+// read by nobody), put their dK and dV rows, as 16-bit pairs, into a row-major tile over the K/V
+// region (rows padded by 16 bytes: a warp's 8 rows x 4 lanes hit 32 banks), meet again, and write
+// the tile out with 16-byte stores, each warp 512 contiguous bytes.
+template <class Base>
+struct StagedEpilogue : Base {
+  static constexpr bool kStagedEpi = true;
+  static constexpr int kEpiRowWords = Base::D / 2 + 4;   // a row of D 16-bit values + 16 bytes
+  static_assert(2 * Base::BN * kEpiRowWords * 4 <= Base::kOffDS, "dK's and dV's tiles fit below dS^T");
 };
 
 // GQA = true (common.cuh's GQA contract; its own instantiation, so the kernel without it is the
@@ -943,15 +960,44 @@ bwd_body(const CUtensorMap& tm_q,   // [B*H, nq, D] in boxes of [BM rows, 64 col
       return;
     }
   }
+  if constexpr (C::kStagedEpi) {   // StagedEpilogue<>: through a shared tile, 16-byte stores
+    constexpr int kW = C::kEpiRowWords, kChunks = D / 8;
+    // Both warpgroups' products are done (each waited its last): no one reads K, V, Q or dO again,
+    // and the producer issued nothing after the last step's loads, which the consumers waited for.
+    lab_named_sync(2, C::kConsumerThreads);
+    uint32_t* tile = reinterpret_cast<uint32_t*>(smem_raw + (s_base - lab_smem_addr(smem_raw)));
+    const int r0 = key_g - n0;   // this thread's tile rows: r0, r0 + 8
 #pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const int key = key_g + 8 * h;
-    if (key < nk) {
-      const size_t off = ((size_t)kv_index * nk + key) * D + c2;
+    for (int h = 0; h < 2; ++h) {
 #pragma unroll
       for (int i = 0; i < D / 8; ++i) {
-        *reinterpret_cast<uint32_t*>(dk + off + i * 8) = lab_pack2<T>(dk_acc[i * 4 + 2 * h] * scale, dk_acc[i * 4 + 2 * h + 1] * scale);
-        *reinterpret_cast<uint32_t*>(dv + off + i * 8) = lab_pack2<T>(dv_acc[i * 4 + 2 * h], dv_acc[i * 4 + 2 * h + 1]);
+        const int w = (r0 + 8 * h) * kW + 4 * i + (lane & 3);
+        tile[w] = lab_pack2<T>(dk_acc[i * 4 + 2 * h] * scale, dk_acc[i * 4 + 2 * h + 1] * scale);
+        tile[BN * kW + w] = lab_pack2<T>(dv_acc[i * 4 + 2 * h], dv_acc[i * 4 + 2 * h + 1]);
+      }
+    }
+    lab_named_sync(2, C::kConsumerThreads);
+    const int t = tid - 128;   // the consumer's index, 0 .. 255
+#pragma unroll
+    for (int j = 0; j < BN * kChunks / C::kConsumerThreads; ++j) {
+      const int e = j * C::kConsumerThreads + t, r = e / kChunks, ch = e % kChunks;
+      if (n0 + r < nk) {
+        const size_t off = ((size_t)kv_index * nk + n0 + r) * D + 8 * ch;
+        *reinterpret_cast<uint4*>(dk + off) = *reinterpret_cast<const uint4*>(tile + r * kW + 4 * ch);
+        *reinterpret_cast<uint4*>(dv + off) = *reinterpret_cast<const uint4*>(tile + (BN + r) * kW + 4 * ch);
+      }
+    }
+  } else {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int key = key_g + 8 * h;
+      if (key < nk) {
+        const size_t off = ((size_t)kv_index * nk + key) * D + c2;
+#pragma unroll
+        for (int i = 0; i < D / 8; ++i) {
+          *reinterpret_cast<uint32_t*>(dk + off + i * 8) = lab_pack2<T>(dk_acc[i * 4 + 2 * h] * scale, dk_acc[i * 4 + 2 * h + 1] * scale);
+          *reinterpret_cast<uint32_t*>(dv + off + i * 8) = lab_pack2<T>(dv_acc[i * 4 + 2 * h], dv_acc[i * 4 + 2 * h + 1]);
+        }
       }
     }
   }
@@ -1236,6 +1282,7 @@ static const BwdCandidate kBwd64[] = {
     {"BM128 S2 RED-dQ overlap-next", bwd_launch<Overlapped<BwdConfig<64, 128, 2, false>, 2>>},
     {"BM128 S2 TMA-dQ", bwd_launch<TmaDq<BwdConfig<64, 128, 2, false>>>},
     {"BM128 S2 frag-dQ", bwd_launch<FragDq<BwdConfig<64, 128, 2, false>>>},
+    {"BM128 S2 frag-dQ staged-dKdV", bwd_launch<StagedEpilogue<FragDq<BwdConfig<64, 128, 2, false>>>>},
     {"BM128 S2 TMA-dQ deterministic", bwd_launch<BwdDeterministic64>},
 };
 static const BwdCandidate kBwd128[] = {
@@ -1247,6 +1294,7 @@ static const BwdCandidate kBwd128[] = {
     {"BM64 S3 RED-dQ overlap-next", bwd_launch<Overlapped<BwdConfig<128, 64, 3, false>, 2>>},
     {"BM64 S2 TMA-dQ overlap-FA3", bwd_launch<TmaDq<Overlapped<BwdConfig<128, 64, 2, false>, 1>>>},
     {"BM64 S2 frag-dQ overlap-FA3", bwd_launch<FragDq<Overlapped<BwdConfig<128, 64, 2, false>, 1>>>},
+    {"BM64 S2 frag-dQ overlap-FA3 staged-dKdV", bwd_launch<StagedEpilogue<FragDq<Overlapped<BwdConfig<128, 64, 2, false>, 1>>>>},
     {"BM64 S2 TMA-dQ overlap-FA3 deterministic", bwd_launch<BwdDeterministic128>},
 };
 template <int N>

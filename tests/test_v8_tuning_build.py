@@ -34,15 +34,17 @@ def test_v8s_backward_candidates_compile_without_spills_or_serialised_wgmma(monk
     report = build.ptxas_report(V8, "sm_90a", tuning=True)
     main = [r for r in report.records if "::bwd_kernel" in r.kernel]   # not the converts, preprocess
     overlapped = [r for r in main if "Overlapped" in r.kernel]
-    # overlap-FA3 at D=128 (also under TMA-dQ, frag-dQ and deterministic TMA-dQ); overlap-next at D=128
-    # (2 and 3 stages) and D=64: x fp16/bf16 x causal x GQA
-    assert len(overlapped) == 7 * 8, [r.kernel[:100] for r in report.records if "bwd_kernel" in r.kernel]
+    # overlap-FA3 at D=128 (also under TMA-dQ, frag-dQ, frag-dQ staged-dKdV and deterministic TMA-dQ);
+    # overlap-next at D=128 (2 and 3 stages) and D=64: x fp16/bf16 x causal x GQA
+    assert len(overlapped) == 8 * 8, [r.kernel[:100] for r in report.records if "bwd_kernel" in r.kernel]
     tma_dq = [r for r in main if "TmaDq<" in r.kernel]   # step 4, and its deterministic twin: D=128 and D=64
     assert len(tma_dq) == 4 * 8, [r.kernel[:100] for r in tma_dq]
     assert len([r for r in tma_dq if "Deterministic<" in r.kernel]) == 2 * 8
-    frag_dq = [r for r in main if "FragDq<" in r.kernel]   # step 5: D=128 and D=64
-    assert len(frag_dq) == 2 * 8, [r.kernel[:100] for r in frag_dq]
-    assert len([r for r in report.records if "bwd_convert_frag_kernel" in r.kernel]) == 4   # its convert, per D and dtype
+    frag_dq = [r for r in main if "FragDq<" in r.kernel]   # step 5 (D=128 and D=64), and step 6's staged dK/dV
+    assert len(frag_dq) == 4 * 8, [r.kernel[:100] for r in frag_dq]
+    assert len([r for r in frag_dq if "StagedEpilogue<" in r.kernel]) == 2 * 8
+    # its convert, per configuration (frag-dQ, staged frag-dQ), D and dtype
+    assert len([r for r in report.records if "bwd_convert_frag_kernel" in r.kernel]) == 8
     spilled = [(r.kernel[:100], r.spill_stores_bytes, r.spill_loads_bytes) for r in report.records
                if r.spill_stores_bytes or r.spill_loads_bytes]
     assert not spilled, spilled
@@ -64,7 +66,7 @@ def test_v8s_backward_candidates_compile_without_spills_or_serialised_wgmma(monk
         pytest.skip("cuobjdump not found beside nvcc: the SASS half of this check needs it")
     sass = _functions(report.sass_path.read_text())
     tdq = {name: body for name, body in sass.items() if "bwd_kernel_tdq" in name}
-    assert len(tdq) == 6 * 8, sorted(tdq)
+    assert len(tdq) == 8 * 8, sorted(tdq)
     for name, body in tdq.items():
         assert not re.search(r"(?<!UTMA)\bREDG\.E\.ADD\.F32", body), name   # no RED-dQ
         if "6FragDq" in name:   # step 5: one 1-D bulk reduction per share, no tensor reduction
@@ -75,6 +77,8 @@ def test_v8s_backward_candidates_compile_without_spills_or_serialised_wgmma(monk
         turns = re.findall(r"\bREDG\.E\.ADD\.S32\.STRONG\.GPU\b", body)
         assert len(turns) == (1 if "13Deterministic" in name else 0), name
         assert ("LDG.E.STRONG.GPU" in body) == ("13Deterministic" in name), name
+        # step 6's staged dK/dV leave by 16-byte stores from the shared tile; the others' epilogue stores pairs
+        assert bool(re.search(r"\bSTG\.E\.128\b", body)) == ("14StagedEpilogue" in name), name
     red = [n for n in sass if n.startswith("_ZN2v810bwd_kernelINS_10OverlappedINS_9BwdConfigILi128ELi64ELi2ELb0EEELi1EEE")]
     assert len(red) == 8 and all(re.search(r"(?<!UTMA)\bREDG\.", sass[n]) for n in red), red
 

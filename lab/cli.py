@@ -39,6 +39,7 @@ from lab.measure.bench import DEFAULT_REPS, DEFAULT_WARMUP
 from lab.measure.call import require_mode
 from lab.measure.benchtable import bench_ladder, markdown_ladder, print_ladder
 from lab.measure.gate import GATE_SHAPES
+from lab.measure.kernelsplit import KERNEL_CALLS, MAX_KERNEL_CALLS
 from lab.measure.problem import (DEFAULT_SHAPE, DTYPE_SHORT, check_dtype, check_supported, deterministic_refusal,
                                  normalize_dtype, parse_shape, require_deterministic_modes)
 from lab.measure.tune import tune as run_tune
@@ -522,28 +523,39 @@ def _repeat_text(s) -> str:
 @click.option("--no-baselines", is_flag=True, help="skip the SDPA backends")
 @click.option("--backends", "backends_spec", default="all", show_default=True,
               help="SDPA backends to time beside the rungs: all, or a list such as cudnn,flash")
+@click.option("--kernels", is_flag=True,
+              help="after the table, the kernel-by-kernel split of each timed rung's and baseline's call: launches "
+                   "and device time per call, share, sum (torch.profiler's CUPTI records of the timed calls; no Nsight)")
+@click.option("--kernel-calls", type=click.IntRange(1, MAX_KERNEL_CALLS), default=None, metavar="N",
+              help=f"calls traced for --kernels, after the timing (default {KERNEL_CALLS})")
 @click.option("--markdown", "markdown_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="also append the table as Markdown (device, date, commit) to this file")
 @json_option
 def bench(variant_spec, shape, causal, dtype, reps, warmup, mode, deterministic, no_baselines, backends_spec,
-          markdown_path, as_json):
+          kernels, kernel_calls, markdown_path, as_json):
     """Time rungs beside the SDPA backends (cudnn, flash, efficient, math) in the rung's 16-bit dtype (fp16
     for an fp32 rung) and fp32; --mode bwd or fwd+bwd times the backward (the rung's own launcher; the
     backends' through autograd). --deterministic: the rungs' deterministic backward (its problem label
-    ends in -deterministic), beside the backends' default one."""
+    ends in -deterministic), beside the backends' default one. --kernels: where each call's device time
+    goes, kernel by kernel, for the rungs and every baseline timed."""
 
+    if kernel_calls is not None and not kernels:
+        raise LabError("--kernel-calls sets how many calls --kernels traces: add --kernels, or drop --kernel-calls")
     chosen = registry.select(variant_spec)
     _require_deterministic(chosen, deterministic, mode)
     problems = [_problem(v, shape, causal, dtype, deterministic=deterministic) for v in chosen]
     backends = select_backends(backends_spec)
-    result = bench_ladder(chosen, problems, reps, warmup, baselines=not no_baselines, backends=backends, mode=mode)
+    result = bench_ladder(chosen, problems, reps, warmup, baselines=not no_baselines, backends=backends, mode=mode,
+                          kernel_calls=(kernel_calls or KERNEL_CALLS) if kernels else 0)
     if markdown_path:
 
         with open(markdown_path, "a") as fh:
             fh.write(markdown_ladder(result, f"lab bench --variant {variant_spec} --shape {shape or 'default'}"
                                              f"{' --causal' if causal else ''}{f' --dtype {dtype}' if dtype else ''}"
                                              f"{f' --mode {mode}' if mode != 'fwd' else ''}"
-                                             f"{' --deterministic' if deterministic else ''}") + "\n")
+                                             f"{' --deterministic' if deterministic else ''}"
+                                             f"{' --kernels' if kernels else ''}"
+                                             f"{f' --kernel-calls {kernel_calls}' if kernel_calls else ''}") + "\n")
     if as_json:
         click.echo(json.dumps(result, indent=2))
     else:

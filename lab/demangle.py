@@ -40,3 +40,19 @@ def _demangle_batch(names: list[str]) -> dict[str, str]:
         except Exception:  # a name cxxfilt cannot parse stays mangled rather than failing the read
             result[n] = n
     return result
+
+
+def short_name(name: str) -> str:
+    """A demangled kernel name without its parameter list and return type, as Nsight's short names
+    read: `void ns::kernel<128, true>(float const*, int)` -> `ns::kernel<128, true>`. The parameter
+    list is the last balanced `(...)` (so `(anonymous namespace)::k(int)` keeps its namespace); a
+    name without one (`cudnn_generated_...`, `[CUDA memset]`) is returned as it is."""
+    text = name.strip()
+    if text.endswith(")"):
+        depth = 0
+        for i in range(len(text) - 1, -1, -1):
+            depth += {")": 1, "(": -1}.get(text[i], 0)
+            if depth == 0:
+                text = text[:i].rstrip() if text[:i].strip() else text
+                break
+    return text[len("void "):] if text.startswith("void ") else text

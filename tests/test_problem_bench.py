@@ -123,7 +123,7 @@ def test_bench_times_the_baselines_in_the_rungs_own_dtype(monkeypatch, capsys):
 
     timed = []
 
-    def run_baseline(problem, backend, dtype, reps, warmup, mode="fwd"):
+    def run_baseline(problem, backend, dtype, reps, warmup, mode="fwd", kernel_calls=0):
         timed.append((problem.label().rsplit("-", 1)[0], backend, dtype))
         return baselines.Baseline(f"sdpa-{backend}", backend, dtype, "ok", "", timing(1.0), 1.0)
 
@@ -132,7 +132,8 @@ def test_bench_times_the_baselines_in_the_rungs_own_dtype(monkeypatch, capsys):
         monkeypatch.setattr(benchtable, name, lambda *a, **k: None)
     monkeypatch.setattr(benchtable, "gated", lambda v, p, mode: SimpleNamespace(passed=True, verdict={"passed": True},
                                                                                 module=None))
-    monkeypatch.setattr(benchtable, "time_rung", lambda *a, **k: timing(2.0))
+    monkeypatch.setattr(benchtable, "rung_measurement",
+                        lambda *a, **k: SimpleNamespace(time=lambda *a, **k: timing(2.0)))
     monkeypatch.setattr(benchtable, "device_info", lambda: {"name": "GPU", "compute_capability": "9.0", "sm_count": 132})
     monkeypatch.setattr(benchtable, "software_info", lambda: {"torch": "2.11"})
     monkeypatch.setattr(benchtable, "git_info", lambda: {"commit": "abc", "dirty": False})

@@ -241,7 +241,7 @@ class SimDevice:
     def event(self):
         return SimDevice.Event(self)
 
-    def launch(self, ms, side=False, nbytes=None):
+    def launch(self, ms, side=False, nbytes=None, name=None):
         self.host += self.dispatch
         if side:
             self.side = max(self.host, self.side) + ms
@@ -249,23 +249,35 @@ class SimDevice:
             self.stream = max(self.host, self.stream) + ms
         if self.log is not None:
             end = self.side if side else self.stream
-            self.log.append(("memcpy" if nbytes else "kernel", 8 if side else 7, (end - ms) * 1e6, end * 1e6, nbytes))
+            self.log.append((name or ("memcpy" if nbytes else "kernel"), 8 if side else 7, (end - ms) * 1e6,
+                             end * 1e6, nbytes))
 
     def synchronize(self):
         waited = max(self.host, self.stream, self.side) - self.host
         self.host = max(self.host, self.stream, self.side) + self.latency + self.wake * waited
 
     def trace_streams(self, run, prepare=None, calls=3):
-        """What CudaDevice.trace_streams returns, from the virtual clock: each call between two marker
-        copies on the calling stream (7); side-stream work on stream 8."""
+        return self.trace_calls(run, prepare, calls)
+
+    def trace_calls(self, run, prepare=None, calls=3, flush=None, verify=None):
+        """What CudaDevice.trace_calls returns, from the virtual clock: each call between two marker
+        copies on the calling stream (7), after its flush and a synchronize, its output judged after
+        the closing marker; side-stream work on stream 8."""
         self.log = []
         try:
             for i in range(calls):
-                if prepare is not None:
-                    prepare(i)
-                self.launch(0.001, nbytes=timed.MARKER_BYTES)
-                run()
-                self.launch(0.001, nbytes=timed.MARKER_BYTES)
+                token = prepare(i) if prepare is not None else None
+                if flush is not None:
+                    flush.zero_()
+                    self.synchronize()
+                self.launch(0.001, nbytes=timed.MARKER_BYTES, name="[CUDA memcpy Device-to-Device]")
+                out = run()
+                self.launch(0.001, nbytes=timed.MARKER_BYTES, name="[CUDA memcpy Device-to-Device]")
+                if verify is not None:
+                    self.launch(0.02, name="the output check")   # after the closing marker: not the call's
+                    reason = verify(token, out)
+                    if reason:
+                        raise timed.TimingRefused(timed.WRONG_OUTPUT, f"a traced call: {reason}")
             self.synchronize()
             return timed.traced_calls(self.log)
         finally:
@@ -276,7 +288,7 @@ class SimDevice:
 
         class Flush:
             def zero_(self):
-                dev.launch(0.05)
+                dev.launch(0.05, name="the L2 flush")
         return Flush()
 
     def memory_allocated(self):

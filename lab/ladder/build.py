@@ -32,7 +32,7 @@ from typing import Any, Sequence
 import platformdirs
 
 from lab.environment import git_info, require_gpu, torch_versions
-from lab.demangle import demangle as demangle_names
+from lab.demangle import demangle as demangle_names, short_name
 from lab.errors import LabError
 from lab.files import write_json_atomic
 from lab.ladder import pairing, python_rung
@@ -652,8 +652,7 @@ def _result(variant, arch, flags, key, bdir, module, built_now: bool, started: f
 
 def short_kernel_name(kernel: str) -> str:
     """`void attention_fwd_v1_kernel<128>(float const*, ...)` -> `attention_fwd_v1_kernel<128>`."""
-    name = kernel.split("(", 1)[0].strip()
-    return name[len("void "):] if name.startswith("void ") else name
+    return short_name(kernel)
 
 
 # ---------------------------------------------------------------------------------------------

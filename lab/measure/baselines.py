@@ -16,6 +16,7 @@ from lab.measure import rates
 from lab.measure.bench import DEFAULT_REPS, DEFAULT_WARMUP, Timing
 from lab.measure.call import Attention
 from lab.measure.checked import Measurement, Workload, describe, device_floor
+from lab.measure.kernelsplit import KernelSplitFailed
 from lab.measure.problem import Problem, softmax_scale
 from lab.measure.timed import TimingRefused
 
@@ -46,10 +47,13 @@ class Baseline:
     timing: Timing | None = None
     tflops: float | None = None
     peak_memory_bytes: int | None = None
+    kernel_split: dict | None = None   # `lab bench --kernels` (lab.measure.kernelsplit), or why there is none
 
     def to_dict(self, ours_median_ms: float | None = None) -> dict:
         d = asdict(self)
         d.pop("timing")
+        if d["kernel_split"] is None:   # only where asked: a stored run's baselines have no such field
+            d.pop("kernel_split")
         t = self.timing
         d.update(median_ms=t.median if t else None, std_ms=t.std if t else None,
                  ci95_low=t.ci95_low if t else None, ci95_high=t.ci95_high if t else None,
@@ -132,10 +136,11 @@ def unavailable_reason(messages: list[str], error: BaseException) -> str:
 
 
 def run_baseline(problem: Problem, backend: str, dtype: str, reps: int = DEFAULT_REPS, warmup: int = DEFAULT_WARMUP,
-                 seed: int = 0, mode: str = "fwd") -> Baseline:
+                 seed: int = 0, mode: str = "fwd", kernel_calls: int = 0) -> Baseline:
     """One SDPA backend timed in `mode` through the one measurement (lab.measure.checked.Measurement):
     its inputs rotating like a rung's (so that both are timed alike), held to the same floor; its
-    outputs are the reference, not checked."""
+    outputs are the reference, not checked. `kernel_calls`: then that many of its calls traced for
+    the kernel split (Measurement.kernel_split), where it was timed."""
     import torch
 
     name = f"sdpa-{backend}"
@@ -149,6 +154,7 @@ def run_baseline(problem: Problem, backend: str, dtype: str, reps: int = DEFAULT
             measurement = Measurement(impl, workload, mode, verify=False, floor=device_floor(p, mode),
                                       what=describe(f"{name} {dtype}", p, mode))
             timing = measurement.time(reps=reps, warmup=warmup)
+            kernels = kernel_split_of(measurement, kernel_calls) if kernel_calls else None
     except torch.OutOfMemoryError:
         torch.cuda.empty_cache()
         return Baseline(name, backend, dtype, "unavailable", "out of memory")
@@ -158,7 +164,16 @@ def run_baseline(problem: Problem, backend: str, dtype: str, reps: int = DEFAULT
         torch.cuda.empty_cache()
         return Baseline(name, backend, dtype, "unavailable", unavailable_reason([str(w.message) for w in caught], e))
     return Baseline(name, backend, dtype, "ok", "", timing, rates.tflops(rates.flops(p, mode), timing.median),
-                    timing.peak_memory_bytes)
+                    timing.peak_memory_bytes, kernels)
+
+
+def kernel_split_of(measurement: Measurement, calls: int) -> dict:
+    """The measurement's kernel split, or {"error": why there is none}: a split the trace could not
+    give is said in its place, never a reason to drop the timing beside it."""
+    try:
+        return measurement.kernel_split(calls)
+    except (KernelSplitFailed, TimingRefused) as e:
+        return {"error": str(e)}
 
 
 def select_backends(spec: str) -> tuple[str, ...]:
@@ -174,12 +189,13 @@ def select_backends(spec: str) -> tuple[str, ...]:
 
 
 def run_baselines(problem: Problem, reps: int = DEFAULT_REPS, warmup: int = DEFAULT_WARMUP, backends=BACKENDS,
-                  dtypes=None, progress=None, mode: str = "fwd") -> list[Baseline]:
-    """Each backend in each of `dtypes` (default: `baseline_dtypes` of the problem's dtype)."""
+                  dtypes=None, progress=None, mode: str = "fwd", kernel_calls: int = 0) -> list[Baseline]:
+    """Each backend in each of `dtypes` (default: `baseline_dtypes` of the problem's dtype); with
+    `kernel_calls`, each one's kernel split too (run_baseline)."""
     out = []
     for dtype in dtypes or baseline_dtypes(problem.dtype):
         for backend in backends:
             if progress:
                 progress(f"baseline sdpa-{backend} {dtype}" + (f" {mode}" if mode != "fwd" else ""))
-            out.append(run_baseline(problem, backend, dtype, reps, warmup, mode=mode))
+            out.append(run_baseline(problem, backend, dtype, reps, warmup, mode=mode, kernel_calls=kernel_calls))
     return out

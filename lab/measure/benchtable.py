@@ -9,29 +9,36 @@ so the ratios are side by side; a column names the dtype its baselines ran in.
 from __future__ import annotations
 
 from rich.table import Table
+from rich.text import Text
 
 from lab.console import rich_console, say
+from lab.errors import LabError
 from lab.environment import device_info, git_info, require_compute_capability, require_gpu, software_info
 from lab.measure import rates
-from lab.measure.baselines import baseline_dtypes, run_baselines
+from lab.measure.baselines import baseline_dtypes, kernel_split_of, run_baselines
 from lab.measure.bench import DEFAULT_REPS, DEFAULT_WARMUP
 from lab.measure.call import require_mode
-from lab.measure.checked import time_rung
+from lab.measure.checked import rung_measurement
+from lab.measure.kernelsplit import EXCLUDES
 from lab.measure.gate import gated
-from lab.measure.problem import DTYPE_SHORT, check_supported
+from lab.measure.problem import DTYPE_SHORT, Problem, check_supported, label_without_dtype
 from lab.measure.timed import TimingRefused
 
 
 def bench_ladder(chosen, problems, reps: int = DEFAULT_REPS, warmup: int = DEFAULT_WARMUP, baselines: bool = True,
-                 backends=None, mode: str = "fwd") -> dict:
+                 backends=None, mode: str = "fwd", kernel_calls: int = 0) -> dict:
     """Each rung built, gated in a child and timed in `mode` (lab.measure.gate), beside the SDPA
-    backends timed in the same mode once per shape."""
+    backends timed in the same mode once per shape. `kernel_calls`: each timed rung and baseline then
+    traced for its kernel split (lab.measure.kernelsplit), on the calls it was timed with; a rung that
+    failed its check, or was given no time, has none."""
     for variant, problem in zip(chosen, problems):   # every refusal (exit 2) before any GPU work
         check_supported(variant, problem)
         require_mode(variant, mode)
     require_gpu("bench")  # a clear refusal before any work
     for variant in chosen:
         require_compute_capability(variant)
+    if kernel_calls:
+        require_kernel_trace()
     rows, base, failed, refusals = [], {}, [], []   # base: (shape, dtype) -> that dtype's baselines
     for variant, problem in zip(chosen, problems):
         shape_key = _shape_key(problem.to_dict())
@@ -40,7 +47,7 @@ def bench_ladder(chosen, problems, reps: int = DEFAULT_REPS, warmup: int = DEFAU
         if missing:
             say(f"baselines for {problem.with_dtype(missing[0]).label()}"
                 + "".join(f", {d}" for d in missing[1:]) + ("" if mode == "fwd" else f" ({mode})"))
-            timed = run_baselines(problem, reps, warmup, mode=mode, dtypes=missing,
+            timed = run_baselines(problem, reps, warmup, mode=mode, dtypes=missing, kernel_calls=kernel_calls,
                                   **({"backends": backends} if backends else {}))
             for d in missing:
                 base[(shape_key, d)] = [b for b in timed if b.dtype == d]
@@ -54,8 +61,9 @@ def bench_ladder(chosen, problems, reps: int = DEFAULT_REPS, warmup: int = DEFAU
             rows.append(row)
             continue
         say(f"bench {variant.id} {problem.label()}" + ("" if mode == "fwd" else f" {mode}"))
+        measurement = rung_measurement(variant, rung.module, problem, mode=mode)
         try:
-            timing = time_rung(variant, rung.module, problem, reps, warmup, mode=mode)
+            timing = measurement.time(reps=reps, warmup=warmup)
         except TimingRefused as refused:   # measured, but not a time the lab will print
             row["refused"] = refused.to_dict()
             refusals.append(str(refused))
@@ -64,7 +72,11 @@ def bench_ladder(chosen, problems, reps: int = DEFAULT_REPS, warmup: int = DEFAU
         row.update(timing=timing.to_dict(), tflops=rates.tflops(rates.flops(problem, mode), timing.median),
                    peak_memory_bytes=timing.peak_memory_bytes,
                    baselines=[b.to_dict(timing.median) for d in wanted for b in base.get((shape_key, d), [])])
+        if kernel_calls:   # after the timing, on its measurement: the calls the table's time is of
+            say(f"kernel split {variant.id} {problem.label()}: {kernel_calls} calls under torch.profiler")
+            row["kernel_split"] = kernel_split_of(measurement, kernel_calls)
         rows.append(row)
+        del measurement
     for prev, row in zip(rows, rows[1:]):
         # the same problem up to dtype (the ladder's fp32 -> fp16 step is a gain we want to show)
         if "timing" in prev and "timing" in row and _shape_key(prev["problem"]) == _shape_key(row["problem"]):
@@ -73,6 +85,36 @@ def bench_ladder(chosen, problems, reps: int = DEFAULT_REPS, warmup: int = DEFAU
            "warmup": warmup, "mode": mode, "rows": rows}
     # the caller prints and stores the table first, then exits 1 on these (lab.cli bench)
     out["failures"] = ([f"wrong results from {', '.join(failed)}: not timed"] if failed else []) + refusals
+    if kernel_calls:
+        out["kernel_calls"] = kernel_calls
+        out["failures"] += [f"no kernel split for {who} on {label}: {split['error']}"
+                            for who, label, split in kernel_splits(rows) if "error" in split]
+    return out
+
+
+def require_kernel_trace() -> None:
+    """Refuse --kernels (exit 2) before any work where torch.profiler cannot record CUDA kernels."""
+    from torch.profiler import ProfilerActivity, supported_activities
+
+    if ProfilerActivity.CUDA not in supported_activities():
+        raise LabError("--kernels needs torch.profiler's CUDA activity (Kineto with CUPTI), which this build of "
+                       "torch does not have", hint="a CUDA build of torch from pytorch.org has it; or drop --kernels")
+
+
+def kernel_splits(rows: list[dict]) -> list[tuple[str, str, dict]]:
+    """(who, problem label, split) for each rung and baseline of `rows` with a kernel split (or its
+    error), in table order, each baseline once per shape and dtype: a rung by its id, a baseline as
+    `sdpa-<backend>` on its own problem (its dtype, SDPA's default backward)."""
+    out, seen = [], set()
+    for row in rows:
+        if "kernel_split" in row:
+            out.append((row["variant"], row["problem"]["label"], row["kernel_split"]))
+        for b in row.get("baselines", []):
+            key = (_shape_key(row["problem"]), b["backend"], b["dtype"])
+            if "kernel_split" in b and key not in seen:
+                seen.add(key)
+                label = Problem.from_dict(row["problem"]).plain().with_dtype(b["dtype"]).label()
+                out.append((f"sdpa-{b['backend']}", label, b["kernel_split"]))
     return out
 
 
@@ -123,6 +165,64 @@ def print_ladder(result: dict) -> None:
         if "refused" in row:
             console.print(f"{row['variant']}: no time ({row['refused']['status']}): {row['refused']['reason']}",
                           markup=False, highlight=False)
+    print_kernel_splits(result, console)
+
+
+def _split_groups(result: dict) -> list[tuple[str, list[tuple[str, str, dict]]]]:
+    """The kernel splits by shape (the problem without its dtype), in table order: (shape, entries)."""
+    groups: dict[str, list] = {}
+    for who, label, split in kernel_splits(result["rows"]):
+        groups.setdefault(label_without_dtype(label), []).append((who, label, split))
+    return list(groups.items())
+
+
+def _who(who: str, label: str) -> str:
+    dtype = Problem.from_label(label).dtype
+    return f"{who} {DTYPE_SHORT.get(dtype, dtype)}"
+
+
+def _launches(n: float) -> str:
+    return f"{n:.0f}" if abs(n - round(n)) < 1e-9 else f"{n:.2f}"
+
+
+def _sum_text(split: dict) -> str:
+    streams = f", {split['streams']} streams" if split["streams"] > 1 else ""
+    return (f"sum (per call {split['sum_us_min']:.1f}-{split['sum_us_max']:.1f}; span {split['span_us']:.1f} us"
+            f"{streams})")
+
+
+def print_kernel_splits(result: dict, console=None) -> None:
+    """`lab bench --kernels`: per shape, each rung's and baseline's kernels with their device time per
+    call, share and sum (lab.measure.kernelsplit), and what the sum leaves out."""
+    groups = _split_groups(result)
+    if not groups:
+        return
+    console = console or rich_console()
+    mode = result.get("mode", "fwd")
+    for shape, entries in groups:
+        t = Table(title=f"kernel split, {mode}, {shape}: device time per call, mean of {result['kernel_calls']} "
+                        "traced calls", title_justify="left")
+        t.add_column("")
+        t.add_column("kernel", overflow="fold")
+        for col in ("launches", "us/call", "share"):
+            t.add_column(col, justify="right")
+        for who, label, split in entries:
+            name = _who(who, label)
+            if "error" in split:
+                t.add_row(name, Text(f"no split: {split['error']}", style="red"), "", "", "")
+                t.add_section()
+                continue
+            for i, k in enumerate(split["kernels"]):
+                t.add_row(name if i == 0 else "", k["short_name"], _launches(k["launches_per_call"]),
+                          f"{k['us_per_call']:.1f}", f"{k['share_pct']:.1f}%")
+            t.add_row(name if not split["kernels"] else "", Text(_sum_text(split), style="bold"),
+                      _launches(sum(k["launches_per_call"] for k in split["kernels"])),
+                      Text(f"{split['sum_us']:.1f}", style="bold"), "100%" if split["kernels"] else "")
+            t.add_section()
+        console.print(t)
+    console.print(f"us/call: {EXCLUDES}. span: a call's first start to its last end (the sum plus the gaps "
+                  "between kernels, less any overlap). Traced after the timing, on the timed calls' inputs and "
+                  "stream, each started as a timed repetition is (L2 flushed, GPU idle).", markup=False, highlight=False)
 
 
 def markdown_ladder(result: dict, title: str | None = None) -> str:
@@ -165,4 +265,24 @@ def markdown_ladder(result: dict, title: str | None = None) -> str:
         lines.append("| " + " | ".join(cells) + " |")
     lines += ["", "speed-up = the backend's median time / the rung's (above 1: the rung is faster); "
               "n/a = the backend cannot run this shape or dtype.", ""]
+    for shape, entries in _split_groups(result):
+        lines += [f"Kernel split, {result.get('mode', 'fwd')}, {shape}: device time per call, mean of "
+                  f"{result['kernel_calls']} calls traced by torch.profiler (CUPTI) after the timing.", "",
+                  "| implementation | kernel | launches per call | us per call | share |",
+                  "| --- | --- | --- | --- | --- |"]
+        for who, label, split in entries:
+            name = _who(who, label)
+            if "error" in split:
+                lines.append(f"| {name} | no split: {_cell(split['error'])} | | | |")
+                continue
+            for k in split["kernels"]:
+                lines.append(f"| {name} | `{_cell(k['short_name'])}` | {_launches(k['launches_per_call'])} | "
+                             f"{k['us_per_call']:.1f} | {k['share_pct']:.1f}% |")
+            launches = _launches(sum(k["launches_per_call"] for k in split["kernels"]))
+            lines.append(f"| {name} | **{_sum_text(split)}** | {launches} | **{split['sum_us']:.1f}** | |")
+        lines += ["", f"us per call: {EXCLUDES}.", ""]
     return "\n".join(lines)
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")

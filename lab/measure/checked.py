@@ -24,13 +24,14 @@ from __future__ import annotations
 
 import contextlib
 
-from lab.measure.bench import DEFAULT_REPS, DEFAULT_WARMUP, EVENTS, GRAPH, Timing
+from lab.measure.bench import DEFAULT_REPS, DEFAULT_WARMUP, EVENTS, GRAPH, L2_FLUSH_BYTES, Timing
 from lab.measure.call import Attention, make_call, rung
 from lab.measure.floor import Floor, attention_floor
+from lab.measure.kernelsplit import KERNEL_CALLS, KernelSplitFailed, call_work, split
 from lab.measure.problem import Problem
 from lab.measure.rotation import (DEFAULT_SETS, GradientCheck, OutputCheck, RotatingInputs, gradient_sets,
                                   problem_inputs)
-from lab.measure.timed import Checked, time_checked
+from lab.measure.timed import Checked, CudaDevice, time_checked
 
 
 def device_floor(problem: Problem, mode: str = "fwd", peaks: dict | None = None) -> Floor | None:
@@ -142,6 +143,28 @@ class Measurement:
         return timing
 
 
+    def kernel_split(self, calls: int = KERNEL_CALLS, l2_flush: bool = True, device=None) -> dict:
+        """Where the call's device time goes, kernel by kernel (lab.measure.kernelsplit): `calls` calls of
+        the mode, made as time() makes them (the same slots, the current stream, the implementation's
+        context), traced under CUPTI, each loaded, L2 flushed and started on an idle GPU as a timed
+        repetition is, its output checked as the timer checks it. Run it after time(): the calls are
+        warm. Raises KernelSplitFailed where the trace gives no split, TimingRefused on a wrong output."""
+        dev = device or CudaDevice()
+        flush = dev.flush_buffer(L2_FLUSH_BYTES) if l2_flush else None
+        with self.impl.context():
+            call = self.call()
+            try:
+                traced = dev.trace_calls(call, self.prepare, calls, flush, self.verify)
+            except RuntimeError as e:   # the profiler could not start (CUPTI held by another tool), out of memory
+                why = str(e).strip()[:200]
+                raise KernelSplitFailed(f"tracing {calls} calls under torch.profiler failed: {why}") from e
+            finally:
+                del call, flush
+        if len(traced) != calls:
+            raise KernelSplitFailed(f"the trace of {calls} calls lost its markers (CUPTI dropped records)")
+        return split(call_work(traced))
+
+
 def _on(stream):
     import torch
 
@@ -156,7 +179,13 @@ def time_rung(variant, module, problem: Problem, reps: int = DEFAULT_REPS, warmu
               method: str = EVENTS, l2_flush: bool = True, budget_s: float | None = None, peaks: dict | None = None,
               sets: int = DEFAULT_SETS, seed: int = 0, mode: str = "fwd") -> Timing:
     """A rung on `problem` in `mode`, in its own layout, measured (see Measurement); raises TimingRefused."""
-    workload = Workload(problem, variant.layout, sets, seed)
-    m = Measurement(rung(variant, module, problem), workload, mode, floor=device_floor(problem, mode, peaks),
-                    what=describe(variant.id, problem, mode))
+    m = rung_measurement(variant, module, problem, mode=mode, peaks=peaks, sets=sets, seed=seed)
     return m.time(method, reps, warmup, l2_flush, budget_s)
+
+
+def rung_measurement(variant, module, problem: Problem, *, mode: str = "fwd", peaks: dict | None = None,
+                     sets: int = DEFAULT_SETS, seed: int = 0) -> Measurement:
+    """The Measurement time_rung times: a caller that also wants the kernel split keeps it."""
+    workload = Workload(problem, variant.layout, sets, seed)
+    return Measurement(rung(variant, module, problem), workload, mode, floor=device_floor(problem, mode, peaks),
+                       what=describe(variant.id, problem, mode))

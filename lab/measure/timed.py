@@ -121,8 +121,17 @@ class CudaDevice:
 
     def trace_streams(self, run: Callable[[], object], prepare: Callable[[int], object] | None = None,
                       calls: int = TRACE_CALLS) -> list[dict]:
+        """`calls` calls under a CUPTI trace (trace_calls); returns lab.measure.timed.traced_calls of it."""
+        return self.trace_calls(run, prepare, calls)
+
+    def trace_calls(self, run: Callable[[], object], prepare: Callable[[int], object] | None = None,
+                    calls: int = TRACE_CALLS, flush=None, verify: Callable[[object, object], str | None] | None = None,
+                    ) -> list[dict]:
         """`calls` calls under a CUPTI trace (torch.profiler), each between two MARKER_BYTES copies on the
-        calling stream; returns lab.measure.timed.traced_calls of the trace."""
+        calling stream; returns lab.measure.timed.traced_calls of the trace. `flush`: zeroed before each
+        call and the device synchronized, so that each starts on an idle GPU with L2 evicted, as a timed
+        repetition does (probe_call); `verify(token, output)` judges each output after its closing
+        marker, so its work is not the call's; the first wrong output raises TimingRefused."""
         import tempfile
         from pathlib import Path
 
@@ -134,11 +143,17 @@ class CudaDevice:
 
         def launches():
             for i in range(calls):
-                if prepare is not None:
-                    prepare(i)
+                token = prepare(i) if prepare is not None else None
+                if flush is not None:
+                    flush.zero_()
+                    self.synchronize()
                 dst.copy_(src)    # the call starts after this on the calling stream
                 out = run()
                 dst.copy_(src)    # ...and the calling stream has finished it when this starts
+                if verify is not None:
+                    reason = verify(token, out)
+                    if reason:
+                        raise TimingRefused(WRONG_OUTPUT, f"a traced call: {reason}")
                 del out
 
         with tempfile.TemporaryDirectory(prefix="lab-streams-") as tmp:

@@ -202,10 +202,10 @@ def print_kernel_splits(result: dict, console=None) -> None:
     for shape, entries in groups:
         t = Table(title=f"kernel split, {mode}, {shape}: device time per call, mean of {result['kernel_calls']} "
                         "traced calls", title_justify="left")
-        t.add_column("")
-        t.add_column("kernel", overflow="fold")
+        t.add_column("", no_wrap=True)
+        t.add_column("kernel", overflow="fold")   # the one column that folds: names are long, numbers are not
         for col in ("launches", "us/call", "share"):
-            t.add_column(col, justify="right")
+            t.add_column(col, justify="right", no_wrap=True)
         for who, label, split in entries:
             name = _who(who, label)
             if "error" in split:

@@ -167,6 +167,25 @@
 //   (frag-dQ) 1.064x TMA-dQ (484.0 TFLOP/s), about 1.017x its step-5 self. All inside the
 //   predictions. Taken: frag-dQ the default at D = 128 too (BwdDefault128 is the candidate's type).
 //
+// Step 6a (v8_notes.md; predicted before any run): dK and dV leave through shared memory
+//   (StagedEpilogue<>). Evidence: the kernel split at 32,16,512,128 (torch.profiler CUPTI records,
+//   benchmarks/kernel_split.py: v8's preprocess and convert cost what cuDNN's do; the gap is the main
+//   kernel, 406.5 against cuDNN's 370.3 us) and the profile's epilogue lines (the accumulator pairs
+//   stored straight to global: lg_throttle, half of each sector used). Change: both consumer
+//   warpgroups meet at a named barrier after their last products, write dK and dV as 16-bit pairs
+//   into a padded row-major tile over the K/V region, meet again, and store the tile with 16-byte
+//   stores. Predicted: 1.04-1.14x at 32,16,512,128, 1.01-1.03x at 4,16,4096,128. Measured (four
+//   H200s, 2026-11-27, commit 1ade183; `v7_dev.py check --rung v8 --tuning` 0 failures,
+//   compute-sanitizer memcheck, racecheck, synccheck clean; `lab tune --mode bwd`, every timed call
+//   checked) against the frag-dQ default: 1.124x at 32,16,512,128 fp16 (340.8 TFLOP/s), 1.123x causal,
+//   1.095x at 32,32,512,64, 1.027x at 4,16,4096,128, 1.018x at 4,16,8192,128 (611.0 TFLOP/s), 0.997x
+//   the frag-dQ candidate at 2,32:8,1000,128 bf16 causal GQA (inside the CI95: level). All inside
+//   the predictions. Nsight Compute at 32,16,512,128: the main kernel 349.2 against 414.9 us
+//   (1.188x), tensor pipe 49.7% of peak (41.8%), lg_throttle gone from the top stalls (20% before),
+//   the uncoalesced-global finding (50% of store sectors excessive) gone; the top stall is now long
+//   scoreboard (35%). Taken: StagedEpilogue<> on both defaults (BwdDefault64/128 are the candidates'
+//   types); the deterministic mode keeps the TMA-dQ kernels it was checked with (DeterministicOf<>).
+//
 // Deterministic dQ (issue 27's deterministic mode): TMA-dQ with each query block's reductions taken
 //   in key-block order through a turn counter per 64 query rows (Deterministic<> says how and why it
 //   cannot deadlock), so dQ, like dK and dV, has the same bits on every run. Predicted: 0.85-0.95x
@@ -359,9 +378,7 @@ struct Deterministic : Base {
 // read by nobody), put their dK and dV rows, as 16-bit pairs, into a row-major tile over the K/V
 // region (rows padded by 16 bytes: a warp's 8 rows x 4 lanes hit 32 banks), meet again, and write
 // the tile out with 16-byte stores, each warp 512 contiguous bytes.
-// Measured first (one H200, 2026-11-27, commit 80039e3; `lab tune --mode bwd`, gated, every timed
-// call checked): 32,16,512,128 fp16 1.126x the frag-dQ default (0.5002 against 0.5635 ms), inside
-// the predicted 1.04-1.14x. Not yet sanitized or tuned elsewhere: a candidate until it is.
+// Measured (the header's step 6a): 1.02-1.12x frag-dQ, sanitized; the default at both head dims.
 template <class Base>
 struct StagedEpilogue : Base {
   static constexpr bool kStagedEpi = true;
@@ -1243,17 +1260,20 @@ const char* fwd_launch(const LabAttentionArgs* a, cudaStream_t stream) {
 // from the producer warpgroup's dQ writer (steps 4, 5 and 5b: 1.11-1.26x step 3's defaults, then
 // 1.03-1.06x TMA-dQ, on an H200); D = 128 on overlap-FA3's order (step 3), D = 64 on order 0 (step
 // 1: overlap-FA3's causal kernels spill at D = 64).
-using BwdDefault64 = FragDq<BwdConfig<64, 128, 2, false>>;
-using BwdDefault128 = FragDq<Overlapped<BwdConfig<128, 64, 2, false>, 1>>;
+// Step 6a: dK and dV leave through a shared tile with 16-byte stores (StagedEpilogue<>, 1.02-1.12x).
+using BwdDefault64 = StagedEpilogue<FragDq<BwdConfig<64, 128, 2, false>>>;
+using BwdDefault128 = StagedEpilogue<FragDq<Overlapped<BwdConfig<128, 64, 2, false>, 1>>>;
 
 // The deterministic mode (args->deterministic, `--deterministic`; common.cuh's deterministic contract):
 // the default's tiles and order with TMA-dQ's reductions taken in key-block order (Deterministic<>).
 // Written in terms of the defaults: a default on TMA-dQ is wrapped as it is; one on frag-dQ
-// (FragDq<B>) is wrapped as TmaDq<B>, the deterministic path that was checked and measured
-// (Deterministic<FragDq<>> has never run). The same types as the tuning candidates "...
+// (FragDq<B>) is wrapped as TmaDq<B>, and a staged epilogue (StagedEpilogue<B>) is taken off: the
+// deterministic path that was checked and measured (neither Deterministic<FragDq<>> nor a
+// deterministic staged epilogue has ever run). The same types as the tuning candidates "...
 // deterministic" below, so `lab tune` measures the kernels --deterministic runs.
 template <class C> struct DeterministicOf { using type = Deterministic<C>; };
 template <class B> struct DeterministicOf<FragDq<B>> { using type = Deterministic<TmaDq<B>>; };
+template <class B> struct DeterministicOf<StagedEpilogue<B>> : DeterministicOf<B> {};
 using BwdDeterministic64 = DeterministicOf<BwdDefault64>::type;
 using BwdDeterministic128 = DeterministicOf<BwdDefault128>::type;
 

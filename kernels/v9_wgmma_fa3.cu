@@ -95,6 +95,15 @@
 //   not pay on v6's grid, 0.96x at N=16384), so no faster than persistent pp there.
 //   Measured: pending the GPU (benchmarks/v9_notes.md, "Step 2 taken", has the commands).
 //
+// Step 3, ping-pong persistent at D=128 causal too (eighth session, 2026-11-27). Evidence (`lab
+//   tune --variant v9 --causal`, one H200 of four, commit 1ade183): "C2 BN128 S2 persistent pp" 1.067x
+//   the causal default (persistent, no ping-pong) at 1,16,16384,128 fp16 (1.6992 against 1.8138 ms,
+//   647.1 TFLOP/s), level at 32,16,512,128 (0.993x, the seventh session). The same call confirmed step
+//   2: the default level with its candidate (1.001x at 2,16,8192,128, 0.998x at 32,16,512,128) and
+//   1.072x / 1.041x the step-1 default. Change: lab_forward_v9 launches PingPong128 for D=128 causal
+//   as well. Predicted (before the GPU): against "C2 BN128 S2 persistent" (the old causal default),
+//   0.98-1.02x at causal N <= 1024, 1.02-1.07x at N >= 4096. Measured: pending (v9_notes.md).
+//
 // Steps still to come (issue 28; benchmarks/v9_notes.md): why the persistent kernel without
 // ping-pong trails v6's grid by 6-7% at long N and with it does not (the new candidate, then
 // profiles), ping-pong at D=64 and for causal long N, O stored by TMA from shared memory so the
@@ -113,9 +122,10 @@ using lab_hopper_sched::Persistent;
 //                       D   BN  stages ping-pong consumer warpgroups
 using Default64 = Config<64, 128, 2, false, 1>;     // BM = 64, two CTAs per SM
 using Long64 = Config<64, 128, 2, false, 3>;        // BM = 192: non-causal, seqlen_k >= kLongKeys
-using Default128 = Config<128, 128, 2, false, 2>;   // BM = 128, one CTA per SM: causal
-// D=128 non-causal: the two consumer warpgroups take turns at the tensor cores (ping-pong) on the
-// persistent grid (step 2; `lab tune`, H200, 2026-11-27: 1.045-1.068x Default128 non-causal). The
+using Default128 = Config<128, 128, 2, false, 2>;   // BM = 128, one CTA per SM (step 1's default)
+// D=128: the two consumer warpgroups take turns at the tensor cores (ping-pong) on the persistent
+// grid (steps 2 and 3; `lab tune`, H200, 2026-11-27: 1.041-1.072x Default128 non-causal, 1.067x
+// causal at N=16384). The
 // default launches this type, the tuning candidate "C2 BN128 S2 persistent pp" the same: one kernel.
 using PingPong128 = Config<128, 128, 2, true, 2>;
 constexpr int kLongKeys = 8192;
@@ -185,7 +195,8 @@ LAB_EXPORT const char* lab_forward_v9(const LabAttentionArgs* args, cudaStream_t
     return args->seqlen_k >= v9::kLongKeys ? v9::launch<v9::Long64, false>(args, stream)
                                            : v9::launch<v9::Default64, false>(args, stream);
   }
-  return args->causal ? v9::launch<v9::Default128, true>(args, stream) : v9::launch<v9::PingPong128, false>(args, stream);
+  // D = 128, both masks: ping-pong on the persistent grid (steps 2 and 3).
+  return args->causal ? v9::launch<v9::PingPong128, true>(args, stream) : v9::launch<v9::PingPong128, false>(args, stream);
 }
 
 #ifdef LAB_TUNING

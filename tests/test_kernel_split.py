@@ -10,7 +10,12 @@ import pytest
 from conftest import REPO, lab_here  # noqa: E402
 from lab.measure import kernelsplit, timed
 from lab.measure.kernelsplit import EXCLUDES, call_work, split
+from lab.ladder.registry import builtin
 from lab.measure.problem import Problem
+
+# rungs by what they declare (tests name rungs through the registry)
+DET = next(v.id for v in builtin() if v.deterministic)            # a backward with a deterministic mode
+NO_BWD = next(v.id for v in builtin() if not v.backward)          # a forward-only rung
 
 MARKER = "[CUDA memcpy Device-to-Device]"
 M = timed.MARKER_BYTES
@@ -210,7 +215,7 @@ def _result():
     b = {"backend": "cudnn", "dtype": "float16", "status": "ok", "ratio": 0.9, "median_ms": 0.55, "kernel_split": base}
     f = {"backend": "flash", "dtype": "float16", "status": "ok", "ratio": 0.5, "median_ms": 0.9,
          "kernel_split": {"error": "tracing 20 calls under torch.profiler failed: CUPTI busy"}}
-    row = {"variant": "v8", "title": "t", "problem": problem, "mode": "bwd", "correct": True, "correctness": "ok",
+    row = {"variant": DET, "title": "t", "problem": problem, "mode": "bwd", "correct": True, "correctness": "ok",
            "timing": {"median": 0.6, "std": 0.01}, "tflops": 300.0, "baselines": [b, f], "kernel_split": rung}
     return {"device": {"name": "NVIDIA H200", "compute_capability": "9.0", "sm_count": 132}, "software": {"torch": "2.11"},
             "git": {"commit": "abc", "dirty": False}, "reps": 30, "warmup": 5, "mode": "bwd", "rows": [row],
@@ -224,17 +229,17 @@ def test_the_table_shows_each_implementation_by_kernel_with_its_sum_and_what_it_
     benchtable.print_ladder(result)
     out = " ".join(capsys.readouterr().out.split())
     assert "kernel split, bwd, B32-H16-N512-D128" in out and "mean of 20 traced calls" in out
-    assert "v8 fp16" in out and "sdpa-cudnn fp16" in out
-    assert out.index("v8 fp16") < out.index("sdpa-cudnn fp16")
+    assert f"{DET} fp16" in out and "sdpa-cudnn fp16" in out
+    assert out.index(f"{DET} fp16") < out.index("sdpa-cudnn fp16")
     assert "lab_bwd::main_kernel<lab_bwd::Config<64, 128, 2>, __half>" in out
     assert "419.0" in out and "372.0" in out and f"{result['rows'][0]['kernel_split']['sum_us']:.1f}" in out
     assert "no split: tracing 20 calls under torch.profiler failed" in out
     assert " ".join(EXCLUDES.split()) in out
     md = benchtable.markdown_ladder(result, "t")
-    assert "| v8 fp16 | `lab_bwd::main_kernel<lab_bwd::Config<64, 128, 2>, __half>` | 1 | 419.0 |" in md
+    assert f"| {DET} fp16 | `lab_bwd::main_kernel<lab_bwd::Config<64, 128, 2>, __half>` | 1 | 419.0 |" in md
     assert "| sdpa-cudnn fp16 | `lab_bwd::main_kernel<lab_bwd::Config<64, 128, 2>, __half>` | 1 | 372.0 |" in md
     assert "| sdpa-flash fp16 | no split: tracing 20 calls" in md and EXCLUDES in md
-    assert [who for who, _, _ in benchtable.kernel_splits(result["rows"])] == ["v8", "sdpa-cudnn", "sdpa-flash"]
+    assert [who for who, _, _ in benchtable.kernel_splits(result["rows"])] == [DET, "sdpa-cudnn", "sdpa-flash"]
 
 
 def test_a_table_without_splits_prints_none():
@@ -262,10 +267,10 @@ except ImportError:
 
 
 @pytest.mark.parametrize("args, message", [
-    (["--variant", "v8", "--mode", "bwd", "--kernel-calls", "5"], "--kernel-calls sets how many calls --kernels traces"),
-    (["--variant", "v1", "--mode", "bwd", "--kernels"], "v1 has no backward"),
-    (["--variant", "v8", "--mode", "fwd", "--deterministic", "--kernels"], "--deterministic"),
-    (["--variant", "v8", "--mode", "bwd", "--kernels", "--backends", "cudnn,nope"], "unknown SDPA backend"),
+    (["--variant", DET, "--mode", "bwd", "--kernel-calls", "5"], "--kernel-calls sets how many calls --kernels traces"),
+    (["--variant", NO_BWD, "--mode", "bwd", "--kernels"], f"{NO_BWD} has no backward"),
+    (["--variant", DET, "--mode", "fwd", "--deterministic", "--kernels"], "--deterministic"),
+    (["--variant", DET, "--mode", "bwd", "--kernels", "--backends", "cudnn,nope"], "unknown SDPA backend"),
     (["--variant", "nope", "--kernels"], "unknown variant"),
 ])
 def test_bench_kernels_refuses_bad_input_in_one_line(args, message, tmp_path):
@@ -277,13 +282,13 @@ def test_bench_kernels_refuses_bad_input_in_one_line(args, message, tmp_path):
 
 
 def test_bench_kernel_calls_out_of_range_is_a_usage_error(tmp_path):
-    res = _lab("bench", "--variant", "v8", "--mode", "bwd", "--kernels", "--kernel-calls", "0", tmp_path=tmp_path)
+    res = _lab("bench", "--variant", DET, "--mode", "bwd", "--kernels", "--kernel-calls", "0", tmp_path=tmp_path)
     assert res.returncode == 2 and "--kernel-calls" in res.stderr and "Traceback" not in res.stderr
 
 
 @pytest.mark.skipif(HAS_GPU, reason="checks the no-GPU refusal; this machine has a GPU")
 def test_bench_kernels_without_a_gpu_exits_2(tmp_path):
-    res = _lab("bench", "--variant", "v8", "--mode", "bwd", "--kernels", tmp_path=tmp_path)
+    res = _lab("bench", "--variant", DET, "--mode", "bwd", "--kernels", tmp_path=tmp_path)
     assert res.returncode == 2, res.stderr
     assert "needs an NVIDIA GPU" in res.stderr or "needs PyTorch" in res.stderr
     assert "Traceback" not in res.stderr

@@ -305,3 +305,73 @@ def test_kernels_are_refused_where_torch_profiler_records_no_cuda(monkeypatch):
     monkeypatch.setattr(torch_profiler, "supported_activities",
                         lambda: {torch_profiler.ProfilerActivity.CPU, torch_profiler.ProfilerActivity.CUDA})
     benchtable.require_kernel_trace()
+
+
+# ------------------------------------------------------------------------------ the one bench path
+
+def test_bench_splits_the_measurement_it_timed_and_never_a_rung_that_failed_or_was_refused(monkeypatch):
+    """bench_ladder (lab.measure.benchtable) on stand-ins for the GPU's acts only: the gate's verdict,
+    the measurement's time() and kernel_split(). A passing rung is split on the very Measurement its
+    time came from, after it; a rung that failed its check is neither timed nor split; one the timer
+    refused is not split; the baselines get --kernel-calls; a split that could not be taken exits 1."""
+    from types import SimpleNamespace
+
+    from lab.measure import baselines, benchtable
+    from lab.measure.bench import Timing
+
+    rungs = [v for v in builtin() if "float16" in v.dtypes and 64 in v.head_dims][:3]
+    assert len(rungs) == 3
+    passed = {rungs[0].id: True, rungs[1].id: False, rungs[2].id: True}
+    events = []
+
+    class Measured:
+        def __init__(self, variant):
+            self.variant = variant
+
+        def time(self, **kwargs):
+            events.append(("time", self.variant.id, id(self)))
+            if self.variant.id == rungs[2].id:
+                raise timed.TimingRefused(timed.IMPOSSIBLE, "under the floor")
+            return Timing("ms", 2.0, 2.0, 0.01, 2.0, 2.0, 2.0, 2.0, 30, 5, True)
+
+        def kernel_split(self, calls):
+            events.append(("split", self.variant.id, id(self)))
+            return split([[("void k(int)", 7, 0, 1_000)]] * calls)
+
+    seen_calls = []
+
+    def run_baseline(problem, backend, dtype, reps, warmup, mode="fwd", kernel_calls=0):
+        seen_calls.append(kernel_calls)
+        return baselines.Baseline(f"sdpa-{backend}", backend, dtype, "ok", "",
+                                  Timing("ms", 1.0, 1.0, 0.01, 1.0, 1.0, 1.0, 1.0, 30, 5, True), 1.0,
+                                  kernel_split={"error": "CUPTI busy"} if dtype == "float32" else None)
+
+    monkeypatch.setattr(baselines, "run_baseline", run_baseline)
+    for name in ("require_gpu", "require_compute_capability", "require_kernel_trace"):
+        monkeypatch.setattr(benchtable, name, lambda *a, **k: None)
+    monkeypatch.setattr(benchtable, "gated", lambda v, p, mode: SimpleNamespace(
+        passed=passed[v.id], verdict={"passed": passed[v.id]}, module=None))
+    monkeypatch.setattr(benchtable, "rung_measurement", lambda v, *a, **k: Measured(v))
+    monkeypatch.setattr(benchtable, "device_info", lambda: {"name": "GPU", "compute_capability": "9.0", "sm_count": 132})
+    monkeypatch.setattr(benchtable, "software_info", lambda: {"torch": "2.11"})
+    monkeypatch.setattr(benchtable, "git_info", lambda: {"commit": "abc", "dirty": False})
+
+    problems = [Problem(1, 2, 256, 256, 64, False, "float16")] * 3
+    result = benchtable.bench_ladder(rungs, problems, reps=30, warmup=5, backends=("cudnn",), kernel_calls=4)
+    assert seen_calls == [4, 4]   # cudnn in fp16 and fp32, each asked for its split
+    first, failed, refused = result["rows"]
+    timed_id = next(i for what, v, i in events if what == "time" and v == rungs[0].id)
+    assert ("split", rungs[0].id, timed_id) in events   # the measurement that was timed
+    assert events.index(("split", rungs[0].id, timed_id)) > events.index(("time", rungs[0].id, timed_id))
+    assert first["kernel_split"]["calls"] == 4 and first["kernel_split"]["sum_us"] == pytest.approx(1.0)
+    assert not any(v == rungs[1].id for _, v, _ in events) and "kernel_split" not in failed
+    assert not any(w == "split" and v == rungs[2].id for w, v, _ in events) and "kernel_split" not in refused
+    assert result["kernel_calls"] == 4
+    assert any(f.startswith("no kernel split for sdpa-cudnn on ") and "CUPTI busy" in f for f in result["failures"])
+    assert any("wrong results from" in f for f in result["failures"])
+    # without --kernels nothing is traced and the result has no split
+    events.clear()
+    seen_calls.clear()
+    plain = benchtable.bench_ladder(rungs[:1], problems[:1], reps=30, warmup=5, backends=("cudnn",))
+    assert [w for w, _, _ in events] == ["time"] and seen_calls == [0, 0]
+    assert "kernel_calls" not in plain and "kernel_split" not in plain["rows"][0]

@@ -185,6 +185,11 @@
 //   the uncoalesced-global finding (50% of store sectors excessive) gone; the top stall is now long
 //   scoreboard (35%). Taken: StagedEpilogue<> on both defaults (BwdDefault64/128 are the candidates'
 //   types); the deterministic mode keeps the TMA-dQ kernels it was checked with (DeterministicOf<>).
+//   With it, issue 27's target sweep (fa-grid, four H200s, commit ea49cdd, shipped): v8's backward
+//   >= cuDNN in 24 of 24 cells in fp16 and in bf16 under CUDA-graph replay (1.015-1.164x) and under
+//   events; v9+v8's forward+backward >= cuDNN's in 24 of 24; on an H100 598-625 TFLOP/s at D = 128,
+//   N >= 8192 non-causal (cuDNN 541-564). Still behind cuDNN: causal GQA with few K/V heads
+//   (1,32:4,8192,64 causal 0.81x: coarse per-CTA work, v8_notes.md).
 //
 // Deterministic dQ (issue 27's deterministic mode): TMA-dQ with each query block's reductions taken
 //   in key-block order through a turn counter per 64 query rows (Deterministic<> says how and why it

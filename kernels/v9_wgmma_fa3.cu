@@ -93,7 +93,9 @@
 //   (the forward is 21-26% of the pair's graph time in this session's target sweep, four H200s).
 //   One tile per CTA with ping-pong: 0.96-1.00x one tile per CTA at N >= 8192 (v6 run 4: ping-pong did
 //   not pay on v6's grid, 0.96x at N=16384), so no faster than persistent pp there.
-//   Measured: pending the GPU (benchmarks/v9_notes.md, "Step 2 taken", has the commands).
+//   Measured (four H200s, 2026-11-27, commit 1ade183, `lab tune --variant v9`): the default level with
+//   "C2 BN128 S2 persistent pp" (1.001x at 2,16,8192,128, 0.998x at 32,16,512,128) and 1.073x / 1.042x
+//   "C2 BN128 S2 persistent" (predicted 1.04-1.07x): held.
 //
 // Step 3, ping-pong persistent at D=128 causal too (eighth session, 2026-11-27). Evidence (`lab
 //   tune --variant v9 --causal`, one H200 of four, commit 1ade183): "C2 BN128 S2 persistent pp" 1.067x
@@ -102,7 +104,10 @@
 //   2: the default level with its candidate (1.001x at 2,16,8192,128, 0.998x at 32,16,512,128) and
 //   1.072x / 1.041x the step-1 default. Change: lab_forward_v9 launches PingPong128 for D=128 causal
 //   as well. Predicted (before the GPU): against "C2 BN128 S2 persistent" (the old causal default),
-//   0.98-1.02x at causal N <= 1024, 1.02-1.07x at N >= 4096. Measured: pending (v9_notes.md).
+//   0.98-1.02x at causal N <= 1024, 1.02-1.07x at N >= 4096. Measured (four H200s, commit ea49cdd,
+//   `lab tune --variant v9 --causal`, fp16): 0.999x at 32,16,512,128, 1.018x at 16,16,1024,128, 1.057x
+//   at 4,16,4096,128, 1.071x at 2,16,8192,128: held (the last at the band's top). On the fa-grid (graph)
+//   v9 D=128 causal is 1.012-1.104x cuDNN at N >= 4096, 0.81-0.98x below (RESULTS.md).
 //
 // Steps still to come (issue 28; benchmarks/v9_notes.md): why the persistent kernel without
 // ping-pong trails v6's grid by 6-7% at long N and with it does not (the new candidate, then

@@ -554,3 +554,144 @@ def test_kernels_that_are_not_rungs_hear_no_attention_advice():
         for a in analyzed(path):
             for f in a.findings:
                 assert not RUNG_WORDS.search(f.advice) and "two matrix products" not in f.advice, (a.kernel, f.advice)
+
+
+# ----------------------------------------------------------------------------- throughput verdicts and their lines
+
+TRAFFIC = {"memory-bound": ("shared_wavefronts", "global_sectors", "local_inst_executed", "inst_executed"),
+           "compute-bound": ("inst_executed",)}
+
+
+def _shipped_reports():
+    """Every shipped example run's report with its problem and mode, and the fixtures with per-line data."""
+    for m in sorted((REPO / "profiles" / "examples").glob("*/manifest.json")):
+        man = json.loads(m.read_text())
+        rep = m.parent / (man.get("artifacts") or {}).get("ncu_report", "profile.ncu-rep")
+        if rep.exists():
+            yield rep, man.get("problem"), man.get("mode") or "fwd"
+    for p in (PLANTED["detailed"], SDPA, OURS / "sdpa-cudnn-bwd.ncu-rep.xz", OURS / "planted-bwd.ncu-rep.xz"):
+        if p.exists():
+            yield p, None, None
+
+
+def _row(k: dict, cited: dict) -> dict:
+    return next(r for r in k["lines"] if (source_lines._short(r["file"]), r["line"], r.get("pc")) ==
+                (cited["file"], cited["line"], cited.get("pc")))
+
+
+def test_a_throughput_verdict_cites_the_lines_that_make_the_traffic_never_a_wait():
+    """A unit at its roof rests on the lines that make its work: a memory unit's on the lines with its
+    wavefronts or sectors (or the TMA lines that move its bytes), a pipe's on its instructions. A warp
+    spinning on an mbarrier waits for a pipeline stage: v8's backward once cited its producer's wait for
+    a free slot (idle by design) behind 'L1TEX at 72%'. Any latency finding leaves an issuer's waits out."""
+    checked = 0
+    for rep, problem, mode in _shipped_reports():
+        for a in (analyzed(rep) if problem is None else analysis.analyze_report(rep, problem=problem, mode=mode)):
+            k = a.lines or {}
+            if k.get("status") not in ("ok", "no-lineinfo"):
+                continue
+            for f in a.findings:
+                for c in f.lines:
+                    r = _row(k, c)
+                    if f.cls in TRAFFIC and f.source == "lab" and f.title.startswith(("Memory-bound", "Compute-bound")):
+                        assert c["metric"] in TRAFFIC[f.cls], (rep.name, a.kernel_index, f.title, c)
+                        counter = (r["shared_wavefronts_by_kind"].get(c["kind"], 0) if c.get("kind")
+                                   else r.get(c["metric"]) or 0)
+                        assert counter > 0, (rep.name, f.title, c)
+                        checked += 1
+                    if c["metric"] in r["stalls"]:   # cited by a stall reason: never the waits'
+                        skip = r["mbarrier_wait_stalls"] if f.cls in TRAFFIC else r["issuer_wait_stalls"]
+                        assert c["value"] == pytest.approx(r["stalls"][c["metric"]] - skip.get(c["metric"], 0), abs=0.01)
+    assert checked
+
+
+def _hopper_backward_runs():
+    hopper_bwd = {v.id for v in builtin() if v.backward and tuple(v.min_cc) >= (9, 0)}
+    out = []
+    for m in sorted((REPO / "profiles" / "examples").glob("*/manifest.json")):
+        man = json.loads(m.read_text())
+        rep = m.parent / (man.get("artifacts") or {}).get("ncu_report", "profile.ncu-rep")
+        if (man.get("variant") or {}).get("id") in hopper_bwd and rep.exists():
+            out.append((man, rep))
+    if not out:
+        pytest.skip("no shipped profile of a Hopper backward rung")
+    return out
+
+
+def test_a_warp_specialised_kernels_mbarrier_waits_are_found_and_told_apart():
+    """Every try_wait of the shipped Hopper backward's main kernel is a wait, and its role follows from the
+    kernel's own code: the waits for a free slot (`*_empty`) gate the producer's TMA loads (an issuer's,
+    idle by design), the waits for a filled one (`*_full`) a consumer's wgmma."""
+    for man, rep in _hopper_backward_runs():
+        main = max(analysis.analyze_report(rep, problem=man["problem"], mode=man.get("mode")), key=lambda a: a.duration_ns or 0)
+        k, src = main.lines, source_lines.source_texts(rep)
+        line_of = {pc: key for key, ins in k["instructions"].items() for pc, *_ in ins}
+        waits = k["mbarrier_waits"]
+        tried = [pc for key, ins in k["instructions"].items() for pc, sass, *_ in ins
+                 if source_lines.opcode(sass).startswith("SYNCS.PHASECHK")]
+        assert tried and set(tried) <= set(waits)
+        roles = {"issuer": 0, "consumer": 0}
+        for pc in tried:
+            file, line = line_of[pc].rsplit(":", 1)
+            code = source_lines.source_line(src, file, int(line)) or ""
+            if re.search(r"lab_mbar_wait\(\w+_empty", code):
+                assert waits[pc] == "issuer", (pc, code)
+                roles["issuer"] += 1
+            elif re.search(r"lab_mbar_wait\((q|do|kv)_full", code) and "dq" not in code:
+                roles["consumer"] += waits[pc] == "consumer"
+        assert roles["issuer"] and roles["consumer"], roles
+        # the producer's waits are sampled, and counted as an issuer's on their lines
+        assert sum(sum(r["issuer_wait_stalls"].values()) for r in k["lines"]) > 0
+
+
+def test_an_l1tex_verdict_names_the_shared_wavefronts_it_rests_on():
+    """Where L1TEX's data pipe is the busiest unit and shared memory fills it, the finding splits its
+    wavefronts by what makes them (wgmma operand reads, shared stores, shared loads), as ncu_report counts
+    them per instruction (memory_l1_wavefronts_shared), cites the lines with the most of each kind, and
+    tells wider accesses apart from fewer bytes by the excessive wavefronts. The tensor pipe's finding on
+    a wgmma kernel whose operand reads fill a busier L1TEX says so instead of calling itself the limit."""
+    seen = 0
+    for man, rep in _hopper_backward_runs():
+        for a in analysis.analyze_report(rep, problem=man["problem"], mode=man.get("mode")):
+            f = next((f for f in a.findings if f.cls == "memory-bound" and f.title.startswith("Memory-bound: L1TEX")), None)
+            if f is None or "lab__shared_wavefronts_wgmma_pct" not in f.evidence:
+                continue
+            seen += 1
+            action = ncu.open_report(rep).actions[a.kernel_index][1]
+            wf = source_lines._per_pc(action.metric_by_name("memory_l1_wavefronts_shared"))
+            by = {"wgmma": 0.0, "load": 0.0, "store": 0.0}
+            for pc, v in wf.items():
+                op = source_lines.opcode(action.sass_by_pc(pc)).split(".")[0]
+                key = "wgmma" if op.endswith("GMMA") else "load" if op.startswith("LD") else "store" if op.startswith("ST") else None
+                if key:
+                    by[key] += v
+            total = sum(wf.values())
+            for key, v in by.items():
+                if 100 * v / total >= 5:
+                    assert f.evidence[f"lab__shared_wavefronts_{key}_pct"] == pytest.approx(100 * v / total, abs=0.1)
+                    cited = [c for c in f.lines if c.get("kind") == key]
+                    assert cited and max(c["value"] for c in cited) == max(
+                        r["shared_wavefronts_by_kind"].get(key, 0) for r in a.lines["lines"])
+            assert not any(sum(_row(a.lines, c)["mbarrier_wait_stalls"].values()) for c in f.lines)
+            excessive = f.evidence["derived__memory_l1_wavefronts_shared_excessive"]
+            assert ("none is excessive" in f.advice) == (100 * excessive / total < 0.5)
+            assert "wgmma operand reads" in f.title and "Lines: wgmma operand reads" in f.advice
+            comp = next((g for g in a.findings if g.cls == "compute-bound"), None)
+            path = a.derived["tensor_path"]
+            if comp and f.evidence["lab__shared_wavefronts_wgmma_pct"] >= 50 and a.derived["memory_pct_of_peak"] > path["pipe_pct"]:
+                assert "Not the tensor pipe's own limit" in comp.advice and "L1TEX" in comp.advice
+    if not seen:
+        pytest.skip("no shipped Hopper backward profile whose busiest unit is L1TEX's shared-memory pipe")
+
+
+def test_a_planted_memory_bound_kernel_cites_the_access_that_moves_its_bytes():
+    # DRAM: the copy's load and store; L1TEX full of shared wavefronts: the conflicting shared load
+    path = PLANTED["detailed"]
+    _need(path)
+    res = _by_function(analyzed(path), path)
+    src = source_lines.source_texts(path)
+    for kernel, code in (("planted_bandwidth_copy", "out[i] = in[i]"), ("planted_bank_conflicts", "mine[(k * 7) & 31]")):
+        f = next(f for f in res[kernel].findings if f.cls == "memory-bound")
+        top = f.lines[0]
+        file = next(p for p in src if p.endswith(top["file"]))
+        assert code in source_lines.source_line(src, file, top["line"]), (kernel, f.lines)

@@ -57,7 +57,7 @@ import pandas as pd
 
 from lab import vocabulary
 from lab.analysis.advice import rung_of
-from lab.analysis.lines import report_lines, where
+from lab.analysis.lines import report_lines, source_summary
 from lab.analysis.metrics import KEY_METRICS as METRIC_LABELS
 from lab.analysis.metrics import (SECTOR_BYTES, KernelFacts, derived_values, duration_shares, global_excess, kernel_facts,
                                  plain, rounded)
@@ -231,6 +231,7 @@ def analyze_kernel(row: dict, rules: list[dict], problem: dict | None = None, li
     c = kernel_facts(row, problem)
     c.rung = rung_of(plain(row.get("nvtx")))
     c.launch_overhead_ns = launch_overhead_ns
+    c.source = source_summary(lines)
     ctx = context(c, mode)
     findings = _order(_merge(_lab_findings(c, ctx) + _rule_findings(c, rules, ctx)), c)
     for f in findings:
@@ -239,7 +240,7 @@ def analyze_kernel(row: dict, rules: list[dict], problem: dict | None = None, li
             continue   # a launch-shape rule (tail effect, achieved occupancy) has no lines behind it
         f.lines = _cite(f, lines, c)
         if f.lines and rule.advice_names_lines:
-            f.advice += f" {'Lines' if f.lines[0].get('line') is not None else 'SASS at PC'}: {where(f.lines)}."
+            f.advice += " " + rule.name_lines(f)
     metrics = {k: plain(row[k]) for k in KEY_METRICS if k in row and plain(row[k]) is not None}
     kernel = plain(row.get("kernel")) or plain(row.get("kernel_function")) or "?"
     return KernelAnalysis(kernel=kernel, duration_ns=c.M.num("gpu__time_duration.sum"), device=c.device, metrics=metrics,

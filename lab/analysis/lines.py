@@ -9,7 +9,17 @@ warp instructions executed (`inst_executed`), excessive L2 sectors of global acc
 (`derived__memory_l2_theoretical_sectors_global_excessive`: what ncu's UncoalescedGlobalAccess rule
 counts; a broadcast wastes none), excessive shared-memory wavefronts
 (`derived__memory_l1_wavefronts_shared_excessive`: bank conflicts), divergent branch targets
-(`smsp__branch_targets_threads_divergent`) and the local-memory instructions (LDL/STL) executed.
+(`smsp__branch_targets_threads_divergent`), the local-memory instructions (LDL/STL) executed, and the
+traffic a throughput verdict rests on: shared-memory wavefronts of the L1TEX data pipe
+(`memory_l1_wavefronts_shared`, split by what makes them: wgmma operand reads, loads, stores, atomics)
+and the L2 sectors of global accesses (`memory_l2_theoretical_sectors_global`).
+
+Pipeline waits: samples on an mbarrier wait (the try_wait spin: SYNCS.PHASECHK, the branch on its
+predicate, the YIELD of its retry loop) are a warp waiting for a stage of a pipeline, not work of a
+unit: they are counted apart per line (`mbarrier_wait_stalls`), and so are those of an issuer's wait
+(`issuer_wait_stalls`): a wait whose next act in SASS order is a TMA or bulk copy (a producer waiting
+for a free slot, a writer for a tile to send), which in a warp-specialised kernel is idle by design.
+A finding about a unit's throughput never cites them; a latency finding never cites an issuer's.
 
 An inlined helper (an `mma` wrapper in common.cuh) counts at its own line: ncu_report (2025.3 and
 the 2026.3 wheel) gives only the innermost file and line of a PC (ISourceInfo), not the inline
@@ -30,6 +40,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+import re
 from collections import defaultdict
 from pathlib import Path
 
@@ -43,7 +54,20 @@ COUNTERS = {   # the contract's field -> the per-PC ncu metric it sums
     "excess_global_sectors": "derived__memory_l2_theoretical_sectors_global_excessive",
     "excess_shared_wavefronts": "derived__memory_l1_wavefronts_shared_excessive",
     "divergent_branches": "smsp__branch_targets_threads_divergent",
+    "shared_wavefronts": "memory_l1_wavefronts_shared",
+    "global_sectors": "memory_l2_theoretical_sectors_global",
 }
+# What makes a shared-memory wavefront, by the SASS opcode behind it: a warpgroup MMA reads its shared
+# operands through the L1TEX data pipe as LDS does (HGMMA 64xNx16 with both operands in shared memory:
+# 8 wavefronts per warp, A's 2 KB and B's N x 32 bytes per warpgroup)
+SHARED_KINDS = ("wgmma", "load", "store", "atomic", "other")
+# mbarrier.try_wait/test_wait in SASS, and the copies an issuer (a TMA producer, a bulk-reduction writer) starts
+WAIT_OPCODE = "SYNCS.PHASECHK"
+ISSUE_OPCODES = ("UTMALDG", "UTMASTG", "UTMAREDG", "UTMAPF", "UBLKCP", "UBLKRED", "UBLKPF")
+# what a consumer does with a stage once it has waited for it
+CONSUME_OPCODES = ("LDS", "LDSM", "LDG", "LD", "LDL", "STS", "STSM", "STG", "ST", "STL", "ATOMS", "ATOMG", "ATOM",
+                   "RED", "REDG")
+GATE_SCAN = 512  # instructions after a wait searched for what it gates (a prologue zeroes accumulators first)
 LOCAL_OPCODES = ("LDL", "STL")
 MISSING_HINT = ("per-line data needs Nsight's SourceCounters section: profile with `--set detailed` (the lab's "
                 "default), `--set full` or `--section SourceCounters`, and build with -lineinfo")
@@ -58,6 +82,82 @@ def opcode(sass: str) -> str:
     if parts and parts[0].startswith("@"):
         parts = parts[1:]
     return parts[0].rstrip(";") if parts else ""
+
+
+def shared_kind(op: str) -> str:
+    """What a shared-memory wavefront of this instruction is: 'wgmma' (an operand read of a warpgroup MMA),
+    'load', 'store', 'atomic' or 'other'."""
+    base = op.split(".")[0]
+    if base.endswith("GMMA"):
+        return "wgmma"
+    if base.startswith("LD"):
+        return "load"
+    if base.startswith("ST"):
+        return "store"
+    if base.startswith(("ATOM", "RED")):
+        return "atomic"
+    return "other"
+
+
+def _guard(sass: str) -> str | None:
+    """The predicate guarding an instruction: '@!P0 BRA ..' -> '!P0'."""
+    first = sass.split()[0] if sass.split() else ""
+    return first[1:] if first.startswith("@") else None
+
+
+def _branch_target(sass: str) -> int | None:
+    m = re.search(r"\b(?:BRA|JMP)\S*\s+(0x[0-9a-fA-F]+)", sass)
+    return int(m.group(1), 16) if m else None
+
+
+def mbarrier_waits(order: list[int], sass: dict[int, str]) -> dict[int, str]:
+    """The PCs of mbarrier waits, each with the role of its wait: 'issuer' where the next act after it
+    (in address order, following unconditional branches: a retry loop branches back) starts a TMA or bulk
+    copy, 'consumer' where it reads or writes memory or runs an MMA, else 'unknown'. A wait is its
+    SYNCS.PHASECHK, the branch on that predicate within the next instructions, and a YIELD or
+    NANOSLEEP right before it (the retry loop's)."""
+    at = {pc: i for i, pc in enumerate(order)}
+
+    def gated(i: int) -> str:
+        seen: set[int] = set()
+        j, steps = i + 1, 0
+        while j < len(order) and steps < GATE_SCAN:
+            text = sass.get(order[j], "")
+            base = opcode(text).split(".")[0]
+            steps += 1
+            if base in ISSUE_OPCODES:
+                return "issuer"
+            if base.endswith("MMA") or base in CONSUME_OPCODES:
+                return "consumer"
+            if base in ("EXIT", "RET"):
+                return "unknown"
+            if base in ("BRA", "JMP") and _guard(text) is None:
+                target = _branch_target(text)
+                if target is None or target in seen or target not in at:
+                    return "unknown"
+                seen.add(target)
+                j = at[target]
+                continue
+            j += 1
+        return "unknown"
+
+    out: dict[int, str] = {}
+    for i, pc in enumerate(order):
+        text = sass.get(pc, "")
+        if not opcode(text).startswith(WAIT_OPCODE):
+            continue
+        role = gated(i)
+        out[pc] = role
+        words = text.split()[1:] if _guard(text) is None else text.split()[2:]
+        pred = words[0].rstrip(",") if words else ""   # its destination predicate
+        for j in range(i + 1, min(i + 9, len(order))):
+            t = sass.get(order[j], "")
+            if opcode(t).split(".")[0] in ("BRA", "JMP") and (_guard(t) or "").lstrip("!") == pred:
+                out[order[j]] = role
+                break
+        if i and opcode(sass.get(order[i - 1], "")).split(".")[0] in ("YIELD", "NANOSLEEP"):
+            out[order[i - 1]] = role
+    return out
 
 
 def _per_pc(metric) -> dict[int, float]:
@@ -121,9 +221,12 @@ def kernel_lines(action, sass_cache: dict | None = None) -> dict:
     have_lines = any(f for f, _, _ in info.values())
     total = sum(samples.values())
 
+    order = sorted(pcs)
+    waits = mbarrier_waits(order, {pc: info[pc][2] for pc in order})
+
     rows: dict = {}
     instructions: dict = defaultdict(list)
-    for pc in sorted(pcs):
+    for pc in order:
         f, ln, sass = info[pc]
         key = (f, ln) if have_lines else (None, pc)
         r = rows.get(key)
@@ -131,7 +234,10 @@ def kernel_lines(action, sass_cache: dict | None = None) -> dict:
             r = rows[key] = {"file": f if have_lines else None, "line": ln if have_lines else None,
                              "samples": 0.0, "stalls": defaultdict(float), "inst_executed": 0.0,
                              "excess_global_sectors": 0.0, "excess_shared_wavefronts": 0.0,
-                             "divergent_branches": 0.0, "local_inst_executed": 0.0, "_ops": defaultdict(float)}
+                             "divergent_branches": 0.0, "local_inst_executed": 0.0, "shared_wavefronts": 0.0,
+                             "global_sectors": 0.0, "shared_wavefronts_by_kind": defaultdict(float),
+                             "mbarrier_wait_stalls": defaultdict(float), "issuer_wait_stalls": defaultdict(float),
+                             "_ops": defaultdict(float)}
             if not have_lines:
                 r["pc"] = hex(pc)
         s = samples.get(pc, 0.0)
@@ -143,6 +249,16 @@ def kernel_lines(action, sass_cache: dict | None = None) -> dict:
             r[field] += counters[field].get(pc, 0.0)
         ex = counters["inst_executed"].get(pc, 0.0)
         op = opcode(sass)
+        wf = counters["shared_wavefronts"].get(pc, 0.0)
+        if wf:
+            r["shared_wavefronts_by_kind"][shared_kind(op)] += wf
+        role = waits.get(pc)
+        if role is not None:
+            for reason, vals in stalls.items():
+                if pc in vals:
+                    r["mbarrier_wait_stalls"][reason] += vals[pc]
+                    if role == "issuer":
+                        r["issuer_wait_stalls"][reason] += vals[pc]
         if op.split(".")[0] in LOCAL_OPCODES:
             r["local_inst_executed"] += ex
         if op:
@@ -172,6 +288,8 @@ def kernel_lines(action, sass_cache: dict | None = None) -> dict:
         ops = r.pop("_ops")
         callers = r.pop("_callers", None)
         r["stalls"] = {k: v for k, v in sorted(r["stalls"].items(), key=lambda kv: -kv[1]) if v}
+        for key in ("shared_wavefronts_by_kind", "mbarrier_wait_stalls", "issuer_wait_stalls"):
+            r[key] = {k: v for k, v in sorted(r[key].items(), key=lambda kv: -kv[1]) if v}
         r["samples_pct"] = round(100.0 * r["samples"] / total, 2) if total else 0.0
         r["sass"] = [o for o, _ in sorted(ops.items(), key=lambda kv: -kv[1])[:TOP_OPCODES]]
         if callers:
@@ -183,7 +301,8 @@ def kernel_lines(action, sass_cache: dict | None = None) -> dict:
     out.sort(key=lambda r: (-r["samples"], -r["inst_executed"]))
     status = "ok" if have_lines else "no-lineinfo"
     return {"status": status, "note": None if have_lines else NO_LINEINFO_NOTE, "total_samples": total,
-            "lines": out, "instructions": dict(instructions), "files": sorted({f for f, _, _ in info.values() if f})}
+            "lines": out, "instructions": dict(instructions), "files": sorted({f for f, _, _ in info.values() if f}),
+            "mbarrier_waits": {hex(pc): role for pc, role in waits.items()}}
 
 
 def _key_text(r: dict) -> str:
@@ -241,10 +360,13 @@ def source_texts(path: str | os.PathLike) -> dict[str, str]:
 def json_lines(k: dict, limit: int | None = None) -> list[dict]:
     """The DESIGN.md contract's `lines` list of one kernel (from `kernel_lines` or a stored table)."""
     keys = ("file", "line", "samples_pct", "stalls", "inst_executed", "excess_global_sectors",
-            "excess_shared_wavefronts", "divergent_branches", "local_inst_executed", "sass", "inlined_samples")
+            "excess_shared_wavefronts", "divergent_branches", "local_inst_executed", "shared_wavefronts",
+            "shared_wavefronts_by_kind", "global_sectors", "mbarrier_wait_stalls", "issuer_wait_stalls", "sass",
+            "inlined_samples")
     out = []
     for r in k["lines"][:limit]:
-        d = {key: _num(r.get(key)) for key in keys}
+        d = {key: ({n: _num(v) for n, v in r[key].items()} if isinstance(r.get(key), dict) else _num(r.get(key)))
+             for key in keys}
         if r.get("pc"):
             d["pc"] = r["pc"]
         if r.get("called_from"):
@@ -259,23 +381,68 @@ def _num(v):
     return v
 
 
-def cite(k: dict | None, by: str, n: int = 3, reason: str | None = None, opcodes: tuple[str, ...] = ()) -> list[dict]:
+def cite(k: dict | None, by: str, n: int = 3, reason: str | None = None, opcodes: tuple[str, ...] = (),
+         kind: str | None = None, skip_waits: str | None = None) -> list[dict]:
     """The top `n` lines of one kernel by a counter (a COUNTERS field, "samples", "local_inst_executed"),
-    by the samples of one stall `reason`, or by the instructions of some `opcodes`: what a finding cites."""
+    by the samples of one stall `reason`, by the instructions of some `opcodes` (counted per instruction),
+    or by the shared-memory wavefronts of one `kind` (SHARED_KINDS): what a finding cites. `skip_waits`
+    ("mbarrier": every pipeline wait, "issuer": an issuer's) leaves those waits' samples out."""
     if not k or not k.get("lines"):
         return []
+    by_line = k.get("instructions") or {}
+
+    def waited(r, why=None):
+        d = r.get(f"{skip_waits}_wait_stalls") or {} if skip_waits else {}
+        return d.get(why, 0.0) if why else sum(d.values())
+
+    def of_opcodes(r):
+        ins = by_line.get(_key_text(r))
+        if not ins:   # a stored table without its instructions: the line's whole count, where it runs them
+            return r["inst_executed"] if any(o.split(".")[0] in opcodes for o in r["sass"]) else 0.0
+        return sum(ex or 0.0 for _, sass, ex, _ in ins if opcode(sass).split(".")[0] in opcodes)
 
     def value(r):
         if reason:
-            return r["stalls"].get(reason, 0.0)
+            return r["stalls"].get(reason, 0.0) - waited(r, reason)
         if opcodes:
-            return r["inst_executed"] if any(o.split(".")[0] in opcodes for o in r["sass"]) else 0.0
-        return r.get(by) or 0.0
+            return of_opcodes(r)
+        if kind:
+            return (r.get("shared_wavefronts_by_kind") or {}).get(kind, 0.0)
+        v = r.get(by) or 0.0
+        return v - waited(r) if by == "samples" else v
 
     ranked = sorted((r for r in k["lines"] if value(r) > 0), key=lambda r: -value(r))[:n]
-    what = reason or (by if not opcodes else "inst_executed")
-    return [{"file": _short(r["file"]), "line": r["line"], **({"pc": r["pc"]} if r.get("pc") else {}),
-             "metric": what, "value": _num(round(value(r), 2))} for r in ranked]
+    what = reason or ("inst_executed" if opcodes else by)
+    out = []
+    for r in ranked:
+        c = {"file": _short(r["file"]), "line": r["line"], **({"pc": r["pc"]} if r.get("pc") else {}),
+             "metric": what, "value": _num(round(value(r), 2))}
+        if kind:
+            c["kind"] = kind
+        if r.get("called_from"):   # an inlined helper's line: the kernel lines it runs for
+            c["called_from"] = [{"file": _short(x["file"]), "line": x["line"]} for x in r["called_from"][:3]]
+        out.append(c)
+    return out
+
+
+def source_summary(k: dict | None) -> dict | None:
+    """One kernel's per-line counters summed: shared-memory wavefronts by kind, their excessive part,
+    global L2 sectors, all samples and those of pipeline waits (mbarrier, issuer). None without lines."""
+    if not k or not k.get("lines"):
+        return None
+    kinds: dict = defaultdict(float)
+    out = {"total_samples": float(k.get("total_samples") or 0.0), "shared_wavefronts": 0.0,
+           "excess_shared_wavefronts": 0.0, "global_sectors": 0.0, "mbarrier_wait_samples": 0.0,
+           "issuer_wait_samples": 0.0}
+    for r in k["lines"]:
+        for kd, v in (r.get("shared_wavefronts_by_kind") or {}).items():
+            kinds[kd] += v
+        for key in ("shared_wavefronts", "excess_shared_wavefronts", "global_sectors"):
+            out[key] += r.get(key) or 0.0
+        out["mbarrier_wait_samples"] += sum((r.get("mbarrier_wait_stalls") or {}).values())
+        out["issuer_wait_samples"] += sum((r.get("issuer_wait_stalls") or {}).values())
+    out["shared_wavefronts_by_kind"] = dict(sorted(kinds.items(), key=lambda kv: -kv[1]))
+    return out
 
 
 def where(cited: list[dict]) -> str:
@@ -292,7 +459,8 @@ def where(cited: list[dict]) -> str:
 
 LINE_COLUMNS = ["kernel_index", "rank", "file", "line", "pc", "samples", "samples_pct", "stalls", "inst_executed",
                 "excess_global_sectors", "excess_shared_wavefronts", "divergent_branches", "local_inst_executed",
-                "sass", "called_from", "instructions", "status", "note"]
+                "shared_wavefronts", "shared_wavefronts_by_kind", "global_sectors", "mbarrier_wait_stalls",
+                "issuer_wait_stalls", "sass", "called_from", "instructions", "status", "note"]
 
 
 def lines_frame(per_kernel: list[dict], max_lines: int = 400) -> pd.DataFrame:
@@ -309,6 +477,9 @@ def lines_frame(per_kernel: list[dict], max_lines: int = 400) -> pd.DataFrame:
                          "inst_executed": r["inst_executed"], "excess_global_sectors": r["excess_global_sectors"],
                          "excess_shared_wavefronts": r["excess_shared_wavefronts"],
                          "divergent_branches": r["divergent_branches"], "local_inst_executed": r["local_inst_executed"],
+                         "shared_wavefronts": r["shared_wavefronts"], "global_sectors": r["global_sectors"],
+                         **{key: json.dumps(r[key]) for key in ("shared_wavefronts_by_kind", "mbarrier_wait_stalls",
+                                                                "issuer_wait_stalls")},
                          "sass": json.dumps(r["sass"]), "called_from": json.dumps(r.get("called_from") or []),
                          "instructions": json.dumps(k["instructions"].get(_key_text(r), [])),
                          "status": k["status"], "note": k["note"]})
@@ -318,7 +489,7 @@ def lines_frame(per_kernel: list[dict], max_lines: int = 400) -> pd.DataFrame:
     for c in ("line",):
         df[c] = df[c].astype("Int64")
     for c in ("samples", "samples_pct", "inst_executed", "excess_global_sectors", "excess_shared_wavefronts",
-              "divergent_branches", "local_inst_executed"):
+              "divergent_branches", "local_inst_executed", "shared_wavefronts", "global_sectors"):
         df[c] = df[c].astype("float64")
     return df
 
@@ -368,11 +539,16 @@ def render_lines(analyses, n: int, sources: dict[str, str], console=None) -> Non
         for r in k["lines"][:n]:
             where_ = f"{_short(r['file'])}:{r['line']}" if r.get("line") is not None else r.get("pc", "?")
             stalls = ", ".join(f"{s.replace('_', ' ')} {v:,.0f}" for s, v in list(r["stalls"].items())[:3])
-            flags = [f"{label} {r[key]:,.0f}" for key, label in (("excess_global_sectors", "excess sectors"),
+            flags = [f"{label} {r[key]:,.0f}" for key, label in (("shared_wavefronts", "shared wavefronts"),
+                                                                 ("excess_global_sectors", "excess sectors"),
                                                                  ("excess_shared_wavefronts", "excess wavefronts"),
                                                                  ("local_inst_executed", "local inst"),
                                                                  ("divergent_branches", "divergent branches"))
                      if r.get(key)]
+            waited = sum((r.get("mbarrier_wait_stalls") or {}).values())
+            if waited:   # a warp waiting for a pipeline stage (an issuer's wait: idle by design)
+                issuer = sum((r.get("issuer_wait_stalls") or {}).values())
+                flags.append(f"mbarrier wait {waited:,.0f} samples" + (f" ({issuer:,.0f} an issuer's)" if issuer else ""))
             head = Text(f"  {r['samples_pct']:5.1f}%  ", style="bold")
             head.append(where_, style="cyan")
             head.append(f"  inst {r['inst_executed']:,.0f}  [{' '.join(r['sass'])}]", style="dim")

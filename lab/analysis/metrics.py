@@ -532,6 +532,7 @@ class KernelFacts:
     has_tensor_cores: bool
     rung: str | None = None                  # the ladder rung this kernel is (lab.analysis.advice.rung_of)
     launch_overhead_ns: float | None = None  # measured by the run's timeline, where one ran
+    source: dict | None = None               # its per-line counters summed (lab.analysis.lines.source_summary)
 
 
 def kernel_facts(row: dict, problem: dict | None = None) -> KernelFacts:
@@ -548,6 +549,31 @@ def kernel_facts(row: dict, problem: dict | None = None) -> KernelFacts:
     stalls, fam = stall_reasons(M)
     return KernelFacts(M, tp, sms, ctas, busy, fill, waves, stalls, fam, local_share(M)[0], problem, device,
                        has_tensor_cores(M, device))
+
+
+SHARED_KIND_NAMES = {"wgmma": "wgmma operand reads", "load": "shared loads", "store": "shared stores",
+                     "atomic": "shared atomics", "other": "other shared accesses"}
+
+
+def shared_wavefront_split(c: KernelFacts) -> dict | None:
+    """What keeps L1TEX's data pipe busy with shared memory, from SourceCounters' per-instruction
+    wavefronts (`memory_l1_wavefronts_shared`, summed by c.source): {"shared_pct_of_pipe": the shared
+    part of l1tex__data_pipe_lsu_wavefronts (None where the report lacks the split), "kinds": {kind: % of
+    the shared wavefronts} (SHARED_KIND_NAMES; wgmma's operand reads count here: HGMMA reads its shared
+    operands through this pipe), "excessive_pct": % of them excessive (bank conflicts)}. None without them."""
+    src = c.source or {}
+    total = src.get("shared_wavefronts") or 0.0
+    if total <= 0:
+        return None
+    pipe = c.M.num("l1tex__data_pipe_lsu_wavefronts.avg.pct_of_peak_sustained_elapsed",
+                   "l1tex__data_pipe_lsu_wavefronts.sum.pct_of_peak_sustained_elapsed")
+    shared = c.M.num("l1tex__data_pipe_lsu_wavefronts_mem_shared.sum.pct_of_peak_sustained_elapsed",
+                     "l1tex__data_pipe_lsu_wavefronts_mem_shared.avg.pct_of_peak_sustained_elapsed")
+    kinds = {k: 100.0 * v / total for k, v in (src.get("shared_wavefronts_by_kind") or {}).items() if v}
+    return {"shared_pct_of_pipe": min(100.0, 100.0 * shared / pipe) if (pipe and shared is not None) else None,
+            "kinds": dict(sorted(kinds.items(), key=lambda kv: -kv[1])),
+            "excessive_pct": 100.0 * (src.get("excess_shared_wavefronts") or 0.0) / total,
+            "wavefronts": total}
 
 
 def flop_rates(c: KernelFacts) -> dict:

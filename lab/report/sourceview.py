@@ -113,7 +113,8 @@ def source_context(rd, kernel: dict | None, findings: list[dict]) -> dict:
                 "sass": _loads(r.get("sass"), []) if r else [],
                 "sass_html": _sass_table(_loads(r.get("instructions"), [])) if r and id(r) in with_sass else None,
                 "inst_executed": r.get("inst_executed") if r else None,
-                "flags": [(label, r.get(key)) for key, label in (("excess_global_sectors", "excess sectors"),
+                "flags": [(label, r.get(key)) for key, label in (("shared_wavefronts", "shared wavefronts"),
+                                                                ("excess_global_sectors", "excess sectors"),
                                                                 ("excess_shared_wavefronts", "excess wavefronts"),
                                                                 ("local_inst_executed", "local instructions"),
                                                                 ("divergent_branches", "divergent branches"))

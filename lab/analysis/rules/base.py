@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from lab.analysis.advice import cc_of, next_rung
-from lab.analysis.lines import cite
+from lab.analysis.lines import cite, where
 from lab.analysis.metrics import KernelFacts, kernel_role
 
 BOUND_PCT = 60.0   # ncu's SpeedOfLight rule: above 60% of a unit's peak is throughput-bound territory
@@ -95,7 +95,12 @@ class Rule:
         raise NotImplementedError
 
     def lines(self, f: Finding, k: dict, c: KernelFacts) -> list[dict]:
-        return cite(k, "samples")
+        # a producer spinning on a free slot is idle by design, never the lines behind a cause
+        return cite(k, "samples", skip_waits="issuer")
+
+    def name_lines(self, f: Finding) -> str:
+        """The end of the advice that names the finding's lines."""
+        return f"{'Lines' if f.lines[0].get('line') is not None else 'SASS at PC'}: {where(f.lines)}."
 
     def finding(self, title: str, est: float | None, evidence: dict, c: KernelFacts, ctx: Context,
                 rank: float | None = None) -> Finding:
@@ -115,9 +120,14 @@ def is_backward(c: KernelFacts, mode: str | None) -> bool:
     return bool(_BACKWARD_NAME.search(name))
 
 
-def top_stall_lines(k: dict, c: KernelFacts) -> list[dict]:
-    """The lines where warps wait most on the kernel's top stall reason (issuing is not waiting)."""
-    if c.stalls:
-        reason = next((r for r, _, _ in c.stalls if r != "selected"), None)
-        return cite(k, "samples", reason=reason) if reason else cite(k, "samples")
-    return cite(k, "samples")
+def top_stall_lines(k: dict, c: KernelFacts, skip_waits: str = "issuer") -> list[dict]:
+    """The lines where warps wait most on the kernel's top stall reason (issuing is not waiting), without
+    the pipeline waits `skip_waits` names (lab.analysis.lines.cite): a producer's wait for a free slot is
+    idle by design; where those waits were all a reason's samples, the next reason's lines."""
+    for reason, _, _ in c.stalls:
+        if reason == "selected":
+            continue
+        got = cite(k, "samples", reason=reason, skip_waits=skip_waits)
+        if got:
+            return got
+    return cite(k, "samples", skip_waits=skip_waits)

@@ -2,14 +2,49 @@
 (HMMA), which Hopper runs below the dense rate only wgmma (HGMMA) reaches: the tensor path is then the
 roof a fix that keeps HMMA cannot lift, and the gain is the distance from the achieved tensor FLOP/s
 to the dense peak, weighted by the tensor pipe's share of the busiest unit's time.
+
+Its lines are the instructions of the busy pipe (the matrix instructions of the tensor pipe, FFMA and
+its kin of the FMA pipe, MUFU of the XU pipe; for instruction issue, the most executed lines), never
+the lines where warps wait.
 """
 
 from __future__ import annotations
 
 from lab.analysis.lines import cite
-from lab.analysis.metrics import (KernelFacts, flop_rates, rounded, tensor_instructions, tensor_path,
-                                  unit_name)
+from lab.analysis.metrics import (KernelFacts, flop_rates, rounded, shared_wavefront_split, tensor_instructions,
+                                  tensor_path, unit_name)
 from lab.analysis.rules.base import BOUND_PCT, Context, Finding, Rule
+
+
+# The SASS opcodes each pipe runs (unit_name's names); a pipe not listed cites its most sampled work.
+PIPE_OPCODES = {
+    "tensor pipe": ("HMMA", "HGMMA", "IMMA", "IGMMA", "QGMMA", "BGMMA", "BMMA", "DMMA"),
+    "FP16+tensor pipe": ("HMMA", "HGMMA", "IMMA", "IGMMA", "QGMMA", "BGMMA", "BMMA", "DMMA", "HFMA2", "HADD2", "HMUL2"),
+    "FMA pipe": ("FFMA", "FMUL", "FADD", "FFMA2", "FMUL2", "FADD2", "IMAD", "IMUL", "IDP", "HFMA2", "HADD2", "HMUL2"),
+    "FP16 pipe": ("HFMA2", "HADD2", "HMUL2"),
+    "XU (transcendental) pipe": ("MUFU",),
+    "FP64 pipe": ("DFMA", "DADD", "DMUL"),
+    "ALU pipe": ("IADD3", "LOP3", "ISETP", "FSETP", "DSETP", "SHF", "SEL", "FSEL", "FMNMX", "IMNMX", "VIMNMX", "PRMT",
+                 "LEA", "PLOP3", "IABS", "F2FP", "BMSK", "BREV", "FLO", "POPC", "I2FP", "F2IP"),
+    "uniform pipe": ("UIADD3", "ULOP3", "USHF", "UMOV", "ULEA", "UISETP", "USEL", "UPRMT", "UFLO", "UPOPC", "UBMSK",
+                     "UIMAD", "ULDC", "R2UR", "S2UR", "UPLOP3", "USETMAXREG"),
+}
+FEED_WGMMA_PCT = 50.0   # wgmma operand reads at least this share of a busier L1TEX: the feed limits the pipe
+
+
+def operand_feed(c: KernelFacts) -> dict | None:
+    """Where wgmma's shared-memory operand reads keep L1TEX's data pipe busier than the tensor pipe:
+    {"l1_pct", "pipe_pct", "wgmma_pct"} (the busy unit's and the tensor pipe's % of peak, and the operand
+    reads' share of the shared wavefronts), else None."""
+    path = tensor_path(c.M, c.device)
+    mem_metric = c.tp["memory_metric"] or ""
+    if not (path and path["instruction"] == "HGMMA" and path["pipe_pct"]) or not unit_name(mem_metric).startswith("L1TEX"):
+        return None
+    split = shared_wavefront_split(c)
+    wg = (split or {}).get("kinds", {}).get("wgmma", 0.0)
+    if c.tp["memory_pct"] is None or c.tp["memory_pct"] <= path["pipe_pct"] or wg < FEED_WGMMA_PCT:
+        return None
+    return {"l1_pct": c.tp["memory_pct"], "pipe_pct": path["pipe_pct"], "wgmma_pct": wg}
 
 
 class ComputeBound(Rule):
@@ -78,6 +113,12 @@ class ComputeBound(Rule):
             return ("FP32 FFMA-bound on a GPU with tensor cores: if the work is matrix products, run them on the "
                     "tensor cores (16-bit or TF32 inputs); otherwise fewer FP32 operations per result.")
         if top_pipe in ("tensor pipe", "FP16+tensor pipe") and path and path["instruction"] == "HGMMA":
+            feed = operand_feed(c)
+            if feed:
+                return (f"Not the tensor pipe's own limit ({feed['pipe_pct']:.0f}% of its peak): its operands come from shared "
+                        f"memory through L1TEX's data pipe, which is busier ({feed['l1_pct']:.0f}%), {feed['wgmma_pct']:.0f}% "
+                        "of its shared-memory wavefronts being wgmma operand reads: fewer operand bytes per FLOP first "
+                        "(see memory-bound), then overlap the non-matrix work with the matrix products.")
             return ("Already on warpgroup wgmma and the tensor pipe is the limit: overlap the non-matrix work with the "
                     "next tile's matrix products (warp specialization, ping-pong between warpgroups), or use FP8.")
         if top_pipe in ("tensor pipe", "FP16+tensor pipe"):
@@ -91,4 +132,11 @@ class ComputeBound(Rule):
     def lines(self, f: Finding, k: dict, c: KernelFacts) -> list[dict]:
         if f.title.startswith("Tensor path"):
             return cite(k, "inst_executed", opcodes=("HMMA", "HGMMA"))
-        return cite(k, "samples")
+        tp = c.tp
+        pipe = unit_name(tp["compute_metric"] or "")
+        if tp["math_pct"] is not None and tp["compute_pct"] and tp["math_pct"] >= 0.7 * tp["compute_pct"]:
+            pipe = unit_name(tp["math_metric"])   # issue is busy because one math pipe is
+        ops = PIPE_OPCODES.get(pipe)
+        # a pipe without its opcodes listed (instruction issue among them): the most executed lines
+        return (cite(k, "inst_executed", opcodes=ops) if ops else cite(k, "inst_executed")) \
+            or cite(k, "samples", skip_waits="mbarrier")

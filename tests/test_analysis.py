@@ -640,8 +640,13 @@ def test_a_warp_specialised_kernels_mbarrier_waits_are_found_and_told_apart():
             elif re.search(r"lab_mbar_wait\((q|do|kv)_full", code) and "dq" not in code:
                 roles["consumer"] += waits[pc] == "consumer"
         assert roles["issuer"] and roles["consumer"], roles
-        # the producer's waits are sampled, and counted as an issuer's on their lines
+        # the producer's waits are sampled, counted as an issuer's on their lines, and left out of the
+        # kernel's stall reasons (they are idle time by design): less long scoreboard than Nsight's own shares
         assert sum(sum(r["issuer_wait_stalls"].values()) for r in k["lines"]) > 0
+        raw, _ = derived_metrics.stall_reasons(derived_metrics.KernelMetrics(
+            ncu.load_report(rep).set_index("kernel_index").loc[main.kernel_index].to_dict()))
+        share = lambda stalls: next(s for r, _, s in stalls if r == "long_scoreboard")  # noqa: E731
+        assert main.derived["issuer_wait_pct"] > 0 and share(main.derived["stalls"]) < share(raw)
 
 
 def test_an_l1tex_verdict_names_the_shared_wavefronts_it_rests_on():

@@ -60,7 +60,7 @@ from lab.analysis.advice import rung_of
 from lab.analysis.lines import report_lines, source_summary
 from lab.analysis.metrics import KEY_METRICS as METRIC_LABELS
 from lab.analysis.metrics import (SECTOR_BYTES, KernelFacts, derived_values, duration_shares, global_excess, kernel_facts,
-                                 plain, rounded)
+                                 plain, rounded, without_issuer_waits)
 from lab.analysis.ncu_rules import map_rule
 from lab.analysis.rules import BY_CLASS, CAUSES, RULES, TIE_ORDER, Context, Finding, context
 from lab.analysis.rules.base import BACKWARD_MODES
@@ -232,6 +232,7 @@ def analyze_kernel(row: dict, rules: list[dict], problem: dict | None = None, li
     c.rung = rung_of(plain(row.get("nvtx")))
     c.launch_overhead_ns = launch_overhead_ns
     c.source = source_summary(lines)
+    without_issuer_waits(c)   # a producer's idle waits are no stall of the work
     ctx = context(c, mode)
     findings = _order(_merge(_lab_findings(c, ctx) + _rule_findings(c, rules, ctx)), c)
     for f in findings:
@@ -388,6 +389,8 @@ def render(analyses: list[KernelAnalysis], console=None) -> None:
                 f"{_fmt(d.get('memory_pct_of_peak'))}% ({d.get('memory_unit') or 'n/a'}) of peak")
         if d.get("stalls"):
             busy += "; stalls: " + ", ".join(f"{r.replace('_', ' ')} {s:.0f}%" for r, _, s in d["stalls"][:3])
+            if d.get("issuer_wait_pct"):
+                busy += f" (without the issuer's mbarrier waits, {d['issuer_wait_pct']:.0f}% of the samples)"
         console.print(busy, highlight=False)
         rates = [f"{k.removeprefix('lab__')} {_fmt(v)}" for k, v in d.items() if k.startswith("lab__") and v is not None]
         if rates:

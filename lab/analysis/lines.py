@@ -427,14 +427,21 @@ def cite(k: dict | None, by: str, n: int = 3, reason: str | None = None, opcodes
 
 def source_summary(k: dict | None) -> dict | None:
     """One kernel's per-line counters summed: shared-memory wavefronts by kind, their excessive part,
-    global L2 sectors, all samples and those of pipeline waits (mbarrier, issuer). None without lines."""
+    global L2 sectors, all samples and those of pipeline waits (mbarrier, issuer), the samples of each
+    stall reason and an issuer's waits' share of them. None without lines."""
     if not k or not k.get("lines"):
         return None
     kinds: dict = defaultdict(float)
     out = {"total_samples": float(k.get("total_samples") or 0.0), "shared_wavefronts": 0.0,
            "excess_shared_wavefronts": 0.0, "global_sectors": 0.0, "mbarrier_wait_samples": 0.0,
            "issuer_wait_samples": 0.0}
+    stalls: dict = defaultdict(float)
+    issuer: dict = defaultdict(float)
     for r in k["lines"]:
+        for why, v in (r.get("stalls") or {}).items():
+            stalls[why] += v
+        for why, v in (r.get("issuer_wait_stalls") or {}).items():
+            issuer[why] += v
         for kd, v in (r.get("shared_wavefronts_by_kind") or {}).items():
             kinds[kd] += v
         for key in ("shared_wavefronts", "excess_shared_wavefronts", "global_sectors"):
@@ -442,6 +449,7 @@ def source_summary(k: dict | None) -> dict | None:
         out["mbarrier_wait_samples"] += sum((r.get("mbarrier_wait_stalls") or {}).values())
         out["issuer_wait_samples"] += sum((r.get("issuer_wait_stalls") or {}).values())
     out["shared_wavefronts_by_kind"] = dict(sorted(kinds.items(), key=lambda kv: -kv[1]))
+    out["stall_samples"], out["issuer_wait_stalls"] = dict(stalls), dict(issuer)
     return out
 
 

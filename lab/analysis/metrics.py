@@ -533,6 +533,7 @@ class KernelFacts:
     rung: str | None = None                  # the ladder rung this kernel is (lab.analysis.advice.rung_of)
     launch_overhead_ns: float | None = None  # measured by the run's timeline, where one ran
     source: dict | None = None               # its per-line counters summed (lab.analysis.lines.source_summary)
+    issuer_wait_pct: float | None = None     # share of the samples an issuer's waits had, left out of stalls
 
 
 def kernel_facts(row: dict, problem: dict | None = None) -> KernelFacts:
@@ -549,6 +550,25 @@ def kernel_facts(row: dict, problem: dict | None = None) -> KernelFacts:
     stalls, fam = stall_reasons(M)
     return KernelFacts(M, tp, sms, ctas, busy, fill, waves, stalls, fam, local_share(M)[0], problem, device,
                        has_tensor_cores(M, device))
+
+
+def without_issuer_waits(c: KernelFacts) -> None:
+    """Take an issuer's waits out of c.stalls. In a warp-specialised kernel the warp that issues TMA or
+    bulk copies (a producer waiting for a free slot, a writer for a tile to send) waits on purpose: its
+    long-scoreboard samples are idle time by design, not a stall of the work. Each reason's value is
+    scaled by the share of its sampled PCs that are not an issuer's wait (lab.analysis.lines finds
+    them in SASS), and `issuer_wait_pct` says how much of all samples was left out. Nothing changes
+    without per-line samples or without such waits."""
+    src = c.source or {}
+    issuer, sampled = src.get("issuer_wait_stalls") or {}, src.get("stall_samples") or {}
+    if not (issuer and c.stalls and src.get("total_samples")):
+        return
+    kept = [(r, v * (1.0 - min(1.0, issuer.get(r, 0.0) / sampled[r])) if sampled.get(r) else v) for r, v, _ in c.stalls]
+    total = sum(v for _, v in kept)
+    if total <= 0:
+        return
+    c.stalls = sorted(((r, v, 100.0 * v / total) for r, v in kept if v > 0), key=lambda t: -t[1])
+    c.issuer_wait_pct = 100.0 * src["issuer_wait_samples"] / src["total_samples"]
 
 
 SHARED_KIND_NAMES = {"wgmma": "wgmma operand reads", "load": "shared loads", "store": "shared stores",
@@ -672,7 +692,11 @@ def derived_values(c: KernelFacts) -> dict:
         "memory_metric": tp["memory_metric"],
         "stalls": [(r, rounded(v, 3), rounded(s, 1)) for r, v, s in c.stalls],
         "stall_metric_family": fam,
-        "stall_unit": _STALL_UNITS.get(fam or "", ""),
+        "stall_unit": _STALL_UNITS.get(fam or "", "") + (
+            f", without a TMA producer's or bulk writer's mbarrier waits ({c.issuer_wait_pct:.0f}% of the PC samples: "
+            "idle by design)" if c.issuer_wait_pct else ""),
+        # left out of `stalls`: a TMA producer's or bulk writer's mbarrier waits (idle by design), % of samples
+        "issuer_wait_pct": rounded(c.issuer_wait_pct, 1),
         "occupancy_limiter": lim, "occupancy_limit_blocks": lim_blocks,
         "occupancy_limits": {k: v for k, v in limits.items() if v is not None},
         "local_share": rounded(c.local_share, 4),

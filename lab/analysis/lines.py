@@ -63,7 +63,7 @@ COUNTERS = {   # the contract's field -> the per-PC ncu metric it sums
 SHARED_KINDS = ("wgmma", "load", "store", "atomic", "other")
 # mbarrier.try_wait/test_wait in SASS, and the copies an issuer (a TMA producer, a bulk-reduction writer) starts
 WAIT_OPCODE = "SYNCS.PHASECHK"
-ISSUE_OPCODES = ("UTMALDG", "UTMASTG", "UTMAREDG", "UTMAPF", "UBLKCP", "UBLKRED", "UBLKPF")
+ISSUE_OPCODES = ("UTMALDG", "UTMASTG", "UTMAREDG", "UTMAPF", "UBLKCP", "UBLKRED", "UBLKPF", "LDGSTS")
 # what a consumer does with a stage once it has waited for it
 CONSUME_OPCODES = ("LDS", "LDSM", "LDG", "LD", "LDL", "STS", "STSM", "STG", "ST", "STL", "ATOMS", "ATOMG", "ATOM",
                    "RED", "REDG")
@@ -88,7 +88,7 @@ def shared_kind(op: str) -> str:
     """What a shared-memory wavefront of this instruction is: 'wgmma' (an operand read of a warpgroup MMA),
     'load', 'store', 'atomic' or 'other'."""
     base = op.split(".")[0]
-    if base.endswith("GMMA"):
+    if base.endswith("MMA"):   # a warpgroup MMA (HGMMA, IGMMA, QGMMA) or a later MMA reading shared operands
         return "wgmma"
     if base.startswith("LD"):
         return "load"

@@ -28,4 +28,4 @@ class Divergence(Rule):
                 "short branches." + ctx.rung("divergence"))
 
     def lines(self, f: Finding, k: dict, c: KernelFacts) -> list[dict]:
-        return cite(k, "divergent_branches") or cite(k, "samples")
+        return cite(k, "divergent_branches") or cite(k, "samples", skip_waits="issuer")

@@ -3,9 +3,10 @@ tables agree with the one-GPU table (issue 31).
 
 The target sweep: fa-grid, fwd/bwd/fwd+bwd, fp16 and bf16, v6 and v7 beside cuDNN and FlashAttention-2
 (48 problems x 4 implementations x 3 modes = 576 cells). Each count is a fresh `lab sweep` process
-into a store of its own, as a user runs it, one after the other on the same machine: one GPU is
-`lab sweep` (in this process, no workers), N GPUs `lab sweep --gpus 0,..,N-1`. The rungs are built
-once first (`lab build`, timed and reported, not compared), so every count starts from the same build
+into a store of its own, as a user runs it, one after the other on the same machine: N GPUs are
+`lab sweep --gpus 0,..,N-1`, one GPU `lab sweep --gpus 0` (one worker pinned to GPU 0, the code path
+that times every multi-GPU table and `lab sweep`'s own default on a GPU). The rungs are built once
+first (`lab build`, timed and reported, not compared), so every count starts from the same build
 cache; the float64 gates are checked afresh by every count (a sweep keeps no gate across runs).
 
 Each multi-GPU table is held against the one-GPU table by `lab sweep compare`'s rule: a row changed
@@ -20,12 +21,14 @@ Run the counts in separate calls where one call may not take them all (`--counts
 `--counts 2,4 --reuse-one`, the same --out: the one-GPU sweep is read back from DIR/gpus-1, its wall
 time from DIR/wall-1.json, whether or not --counts names 1: it is the reference every row is held to).
 
-`--one-as-worker` measures the one-GPU sweep (and its --again) as `lab sweep --gpus 0`: one worker
-process pinned to GPU 0 like each multi-GPU worker, instead of `lab sweep` measuring in its own
-process; the code path that times a cell is then the same in every table. On four H200s (RESULTS.md,
-2026-11-27, two sessions) the in-process one-GPU table was the slower in all 24 of 24 (row length,
-timing) groups against the 2- and 4-GPU tables (median ratios 0.973-0.998, the shortest calls
-furthest), while the 2- against the 4-GPU table leaned either way (0.984-1.012).
+`--in-process` also measures the one-GPU sweep in the lab's own process (`lab sweep --in-process`, the
+path every one-GPU table took before 2026-11-27's eighth session; DIR/gpus-1-in-process), held against
+the worker's by the same rule and printed as the row "1 in-process": on four H200s the in-process
+one-GPU tables were the slower in all 24 of 24 (row length, timing) groups against the 2- and 4-GPU
+tables (RESULTS.md, fourth and sixth sessions: median ratios 0.973-0.998), while a worker's one-GPU
+table agreed with the 4-GPU one (eighth session: 4 of 270 rows). With `--again` it runs between the
+worker's two one-GPU runs (1, 1 in-process, 1 again: the path's difference told from a drift in time).
+`--one-as-worker` is accepted and changes nothing (the worker is the default now).
 
 `--reuse` runs nothing (no build, no sweep): it reads every count's sweep and wall time already in DIR
 and prints the table, on any machine, a CPU one included (the GPU machine's DIR copied back). The date
@@ -33,8 +36,8 @@ and commit are the sweeps' own (their manifests), not this checkout's.
 
 `--again` runs the one-GPU sweep a second time (DIR/gpus-1-again) and holds it against the first by
 the same rule, printed as the row "1 again": the disagreement one GPU has with itself from one run to
-the next, the reference against which the multi-GPU rows' disagreement is read (on two H100s, short
-calls' rows differed between the one- and two-GPU tables beyond 3%: RESULTS.md).
+the next, the reference against which the multi-GPU rows' disagreement is read (on four H200s, the
+eighth session: 87 of 270 rows, one GPU's short calls 5-15 us slower in the second run).
 
 Each table's rows are timed in passes (`lab sweep --passes`, default 2: a row's CI95 spans its passes'
 medians); the lines under the table count, per count, the rows whose passes alone were more than the
@@ -63,6 +66,11 @@ TARGET_SWEEP = ["--variant", "v6,v7", "--preset", "fa-grid", "--mode", "fwd,bwd,
                 "--baselines", "sdpa-cudnn,sdpa-flash"]
 TARGETS = {2: 1.8, 4: 3.4}
 AGAIN = "1-again"   # the one-GPU sweep's second run (--again): its store is OUT/gpus-1-again
+IN_PROCESS = "1-in-process"   # the one-GPU sweep measured in the lab's own process (--in-process)
+ONE_GPU = (1, IN_PROCESS, AGAIN)   # the one-GPU runs: the reference and the two held against it
+LABELS = {AGAIN: "1 again", IN_PROCESS: "1 in-process"}
+NOT_PLAN = {"--gpus": 1, "--name": 1, "--profiles": 1, "--in-process": 0}   # lab sweep's options that are no part of
+                                                                            # the sweep (with how many values)
 
 
 def _run(argv: list[str], env: dict, log: Path) -> tuple[float, int]:
@@ -82,6 +90,38 @@ def _read_build_s(out: Path) -> float | None:
     return None
 
 
+def _recorded_options(sweep) -> list[str] | None:
+    """The sweep's own options, from the command its plan recorded (`lab sweep ...`), less those that
+    say where and how it ran (NOT_PLAN); None where it recorded no command."""
+    import shlex
+
+    words = shlex.split((sweep.manifest.get("plan") or {}).get("command") or "")
+    if words[:2] != ["lab", "sweep"]:
+        return None
+    out, i = [], 2
+    while i < len(words):
+        w = words[i]
+        if w in NOT_PLAN:
+            i += 1 + NOT_PLAN[w]
+            continue
+        out.append(w)
+        i += 1
+    return out
+
+
+def _earlier_options(out: Path) -> list[str] | None:
+    """The sweep options the call that measured OUT wrote into its result.json (a lab that recorded no
+    command line: `python -m lab.cli` records it, the tests' fake does not)."""
+    try:
+        return json.loads((out / "result.json").read_text())["options"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def _gpus_label(n) -> str:
+    return LABELS.get(n) or f"{n} GPU{'s' if n != 1 else ''}"
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--counts", default="1,2,4", help="GPU counts, comma-separated (1 is the reference)")
@@ -92,8 +132,11 @@ def main() -> int:
                     help="run nothing: read every count's sweep and wall time already in OUT and print the table")
     ap.add_argument("--again", action="store_true",
                     help="run the one-GPU sweep twice: its run-to-run disagreement, the reference row '1 again'")
+    ap.add_argument("--in-process", action="store_true",
+                    help="also measure the one-GPU sweep in the lab's own process (lab sweep --in-process): the row "
+                         "'1 in-process', held against the worker's '1'")
     ap.add_argument("--one-as-worker", action="store_true",
-                    help="measure the one-GPU sweep as one worker (--gpus 0), pinned as the others are, not in-process")
+                    help="accepted, changes nothing: the one-GPU sweep is one pinned worker (--gpus 0) by default")
     ap.add_argument("--threshold", type=float, default=store.PRACTICAL_THRESHOLD_PCT)
     ap.add_argument("--json", type=Path, default=None)
     ap.add_argument("--lab", default=f"{sys.executable} -m lab.cli",
@@ -121,15 +164,15 @@ def main() -> int:
         results["build_s"] = _read_build_s(a.out)
         if results["build_s"] is None:
             del results["build_s"]
-    runs = counts + ([AGAIN] if a.again else [])
+    runs = counts + ([IN_PROCESS] if a.in_process else []) + ([AGAIN] if a.again else [])
     for n in runs:
         where = a.out / f"gpus-{n}"
-        if a.reuse or (n in (1, AGAIN) and a.reuse_one and store.list_sweeps(where)):
+        if a.reuse or (n in ONE_GPU and a.reuse_one and store.list_sweeps(where)):
             continue
-        gpus = ["--gpus", ",".join(map(str, range(1 if n == AGAIN else n)))]
-        if n in (1, AGAIN) and not a.one_as_worker:
-            gpus = []   # the lab's own process measures, as `lab sweep` without --gpus does
-        seconds, rc = _run([*lab, "sweep", *options, *gpus, "--name", f"scale-{n}", "--profiles", str(where)], env,
+        # every count is measured by pinned workers, one GPU too (lab sweep's default on a GPU, said
+        # explicitly so that the table does not depend on it); --in-process's row by the lab's own process
+        how = ["--in-process"] if n == IN_PROCESS else ["--gpus", ",".join(map(str, range(1 if n in ONE_GPU else n)))]
+        seconds, rc = _run([*lab, "sweep", *options, *how, "--name", f"scale-{n}", "--profiles", str(where)], env,
                            a.out / f"sweep-{n}.log")
         results["counts"][n] = {"wall_s": round(seconds, 1), "exit": rc}
         (a.out / f"wall-{n}.json").write_text(json.dumps(results["counts"][n]))
@@ -148,7 +191,13 @@ def main() -> int:
         entry.update(sweep=sweeps[n].id, status=m.get("status"), cells=m.get("cells_done"), device=(m.get("device") or {}).get("name"),
                      workers=[{k: w.get(k) for k in ("part", "gpu_uuid", "cells", "units", "times_s", "gates_checked")}
                               for w in m.get("workers") or []])
-    if a.reuse:   # the measurement's own date and commit, not this checkout's
+    if a.reuse:   # the measurement's own date, commit and sweep options, not this checkout's
+        recorded = _recorded_options(sweeps[1]) or _earlier_options(a.out)
+        if recorded is not None and a.sweep_options and a.sweep_options != recorded:
+            print(f"the sweeps in {a.out} were measured with `{' '.join(recorded)}`, not `{' '.join(a.sweep_options)}`; "
+                  "--reuse reads what was measured: drop the options after --", file=sys.stderr)
+            return 2
+        options = results["options"] = recorded or options
         manifests = [sweeps[n].manifest for n in runs]
         results["date_utc"] = min(m.get("created_utc") or "" for m in manifests) or results["date_utc"]
         commits = sorted({(m.get("git") or {}).get("commit") or "unknown" for m in manifests})
@@ -163,7 +212,7 @@ def main() -> int:
              "| --- | --- | --- | --- | --- | --- | --- | --- |"]
     for n in runs:
         e = results["counts"][n]
-        speedup = one / e["wall_s"] if one and e.get("wall_s") and n != AGAIN else None
+        speedup = one / e["wall_s"] if one and e.get("wall_s") and n not in (AGAIN, IN_PROCESS) else None
         e["speedup"] = round(speedup, 2) if speedup else None
         if n in TARGETS and (speedup is None or speedup < TARGETS[n]):
             failed = True
@@ -176,20 +225,20 @@ def main() -> int:
             changed, within = len(c["differing"]), len(c["beyond_ci95_within_threshold"])
             ratio = f"{c['median_ratio_b_over_a']:.3f}"
             spread = ", ".join(f"{g['p5_ratio']:.3f}-{g['p95_ratio']:.3f}" for g in c["gpu_spread"]) or "-"
-            failed |= bool(changed) and n != AGAIN   # the reference row judges nothing: it is the noise itself
-        label = "1 again" if n == AGAIN else n
-        lines.append(f"| {label} | {e.get('wall_s')} | {f'{speedup:.2f}x' if speedup else '-'} | {e.get('cells')} | {changed} "
+            failed |= bool(changed) and n not in ONE_GPU   # the one-GPU rows judge nothing: the noise, the path
+        label = LABELS.get(n, n)
+        lines.append(f"| {label} | {e.get('wall_s') or '-'} | {f'{speedup:.2f}x' if speedup else '-'} | {e.get('cells')} | {changed} "
                      f"| {within} | {ratio} | {spread} |")
     lines.append("")
     for n in runs:   # the drift a sweep's passes saw (lab sweep --passes): what its rows' CI95 now span
         spread = store.pass_spread([r for r in sweeps[n].rows() if r.get("status") == "ok"], a.threshold)
         if spread["rows_in_passes"]:
-            lines.append(f"- {n} GPUs: {spread['passes_apart']} of {spread['rows_in_passes']} rows had passes more than "
+            lines.append(f"- {_gpus_label(n)}: {spread['passes_apart']} of {spread['rows_in_passes']} rows had passes more than "
                          f"{a.threshold:g}% apart (the widest {(spread['max_pass_spread'] - 1) * 100:.1f}%)")
     for n in runs:
         for w in results["counts"][n].get("workers") or []:
             t = ", ".join(f"{k} {v:.1f}" for k, v in (w.get("times_s") or {}).items() if isinstance(v, (int, float)))
-            lines.append(f"- {n} GPUs, worker {w['part']} ({w['gpu_uuid']}): {w['cells']} cells in {len(w['units'])} "
+            lines.append(f"- {_gpus_label(n)}, worker {w['part']} ({w['gpu_uuid']}): {w['cells']} cells in {len(w['units'])} "
                          f"problems, {len(w.get('gates_checked') or [])} gates checked; seconds: {t}")
     (a.out / "result.json").write_text(json.dumps(results, indent=2, default=str))
     if a.json:

@@ -818,7 +818,7 @@ class SweepGroup(click.Group):
         return out
 
 
-RESUME_KEEPS = {"resume_id", "gpus_spec", "allow_mismatch", "profiles_dir", "as_json", "help"}
+RESUME_KEEPS = {"resume_id", "gpus_spec", "in_process", "allow_mismatch", "profiles_dir", "as_json", "help"}
 """`lab sweep --resume`'s own options: every other option of `lab sweep` is part of the stored plan."""
 
 
@@ -851,7 +851,11 @@ RESUME_KEEPS = {"resume_id", "gpus_spec", "allow_mismatch", "profiles_dir", "as_
                    f"--cell-budget; the row pools them, its CI95 spanning every pass's median (default "
                    f"{sweepplan.DEFAULT_PASSES}: one burst's CI95 misses the drift of short calls over seconds)")
 @click.option("--gpus", "gpus_spec", default=None, metavar="0,1",
-              help="one worker process per GPU (pinned by UUID), fed whole problems, largest first, as each finishes one")
+              help="one worker process per GPU (pinned by UUID), fed whole problems, largest first, as each finishes one "
+                   "(default: one worker on GPU 0, the code path of every multi-GPU sweep)")
+@click.option("--in-process", "in_process", is_flag=True,
+              help="measure in the lab's own process, not by one pinned worker (the path one-GPU sweeps took before; "
+                   "to compare the two: benchmarks/sweep_scaling.py --in-process)")
 @click.option("--shard", "shard_spec", default=None, metavar="i/N", help="measure only the i-th of N interleaved slices (merge with `lab sweep merge`)")
 @click.option("--resume", "resume_id", default=None, metavar="SWEEP", help="measure the cells a stored sweep is missing")
 @click.option("--name", default=None, help="a name for the sweep id (default: the preset, batch or custom)")
@@ -861,15 +865,19 @@ RESUME_KEEPS = {"resume_id", "gpus_spec", "allow_mismatch", "profiles_dir", "as_
 @json_option
 @click.pass_context
 def sweep(ctx, variant_spec, shapes, preset, batch_spec, heads_kv_spec, causal, dtype_spec, mode_spec, deterministic,
-          timing, baseline_spec, no_baselines, reps, warmup, cell_budget_s, passes, gpus_spec, shard_spec, resume_id, name, yes,
-          allow_mismatch, profiles_dir, as_json):
+          timing, baseline_spec, no_baselines, reps, warmup, cell_budget_s, passes, gpus_spec, in_process, shard_spec, resume_id,
+          name, yes, allow_mismatch, profiles_dir, as_json):
     """Time rungs and baselines over many shapes, modes and timing methods into ONE stored table
     (profiles/<sweep-id>/): each cell in --passes passes over its problem's cells, pooled into a row
     whose CI95 spans every pass; Ctrl-C keeps finished rows, --resume finishes, `lab report` draws it."""
     if ctx.invoked_subcommand:
         return
 
-    gpus = sweepplan.parse_list(gpus_spec, "--gpus") if gpus_spec is not None else None
+    given_gpus = sweepplan.parse_list(gpus_spec, "--gpus") if gpus_spec is not None else None
+    # how cells are measured: the GPU's measurer, unless the caller's context object hands in another
+    measuring = ctx.find_object(sweeper.Measuring) or sweeper.ON_GPU
+    # and where: one pinned worker per GPU, one on GPU 0 without --gpus, here with --in-process
+    gpus = sweeper.measured_by(given_gpus, in_process, measuring)
     # what --resume measures is the stored plan: an option of the plan the user gave beside it (defaults
     # included: --mode fwd, --causal no) would be ignored, so it is refused instead
     planned = [p.opts[0] for p in ctx.command.params
@@ -884,7 +892,7 @@ def sweep(ctx, variant_spec, shapes, preset, batch_spec, heads_kv_spec, causal, 
         if allow_mismatch:
             target.update_manifest(mismatch_allowed=True)
     else:
-        if shard_spec and gpus:
+        if shard_spec and given_gpus:
             raise LabError("--gpus shards the sweep itself; give --shard or --gpus, not both")
         plan = sweeper.plan_from_specs(
             variant_spec=variant_spec, shapes=list(shapes), preset=preset, batch_spec=batch_spec,
@@ -893,8 +901,6 @@ def sweep(ctx, variant_spec, shapes, preset, batch_spec, heads_kv_spec, causal, 
             baseline_spec=baseline_spec, no_baselines=no_baselines, reps=reps, warmup=warmup,
             cell_budget_s=cell_budget_s, shard_spec=shard_spec, yes=yes, command=_command_line("sweep"), name=name,
             passes=sweepplan.DEFAULT_PASSES if passes is None else passes)
-    # how cells are measured: the GPU's measurer, unless the caller's context object hands in another
-    measuring = ctx.find_object(sweeper.Measuring) or sweeper.ON_GPU
     if measuring.on_gpu:
         require_gpus("sweep", gpus)
     if not resume_id:

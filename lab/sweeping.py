@@ -1,5 +1,6 @@
 """The stored sweep, driven: a plan's missing cells measured (lab.measure.sweep) into a stored sweep
-(lab.store.sweeps), here or by one worker process per GPU, then folded into its table.
+(lab.store.sweeps), by one worker process per GPU (on a GPU without --gpus: one, on GPU 0; see
+`measured_by`) or here (--in-process, or a measurer on no GPU), then folded into its table.
 
 It sits above both: the measuring knows no store, the store knows no measuring. A worker is
 `python -m lab.sweeping --worker SWEEP_DIR --part NAME --gpu G`.
@@ -570,6 +571,26 @@ def sweep_manifest(plan: Plan) -> dict:
             "device": None, "devices": [], "software": None}
 
 
+def measured_by(gpus: list[str] | None, in_process: bool, measuring: Measuring) -> list[str] | None:
+    """The GPUs whose pinned workers measure the sweep, or None: this process measures it. `--gpus` as
+    given; without it, on a GPU, one worker on device 0 (this process's CUDA order, so a
+    CUDA_VISIBLE_DEVICES the user set is kept), so that a one-GPU table is timed by the code path that
+    times each table of several GPUs: on four H200s, one-GPU tables measured in the lab's own process
+    were the slower in 24 of 24 (row length, timing) groups against the workers' 2- and 4-GPU tables
+    (two sessions, median ratios 0.973-0.998), and a worker's one-GPU table agreed with the 4-GPU
+    one (4 of 270 rows; benchmarks/RESULTS.md, issue 31). `--in-process` measures here, the way every
+    one-GPU sweep was measured before; so does a measurer that runs on no GPU (the tests' simulated
+    device), which has no GPU to pin."""
+    if in_process:
+        if gpus:
+            raise LabError(f"--in-process measures in the lab's own process; --gpus {','.join(gpus)} starts a worker "
+                           "per GPU: give one or the other")
+        return None
+    if gpus:
+        return gpus
+    return ["0"] if measuring.on_gpu else None
+
+
 def execute(sweep, gpus: list[str] | None = None, measuring: Measuring = ON_GPU,
             show_progress: bool = True) -> tuple[str, list[str]]:
     """Measure the sweep's missing cells (here, or one worker per GPU), then fold the rows into its
@@ -627,6 +648,7 @@ def worker_main(argv=None, measuring: Measuring = ON_GPU) -> int:
         measurer = measuring.make(plan.pass_plan(), say, a.part, gates)
         gates.turn = getattr(measurer, "turn", None)
         record.update(environment_facts(measurer))
+        _check_device(sweep, record["device"])   # a resumed sweep continues on its own kind of GPU, as in process
         sampler = GpuSampler(measuring, a.gpu)
         gpu = sampler()
         times["init"] = round(time.time() - t, 3)

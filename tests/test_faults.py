@@ -286,7 +286,8 @@ DRIVER = textwrap.dedent(r'''
     if command == "profile":
         main(["profile", "--variant", R1, "--shape", "1,1,16,64", "--no-baselines", "--no-report"])
     else:
-        main(["sweep", "--variant", R1, "--shape", "1,1,16,64", "--shape", "1,1,32,64", "--no-baselines"])
+        # in the lab's own process (on a GPU, lab sweep's default is one pinned worker: its own process)
+        main(["sweep", "--variant", R1, "--shape", "1,1,16,64", "--shape", "1,1,32,64", "--no-baselines", "--in-process"])
 ''')
 
 

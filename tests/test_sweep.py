@@ -256,6 +256,74 @@ def test_n_workers_give_the_table_of_one_and_each_row_names_its_gpu(tmp_path):
     assert set(one.table().gpu_uuid) == {"GPU-fake-0"} and one.table().gpu.isna().all()
 
 
+def test_one_gpu_is_one_pinned_worker_unless_in_process_is_asked():
+    """Where a sweep is measured (lab.sweeping.measured_by): --gpus as given; without it, on a GPU, one
+    worker on device 0, the code path of every multi-GPU table; --in-process, or a measurer on no GPU
+    (the simulated device), in the lab's own process; both --gpus and --in-process: bad input."""
+    from dataclasses import replace
+
+    from lab.sweeping import measured_by
+
+    on_gpu = replace(FAKE, on_gpu=True)
+    assert measured_by(None, False, on_gpu) == ["0"]
+    assert measured_by(["2", "3"], False, on_gpu) == ["2", "3"] and measured_by(["1"], False, FAKE) == ["1"]
+    assert measured_by(None, True, on_gpu) is None and measured_by(None, True, FAKE) is None
+    assert measured_by(None, False, FAKE) is None   # the simulated device has no GPU to pin a worker to
+    with pytest.raises(LabError, match="--in-process"):
+        measured_by(["0"], True, on_gpu)
+
+
+def test_lab_sweep_on_a_gpu_measures_by_one_worker_and_in_process_when_asked(tmp_path, monkeypatch):
+    """`lab sweep` without --gpus on a GPU: one worker pinned to GPU 0 measures (the rows and the
+    manifest's workers say so), the same table --in-process gives; --in-process with --gpus exits 2,
+    nothing stored. The GPU's own acts (is there a GPU, which UUID pins device 0) are stood in for."""
+    from dataclasses import replace
+
+    from click.testing import CliRunner
+
+    import lab.cli
+    import lab.sweeping
+    from lab.cli import main
+
+    monkeypatch.setattr(lab.cli, "require_gpus", lambda command, gpus=None: None)
+    monkeypatch.setattr(lab.sweeping, "_pins", lambda gpus, measuring: list(gpus))
+    on_gpu = replace(FAKE, on_gpu=True)
+    base = ["sweep", "--shape", "1,2,{64,128},64", "--baselines", "sdpa-flash,standard"]   # no rung: nothing to build
+
+    def run(root, *more):
+        r = CliRunner().invoke(main, [*base, *more], env={"LAB_PROFILES": str(root)}, obj=on_gpu, catch_exceptions=False)
+        return r.exit_code, r.stderr
+
+    code, err = run(tmp_path / "worker")
+    assert code == 0, err
+    (worker,) = store.list_sweeps(tmp_path / "worker")
+    assert [w["part"] for w in worker.manifest["workers"]] == ["gpu0-1"] and "worker gpu0-1" in err
+    assert {r["worker"] for r in worker.rows()} == {"gpu0-1"} and {r["gpu"] for r in worker.rows()} == {"0"}
+    code, err = run(tmp_path / "here", "--in-process")
+    assert code == 0, err
+    (here,) = store.list_sweeps(tmp_path / "here")
+    assert not here.manifest.get("workers") and {r["worker"] for r in here.rows()} == {None}
+    key = ["impl", "label", "mode", "timing"]
+    a = worker.table().sort_values(key)[key + ["status", "median_ms"]].reset_index(drop=True)
+    b = here.table().sort_values(key)[key + ["status", "median_ms"]].reset_index(drop=True)
+    assert len(a) == 8 and a.equals(b)   # 2 problems x 2 implementations x events and graph
+    code, err = run(tmp_path / "both", "--in-process", "--gpus", "0")
+    assert code == 2 and err.startswith("error:") and "--in-process" in err and not (tmp_path / "both").exists()
+
+
+def test_a_worker_refuses_to_resume_a_sweep_of_another_kind_of_gpu(tmp_path):
+    """As the lab's own process does: ratios across devices are not ratios (--allow-mismatch to go on)."""
+    args = ["sweep", "--shape", "1,2,{64,128,256},64", "--baselines", "sdpa-flash"]   # a cell a problem, 2 passes
+    assert lab(*args, env={"LAB_TEST_INTERRUPT": "3"}, root=tmp_path).returncode == 130   # in the second problem
+    (sw,) = store.list_sweeps(tmp_path)
+    sw.update_manifest(device=dict(sw.manifest["device"], name="Other GPU"))
+    r = lab("sweep", "--resume", sw.id, "--gpus", "0", root=tmp_path)
+    assert r.returncode == 1 and "was measured on Other GPU; this is Fake GPU (tests)" in r.stderr, r.stderr
+    assert len(store.find_sweep(sw.id, tmp_path).done_cells()) == 1   # nothing measured on the other kind
+    r = lab("sweep", "--resume", sw.id, "--gpus", "0", "--allow-mismatch", root=tmp_path)
+    assert r.returncode == 0, r.stderr
+
+
 def test_shards_merge_into_the_unsharded_table(tmp_path):
     base = ["sweep", "--shape", "1,2,{64,128,256},64", "--mode", "fwd,bwd"]
     for i in (1, 2):

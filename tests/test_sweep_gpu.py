@@ -1,6 +1,7 @@
 """lab sweep's real measurer on a GPU: v5 and the baselines in every mode and both timing methods,
-a GQA shape, an out-of-memory cell, and a sweep spread over two worker processes on one GPU that
-equals the same sweep in one process within noise. Run with `pytest -m gpu` on the GPU machine."""
+a GQA shape, an out-of-memory cell (each measured by the one pinned worker `lab sweep` starts
+without --gpus), and a sweep spread over two worker processes on one GPU that equals the same sweep
+measured in the lab's own process (--in-process) within noise. Run with `pytest -m gpu` on the GPU machine."""
 
 from __future__ import annotations
 
@@ -34,6 +35,7 @@ def test_every_mode_and_timing_method_on_small_and_gqa_shapes(tmp_path):
     assert r.exit_code == 0, r.output + r.stderr
     (sw,) = store.list_sweeps(tmp_path)
     df = sw.table()
+    assert set(df.worker) == {"gpu0-1"}   # without --gpus, one worker pinned to GPU 0 measured (lab sweep's default)
     v5 = df[(df.impl == F16) & (df.heads_kv == df.heads)]
     assert set(v5[v5["mode"] == "fwd"].status) == {"ok"}   # graph capture of the rung included
     assert set(df[(df.impl == F16) & (df.heads_kv != df.heads)].status) == {"unsupported"}
@@ -60,11 +62,12 @@ def test_standard_attention_out_of_memory_is_a_row(tmp_path):
 
 
 def test_two_workers_on_one_gpu_equal_one_process_within_noise(tmp_path):
+    # the lab's own process (--in-process: no worker) against two workers sharing GPU 0
     # graph timing: the device time that another worker's kernels would disturb. Event times of these
     # 0.04 ms calls are the host's dispatch, which differed by 33% between two runs of one process on an
     # H100 (2026-11-26); workers sharing a GPU take turns (GpuMeasurer.turn), so only noise is left
     args = ["--shape", "4,16,{512,1024,2048},64", "--baselines", "sdpa-flash,sdpa-cudnn", "--timing", "graph"]
-    assert sweep(tmp_path / "one", *args).exit_code == 0
+    assert sweep(tmp_path / "one", *args, "--in-process").exit_code == 0
     r = sweep(tmp_path / "two", *args, "--gpus", "0,0")
     assert r.exit_code == 0, r.output + r.stderr
     one, two = store.list_sweeps(tmp_path / "one")[0].table(), store.list_sweeps(tmp_path / "two")[0].table()

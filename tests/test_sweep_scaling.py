@@ -99,9 +99,9 @@ def test_the_one_gpu_sweep_of_an_earlier_call_is_the_reference_and_reuse_runs_no
         return subprocess.run([sys.executable, "benchmarks/sweep_scaling.py", "--lab", lab, "--out", str(tmp_path), *args,
                                *sweep], cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
 
-    first = scaling("--counts", "1", "--one-as-worker")
+    first = scaling("--counts", "1")
     assert first.returncode == 0 and "| 1 |" in first.stdout, first.stdout + first.stderr
-    # --one-as-worker: the one-GPU sweep measured by one pinned worker (--gpus 0), not in-process
+    # the one-GPU sweep is measured by one pinned worker (--gpus 0), as every multi-GPU one is
     assert [w["part"] for w in json.loads((tmp_path / "result.json").read_text())["counts"]["1"]["workers"]] == ["gpu0-1"]
     second = scaling("--counts", "2", "--reuse-one")
     one_wall = json.loads((tmp_path / "wall-1.json").read_text())["wall_s"]
@@ -116,3 +116,57 @@ def test_the_one_gpu_sweep_of_an_earlier_call_is_the_reference_and_reuse_runs_no
     assert sorted(p.name for p in tmp_path.glob("gpus-*/*")) == sweeps_before
     table = [line for line in second.stdout.splitlines() if line.startswith("| ")]
     assert [line for line in third.stdout.splitlines() if line.startswith("| ")] == table
+
+
+def test_in_process_is_measured_between_the_workers_two_one_gpu_runs_and_held_against_the_first(tmp_path):
+    """--in-process --again: the one-GPU sweep by a pinned worker, then in the lab's own process, then by
+    the worker again (a difference of the path told from a drift in time), each held against the first
+    and printed as a reference row that judges nothing. --reuse reads back each sweep's own options
+    (its plan's command) for the header, and refuses other options given after --."""
+    env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""),
+               LAB_TEST_ORDER=str(tmp_path / "order.txt"))
+    sweep = ["--shape", "1,2,{64,128},64", "--baselines", "sdpa-flash", "--timing", "events"]
+
+    def scaling(*args, lab=f"{sys.executable} -m tests.sweep_fakes"):
+        return subprocess.run([sys.executable, "benchmarks/sweep_scaling.py", "--lab", lab, "--out", str(tmp_path / "out"),
+                               *args], cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+
+    r = scaling("--counts", "1", "--in-process", "--again", "--", *sweep)
+    assert r.returncode == 0, r.stdout + r.stderr
+    result = json.loads((tmp_path / "out" / "result.json").read_text())
+    assert list(result["counts"]) == ["1", "1-in-process", "1-again"]   # run in this order
+    here, again = result["counts"]["1-in-process"], result["counts"]["1-again"]
+    assert here["workers"] == [] and [w["part"] for w in again["workers"]] == ["gpu0-1"]
+    assert here["compare"]["rows_compared"] == 2 and here["compare"]["changed"] == 0 and here["speedup"] is None
+    # the measurer's calls by part, in the order they ran: the worker's, the lab's own process's, the worker's
+    parts = [line.split("|")[0] for line in (tmp_path / "order.txt").read_text().splitlines()]
+    assert [p for i, p in enumerate(parts) if i == 0 or parts[i - 1] != p] == ["gpu0-1", "main", "gpu0-1"]
+    table = [line for line in r.stdout.splitlines() if line.startswith("| ")]
+    assert [line.split(" | ")[0] for line in table[2:]] == ["| 1", "| 1 in-process", "| 1 again"]
+    assert "- 1 in-process: 0 of 2 rows had passes" in r.stdout and "- 1 GPU, worker gpu0-1" in r.stdout
+    reused = scaling("--counts", "1", "--in-process", "--again", "--reuse", lab="/nonexistent/lab")
+    assert reused.returncode == 0 and f"lab sweep {' '.join(sweep)} on Fake GPU" in reused.stdout, reused.stderr
+    assert [line for line in reused.stdout.splitlines() if line.startswith("| ")] == table
+    other = scaling("--counts", "1", "--reuse", "--", "--shape", "1,2,64,64", lab="/nonexistent/lab")
+    assert other.returncode == 2 and "--reuse reads what was measured" in other.stderr and not other.stdout
+
+
+def test_reuse_reads_the_shipped_diagnostic_as_measured(tmp_path):
+    """The eighth session's stores (four H200s, shipped): --reuse prints the comparisons RESULTS.md quotes,
+    with the sweep's own options read from the command its plan recorded (no wall times: they are not in a
+    store, so no speed-up either)."""
+    import shutil
+
+    shipped = REPO / "profiles" / "examples"
+    for count, sweep_id in (("1", "20261127-092141-sweep-scale-1"), ("4", "20261127-092338-sweep-scale-4"),
+                            ("1-again", "20261127-092418-sweep-scale-1-again")):
+        shutil.copytree(shipped / sweep_id, tmp_path / f"gpus-{count}" / sweep_id)
+    r = subprocess.run([sys.executable, "benchmarks/sweep_scaling.py", "--counts", "1,4", "--again", "--reuse",
+                        "--out", str(tmp_path), "--lab", "/nonexistent/lab"], cwd=REPO, capture_output=True, text=True,
+                       timeout=300)
+    assert r.returncode == 1, r.stdout + r.stderr   # no wall time: the 4-GPU speed-up is not there to meet its target
+    assert r.stdout.startswith("lab sweep --variant v6,v7 --preset fa-grid --mode fwd --dtype float16,bfloat16 "
+                               "--baselines sdpa-cudnn,sdpa-flash on NVIDIA H200, 2026-11-27, commit fc683a489235")
+    assert "| 4 | - | - | 192 | 4 | 25 | 1.000 | 0.983-1.010, 0.984-1.012, 0.977-1.014 |" in r.stdout
+    assert "| 1 again | - | - | 192 | 87 | 48 | 1.019 | - |" in r.stdout
+    assert "- 1 again: 38 of 270 rows had passes more than 3% apart (the widest 25.1%)" in r.stdout

@@ -1062,20 +1062,52 @@ bwd_kernel_tdq(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__
 // dK and dV an fp32 partial, summed in a fixed order afterwards) only until the grid holds one CTA
 // per SM. Every configuration has 128-key blocks, so the workspace covers each tuning candidate.
 constexpr int kKeyBlock = 128;
-static int gqa_splits(const LabBackwardArgs* a) {
-  const int group = a->heads_kv >= 1 ? a->heads / a->heads_kv : 1;
-  if (group <= 1) return 1;
+// How far a GQA group is split. kFillSms (the default): only until the grid holds one CTA per SM.
+// kCausalBalance (a tuning candidate, measured before it may become the default; v8_notes.md "Causal
+// GQA"): under the causal mask the CTA of key block 0 sees every query block of its group's heads,
+// the last key block's CTA almost none, and with few K/V heads one CTA's work can be a whole SM's fair
+// share (1,32:4,8192,64: 512 steps against 504), which no dispatch order balances; so the group is
+// split further until the longest CTA is at most half of a fair share (its dK and dV then fp32
+// partials summed in split order afterwards, as kFillSms's splits are). Non-causal CTAs are uniform:
+// kCausalBalance leaves them as kFillSms does.
+enum class GqaSplit { kFillSms, kCausalBalance };
+static int sm_count() {
   static int sms_by_device[64] = {};  // the SM count, asked once per device
   int dev = 0, sms = 132;
   if (cudaGetDevice(&dev) == cudaSuccess && dev >= 0 && dev < 64) {
     if (sms_by_device[dev] == 0) cudaDeviceGetAttribute(&sms_by_device[dev], cudaDevAttrMultiProcessorCount, dev);
     if (sms_by_device[dev] > 0) sms = sms_by_device[dev];
   }
+  return sms;
+}
+static int next_divisor(int splits, int group) {   // the next split count that divides the group
+  do ++splits;
+  while (group % splits);
+  return splits;
+}
+// The query steps of one (key block, query head) CTA-slice under the causal mask (top-left aligned, as
+// SDPA's is_causal: query i sees keys <= i), summed over the key blocks; and the largest (key block 0's).
+static long long causal_steps(const LabBackwardArgs* a, int bm, long long* longest) {
+  const long long q_blocks = lab_cdiv(a->seqlen_q, bm);
+  long long total = 0;
+  for (int j = 0; j < lab_cdiv(a->seqlen_k, kKeyBlock); ++j) {
+    const long long first = (long long)j * kKeyBlock / bm;
+    total += first < q_blocks ? q_blocks - first : 0;
+  }
+  *longest = q_blocks;
+  return total;
+}
+static int gqa_splits(const LabBackwardArgs* a, GqaSplit policy = GqaSplit::kFillSms, int bm = 64) {
+  const int group = a->heads_kv >= 1 ? a->heads / a->heads_kv : 1;
+  if (group <= 1) return 1;
+  const int sms = sm_count();
   const long long ctas = (long long)lab_cdiv(a->seqlen_k, kKeyBlock) * a->batch * a->heads_kv;
   int splits = 1;
-  while (splits < group && ctas * splits < sms) {
-    do ++splits;
-    while (group % splits);
+  while (splits < group && ctas * splits < sms) splits = next_divisor(splits, group);
+  if (policy == GqaSplit::kCausalBalance && a->causal) {
+    long long per_head_longest = 0;
+    const long long fair = causal_steps(a, bm, &per_head_longest) * a->batch * a->heads / sms;
+    while (splits < group && 2 * per_head_longest * (group / splits) > fair) splits = next_divisor(splits, group);
   }
   return splits;
 }
@@ -1085,8 +1117,19 @@ static size_t gqa_partial_bytes(const LabBackwardArgs* a, int splits) {
   return lab_bwd::align256((size_t)a->batch * a->heads_kv * splits * a->seqlen_k * a->head_dim * sizeof(float));
 }
 // The workspace: the shared layout (bwd_prepost.cuh), then dK's and dV's partials when the group is split.
+// The tuning build's candidates may split more (kCausalBalance, at either BM): its workspace covers the
+// most; the plain build's is the default's (so a default run allocates what it did).
 static size_t workspace_bytes(const LabBackwardArgs* a) {
-  return lab_bwd::workspace_bytes(a) + 2 * gqa_partial_bytes(a, gqa_splits(a));
+#ifdef LAB_TUNING
+  int splits = gqa_splits(a);
+  for (int bm : {64, 128}) {
+    const int s = gqa_splits(a, GqaSplit::kCausalBalance, bm);
+    splits = s > splits ? s : splits;
+  }
+#else
+  const int splits = gqa_splits(a);
+#endif
+  return lab_bwd::workspace_bytes(a) + 2 * gqa_partial_bytes(a, splits);
 }
 
 // FragDq<>'s convert: dQ = scale * the accumulator laid out in the fragment's order
@@ -1136,7 +1179,7 @@ bwd_convert_frag_kernel(const float* __restrict__ acc, T* __restrict__ dq, int n
   }
 }
 
-template <class C, typename T, bool CAUSAL>
+template <class C, typename T, bool CAUSAL, GqaSplit SPLIT = GqaSplit::kFillSms>
 const char* bwd_launch_one(const LabBackwardArgs* a, cudaStream_t stream) {
   lab_bwd::Workspace w;
   const size_t need = lab_bwd::workspace_bytes(a, &w);
@@ -1193,7 +1236,7 @@ const char* bwd_launch_one(const LabBackwardArgs* a, cudaStream_t stream) {
   } else {
     // GQA: one CTA per (key block, K/V head, share of its group), the shares' dK and dV summed after.
     static_assert(C::BN == kKeyBlock, "gqa_splits sizes the workspace for 128-key blocks");
-    const int splits = gqa_splits(a);
+    const int splits = gqa_splits(a, SPLIT, C::BM);
     const size_t part_bytes = gqa_partial_bytes(a, splits);
     if (a->workspace_bytes < need + 2 * part_bytes) return "v8: backward workspace missing or too small";
     float* dk_part = splits > 1 ? reinterpret_cast<float*>(static_cast<uint8_t*>(a->workspace) + need) : nullptr;
@@ -1236,15 +1279,15 @@ const char* bwd_launch_one(const LabBackwardArgs* a, cudaStream_t stream) {
   return lab_last_launch_error();
 }
 
-template <class C>
+template <class C, GqaSplit SPLIT = GqaSplit::kFillSms>
 const char* bwd_launch(const LabBackwardArgs* a, cudaStream_t stream) {
   const bool causal = a->causal != 0;
   switch (a->dtype) {
     case LAB_FLOAT16:
-      return causal ? bwd_launch_one<C, __half, true>(a, stream) : bwd_launch_one<C, __half, false>(a, stream);
+      return causal ? bwd_launch_one<C, __half, true, SPLIT>(a, stream) : bwd_launch_one<C, __half, false, SPLIT>(a, stream);
     case LAB_BFLOAT16:
-      return causal ? bwd_launch_one<C, __nv_bfloat16, true>(a, stream)
-                    : bwd_launch_one<C, __nv_bfloat16, false>(a, stream);
+      return causal ? bwd_launch_one<C, __nv_bfloat16, true, SPLIT>(a, stream)
+                    : bwd_launch_one<C, __nv_bfloat16, false, SPLIT>(a, stream);
     default: return "v8 supports float16 and bfloat16 only (wgmma rung); use --dtype float16";
   }
 }
@@ -1312,6 +1355,9 @@ static const BwdCandidate kBwd64[] = {
     {"BM128 S2 frag-dQ", bwd_launch<FragDq<BwdConfig<64, 128, 2, false>>>},
     {"BM128 S2 frag-dQ staged-dKdV", bwd_launch<StagedEpilogue<FragDq<BwdConfig<64, 128, 2, false>>>>},
     {"BM128 S2 TMA-dQ deterministic", bwd_launch<BwdDeterministic64>},
+    // Causal GQA (v8_notes.md): the default's kernels, its group split until no CTA holds more than
+    // half an SM's fair share of query steps. The same machine code; only the grid and the partials.
+    {"BM128 S2 frag-dQ staged-dKdV GQA-causal-split", bwd_launch<BwdDefault64, GqaSplit::kCausalBalance>},
 };
 static const BwdCandidate kBwd128[] = {
     {"BM64 S2 RED-dQ", bwd_launch<BwdConfig<128, 64, 2, false>>},
@@ -1324,6 +1370,7 @@ static const BwdCandidate kBwd128[] = {
     {"BM64 S2 frag-dQ overlap-FA3", bwd_launch<FragDq<Overlapped<BwdConfig<128, 64, 2, false>, 1>>>},
     {"BM64 S2 frag-dQ overlap-FA3 staged-dKdV", bwd_launch<StagedEpilogue<FragDq<Overlapped<BwdConfig<128, 64, 2, false>, 1>>>>},
     {"BM64 S2 TMA-dQ overlap-FA3 deterministic", bwd_launch<BwdDeterministic128>},
+    {"BM64 S2 frag-dQ overlap-FA3 staged-dKdV GQA-causal-split", bwd_launch<BwdDefault128, GqaSplit::kCausalBalance>},
 };
 template <int N>
 static const char* bwd_labels(const BwdCandidate (&items)[N]) {

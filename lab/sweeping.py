@@ -273,13 +273,22 @@ def measure_unit(unit: list[Cell], measure: Callable[[Cell], list[dict]], passes
     cell again, so a cell's passes are the unit's length apart (seconds), and its row pools them
     (lab.measure.sweep.combine_passes): the row's CI95 covers the drift between passes that one
     burst's CI95 cannot see. A cell no pass before timed (unsupported, out of memory, refused) is not
-    measured again: its row is that pass's, whatever the next would give."""
+    measured again: its row is that pass's, whatever the next would give.
+
+    Each row also says when and how long: `measured_utc`, when its cell's last pass ended, and
+    `pass_wall_s`, the seconds each pass of the cell took on the host (its warm-up, checked and timed
+    calls, both timing methods): a run whose host slows shows here, and when, though its timed calls
+    grow by microseconds (four H200s, 2026-11-27: one GPU's second run measured 24% longer while its
+    calls took 5-15 us more each for part of it, and the rows could not say which part)."""
     taken: dict[str, list[list[dict]]] = {c.key: [] for c in unit}
     fields: dict[str, dict] = {}
+    walls: dict[str, list[float]] = {c.key: [] for c in unit}
+    ended: dict[str, float] = {}
     for k in range(passes):
         for cell in unit:
             if k and not any(r.get("status") == "ok" for r in taken[cell.key][-1]):
                 continue
+            t0 = time.time()
             try:
                 rows = measure(cell)
             except KeyboardInterrupt:
@@ -287,14 +296,17 @@ def measure_unit(unit: list[Cell], measure: Callable[[Cell], list[dict]], passes
             except Exception as e:  # noqa: BLE001 - a cell that breaks the measurer is a row, not the end of the sweep
                 first = str(e).strip().splitlines()[0][:300] if str(e).strip() else ""
                 rows = [status_row(cell, "failed", f"{type(e).__name__}: {first}")]
+            ended[cell.key] = time.time()
+            walls[cell.key].append(round(ended[cell.key] - t0, 4))
             taken[cell.key].append(rows)
             fields[cell.key] = gpu() if gpu is not None else {}
             if progress:
                 progress.advance(cell, rows, share=1 / passes, step=f"pass {k + 1} of {passes}" if passes > 1 else "")
     out = []
     for cell in unit:
+        when = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(ended[cell.key])) + f".{int(ended[cell.key] % 1 * 1000):03d}Z"
         for r in combine_passes(taken[cell.key]):
-            r.update(fields[cell.key])
+            r.update(fields[cell.key], measured_utc=when, pass_wall_s=list(walls[cell.key]))
             out.append(r)
     return out
 

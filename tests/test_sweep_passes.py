@@ -79,6 +79,21 @@ def test_the_row_pools_its_passes(tmp_path):
         assert "samples_ms" not in x   # the repetitions are pooled, never stored
 
 
+def test_each_row_says_when_its_cell_finished_and_how_long_each_pass_took_on_the_host(tmp_path):
+    """measured_utc and pass_wall_s: a cell that takes 0.05 s more a pass on the host (LAB_TEST_SLOW) says
+    so in each pass, and the problems' rows are stamped in the order they were measured."""
+    from datetime import datetime
+
+    r = lab("sweep", *SHAPES, env={"LAB_TEST_SLOW": "*:0.05"}, root=tmp_path)
+    assert r.returncode == 0, r.stderr
+    (sw,) = store.list_sweeps(tmp_path)
+    rows = sw.table().to_dict("records")   # read back from Parquet
+    assert rows and all(len(x["pass_wall_s"]) == 2 and min(x["pass_wall_s"]) >= 0.05 for x in rows)
+    first, last = sweepplan.Plan.from_dict(sw.plan_dict).problems[0].label(), rows[-1]["label"]
+    when = {x["label"]: datetime.fromisoformat(x["measured_utc"].replace("Z", "+00:00")) for x in rows}
+    assert first != last and when[first] < when[last]
+
+
 def test_combine_pools_samples_and_falls_back_to_pass_statistics():
     rows = []
     for samples in ([1.0, 1.1, 0.9, 1.0, 1.05, 0.95], [1.2, 1.3, 1.1, 1.2, 1.25, 1.15]):

@@ -51,7 +51,10 @@ COLUMNS = ["impl", "impl_kind", "label", "batch", "heads", "heads_kv", "seqlen_q
            # power limit read at most 2 s before its cell finished, and what read them: "nvml" in the
            # worker's process, or "nvidia-smi"); None on rows of sweeps before they were recorded
            "gpu", "gpu_name", "gpu_uuid", "gpu_host_index", "cuda_visible_devices", "sm_clock_mhz",
-           "mem_clock_mhz", "power_limit_w", "gpu_probe_source"]
+           "mem_clock_mhz", "power_limit_w", "gpu_probe_source",
+           # when the row's cell finished (its last pass, UTC) and the host seconds each of its passes took
+           # (lab.sweeping.measure_unit); None on rows of sweeps before they were recorded
+           "measured_utc", "pass_wall_s"]
 
 
 def now_utc() -> str:
@@ -179,7 +182,7 @@ def _frame(rows: list[dict], baselines: list[str]) -> "pd.DataFrame":
     df["deterministic"] = df["deterministic"].astype("boolean")
     df["power_limit_w"] = pd.to_numeric(df["power_limit_w"], errors="coerce").astype("float64")
     for c in ("impl", "impl_kind", "label", "dtype", "mode", "timing", "status", "reason", "worker", "gpu", "gpu_name",
-              "gpu_uuid", "cuda_visible_devices", "gpu_probe_source"):
+              "gpu_uuid", "cuda_visible_devices", "gpu_probe_source", "measured_utc"):
         df[c] = df[c].astype("string")
     return df
 

@@ -42,7 +42,7 @@ from lab.measure.gate import GATE_SHAPES
 from lab.measure.kernelsplit import KERNEL_CALLS, MAX_KERNEL_CALLS
 from lab.measure.problem import (DEFAULT_SHAPE, DTYPE_SHORT, check_dtype, check_supported, deterministic_refusal,
                                  normalize_dtype, parse_shape, require_deterministic_modes)
-from lab.measure.tune import tune as run_tune
+from lab.measure.tune import parse_prediction, tune as run_tune
 from lab.pipeline import ProfileOptions, profile as run_profile, reanalyze as run_reanalyze
 from lab.profilers.ncu import section_args
 from lab.profilers.timeline import read_any, renderables, require_range
@@ -52,6 +52,7 @@ from lab.report.pages import open_in_browser, render, render_compare
 from lab.store import runs
 from lab.store import sweeps as sweep_store
 from lab.store import ledger as ledger_store
+from lab.store import tunes as tune_store
 from lab.store.evidence import latest_evidence
 from lab.store.export import (DEFAULT_OUT, export_run, export_sweep, markdown_sweep, resolve_targets,
                               update_markdown_section)
@@ -1036,31 +1037,44 @@ def sweep_merge(partials, name, allow_mismatch, profiles_dir):
 @click.option("--reps", default=DEFAULT_REPS, show_default=True, help="timed repetitions per candidate, interleaved")
 @click.option("--warmup", default=DEFAULT_WARMUP, show_default=True)
 @click.option("--check-shapes", default=GATE_SHAPES, show_default=True, help="ragged shapes each candidate is checked on")
+@click.option("--predict", "predictions", multiple=True, metavar="'LABEL=LO-HI'",
+              help="a candidate's predicted gain over the default (LABEL: its label or a unique part of it; "
+                   "LO-HI: default time / its time, e.g. 1.04-1.14), recorded before any timing and judged by "
+                   "`lab ledger` (repeatable)")
 @mode_option
+@click.option("--profiles", "profiles_dir", type=click.Path(path_type=Path), default=None, envvar="LAB_PROFILES",
+              help="the run store the tune is stored in (default: profiles/; env LAB_PROFILES)")
 @json_option
-def tune(variant_id, shape, causal, dtype, reps, warmup, check_shapes, mode, as_json):
-    """Check and time a rung's candidate configurations (declared in its own file) round-robin."""
+def tune(variant_id, shape, causal, dtype, reps, warmup, check_shapes, predictions, mode, profiles_dir, as_json):
+    """Check and time a rung's candidate configurations (declared in its own file) round-robin; the
+    tune is stored (with its predictions, judged by `lab ledger`) where anything was timed."""
 
+    parsed = [parse_prediction(p) for p in predictions]   # bad input refused before anything runs
     variant = registry.get(variant_id)
     problem = _problem(variant, shape, causal, dtype)
     if reps < 2:
         raise LabError("--reps must be at least 2")
     if check_shapes < 0:
         raise LabError(f"--check-shapes must be >= 0, got {check_shapes}")
-    result = run_tune(variant, problem, reps=reps, warmup=warmup, check_shapes=check_shapes, mode=mode)
+    if profiles_dir is not None and profiles_dir.exists() and not profiles_dir.is_dir():
+        raise LabError(f"--profiles {profiles_dir} is a file, not a run store directory")
+    result = run_tune(variant, problem, reps=reps, warmup=warmup, check_shapes=check_shapes, mode=mode,
+                      predictions=parsed)
+    stored = tune_store.store_tune(result, reps, warmup, check_shapes, origin=variant.origin, root=profiles_dir)
     if as_json:
-        click.echo(json.dumps(result.to_dict(), indent=2))
+        click.echo(json.dumps({**result.to_dict(), "stored": str(stored.path) if stored else None}, indent=2))
     else:
         _print_tune(result)
+        if stored:
+            click.echo(f"stored: {stored.id} -> {stored.path}")
     refused = [r for r in result.rows if r.refused]
     if refused:   # the timer measured them and would not give a time: a failed check, not a slow config
         raise CheckFailed("; ".join(f"{variant.id} {r.label}: {r.error}" for r in refused))
     if not any(r.timing for r in result.rows):
-        raise CheckFailed(f"no configuration of {variant.id} passed its check on {problem.label()}")
+        raise CheckFailed(f"no configuration of {variant.id} passed its check on {problem.label()}; nothing stored")
 
 
 def _print_tune(result) -> None:
-    default = next((r for r in result.rows if r.index is None and r.timing), None)
     best = result.fastest()
     table = Table(title=f"lab tune {result.variant_id}{'' if result.mode == 'fwd' else ' ' + result.mode} on {result.problem.label()}"
                         f"{' causal' if result.problem.causal else ''} (median of {best.timing['reps'] if best else 0},"
@@ -1071,7 +1085,7 @@ def _print_tune(result) -> None:
         t = r.timing
         cells = (["-"] * 4 if not t else
                  [f"{t['median']:.4f}", f"{t['ci95_low']:.4f}-{t['ci95_high']:.4f}", f"{t['tflops']:.1f}",
-                  f"{default.timing['median'] / t['median']:.3f}x" if default else "-"])
+                  f"{r.vs_default['ratio']:.3f}x" if r.vs_default and r.vs_default.get("ratio") else "-"])
         mark = (f"[yellow]not applicable[/] ({r.not_applicable})" if r.not_applicable
                 else f"[red]no time[/] ({r.refused})" if r.refused else "[green]pass[/]" if r.passed
                 else f"[red]FAIL[/] {r.error or ''}")
@@ -1080,6 +1094,8 @@ def _print_tune(result) -> None:
     rich_console().print(table)
     if best:
         rich_console().print(f"fastest: {best.label}; a difference inside the CI95 columns is noise")
+    for p in result.to_dict()["predictions"]:
+        rich_console().print(ledgerpage.tune_prediction_phrase(p, with_label=True), highlight=False, markup=False)
 
 
 if __name__ == "__main__":

@@ -374,6 +374,8 @@ def stand_in_tune(monkeypatch):
     monkeypatch.setattr(tune, "Measurement", lambda *a, **k: SimpleNamespace(checked=lambda: None))
     monkeypatch.setattr(tune, "time_checked_interleaved", interleaved)
     monkeypatch.setattr("torch.cuda.get_device_name", lambda *a: "stand-in")
+    monkeypatch.setattr(tune, "device_info", lambda: {"name": "stand-in"})
+    monkeypatch.setattr(tune, "software_info", lambda: {})
     return seen
 
 
@@ -399,9 +401,9 @@ def test_a_candidate_that_does_not_serve_the_problem_is_not_applicable_never_wro
     assert not any(r.not_applicable for r in result.rows)
 
 
-def test_lab_tune_prints_not_applicable_with_the_reason(stand_in_tune):
+def test_lab_tune_prints_not_applicable_with_the_reason(stand_in_tune, tmp_path):
     res = lab_here("tune", "--variant", RUNG.id, "--shape", "1,2,130,64", "--causal", "--dtype", RUNG.default_dtype,
-                   "--reps", "3", "--check-shapes", "1", env={"COLUMNS": "250"})
+                   "--reps", "3", "--check-shapes", "1", "--profiles", tmp_path, env={"COLUMNS": "250"})
     assert res.returncode == 0, res.stderr
     line = next(ln for ln in res.stdout.splitlines() if "C3 (non-causal)" in ln)
     assert "not applicable (declared for non-causal problems only)" in line and "FAIL" not in line
@@ -449,7 +451,7 @@ def tuning_builds():
 @pytest.mark.gpu
 @pytest.mark.skipif(not _has_gpu(), reason="needs a CUDA GPU (torch.cuda.is_available() is False)")
 @pytest.mark.parametrize("variant, mode, causal", TUNE_CASES)
-def test_lab_tune_checks_and_times_every_candidate(variant, mode, causal, tuning_builds):
+def test_lab_tune_checks_and_times_every_candidate(variant, mode, causal, tuning_builds, tmp_path):
     """`lab tune` on a ragged shape: the default and every candidate the rung declares for its mask
     checked (in one child: no candidate of a correct rung ends it) and timed round-robin; a candidate
     declared for the other mask (v6's three-consumer tile, non-causal) is shown not applicable, with
@@ -460,9 +462,11 @@ def test_lab_tune_checks_and_times_every_candidate(variant, mode, causal, tuning
     d = 64 if 64 in variant.head_dims else variant.head_dims[0]
     shape = f"1,2,130,{d}"
     res = lab_here("tune", "--variant", variant.id, "--shape", shape, "--causal" if causal else "--no-causal",
-                   "--reps", "3", "--check-shapes", "1", "--mode", mode, "--json", env=_cache_env())
+                   "--reps", "3", "--check-shapes", "1", "--mode", mode, "--json", "--profiles", tmp_path / "store",
+                   env=_cache_env())
     assert res.returncode == 0, res.stderr[-2000:]
     out = json.loads(res.stdout)
+    assert out["stored"] and (Path(out["stored"]) / "tune.json").is_file()   # stored where it was told
     declared = declared_candidates(tuning_module(variant), d, variant.default_dtype, mode)
     assert declared and [r["label"] for r in out["rows"]] == ["default", *(c.label for c in declared)]
     problem = parse_shape(shape, causal=causal)

@@ -10,19 +10,27 @@ the launcher's own choice ("default") and every passing candidate interleaved, r
 repetition, so that drift hits all of them alike. A candidate declared for the other mask than the
 problem's (lab.ladder.tuning.Declared) is "not applicable", with that reason: neither checked nor
 timed, and never counted as wrong; the others are checked on seeded shapes of the mask they serve.
+
+A prediction (`--predict 'LABEL=LO-HI'`: candidate LABEL's gain over the default, as a range of
+default time / candidate time) is resolved against the declared candidates and recorded in the result
+before any candidate is checked or timed, so it cannot be fitted to the outcome; lab.store.tunes keeps
+it with the measured ratio, and the ledger (lab.store.ledger) judges it.
 """
 
 from __future__ import annotations
 
+import hashlib
+import re
+import statistics
 from dataclasses import dataclass, field
 
 from lab.console import say as _say
-from lab.environment import require_compute_capability, require_gpu
+from lab.environment import device_info, require_compute_capability, require_gpu, software_info
 from lab.errors import LabError
 from lab.ladder.build import build, build_many, is_built
 from lab.ladder.tuning import Candidate, declared_candidates, require_tunable, tuning_module
 from lab.measure import rates
-from lab.measure.bench import DEFAULT_REPS, DEFAULT_WARMUP
+from lab.measure.bench import DEFAULT_REPS, DEFAULT_WARMUP, median_ci95
 from lab.measure.call import require_mode, rung
 from lab.measure.checked import Measurement, Workload, describe
 from lab.measure.floor import attention_floor
@@ -42,6 +50,7 @@ class TuneRow:
     error: str | None = None
     refused: str | None = None    # the timer's verdict (lab.measure.timed.STATUSES) when it gave no time
     not_applicable: str | None = None   # why the candidate does not serve this problem (its declaration)
+    vs_default: dict | None = None      # paired_ratio(): the default's time over this row's, with its CI95
 
     @property
     def passed(self) -> bool:
@@ -50,7 +59,97 @@ class TuneRow:
     def to_dict(self) -> dict:
         return {"label": self.label, "index": self.index, "passed": self.passed, "correctness": self.correctness,
                 "timing": self.timing, "error": self.error, "refused": self.refused,
-                "not_applicable": self.not_applicable}
+                "not_applicable": self.not_applicable, "vs_default": self.vs_default}
+
+
+# ----------------------------------------------------------------------------- predictions
+
+# "1.04-1.14", "1.04-1.14x", "1.04 - 1.14 x": a range of ratios (default time / candidate time)
+_RANGE = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*-\s*(\d+(?:\.\d*)?|\.\d+)\s*x?\s*$", re.IGNORECASE)
+INSIDE, ABOVE, BELOW = "inside", "above", "below"
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """`--predict 'LABEL=LO-HI'`: candidate LABEL (as given: a label, or a unique part of one) runs LO to
+    HI times as fast as the launcher's default on the tuned problem. `label` is the candidate it named,
+    once resolved against the rung's declared candidates (resolve_predictions)."""
+    given: str
+    low: float
+    high: float
+    label: str | None = None
+
+    def to_dict(self) -> dict:
+        return {"given": self.given, "label": self.label, "low": self.low, "high": self.high}
+
+
+def parse_prediction(text: str) -> Prediction:
+    """One --predict value; LabError (exit 2) on anything but LABEL=LO-HI with 0 < LO <= HI."""
+    given, eq, rng = text.rpartition("=")
+    form = "write --predict 'LABEL=LO-HI': a candidate's label (or a unique part of it) and its predicted gain " \
+           "over the default, e.g. 'GQA-causal-split=1.15-1.30'"
+    if not eq or not given.strip():
+        raise LabError(f"--predict {text!r} names no candidate", hint=form)
+    m = _RANGE.match(rng)
+    if not m:
+        raise LabError(f"--predict {text!r}: {rng.strip()!r} is not a range LO-HI", hint=form)
+    low, high = float(m.group(1)), float(m.group(2))
+    if low <= 0:
+        raise LabError(f"--predict {text!r}: a predicted gain must be positive, got {low:g}", hint=form)
+    if low > high:
+        raise LabError(f"--predict {text!r}: the range's low end {low:g} is above its high end {high:g}", hint=form)
+    return Prediction(given.strip(), low, high)
+
+
+def resolve_predictions(predictions: list[Prediction], declared: list, problem: Problem, what: str) -> list[Prediction]:
+    """Each prediction with the candidate it names: the label itself, else the one label that contains
+    it (case ignored). LabError (exit 2) where none or several do, where it names the default (every
+    ratio's reference) or a candidate not applicable to the problem, or where two name one candidate.
+    `what` says which list was searched ("v8's backward candidates for head_dim 64, float16")."""
+    labels = [d.label for d in declared]
+    out, seen = [], {}
+    for p in predictions:
+        if p.given.lower() == DEFAULT_LABEL:
+            raise LabError(f"--predict {p.given}: the default is what every candidate's ratio is measured against",
+                           hint="predict a candidate's gain over it")
+        exact = [lb for lb in labels if lb == p.given]
+        found = exact or [lb for lb in labels if p.given.lower() in lb.lower()]
+        if not found:
+            raise LabError(f"--predict {p.given}: no candidate among {what} is named so",
+                           hint="its candidates: " + "; ".join(labels))
+        if len(found) > 1:
+            raise LabError(f"--predict {p.given}: ambiguous, {len(found)} of {what} match it: " + "; ".join(found),
+                           hint="give more of the label")
+        label = found[0]
+        why = next((d.refusal(problem) for d in declared if d.label == label), None)
+        if why:
+            raise LabError(f"--predict {p.given}: candidate {label!r} is not applicable to {problem.label()} ({why})")
+        if label in seen:
+            raise LabError(f"--predict {p.given} and --predict {seen[label]} both name candidate {label!r}")
+        seen[label] = p.given
+        out.append(Prediction(p.given, p.low, p.high, label))
+    return out
+
+
+def judge(low: float, high: float, measured: float) -> str:
+    """Where a measured ratio falls against a predicted range: inside (bounds included), above or below."""
+    return ABOVE if measured > high else BELOW if measured < low else INSIDE
+
+
+def paired_ratio(reference, timing) -> dict:
+    """The default's time over a candidate's (two lab.measure.bench.Timing): the ratio of the medians
+    (what `lab tune` prints), and, where both kept their repetitions' times round by round, the median
+    of the per-round ratios with its CI95 from order statistics (lab.measure.bench.median_ci95): the
+    timer runs the default and every candidate once per round (time_checked_interleaved), so round i's
+    two times saw the same drift, and their ratio's spread is the one a prediction is judged against."""
+    out = {"ratio": rates.ratio(reference.median, timing.median), "paired_median": None, "paired_ci95_low": None,
+           "paired_ci95_high": None, "rounds": None}
+    ref, own = reference.samples or [], timing.samples or []
+    if ref and len(ref) == len(own) and all(s > 0 for s in own):
+        ratios = sorted(r / s for r, s in zip(ref, own))
+        lo, hi = median_ci95(ratios)
+        out.update(paired_median=statistics.median(ratios), paired_ci95_low=lo, paired_ci95_high=hi, rounds=len(ratios))
+    return out
 
 
 @dataclass
@@ -59,6 +158,10 @@ class TuneResult:
     problem: Problem
     rows: list[TuneRow] = field(default_factory=list)
     mode: str = "fwd"
+    predictions: list[Prediction] = field(default_factory=list)   # resolved, recorded before any timing
+    device: dict | None = None           # lab.environment.device_info() of the GPU that timed it
+    software: dict | None = None
+    source_sha256: str | None = None     # the rung's source file(s), as a run records them
 
     def fastest(self) -> TuneRow | None:
         timed = [r for r in self.rows if r.timing]
@@ -67,13 +170,42 @@ class TuneResult:
     def to_dict(self) -> dict:
         best = self.fastest()
         return {"variant": self.variant_id, "problem": self.problem.to_dict(), "mode": self.mode,
-                "fastest": best.label if best else None, "rows": [r.to_dict() for r in self.rows]}
+                "fastest": best.label if best else None, "rows": [r.to_dict() for r in self.rows],
+                "predictions": [judged(p, self) for p in self.predictions]}
+
+    def row(self, label: str) -> TuneRow | None:
+        return next((r for r in self.rows if r.label == label), None)
+
+
+def judged(p: Prediction, result: TuneResult) -> dict:
+    """A prediction with what was measured for its candidate: the ratio and its verdict, or why none."""
+    row = result.row(p.label)
+    vs = row.vs_default if row else None
+    out = {**p.to_dict(), "measured": vs["ratio"] if vs else None, "verdict": None, "not_measured": None,
+           "ratio_ci95": [vs["paired_ci95_low"], vs["paired_ci95_high"]] if vs and vs["rounds"] else None}
+    if vs and vs.get("ratio"):
+        out["verdict"] = judge(p.low, p.high, vs["ratio"])
+    else:
+        default = result.row(DEFAULT_LABEL)
+        out["not_measured"] = (row.error or row.refused or "not timed") if row and not row.timing else \
+            f"the default was not timed ({(default.error or default.refused) if default else 'absent'})"
+    return out
+
+
+def source_sha256(variant) -> str | None:
+    """The rung's source as a run records it (lab.pipeline): one sha256 per file, joined by '+'."""
+    try:
+        return "+".join(hashlib.sha256(s.read_bytes()).hexdigest() for s in variant.sources)
+    except (OSError, AttributeError):
+        return None
 
 
 def tune(variant, problem: Problem, reps: int = DEFAULT_REPS, warmup: int = DEFAULT_WARMUP,
-         check_shapes: int = GATE_SHAPES, mode: str = "fwd") -> TuneResult:
+         check_shapes: int = GATE_SHAPES, mode: str = "fwd", predictions: list[Prediction] | None = None) -> TuneResult:
     """mode bwd / fwd+bwd: the backward's candidates (lab_backward_<id>_configs), each checked on
-    the backward's gate and timed in that mode behind the rung's own forward."""
+    the backward's gate and timed in that mode behind the rung's own forward. `predictions`
+    (parse_prediction) are resolved against the declared candidates before any check or timing: one
+    that names no candidate, or several, is refused (exit 2) with nothing run."""
     check_supported(variant, problem)
     require_mode(variant, mode)
     require_tunable(variant)
@@ -96,8 +228,13 @@ def tune(variant, problem: Problem, reps: int = DEFAULT_REPS, warmup: int = DEFA
         raise LabError(f"{variant.id} declares no {'backward ' if mode != 'fwd' else ''}tuning candidates for "
                        f"head_dim {problem.head_dim}, {problem.dtype}",
                        hint="its file lists them per head_dim and dtype (kernels/common.cuh)")
+    what = (f"{variant.id}'s {'backward ' if mode != 'fwd' else ''}candidates for head_dim {problem.head_dim}, "
+            f"{problem.dtype}")
+    resolved = resolve_predictions(list(predictions or []), declared, problem, what)
 
-    result = TuneResult(variant.id, problem, mode=mode)
+    result = TuneResult(variant.id, problem, mode=mode, predictions=resolved, source_sha256=source_sha256(variant))
+    for p in resolved:   # said before anything runs: the record of what was expected
+        _say(f"prediction recorded: {p.label} {p.low:g}-{p.high:g}x the default on {problem.label()}")
     names = {None: DEFAULT_LABEL, **dict(enumerate(labels))}
     apart = {i: why for i, why in ((i, d.refusal(problem)) for i, d in enumerate(declared)) if why}
     serving = [c for c in names if c not in apart]
@@ -135,6 +272,7 @@ def tune(variant, problem: Problem, reps: int = DEFAULT_REPS, warmup: int = DEFA
         _say(f"time {len(passing)} configurations round-robin: {reps} reps each after {warmup} warm-up, L2 flushed, "
              "inputs rotated and every output checked")
         timings = time_checked_interleaved(passing, reps=reps, warmup=warmup)
+        result.device, result.software = device_info(), software_info()
         for row in result.rows:
             t = timings.get(row.label)
             if isinstance(t, TimingRefused):   # measured, but not a time the lab prints
@@ -142,6 +280,12 @@ def tune(variant, problem: Problem, reps: int = DEFAULT_REPS, warmup: int = DEFA
             elif t is not None:
                 row.timing = {**t.to_dict(), "method": "cuda-events, interleaved round-robin",
                               "tflops": rates.tflops(rates.flops(problem, mode), t.median)}
+        reference = timings.get(DEFAULT_LABEL)
+        if reference is not None and not isinstance(reference, TimingRefused):
+            for row in result.rows:
+                t = timings.get(row.label)
+                if row.timing and t is not None:
+                    row.vs_default = paired_ratio(reference, t)
     return result
 
 

@@ -78,7 +78,10 @@ def text_lines(ledger: Ledger) -> list[str]:
             out.append(f"  estimate {e['source']} ({e['class']}): {fmt_times(e['implied_gain'])}, "
                        f"measured / estimated {fmt_times(e['measured_over_estimated'])}")
         out.append("")
+    out += tune_lines(ledger)
+    out.append("")
     out += calibration_lines(ledger.calibration)
+    out.append(tune_calibration_line(ledger.tune_calibration))
     for run_id, why in ledger.damaged.items():
         out.append(f"left out (damaged): {run_id}: {why}")
     return out
@@ -111,6 +114,66 @@ def calibration_lines(c: dict) -> list[str]:
     return out
 
 
+def _x(x: float) -> str:
+    """A tune's ratio to its default: 3 decimals, as `lab tune` prints it (its steps are a few percent)."""
+    return f"{x:.3f}x"
+
+
+def tune_prediction_phrase(p: dict, with_label: bool = False) -> str:
+    """One tuning prediction and its outcome: a stored entry (lab.store.ledger.tune_predictions) or a
+    fresh tune's (lab.measure.tune.judged)."""
+    lo, hi = p["predicted"] if "predicted" in p else (p["low"], p["high"])
+    head = (f"prediction {p['label']}: " if with_label else "") + f"predicted {lo:g}-{hi:g}x the default"
+    if p.get("measured") is None or not p.get("verdict"):
+        return f"{head}, not measured: {p.get('not_measured') or 'its candidate was not timed'}"
+    spread = tune_spread(p)
+    spread = f" ({spread})" if spread else ""
+    where = {"inside": "inside the range", "above": "above the range", "below": "below the range"}[p["verdict"]]
+    return f"{head}, measured {_x(p['measured'])}{spread}: {where}"
+
+
+def tune_spread(p: dict) -> str:
+    """The spread of a tuning prediction's measured ratio: the paired rounds' CI95, else the medians' CI95s."""
+    if p.get("ratio_ci95"):
+        lo_ci, hi_ci = p["ratio_ci95"]
+        return f"paired CI95 {lo_ci:.3f}-{_x(hi_ci)}" + (f" over {p['rounds']} rounds" if p.get("rounds") else "")
+    if p.get("medians_ci95"):
+        d, c = p["medians_ci95"]["default"], p["medians_ci95"]["candidate"]
+        if None not in d + c:
+            return f"medians' CI95: default {d[0]:.4g}-{d[1]:.4g} ms, candidate {c[0]:.4g}-{c[1]:.4g} ms"
+    return ""
+
+
+def tune_heading(e: dict) -> str:
+    return (f"{e['variant']}{'' if e['mode'] == 'fwd' else ' ' + e['mode']} {e['problem']} on {e['device'] or 'unknown device'}"
+            f" (tune {e['tune']}{', ' + e['commit'][:7] if e.get('commit') else ''})")
+
+
+def tune_calibration_line(c: dict) -> str:
+    if not c["of"]:
+        return ("  tuning predictions: none judged yet" + (f" ({c['not_measured']} not measured)" if c["not_measured"] else "")
+                + "; `lab tune ... --predict 'LABEL=LO-HI'` records one before the timing")
+    return (f"  tuning predictions: measured inside the predicted range in {c['inside']} of {c['of']} "
+            f"(above {c['above']}, below {c['below']}"
+            + (f", {c['not_measured']} not measured" if c["not_measured"] else "") + ")"
+            + f"; median measured / predicted (range's geometric middle) {_x(c['median_measured_over_predicted'])}")
+
+
+def tune_lines(ledger: Ledger) -> list[str]:
+    """`lab ledger`'s "Tuning predictions" section: per stored tune, each prediction against what it measured."""
+    out = ["Tuning predictions (`lab tune --predict`, recorded before the timing; ratio: the default's median time "
+           "over the candidate's)"]
+    if not ledger.tune_predictions:
+        out.append("  no stored tune carries a prediction")
+    heading = None
+    for e in ledger.tune_predictions:
+        if tune_heading(e) != heading:
+            heading = tune_heading(e)
+            out.append(f"  {heading}")
+        out.append(f"    {e['candidate']}: {tune_prediction_phrase(e)}")
+    return out
+
+
 def chart(ledger: Ledger):
     steps = []
     for s in ledger.steps:
@@ -125,8 +188,14 @@ def chart(ledger: Ledger):
 def page_context(ledger: Ledger) -> dict:
     rows = [{"s": s, "named": named_phrase(s), "predicted": predicted_phrase(s), "measured": measured_phrase(s),
              "moved": moved_phrase(s)} for s in ledger.steps]
-    return {"ledger": ledger, "rows": rows, "svg": chart(ledger), "calibration": calibration_lines(ledger.calibration)[1:],
-            "commands": missing_commands(ledger)}
+    tunes = []
+    for e in ledger.tune_predictions:
+        if not tunes or tunes[-1]["heading"] != tune_heading(e):
+            tunes.append({"heading": tune_heading(e), "entries": []})
+        tunes[-1]["entries"].append({**e, "phrase": tune_prediction_phrase(e), "spread": tune_spread(e)})
+    return {"ledger": ledger, "rows": rows, "svg": chart(ledger),
+            "calibration": calibration_lines(ledger.calibration)[1:] + [tune_calibration_line(ledger.tune_calibration)],
+            "commands": missing_commands(ledger), "tunes": tunes}
 
 
 def missing_commands(ledger: Ledger) -> list[str]:

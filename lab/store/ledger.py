@@ -26,6 +26,13 @@ the classes the next rung attacks (the lab's model and each Nsight rule, as the 
 them under `estimates`) as the gain it implies, 1 / (1 - p/100) for p% of the runtime, against the
 measured gain (median of measured / estimated per source); (c) the headers' predicted gains against the
 measured ones (in range, median of measured / the range's geometric middle). Each figure lists its steps.
+
+Tuning predictions: a step inside a rung is measured with `lab tune`, and its prediction given there
+(`--predict 'LABEL=LO-HI'`, recorded before the timing) is stored with the tune (lab.store.tunes). Each is
+judged against the ratio that tune measured (the default's median time over the candidate's, the paired
+rounds' CI95 beside it): inside, above or below the predicted range; calibrated like the headers' (inside
+k of n, median of measured / the range's geometric middle). A prediction whose candidate was not timed
+is listed with the reason, never judged.
 """
 
 from __future__ import annotations
@@ -41,10 +48,12 @@ from pathlib import Path
 
 from lab.errors import LabError
 from lab.ladder import registry
+from lab.measure.tune import ABOVE, BELOW, DEFAULT_LABEL, INSIDE, judge
 from lab.ladder.registry import Variant
 from lab.store import runs as run_store
 from lab.store.runs import Run, scan_runs
 from lab.store.sweeps import scan_sweeps
+from lab.store.tunes import scan_tunes
 
 # The same protocol under two names: `lab bench` recorded "cuda-events" before sweeps named it "events".
 TIMING_NAMES = {"cuda-events": "events"}
@@ -611,16 +620,71 @@ def _estimates(step: Step, findings: list[dict] | None) -> None:
                       for e in sorted(per_source.values(), key=lambda e: e["source"])]
 
 
+# ----------------------------------------------------------------------------- tuning predictions
+
+def _ratio_of(row: dict | None) -> dict | None:
+    vs = (row or {}).get("vs_default") or {}
+    return vs if _ok_ms(vs.get("ratio")) else None
+
+
+def tune_predictions(tunes: list) -> list[dict]:
+    """Every stored tune's predictions, oldest tune first, each with its measured ratio and verdict (as
+    lab.measure.tune.judge judges: the stored verdict is re-derived, never trusted), or why none."""
+    out = []
+    for t in tunes:
+        m = t.manifest
+        rows = {r.get("label"): r for r in m.get("rows") or [] if isinstance(r, dict)}
+        default = rows.get(DEFAULT_LABEL) or {}
+        problem = m.get("problem") or {}
+        for p in m.get("predictions") or []:
+            lo, hi = _num(p.get("low")), _num(p.get("high"))
+            if lo is None or hi is None or not 0 < lo <= hi:
+                continue
+            row = rows.get(p.get("label"))
+            vs = _ratio_of(row)
+            entry = {"tune": t.id, "created": m.get("created_utc"), "variant": (m.get("variant") or {}).get("id"),
+                     "problem": problem.get("label"), "mode": m.get("mode") or "fwd",
+                     "device": (m.get("device") or {}).get("name"), "commit": (m.get("git") or {}).get("commit"),
+                     "candidate": p.get("label"), "given": p.get("given"), "predicted": [lo, hi],
+                     "measured": vs["ratio"] if vs else None, "ratio_ci95": None, "medians_ci95": None,
+                     "verdict": judge(lo, hi, vs["ratio"]) if vs else None, "not_measured": None}
+            if vs and _ok_ms(vs.get("paired_ci95_low")) and _ok_ms(vs.get("paired_ci95_high")):
+                entry["ratio_ci95"] = [vs["paired_ci95_low"], vs["paired_ci95_high"]]
+                entry["rounds"] = vs.get("rounds")
+            elif vs:   # no paired rounds kept: the two medians' own CI95s
+                ct, dt = (row or {}).get("timing") or {}, default.get("timing") or {}
+                entry["medians_ci95"] = {"default": [dt.get("ci95_low"), dt.get("ci95_high")],
+                                         "candidate": [ct.get("ci95_low"), ct.get("ci95_high")]}
+            if not vs:
+                entry["not_measured"] = (p.get("not_measured") or (row or {}).get("error") or (row or {}).get("refused")
+                                         or "its candidate was not timed against the default")
+            out.append(entry)
+    return out
+
+
+def calibrate_tunes(entries: list[dict]) -> dict:
+    judged = [e for e in entries if e["verdict"]]
+    return {"inside": sum(1 for e in judged if e["verdict"] == INSIDE),
+            "above": sum(1 for e in judged if e["verdict"] == ABOVE),
+            "below": sum(1 for e in judged if e["verdict"] == BELOW), "of": len(judged),
+            "not_measured": len(entries) - len(judged),
+            "median_measured_over_predicted": statistics.median([e["measured"] / _geo(*e["predicted"]) for e in judged])
+            if judged else None}
+
+
 @dataclass
 class Ledger:
     steps: list[Step]
     calibration: dict
     stores: list[str]
     damaged: dict[str, str] = field(default_factory=dict)   # run id -> why its findings were left out
+    tune_predictions: list[dict] = field(default_factory=list)   # tune_predictions()
+    tune_calibration: dict = field(default_factory=lambda: calibrate_tunes([]))
 
     def to_dict(self) -> dict:
         return {"stores": self.stores, "steps": [s.to_dict() for s in self.steps], "calibration": self.calibration,
-                "damaged": self.damaged}
+                "damaged": self.damaged, "tune_predictions": self.tune_predictions,
+                "tune_calibration": self.tune_calibration}
 
     def step_into(self, variant_id: str) -> Step | None:
         return next((s for s in self.steps if s.later.id == variant_id), None)
@@ -642,11 +706,14 @@ def build(root: Path | None = None) -> Ledger:
     roots = _roots(root)
     runs: dict[Path, Run] = {}
     sweeps: dict[Path, object] = {}
+    tunes: dict[Path, object] = {}
     for r in roots:
         for run in scan_runs(r)[0]:
             runs[run.path.resolve()] = run
         for sw in scan_sweeps(r)[0]:
             sweeps[sw.path.resolve()] = sw
+        for tu in scan_tunes(r)[0]:
+            tunes[tu.path.resolve()] = tu
     all_runs = sorted(runs.values(), key=lambda r: (r.manifest.get("created_utc") or "", r.id))
     timings = [t for r in all_runs for t in run_timings(r)] + [t for s in sweeps.values() for t in sweep_timings(s)]
     # a rung id in a header's prose: the built-in ladder's own for a built-in rung, the registry's otherwise
@@ -674,7 +741,8 @@ def build(root: Path | None = None) -> Ledger:
         used = next((f for r, f in prof if step.moved and r.id in (step.moved.get("runs") or [])), prof[-1][1] if prof else None)
         _estimates(step, used)
         steps.append(step)
-    return Ledger(steps, calibrate(steps), [str(r) for r in roots], damaged)
+    tuned = tune_predictions(sorted(tunes.values(), key=lambda t: (t.manifest.get("created_utc") or "", t.id)))
+    return Ledger(steps, calibrate(steps), [str(r) for r in roots], damaged, tuned, calibrate_tunes(tuned))
 
 
 def _geo(lo: float, hi: float) -> float:

@@ -109,6 +109,15 @@
 //   at 4,16,4096,128, 1.071x at 2,16,8192,128: held (the last at the band's top). On the fa-grid (graph)
 //   v9 D=128 causal is 1.012-1.104x cuDNN at N >= 4096, 0.81-0.98x below (RESULTS.md).
 //
+// Step 4, short sequences, as `lab tune` candidates only (ninth session, 2026-11-27, CPU: no GPU time;
+//   the default is unchanged). (a) "C1 BN64 S2 persistent" at D=128 (Short128, Config<128, 64, 2,
+//   false, 1>): one consumer warpgroup of 64 rows, key tiles of 64, two CTAs per SM (81 KB of shared
+//   memory each), so one CTA's tile start and epilogue run under the other's main loop and N=512 has
+//   twice the tiles; 128 registers at launch (producer 32, consumer 224), 0 spills (nvcc 13.0).
+//   Predicted (benchmarks/v9_notes.md, "Step 4", before any GPU run), against the default, fp16:
+//   32,16,512,128 0.95-1.06x non-causal, 1.03-1.15x causal; 16,16,1024,128 0.85-0.97x and 0.97-1.08x;
+//   2,16,8192,128 0.72-0.82x and 0.80-0.92x (K/V read from L2 once per 64 query rows: an L2 ceiling
+//   at long N). Measured: not yet.
 // Steps still to come (issue 28; benchmarks/v9_notes.md): why the persistent kernel without
 // ping-pong trails v6's grid by 6-7% at long N and with it does not (the new candidate, then
 // profiles), ping-pong at D=64 and for causal long N, O stored by TMA from shared memory so the
@@ -133,6 +142,13 @@ using Default128 = Config<128, 128, 2, false, 2>;   // BM = 128, one CTA per SM 
 // causal at N=16384). The
 // default launches this type, the tuning candidate "C2 BN128 S2 persistent pp" the same: one kernel.
 using PingPong128 = Config<128, 128, 2, true, 2>;
+// Step 4 (a), a tuning candidate only: one consumer warpgroup (BM = 64), two CTAs per SM, so one
+// CTA's tile start (Q and the first K/V by TMA, S_0 and its softmax with nothing beside them) and
+// its epilogue run under the other CTA's main loop, and N = 512 has twice the tiles. BN = 64: two
+// CTAs of Q 16 KB + 2 stages x (K + V) 32 KB each + 1 KB = 81 KB fit the SM's 228 KB (BN = 128
+// needs 145 KB a CTA; three stages of BN = 64, 113 KB, miss by 240 bytes with the per-CTA reserve).
+using Short128 = Config<128, 64, 2, false, 1>;
+static_assert(2 * (Short128::kSmemBytes + 1024) <= 228 * 1024, "Short128: two CTAs per SM");
 constexpr int kLongKeys = 8192;
 
 // The LSE only when asked (a second instantiation: the default forward stores nothing more).
@@ -168,6 +184,8 @@ static const LabTuneCandidate kCandidates128[] = {
     {"C2 BN128 S2 persistent pp", launch_any<PingPong128, Persistent>},
     // v6's ping-pong (one CTA per tile): does ping-pong pay on v6's grid too, or only on the walk?
     {"C2 BN128 S2 one-tile-per-CTA pp", launch_any<PingPong128, OneTilePerCta>},
+    // Step 4 (a), short sequences: BM = 64, two CTAs per SM (benchmarks/v9_notes.md, "Step 4").
+    {"C1 BN64 S2 persistent", launch_any<Short128, Persistent>},
 };
 static LabTuneList candidates(int head_dim) {
   switch (head_dim) {

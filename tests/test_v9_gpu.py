@@ -67,6 +67,10 @@ CASES = [
     (3, 50, 1000, 1, 128, False, "float16", 1.0),
 ]
 LSE_CASES = [CASES[0], CASES[3], CASES[5], CASES[9], CASES[13]]
+# Step 4's `lab tune` candidates (kernels/v9_wgmma_fa3.cu; D=128 only), by label: not the default, so
+# the cases above do not reach them; checked here on the same D=128 cases, with the LSE.
+STEP4_CANDIDATES = ["C1 BN64 S2 persistent"]
+D128_CASES = [c for c in CASES if c[4] == 128]
 
 
 def _ids(c) -> str:
@@ -78,6 +82,19 @@ def v9():
     from lab.ladder.build import build
 
     return build(RUNG).module
+
+
+@pytest.fixture(scope="module")
+def v9_tuning():
+    from lab.ladder.build import build
+
+    return build(RUNG, tuning=True).module
+
+
+def _candidate_index(module, label: str) -> int:
+    labels = [entry.split("|")[0] for entry in module.configs(128, "float16")]
+    assert label in labels, (label, labels)
+    return labels.index(label)
 
 
 def _inputs(problem: Problem, std: float, seed: int):
@@ -124,6 +141,31 @@ def test_v9_writes_the_row_log_sum_exp(v9, case):
 
 @pytest.mark.gpu
 @needs_hopper
+@pytest.mark.parametrize("label", STEP4_CANDIDATES)
+@pytest.mark.parametrize("case", D128_CASES, ids=_ids)
+def test_v9_step4_candidate_matches_float64(v9_tuning, label, case):
+    b, h, nq, nk, d, causal, dtype, std = case
+    problem = Problem(b, h, nq, nk, d, causal, dtype)
+    scale = softmax_scale(problem)
+    q, k, v = _inputs(problem, std, 28)
+    o = torch.full_like(q, float("nan"))
+    lse = torch.full((b, h, nq), float("nan"), device="cuda", dtype=torch.float32)
+    v9_tuning.forward_config(q, k, v, o, causal, scale, _candidate_index(v9_tuning, label), lse)
+    torch.cuda.synchronize()
+    ref = check.reference_attention(q, k, v, causal, scale, device=check._reference_device(problem, q.device))
+    tolerance = check._tolerance(problem, q, k, v, ref, scale)
+    errors = check.compare(o, ref)
+    assert errors["nonfinite"] == 0 and check.judge(errors, tolerance, "max_abs_err"), (errors, tolerance)
+    s = (q.double() @ k.double().transpose(-1, -2)) * scale
+    if causal:
+        s = s.masked_fill(~torch.ones(nq, nk, dtype=torch.bool, device=s.device).tril(), float("-inf"))
+    ref_lse = torch.logsumexp(s, dim=-1)
+    err = (lse.double() - ref_lse).abs().max().item()
+    assert torch.isfinite(lse).all() and err <= 4e-5 * max(1.0, ref_lse.abs().max().item()), err
+
+
+@pytest.mark.gpu
+@needs_hopper
 def test_v9_refuses_unsupported_input(v9):
     q = torch.randn(1, 1, 8, 32, device="cuda", dtype=torch.float16)
     with pytest.raises(RuntimeError, match="head_dim"):
@@ -149,22 +191,28 @@ SANITIZER_SCRIPT = textwrap.dedent("""
               (Problem(1, 133, 65, 8192, 64, False, "float16"), False),
               (Problem(2, 80, 130, 90, 128, True, "float16"), True),
               (Problem(1, 140, 200, 300, 128, False, "bfloat16"), True)]
-    module = build.load_cached(variants.get(sys.argv[1]))
+    # argv: the rung, then optionally a tuning candidate's label (a D=128 candidate: its shapes only).
+    variant = variants.get(sys.argv[1])
+    if len(sys.argv) > 2:
+        module = build.build(variant, allow_compile=False, tuning=True).module
+        index = [e.split("|")[0] for e in module.configs(128, "float16")].index(sys.argv[2])
+        run = lambda q, k, v, o, causal, scale, lse: module.forward_config(q, k, v, o, causal, scale, index, lse)
+        shapes = [s for s in shapes if s[0].head_dim == 128]
+    else:
+        module = build.load_cached(variant)
+        run = module.forward
     for i, (p, with_lse) in enumerate(shapes):
         q, k, v = make_inputs(p, seed=i)
         o = torch.full_like(q, float("nan"))
         lse = torch.empty(p.batch, p.heads, p.seqlen_q, device=q.device, dtype=torch.float32) if with_lse else None
-        module.forward(q, k, v, o, p.causal, softmax_scale(p), lse)
+        run(q, k, v, o, p.causal, softmax_scale(p), lse)
         torch.cuda.synchronize()
         assert torch.isfinite(o).all(), p.label()
     print(f"sanitized launches: {len(shapes)}")
 """)
 
 
-@pytest.mark.gpu
-@needs_hopper
-@pytest.mark.parametrize("tool", ["memcheck", pytest.param("racecheck", marks=pytest.mark.slow), pytest.param("synccheck", marks=pytest.mark.slow)])
-def test_v9_compute_sanitizer_is_clean(tool, v9, tmp_path):
+def _sanitize(tool: str, tmp_path: Path, *extra: str) -> str:
     sanitizer = shutil.which("compute-sanitizer") or next(
         (str(p) for p in (Path(shutil.which("nvcc") or "/nonexistent").resolve().parent / "compute-sanitizer",
                           Path("/usr/local/cuda/bin/compute-sanitizer")) if p.is_file()), None)
@@ -174,13 +222,33 @@ def test_v9_compute_sanitizer_is_clean(tool, v9, tmp_path):
     script.write_text(SANITIZER_SCRIPT)
     env = dict(os.environ, PYTORCH_NO_CUDA_MEMORY_CACHING="1")
     env["PYTHONPATH"] = str(REPO) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-    res = subprocess.run([sanitizer, "--tool", tool, "--error-exitcode", "3", sys.executable, str(script), registry.ref(RUNG)],
-                         capture_output=True, text=True, cwd=REPO, env=env, timeout=420)
+    res = subprocess.run([sanitizer, "--tool", tool, "--error-exitcode", "3", sys.executable, str(script), registry.ref(RUNG),
+                          *extra], capture_output=True, text=True, cwd=REPO, env=env, timeout=420)
     out = res.stdout + res.stderr
-    assert "sanitized launches: 5" in out, out[-4000:]
     assert res.returncode == 0, out[-4000:]
     assert re.search(r"ERROR SUMMARY: 0 errors|RACECHECK SUMMARY: 0 hazards displayed \(0 errors", out), out[-4000:]
     assert not re.search(r"ERROR SUMMARY: [1-9]", out), out[-4000:]
+    return out
+
+
+SANITIZERS = ["memcheck", pytest.param("racecheck", marks=pytest.mark.slow), pytest.param("synccheck", marks=pytest.mark.slow)]
+
+
+@pytest.mark.gpu
+@needs_hopper
+@pytest.mark.parametrize("tool", SANITIZERS)
+def test_v9_compute_sanitizer_is_clean(tool, v9, tmp_path):
+    assert "sanitized launches: 5" in _sanitize(tool, tmp_path)
+
+
+@pytest.mark.gpu
+@needs_hopper
+@pytest.mark.parametrize("label", STEP4_CANDIDATES)
+@pytest.mark.parametrize("tool", SANITIZERS)
+def test_v9_step4_candidate_is_sanitizer_clean(tool, label, v9_tuning, tmp_path):
+    """The D=128 launches of the sanitizer script (several tiles per CTA, ragged, causal Nq > Nk, the
+    LSE) through the candidate; racecheck sees the O buffer's shared-memory hand-off where it has one."""
+    assert "sanitized launches: 3" in _sanitize(tool, tmp_path, label)
 
 
 def test_v9_is_found():

@@ -152,7 +152,7 @@ def mbarrier_waits(order: list[int], sass: dict[int, str]) -> dict[int, str]:
         pred = words[0].rstrip(",") if words else ""   # its destination predicate
         for j in range(i + 1, min(i + 9, len(order))):
             t = sass.get(order[j], "")
-            if opcode(t).split(".")[0] in ("BRA", "JMP") and (_guard(t) or "").lstrip("!") == pred:
+            if pred and opcode(t).split(".")[0] in ("BRA", "JMP") and (_guard(t) or "").lstrip("!") == pred:
                 out[order[j]] = role
                 break
         if i and opcode(sass.get(order[i - 1], "")).split(".")[0] in ("YIELD", "NANOSLEEP"):

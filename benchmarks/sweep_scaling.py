@@ -37,7 +37,7 @@ and commit are the sweeps' own (their manifests), not this checkout's.
 `--again` runs the one-GPU sweep a second time (DIR/gpus-1-again) and holds it against the first by
 the same rule, printed as the row "1 again": the disagreement one GPU has with itself from one run to
 the next, the reference against which the multi-GPU rows' disagreement is read (on four H200s, the
-eighth session: 87 of 270 rows, one GPU's short calls 5-15 us slower in the second run).
+eighth session: 87 of 270 rows, one GPU's short calls 4-14 us slower in the second run).
 
 Each table's rows are timed in passes (`lab sweep --passes`, default 2: a row's CI95 spans its passes'
 medians); the lines under the table count, per count, the rows whose passes alone were more than the

@@ -279,7 +279,7 @@ def measure_unit(unit: list[Cell], measure: Callable[[Cell], list[dict]], passes
     `pass_wall_s`, the seconds each pass of the cell took on the host (its warm-up, checked and timed
     calls, both timing methods): a run whose host slows shows here, and when, though its timed calls
     grow by microseconds (four H200s, 2026-11-27: one GPU's second run measured 24% longer while its
-    calls took 5-15 us more each for part of it, and the rows could not say which part)."""
+    calls took 4-14 us more each for part of it, and the rows could not say which part)."""
     taken: dict[str, list[list[dict]]] = {c.key: [] for c in unit}
     fields: dict[str, dict] = {}
     walls: dict[str, list[float]] = {c.key: [] for c in unit}

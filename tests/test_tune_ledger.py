@@ -256,6 +256,22 @@ def test_a_damaged_tune_leaves_the_others_in_the_ledger(tuned_store):
     (bad / "tune.json").write_text("{not json")
     res = lab_here("ledger", "--profiles", tuned_store, "--json")
     assert res.returncode == 0 and len(json.loads(res.stdout)["tune_predictions"]) == 3
+    assert "cannot read tune.json" in json.loads(res.stdout)["damaged"][bad.name]
+    assert f"left out (damaged): {bad.name}:" in lab_here("ledger", "--profiles", tuned_store).stdout
+
+
+def test_a_tune_is_stored_whole_or_not_at_all(simulated_tune, tmp_path, monkeypatch):
+    """A write that fails mid-way leaves neither the tune nor its staging folder (exit 2, no traceback)."""
+    from lab.store import tunes
+
+    def full_disk(path, obj, indent=2):
+        Path(path).write_text("{")   # half a manifest, then the failure
+        raise OSError(28, "No space left on device")
+    monkeypatch.setattr(tunes, "write_json_atomic", full_disk)
+    store = tmp_path / "store"
+    res = lab_here(*tune_args(store, "--predict", "C1=1.1-1.3"))
+    assert res.returncode == 2 and "No space left on device" in res.stderr and "Traceback" not in res.stderr, res.stderr
+    assert list(store.iterdir()) == []   # no tune, no .partial
 
 
 def test_the_report_renders_the_tuning_predictions(tuned_store, tmp_path):

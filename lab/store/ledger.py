@@ -634,9 +634,13 @@ def tune_predictions(tunes: list) -> list[dict]:
     for t in tunes:
         m = t.manifest
         rows = {r.get("label"): r for r in m.get("rows") or [] if isinstance(r, dict)}
+        device = m.get("device") if isinstance(m.get("device"), dict) else {}
+        git = m.get("git") if isinstance(m.get("git"), dict) else {}
         default = rows.get(DEFAULT_LABEL) or {}
         problem = m.get("problem") or {}
         for p in m.get("predictions") or []:
+            if not isinstance(p, dict):
+                continue
             lo, hi = _num(p.get("low")), _num(p.get("high"))
             if lo is None or hi is None or not 0 < lo <= hi:
                 continue
@@ -644,7 +648,7 @@ def tune_predictions(tunes: list) -> list[dict]:
             vs = _ratio_of(row)
             entry = {"tune": t.id, "created": m.get("created_utc"), "variant": (m.get("variant") or {}).get("id"),
                      "problem": problem.get("label"), "mode": m.get("mode") or "fwd",
-                     "device": (m.get("device") or {}).get("name"), "commit": (m.get("git") or {}).get("commit"),
+                     "device": device.get("name"), "commit": git.get("commit"),
                      "candidate": p.get("label"), "given": p.get("given"), "predicted": [lo, hi],
                      "measured": vs["ratio"] if vs else None, "ratio_ci95": None, "medians_ci95": None,
                      "verdict": judge(lo, hi, vs["ratio"]) if vs else None, "not_measured": None}
@@ -677,7 +681,7 @@ class Ledger:
     steps: list[Step]
     calibration: dict
     stores: list[str]
-    damaged: dict[str, str] = field(default_factory=dict)   # run id -> why its findings were left out
+    damaged: dict[str, str] = field(default_factory=dict)   # run (or tune) id -> why it was left out
     tune_predictions: list[dict] = field(default_factory=list)   # tune_predictions()
     tune_calibration: dict = field(default_factory=lambda: calibrate_tunes([]))
 
@@ -707,19 +711,23 @@ def build(root: Path | None = None) -> Ledger:
     runs: dict[Path, Run] = {}
     sweeps: dict[Path, object] = {}
     tunes: dict[Path, object] = {}
+    damaged_tunes: dict[str, str] = {}
     for r in roots:
         for run in scan_runs(r)[0]:
             runs[run.path.resolve()] = run
         for sw in scan_sweeps(r)[0]:
             sweeps[sw.path.resolve()] = sw
-        for tu in scan_tunes(r)[0]:
+        found, broken = scan_tunes(r)
+        for tu in found:
             tunes[tu.path.resolve()] = tu
+        for b in broken:   # listed with the runs left out, never fatal to the ledger
+            damaged_tunes[b.id] = b.reason
     all_runs = sorted(runs.values(), key=lambda r: (r.manifest.get("created_utc") or "", r.id))
     timings = [t for r in all_runs for t in run_timings(r)] + [t for s in sweeps.values() for t in sweep_timings(s)]
     # a rung id in a header's prose: the built-in ladder's own for a built-in rung, the registry's otherwise
     names = {"built-in": {v.id: registry.ref(v) for v in registry.builtin()},
              "workspace": {v.id: registry.ref(v) for v in registry.variants()}}
-    damaged: dict[str, str] = {}
+    damaged: dict[str, str] = dict(damaged_tunes)
     read: dict = {}
     steps = []
     for earlier, later, origin in ladder_steps():

@@ -186,6 +186,9 @@ static const LabTuneCandidate kCandidates128[] = {
     {"C2 BN128 S2 one-tile-per-CTA pp", launch_any<PingPong128, OneTilePerCta>},
     // Step 4 (a), short sequences: BM = 64, two CTAs per SM (benchmarks/v9_notes.md, "Step 4").
     {"C1 BN64 S2 persistent", launch_any<Short128, Persistent>},
+    // Step 4 (b): O stored through shared memory by TMA, on the default and on (a).
+    {"C2 BN128 S2 persistent pp tma-o", launch_any<lab_hopper_fwd::OByTma<PingPong128>, Persistent>},
+    {"C1 BN64 S2 persistent tma-o", launch_any<lab_hopper_fwd::OByTma<Short128>, Persistent>},
 };
 static LabTuneList candidates(int head_dim) {
   switch (head_dim) {

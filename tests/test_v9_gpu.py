@@ -69,7 +69,7 @@ CASES = [
 LSE_CASES = [CASES[0], CASES[3], CASES[5], CASES[9], CASES[13]]
 # Step 4's `lab tune` candidates (kernels/v9_wgmma_fa3.cu; D=128 only), by label: not the default, so
 # the cases above do not reach them; checked here on the same D=128 cases, with the LSE.
-STEP4_CANDIDATES = ["C1 BN64 S2 persistent"]
+STEP4_CANDIDATES = ["C1 BN64 S2 persistent", "C2 BN128 S2 persistent pp tma-o", "C1 BN64 S2 persistent tma-o"]
 D128_CASES = [c for c in CASES if c[4] == 128]
 
 

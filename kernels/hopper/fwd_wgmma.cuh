@@ -22,6 +22,7 @@
 #include "wgmma.cuh"
 
 #include <cmath>
+#include <type_traits>
 
 namespace lab_hopper_fwd {
 
@@ -65,20 +66,43 @@ struct Config {
   static_assert(kSmemBytes <= 227 * 1024, "shared memory over the 227 KB per-block limit");
 };
 
+// O stored through shared memory by TMA (v9 step 4 (b), a tuning candidate): Base's configuration
+// plus a BM x D buffer after the V ring. Each consumer warpgroup writes its 64 rows of O there (in
+// the 128-byte swizzle of a [64 rows, 64 columns] box), one of its threads hands the boxes to the
+// copy engine (cp.async.bulk.tensor store, rows past nq not written) and the warpgroup goes on to
+// its next tile at once; that thread waits for the store to have read the buffer only before the
+// warpgroup's next epilogue writes it again. A wrapper rather than a Config parameter, so that every
+// Config type (and every kernel's mangled name and machine code) that existed stays as it was.
+template <class Base>
+struct OByTma : Base {
+  static constexpr bool kOByTma = true;
+  static constexpr int kOOffset = Base::kVOffset + Base::kStages * Base::kKVBytes;
+  static constexpr int kOBoxBytes = 64 * 128;  // one [64 rows, 64 columns] box of 16-bit O
+  static constexpr int kSmemBytes = Base::kSmemBytes + Base::BM * Base::D * 2;
+  static_assert(kSmemBytes <= 227 * 1024, "shared memory over the 227 KB per-block limit");
+};
+template <class C, class = void>
+struct StoresOByTma : std::false_type {};
+template <class C>
+struct StoresOByTma<C, std::void_t<decltype(C::kOByTma)>> : std::integral_constant<bool, C::kOByTma> {};
 
-template <class C, typename T, bool CAUSAL, bool WRITE_LSE, class Sched = lab_hopper_sched::OneTilePerCta,
-          bool GQA = false>
-__global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
-fwd_kernel(const __grid_constant__ CUtensorMap tm_q,  // [B*H, nq, D] in boxes of [BM rows, 64 cols]
-           const __grid_constant__ CUtensorMap tm_k,  // [B*Hkv, nk, D] in boxes of [BN rows, 64 cols]
-           const __grid_constant__ CUtensorMap tm_v,  // [B*Hkv, nk, D] in boxes of [BN rows, 64 cols]
-           T* __restrict__ o,                         // [B*H, nq, D]
-           int nq, int nk, int bh_total, float scale_log2,
-           float* __restrict__ lse,  // [B*H, nq] natural-log row log-sum-exp (WRITE_LSE only)
-           int kv_group) {           // GQA: query heads per K/V head; K/V maps are [B*H/kv_group, nk, D]
+
+// The kernel's body, inlined into its two entries below (fwd_kernel; fwd_kernel_o_tma, which also
+// takes O's tensor map): the maps are the entries' __grid_constant__ parameters, passed by address.
+template <class C, typename T, bool CAUSAL, bool WRITE_LSE, class Sched, bool GQA>
+__device__ __forceinline__ void
+fwd_body(const CUtensorMap* tm_q,  // [B*H, nq, D] in boxes of [BM rows, 64 cols]
+         const CUtensorMap* tm_k,  // [B*Hkv, nk, D] in boxes of [BN rows, 64 cols]
+         const CUtensorMap* tm_v,  // [B*Hkv, nk, D] in boxes of [BN rows, 64 cols]
+         const CUtensorMap* tm_o,  // [B*H, nq, D] in boxes of [64 rows, 64 cols] (StoresOByTma only)
+         T* __restrict__ o,        // [B*H, nq, D]
+         int nq, int nk, int bh_total, float scale_log2,
+         float* __restrict__ lse,  // [B*H, nq] natural-log row log-sum-exp (WRITE_LSE only)
+         int kv_group) {           // GQA: query heads per K/V head; K/V maps are [B*H/kv_group, nk, D]
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   constexpr int D = C::D, BN = C::BN, BM = C::BM, S = C::kStages;
   constexpr bool kPersistent = Sched::kPersistent;
+  constexpr bool kOTma = StoresOByTma<C>::value;
   extern __shared__ uint8_t smem_raw[];
   // Barriers: [0] Q landed; per stage s: K full, K empty, V full, V empty; persistent: [1 + 4S] Q
   // free again (every consumer thread done with the tile's last S = Q K^T).
@@ -172,16 +196,16 @@ fwd_kernel(const __grid_constant__ CUtensorMap tm_q,  // [B*H, nq, D] in boxes o
     // ---------------- producer: one thread issues every TMA copy ----------------
     lab_setmaxnreg_dec<kPersistent ? C::kPersistentProducerRegs : C::kProducerRegs>();
     if (tid == 0) {
-      lab_tma_prefetch_map(&tm_q);
-      lab_tma_prefetch_map(&tm_k);
-      lab_tma_prefetch_map(&tm_v);
+      lab_tma_prefetch_map(tm_q);
+      lab_tma_prefetch_map(tm_k);
+      lab_tma_prefetch_map(tm_v);
       // it0: the K/V ring's running tile count at this tile's start (0 for one tile per CTA).
       for (int round = 0, it0 = 0;;) {
         // The consumers still read Q until the previous tile's last S = Q K^T is done.
         if constexpr (kPersistent) lab_mbar_wait(q_empty(), (round & 1) ^ 1);
         lab_mbar_arrive_expect_tx(bar_q, C::kQBytes);
 #pragma unroll
-        for (int h = 0; h < C::kHalves; ++h) lab_tma_load_3d(s_q + h * BM * 128, &tm_q, bar_q, h * 64, m0, bh_index);
+        for (int h = 0; h < C::kHalves; ++h) lab_tma_load_3d(s_q + h * BM * 128, tm_q, bar_q, h * 64, m0, bh_index);
         const int kv_index = GQA ? bh_index / kv_group : bh_index;  // this query head's K/V head
         for (int j = 0; j < n_tiles; ++j) {
           const int s = (it0 + j) % S;
@@ -190,12 +214,12 @@ fwd_kernel(const __grid_constant__ CUtensorMap tm_q,  // [B*H, nq, D] in boxes o
           lab_mbar_arrive_expect_tx(k_full(s), C::kKVBytes);
 #pragma unroll
           for (int h = 0; h < C::kHalves; ++h)
-            lab_tma_load_3d(s_k(s) + h * BN * 128, &tm_k, k_full(s), h * 64, j * BN, kv_index);
+            lab_tma_load_3d(s_k(s) + h * BN * 128, tm_k, k_full(s), h * 64, j * BN, kv_index);
           lab_mbar_wait(v_empty(s), parity);
           lab_mbar_arrive_expect_tx(v_full(s), C::kKVBytes);
 #pragma unroll
           for (int h = 0; h < C::kHalves; ++h)
-            lab_tma_load_3d(s_v(s) + h * BN * 128, &tm_v, v_full(s), h * 64, j * BN, kv_index);
+            lab_tma_load_3d(s_v(s) + h * BN * 128, tm_v, v_full(s), h * 64, j * BN, kv_index);
         }
         if (!advance(round, it0)) break;
       }
@@ -301,6 +325,15 @@ fwd_kernel(const __grid_constant__ CUtensorMap tm_q,  // [B*H, nq, D] in boxes o
 
   // Ping-pong: warpgroup cw issues its products after the other one has issued its own.
   constexpr int kBarIssue = 1;  // named barriers 1 + cw (0 is __syncthreads)
+  // StoresOByTma: this warpgroup's O boxes, the thread that stores them, its barrier (3 + cw).
+  constexpr int kBarO = 3;
+  [[maybe_unused]] uint32_t s_o = 0;
+  [[maybe_unused]] bool o_storer = false;
+  if constexpr (kOTma) {
+    s_o = s_base + C::kOOffset + cw * C::kHalves * C::kOBoxBytes;
+    o_storer = (tid & 127) == 0;
+    if (o_storer) lab_tma_prefetch_map(tm_o);
+  }
   auto turn_wait = [&]() {
     if constexpr (C::kPingPong) lab_named_sync(kBarIssue + cw, kConsumerThreads);
   };
@@ -396,7 +429,12 @@ fwd_kernel(const __grid_constant__ CUtensorMap tm_q,  // [B*H, nq, D] in boxes o
     }
 
     // Epilogue: O / l, straight from the accumulator to global memory (a quad writes 16 contiguous
-    // bytes of a row; rows past nq are not written).
+    // bytes of a row; rows past nq are not written); StoresOByTma: into this warpgroup's box of the
+    // O buffer, then one TMA store (OByTma's comment), once the previous tile's store has read it.
+    if constexpr (kOTma) {
+      if (o_storer) lab_bulk_wait_read<0>();
+      lab_named_sync(kBarO + cw, 128);
+    }
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       float l = row_sum[h];
@@ -409,11 +447,29 @@ fwd_kernel(const __grid_constant__ CUtensorMap tm_q,  // [B*H, nq, D] in boxes o
       if constexpr (WRITE_LSE) {
         if ((lane & 3) == 0 && row < nq) lse[(size_t)bh_index * nq + row] = (row_max[h] + __log2f(l)) * 0.6931471805599453f;
       }
-      if (row < nq) {
+      if constexpr (kOTma) {
+        // Row r of the warpgroup's box, columns 8i + 2(lane % 4): box i / 8, 16-byte chunk i % 8 of
+        // the row XOR r % 8 (the 128-byte swizzle; r % 8 = lane / 4: a warp's 8 rows x 4 quads hit
+        // 32 distinct banks).
+        const int r = row_g - wg_row0 + h * 8;
+#pragma unroll
+        for (int i = 0; i < D / 8; ++i)
+          lab_st_shared_b32(s_o + (i / 8) * C::kOBoxBytes + r * 128 + (((i & 7) ^ (r & 7)) << 4) + (lane & 3) * 4,
+                            lab_pack2<T>(o_acc[i * 4 + 2 * h] * inv, o_acc[i * 4 + 2 * h + 1] * inv));
+      } else if (row < nq) {
         T* dst = o + ((size_t)bh_index * nq + row) * D + (lane & 3) * 2;
 #pragma unroll
         for (int i = 0; i < D / 8; ++i)
           *reinterpret_cast<uint32_t*>(dst + i * 8) = lab_pack2<T>(o_acc[i * 4 + 2 * h] * inv, o_acc[i * 4 + 2 * h + 1] * inv);
+      }
+    }
+    if constexpr (kOTma) {
+      lab_fence_proxy_async_shared();  // the generic-proxy stores above, visible to the copy engine
+      lab_named_sync(kBarO + cw, 128);
+      if (o_storer) {
+#pragma unroll
+        for (int hh = 0; hh < C::kHalves; ++hh) lab_tma_store_3d(tm_o, s_o + hh * C::kOBoxBytes, hh * 64, wg_row0, bh_index);
+        lab_bulk_commit();
       }
     }
     if (!advance(round, it0)) break;
@@ -422,16 +478,45 @@ fwd_kernel(const __grid_constant__ CUtensorMap tm_q,  // [B*H, nq, D] in boxes o
     // The turn barriers' balance, once per CTA (see the tile loop's start).
     if (cw == 0) lab_named_sync(kBarIssue + 0, kConsumerThreads);
   }
+  // The last store has to have read shared memory before the CTA exits (and written O).
+  if constexpr (kOTma) {
+    if (o_storer) lab_bulk_wait<0>();
+  }
 #else
   // Built for another target: the launcher refuses before launching (wgmma/TMA need sm_90a).
   __trap();
 #endif
 }
 
+template <class C, typename T, bool CAUSAL, bool WRITE_LSE, class Sched = lab_hopper_sched::OneTilePerCta,
+          bool GQA = false>
+__global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
+fwd_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_k,
+           const __grid_constant__ CUtensorMap tm_v, T* __restrict__ o, int nq, int nk, int bh_total,
+           float scale_log2, float* __restrict__ lse, int kv_group) {
+  fwd_body<C, T, CAUSAL, WRITE_LSE, Sched, GQA>(&tm_q, &tm_k, &tm_v, nullptr, o, nq, nk, bh_total, scale_log2, lse,
+                                                kv_group);
+}
+
+// O stored by TMA (StoresOByTma<C>): the same body with O's tensor map.
+template <class C, typename T, bool CAUSAL, bool WRITE_LSE, class Sched, bool GQA>
+__global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
+fwd_kernel_o_tma(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_k,
+                 const __grid_constant__ CUtensorMap tm_v, const __grid_constant__ CUtensorMap tm_o,
+                 T* __restrict__ o, int nq, int nk, int bh_total, float scale_log2, float* __restrict__ lse,
+                 int kv_group) {
+  fwd_body<C, T, CAUSAL, WRITE_LSE, Sched, GQA>(&tm_q, &tm_k, &tm_v, &tm_o, o, nq, nk, bh_total, scale_log2, lse,
+                                                kv_group);
+}
+
 // The launch: tensor maps (TMA descriptors) for Q, K, V, then the kernel on `stream`.
 template <class C, typename T, bool CAUSAL, bool WRITE_LSE, class Sched, bool GQA>
 const char* launch_kernel(const LabAttentionArgs* a, cudaStream_t stream) {
-  auto kernel = fwd_kernel<C, T, CAUSAL, WRITE_LSE, Sched, GQA>;
+  constexpr bool kOTma = StoresOByTma<C>::value;
+  auto kernel = [] {
+    if constexpr (kOTma) return fwd_kernel_o_tma<C, T, CAUSAL, WRITE_LSE, Sched, GQA>;
+    else return fwd_kernel<C, T, CAUSAL, WRITE_LSE, Sched, GQA>;
+  }();
   static const cudaError_t attr = lab_set_smem(kernel, C::kSmemBytes);  // once per instantiation
   if (attr != cudaSuccess) return cudaGetErrorString(attr);
   const int bh = a->batch * a->heads;
@@ -458,8 +543,16 @@ const char* launch_kernel(const LabAttentionArgs* a, cudaStream_t stream) {
     return "batch*heads must be <= 65535 (grid y limit)";
   }
   const float scale_log2 = a->softmax_scale * 1.4426950408889634f;  // exp(x) = 2^(x log2 e)
-  kernel<<<grid, C::kThreads, C::kSmemBytes, stream>>>(tm_q, tm_k, tm_v, static_cast<T*>(a->o), a->seqlen_q,
-                                                       a->seqlen_k, bh, scale_log2, a->lse, kv_group);
+  if constexpr (kOTma) {
+    CUtensorMap tm_o;  // a consumer warpgroup's 64 rows, in boxes of 64 columns
+    if (!lab_tma_map_3d<T>(&tm_o, a->o, C::D, a->seqlen_q, bh, 64))
+      return "cuTensorMapEncodeTiled refused O's tensor map (o must be contiguous and 16-byte aligned)";
+    kernel<<<grid, C::kThreads, C::kSmemBytes, stream>>>(tm_q, tm_k, tm_v, tm_o, static_cast<T*>(a->o), a->seqlen_q,
+                                                         a->seqlen_k, bh, scale_log2, a->lse, kv_group);
+  } else {
+    kernel<<<grid, C::kThreads, C::kSmemBytes, stream>>>(tm_q, tm_k, tm_v, static_cast<T*>(a->o), a->seqlen_q,
+                                                         a->seqlen_k, bh, scale_log2, a->lse, kv_group);
+  }
   return lab_last_launch_error();
 }
 

@@ -126,6 +126,18 @@ static __device__ __forceinline__ void lab_tma_reduce_add_3d(const CUtensorMap* 
       ::"l"(reinterpret_cast<uint64_t>(map)), "r"(src), "r"(c0), "r"(c1), "r"(c2) : "memory");
 }
 
+// A TMA tensor store shared -> global: the box of a 3-D tensor map at those coordinates (innermost
+// first), read from shared memory in the map's layout (its swizzle); elements of the box outside the
+// tensor are not written. A bulk-async group like the reduction above: commit, then wait (.read)
+// before the source is overwritten; the writing threads fence.proxy.async their stores first.
+static __device__ __forceinline__ void lab_tma_store_3d(const CUtensorMap* map, uint32_t src, int c0, int c1, int c2) {
+  asm volatile("cp.async.bulk.tensor.3d.global.shared::cta.tile.bulk_group [%0, {%2, %3, %4}], [%1];\n"
+               ::"l"(reinterpret_cast<uint64_t>(map)), "r"(src), "r"(c0), "r"(c1), "r"(c2) : "memory");
+}
+static __device__ __forceinline__ void lab_st_shared_b32(uint32_t addr, uint32_t value) {
+  asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(addr), "r"(value) : "memory");
+}
+
 // ---------------------------------------------------------------------------------------------
 // Host side: tensor maps.
 // ---------------------------------------------------------------------------------------------

@@ -118,11 +118,18 @@
 //   32,16,512,128 0.95-1.06x non-causal, 1.03-1.15x causal; 16,16,1024,128 0.85-0.97x and 0.97-1.08x;
 //   2,16,8192,128 0.72-0.82x and 0.80-0.92x (K/V read from L2 once per 64 query rows: an L2 ceiling
 //   at long N). Measured: not yet.
+//   (b) O stored through shared memory by TMA (fwd_wgmma.cuh's OByTma, FA3's epilogue in v9's own
+//   code): each consumer warpgroup writes O / l into a swizzled 64-row buffer and one thread issues
+//   the TMA store, so the warpgroup starts its next tile at once; "C2 BN128 S2 persistent pp tma-o"
+//   (the default plus the buffer: 193 KB, 168 registers) and "C1 BN64 S2 persistent tma-o" (on (a): 97
+//   KB, 128), 0 spills. Predicted against the default, fp16: pp tma-o 1.02-1.07x / 1.02-1.08x
+//   (non-causal / causal) at 32,16,512,128, 1.01-1.04x / 1.01-1.05x at 16,16,1024,128, 0.99-1.01x /
+//   0.99-1.02x at 2,16,8192,128; BN64 tma-o (a)'s bands x 1.01-1.04x at N=512. Measured: not yet. The
+//   default's kernels are unchanged (cuobjdump -sass: v9's 40, v6's 20, v8's 88 identical to before).
 // Steps still to come (issue 28; benchmarks/v9_notes.md): why the persistent kernel without
 // ping-pong trails v6's grid by 6-7% at long N and with it does not (the new candidate, then
-// profiles), ping-pong at D=64 and for causal long N, O stored by TMA from shared memory so the
-// consumers start the next tile at once, smaller query tiles for short sequences, and the choices
-// through `lab tune --variant v9`.
+// profiles), ping-pong at D=64, step 4's candidates measured (then a default per N if they pay), the
+// same at D=64 (O by TMA on Default64), and the choices through `lab tune --variant v9`.
 #include "common.cuh"
 #include "hopper/fwd_wgmma.cuh"
 

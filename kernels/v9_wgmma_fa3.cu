@@ -109,7 +109,7 @@
 //   at 4,16,4096,128, 1.071x at 2,16,8192,128: held (the last at the band's top). On the fa-grid (graph)
 //   v9 D=128 causal is 1.012-1.104x cuDNN at N >= 4096, 0.81-0.98x below (RESULTS.md).
 //
-// Step 4, short sequences, as `lab tune` candidates only (ninth session, 2026-11-27, CPU: no GPU time;
+// Step 4, short sequences, as `lab tune` candidates only (eighth session, 2026-11-27, CPU: no GPU time;
 //   the default is unchanged). (a) "C1 BN64 S2 persistent" at D=128 (Short128, Config<128, 64, 2,
 //   false, 1>): one consumer warpgroup of 64 rows, key tiles of 64, two CTAs per SM (81 KB of shared
 //   memory each), so one CTA's tile start and epilogue run under the other's main loop and N=512 has

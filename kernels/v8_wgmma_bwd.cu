@@ -1085,16 +1085,16 @@ static int next_divisor(int splits, int group) {   // the next split count that 
   while (group % splits);
   return splits;
 }
-// The query steps of one (key block, query head) CTA-slice under the causal mask (top-left aligned, as
-// SDPA's is_causal: query i sees keys <= i), summed over the key blocks; and the largest (key block 0's).
-static long long causal_steps(const LabBackwardArgs* a, int bm, long long* longest) {
+// The query steps of one query head's (key block) CTA-slices under the causal mask (top-left aligned,
+// as SDPA's is_causal: query i sees keys <= i), summed over the key blocks. Key block 0's slice, the
+// longest, sees all cdiv(seqlen_q, bm) query blocks.
+static long long causal_steps(const LabBackwardArgs* a, int bm) {
   const long long q_blocks = lab_cdiv(a->seqlen_q, bm);
   long long total = 0;
   for (int j = 0; j < lab_cdiv(a->seqlen_k, kKeyBlock); ++j) {
     const long long first = (long long)j * kKeyBlock / bm;
     total += first < q_blocks ? q_blocks - first : 0;
   }
-  *longest = q_blocks;
   return total;
 }
 static int gqa_splits(const LabBackwardArgs* a, GqaSplit policy = GqaSplit::kFillSms, int bm = 64) {
@@ -1105,8 +1105,8 @@ static int gqa_splits(const LabBackwardArgs* a, GqaSplit policy = GqaSplit::kFil
   int splits = 1;
   while (splits < group && ctas * splits < sms) splits = next_divisor(splits, group);
   if (policy == GqaSplit::kCausalBalance && a->causal) {
-    long long per_head_longest = 0;
-    const long long fair = causal_steps(a, bm, &per_head_longest) * a->batch * a->heads / sms;
+    const long long per_head_longest = lab_cdiv(a->seqlen_q, bm);
+    const long long fair = causal_steps(a, bm) * a->batch * a->heads / sms;
     while (splits < group && 2 * per_head_longest * (group / splits) > fair) splits = next_divisor(splits, group);
   }
   return splits;

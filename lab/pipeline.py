@@ -14,7 +14,6 @@ the report. The GPU is named by nvidia-smi (lab.environment.gpu_identity), the b
 
 from __future__ import annotations
 
-import hashlib
 import os
 import shutil
 import sys
@@ -215,7 +214,7 @@ def _profile(variant: Variant, problem: Problem, opts: ProfileOptions, machine: 
         with stage("build"):
             built = build_rung(variant, identity, machine)
         # the source as built (a pair's two, F's+B's)
-        source_sha = "+".join(hashlib.sha256(s.read_bytes()).hexdigest() for s in variant.sources)
+        source_sha = variant.source_sha256()
         with stage("check"):
             correctness, key = gate(variant, problem, opts, child, built, identity, machine)
 

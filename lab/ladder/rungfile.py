@@ -50,6 +50,7 @@ on check, bench, sweep and profile asks for it; a rung without the capability is
 
 from __future__ import annotations
 
+import hashlib
 import re
 import tomllib
 from dataclasses import dataclass, field
@@ -142,6 +143,10 @@ class Variant:
     def sources(self) -> tuple[Path, ...]:
         """Every file whose code runs: the rung's, or a pair's two."""
         return tuple(dict.fromkeys(p.source for p in self.parts)) if self.parts else (self.source,)
+
+    def source_sha256(self) -> str:
+        """The code that runs, as a run or a tune records it: one sha256 per source, joined by '+'."""
+        return "+".join(hashlib.sha256(s.read_bytes()).hexdigest() for s in self.sources)
 
     def to_dict(self) -> dict:
         return {"id": self.id, "slug": self.slug, "title": self.title, "kind": self.kind, "origin": self.origin,

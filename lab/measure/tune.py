@@ -19,7 +19,6 @@ it with the measured ratio, and the ledger (lab.store.ledger) judges it.
 
 from __future__ import annotations
 
-import hashlib
 import re
 import statistics
 from dataclasses import dataclass, field
@@ -193,9 +192,9 @@ def judged(p: Prediction, result: TuneResult) -> dict:
 
 
 def source_sha256(variant) -> str | None:
-    """The rung's source as a run records it (lab.pipeline): one sha256 per file, joined by '+'."""
+    """The rung's source as a run records it (Variant.source_sha256); None where it cannot be read."""
     try:
-        return "+".join(hashlib.sha256(s.read_bytes()).hexdigest() for s in variant.sources)
+        return variant.source_sha256()
     except (OSError, AttributeError):
         return None
 

@@ -80,7 +80,7 @@ def test_refusal_is_a_failed_check_with_a_row_reason():
     assert isinstance(r, CheckFailed) and r.exit_code == 1
     assert "mine1" in str(r) and "wrong-output" in str(r)
     assert r.row_reason().startswith("refused by the timer (wrong-output)")
-    assert set(timed.STATUSES) == {OUTSIDE_STREAM, WRONG_OUTPUT, IMPOSSIBLE, NOT_CAPTURABLE}
+    assert set(timed.STATUSES) == {OUTSIDE_STREAM, WRONG_OUTPUT, IMPOSSIBLE, NOT_CAPTURABLE, timed.HOST_OUTLASTED_HOLD}
 
 
 # ------------------------------------------------------------------------------ rotation
@@ -256,6 +256,13 @@ class SimDevice:
         waited = max(self.host, self.stream, self.side) - self.host
         self.host = max(self.host, self.stream, self.side) + self.latency + self.wake * waited
 
+    def host_ms(self):
+        return self.host
+
+    def hold(self, ms):
+        """A spin kernel of `ms` on the calling stream (launched like any kernel: `dispatch` of host time)."""
+        self.launch(ms, name="hold")
+
     def trace_streams(self, run, prepare=None, calls=3):
         return self.trace_calls(run, prepare, calls)
 
@@ -317,6 +324,59 @@ class SimDevice:
             for ms, side in launches:
                 real(ms, side)
         return replay, out
+
+
+class SlowReplayHost(SimDevice):
+    """A device whose host spends `stalls[i]` ms more before launching the i-th replay (a page fault, the
+    garbage collector, a neighbour's process): the graph's launch latency, stretched."""
+
+    def __init__(self, stalls, **kw):
+        super().__init__(**kw)
+        self.stalls, self.replays = stalls, 0
+
+    def capture(self, fn, stream=None):
+        replay, out = super().capture(fn, stream)
+
+        def stalled():
+            self.host += self.stalls.get(self.replays, self.stalls.get("*", 0.0))
+            self.replays += 1
+            replay()
+        return stalled, out
+
+
+def test_graph_time_starts_with_the_replay_queued_and_events_keep_the_dispatch():
+    """A host whose every launch takes 0.03 ms: a start stamped on an idle GPU before the replay is queued
+    would time 0.2 + 0.03 ms (the replay's launch latency); held, the graph times the kernel's 0.2 ms
+    exactly, while events (call latency) keep the dispatch they measure."""
+    dev = SimDevice(dispatch=0.03)
+    graph = time_checked(lambda: dev.launch(0.2), method="graph", reps=10, warmup=3, device=dev)
+    assert graph.min == pytest.approx(0.2, abs=1e-9) and graph.max == pytest.approx(0.2, abs=1e-9)
+    assert graph.checks["held_start"] is True and graph.checks["hold_retries"] == 0
+    assert graph.checks["hold_us"] >= 1e3 * timed.HOLD_START_MS > graph.checks["host_enqueue_us"] > 0
+    events = time_checked(lambda: dev.launch(0.2), method="events", reps=10, warmup=3, device=dev)
+    assert events.median == pytest.approx(0.23, abs=1e-9) and events.checks["held_start"] is False
+    assert "its start held" in graph.sync and "idle GPU" in events.sync
+
+
+def test_a_replay_the_host_queued_after_the_hold_ended_is_done_again_behind_a_longer_hold():
+    # the 4th replay (the capture's upload is the 1st) reaches the stream 0.5 ms late, after the 0.2 ms
+    # hold ended: its interval would hold 0.3 ms of launch latency. It is measured again, with its own
+    # inputs, behind a hold that covers it; no kept sample holds latency
+    dev = SlowReplayHost({3: 0.5})
+    loaded = []
+    t = time_checked(lambda: dev.launch(0.2), prepare=lambda rep: loaded.append(rep) or rep,
+                     verify=lambda token, out: None, method="graph", reps=8, warmup=3, device=dev)
+    assert t.reps == 8 and t.max == pytest.approx(0.2, abs=1e-9)
+    assert t.checks["hold_retries"] == 1 and t.checks["host_enqueue_max_us"] < t.checks["hold_us"]
+    assert t.checks["outputs_verified"] == t.warmup + 8 + 1   # the redone repetition's output judged too
+    assert loaded == list(range(len(loaded)))                # every attempt loaded inputs of its own
+
+
+def test_a_host_slower_than_the_longest_hold_gets_no_graph_time():
+    dev = SlowReplayHost({"*": 2 * timed.HOLD_MAX_MS})
+    with pytest.raises(TimingRefused) as refused:
+        time_checked(lambda: dev.launch(0.2), method="graph", reps=5, warmup=3, device=dev)
+    assert refused.value.status == timed.HOST_OUTLASTED_HOLD and "launch latency" in refused.value.reason
 
 
 def test_an_honest_call_is_timed_and_reports_its_checks():

@@ -5,8 +5,10 @@ CUDA events around each launch, warm-up first, L2 flushed before every repetitio
 Two timing methods, and every stored number says which one it is:
   events  a CUDA event pair around each Python call: CALL LATENCY, host dispatch included. At tiny
           shapes this measures the host (an SDPA call's ~0.03 ms of PyTorch dispatch), not the GPU.
-  graph   the call captured once into a CUDA graph, each replay between an event pair: DEVICE TIME of
-          the captured kernels plus one graph launch, without Python or PyTorch dispatch.
+  graph   the call captured once into a CUDA graph, each replay between an event pair whose start is
+          held (lab.measure.timed: the replay is queued behind a spin kernel before `start` is stamped):
+          DEVICE TIME of the captured kernels and the gaps between them, without Python, PyTorch
+          dispatch or the graph's launch latency.
 
 Statistics reported: median (the headline), mean +- std, a 95% confidence interval of the median
 (distribution-free, from order statistics), min and max. Times are in milliseconds.
@@ -77,7 +79,8 @@ TIMING_METHODS = (EVENTS, GRAPH)
 METHOD_DESCRIPTIONS = {
     EVENTS: "call latency: a CUDA event pair around each Python call, started on an idle GPU (host dispatch included); "
             "a device-wide synchronize after each call found no work left on other streams",
-    GRAPH: "device time: the call captured once into a CUDA graph, an event pair around each replay on an idle GPU; "
+    GRAPH: "device time: the call captured once into a CUDA graph, an event pair around each replay, its start held "
+           "(the replay queued behind a spin kernel before the start event, proved per repetition: no launch latency); "
            "eager warm-up calls found no work left on other streams",
 }
 MIN_REPS = 5

@@ -38,6 +38,24 @@ pass; otherwise it raises TimingRefused (a CheckFailed: exit 1) with one of thes
           replays could be timed, so no device time; the reason names CUDA's error and says to time
           it by events.
 
+The graph method's start is HELD (as NVIDIA's nvbench holds a stream behind its "blocking kernel"): an
+`opened` event, then a spin kernel on the timing stream (CudaDevice.hold: torch.cuda._sleep, cycles from
+a calibration), then `start`, the replay and `end` are all queued while the spin kernel runs, so `start`
+is stamped when the GPU reaches the replay with its work already queued: the interval is the replay's
+device time, without the host's launch latency (cudaGraphLaunch until the first kernel starts: a few to
+tens of microseconds, more on a slow host), which is not the call's. The L2 flush and the input loading
+come before the hold, outside the interval. Each repetition proves its hold long enough: the host's
+clock from before `opened` to after `end` was queued must be shorter than `opened` -> `start` on the
+device (less HOLD_SLACK_MS): the GPU cannot stamp `opened` before the host queued it, so the host had
+queued the replay and `end` before `start` was stamped. A repetition that fails the proof is done
+again (a new placement, its output judged too) behind a hold at least twice as long, up to
+HOLD_MAX_MS; past it the call is refused:
+  host-outlasted-hold  (graph only) the host took longer to queue the replay than the longest hold:
+          no interval without its launch latency could be measured.
+Each graph Timing's checks say how it was measured: held_start, hold_us, host_enqueue_us and
+host_enqueue_max_us (of the kept repetitions), hold_retries. The events method starts on an idle GPU,
+unheld: call latency, the host's dispatch included, is what it measures (held_start False).
+
 `time_checked_interleaved` is the same timer over several candidates, repetition by repetition in
 rotated order so that drift hits them alike (`lab tune`); a refused candidate gets its refusal.
 """
@@ -55,7 +73,8 @@ from lab.measure.bench import (DEFAULT_REPS, DEFAULT_WARMUP, EVENTS, GRAPH, L2_F
 
 OUTSIDE_STREAM, WRONG_OUTPUT, IMPOSSIBLE = "work-outside-stream", "wrong-output", "impossible"
 NOT_CAPTURABLE = "graph-capture-failed"
-STATUSES = (OUTSIDE_STREAM, WRONG_OUTPUT, IMPOSSIBLE, NOT_CAPTURABLE)
+HOST_OUTLASTED_HOLD = "host-outlasted-hold"
+STATUSES = (OUTSIDE_STREAM, WRONG_OUTPUT, IMPOSSIBLE, NOT_CAPTURABLE, HOST_OUTLASTED_HOLD)
 
 OUTSIDE_SHARE = 0.05
 """Work outside the stream, as a share of the call's median time, that refuses it: below it the
@@ -68,6 +87,16 @@ NOOP_PROBES = 8          # empty calls that measure the synchronize's own latenc
 TRACE_CALLS = 3          # calls traced for the evidence of work outside the stream
 MARKER_BYTES = 4099      # the marker copies' size: no attention call copies exactly this many bytes
 MIN_PROBES = 3           # eager calls probed for outside work before a graph is captured
+HOLD_START_MS = 0.2
+"""The graph method's first hold: the host queues `start`, a replay and `end` in tens of microseconds
+(Python and PyTorch's launch calls), so 0.2 ms covers it with room; a repetition whose host took longer
+is done again behind a longer hold (module docstring). A hold costs its length once per repetition."""
+HOLD_MAX_MS = 50.0
+"""The longest hold: a host that cannot queue one replay in 50 ms is stalled, and the call is refused."""
+HOLD_SLACK_MS = 0.002
+"""What the host has queued reaches the GPU's front end about a microsecond after the launch call
+returns: the proof asks the host to have finished this much before the hold ended."""
+HOLD_CALIBRATION_CYCLES = 1_000_000   # about 0.5 ms of torch.cuda._sleep at Hopper's clocks
 CAPTURE_JOIN_ERRORS = ("unjoined", "captureisolation", "capture isolation", "captureimplicit")
 """Fragments of the CUDA errors a capture raises when work forks to a stream it never joins."""
 
@@ -98,6 +127,32 @@ class CudaDevice:
 
     def synchronize(self) -> None:
         self.torch.cuda.synchronize()
+
+    def host_ms(self) -> float:
+        """The host's clock, in ms (the hold's proof compares its intervals with the device's)."""
+        return time.perf_counter() * 1e3
+
+    def hold(self, ms: float) -> None:
+        """Busy the current stream for about `ms`: torch.cuda._sleep's one-thread spin kernel (clock64
+        cycles), its cycles per ms calibrated once. Only approximate (the SM clock moves): the timer
+        measures each hold between events and proves it long enough, never trusts its length."""
+        self.torch.cuda._sleep(max(1, int(ms * self._cycles_per_ms())))
+
+    def _cycles_per_ms(self) -> float:
+        if getattr(self, "_cycles", None) is None:
+            torch = self.torch
+            took = []
+            for _ in range(3):
+                self.synchronize()
+                start, end = self.event(), self.event()
+                torch.cuda._sleep(HOLD_CALIBRATION_CYCLES // 10)   # held, so `start` waits for no launch
+                start.record()
+                torch.cuda._sleep(HOLD_CALIBRATION_CYCLES)
+                end.record()
+                self.synchronize()
+                took.append(start.elapsed_time(end))
+            self._cycles = HOLD_CALIBRATION_CYCLES / min(took)   # the fastest clock seen: holds not shorter than asked
+        return self._cycles
 
     def event(self):
         return self.torch.cuda.Event(enable_timing=True)
@@ -257,6 +312,9 @@ class _Run:
         self.late: str | None = None          # the trace's evidence of work outside the stream
         self.trace_error = "no trace taken"
         self.outside_ms: float | None = None
+        self.hold_ms = HOLD_START_MS          # the graph method's hold (module docstring), lengthened on a failed proof
+        self.held: list[tuple] = []           # (hold ms on the device, host enqueue ms) of the kept repetitions
+        self.hold_retries = 0
 
     def refuse(self, status: str, reason: str, timing: Timing | None = None):
         raise TimingRefused(status, reason, timing, self.spec.what)
@@ -341,6 +399,8 @@ class _Run:
                         "(a synchronization with the host, such as .item() or .tolist(), is the usual cause), so it "
                         "has no device time to print; time it by events")
         self.replay()   # one replay before timing: the graph's first launch uploads it
+        self.dev.hold(self.hold_ms)   # the hold's kernel loaded and its length calibrated, outside any repetition
+        self.dev.synchronize()
 
     def rep(self, i: int, flush) -> None:
         if self.method == EVENTS and self.spec.prepare is not None:
@@ -352,14 +412,33 @@ class _Run:
             # left there is never the placement this candidate's timed call reads
             self.load()
             self.spec.call()
-        token = self.load()
         if self.method == GRAPH:
-            _, events = self.probe(self.replay, flush)
-            out = self.static_output
-        else:
-            out, events = self.probe(self.spec.call, flush)
+            self.held_rep(flush)
+            return
+        token = self.load()
+        out, events = self.probe(self.spec.call, flush)
         self.timed.append(events)
         self.judge_output(token, out)
+
+    def held_rep(self, flush) -> None:
+        """One graph repetition behind a hold, done again behind a longer one until the hold's proof
+        holds (module docstring); each attempt loads a placement of its own and its output is judged."""
+        while True:
+            token = self.load()
+            opened, events, enqueue_ms = held_probe(self.dev, self.replay, self.hold_ms, flush)
+            self.judge_output(token, self.static_output)
+            hold_ms = opened.elapsed_time(events[0])
+            if enqueue_ms + HOLD_SLACK_MS < hold_ms:
+                self.timed.append(events)
+                self.held.append((hold_ms, enqueue_ms))
+                return
+            self.hold_retries += 1
+            if self.hold_ms >= HOLD_MAX_MS:
+                self.refuse(HOST_OUTLASTED_HOLD,
+                            f"the host took {enqueue_ms:.4g} ms to queue a replay between its events, longer than the "
+                            f"longest hold ({hold_ms:.4g} ms on the device, {self.hold_retries} repetitions done again): "
+                            "the replay's start would include the host's launch latency, which is not device time")
+            self.hold_ms = min(HOLD_MAX_MS, max(2 * self.hold_ms, 2 * enqueue_ms))
 
     def check_outside(self, events: list[tuple], timing: Timing | None = None) -> None:
         gaps = [e.elapsed_time(a) for _, e, a in events]
@@ -400,6 +479,17 @@ class _Run:
         self.evidence = self.late or traced_streams_text(calls)
         return self.late
 
+    def hold_checks(self) -> dict:
+        """How the start was taken: held (graph: medians of the kept repetitions' hold and host enqueue, in
+        us) or on an idle GPU (events)."""
+        if self.method != GRAPH or not self.held:
+            return {"held_start": False, "hold_us": None, "host_enqueue_us": None, "host_enqueue_max_us": None,
+                    "hold_retries": None}
+        holds, enqueues = zip(*self.held)
+        return {"held_start": True, "hold_us": statistics.median(holds) * 1e3,
+                "host_enqueue_us": statistics.median(enqueues) * 1e3, "host_enqueue_max_us": max(enqueues) * 1e3,
+                "hold_retries": self.hold_retries}
+
     def finish(self) -> Timing:
         self.dev.synchronize()
         samples = [s.elapsed_time(e) for s, e, _ in self.timed]
@@ -425,6 +515,7 @@ class _Run:
             timing.checks["outside_stream_ms"] = self.outside_ms
             timing.checks["outside_stream_evidence"] = self.evidence
         timing.checks["inputs_loaded"] = self.loads if self.spec.prepare is not None else None   # traced calls too
+        timing.checks.update(self.hold_checks())
         reason = floor_verdict(samples, floor, self.l2_flush)
         if reason:
             self.refuse(IMPOSSIBLE, reason, timing)
@@ -442,6 +533,27 @@ def probe_call(dev, run: Callable[[], object], flush=None):
     dev.synchronize()   # device-wide: every stream, so work the call left elsewhere ends before `after`
     after.record()
     return out, (start, end, after)
+
+
+def held_probe(dev, replay: Callable[[], object], hold_ms: float, flush=None):
+    """One replay with its start held (lab.measure.timed's docstring): L2 flushed and the GPU idle, then
+    `opened`, a hold of about `hold_ms` and `start`, the replay, `end` queued behind it; then the
+    device-wide synchronize and `after`. Returns (opened, (start, end, after), host enqueue ms: the host's
+    clock from before `opened` was queued to after `end` was)."""
+    if flush is not None:
+        flush.zero_()   # evict the inputs from L2 so every repetition reads them from DRAM
+    dev.synchronize()
+    opened, start, end, after = dev.event(), dev.event(), dev.event(), dev.event()
+    t0 = dev.host_ms()
+    opened.record()
+    dev.hold(hold_ms)
+    start.record()   # stamped when the hold ends: by then the replay is queued behind it (the proof checks it)
+    replay()
+    end.record()
+    enqueue_ms = dev.host_ms() - t0
+    dev.synchronize()
+    after.record()
+    return opened, (start, end, after), enqueue_ms
 
 
 def sync_latency(dev, probes: int = NOOP_PROBES) -> list[float]:

@@ -367,7 +367,7 @@ def test_a_replay_the_host_queued_after_the_hold_ended_is_done_again_behind_a_lo
     t = time_checked(lambda: dev.launch(0.2), prepare=lambda rep: loaded.append(rep) or rep,
                      verify=lambda token, out: None, method="graph", reps=8, warmup=3, device=dev)
     assert t.reps == 8 and t.max == pytest.approx(0.2, abs=1e-9)
-    assert t.checks["hold_retries"] == 1 and t.checks["host_enqueue_max_us"] < t.checks["hold_us"]
+    assert t.checks["hold_retries"] == 1 and t.checks["hold_margin_min_us"] > 1e3 * timed.HOLD_SLACK_MS
     assert t.checks["outputs_verified"] == t.warmup + 8 + 1   # the redone repetition's output judged too
     assert loaded == list(range(len(loaded)))                # every attempt loaded inputs of its own
 

@@ -80,9 +80,10 @@ def test_held_graph_time_is_the_kernels_device_time_without_the_launch_latency()
           f"(rounds {[round(1e3 * x, 2) for x in unheld]}), kernels' sum {split['sum_us']:.2f} us, span "
           f"{split['span_us']:.2f} us over {split['calls']} traced calls ({len(split['kernels'])} kernel(s)); "
           f"hold {checks['hold_us']:.1f} us, host enqueue {checks['host_enqueue_us']:.1f} us "
-          f"(max {checks['host_enqueue_max_us']:.1f}), {checks['hold_retries']} repetitions redone")
+          f"(max {checks['host_enqueue_max_us']:.1f}; closest margin {checks['hold_margin_min_us']:.1f}), "
+          f"{checks['hold_retries']} repetitions redone")
     for t in timings:
-        assert t.checks["held_start"] is True and t.checks["host_enqueue_max_us"] < t.checks["hold_us"], t.checks
+        assert t.checks["held_start"] is True and t.checks["hold_margin_min_us"] > 0, t.checks
     assert 50 <= held_us <= 400, "the problem is meant to be a short call (~0.1 ms): pick another shape on this GPU"
     assert held_us <= unheld_us, (held, unheld)
     assert (1 - BELOW_SHARE) * split["sum_us"] <= held_us <= split["span_us"] + ABOVE_US, (held_us, split)

@@ -53,7 +53,8 @@ HOLD_MAX_MS; past it the call is refused:
   host-outlasted-hold  (graph only) the host took longer to queue the replay than the longest hold:
           no interval without its launch latency could be measured.
 Each graph Timing's checks say how it was measured: held_start, hold_us, host_enqueue_us and
-host_enqueue_max_us (of the kept repetitions), hold_retries. The events method starts on an idle GPU,
+host_enqueue_max_us (of the kept repetitions), hold_margin_min_us (the least time any kept repetition's
+host finished before its hold ended), hold_retries. The events method starts on an idle GPU,
 unheld: call latency, the host's dispatch included, is what it measures (held_start False).
 
 `time_checked_interleaved` is the same timer over several candidates, repetition by repetition in
@@ -484,10 +485,12 @@ class _Run:
         us) or on an idle GPU (events)."""
         if self.method != GRAPH or not self.held:
             return {"held_start": False, "hold_us": None, "host_enqueue_us": None, "host_enqueue_max_us": None,
-                    "hold_retries": None}
+                    "hold_margin_min_us": None, "hold_retries": None}
         holds, enqueues = zip(*self.held)
         return {"held_start": True, "hold_us": statistics.median(holds) * 1e3,
                 "host_enqueue_us": statistics.median(enqueues) * 1e3, "host_enqueue_max_us": max(enqueues) * 1e3,
+                # the proof's closest repetition: how long before its hold ended the host had queued `end`
+                "hold_margin_min_us": min(h - e for h, e in self.held) * 1e3,
                 "hold_retries": self.hold_retries}
 
     def finish(self) -> Timing:

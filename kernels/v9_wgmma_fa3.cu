@@ -117,19 +117,41 @@
 //   Predicted (benchmarks/v9_notes.md, "Step 4", before any GPU run), against the default, fp16:
 //   32,16,512,128 0.95-1.06x non-causal, 1.03-1.15x causal; 16,16,1024,128 0.85-0.97x and 0.97-1.08x;
 //   2,16,8192,128 0.72-0.82x and 0.80-0.92x (K/V read from L2 once per 64 query rows: an L2 ceiling
-//   at long N). Measured: not yet.
+//   at long N). Measured (one H100, 2026-11-27, main 3aa75c4, `lab tune --variant v9 --dtype float16`,
+//   30 interleaved rounds, L2 flushed, paired CI95): 0.877x / 0.972x at 32,16,512,128, 0.840x / 0.920x
+//   at 16,16,1024,128, 0.805x at 2,16,8192,128 non-causal: below every band but the last (why: v9_notes,
+//   "Step 4 measured"). Not taken.
 //   (b) O stored through shared memory by TMA (fwd_wgmma.cuh's OByTma, FA3's epilogue in v9's own
 //   code): each consumer warpgroup writes O / l into a swizzled 64-row buffer and one thread issues
 //   the TMA store, so the warpgroup starts its next tile at once; "C2 BN128 S2 persistent pp tma-o"
 //   (the default plus the buffer: 193 KB, 168 registers) and "C1 BN64 S2 persistent tma-o" (on (a): 97
 //   KB, 128), 0 spills. Predicted against the default, fp16: pp tma-o 1.02-1.07x / 1.02-1.08x
 //   (non-causal / causal) at 32,16,512,128, 1.01-1.04x / 1.01-1.05x at 16,16,1024,128, 0.99-1.01x /
-//   0.99-1.02x at 2,16,8192,128; BN64 tma-o (a)'s bands x 1.01-1.04x at N=512. Measured: not yet. The
-//   default's kernels are unchanged (cuobjdump -sass: v9's 40, v6's 20, v8's 88 identical to before).
+//   0.99-1.02x at 2,16,8192,128; BN64 tma-o (a)'s bands x 1.01-1.04x at N=512. Measured (the same
+//   tunes): pp tma-o 1.094x / 1.053x at 32,16,512,128, 1.077x / 1.081x at 16,16,1024,128, 1.012x at
+//   2,16,8192,128 non-causal (above the bands but causal N=512: the register epilogue cost more than
+//   modelled); BN64 tma-o 0.981x / 1.096x, 0.914x / 0.986x, 0.828x (inside its bands).
+//
+// Step 4 (b) taken: O stored by TMA is v9's default at D=128, both masks (ninth session, 2026-11-27;
+//   CPU, pending the GPU's confirmation). What changed: lab_forward_v9 launches PingPong128OTma
+//   (OByTma<PingPong128>, Persistent), the type "C2 BN128 S2 persistent pp tma-o" names: the plain
+//   build's 16 D=128 kernels are, cuobjdump -sass function by function (nvcc 13.0, sm_90a), the tuning
+//   build's fwd_kernel_o_tma instances that were timed; the 24 D=64 kernels, v6 and v8 unchanged; 168
+//   registers, 0 spills, 193 KB of shared memory a CTA (one per SM, as before). The step-3 default
+//   stays a candidate, "C2 BN128 S2 persistent pp (step-3 default)". O's tensor map has Q's dims,
+//   strides and alignment (box rows 64 <= BM), so any problem the Q map takes, the O map takes: rows
+//   past nq, whole boxes past it (N = 1's second warpgroup), Nq != Nk, GQA are the copy engine's
+//   bounds, not a refusal. Bottleneck it attacks: the epilogue's uncoalesced stores (the default's
+//   profile, profiles/examples/20261127-085257-v9-B2-H16-N8192-D128-float16: compute-bound, tensor
+//   pipe 73.1%, then global stores with 50% excess sectors: O written from the accumulators' pairs, 16
+//   bytes of each 32-byte sector per quad), which hold each consumer warpgroup off its next tile; at
+//   short N a CTA has few tiles and the epilogue is a large share. Predicted and measured: above.
+//   Issue 28's target is still not met: N=512 needed 1.23x to reach cuDNN (H200 grid), this gives
+//   1.05-1.09x.
 // Steps still to come (issue 28; benchmarks/v9_notes.md): why the persistent kernel without
 // ping-pong trails v6's grid by 6-7% at long N and with it does not (the new candidate, then
-// profiles), ping-pong at D=64, step 4's candidates measured (then a default per N if they pay), the
-// same at D=64 (O by TMA on Default64), and the choices through `lab tune --variant v9`.
+// profiles), ping-pong at D=64, O by TMA at D=64 (on Default64), the N=512 gap's main loop (profile
+// the new default at 32,16,512,128), and the choices through `lab tune --variant v9`.
 #include "common.cuh"
 #include "hopper/fwd_wgmma.cuh"
 
@@ -156,6 +178,12 @@ using PingPong128 = Config<128, 128, 2, true, 2>;
 // needs 145 KB a CTA; three stages of BN = 64, 113 KB, miss by 240 bytes with the per-CTA reserve).
 using Short128 = Config<128, 64, 2, false, 1>;
 static_assert(2 * (Short128::kSmemBytes + 1024) <= 228 * 1024, "Short128: two CTAs per SM");
+// D=128's default since step 4 (b): PingPong128 with O stored through shared memory by TMA
+// (fwd_wgmma.cuh's OByTma; `lab tune`, H100, 2026-11-27: 1.053-1.094x PingPong128 at N <= 1024,
+// 1.012x at N = 8192). The default launches this type, the candidate "C2 BN128 S2 persistent pp tma-o"
+// the same: one kernel. O's map has Q's dims, strides and alignment (box rows 64 <= BM), so every
+// problem whose Q map encodes has an O map too: no input the register epilogue took is refused.
+using PingPong128OTma = lab_hopper_fwd::OByTma<PingPong128>;
 constexpr int kLongKeys = 8192;
 
 // The LSE only when asked (a second instantiation: the default forward stores nothing more).
@@ -188,13 +216,15 @@ static const LabTuneCandidate kCandidates64[] = {
 static const LabTuneCandidate kCandidates128[] = {
     {"C2 BN128 S2 persistent", launch_any<Default128, Persistent>},
     {"C2 BN128 S2 one-tile-per-CTA", launch_any<Default128, OneTilePerCta>},
-    {"C2 BN128 S2 persistent pp", launch_any<PingPong128, Persistent>},
+    // The default of steps 2 and 3 (O stored from the accumulators), kept to time against.
+    {"C2 BN128 S2 persistent pp (step-3 default)", launch_any<PingPong128, Persistent>},
     // v6's ping-pong (one CTA per tile): does ping-pong pay on v6's grid too, or only on the walk?
     {"C2 BN128 S2 one-tile-per-CTA pp", launch_any<PingPong128, OneTilePerCta>},
     // Step 4 (a), short sequences: BM = 64, two CTAs per SM (benchmarks/v9_notes.md, "Step 4").
     {"C1 BN64 S2 persistent", launch_any<Short128, Persistent>},
-    // Step 4 (b): O stored through shared memory by TMA, on the default and on (a).
-    {"C2 BN128 S2 persistent pp tma-o", launch_any<lab_hopper_fwd::OByTma<PingPong128>, Persistent>},
+    // Step 4 (b): O stored through shared memory by TMA, on PingPong128 (the default since step 4)
+    // and on (a).
+    {"C2 BN128 S2 persistent pp tma-o", launch_any<PingPong128OTma, Persistent>},
     {"C1 BN64 S2 persistent tma-o", launch_any<lab_hopper_fwd::OByTma<Short128>, Persistent>},
 };
 static LabTuneList candidates(int head_dim) {
@@ -228,8 +258,9 @@ LAB_EXPORT const char* lab_forward_v9(const LabAttentionArgs* args, cudaStream_t
     return args->seqlen_k >= v9::kLongKeys ? v9::launch<v9::Long64, false>(args, stream)
                                            : v9::launch<v9::Default64, false>(args, stream);
   }
-  // D = 128, both masks: ping-pong on the persistent grid (steps 2 and 3).
-  return args->causal ? v9::launch<v9::PingPong128, true>(args, stream) : v9::launch<v9::PingPong128, false>(args, stream);
+  // D = 128, both masks: ping-pong on the persistent grid (steps 2 and 3), O stored by TMA (step 4).
+  return args->causal ? v9::launch<v9::PingPong128OTma, true>(args, stream)
+                      : v9::launch<v9::PingPong128OTma, false>(args, stream);
 }
 
 #ifdef LAB_TUNING

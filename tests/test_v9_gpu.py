@@ -4,7 +4,7 @@ CTAs of the grid, so the K/V ring's stage and phase and the Q buffer's reuse run
 tile lists that do not divide the grid, ragged lengths at v9's 64/128/192-row query and 128-key tile
 edges, N = 1, Nq != Nk both ways, causal and not, D 64 and 128, fp16 and bf16, inputs of standard
 deviation 6 (large logits), the three-consumer path (D = 64, non-causal, Nk >= 8192) and the
-ping-pong path (D = 128, non-causal: two consumer warpgroups taking turns across a CTA's tiles). Where
+ping-pong path (D = 128: two consumer warpgroups taking turns across a CTA's tiles, O stored by TMA). Where
 asked, the row log-sum-exp too (the statistic v8's backward reads), against float64.
 
 Rule for O (v5's, lab.measure.check): max |v9 - ref| <= 2 x max |SDPA(same dtype) - ref|, floored at
@@ -61,15 +61,18 @@ CASES = [
     (1, 150, 193, 8192, 64, False, "bfloat16", LARGE_STD),
     (16, 16, 512, 512, 128, True, "float16", 1.0),      # the fa-grid's weakest cells, smaller
     (16, 32, 512, 512, 64, True, "bfloat16", 1.0),
-    # D=128 non-causal runs ping-pong on the persistent grid (step 2): the two consumer warpgroups'
-    # turns carried across 4-5 ragged tiles per CTA, and across 9-10 tiles of a single key tile each
+    # D=128 runs ping-pong on the persistent grid (steps 2-3), O stored by TMA (step 4): the two
+    # consumer warpgroups' turns and O buffers carried across 4-5 ragged tiles per CTA, and across
+    # 9-10 tiles of a single key tile each
     (8, 24, 300, 300, 128, False, "bfloat16", LARGE_STD),
     (3, 50, 1000, 1, 128, False, "float16", 1.0),
 ]
 LSE_CASES = [CASES[0], CASES[3], CASES[5], CASES[9], CASES[13]]
-# Step 4's `lab tune` candidates (kernels/v9_wgmma_fa3.cu; D=128 only), by label: not the default, so
-# the cases above do not reach them; checked here on the same D=128 cases, with the LSE.
-STEP4_CANDIDATES = ["C1 BN64 S2 persistent", "C2 BN128 S2 persistent pp tma-o", "C1 BN64 S2 persistent tma-o"]
+# D=128's `lab tune` candidates that are not the default (kernels/v9_wgmma_fa3.cu), by label, so the
+# cases above do not reach them; checked here on the same D=128 cases, with the LSE: step 4's (a) and
+# (b) on (a), and the step-3 default (O stored from the accumulators). Step 4's (b) on ping-pong, "C2
+# BN128 S2 persistent pp tma-o", is the default since step 4: the cases above run its kernels.
+STEP4_CANDIDATES = ["C1 BN64 S2 persistent", "C2 BN128 S2 persistent pp (step-3 default)", "C1 BN64 S2 persistent tma-o"]
 D128_CASES = [c for c in CASES if c[4] == 128]
 
 
@@ -183,7 +186,7 @@ SANITIZER_SCRIPT = textwrap.dedent("""
     from lab.measure.problem import Problem, make_inputs, softmax_scale
 
     # Several tiles per CTA in every launch (the ring and Q reused across tiles), ragged edges,
-    # Nq > Nk causal, the three-consumer path, D=128 non-causal's ping-pong, and the LSE store.
+    # Nq > Nk causal, the three-consumer path, D=128's ping-pong and O by TMA, and the LSE store.
     # (The grid: 264 CTAs at D=64, 132 at D=128 and for the three consumers, on an H100 or H200.)
     # (problem, with the LSE)
     shapes = [(Problem(1, 70, 200, 300, 128, True, "float16"), False),

@@ -20,12 +20,17 @@ from lab.ladder.registry import builtin
 
 # The persistent Hopper forward, found by what it declares (as tests/test_v9_gpu.py finds it).
 V9 = next((v for v in builtin() if v.kind == "cuda" and v.min_cc >= (9, 0) and v.grid == "flat"), None)
-# Step 4's candidates (kernels/v9_wgmma_fa3.cu), by the demangled head of their kernels' names: in the
-# tuning build only, each candidate in its 16 instantiations (fp16/bf16 x causal or not x LSE or not x
-# GQA or not). (b) is two candidates through the kernel entry that takes O's tensor map.
+# Step 4's kernels (kernels/v9_wgmma_fa3.cu), by the demangled head of their names, each in its 16
+# instantiations (fp16/bf16 x causal or not x LSE or not x GQA or not): how many the tuning build has,
+# how many the plain build. (b) on PingPong128 is the D=128 default since step 4, so the plain build
+# launches those 16 (and no longer PingPong128's register epilogue, "C2 BN128 S2 persistent pp
+# (step-3 default)" in the tuning build only); (a) and (b) on (a) stay candidates.
 STEP4_KERNELS = {
-    "(a) BM = 64 at D = 128": ("lab_hopper_fwd::fwd_kernel<lab_hopper_fwd::Config<128, 64, 2, false, 1>,", 16),
-    "(b) O by TMA, on the default and on (a)": ("lab_hopper_fwd::fwd_kernel_o_tma<lab_hopper_fwd::OByTma<", 32),
+    "(a) BM = 64 at D = 128": ("lab_hopper_fwd::fwd_kernel<lab_hopper_fwd::Config<128, 64, 2, false, 1>,", 16, 0),
+    "(b) O by TMA on (a)": ("lab_hopper_fwd::fwd_kernel_o_tma<lab_hopper_fwd::OByTma<lab_hopper_fwd::Config<128, 64,", 16, 0),
+    "(b) O by TMA on PingPong128, the default":
+        ("lab_hopper_fwd::fwd_kernel_o_tma<lab_hopper_fwd::OByTma<lab_hopper_fwd::Config<128, 128, 2, true, 2>", 16, 16),
+    "the step-3 default, O from the accumulators": ("lab_hopper_fwd::fwd_kernel<lab_hopper_fwd::Config<128, 128, 2, true, 2>,", 32, 0),
 }
 
 
@@ -52,8 +57,8 @@ def test_v9s_default_kernels_are_tuning_candidates_kernels(monkeypatch):
     assert defaults and len(candidates) > len(defaults)
     assert defaults <= candidates, sorted(k[:120] for k in defaults - candidates)
     if not any(k.startswith("_Z") for k in candidates):  # demangled (lab.demangle found a demangler)
-        for what, (head, count) in STEP4_KERNELS.items():
-            assert sum(head in k for k in candidates) == count and not any(head in k for k in defaults), what
+        for what, (head, in_tuning, in_plain) in STEP4_KERNELS.items():
+            assert (sum(head in k for k in candidates), sum(head in k for k in defaults)) == (in_tuning, in_plain), what
     if plain.sass_path is None or tuning.sass_path is None:
         pytest.skip("cuobjdump (or its nvdisasm) not found beside nvcc: the SASS half of this check needs it")
     a, b = _functions(plain.sass_path.read_text()), _functions(tuning.sass_path.read_text())

@@ -60,9 +60,10 @@
 //   (semaphore-ordered when deterministic) before a convert: a grid H/Hkv times larger, paid for with
 //   fp32 dK/dV traffic per query head and order-dependent sums or waits. Here the grid is H/Hkv times
 //   smaller, so where it would not fill the SMs once (short sequences, small B*Hkv, MQA) the group is
-//   split over the fewest CTAs that do (gqa_splits), each writing its share as fp32 partials in the
-//   workspace that bwd_sum_partials_kernel (bwd_prepost.cuh) adds in split order: deterministic
-//   too. dQ reaches its fp32 accumulator by RED as without GQA (its last bits order-dependent, as
+//   split over the fewest CTAs that do, and under the causal mask further, until no CTA holds more
+//   than half an SM's fair share of the work (bwd_gqa_split.cuh's gqa_splits; "Causal GQA split"
+//   below), each share writing its fp32 partials in the workspace that bwd_sum_partials_kernel
+//   (bwd_prepost.cuh) adds in split order: deterministic too. dQ reaches its fp32 accumulator by RED as without GQA (its last bits order-dependent, as
 //   before). GQA is a template argument: the kernels without it are the same SASS as before
 //   (cuobjdump -sass, instruction by instruction, nvcc 13.0: v8 34 of 34, v6 10 of 10, v9 20 of 20);
 //   the GQA instantiations hold 168 registers at the launch bound with no spills.
@@ -191,6 +192,21 @@
 //   N >= 8192 non-causal (cuDNN 541-564). Still behind cuDNN: causal GQA with few K/V heads
 //   (1,32:4,8192,64 causal 0.81x: coarse per-CTA work, v8_notes.md).
 //
+// Causal GQA split (v8_notes.md "Causal GQA"; host code only: the same kernels, another grid). Under
+//   the causal mask key block 0's CTA sees every query block of its group's heads; with few K/V heads
+//   one CTA was a whole SM's fair share (1,32:4,8192,64: 512 query steps against 504). The group is
+//   now split further, causal only, until the longest CTA holds at most half of that share
+//   (bwd_gqa_split.cuh, GqaSplit::kCausalBalance). Predicted (before any run): 1.15-1.30x at
+//   1,32:4,8192,64 causal, 1.00-1.06x at 2,32:8,1000,128 causal, 1.00x non-causal. Measured (NVIDIA
+//   H100 80GB HBM3, 2026-11-27, commit 3aa75c4; `lab tune --mode bwd --predict`, 30 interleaved rounds,
+//   L2 flushed, every output checked; paired CI95): 1.276x (1.273-1.282) at 1,32:4,8192,64 causal fp16
+//   (323 -> 412 TFLOP/s), 1.005x (0.994-1.016) at 2,32:8,1000,128 causal bf16, 0.999x at
+//   1,32:4,8192,64 non-causal (not split, as designed). Taken: the default's and --deterministic's
+//   split since (dK and dV partials still summed in split order; dQ's turn is still the key block's
+//   index, whichever CTA runs a query head: the same bits on every run on one GPU); the split before
+//   it stays a tuning candidate ("... GQA-fill-SMs"). The plain build's kernels: the same SASS as
+//   before (cuobjdump -sass, 88 of 88; nvcc 13.0).
+//
 // Deterministic dQ (issue 27's deterministic mode): TMA-dQ with each query block's reductions taken
 //   in key-block order through a turn counter per 64 query rows (Deterministic<> says how and why it
 //   cannot deadlock), so dQ, like dK and dV, has the same bits on every run. Predicted: 0.85-0.95x
@@ -234,6 +250,7 @@
 //   Tiles per head dim: D=128: BM = 64 query rows per step, dQ split by columns (64 each);
 //   D=64: BM = 128, dQ split by rows (64 each). ~162 KB either way: one CTA per SM.
 #include "common.cuh"
+#include "bwd_gqa_split.cuh"
 #include "bwd_prepost.cuh"
 #include "hopper/fwd_wgmma.cuh"
 #include "hopper/tma_pipeline.cuh"
@@ -1056,21 +1073,11 @@ bwd_kernel_tdq(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__
                               heads_per_cta, kv_splits, dk_part, dv_part, &tm_dq);
 }
 
-// GQA: how many CTAs share one K/V head's group of query heads (a divisor of the group). One CTA per
-// (key block, K/V head) loads K and V once and keeps dK and dV in registers across the whole group,
-// but its grid is group times smaller than one CTA per query head: the group is split (each share's
-// dK and dV an fp32 partial, summed in a fixed order afterwards) only until the grid holds one CTA
-// per SM. Every configuration has 128-key blocks, so the workspace covers each tuning candidate.
-constexpr int kKeyBlock = 128;
-// How far a GQA group is split. kFillSms (the default): only until the grid holds one CTA per SM.
-// kCausalBalance (a tuning candidate, measured before it may become the default; v8_notes.md "Causal
-// GQA"): under the causal mask the CTA of key block 0 sees every query block of its group's heads,
-// the last key block's CTA almost none, and with few K/V heads one CTA's work can be a whole SM's fair
-// share (1,32:4,8192,64: 512 steps against 504), which no dispatch order balances; so the group is
-// split further until the longest CTA is at most half of a fair share (its dK and dV then fp32
-// partials summed in split order afterwards, as kFillSms's splits are). Non-causal CTAs are uniform:
-// kCausalBalance leaves them as kFillSms does.
-enum class GqaSplit { kFillSms, kCausalBalance };
+// GQA: how many CTAs share one K/V head's group of query heads: bwd_gqa_split.cuh's gqa_splits (the
+// rule and its history there; kCausalBalance the default since 2026-11-27, kFillSms a tuning
+// candidate). Here only the SM count it is asked with, and the workspace its partials need.
+using lab_bwd::GqaSplit;
+using lab_bwd::kGqaKeyBlock;
 static int sm_count() {
   static int sms_by_device[64] = {};  // the SM count, asked once per device
   int dev = 0, sms = 132;
@@ -1080,56 +1087,10 @@ static int sm_count() {
   }
   return sms;
 }
-static int next_divisor(int splits, int group) {   // the next split count that divides the group
-  do ++splits;
-  while (group % splits);
-  return splits;
-}
-// The query steps of one query head's (key block) CTA-slices under the causal mask (top-left aligned,
-// as SDPA's is_causal: query i sees keys <= i), summed over the key blocks. Key block 0's slice, the
-// longest, sees all cdiv(seqlen_q, bm) query blocks.
-static long long causal_steps(const LabBackwardArgs* a, int bm) {
-  const long long q_blocks = lab_cdiv(a->seqlen_q, bm);
-  long long total = 0;
-  for (int j = 0; j < lab_cdiv(a->seqlen_k, kKeyBlock); ++j) {
-    const long long first = (long long)j * kKeyBlock / bm;
-    total += first < q_blocks ? q_blocks - first : 0;
-  }
-  return total;
-}
-static int gqa_splits(const LabBackwardArgs* a, GqaSplit policy = GqaSplit::kFillSms, int bm = 64) {
-  const int group = a->heads_kv >= 1 ? a->heads / a->heads_kv : 1;
-  if (group <= 1) return 1;
-  const int sms = sm_count();
-  const long long ctas = (long long)lab_cdiv(a->seqlen_k, kKeyBlock) * a->batch * a->heads_kv;
-  int splits = 1;
-  while (splits < group && ctas * splits < sms) splits = next_divisor(splits, group);
-  if (policy == GqaSplit::kCausalBalance && a->causal) {
-    const long long per_head_longest = lab_cdiv(a->seqlen_q, bm);
-    const long long fair = causal_steps(a, bm) * a->batch * a->heads / sms;
-    while (splits < group && 2 * per_head_longest * (group / splits) > fair) splits = next_divisor(splits, group);
-  }
-  return splits;
-}
 // One fp32 partial buffer (dK's or dV's): [B*Hkv*splits, nk, D]; none without a split.
 static size_t gqa_partial_bytes(const LabBackwardArgs* a, int splits) {
   if (splits <= 1) return 0;
   return lab_bwd::align256((size_t)a->batch * a->heads_kv * splits * a->seqlen_k * a->head_dim * sizeof(float));
-}
-// The workspace: the shared layout (bwd_prepost.cuh), then dK's and dV's partials when the group is split.
-// The tuning build's candidates may split more (kCausalBalance, at either BM): its workspace covers the
-// most; the plain build's is the default's (so a default run allocates what it did).
-static size_t workspace_bytes(const LabBackwardArgs* a) {
-#ifdef LAB_TUNING
-  int splits = gqa_splits(a);
-  for (int bm : {64, 128}) {
-    const int s = gqa_splits(a, GqaSplit::kCausalBalance, bm);
-    splits = s > splits ? s : splits;
-  }
-#else
-  const int splits = gqa_splits(a);
-#endif
-  return lab_bwd::workspace_bytes(a) + 2 * gqa_partial_bytes(a, splits);
 }
 
 // FragDq<>'s convert: dQ = scale * the accumulator laid out in the fragment's order
@@ -1179,7 +1140,7 @@ bwd_convert_frag_kernel(const float* __restrict__ acc, T* __restrict__ dq, int n
   }
 }
 
-template <class C, typename T, bool CAUSAL, GqaSplit SPLIT = GqaSplit::kFillSms>
+template <class C, typename T, bool CAUSAL, GqaSplit SPLIT = lab_bwd::kGqaSplitDefault>
 const char* bwd_launch_one(const LabBackwardArgs* a, cudaStream_t stream) {
   lab_bwd::Workspace w;
   const size_t need = lab_bwd::workspace_bytes(a, &w);
@@ -1235,8 +1196,8 @@ const char* bwd_launch_one(const LabBackwardArgs* a, cudaStream_t stream) {
     if (const char* err = lab_last_launch_error()) return err;
   } else {
     // GQA: one CTA per (key block, K/V head, share of its group), the shares' dK and dV summed after.
-    static_assert(C::BN == kKeyBlock, "gqa_splits sizes the workspace for 128-key blocks");
-    const int splits = gqa_splits(a, SPLIT, C::BM);
+    static_assert(C::BN == kGqaKeyBlock, "gqa_splits sizes the workspace for 128-key blocks");
+    const int splits = lab_bwd::gqa_splits(a, sm_count(), C::BM, SPLIT);
     const size_t part_bytes = gqa_partial_bytes(a, splits);
     if (a->workspace_bytes < need + 2 * part_bytes) return "v8: backward workspace missing or too small";
     float* dk_part = splits > 1 ? reinterpret_cast<float*>(static_cast<uint8_t*>(a->workspace) + need) : nullptr;
@@ -1279,7 +1240,7 @@ const char* bwd_launch_one(const LabBackwardArgs* a, cudaStream_t stream) {
   return lab_last_launch_error();
 }
 
-template <class C, GqaSplit SPLIT = GqaSplit::kFillSms>
+template <class C, GqaSplit SPLIT = lab_bwd::kGqaSplitDefault>
 const char* bwd_launch(const LabBackwardArgs* a, cudaStream_t stream) {
   const bool causal = a->causal != 0;
   switch (a->dtype) {
@@ -1325,6 +1286,28 @@ template <class B> struct DeterministicOf<StagedEpilogue<B>> : DeterministicOf<B
 using BwdDeterministic64 = DeterministicOf<BwdDefault64>::type;
 using BwdDeterministic128 = DeterministicOf<BwdDefault128>::type;
 
+// The workspace: the shared layout (bwd_prepost.cuh), then dK's and dV's partials when the group is
+// split. The plain build's launcher (the default, or --deterministic: the same BM) splits by
+// kGqaSplitDefault at the default's BM; the tuning build's candidates may split more (either policy,
+// either BM; kCausalBalance never splits less than kFillSms): its workspace covers the most.
+static_assert(BwdDeterministic64::BM == BwdDefault64::BM && BwdDeterministic128::BM == BwdDefault128::BM,
+              "the deterministic mode splits a GQA group as the default does");
+static size_t workspace_bytes(const LabBackwardArgs* a) {
+  const int sms = sm_count();
+#ifdef LAB_TUNING
+  int splits = 1;
+  for (int bm : {64, 128}) {
+    for (GqaSplit policy : {GqaSplit::kFillSms, GqaSplit::kCausalBalance}) {
+      const int s = lab_bwd::gqa_splits(a, sms, bm, policy);
+      splits = s > splits ? s : splits;
+    }
+  }
+#else
+  const int splits = lab_bwd::gqa_splits(a, sms, a->head_dim == 64 ? BwdDefault64::BM : BwdDefault128::BM);
+#endif
+  return lab_bwd::workspace_bytes(a) + 2 * gqa_partial_bytes(a, splits);
+}
+
 #ifdef LAB_TUNING
 // Candidates for `lab tune --variant v8 [--mode bwd]` (common.cuh's tuning contract). Forward: the
 // launcher's own configurations (v6's, measured there). Backward: BM query rows per step, S stages,
@@ -1356,8 +1339,11 @@ static const BwdCandidate kBwd64[] = {
     {"BM128 S2 frag-dQ staged-dKdV", bwd_launch<StagedEpilogue<FragDq<BwdConfig<64, 128, 2, false>>>>},
     {"BM128 S2 TMA-dQ deterministic", bwd_launch<BwdDeterministic64>},
     // Causal GQA (v8_notes.md): the default's kernels, its group split until no CTA holds more than
-    // half an SM's fair share of query steps. The same machine code; only the grid and the partials.
+    // half an SM's fair share of query steps (the default since 2026-11-27, so this is the default by
+    // name), and the split before it (only until one CTA per SM), kept to be measured again. The same
+    // machine code; only the grid and the partials.
     {"BM128 S2 frag-dQ staged-dKdV GQA-causal-split", bwd_launch<BwdDefault64, GqaSplit::kCausalBalance>},
+    {"BM128 S2 frag-dQ staged-dKdV GQA-fill-SMs", bwd_launch<BwdDefault64, GqaSplit::kFillSms>},
 };
 static const BwdCandidate kBwd128[] = {
     {"BM64 S2 RED-dQ", bwd_launch<BwdConfig<128, 64, 2, false>>},
@@ -1371,6 +1357,7 @@ static const BwdCandidate kBwd128[] = {
     {"BM64 S2 frag-dQ overlap-FA3 staged-dKdV", bwd_launch<StagedEpilogue<FragDq<Overlapped<BwdConfig<128, 64, 2, false>, 1>>>>},
     {"BM64 S2 TMA-dQ overlap-FA3 deterministic", bwd_launch<BwdDeterministic128>},
     {"BM64 S2 frag-dQ overlap-FA3 staged-dKdV GQA-causal-split", bwd_launch<BwdDefault128, GqaSplit::kCausalBalance>},
+    {"BM64 S2 frag-dQ overlap-FA3 staged-dKdV GQA-fill-SMs", bwd_launch<BwdDefault128, GqaSplit::kFillSms>},
 };
 template <int N>
 static const char* bwd_labels(const BwdCandidate (&items)[N]) {

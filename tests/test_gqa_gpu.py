@@ -6,9 +6,11 @@ on the same shapes; dK and dV the same bits on every run (v8 sums a group in reg
 shares in a fixed order: no atomics); a rung built without gqa refuses K/V heads != Q heads in its
 binding; compute-sanitizer memcheck on GQA shapes (racecheck in the slow tier).
 
-v8's backward splits a group over several CTAs only where one CTA per (key block, K/V head) would
-not fill the SMs once (kernels/v8_wgmma_bwd.cu, gqa_splits): the cases below take every path on a
-132-SM H100/H200 (test_the_cases_take_every_path_of_the_group_split says which).
+v8's backward splits a group over several CTAs where one CTA per (key block, K/V head) would not
+fill the SMs once, and under the causal mask also where one CTA would hold more than half an SM's
+fair share of the work (kernels/bwd_gqa_split.cuh, gqa_splits; tests/test_v8_gqa_split.py pins it):
+the cases below take every path on a 132-SM H100/H200, the causal balance's further split among
+them (test_the_cases_take_every_path_of_the_group_split says which).
 The CPU side: tests/test_gqa.py. Needs a Hopper GPU (sm_90a); skips elsewhere.
 """
 
@@ -131,23 +133,17 @@ def test_gqa_dk_and_dv_are_the_same_bits_on_every_run(bwd_rung, case):
     assert torch.equal(dk1, dk2) and torch.equal(dv1, dv2), "dK/dV differ between two runs on the same inputs"
 
 
-def _splits(case, sms: int) -> int:
-    """kernels/v8_wgmma_bwd.cu's gqa_splits, restated: the fewest CTAs per K/V head (a divisor of the
-    group) that give one CTA per SM, 128-key blocks."""
-    b, h, hkv, _, nk, *_ = case
-    group, ctas, s = h // hkv, -(-nk // 128) * b * hkv, 1
-    while s < group and ctas * s < sms:
-        s += 1
-        while group % s:
-            s += 1
-    return s
+def test_the_cases_take_every_path_of_the_group_split(tmp_path_factory):
+    """The split each case gets on this GPU, asked of the header's gqa_splits (compiled on the host)."""
+    from test_v8_gqa_split import BM, split_decisions
 
-
-def test_the_cases_take_every_path_of_the_group_split():
     sms = torch.cuda.get_device_properties(0).multi_processor_count
+    asked = [(b, h, hkv, nq, nk, causal, sms, BM[d]) for b, h, hkv, nq, nk, d, causal, _ in CASES]
+    decided = split_decisions(tmp_path_factory, asked)
     kinds = {("whole group" if s == 1 else "one head per CTA" if s == c[1] // c[2] else "shares")
-             for c in CASES for s in [_splits(c, sms)]}
+             for c, (s, _, _) in zip(CASES, decided)}
     assert kinds == {"whole group", "one head per CTA", "shares"}, (sms, kinds)
+    assert any(s > fill for s, fill, _ in decided), "no case splits further for the causal balance"
 
 
 def test_a_rung_without_gqa_refuses_kv_heads_in_its_binding():
@@ -173,9 +169,10 @@ SANITIZER_SCRIPT = textwrap.dedent("""
     module = build.load_cached(registry.get(sys.argv[1]))
     # GQA, small and ragged, each path of the group split on 132 SMs: one query head per CTA (fp32
     # shares summed after), a whole group in one CTA (2 key blocks x 2 x 33 = 132 CTAs), two heads per
-    # CTA (80 CTAs x 2 shares); causal with Nq < Nk, Nq > Nk, one query row (MQA), both D and dtypes.
+    # CTA (198 CTAs x 2 shares: the causal balance's split, bwd_gqa_split.cuh); causal with Nq < Nk,
+    # Nq > Nk, one query row (MQA), both D and dtypes.
     shapes = [(1, 8, 2, 113, 203, 64, True, torch.float16), (2, 66, 33, 130, 129, 128, False, torch.bfloat16),
-              (1, 160, 40, 200, 250, 64, True, torch.float16), (2, 8, 1, 1, 70, 128, False, torch.bfloat16)]
+              (3, 132, 33, 130, 180, 64, True, torch.float16), (2, 8, 1, 1, 70, 128, False, torch.bfloat16)]
     for (b, h, hkv, nq, nk, d, causal, dtype) in shapes:
         mk = lambda heads, n: (torch.randn(b, heads, n, d, device="cuda") + 0.5).to(dtype)
         q, k, v, dout = mk(h, nq), mk(hkv, nk), mk(hkv, nk), mk(h, nq)

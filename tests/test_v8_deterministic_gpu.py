@@ -4,7 +4,8 @@ bits on every run, where dQ by reductions in whatever order the CTAs reach them 
 The key blocks of each query block add into dQ's accumulator in turn (a counter per 64 query rows);
 correctness against float64 is `lab tune`'s gate (tests/test_tune.py checks every candidate), this
 file the bits: two runs of each deterministic candidate on shapes with many key blocks per query
-block (both head dims, both masks, ragged N, a GQA shape whose group is split over CTAs), NaN-free,
+block (both head dims, both masks, ragged N, GQA groups split over CTAs: non-causal to fill the SMs,
+causal by the causal balance of kernels/bwd_gqa_split.cuh, the default's split since 2026-11-27), NaN-free,
 and dQ equal bit for bit. Needs a Hopper GPU (sm_90a).
 
 The user's way in (`deterministic = true`, `--deterministic`: the launcher's args->deterministic picks
@@ -37,7 +38,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 # (B, H, Hkv, N, D, causal): 8-64 key blocks of 128 per query block
 SHAPES = [(2, 4, 4, 1000, 128, False), (2, 4, 4, 2049, 128, True), (2, 4, 4, 4093, 64, False),
-          (1, 8, 8, 1537, 64, True), (1, 16, 2, 1000, 128, False)]
+          (1, 8, 8, 1537, 64, True), (1, 16, 2, 1000, 128, False), (1, 32, 8, 2049, 64, True)]
 
 
 @functools.cache

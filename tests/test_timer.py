@@ -831,3 +831,30 @@ def test_the_backwards_sets_roll_as_one_and_the_check_follows_them(p):
     # fwd+bwd reads the same rolled Q, K, V, dO and is checked against the same rolled gradients
     t = Measurement(impl, m.workload, "fwd+bwd").time(reps=4, warmup=2, device=SimDevice())
     assert t.checks["outputs_verified"] == 4 + t.warmup
+
+
+# ------------------------------------------------------------------------------ where the hold is recorded
+
+def test_a_sweep_row_says_how_its_start_was_taken(tmp_path):
+    """A sweep stores no Timing, only rows: each timed row carries held_start (graph True, events False)
+    and hold_retries (summed over the passes it pools), and both survive the Parquet table."""
+    pd = pytest.importorskip("pandas")
+    from lab.jsonvalues import plain
+    from lab.measure.sweep import combine_passes, timed_row
+    from lab.measure.sweepplan import Cell
+    from lab.store.sweeps import _frame
+
+    dev = SlowReplayHost({3: 0.5})
+    graph = time_checked(lambda: dev.launch(0.2), method="graph", reps=6, warmup=3, device=dev)
+    events = time_checked(lambda: dev.launch(0.2), method="events", reps=6, warmup=3, device=dev)
+    assert graph.checks["hold_retries"] == 1
+    cell = Cell("sdpa-x", Problem(1, 2, 64, 64, 64, dtype="float16"), "fwd")
+    passes = [[timed_row(cell, t, None, None) for t in (events, graph)] for _ in range(2)]
+    rows = {r["timing"]: r for r in combine_passes(passes)}
+    assert rows["graph"]["held_start"] is True and rows["graph"]["hold_retries"] == 2
+    assert rows["events"]["held_start"] is False and rows["events"]["hold_retries"] is None
+    path = tmp_path / "rows.parquet"
+    _frame(list(rows.values()), []).to_parquet(path, index=False)
+    back = {r["timing"]: {k: plain(v) for k, v in r.items()} for r in pd.read_parquet(path).to_dict("records")}
+    assert back["graph"]["held_start"] is True and back["graph"]["hold_retries"] == 2
+    assert back["events"]["held_start"] is False and back["events"]["hold_retries"] is None

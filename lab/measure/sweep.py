@@ -68,7 +68,9 @@ def timed_row(cell: Cell, timing, peak_bytes: int | None, peaks: dict | None) ->
            "median_ms": timing.median, "mean_ms": timing.mean, "std_ms": timing.std,
            "ci95_low_ms": timing.ci95_low, "ci95_high_ms": timing.ci95_high, "min_ms": timing.min,
            "max_ms": timing.max, "reps": timing.reps, "warmup": timing.warmup,
-           "passes": 1, "pass_medians_ms": [timing.median]}
+           "passes": 1, "pass_medians_ms": [timing.median],
+           # how its start was taken (lab.measure.timed's hold); None from a measurer whose timings have no checks
+           "held_start": (timing.checks or {}).get("held_start"), "hold_retries": (timing.checks or {}).get("hold_retries")}
     row["tflops"] = rates.tflops(row["flops"], timing.median)
     row["pct_of_peak"] = rates.pct_of_peak(row["tflops"], peaks, p.dtype)
     _rates(row, timing.median, peak_bytes)
@@ -140,6 +142,8 @@ def _pooled(rows: list[dict]) -> dict:
     row["ci95_low_ms"] = min([row["ci95_low_ms"], *(r["ci95_low_ms"] for r in rows)])
     row["ci95_high_ms"] = max([row["ci95_high_ms"], *(r["ci95_high_ms"] for r in rows)])
     row["passes"], row["pass_medians_ms"] = len(rows), medians
+    retries = [r.get("hold_retries") for r in rows]
+    row["hold_retries"] = sum(retries) if all(x is not None for x in retries) else None
     tflops = rates.tflops(row["flops"], row["median_ms"])
     if row.get("pct_of_peak") is not None and first.get("tflops"):
         row["pct_of_peak"] = row["pct_of_peak"] * tflops / first["tflops"]

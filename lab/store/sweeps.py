@@ -54,7 +54,12 @@ COLUMNS = ["impl", "impl_kind", "label", "batch", "heads", "heads_kv", "seqlen_q
            "mem_clock_mhz", "power_limit_w", "gpu_probe_source",
            # when the row's cell finished (its last pass, UTC) and the host seconds each of its passes took
            # (lab.sweeping.measure_unit); None on rows of sweeps before they were recorded
-           "measured_utc", "pass_wall_s"]
+           "measured_utc", "pass_wall_s",
+           # how the row's start event was taken (lab.measure.timed): True where each graph replay was queued
+           # behind a hold before its start (device time, no launch latency), False for events (call latency,
+           # started on an idle GPU); hold_retries: repetitions redone behind a longer hold, over all passes.
+           # None on rows of sweeps before the hold (their graph rows held the replay's launch latency)
+           "held_start", "hold_retries"]
 
 
 def now_utc() -> str:
@@ -180,6 +185,8 @@ def _frame(rows: list[dict], baselines: list[str]) -> "pd.DataFrame":
         df[c] = pd.to_numeric(df[c], errors="coerce").astype("Int64")
     df["causal"] = df["causal"].astype("boolean")
     df["deterministic"] = df["deterministic"].astype("boolean")
+    df["held_start"] = df["held_start"].astype("boolean")
+    df["hold_retries"] = pd.to_numeric(df["hold_retries"], errors="coerce").astype("Int64")
     df["power_limit_w"] = pd.to_numeric(df["power_limit_w"], errors="coerce").astype("float64")
     for c in ("impl", "impl_kind", "label", "dtype", "mode", "timing", "status", "reason", "worker", "gpu", "gpu_name",
               "gpu_uuid", "cuda_visible_devices", "gpu_probe_source", "measured_utc"):

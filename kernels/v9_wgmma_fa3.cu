@@ -148,6 +148,11 @@
 //   short N a CTA has few tiles and the epilogue is a large share. Predicted and measured: above.
 //   Issue 28's target is still not met: N=512 needed 1.23x to reach cuDNN (H200 grid), this gives
 //   1.05-1.09x.
+//   O by TMA at D=64, a candidate ("C1 BN128 S2 persistent tma-o", OByTma<Default64>: 81 KB a CTA, two
+//   per SM, 128 registers, 0 spills). Predicted (benchmarks/v9_notes.md, "O by TMA at D=64", before
+//   any GPU run), against the D=64 default, fp16, non-causal / causal: 1.04-1.10x / 1.04-1.11x at
+//   32,32,512,64, 1.02-1.07x / 1.02-1.06x at 16,32,1024,64, 1.00-1.05x / 1.00-1.04x at 4,32,4096,64.
+//   Measured: not yet.
 // Steps still to come (issue 28; benchmarks/v9_notes.md): why the persistent kernel without
 // ping-pong trails v6's grid by 6-7% at long N and with it does not (the new candidate, then
 // profiles), ping-pong at D=64, O by TMA at D=64 (on Default64), the N=512 gap's main loop (profile
@@ -212,7 +217,11 @@ static const LabTuneCandidate kCandidates64[] = {
     {"C3 BN128 S2 persistent (non-causal)", launch_non_causal<Long64, Persistent>, LAB_SERVES_NON_CAUSAL},
     {"C3 BN128 S2 one-tile-per-CTA (non-causal)", launch_non_causal<Long64, OneTilePerCta>, LAB_SERVES_NON_CAUSAL},
     {"C2 BN128 S2 persistent pp", launch_any<Config<64, 128, 2, true, 2>, Persistent>},
+    // O stored by TMA (step 4 (b)) on the D=64 default's configuration: 73 + 8 KB a CTA, still two
+    // per SM (benchmarks/v9_notes.md, "O by TMA at D=64").
+    {"C1 BN128 S2 persistent tma-o", launch_any<lab_hopper_fwd::OByTma<Default64>, Persistent>},
 };
+static_assert(2 * (lab_hopper_fwd::OByTma<Default64>::kSmemBytes + 1024) <= 228 * 1024, "D=64 tma-o: two CTAs per SM");
 static const LabTuneCandidate kCandidates128[] = {
     {"C2 BN128 S2 persistent", launch_any<Default128, Persistent>},
     {"C2 BN128 S2 one-tile-per-CTA", launch_any<Default128, OneTilePerCta>},

@@ -74,6 +74,12 @@ LSE_CASES = [CASES[0], CASES[3], CASES[5], CASES[9], CASES[13]]
 # BN128 S2 persistent pp tma-o", is the default since step 4: the cases above run its kernels.
 STEP4_CANDIDATES = ["C1 BN64 S2 persistent", "C2 BN128 S2 persistent pp (step-3 default)", "C1 BN64 S2 persistent tma-o"]
 D128_CASES = [c for c in CASES if c[4] == 128]
+# O by TMA at D=64 (on the D=64 default's configuration), a candidate: the D=64 cases, the
+# three-consumer ones included (a candidate runs whatever the shape).
+D64_CANDIDATES = ["C1 BN128 S2 persistent tma-o"]
+D64_CASES = [c for c in CASES if c[4] == 64]
+CANDIDATE_CASES = [(label, c) for label in STEP4_CANDIDATES for c in D128_CASES] + \
+                  [(label, c) for label in D64_CANDIDATES for c in D64_CASES]
 
 
 def _ids(c) -> str:
@@ -94,8 +100,8 @@ def v9_tuning():
     return build(RUNG, tuning=True).module
 
 
-def _candidate_index(module, label: str) -> int:
-    labels = [entry.split("|")[0] for entry in module.configs(128, "float16")]
+def _candidate_index(module, label: str, head_dim: int) -> int:
+    labels = [entry.split("|")[0] for entry in module.configs(head_dim, "float16")]
     assert label in labels, (label, labels)
     return labels.index(label)
 
@@ -144,8 +150,7 @@ def test_v9_writes_the_row_log_sum_exp(v9, case):
 
 @pytest.mark.gpu
 @needs_hopper
-@pytest.mark.parametrize("label", STEP4_CANDIDATES)
-@pytest.mark.parametrize("case", D128_CASES, ids=_ids)
+@pytest.mark.parametrize("label,case", CANDIDATE_CASES, ids=[f"{lb}-{_ids(c)}" for lb, c in CANDIDATE_CASES])
 def test_v9_step4_candidate_matches_float64(v9_tuning, label, case):
     b, h, nq, nk, d, causal, dtype, std = case
     problem = Problem(b, h, nq, nk, d, causal, dtype)
@@ -153,7 +158,7 @@ def test_v9_step4_candidate_matches_float64(v9_tuning, label, case):
     q, k, v = _inputs(problem, std, 28)
     o = torch.full_like(q, float("nan"))
     lse = torch.full((b, h, nq), float("nan"), device="cuda", dtype=torch.float32)
-    v9_tuning.forward_config(q, k, v, o, causal, scale, _candidate_index(v9_tuning, label), lse)
+    v9_tuning.forward_config(q, k, v, o, causal, scale, _candidate_index(v9_tuning, label, d), lse)
     torch.cuda.synchronize()
     ref = check.reference_attention(q, k, v, causal, scale, device=check._reference_device(problem, q.device))
     tolerance = check._tolerance(problem, q, k, v, ref, scale)
@@ -194,13 +199,14 @@ SANITIZER_SCRIPT = textwrap.dedent("""
               (Problem(1, 133, 65, 8192, 64, False, "float16"), False),
               (Problem(2, 80, 130, 90, 128, True, "float16"), True),
               (Problem(1, 140, 200, 300, 128, False, "bfloat16"), True)]
-    # argv: the rung, then optionally a tuning candidate's label (a D=128 candidate: its shapes only).
+    # argv: the rung, then optionally a tuning candidate's label and head dim (its shapes only).
     variant = variants.get(sys.argv[1])
     if len(sys.argv) > 2:
         module = build.build(variant, allow_compile=False, tuning=True).module
-        index = [e.split("|")[0] for e in module.configs(128, "float16")].index(sys.argv[2])
+        head_dim = int(sys.argv[3])
+        index = [e.split("|")[0] for e in module.configs(head_dim, "float16")].index(sys.argv[2])
         run = lambda q, k, v, o, causal, scale, lse: module.forward_config(q, k, v, o, causal, scale, index, lse)
-        shapes = [s for s in shapes if s[0].head_dim == 128]
+        shapes = [s for s in shapes if s[0].head_dim == head_dim]
     else:
         module = build.load_cached(variant)
         run = module.forward
@@ -246,12 +252,14 @@ def test_v9_compute_sanitizer_is_clean(tool, v9, tmp_path):
 
 @pytest.mark.gpu
 @needs_hopper
-@pytest.mark.parametrize("label", STEP4_CANDIDATES)
+@pytest.mark.parametrize("label,head_dim,launches", [(lb, 128, 3) for lb in STEP4_CANDIDATES] +
+                         [(lb, 64, 2) for lb in D64_CANDIDATES])
 @pytest.mark.parametrize("tool", SANITIZERS)
-def test_v9_step4_candidate_is_sanitizer_clean(tool, label, v9_tuning, tmp_path):
-    """The D=128 launches of the sanitizer script (several tiles per CTA, ragged, causal Nq > Nk, the
-    LSE) through the candidate; racecheck sees the O buffer's shared-memory hand-off where it has one."""
-    assert "sanitized launches: 3" in _sanitize(tool, tmp_path, label)
+def test_v9_step4_candidate_is_sanitizer_clean(tool, label, head_dim, launches, v9_tuning, tmp_path):
+    """The launches of the sanitizer script at the candidate's head dim (several tiles per CTA, ragged,
+    causal Nq > Nk, the LSE) through the candidate; racecheck sees the O buffer's shared-memory
+    hand-off where it has one."""
+    assert f"sanitized launches: {launches}" in _sanitize(tool, tmp_path, label, str(head_dim))
 
 
 def test_v9_is_found():

@@ -151,11 +151,18 @@ def test_lab_tune_stores_its_result_and_the_predictions_made_before_timing(simul
     assert [p["given"] for p in m["predictions"]] == ["BM128", "C2 BM64 split", "wrong"]
     assert preds["C1 BM128 split"]["verdict"] == "inside" and (preds["C1 BM128 split"]["low"], preds["C1 BM128 split"]["high"]) == (1.15, 1.35)
     assert preds["C2 BM64 split"]["verdict"] == "below"
+    for label in ("C1 BM128 split", "C2 BM64 split"):   # judged on the paired rounds' median, with their CI95
+        vs, pr = rows[label]["vs_default"], preds[label]
+        assert pr["measured"] == vs["paired_median"] and pr["estimator"] == "paired rounds" and pr["rounds"] == 12
+        assert pr["ratio_ci95"] == [vs["paired_ci95_low"], vs["paired_ci95_high"]]
+        assert pr["ratio_ci95"][0] <= pr["measured"] <= pr["ratio_ci95"][1]
     assert preds["C4 wrong"]["verdict"] is None and "max_abs_err" in preds["C4 wrong"]["not_measured"]
     # the table's ratio column is the stored ratio, and the predictions are said under it
     line = next(ln for ln in res.stdout.splitlines() if "C1 BM128 split" in ln and "pass" in ln)
     assert f"{rows['C1 BM128 split']['vs_default']['ratio']:.3f}x" in line
-    assert "prediction C1 BM128 split: predicted 1.15-1.35x the default, measured" in res.stdout
+    c1 = preds["C1 BM128 split"]
+    assert (f"prediction C1 BM128 split: predicted 1.15-1.35x the default, measured {c1['measured']:.3f}x "
+            f"(median of 12 paired rounds, CI95 {c1['ratio_ci95'][0]:.3f}-{c1['ratio_ci95'][1]:.3f}x)") in res.stdout
     assert "inside the range" in res.stdout and "below the range" in res.stdout
     assert f"stored: {path.name}" in res.stdout
     assert "prediction recorded: C1 BM128 split 1.15-1.35x" in res.stderr
@@ -207,7 +214,7 @@ def test_lab_ledger_judges_the_stored_tunes_predictions(tuned_store):
     c1, c2, wrong = entries
     assert c1["tune"] == tune_dir.name and c1["variant"] == RUNG.id and c1["device"] == "simulated device"
     assert c1["problem"] == m["problem"]["label"] and c1["predicted"] == [1.15, 1.35]
-    assert c1["measured"] == rows["C1 BM128 split"]["vs_default"]["ratio"] and c1["verdict"] == "inside"
+    assert c1["measured"] == rows["C1 BM128 split"]["vs_default"]["paired_median"] and c1["verdict"] == "inside"
     assert c1["ratio_ci95"] == [rows["C1 BM128 split"]["vs_default"]["paired_ci95_low"],
                                 rows["C1 BM128 split"]["vs_default"]["paired_ci95_high"]]
     assert c2["verdict"] == "below" and wrong["verdict"] is None and "max_abs_err" in wrong["not_measured"]
@@ -220,11 +227,12 @@ def test_lab_ledger_judges_the_stored_tunes_predictions(tuned_store):
     section = text[text.index("Tuning predictions"):text.index("Calibration")]
     assert f"{RUNG.id} B1-H2-N130-D64-causal-{RUNG.default_dtype} on simulated device (tune {tune_dir.name}" in section
     assert (f"C1 BM128 split: predicted 1.15-1.35x the default, measured {c1['measured']:.3f}x "
-            f"(paired CI95 {c1['ratio_ci95'][0]:.3f}-{c1['ratio_ci95'][1]:.3f}x over 12 rounds): inside the range") in section
+            f"(median of 12 paired rounds, CI95 {c1['ratio_ci95'][0]:.3f}-{c1['ratio_ci95'][1]:.3f}x): inside the range") in section
     assert "C2 BM64 split: predicted 1.2-1.4x the default" in section and "below the range" in section
     assert "C4 wrong: predicted 1.1-1.9x the default, not measured: O on" in section
     cal_text = text[text.index("Calibration"):]
-    assert ("tuning predictions: measured inside the predicted range in 1 of 2 (above 0, below 1, 1 not measured); "
+    assert ("tuning predictions: measured inside the predicted range in 1 of 2 (above 0, below 1, 1 not measured; "
+            f"the CI95 reaches past a bound in {cal['ci95_across_bound']}); "
             "median measured / predicted (range's geometric middle)") in cal_text
     assert "header predictions:" in cal_text   # beside the headers' calibration, not instead of it
 
@@ -282,7 +290,7 @@ def test_the_report_renders_the_tuning_predictions(tuned_store, tmp_path):
     assert section.count('<tr class="tune-prediction">') == 3
     assert "<code>C1 BM128 split</code>" in section and "1.15-1.35x" in section
     assert '<span class="pass">inside</span>' in section and '<span class="fail">below</span>' in section
-    assert "not measured: O on" in section and "paired CI95" in section
+    assert "not measured: O on" in section and "median of 12 paired rounds, CI95" in section
     assert "tuning predictions: measured inside the predicted range in 1 of 2" in html
 
 
@@ -295,7 +303,8 @@ def test_without_the_rounds_the_ledger_shows_the_medians_ci95s(stand_in_tune, tm
     assert res.returncode == 0, res.stderr
     (e,) = json.loads(lab_here("ledger", "--profiles", store, "--json").stdout)["tune_predictions"]
     assert e["measured"] == 1.0 and e["verdict"] == "inside" and e["ratio_ci95"] is None
+    assert e["estimator"] == "ratio of medians" and e["ci95_where"] is None
     assert e["medians_ci95"] == {"default": [0.99, 1.01], "candidate": [0.99, 1.01]}
     text = lab_here("ledger", "--profiles", store).stdout
-    assert ("C1: predicted 0.95-1.05x the default, measured 1.000x (medians' CI95: default 0.99-1.01 ms, "
-            "candidate 0.99-1.01 ms): inside the range") in text
+    assert ("C1: predicted 0.95-1.05x the default, measured 1.000x (ratio of the medians, no paired rounds kept; "
+            "medians' CI95: default 0.99-1.01 ms, candidate 0.99-1.01 ms): inside the range") in text

@@ -14,7 +14,9 @@ timed, and never counted as wrong; the others are checked on seeded shapes of th
 A prediction (`--predict 'LABEL=LO-HI'`: candidate LABEL's gain over the default, as a range of
 default time / candidate time) is resolved against the declared candidates and recorded in the result
 before any candidate is checked or timed, so it cannot be fitted to the outcome; lab.store.tunes keeps
-it with the measured ratio, and the ledger (lab.store.ledger) judges it.
+it with the measured ratio, and the ledger (lab.store.ledger) judges it. Judged on the median of the
+paired rounds' ratios (each round times the default and the candidate once), with that median's CI95;
+the ratio of the two medians only where the rounds were not kept (judge_ratio).
 """
 
 from __future__ import annotations
@@ -135,12 +137,39 @@ def judge(low: float, high: float, measured: float) -> str:
     return ABOVE if measured > high else BELOW if measured < low else INSIDE
 
 
+PAIRED, MEDIANS = "paired rounds", "ratio of medians"   # the two estimators a prediction can be judged on
+
+
+def _positive(x) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and x == x and 0 < x < float("inf")
+
+
+def judge_ratio(low: float, high: float, vs: dict | None) -> dict:
+    """A predicted range LOW-HIGH against a candidate's ratio to the default (paired_ratio()'s dict, fresh
+    or as a tune stored it): the one judgement `lab tune`, its stored predictions, `lab ledger` and the
+    report all print. Where the paired rounds were kept, the measured ratio is their median and its CI95
+    beside it is theirs (a number and its interval from one estimator); else the ratio of the two medians,
+    marked as such, with no interval of its own. `ci95_where`: where each end of the CI95 falls (judge),
+    so a verdict whose CI95 crosses a bound says so. Every key None where there is no ratio."""
+    vs = vs if isinstance(vs, dict) else {}
+    paired = all(_positive(vs.get(k)) for k in ("paired_median", "paired_ci95_low", "paired_ci95_high")) \
+        and isinstance(vs.get("rounds"), int) and vs["rounds"] > 0
+    if paired:
+        x, ci = vs["paired_median"], [vs["paired_ci95_low"], vs["paired_ci95_high"]]
+        return {"measured": x, "estimator": PAIRED, "rounds": vs["rounds"], "ratio_ci95": ci,
+                "verdict": judge(low, high, x), "ci95_where": [judge(low, high, c) for c in ci]}
+    x = vs.get("ratio") if _positive(vs.get("ratio")) else None
+    return {"measured": x, "estimator": MEDIANS if x else None, "rounds": None, "ratio_ci95": None,
+            "verdict": judge(low, high, x) if x else None, "ci95_where": None}
+
+
 def paired_ratio(reference, timing) -> dict:
     """The default's time over a candidate's (two lab.measure.bench.Timing): the ratio of the medians
-    (what `lab tune` prints), and, where both kept their repetitions' times round by round, the median
-    of the per-round ratios with its CI95 from order statistics (lab.measure.bench.median_ci95): the
-    timer runs the default and every candidate once per round (time_checked_interleaved), so round i's
-    two times saw the same drift, and their ratio's spread is the one a prediction is judged against."""
+    (the table's "vs default" column), and, where both kept their repetitions' times round by round,
+    the median of the per-round ratios with its CI95 from order statistics (lab.measure.bench.median_ci95):
+    the timer runs the default and every candidate once per round (time_checked_interleaved), so round
+    i's two times saw the same drift. A prediction is judged on that median, with that CI95 (judge_ratio):
+    the ratio of medians can lie outside it (the two medians come from different rounds)."""
     out = {"ratio": rates.ratio(reference.median, timing.median), "paired_median": None, "paired_ci95_low": None,
            "paired_ci95_high": None, "rounds": None}
     ref, own = reference.samples or [], timing.samples or []
@@ -177,14 +206,11 @@ class TuneResult:
 
 
 def judged(p: Prediction, result: TuneResult) -> dict:
-    """A prediction with what was measured for its candidate: the ratio and its verdict, or why none."""
+    """A prediction with what was measured for its candidate (judge_ratio: the ratio, the estimator it
+    comes from, its CI95 and the verdict), or why none."""
     row = result.row(p.label)
-    vs = row.vs_default if row else None
-    out = {**p.to_dict(), "measured": vs["ratio"] if vs else None, "verdict": None, "not_measured": None,
-           "ratio_ci95": [vs["paired_ci95_low"], vs["paired_ci95_high"]] if vs and vs["rounds"] else None}
-    if vs and vs.get("ratio"):
-        out["verdict"] = judge(p.low, p.high, vs["ratio"])
-    else:
+    out = {**p.to_dict(), **judge_ratio(p.low, p.high, row.vs_default if row else None), "not_measured": None}
+    if out["verdict"] is None:
         default = result.row(DEFAULT_LABEL)
         out["not_measured"] = (row.error or row.refused or "not timed") if row and not row.timing else \
             f"the default was not timed ({(default.error or default.refused) if default else 'absent'})"

@@ -4,6 +4,7 @@ holds no number, the words say so and name the command that would measure it."""
 
 from __future__ import annotations
 
+from lab.measure.tune import MEDIANS, PAIRED
 from lab.report import charts
 from lab.report.formatting import fmt_times
 from lab.store.ledger import Ledger, Step
@@ -121,27 +122,45 @@ def _x(x: float) -> str:
 
 def tune_prediction_phrase(p: dict, with_label: bool = False) -> str:
     """One tuning prediction and its outcome: a stored entry (lab.store.ledger.tune_predictions) or a
-    fresh tune's (lab.measure.tune.judged)."""
+    fresh tune's (lab.measure.tune.judged); both judged by lab.measure.tune.judge_ratio."""
     lo, hi = p["predicted"] if "predicted" in p else (p["low"], p["high"])
     head = (f"prediction {p['label']}: " if with_label else "") + f"predicted {lo:g}-{hi:g}x the default"
     if p.get("measured") is None or not p.get("verdict"):
         return f"{head}, not measured: {p.get('not_measured') or 'its candidate was not timed'}"
     spread = tune_spread(p)
-    spread = f" ({spread})" if spread else ""
-    where = {"inside": "inside the range", "above": "above the range", "below": "below the range"}[p["verdict"]]
-    return f"{head}, measured {_x(p['measured'])}{spread}: {where}"
+    note = tune_ci95_note(p)
+    return f"{head}, measured {_x(p['measured'])}{f' ({spread})' if spread else ''}: {_WHERE[p['verdict']]}" \
+        + (f"; {note}" if note else "")
+
+
+_WHERE = {"inside": "inside the range", "above": "above the range", "below": "below the range"}
 
 
 def tune_spread(p: dict) -> str:
-    """The spread of a tuning prediction's measured ratio: the paired rounds' CI95, else the medians' CI95s."""
-    if p.get("ratio_ci95"):
+    """Which ratio a tuning prediction was judged on, and its spread: the median of the paired rounds'
+    ratios with their CI95, else the ratio of the medians (with the two medians' CI95s where stored)."""
+    if p.get("estimator") == PAIRED and p.get("ratio_ci95"):
         lo_ci, hi_ci = p["ratio_ci95"]
-        return f"paired CI95 {lo_ci:.3f}-{_x(hi_ci)}" + (f" over {p['rounds']} rounds" if p.get("rounds") else "")
+        return f"median of {p['rounds']} paired rounds, CI95 {lo_ci:.3f}-{_x(hi_ci)}"
+    if p.get("estimator") != MEDIANS:
+        return ""
+    out = "ratio of the medians, no paired rounds kept"
     if p.get("medians_ci95"):
         d, c = p["medians_ci95"]["default"], p["medians_ci95"]["candidate"]
         if None not in d + c:
-            return f"medians' CI95: default {d[0]:.4g}-{d[1]:.4g} ms, candidate {c[0]:.4g}-{c[1]:.4g} ms"
-    return ""
+            out += f"; medians' CI95: default {d[0]:.4g}-{d[1]:.4g} ms, candidate {c[0]:.4g}-{c[1]:.4g} ms"
+    return out
+
+
+def tune_ci95_note(p: dict) -> str:
+    """Where the measured ratio's CI95 reaches past a bound of the predicted range (its ends judged
+    otherwise than the ratio): "its CI95 reaches below it"; empty where it does not, or has no CI95."""
+    ends = []
+    for w in p.get("ci95_where") or []:
+        if w != p.get("verdict") and w not in ends:
+            ends.append(w)
+    words = {"inside": "into", "below": "below", "above": "above"}
+    return f"its CI95 reaches {' and '.join(words[w] for w in ends)} it" if ends else ""
 
 
 def tune_heading(e: dict) -> str:
@@ -155,14 +174,15 @@ def tune_calibration_line(c: dict) -> str:
                 + "; `lab tune ... --predict 'LABEL=LO-HI'` records one before the timing")
     return (f"  tuning predictions: measured inside the predicted range in {c['inside']} of {c['of']} "
             f"(above {c['above']}, below {c['below']}"
-            + (f", {c['not_measured']} not measured" if c["not_measured"] else "") + ")"
+            + (f", {c['not_measured']} not measured" if c["not_measured"] else "")
+            + f"; the CI95 reaches past a bound in {c['ci95_across_bound']})"
             + f"; median measured / predicted (range's geometric middle) {_x(c['median_measured_over_predicted'])}")
 
 
 def tune_lines(ledger: Ledger) -> list[str]:
     """`lab ledger`'s "Tuning predictions" section: per stored tune, each prediction against what it measured."""
-    out = ["Tuning predictions (`lab tune --predict`, recorded before the timing; ratio: the default's median time "
-           "over the candidate's)"]
+    out = ["Tuning predictions (`lab tune --predict`, recorded before the timing; ratio: the default's time over "
+           "the candidate's, the median of the paired rounds' ratios where the tune kept them)"]
     if not ledger.tune_predictions:
         out.append("  no stored tune carries a prediction")
     heading = None
@@ -192,7 +212,8 @@ def page_context(ledger: Ledger) -> dict:
     for e in ledger.tune_predictions:
         if not tunes or tunes[-1]["heading"] != tune_heading(e):
             tunes.append({"heading": tune_heading(e), "entries": []})
-        tunes[-1]["entries"].append({**e, "phrase": tune_prediction_phrase(e), "spread": tune_spread(e)})
+        tunes[-1]["entries"].append({**e, "phrase": tune_prediction_phrase(e), "spread": tune_spread(e),
+                                     "ci95_note": tune_ci95_note(e)})
     return {"ledger": ledger, "rows": rows, "svg": chart(ledger),
             "calibration": calibration_lines(ledger.calibration)[1:] + [tune_calibration_line(ledger.tune_calibration)],
             "commands": missing_commands(ledger), "tunes": tunes}

@@ -29,10 +29,12 @@ measured ones (in range, median of measured / the range's geometric middle). Eac
 
 Tuning predictions: a step inside a rung is measured with `lab tune`, and its prediction given there
 (`--predict 'LABEL=LO-HI'`, recorded before the timing) is stored with the tune (lab.store.tunes). Each is
-judged against the ratio that tune measured (the default's median time over the candidate's, the paired
-rounds' CI95 beside it): inside, above or below the predicted range; calibrated like the headers' (inside
-k of n, median of measured / the range's geometric middle). A prediction whose candidate was not timed
-is listed with the reason, never judged.
+judged against the ratio that tune measured, as `lab tune` judges it (lab.measure.tune.judge_ratio): the
+median of the paired rounds' ratios (each round times the default and the candidate once) with its CI95,
+else, where the tune kept no rounds, the ratio of the two medians, said so: inside, above or below the
+predicted range, and whether the CI95 reaches past a bound; calibrated like the headers' (inside k of n,
+median of measured / the range's geometric middle, the same measured ratio). A prediction whose candidate
+was not timed is listed with the reason, never judged.
 """
 
 from __future__ import annotations
@@ -48,7 +50,7 @@ from pathlib import Path
 
 from lab.errors import LabError
 from lab.ladder import registry
-from lab.measure.tune import ABOVE, BELOW, DEFAULT_LABEL, INSIDE, judge
+from lab.measure.tune import ABOVE, BELOW, DEFAULT_LABEL, INSIDE, MEDIANS, judge_ratio
 from lab.ladder.registry import Variant
 from lab.store import runs as run_store
 from lab.store.runs import Run, scan_runs
@@ -622,14 +624,10 @@ def _estimates(step: Step, findings: list[dict] | None) -> None:
 
 # ----------------------------------------------------------------------------- tuning predictions
 
-def _ratio_of(row: dict | None) -> dict | None:
-    vs = (row or {}).get("vs_default") or {}
-    return vs if _ok_ms(vs.get("ratio")) else None
-
-
 def tune_predictions(tunes: list) -> list[dict]:
-    """Every stored tune's predictions, oldest tune first, each with its measured ratio and verdict (as
-    lab.measure.tune.judge judges: the stored verdict is re-derived, never trusted), or why none."""
+    """Every stored tune's predictions, oldest tune first, each with its measured ratio, its CI95 and
+    verdict (as lab.measure.tune.judge_ratio judges: the stored verdict and measured ratio are re-derived
+    from the stored row, never trusted), or why none."""
     out = []
     for t in tunes:
         m = t.manifest
@@ -645,21 +643,19 @@ def tune_predictions(tunes: list) -> list[dict]:
             if lo is None or hi is None or not 0 < lo <= hi:
                 continue
             row = rows.get(p.get("label"))
-            vs = _ratio_of(row)
+            # judged again from the row's stored ratios as `lab tune` judges (the stored "measured" of a
+            # tune before judge_ratio is the ratio of medians even where the paired rounds were kept)
+            j = judge_ratio(lo, hi, (row or {}).get("vs_default"))
             entry = {"tune": t.id, "created": m.get("created_utc"), "variant": (m.get("variant") or {}).get("id"),
                      "problem": problem.get("label"), "mode": m.get("mode") or "fwd",
                      "device": device.get("name"), "commit": git.get("commit"),
                      "candidate": p.get("label"), "given": p.get("given"), "predicted": [lo, hi],
-                     "measured": vs["ratio"] if vs else None, "ratio_ci95": None, "medians_ci95": None,
-                     "verdict": judge(lo, hi, vs["ratio"]) if vs else None, "not_measured": None}
-            if vs and _ok_ms(vs.get("paired_ci95_low")) and _ok_ms(vs.get("paired_ci95_high")):
-                entry["ratio_ci95"] = [vs["paired_ci95_low"], vs["paired_ci95_high"]]
-                entry["rounds"] = vs.get("rounds")
-            elif vs:   # no paired rounds kept: the two medians' own CI95s
+                     **j, "medians_ci95": None, "not_measured": None}
+            if j["estimator"] == MEDIANS:   # no paired rounds kept: the two medians' own CI95s
                 ct, dt = (row or {}).get("timing") or {}, default.get("timing") or {}
                 entry["medians_ci95"] = {"default": [dt.get("ci95_low"), dt.get("ci95_high")],
                                          "candidate": [ct.get("ci95_low"), ct.get("ci95_high")]}
-            if not vs:
+            if j["verdict"] is None:
                 entry["not_measured"] = (p.get("not_measured") or (row or {}).get("error") or (row or {}).get("refused")
                                          or "its candidate was not timed against the default")
             out.append(entry)
@@ -672,6 +668,8 @@ def calibrate_tunes(entries: list[dict]) -> dict:
             "above": sum(1 for e in judged if e["verdict"] == ABOVE),
             "below": sum(1 for e in judged if e["verdict"] == BELOW), "of": len(judged),
             "not_measured": len(entries) - len(judged),
+            # verdicts whose CI95 reaches past a bound of the range (its ends judged otherwise than it)
+            "ci95_across_bound": sum(1 for e in judged if any(w != e["verdict"] for w in e.get("ci95_where") or [])),
             "median_measured_over_predicted": statistics.median([e["measured"] / _geo(*e["predicted"]) for e in judged])
             if judged else None}
 

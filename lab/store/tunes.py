@@ -11,7 +11,9 @@ nothing (every configuration failed its check, or was refused) is not stored.
 Manifest (schema_version 1): schema_version, kind "tune", tune_id, created_utc, lab_version, git,
 variant {id, origin, source_sha256}, problem (lab.measure.problem.Problem.to_dict()), mode, dtype,
 device, software, reps, warmup, check_shapes, fastest, rows (lab.measure.tune.TuneRow.to_dict()),
-predictions (lab.measure.tune.judged: given, label, low, high, measured, verdict, not_measured).
+predictions (lab.measure.tune.judged: given, label, low, high, measured, estimator, rounds, ratio_ci95,
+verdict, ci95_where, not_measured; before judge_ratio, measured was the ratio of the medians and the
+last four absent or partial: the ledger judges a stored tune again from its rows).
 """
 
 from __future__ import annotations

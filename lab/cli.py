@@ -979,7 +979,10 @@ def _print_sweep_summary(target) -> None:
 @json_option
 def sweep_compare(sweep_a, sweep_b, threshold_pct, profiles_dir, as_json):
     """Did anything change between two sweeps? A row differs when beyond CI95 and beyond --threshold
-    percent; rows measured on different GPUs get the GPU-to-GPU spread. Exit 1 where rows differ."""
+    percent; a problem whose implementations all moved the same way is reported as a whole, with its changed
+    rows under it, and the rows that changed on their own (or against their problem) after it, a rung's with
+    its verdict against each baseline in A and B; rows measured on different GPUs get the GPU-to-GPU spread.
+    Exit 1 where rows differ."""
 
     result = sweep_store.compare_sweeps(sweep_store.find_sweep(sweep_a, profiles_dir),
                                         sweep_store.find_sweep(sweep_b, profiles_dir), threshold_pct)
@@ -992,9 +995,7 @@ def sweep_compare(sweep_a, sweep_b, threshold_pct, profiles_dir, as_json):
                    f"{len(result['beyond_ci95_within_threshold'])} beyond CI95 within {t:g}%, "
                    f"{result['overlapping']} agree within CI95; "
                    f"median B/A time ratio {result['median_ratio_b_over_a'] or float('nan'):.3f}")
-        for d in result["differing"]:
-            click.echo(f"  {d['impl']} {d['label']} {d['mode']} {d['timing']}: {d['a_ms']:.4g} vs {d['b_ms']:.4g} ms "
-                       f"({d['ratio']:.3f}x)")
+        _print_problem_moves(result)
         for side in ("a", "b"):
             ps = result[f"pass_spread_{side}"]
             if ps["rows_in_passes"]:
@@ -1007,6 +1008,42 @@ def sweep_compare(sweep_a, sweep_b, threshold_pct, profiles_dir, as_json):
                        f"extremes {g['min_ratio']:.3f}-{g['max_ratio']:.3f}")
     if result["differing"] or not result["rows_compared"]:
         sys.exit(1)
+
+
+def _changed_row(d: dict) -> str:
+    line = f"{d['impl']} {d['label']} {d['mode']} {d['timing']}: {d['a_ms']:.4g} vs {d['b_ms']:.4g} ms ({d['ratio']:.3f}x)"
+    if d["finding"] == "against_problem":
+        line += f", {d['vs_problem']:.3f}x its problem's median {d['problem_median_ratio']:.3f}"
+    verdicts = [f"vs {v['baseline']} {v['a']:.3f}x -> {v['b']:.3f}x" + (" (changed)" if v["changed"] else " (unchanged)")
+                for v in d["baselines"]]
+    return line + ("; " + ", ".join(verdicts) if verdicts else "")
+
+
+def _print_problem_moves(result: dict) -> None:
+    """The changed rows: those that moved with their whole problem under it, the rest on their own."""
+    t = result["threshold_pct"]
+    moved = result["problems_moved_as_a_whole"]
+    if moved:
+        share = f"{sweep_store.LEAN_SHARE:.0%}"
+        click.echo(f"{len(moved)} problem{'s' if len(moved) > 1 else ''} moved as a whole (>= {share} of its rows "
+                   f"and implementations beyond {t / 2:g}% the same way, its median beyond {t:g}%: shared by its "
+                   "implementations, measured together, so the machine while it ran, not one implementation): "
+                   f"{len(result['moved_with_problem'])} changed rows moved with their problem")
+        for p in moved:
+            lean = p["rows_slower"] if p["direction"] == "slower" else p["rows_faster"]
+            click.echo(f"  {p['problem']}: {lean} of {p['rows']} rows {p['direction']} in B, median ratio "
+                       f"{p['median_ratio_b_over_a']:.3f}; changed rows: {p['changed_with_problem']} moved with its "
+                       f"problem, {p['changed_against_problem']} against it")
+            for d in result["moved_with_problem"]:
+                if d["label"] == p["problem"] and any(v["changed"] for v in d["baselines"]):
+                    click.echo(f"    with it: {_changed_row(d)}")
+    own = result["on_their_own"]
+    if own:
+        against = sum(1 for d in own if d["finding"] == "against_problem")
+        click.echo(f"{len(own)} changed rows on their own ({against} against their problem's move, "
+                   f"more than {t:g}% from its median):")
+        for d in own:
+            click.echo(f"  {_changed_row(d)}")
 
 
 @sweep.command("merge")

@@ -456,6 +456,66 @@ def pass_spread(rows: list[dict], threshold_pct: float) -> dict:
             "max_pass_spread": max(spread) if spread else None}
 
 
+LEAN_SHARE = 0.75
+"""A problem moved as a whole when at least this share of its rows, and of its implementations, moved the
+same way (see problem_moves)."""
+
+
+def _median(values: list[float]) -> float:
+    v = sorted(values)
+    return v[len(v) // 2] if len(v) % 2 else (v[len(v) // 2 - 1] + v[len(v) // 2]) / 2
+
+
+def problem_moves(ratios: dict[tuple, float], threshold_pct: float) -> dict[str, dict]:
+    """Per problem (a row key's label: one shape, dtype, causal; every implementation, mode and timing of
+    it measured together, back to back, by one worker: lab.sweeping's unit), the median B/A ratio of its
+    rows both sweeps timed, and whether the problem moved as a whole.
+
+    The rule: at least LEAN_SHARE of its rows moved beyond half the threshold the same way, so did at least
+    LEAN_SHARE of its implementations (each with a row that leaned that way), at least two implementations
+    are there, and the median ratio is beyond the threshold itself. Why: a kernel change moves one
+    implementation's rows, not its baselines' measured in the same seconds; a window of the machine (the
+    host, the clocks, a neighbour) moves every implementation of the problem that ran in it. Half the
+    threshold counts a row that leans without having to pass the threshold on its own (a window's few
+    microseconds move long calls less); three in four leaves room for a row or an implementation that did
+    not lean while not letting one implementation's several modes and timings pass as a whole problem; the
+    implementations' share keeps a rung measured in more modes than its baselines from carrying the count
+    alone; with one implementation the problem's move cannot be told from the implementation's own, so it
+    never moves as a whole."""
+    half = threshold_pct / 200
+    by: dict[str, list[tuple[str, float]]] = {}
+    for k, ratio in ratios.items():
+        by.setdefault(k[1], []).append((k[0], ratio))
+    out = {}
+    for label, rs in by.items():
+        n, median = len(rs), _median([r for _, r in rs])
+        impls = {i for i, _ in rs}
+        slower = [(i, r) for i, r in rs if r > 1 + half]
+        faster = [(i, r) for i, r in rs if r < 1 - half]
+        way, lean = ("slower", slower) if len(slower) >= len(faster) else ("faster", faster)
+        moved = (len(impls) >= 2 and len(lean) >= LEAN_SHARE * n
+                 and len({i for i, _ in lean}) >= LEAN_SHARE * len(impls)
+                 and abs(median - 1) * 100 > threshold_pct)
+        out[label] = {"problem": label, "rows": n, "implementations": len(impls), "median_ratio_b_over_a": median,
+                      "rows_slower": len(slower), "rows_faster": len(faster), "moved_as_a_whole": moved,
+                      "direction": way if moved else None}
+    return out
+
+
+def _baseline_verdicts(x: dict, y: dict, baselines: list[str], threshold_pct: float) -> list[dict]:
+    """For a rung's row: its ratio against each baseline of the same sweep (vs_<baseline>, > 1 faster) in A
+    and in B, and whether that verdict changed beyond the threshold. None where a side has no ratio."""
+    out = []
+    for bl in baselines:
+        va, vb = x.get(ratio_column(bl)), y.get(ratio_column(bl))
+        if not va or not vb:
+            continue
+        change = vb / va
+        out.append({"baseline": bl, "a": va, "b": vb, "change": change,
+                    "changed": abs(change - 1) * 100 > threshold_pct})
+    return out
+
+
 def compare_sweeps(a: Sweep, b: Sweep, threshold_pct: float = PRACTICAL_THRESHOLD_PCT) -> dict:
     """Row by row (implementation, problem, mode, timing), did anything change between two sweeps?
     A row differs only when the CI95 intervals of its medians do not overlap AND the medians are
@@ -464,11 +524,23 @@ def compare_sweeps(a: Sweep, b: Sweep, threshold_pct: float = PRACTICAL_THRESHOL
     GPUs (their UUIDs), the GPU-to-GPU spread of the B/A ratios is reported per pair of GPUs. Used
     to check that a sweep spread over GPUs (--gpus, shards merged) equals the same sweep on one GPU.
     A row's CI95 is its passes' (lab.sweeping.measure_unit); `pass_spread_a`/`_b` count the rows whose
-    passes alone were more than the threshold apart."""
+    passes alone were more than the threshold apart.
+
+    Whole problems (problem_moves): `problems` lists each problem's median B/A ratio and whether it moved
+    as a whole; each changed row is then `with_problem` (its problem moved as a whole and the row's ratio is
+    within the threshold of the problem's median: the machine's state while that problem ran, not the
+    implementation), `against_problem` (its problem moved, the row more than the threshold away from its
+    median: a change of that implementation relative to the others) or `own` (its problem did not move).
+    `on_their_own` lists the own and against_problem rows, the findings to read. A rung's changed row
+    carries `baselines`: its ratio against each baseline both sweeps measured, in A and in B, and whether
+    that verdict changed beyond the threshold."""
     if threshold_pct < 0:
         raise LabError(f"--threshold must be >= 0 (percent), got {threshold_pct:g}")
-    ra = {tuple(r.get(k) for k in ROW_KEY): r for r in a.rows() if r.get("status") == "ok"}
-    rb = {tuple(r.get(k) for k in ROW_KEY): r for r in b.rows() if r.get("status") == "ok"}
+    # the ratio columns from the rows themselves (a sweep still in its journals has none stored yet)
+    bl_a, bl_b = list(a.plan_dict.get("baselines") or []), list(b.plan_dict.get("baselines") or [])
+    ra = {tuple(r.get(k) for k in ROW_KEY): r for r in add_ratios(a.rows(), bl_a) if r.get("status") == "ok"}
+    rb = {tuple(r.get(k) for k in ROW_KEY): r for r in add_ratios(b.rows(), bl_b) if r.get("status") == "ok"}
+    baselines = [bl for bl in bl_a if bl in bl_b]
     common = sorted(set(ra) & set(rb), key=str)
     if not common:   # nothing to hold against each other: a usage error, not a regression
         raise LabError(f"sweeps {a.id} and {b.id} have no measured row in common (implementation, problem, mode, "
@@ -485,6 +557,25 @@ def compare_sweeps(a: Sweep, b: Sweep, threshold_pct: float = PRACTICAL_THRESHOL
         entry = {"impl": k[0], "label": k[1], "mode": k[2], "timing": k[3], "a_ms": x["median_ms"],
                  "b_ms": y["median_ms"], "ratio": ratio, "a_gpu": _gpu_of(x, a), "b_gpu": _gpu_of(y, b)}
         (differ if abs(ratio - 1) * 100 > threshold_pct else within_threshold).append(entry)
+    row_ratios = {k: rb[k]["median_ms"] / ra[k]["median_ms"] for k in common}
+    moves = problem_moves(row_ratios, threshold_pct)
+    for d in differ:
+        p = moves[d["label"]]
+        d["problem_median_ratio"] = p["median_ratio_b_over_a"]
+        # against the problem's median, all its modes and timings: the one number the problem moved by (a
+        # window's microseconds move a short call's ratio more, so a short events row can read as against)
+        d["vs_problem"] = d["ratio"] / p["median_ratio_b_over_a"]
+        d["finding"] = ("own" if not p["moved_as_a_whole"] else
+                        "against_problem" if abs(d["vs_problem"] - 1) * 100 > threshold_pct else "with_problem")
+        k = (d["impl"], d["label"], d["mode"], d["timing"])
+        d["baselines"] = ([] if d["impl"] in baselines else
+                          _baseline_verdicts(ra[k], rb[k], baselines, threshold_pct))
+    problems = sorted(moves.values(), key=lambda p: p["median_ratio_b_over_a"])
+    for p in problems:
+        mine = [d for d in differ if d["label"] == p["problem"]]
+        p["changed_rows"] = len(mine)
+        p["changed_with_problem"] = sum(1 for d in mine if d["finding"] == "with_problem")
+        p["changed_against_problem"] = sum(1 for d in mine if d["finding"] == "against_problem")
     ratios = sorted(p[2] for p in pairs)
     return {"a": a.id, "b": b.id, "threshold_pct": threshold_pct, "rows_compared": len(common),
             "only_in_a": len(set(ra) - set(rb)), "only_in_b": len(set(rb) - set(ra)),
@@ -493,4 +584,8 @@ def compare_sweeps(a: Sweep, b: Sweep, threshold_pct: float = PRACTICAL_THRESHOL
             "median_ratio_b_over_a": ratios[len(ratios) // 2] if ratios else None,
             "gpu_spread": gpu_spread(pairs),
             "pass_spread_a": pass_spread(list(ra.values()), threshold_pct),
-            "pass_spread_b": pass_spread(list(rb.values()), threshold_pct)}
+            "pass_spread_b": pass_spread(list(rb.values()), threshold_pct),
+            "problems": problems,
+            "problems_moved_as_a_whole": [p for p in problems if p["moved_as_a_whole"]],
+            "moved_with_problem": [d for d in differ if d["finding"] == "with_problem"],
+            "on_their_own": [d for d in differ if d["finding"] != "with_problem"]}

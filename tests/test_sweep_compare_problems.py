@@ -15,6 +15,19 @@ ONE, TWO = "20261127-113210-sweep-scale-1", "20261127-113900-sweep-scale-2"
 PROBLEM = "B32-H16-N512-D128-causal-bfloat16"   # 4 implementations, 14 timed rows, v6's 2 unsupported rows
 
 
+def _rungs() -> tuple[str, str]:
+    """The shipped sweeps' two rungs, named by their rows (the registry's data, not this file): the one
+    without a backward (its bwd rows unsupported; v6) and the one with (v7)."""
+    rows = [r for r in store.Sweep(EXAMPLES / ONE).rows() if r["label"] == PROBLEM and r["impl_kind"] == "rung"]
+    fwd_only = {r["impl"] for r in rows if r["status"] == "unsupported"}
+    (with_bwd,) = {r["impl"] for r in rows} - fwd_only
+    (fwd_only,) = fwd_only
+    return fwd_only, with_bwd
+
+
+FWD_ONLY, WITH_BWD = _rungs()
+
+
 @pytest.fixture(scope="module")
 def shipped():
     a, b = store.Sweep(EXAMPLES / ONE), store.Sweep(EXAMPLES / TWO)
@@ -44,9 +57,9 @@ def test_the_shipped_pair_names_the_problems_that_moved_as_a_whole(shipped):
         assert d["finding"] == ("own" if d["label"] not in moved else "against_problem" if off else "with_problem")
     assert len(result["moved_with_problem"]) == 14
     findings = {(d["impl"], d["label"], d["mode"], d["timing"]): d["finding"] for d in result["differing"]}
-    assert findings[("v7", PROBLEM, "fwd", "graph")] == "with_problem"          # 0.927x in a 0.900x problem
+    assert findings[(WITH_BWD, PROBLEM, "fwd", "graph")] == "with_problem"          # 0.927x in a 0.900x problem
     assert findings[("sdpa-cudnn", PROBLEM, "fwd", "events")] == "against_problem"   # 0.695x: cuDNN's +58 us
-    assert findings[("v6", "B4-H16-N4096-D128-float16", "fwd", "events")] == "own"
+    assert findings[(FWD_ONLY, "B4-H16-N4096-D128-float16", "fwd", "events")] == "own"
     # problems no row of which changed still list their median (the table a reader can sort by)
     assert len(result["problems"]) == 48
 
@@ -54,13 +67,13 @@ def test_the_shipped_pair_names_the_problems_that_moved_as_a_whole(shipped):
 def test_the_shipped_pair_gives_each_rungs_changed_row_its_baseline_verdicts(shipped):
     _, _, result = shipped
     by = {(d["impl"], d["label"], d["mode"], d["timing"]): d for d in result["differing"]}
-    graph = by[("v7", PROBLEM, "fwd", "graph")]
+    graph = by[(WITH_BWD, PROBLEM, "fwd", "graph")]
     verdicts = {v["baseline"]: v for v in graph["baselines"]}
     assert set(verdicts) == {"sdpa-cudnn", "sdpa-flash"}
     # the problem moved; v7's standing against both baselines (graph replay) did not
     assert not any(v["changed"] for v in verdicts.values())
     assert verdicts["sdpa-cudnn"]["change"] == pytest.approx(verdicts["sdpa-cudnn"]["b"] / verdicts["sdpa-cudnn"]["a"])
-    events = {v["baseline"]: v for v in by[("v7", PROBLEM, "fwd", "events")]["baselines"]}
+    events = {v["baseline"]: v for v in by[(WITH_BWD, PROBLEM, "fwd", "events")]["baselines"]}
     assert events["sdpa-cudnn"]["changed"] and events["sdpa-cudnn"]["change"] < 0.8   # cuDNN's events moved more
     assert all(d["baselines"] == [] for d in result["differing"] if d["impl"].startswith("sdpa-"))
 
@@ -108,12 +121,12 @@ def _pair(tmp_path, keep, change):
 def test_a_kernel_change_is_its_own_finding_against_the_baselines(tmp_path):
     """v7 10% slower in one problem, its baselines and v6 not: v7's rows are its own change, and its verdict
     against each baseline moved by the same 10%."""
-    a, b = _pair(tmp_path, lambda r: r["label"] == PROBLEM, lambda r: 1.10 if r["impl"] == "v7" else 1.0)
+    a, b = _pair(tmp_path, lambda r: r["label"] == PROBLEM, lambda r: 1.10 if r["impl"] == WITH_BWD else 1.0)
     result = store.compare_sweeps(a, b)
     assert not result["problems_moved_as_a_whole"] and not result["moved_with_problem"]
     assert len(result["differing"]) == 4 == len(result["on_their_own"])   # v7: fwd, fwd graph, bwd, fwd+bwd
     for d in result["differing"]:
-        assert d["impl"] == "v7" and d["finding"] == "own"
+        assert d["impl"] == WITH_BWD and d["finding"] == "own"
         assert {v["baseline"] for v in d["baselines"]} == {"sdpa-cudnn", "sdpa-flash"}
         assert all(v["changed"] and v["change"] == pytest.approx(1 / 1.10) for v in d["baselines"])
 
@@ -123,7 +136,7 @@ def test_a_whole_problem_moved_with_one_row_against_it_and_a_refused_row(tmp_pat
     measured_utc (sweeps before it): the problem moved as a whole, v7's graph row moved against it."""
     rows = [{k: v for k, v in r.items() if k != "measured_utc"}
             for r in store.Sweep(EXAMPLES / ONE).rows() if r["label"] == PROBLEM]
-    graph = lambda r: r["impl"] == "v7" and r["mode"] == "fwd" and r["timing"] == "graph"   # noqa: E731
+    graph = lambda r: r["impl"] == WITH_BWD and r["mode"] == "fwd" and r["timing"] == "graph"   # noqa: E731
     refused = lambda r: r["impl"] == "sdpa-cudnn" and r["mode"] == "fwd" and r["timing"] == "events"   # noqa: E731
     a = _stored(tmp_path, "a", [_timed(r, 1.0) if r["status"] == "ok" else r for r in rows])
     b = _stored(tmp_path, "b", [dict(r, status="refused", reason="constructed", median_ms=None) if refused(r) else
@@ -139,20 +152,20 @@ def test_a_whole_problem_moved_with_one_row_against_it_and_a_refused_row(tmp_pat
     assert graph(own) and own["finding"] == "against_problem" and own["vs_problem"] == pytest.approx(0.80 / 0.90)
     for d in result["moved_with_problem"]:   # a rung that moved with its problem kept its verdicts
         assert not any(v["changed"] for v in d["baselines"])
-        if d["impl"] == "v6" and d["mode"] == "fwd" and d["timing"] == "events":   # cuDNN's row was refused in B
+        if d["impl"] == FWD_ONLY and d["mode"] == "fwd" and d["timing"] == "events":   # cuDNN's row was refused in B
             assert [v["baseline"] for v in d["baselines"]] == ["sdpa-flash"]
     r = lab_here("sweep", "compare", a.id, b.id, "--profiles", tmp_path)
     assert r.returncode == 1 and "Traceback" not in r.stderr
     assert "1 problem moved as a whole" in r.stdout
     assert f"{PROBLEM}: 13 of 13 rows faster in B, median ratio 0.900; changed rows: 12 moved with its problem, 1 against it" in r.stdout
     assert "1 changed rows on their own (1 against their problem's move" in r.stdout
-    assert "v7 B32-H16-N512-D128-causal-bfloat16 fwd graph" in r.stdout and "0.889x its problem's median 0.900" in r.stdout
+    assert f"{WITH_BWD} B32-H16-N512-D128-causal-bfloat16 fwd graph" in r.stdout and "0.889x its problem's median 0.900" in r.stdout
 
 
 def test_a_single_implementation_never_moves_as_a_whole(tmp_path):
     """One implementation, one mode and timing: a row per problem; a problem's move is its row's own."""
     labels = {PROBLEM, "B32-H16-N512-D128-bfloat16", "B4-H16-N4096-D128-float16"}
-    a, b = _pair(tmp_path, lambda r: r["impl"] == "v7" and r["mode"] == "fwd" and r["timing"] == "events"
+    a, b = _pair(tmp_path, lambda r: r["impl"] == WITH_BWD and r["mode"] == "fwd" and r["timing"] == "events"
                  and r["label"] in labels, lambda r: 1.10 if r["label"] == PROBLEM else 1.0)
     result = store.compare_sweeps(a, b)
     assert all(p["rows"] == 1 and not p["moved_as_a_whole"] for p in result["problems"])
@@ -166,9 +179,9 @@ def test_a_single_implementation_never_moves_as_a_whole(tmp_path):
 def test_a_rung_timed_in_more_modes_than_its_baseline_does_not_carry_the_problem(tmp_path):
     """v7's 4 rows 10% slower beside sdpa-flash's one forward row: 4 of 5 rows lean, but 1 of 2
     implementations: v7's change, not the problem's."""
-    a, b = _pair(tmp_path, lambda r: r["label"] == PROBLEM and (r["impl"] == "v7" or (
+    a, b = _pair(tmp_path, lambda r: r["label"] == PROBLEM and (r["impl"] == WITH_BWD or (
         r["impl"] == "sdpa-flash" and r["mode"] == "fwd" and r["timing"] == "events")),
-        lambda r: 1.10 if r["impl"] == "v7" else 1.0)
+        lambda r: 1.10 if r["impl"] == WITH_BWD else 1.0)
     result = store.compare_sweeps(a, b)
     (p,) = result["problems"]
     assert (p["rows"], p["rows_slower"], p["implementations"]) == (5, 4, 2)

@@ -133,7 +133,7 @@
 //   modelled); BN64 tma-o 0.981x / 1.096x, 0.914x / 0.986x, 0.828x (inside its bands).
 //
 // Step 4 (b) taken: O stored by TMA is v9's default at D=128, both masks (ninth session, 2026-11-27;
-//   CPU, pending the GPU's confirmation). What changed: lab_forward_v9 launches PingPong128OTma
+//   confirmed on two H200s at 0e3a7ee, below). What changed: lab_forward_v9 launches PingPong128OTma
 //   (OByTma<PingPong128>, Persistent), the type "C2 BN128 S2 persistent pp tma-o" names: the plain
 //   build's 16 D=128 kernels are, cuobjdump -sass function by function (nvcc 13.0, sm_90a), the tuning
 //   build's fwd_kernel_o_tma instances that were timed; the 24 D=64 kernels, v6 and v8 unchanged; 168
@@ -152,11 +152,36 @@
 //   per SM, 128 registers, 0 spills). Predicted (benchmarks/v9_notes.md, "O by TMA at D=64", before
 //   any GPU run), against the D=64 default, fp16, non-causal / causal: 1.04-1.10x / 1.04-1.11x at
 //   32,32,512,64, 1.02-1.07x / 1.02-1.06x at 16,32,1024,64, 1.00-1.05x / 1.00-1.04x at 4,32,4096,64.
-//   Measured: not yet.
+//   Measured (two H200s of one host, the other running GPU tests: not quiet; 2026-11-27, main
+//   0e3a7ee, `lab tune --variant v9 --dtype float16`, 30 interleaved rounds, L2 flushed, paired
+//   rounds' median and its CI95, as dd5dee0 judges): 1.020x (0.994-1.041) at 32,32,512,64, 1.052x
+//   (1.038-1.066) causal, 1.022x (1.012-1.031) at 16,32,1024,64 (ratios of medians 1.013x, 1.077x,
+//   1.020x); never slower. Inside the band causal and at N=1024, below at N=512 non-causal (a
+//   reading, not measured: the other two points give the same exposed register epilogue, about 0.13-
+//   0.17 of a key tile's time a tile, which at N=512's 4 key tiles a tile means 1.03-1.04x; this
+//   run's candidate CI95 there is twice the default's, the neighbour GPU's work; v9_notes).
+//   4,32,4096,64 not run.
+//   The same call confirmed the D=128 switch: `lab check --variant v9` fp16/bf16, causal and not (24
+//   shapes each), tests/test_v9_gpu.py (22 passed; step 4's candidates 33 passed, memcheck clean),
+//   tests/test_gqa_gpu.py (41 passed), `lab check --variant v9+v8`; `lab tune` at 32,16,512,128:
+//   "pp tma-o" 1.016x the default (0.995-1.025; one kernel; predicted 0.98-1.02x), the step-3 default
+//   0.901x (0.890-0.916; predicted 0.90-0.96x): both inside.
+//
+// Step 4 (b) at D=64 taken: O stored by TMA is v9's default at D=64 too, causal and non-causal below
+//   kLongKeys (ninth session, 2026-11-27; CPU only: NOT yet run on a GPU as the default), faster at
+//   every shape timed (above). What changed: lab_forward_v9 launches Default64OTma (OByTma<Default64>,
+//   Persistent), the type "C1 BN128 S2 persistent tma-o" names: the plain build's 16 Default64 kernels
+//   are, cuobjdump -sass function by function (nvcc 13.0, sm_90a), the tuning build's fwd_kernel_o_tma
+//   instances that were timed; the 16 D=128 and 8 Long64 kernels unchanged; 128 registers, 0 spills,
+//   81 KB a CTA (two per SM, as before). Long64 (three consumers, non-causal, Nk >= kLongKeys) keeps O
+//   from the accumulators: no candidate put O by TMA on it. The old default stays a candidate, "C1
+//   BN128 S2 persistent (step-3 default)". What has run on a GPU is the candidate's kernels (float64 on
+//   8 D=64 shapes with the LSE, memcheck); not racecheck or synccheck at D=64, not the default's path
+//   (lab check, GQA). The next session's first GPU commands: benchmarks/v9_notes.md.
 // Steps still to come (issue 28; benchmarks/v9_notes.md): why the persistent kernel without
 // ping-pong trails v6's grid by 6-7% at long N and with it does not (the new candidate, then
-// profiles), ping-pong at D=64, O by TMA at D=64 (on Default64), the N=512 gap's main loop (profile
-// the new default at 32,16,512,128), and the choices through `lab tune --variant v9`.
+// profiles), ping-pong at D=64, O by TMA on Long64, the N=512 gap's main loop (profile the new
+// default at 32,16,512,128), and the choices through `lab tune --variant v9`.
 #include "common.cuh"
 #include "hopper/fwd_wgmma.cuh"
 
@@ -189,6 +214,13 @@ static_assert(2 * (Short128::kSmemBytes + 1024) <= 228 * 1024, "Short128: two CT
 // the same: one kernel. O's map has Q's dims, strides and alignment (box rows 64 <= BM), so every
 // problem whose Q map encodes has an O map too: no input the register epilogue took is refused.
 using PingPong128OTma = lab_hopper_fwd::OByTma<PingPong128>;
+// D=64's default since step 4 (b) at D=64, causal and non-causal below kLongKeys: Default64 with O
+// stored by TMA (`lab tune`, H200, 2026-11-27: 1.013-1.077x Default64 at N <= 1024, never slower).
+// The default launches this type, the candidate "C1 BN128 S2 persistent tma-o" the same: one kernel.
+// 73 + 8 KB a CTA, still two per SM. Long64 (three consumers, non-causal, Nk >= kLongKeys) keeps O
+// from the accumulators: no run timed O by TMA on it.
+using Default64OTma = lab_hopper_fwd::OByTma<Default64>;
+static_assert(2 * (Default64OTma::kSmemBytes + 1024) <= 228 * 1024, "D=64 tma-o: two CTAs per SM");
 constexpr int kLongKeys = 8192;
 
 // The LSE only when asked (a second instantiation: the default forward stores nothing more).
@@ -212,16 +244,16 @@ const char* launch_non_causal(const LabAttentionArgs* a, cudaStream_t stream) {
   return a->causal ? "candidate is for non-causal problems only" : launch<C, false, Sched>(a, stream);
 }
 static const LabTuneCandidate kCandidates64[] = {
-    {"C1 BN128 S2 persistent", launch_any<Default64, Persistent>},
+    // The D=64 default of steps 1-4 (O stored from the accumulators), kept to time against.
+    {"C1 BN128 S2 persistent (step-3 default)", launch_any<Default64, Persistent>},
     {"C1 BN128 S2 one-tile-per-CTA", launch_any<Default64, OneTilePerCta>},
     {"C3 BN128 S2 persistent (non-causal)", launch_non_causal<Long64, Persistent>, LAB_SERVES_NON_CAUSAL},
     {"C3 BN128 S2 one-tile-per-CTA (non-causal)", launch_non_causal<Long64, OneTilePerCta>, LAB_SERVES_NON_CAUSAL},
     {"C2 BN128 S2 persistent pp", launch_any<Config<64, 128, 2, true, 2>, Persistent>},
-    // O stored by TMA (step 4 (b)) on the D=64 default's configuration: 73 + 8 KB a CTA, still two
-    // per SM (benchmarks/v9_notes.md, "O by TMA at D=64").
-    {"C1 BN128 S2 persistent tma-o", launch_any<lab_hopper_fwd::OByTma<Default64>, Persistent>},
+    // O stored by TMA (step 4 (b)) on Default64's configuration, the D=64 default since then
+    // (benchmarks/v9_notes.md, "O by TMA at D=64").
+    {"C1 BN128 S2 persistent tma-o", launch_any<Default64OTma, Persistent>},
 };
-static_assert(2 * (lab_hopper_fwd::OByTma<Default64>::kSmemBytes + 1024) <= 228 * 1024, "D=64 tma-o: two CTAs per SM");
 static const LabTuneCandidate kCandidates128[] = {
     {"C2 BN128 S2 persistent", launch_any<Default128, Persistent>},
     {"C2 BN128 S2 one-tile-per-CTA", launch_any<Default128, OneTilePerCta>},
@@ -262,10 +294,12 @@ static const char* refuse(const LabAttentionArgs* args) {
 
 LAB_EXPORT const char* lab_forward_v9(const LabAttentionArgs* args, cudaStream_t stream) {
   if (const char* why = refuse(args)) return why;
+  // D = 64: one consumer warpgroup, two CTAs per SM, O stored by TMA (step 4 at D = 64); non-causal
+  // with long keys, three consumers (v6's choice), O from the accumulators.
   if (args->head_dim == 64) {
-    if (args->causal) return v9::launch<v9::Default64, true>(args, stream);
+    if (args->causal) return v9::launch<v9::Default64OTma, true>(args, stream);
     return args->seqlen_k >= v9::kLongKeys ? v9::launch<v9::Long64, false>(args, stream)
-                                           : v9::launch<v9::Default64, false>(args, stream);
+                                           : v9::launch<v9::Default64OTma, false>(args, stream);
   }
   // D = 128, both masks: ping-pong on the persistent grid (steps 2 and 3), O stored by TMA (step 4).
   return args->causal ? v9::launch<v9::PingPong128OTma, true>(args, stream)

@@ -3,9 +3,9 @@ persistent CTA's tile walk can go wrong: many tiles per CTA (B*H*query blocks fa
 CTAs of the grid, so the K/V ring's stage and phase and the Q buffer's reuse run on across tiles),
 tile lists that do not divide the grid, ragged lengths at v9's 64/128/192-row query and 128-key tile
 edges, N = 1, Nq != Nk both ways, causal and not, D 64 and 128, fp16 and bf16, inputs of standard
-deviation 6 (large logits), the three-consumer path (D = 64, non-causal, Nk >= 8192) and the
-ping-pong path (D = 128: two consumer warpgroups taking turns across a CTA's tiles, O stored by TMA). Where
-asked, the row log-sum-exp too (the statistic v8's backward reads), against float64.
+deviation 6 (large logits), the three-consumer path (D = 64, non-causal, Nk >= 8192), the one-warpgroup
+path (D = 64 otherwise, O stored by TMA) and the ping-pong path (D = 128: two consumer warpgroups
+taking turns across a CTA's tiles, O stored by TMA). Where asked, the row log-sum-exp too (the statistic v8's backward reads), against float64.
 
 Rule for O (v5's, lab.measure.check): max |v9 - ref| <= 2 x max |SDPA(same dtype) - ref|, floored at
 one rounding step of the dtype at max |ref|. LSE (fp32): within 4e-5 x max(1, max |ref|) (v7_dev's).
@@ -74,9 +74,11 @@ LSE_CASES = [CASES[0], CASES[3], CASES[5], CASES[9], CASES[13]]
 # BN128 S2 persistent pp tma-o", is the default since step 4: the cases above run its kernels.
 STEP4_CANDIDATES = ["C1 BN64 S2 persistent", "C2 BN128 S2 persistent pp (step-3 default)", "C1 BN64 S2 persistent tma-o"]
 D128_CASES = [c for c in CASES if c[4] == 128]
-# O by TMA at D=64 (on the D=64 default's configuration), a candidate: the D=64 cases, the
-# three-consumer ones included (a candidate runs whatever the shape).
-D64_CANDIDATES = ["C1 BN128 S2 persistent tma-o"]
+# D=64's candidates that are not the default: the step-3 default (Default64, O stored from the
+# accumulators), on the D=64 cases, the three-consumer ones included (a candidate runs whatever the
+# shape). O by TMA on Default64, "C1 BN128 S2 persistent tma-o", is the D=64 default since step 4:
+# the cases above run its kernels (all D=64 cases but the three-consumer ones).
+D64_CANDIDATES = ["C1 BN128 S2 persistent (step-3 default)"]
 D64_CASES = [c for c in CASES if c[4] == 64]
 CANDIDATE_CASES = [(label, c) for label in STEP4_CANDIDATES for c in D128_CASES] + \
                   [(label, c) for label in D64_CANDIDATES for c in D64_CASES]
@@ -191,7 +193,8 @@ SANITIZER_SCRIPT = textwrap.dedent("""
     from lab.measure.problem import Problem, make_inputs, softmax_scale
 
     # Several tiles per CTA in every launch (the ring and Q reused across tiles), ragged edges,
-    # Nq > Nk causal, the three-consumer path, D=128's ping-pong and O by TMA, and the LSE store.
+    # Nq > Nk causal, the three-consumer path, O by TMA at D=64 and under D=128's ping-pong, and the
+    # LSE store.
     # (The grid: 264 CTAs at D=64, 132 at D=128 and for the three consumers, on an H100 or H200.)
     # (problem, with the LSE)
     shapes = [(Problem(1, 70, 200, 300, 128, True, "float16"), False),

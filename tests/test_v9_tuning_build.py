@@ -22,17 +22,22 @@ from lab.ladder.registry import builtin
 V9 = next((v for v in builtin() if v.kind == "cuda" and v.min_cc >= (9, 0) and v.grid == "flat"), None)
 # Step 4's kernels (kernels/v9_wgmma_fa3.cu), by the demangled head of their names, each in its 16
 # instantiations (fp16/bf16 x causal or not x LSE or not x GQA or not): how many the tuning build has,
-# how many the plain build. (b) on PingPong128 is the D=128 default since step 4, so the plain build
-# launches those 16 (and no longer PingPong128's register epilogue, "C2 BN128 S2 persistent pp
-# (step-3 default)" in the tuning build only); (a), (b) on (a) and O by TMA at D = 64 are candidates.
+# how many the plain build. (b) is the default since step 4: on PingPong128 at D = 128 and on
+# Default64 at D = 64 (but Nk >= 8192 non-causal), so the plain build launches those 32 and no longer
+# the register epilogues they replace ("(step-3 default)" at each head dim, in the tuning build only);
+# (a) and (b) on (a) stay candidates.
 STEP4_KERNELS = {
     "(a) BM = 64 at D = 128": ("lab_hopper_fwd::fwd_kernel<lab_hopper_fwd::Config<128, 64, 2, false, 1>,", 16, 0),
     "(b) O by TMA on (a)": ("lab_hopper_fwd::fwd_kernel_o_tma<lab_hopper_fwd::OByTma<lab_hopper_fwd::Config<128, 64,", 16, 0),
     "(b) O by TMA on PingPong128, the default":
         ("lab_hopper_fwd::fwd_kernel_o_tma<lab_hopper_fwd::OByTma<lab_hopper_fwd::Config<128, 128, 2, true, 2>", 16, 16),
-    "O by TMA at D = 64, on the D = 64 default's configuration":
-        ("lab_hopper_fwd::fwd_kernel_o_tma<lab_hopper_fwd::OByTma<lab_hopper_fwd::Config<64, 128, 2, false, 1>", 16, 0),
+    "(b) O by TMA on Default64, the D = 64 default":
+        ("lab_hopper_fwd::fwd_kernel_o_tma<lab_hopper_fwd::OByTma<lab_hopper_fwd::Config<64, 128, 2, false, 1>", 16, 16),
     "the step-3 default, O from the accumulators": ("lab_hopper_fwd::fwd_kernel<lab_hopper_fwd::Config<128, 128, 2, true, 2>,", 32, 0),
+    "the D = 64 step-3 default, O from the accumulators":
+        ("lab_hopper_fwd::fwd_kernel<lab_hopper_fwd::Config<64, 128, 2, false, 1>,", 32, 0),
+    "three consumers at D = 64, non-causal Nk >= 8192 (unchanged)":
+        ("lab_hopper_fwd::fwd_kernel<lab_hopper_fwd::Config<64, 128, 2, false, 3>,", 16, 8),
 }
 
 

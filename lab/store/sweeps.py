@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import os
+import statistics
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -461,11 +462,6 @@ LEAN_SHARE = 0.75
 same way (see problem_moves)."""
 
 
-def _median(values: list[float]) -> float:
-    v = sorted(values)
-    return v[len(v) // 2] if len(v) % 2 else (v[len(v) // 2 - 1] + v[len(v) // 2]) / 2
-
-
 def problem_moves(ratios: dict[tuple, float], threshold_pct: float) -> dict[str, dict]:
     """Per problem (a row key's label: one shape, dtype, causal; every implementation, mode and timing of
     it measured together, back to back, by one worker: lab.sweeping's unit), the median B/A ratio of its
@@ -488,7 +484,7 @@ def problem_moves(ratios: dict[tuple, float], threshold_pct: float) -> dict[str,
         by.setdefault(k[1], []).append((k[0], ratio))
     out = {}
     for label, rs in by.items():
-        n, median = len(rs), _median([r for _, r in rs])
+        n, median = len(rs), statistics.median(r for _, r in rs)
         impls = {i for i, _ in rs}
         slower = [(i, r) for i, r in rs if r > 1 + half]
         faster = [(i, r) for i, r in rs if r < 1 - half]

@@ -208,27 +208,34 @@ def main() -> int:
              f"{results['date_utc'][:10]}, commit {(results['git'].get('commit') or 'unknown')[:12]}"
              + (f"; rungs built first in {results['build_s']} s" if "build_s" in results else ""), "",
              "| GPUs | wall s | speed-up | cells | rows changed (> CI95 and "
-             f"{a.threshold:g}%) | beyond CI95 within {a.threshold:g}% | median time ratio vs 1 GPU | GPU-to-GPU middle 90% |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+             f"{a.threshold:g}%) | of them with a problem that moved as a whole | beyond CI95 within {a.threshold:g}% "
+             "| median time ratio vs 1 GPU | GPU-to-GPU middle 90% |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for n in runs:
         e = results["counts"][n]
         speedup = one / e["wall_s"] if one and e.get("wall_s") and n not in (AGAIN, IN_PROCESS) else None
         e["speedup"] = round(speedup, 2) if speedup else None
         if n in TARGETS and (speedup is None or speedup < TARGETS[n]):
             failed = True
-        changed = within = ratio = spread = "-"
+        changed = with_problem = within = ratio = spread = "-"
         if n != 1 and 1 in sweeps:
             c = store.compare_sweeps(sweeps[1], sweeps[n], a.threshold)
             e["compare"] = {k: c[k] for k in ("rows_compared", "median_ratio_b_over_a", "gpu_spread",
                                                "pass_spread_a", "pass_spread_b")} | {
-                "changed": len(c["differing"]), "beyond_ci95_within_threshold": len(c["beyond_ci95_within_threshold"])}
+                "changed": len(c["differing"]), "beyond_ci95_within_threshold": len(c["beyond_ci95_within_threshold"]),
+                # the changed rows whose whole problem moved with them (lab sweep compare: the machine's state
+                # while that problem ran, not an implementation) and how many problems moved so
+                "changed_with_problem": len(c["moved_with_problem"]),
+                "problems_moved_as_a_whole": [p["problem"] for p in c["problems_moved_as_a_whole"]]}
             changed, within = len(c["differing"]), len(c["beyond_ci95_within_threshold"])
+            moved = len(c["problems_moved_as_a_whole"])
+            with_problem = f"{len(c['moved_with_problem'])} ({moved} problem{'' if moved == 1 else 's'} moved)"
             ratio = f"{c['median_ratio_b_over_a']:.3f}"
             spread = ", ".join(f"{g['p5_ratio']:.3f}-{g['p95_ratio']:.3f}" for g in c["gpu_spread"]) or "-"
             failed |= bool(changed) and n not in ONE_GPU   # the one-GPU rows judge nothing: the noise, the path
         label = LABELS.get(n, n)
         lines.append(f"| {label} | {e.get('wall_s') or '-'} | {f'{speedup:.2f}x' if speedup else '-'} | {e.get('cells')} | {changed} "
-                     f"| {within} | {ratio} | {spread} |")
+                     f"| {with_problem} | {within} | {ratio} | {spread} |")
     lines.append("")
     for n in runs:   # the drift a sweep's passes saw (lab sweep --passes): what its rows' CI95 now span
         spread = store.pass_spread([r for r in sweeps[n].rows() if r.get("status") == "ok"], a.threshold)

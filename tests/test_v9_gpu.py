@@ -113,6 +113,25 @@ def _inputs(problem: Problem, std: float, seed: int):
     return q, k, v
 
 
+def _assert_o_matches_float64(problem, q, k, v, o, scale):
+    """O against the float64 reference, under the tolerance `lab check` uses."""
+    ref = check.reference_attention(q, k, v, problem.causal, scale, device=check._reference_device(problem, q.device))
+    tolerance = check._tolerance(problem, q, k, v, ref, scale)
+    errors = check.compare(o, ref)
+    assert errors["nonfinite"] == 0 and check.judge(errors, tolerance, "max_abs_err"), (errors, tolerance)
+
+
+def _assert_lse_matches_float64(q, k, lse, causal, scale):
+    """The row log-sum-exp against float64 (v8's backward reads it: a tight bound)."""
+    nq, nk = q.shape[-2], k.shape[-2]
+    s = (q.double() @ k.double().transpose(-1, -2)) * scale
+    if causal:
+        s = s.masked_fill(~torch.ones(nq, nk, dtype=torch.bool, device=s.device).tril(), float("-inf"))
+    ref = torch.logsumexp(s, dim=-1)
+    err = (lse.double() - ref).abs().max().item()
+    assert torch.isfinite(lse).all() and err <= 4e-5 * max(1.0, ref.abs().max().item()), err
+
+
 @pytest.mark.gpu
 @needs_hopper
 @pytest.mark.parametrize("case", CASES, ids=_ids)
@@ -124,10 +143,7 @@ def test_v9_matches_float64(v9, case):
     o = torch.full_like(q, float("nan"))
     v9.forward(q, k, v, o, causal, scale)
     torch.cuda.synchronize()
-    ref = check.reference_attention(q, k, v, causal, scale, device=check._reference_device(problem, q.device))
-    tolerance = check._tolerance(problem, q, k, v, ref, scale)
-    errors = check.compare(o, ref)
-    assert errors["nonfinite"] == 0 and check.judge(errors, tolerance, "max_abs_err"), (errors, tolerance)
+    _assert_o_matches_float64(problem, q, k, v, o, scale)
 
 
 @pytest.mark.gpu
@@ -142,12 +158,7 @@ def test_v9_writes_the_row_log_sum_exp(v9, case):
     lse = torch.full((b, h, nq), float("nan"), device="cuda", dtype=torch.float32)
     v9.forward(q, k, v, o, causal, scale, lse)
     torch.cuda.synchronize()
-    s = (q.double() @ k.double().transpose(-1, -2)) * scale
-    if causal:
-        s = s.masked_fill(~torch.ones(nq, nk, dtype=torch.bool, device=s.device).tril(), float("-inf"))
-    ref = torch.logsumexp(s, dim=-1)
-    err = (lse.double() - ref).abs().max().item()
-    assert torch.isfinite(lse).all() and err <= 4e-5 * max(1.0, ref.abs().max().item()), err
+    _assert_lse_matches_float64(q, k, lse, causal, scale)
 
 
 @pytest.mark.gpu
@@ -162,16 +173,8 @@ def test_v9_step4_candidate_matches_float64(v9_tuning, label, case):
     lse = torch.full((b, h, nq), float("nan"), device="cuda", dtype=torch.float32)
     v9_tuning.forward_config(q, k, v, o, causal, scale, _candidate_index(v9_tuning, label, d), lse)
     torch.cuda.synchronize()
-    ref = check.reference_attention(q, k, v, causal, scale, device=check._reference_device(problem, q.device))
-    tolerance = check._tolerance(problem, q, k, v, ref, scale)
-    errors = check.compare(o, ref)
-    assert errors["nonfinite"] == 0 and check.judge(errors, tolerance, "max_abs_err"), (errors, tolerance)
-    s = (q.double() @ k.double().transpose(-1, -2)) * scale
-    if causal:
-        s = s.masked_fill(~torch.ones(nq, nk, dtype=torch.bool, device=s.device).tril(), float("-inf"))
-    ref_lse = torch.logsumexp(s, dim=-1)
-    err = (lse.double() - ref_lse).abs().max().item()
-    assert torch.isfinite(lse).all() and err <= 4e-5 * max(1.0, ref_lse.abs().max().item()), err
+    _assert_o_matches_float64(problem, q, k, v, o, scale)
+    _assert_lse_matches_float64(q, k, lse, causal, scale)
 
 
 @pytest.mark.gpu

@@ -839,7 +839,7 @@ RESUME_KEEPS = {"resume_id", "gpus_spec", "in_process", "allow_mismatch", "profi
               help="the rungs' deterministic backward (deterministic = true; modes bwd, fwd+bwd): rows say so in "
                    "their deterministic column (the baselines' backward is torch's default) and labels")
 @click.option("--timing", type=click.Choice(["auto", "events", "graph", "both"]), default="auto", show_default=True,
-              help="events: call latency; graph: CUDA-graph replay (device time: each replay queued before its start event, so no launch latency); auto: events, plus graph where a call is under 0.5 ms")
+              help="events: call latency; graph: CUDA-graph replay (device time: each replay queued before its start event, so no launch latency); auto: events, plus graph where the cell's floor (its FLOPs and bytes at the rates this GPU sustains) allows a call under 0.5 ms, decided before timing so every run has the same rows; graph everywhere on a GPU of unknown peaks")
 @click.option("--baselines", "baseline_spec", default=None,
               help="sdpa-cudnn,sdpa-flash,sdpa-efficient,sdpa-math,standard (default: all)")
 @click.option("--no-baselines", is_flag=True)

@@ -32,7 +32,9 @@ import sys
 import time
 
 from lab.measure.bench import summarize
+from lab.measure.floor import attention_floor
 from lab.measure.sweep import status_row, timed_row
+from lab.measure.sweepplan import timing_methods
 from lab.sweeping import Measuring
 
 RATES_TFLOPS = {"sdpa-cudnn": 450.0, "sdpa-flash": 300.0, "sdpa-efficient": 130.0, "sdpa-math": 15.0,
@@ -99,8 +101,9 @@ class FakeMeasurer:
         drift = 1 + float(os.environ.get("LAB_TEST_DRIFT", "0")) / 100 * (k - 1)
         refuse = os.environ.get("LAB_TEST_REFUSE", "")
         rows = []
-        methods = ["events", "graph"] if self.plan.timing == "both" or (self.plan.timing == "auto" and ms < 0.5) else \
-            [self.plan.timing if self.plan.timing != "auto" else "events"]
+        # the lab's own choice of methods, from the cell's floor on this fake device (not from `ms`)
+        floor = attention_floor(p, cell.mode, DEVICE["peaks"], DEVICE["name"])
+        methods = timing_methods(self.plan.timing, floor, self.plan.l2_flush)
         for method in methods:
             if refuse == f"{cell.impl}:{k}":
                 rows.append(status_row(cell, "failed", "refused (fake): the fastest repetition beat the floor", method))

@@ -32,14 +32,14 @@ from lab.errors import LabError
 from lab.ladder import registry
 from lab.measure import rates
 from lab.measure.baselines import attention, unavailable_reason
-from lab.measure.bench import EVENTS, GRAPH, summarize
+from lab.measure.bench import summarize
 from lab.measure.call import rung
 from lab.measure.checked import Measurement, Workload, describe
 from lab.measure.floor import attention_floor
 from lab.measure.gate import GATE_SHAPES, gated
 from lab.measure.problem import check_supported
 from lab.measure.timed import TimingRefused
-from lab.measure.sweepplan import GRAPH_AUTO_BELOW_MS, Cell, Plan
+from lab.measure.sweepplan import Cell, Plan, timing_methods
 
 SLOW_IMPLS = {"sdpa-math": 12.0, "standard": 12.0}   # cost weights for the ETA (per FLOP, vs flash)
 
@@ -101,7 +101,8 @@ def combine_passes(per_pass: list[list[dict]]) -> list[dict]:
     passes, seconds apart, is what one burst's CI95 leaves out), reps the total, and `passes` and
     `pass_medians_ms` to show the drift. A pass that did not time it (refused, failed, out of memory)
     makes the row that pass's row: a call caught by one pass is never timed by the others. A method
-    only some passes timed (timing auto adds graph below GRAPH_AUTO_BELOW_MS) pools the passes that did."""
+    only some passes timed (a measurer of its own choosing; lab's decides the methods before timing,
+    timing_methods) pools the passes that did."""
     n = len(per_pass)
     by_timing: dict[str, list[tuple[int, dict]]] = {}
     for k, rows in enumerate(per_pass):
@@ -255,12 +256,11 @@ class GpuMeasurer:
                 return [status_row(cell, "failed" if "float64 check" in why else "unsupported", why)]
         else:
             impl = attention(cell.impl, p)
-        methods = {"auto": [EVENTS], "events": [EVENTS], "graph": [GRAPH], "both": [EVENTS, GRAPH]}[self.plan.timing]
+        floor = attention_floor(p, cell.mode, self.peaks, self.device.get("name"))
         rows: list[dict] = []
-        i = 0
-        while i < len(methods):
-            method = methods[i]
-            i += 1
+        # decided before timing, from the cell's floor (lab.measure.sweepplan.timing_methods): the same rows
+        # in every pass and every run, whatever a call measured
+        for method in timing_methods(self.plan.timing, floor, self.plan.l2_flush):
             try:
                 caught = []
                 with warnings.catch_warnings(record=True) as caught:
@@ -268,14 +268,11 @@ class GpuMeasurer:
                     # a rung's every output is checked (the baselines are the reference); the one
                     # measurement (lab.measure.checked) rotates the inputs and times by `method`
                     measurement = Measurement(impl, self.workload(p, impl.layout), cell.mode, verify=is_rung,
-                                              floor=attention_floor(p, cell.mode, self.peaks, self.device.get("name")),
-                                              what=describe(cell.impl, p, cell.mode))
+                                              floor=floor, what=describe(cell.impl, p, cell.mode))
                     timing = measurement.time(method, reps=self.plan.reps, warmup=self.plan.warmup,
                                               l2_flush=self.plan.l2_flush, budget_s=self.plan.cell_budget_s)
                     del measurement
                 rows.append(timed_row(cell, timing, timing.peak_memory_bytes, self.peaks))
-                if (self.plan.timing == "auto" and method == EVENTS and timing.median < GRAPH_AUTO_BELOW_MS):
-                    methods.append(GRAPH)   # small shape: the call latency is partly host; add device time
             except TimingRefused as refused:   # measured, but not a time the lab prints: a failed row, its reason
                 rows.append(status_row(cell, "failed", refused.row_reason(), method))
             except torch.OutOfMemoryError as e:

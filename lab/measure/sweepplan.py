@@ -22,7 +22,7 @@ import re
 from dataclasses import asdict, dataclass, field, replace
 
 from lab.errors import LabError
-from lab.measure.bench import DEFAULT_REPS, DEFAULT_WARMUP
+from lab.measure.bench import DEFAULT_REPS, DEFAULT_WARMUP, EVENTS, GRAPH
 from lab.measure.problem import Problem, normalize_dtype, require_deterministic_modes
 from lab.measure.rates import MODE_FLOP_FACTOR, MODES  # noqa: F401  (re-exported: plans name modes; rates defines them)
 from lab.measure.rates import flops as mode_flops  # noqa: F401  (the one FLOP count per mode, lab.measure.rates)
@@ -36,8 +36,42 @@ pools them: one burst of ~30 repetitions within 0.4 s has a CI95 ~1% wide, while
 again seconds later moved 2-5% (graph) and up to 10-24% (events, cuDNN) on calls under 0.3 ms
 (four H200s, benchmarks/timing_spread.py). A row's interval must cover that, not one burst."""
 GRAPH_AUTO_BELOW_MS = 0.5
-"""timing auto: a cell whose call latency is under this also gets a CUDA-graph row, since below it the
-host's dispatch (~0.01-0.04 ms per call) is a visible share of what the events measure."""
+"""timing auto's line: a call shorter than this also wants a CUDA-graph row (device time), since below it
+the host's dispatch (~0.01-0.04 ms a forward call, up to ~0.1 ms a backward through autograd) is a
+visible share of what CUDA events measure. Held against the cell's floor, not its measured time:
+see timing_methods."""
+MATRIX_SHARE, HBM_SHARE = 0.8, 0.9
+"""The shares of the datasheet's rates a call sustains at best: dense bf16 matrix products about 790 of
+989 TFLOP/s, HBM about 4.3 of 4.8 TB/s, measured on the H200 (DEVICE.md). The sweeps shipped in
+profiles/examples/ (H100 and H200, every mode, pass by pass) came no closer to them than 1.1x;
+tests/test_sweep_auto_timing.py holds every shipped row to it."""
+
+
+def fastest_call_ms(floor, l2_flushed: bool = True) -> float:
+    """The shortest call a problem's floor (lab.measure.floor.Floor) allows at the rates a GPU sustains:
+    its FLOPs at MATRIX_SHARE of the datasheet's rate, its inputs (read from DRAM only when the L2 is
+    flushed) at HBM_SHARE of its bandwidth, whichever takes longer."""
+    return max(floor.compute_ms / MATRIX_SHARE, floor.memory_ms / HBM_SHARE if l2_flushed else 0.0)
+
+
+def timing_methods(timing: str, floor, l2_flushed: bool = True) -> tuple[str, ...]:
+    """The timing methods of a cell under the plan's `timing`, in order, decided before it is timed.
+
+    auto: events, and graph where the shortest call the cell's floor allows on this device
+    (fastest_call_ms; `floor` a lab.measure.floor.Floor) is under GRAPH_AUTO_BELOW_MS; where the device's
+    peaks are unknown (floor None), graph everywhere. Why the floor and not the call's own time: the floor
+    is the problem's and mode's, fixed by the device's datasheet, so every run of a sweep, every pass of a
+    cell and every implementation of a problem get the same rows. A measured median decided it before, and
+    a call that sat near the line (0.50 ms events, 0.48-0.53 pass to pass) got a graph row in one run and
+    not the other, in one pass and not the other, for one implementation and not its baseline: two tables
+    of one sweep did not have the same rows (benchmarks/RESULTS.md, issue 31, tenth session). No call
+    under the line goes without its graph row (none runs faster than its fastest_call_ms); calls above it
+    get one where their problem is short (backwards of up to ~2 ms on an H200, whose autograd dispatch
+    is in every events row)."""
+    if timing == "auto":
+        return (EVENTS, GRAPH) if floor is None or fastest_call_ms(floor, l2_flushed) < GRAPH_AUTO_BELOW_MS else (EVENTS,)
+    return {"events": (EVENTS,), "graph": (GRAPH,), "both": (EVENTS, GRAPH)}[timing]
+
 
 PRESETS = {
     "fa-grid": "FlashAttention's benchmark grid: 16k tokens, hidden 2048 (B = 16384/N, H = 2048/D), "

@@ -10,7 +10,12 @@ first (`lab build`, timed and reported, not compared), so every count starts fro
 cache; the float64 gates are checked afresh by every count (a sweep keeps no gate across runs).
 
 Each multi-GPU table is held against the one-GPU table by `lab sweep compare`'s rule: a row changed
-only beyond both CI95s AND the practical threshold (3%); the GPU-to-GPU spread is reported. Prints a
+only beyond both CI95s AND the practical threshold (3%); the GPU-to-GPU spread is reported. The changed
+rows are also counted by what a row measures (a column: device time, graph replay with its start held;
+call latency, CUDA events with the host's dispatch in them), each kind's agreement is a line under the
+table, and each changed events row a line with its cell's graph row and the host's share of the call
+(events minus graph) in both tables, where both have that graph row: a short call's move that is all
+host is told from one of the device's. The rule of a change is the same for every kind. Prints a
 Markdown block for benchmarks/RESULTS.md (device, date, commit) with each worker's own account of
 where its time went (the sweep manifest's workers). Exit 1 when a target is missed (2 GPUs >= 1.8x,
 4 GPUs >= 3.4x) or a row changed.
@@ -69,6 +74,8 @@ AGAIN = "1-again"   # the one-GPU sweep's second run (--again): its store is OUT
 IN_PROCESS = "1-in-process"   # the one-GPU sweep measured in the lab's own process (--in-process)
 ONE_GPU = (1, IN_PROCESS, AGAIN)   # the one-GPU runs: the reference and the two held against it
 LABELS = {AGAIN: "1 again", IN_PROCESS: "1 in-process"}
+SHORT_MEASURES = {"device": "device time (held graph)", "graph-unheld": "unheld graph (launch included)",
+                  "call": "call latency (events)"}   # lab.store.sweeps.MEASURES, as the table's column names them
 NOT_PLAN = {"--gpus": 1, "--name": 1, "--profiles": 1, "--in-process": 0}   # lab sweep's options that are no part of
                                                                             # the sweep (with how many values)
 
@@ -208,16 +215,17 @@ def main() -> int:
              f"{results['date_utc'][:10]}, commit {(results['git'].get('commit') or 'unknown')[:12]}"
              + (f"; rungs built first in {results['build_s']} s" if "build_s" in results else ""), "",
              "| GPUs | wall s | speed-up | cells | rows changed (> CI95 and "
-             f"{a.threshold:g}%) | of them with a problem that moved as a whole | beyond CI95 within {a.threshold:g}% "
-             "| median time ratio vs 1 GPU | GPU-to-GPU middle 90% |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+             f"{a.threshold:g}%) | of them by what a row measures | of them with a problem that moved as a whole "
+             f"| beyond CI95 within {a.threshold:g}% | median time ratio vs 1 GPU | GPU-to-GPU middle 90% |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    kinds, hosts = [], []   # each count's rows by what they measure, and its changed events rows: under the table
     for n in runs:
         e = results["counts"][n]
         speedup = one / e["wall_s"] if one and e.get("wall_s") and n not in (AGAIN, IN_PROCESS) else None
         e["speedup"] = round(speedup, 2) if speedup else None
         if n in TARGETS and (speedup is None or speedup < TARGETS[n]):
             failed = True
-        changed = with_problem = within = ratio = spread = "-"
+        changed = by_measure = with_problem = within = ratio = spread = "-"
         if n != 1 and 1 in sweeps:
             c = store.compare_sweeps(sweeps[1], sweeps[n], a.threshold)
             e["compare"] = {k: c[k] for k in ("rows_compared", "median_ratio_b_over_a", "gpu_spread",
@@ -226,7 +234,15 @@ def main() -> int:
                 # the changed rows whose whole problem moved with them (lab sweep compare: the machine's state
                 # while that problem ran, not an implementation) and how many problems moved so
                 "changed_with_problem": len(c["moved_with_problem"]),
-                "problems_moved_as_a_whole": [p["problem"] for p in c["problems_moved_as_a_whole"]]}
+                "problems_moved_as_a_whole": [p["problem"] for p in c["problems_moved_as_a_whole"]],
+                # device time (held graph), unheld graph and call latency (events) apart, and each changed
+                # events row's host share where its cell has a graph row in both (lab sweep compare's)
+                "by_measure": c["by_measure"],
+                "changed_rows": [{k: d.get(k) for k in ("impl", "label", "mode", "timing", "ratio", "measure", "host")}
+                                 for d in c["differing"]]}
+            by_measure = ", ".join(f"{m['changed']} of {m['rows']} {SHORT_MEASURES[m['measure']]}" for m in c["by_measure"])
+            kinds += [(n, m) for m in c["by_measure"]]
+            hosts += [(n, d) for d in c["differing"] if d["timing"] == "events"]
             changed, within = len(c["differing"]), len(c["beyond_ci95_within_threshold"])
             moved = len(c["problems_moved_as_a_whole"])
             with_problem = f"{len(c['moved_with_problem'])} ({moved} problem{'' if moved == 1 else 's'} moved)"
@@ -235,8 +251,20 @@ def main() -> int:
             failed |= bool(changed) and n not in ONE_GPU   # the one-GPU rows judge nothing: the noise, the path
         label = LABELS.get(n, n)
         lines.append(f"| {label} | {e.get('wall_s') or '-'} | {f'{speedup:.2f}x' if speedup else '-'} | {e.get('cells')} | {changed} "
-                     f"| {with_problem} | {within} | {ratio} | {spread} |")
+                     f"| {by_measure} | {with_problem} | {within} | {ratio} | {spread} |")
     lines.append("")
+    for n, m in kinds:   # how each kind of row agreed, by the same rule
+        lines.append(f"- {_gpus_label(n)}, {SHORT_MEASURES[m['measure']]}: {m['changed']} of {m['rows']} rows changed, "
+                     f"{m['beyond_ci95_within_threshold']} beyond CI95 within {a.threshold:g}%; median ratio "
+                     f"{m['median_ratio_b_over_a']:.3f}, middle 90% {m['p5_ratio']:.3f}-{m['p95_ratio']:.3f}, extremes "
+                     f"{m['min_ratio']:.3f}-{m['max_ratio']:.3f}")
+    for n, d in hosts:   # a changed call-latency row: did the device's time move, or the host's share?
+        h = d.get("host")
+        where = (f"graph {h['graph_ratio']:.3f}x{'' if h['graph_held'] else ' (start not held)'}, host's share (events - "
+                 f"graph) {h['a_host_ms'] * 1e3:.1f} -> {h['b_host_ms'] * 1e3:.1f} us"
+                 + (f", {h['host_of_move']:.0%} of the move" if h["host_of_move"] is not None else "")
+                 if h else "no graph row of the cell in both tables")
+        lines.append(f"- {_gpus_label(n)}, changed: {d['impl']} {d['label']} {d['mode']} events {d['ratio']:.3f}x; {where}")
     for n in runs:   # the drift a sweep's passes saw (lab sweep --passes): what its rows' CI95 now span
         spread = store.pass_spread([r for r in sweeps[n].rows() if r.get("status") == "ok"], a.threshold)
         if spread["rows_in_passes"]:

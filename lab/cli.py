@@ -979,10 +979,12 @@ def _print_sweep_summary(target) -> None:
 @json_option
 def sweep_compare(sweep_a, sweep_b, threshold_pct, profiles_dir, as_json):
     """Did anything change between two sweeps? A row differs when beyond CI95 and beyond --threshold
-    percent; a problem whose implementations all moved the same way is reported as a whole, with its changed
-    rows under it, and the rows that changed on their own (or against their problem) after it, a rung's with
-    its verdict against each baseline in A and B; rows measured on different GPUs get the GPU-to-GPU spread.
-    Exit 1 where rows differ."""
+    percent; the rows are counted apart by what they measure (device time: graph replay with its start
+    held; call latency: CUDA events, host dispatch included); a problem whose implementations all moved the
+    same way is reported as a whole, with its changed rows under it, and the rows that changed on their own
+    (or against their problem) after it, a rung's with its verdict against each baseline in A and B, an
+    events row with its cell's graph row and the host's share of the call (events minus graph) in A and B;
+    rows measured on different GPUs get the GPU-to-GPU spread. Exit 1 where rows differ."""
 
     result = sweep_store.compare_sweeps(sweep_store.find_sweep(sweep_a, profiles_dir),
                                         sweep_store.find_sweep(sweep_b, profiles_dir), threshold_pct)
@@ -995,6 +997,10 @@ def sweep_compare(sweep_a, sweep_b, threshold_pct, profiles_dir, as_json):
                    f"{len(result['beyond_ci95_within_threshold'])} beyond CI95 within {t:g}%, "
                    f"{result['overlapping']} agree within CI95; "
                    f"median B/A time ratio {result['median_ratio_b_over_a'] or float('nan'):.3f}")
+        for m in result["by_measure"]:   # the same rule, counted apart by what a row's time is
+            click.echo(f"  {m['what']}: {m['rows']} rows, {m['changed']} differ, {m['beyond_ci95_within_threshold']} "
+                       f"beyond CI95 within {t:g}%; median B/A {m['median_ratio_b_over_a']:.3f}, middle 90% "
+                       f"{m['p5_ratio']:.3f}-{m['p95_ratio']:.3f}, extremes {m['min_ratio']:.3f}-{m['max_ratio']:.3f}")
         _print_problem_moves(result)
         for side in ("a", "b"):
             ps = result[f"pass_spread_{side}"]
@@ -1016,6 +1022,14 @@ def _changed_row(d: dict) -> str:
         line += f", {d['vs_problem']:.3f}x its problem's median {d['problem_median_ratio']:.3f}"
     verdicts = [f"vs {v['baseline']} {v['a']:.3f}x -> {v['b']:.3f}x" + (" (changed)" if v["changed"] else " (unchanged)")
                 for v in d["baselines"]]
+    host = d.get("host")
+    if host:   # an events row whose cell has a graph row in both: the device's time apart from the host's share
+        line += (f"; graph {host['a_graph_ms']:.4g} vs {host['b_graph_ms']:.4g} ms ({host['graph_ratio']:.3f}x"
+                 + ("" if host["graph_held"] else ", start not held") + f"), host's share (events - graph) "
+                 f"{host['a_host_ms'] * 1e3:.1f} vs {host['b_host_ms'] * 1e3:.1f} us"
+                 + (f": {host['host_of_move']:.0%} of the move" if host["host_of_move"] is not None else ""))
+    elif d["timing"] == "events":
+        line += "; no graph row of this cell in both sweeps (the host's share cannot be told apart)"
     return line + ("; " + ", ".join(verdicts) if verdicts else "")
 
 

@@ -167,7 +167,10 @@ def test_reuse_reads_the_shipped_diagnostic_as_measured(tmp_path):
     assert r.returncode == 1, r.stdout + r.stderr   # no wall time: the 4-GPU speed-up is not there to meet its target
     assert r.stdout.startswith("lab sweep --variant v6,v7 --preset fa-grid --mode fwd --dtype float16,bfloat16 "
                                "--baselines sdpa-cudnn,sdpa-flash on NVIDIA H200, 2026-11-27, commit fc683a489235")
-    assert "| 4 | - | - | 192 | 4 | 2 (1 problem moved) | 25 | 1.000 | 0.983-1.010, 0.984-1.012, 0.977-1.014 |" in r.stdout
-    # the repeat's changed rows: 36 of 87 moved with their problem (lab sweep compare's problem_moves), 12 problems
-    assert "| 1 again | - | - | 192 | 87 | 36 (12 problems moved) | 48 | 1.019 | - |" in r.stdout
+    assert ("| 4 | - | - | 192 | 4 | 0 of 78 unheld graph (launch included), 4 of 192 call latency (events) "
+            "| 2 (1 problem moved) | 25 | 1.000 | 0.983-1.010, 0.984-1.012, 0.977-1.014 |") in r.stdout
+    # the repeat's changed rows: 36 of 87 moved with their problem (lab sweep compare's problem_moves), 12 problems;
+    # 38 of its 78 graph rows, timed before the held start (the replay's launch in them), changed
+    assert ("| 1 again | - | - | 192 | 87 | 38 of 78 unheld graph (launch included), 49 of 192 call latency (events) "
+            "| 36 (12 problems moved) | 48 | 1.019 | - |") in r.stdout
     assert "- 1 again: 38 of 270 rows had passes more than 3% apart (the widest 25.1%)" in r.stdout

@@ -498,6 +498,48 @@ def problem_moves(ratios: dict[tuple, float], threshold_pct: float) -> dict[str,
     return out
 
 
+MEASURES = {"device": "device time (graph replay, start held)",
+            "graph-unheld": "graph replay, start not held (the host's launch latency included)",
+            "call": "call latency (CUDA events from an idle GPU, host dispatch included)"}
+"""What a row's time measures, by its timing method and how its start was taken (lab.measure.timed):
+held graph rows are the device's time alone, graph rows of sweeps before the held start carry the
+replay's launch, events rows are the whole call as a user's code sees it. The same move means different
+things in each: a 5% move of a short events row can be the host's dispatch alone (compare_sweeps gives
+a changed events row its host share where its cell has a graph row)."""
+
+
+def measure_of(ra: dict, rb: dict) -> str:
+    """What a pair of rows (one key in two sweeps) measures, a MEASURES key: a graph row is device time only
+    where both sides' starts were held."""
+    if ra.get("timing") != "graph":
+        return "call"
+    return "device" if ra.get("held_start") and rb.get("held_start") else "graph-unheld"
+
+
+def _ratio_spread(ratios: list[float]) -> dict:
+    rs = sorted(ratios)
+    q = lambda f: rs[min(len(rs) - 1, max(0, round(f * (len(rs) - 1))))]   # noqa: E731
+    return {"median_ratio_b_over_a": q(0.5), "p5_ratio": q(0.05), "p95_ratio": q(0.95), "min_ratio": rs[0],
+            "max_ratio": rs[-1]}
+
+
+def _host_share(ra: dict, rb: dict, key: tuple) -> dict | None:
+    """For a changed events row: its cell's graph row in A and in B (both timed), and the host's share of
+    the call in each, events minus graph (what a call adds to the device's time: dispatch, autograd, the
+    launch), and how much of the events row's move that share made; None where either sweep has no graph
+    row of the cell."""
+    impl, label, mode, _ = key
+    ga, gb = ra.get((impl, label, mode, "graph")), rb.get((impl, label, mode, "graph"))
+    if not ga or not gb:
+        return None
+    ea, eb = ra[key]["median_ms"], rb[key]["median_ms"]
+    host_a, host_b = ea - ga["median_ms"], eb - gb["median_ms"]
+    return {"a_graph_ms": ga["median_ms"], "b_graph_ms": gb["median_ms"], "graph_ratio": gb["median_ms"] / ga["median_ms"],
+            "graph_held": bool(ga.get("held_start") and gb.get("held_start")), "a_host_ms": host_a, "b_host_ms": host_b,
+            # how much of the events row's move the host's share made (1: all of it, the device's time unmoved)
+            "host_of_move": (host_b - host_a) / (eb - ea) if eb != ea else None}
+
+
 def _baseline_verdicts(x: dict, y: dict, baselines: list[str], threshold_pct: float) -> list[dict]:
     """For a rung's row: its ratio against each baseline of the same sweep (vs_<baseline>, > 1 faster) in A
     and in B, and whether that verdict changed beyond the threshold. None where a side has no ratio."""
@@ -529,7 +571,14 @@ def compare_sweeps(a: Sweep, b: Sweep, threshold_pct: float = PRACTICAL_THRESHOL
     median: a change of that implementation relative to the others) or `own` (its problem did not move).
     `on_their_own` lists the own and against_problem rows, the findings to read. A rung's changed row
     carries `baselines`: its ratio against each baseline both sweeps measured, in A and in B, and whether
-    that verdict changed beyond the threshold."""
+    that verdict changed beyond the threshold.
+
+    By what a row measures (MEASURES: device time, unheld graph replay, call latency): `by_measure` counts
+    each kind's rows, changed rows and rows beyond CI95 within the threshold, with the spread of its B/A
+    ratios; every compared row is of one kind, so the kinds' counts add up to the totals. Each changed row
+    says its `measure`, and a changed events row `host`: its cell's graph row in A and B and the host's
+    share of the call in each (events minus graph), None where a sweep has no graph row of the cell. The
+    rule of a change is the same for every kind: this says what moved, it judges nothing anew."""
     if threshold_pct < 0:
         raise LabError(f"--threshold must be >= 0 (percent), got {threshold_pct:g}")
     # the ratio columns from the rows themselves (a sweep still in its journals has none stored yet)
@@ -551,7 +600,8 @@ def compare_sweeps(a: Sweep, b: Sweep, threshold_pct: float = PRACTICAL_THRESHOL
         if not beyond_ci:
             continue
         entry = {"impl": k[0], "label": k[1], "mode": k[2], "timing": k[3], "a_ms": x["median_ms"],
-                 "b_ms": y["median_ms"], "ratio": ratio, "a_gpu": _gpu_of(x, a), "b_gpu": _gpu_of(y, b)}
+                 "b_ms": y["median_ms"], "ratio": ratio, "a_gpu": _gpu_of(x, a), "b_gpu": _gpu_of(y, b),
+                 "measure": measure_of(x, y)}
         (differ if abs(ratio - 1) * 100 > threshold_pct else within_threshold).append(entry)
     row_ratios = {k: rb[k]["median_ms"] / ra[k]["median_ms"] for k in common}
     moves = problem_moves(row_ratios, threshold_pct)
@@ -566,6 +616,17 @@ def compare_sweeps(a: Sweep, b: Sweep, threshold_pct: float = PRACTICAL_THRESHOL
         k = (d["impl"], d["label"], d["mode"], d["timing"])
         d["baselines"] = ([] if d["impl"] in baselines else
                           _baseline_verdicts(ra[k], rb[k], baselines, threshold_pct))
+    for d in differ:
+        if d["timing"] != "graph":
+            d["host"] = _host_share(ra, rb, (d["impl"], d["label"], d["mode"], d["timing"]))
+    by_measure = []
+    for m in MEASURES:   # how each kind of row agreed; the same rule, counted apart
+        keys = [k for k in common if measure_of(ra[k], rb[k]) == m]
+        if keys:
+            by_measure.append({"measure": m, "what": MEASURES[m], "rows": len(keys),
+                               "changed": sum(1 for d in differ if d["measure"] == m),
+                               "beyond_ci95_within_threshold": sum(1 for d in within_threshold if d["measure"] == m),
+                               **_ratio_spread([row_ratios[k] for k in keys])})
     problems = sorted(moves.values(), key=lambda p: p["median_ratio_b_over_a"])
     for p in problems:
         mine = [d for d in differ if d["label"] == p["problem"]]
@@ -581,6 +642,7 @@ def compare_sweeps(a: Sweep, b: Sweep, threshold_pct: float = PRACTICAL_THRESHOL
             "gpu_spread": gpu_spread(pairs),
             "pass_spread_a": pass_spread(list(ra.values()), threshold_pct),
             "pass_spread_b": pass_spread(list(rb.values()), threshold_pct),
+            "by_measure": by_measure,
             "problems": problems,
             "problems_moved_as_a_whole": [p for p in problems if p["moved_as_a_whole"]],
             "moved_with_problem": [d for d in differ if d["finding"] == "with_problem"],

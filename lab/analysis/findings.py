@@ -56,6 +56,7 @@ import numpy as np
 import pandas as pd
 
 from lab import vocabulary
+from lab.analysis import overlap
 from lab.analysis.advice import rung_of
 from lab.analysis.lines import report_lines, source_summary
 from lab.analysis.metrics import KEY_METRICS as METRIC_LABELS
@@ -101,6 +102,8 @@ class KernelAnalysis:
                "duration_share_pct": self.derived.get("duration_share_pct"),
                "metrics": self.metrics, "bottleneck": self.bottleneck,
                "findings": [f.to_dict() for f in self.findings]}
+        if self.derived.get("overlap"):   # the latency-hiding techniques the report shows, with their evidence
+            out["overlap"] = self.derived["overlap"]
         k = self.lines or {"status": "not-read", "note": None, "lines": []}
         out["lines"] = json_lines(k, lines)
         out["lines_status"] = k["status"]
@@ -233,6 +236,7 @@ def analyze_kernel(row: dict, rules: list[dict], problem: dict | None = None, li
     c.launch_overhead_ns = launch_overhead_ns
     c.source = source_summary(lines)
     without_issuer_waits(c)   # a producer's idle waits are no stall of the work
+    c.overlap = overlap.techniques(c, lines)   # what the next steps must not propose again
     ctx = context(c, mode)
     findings = _order(_merge(_lab_findings(c, ctx) + _rule_findings(c, rules, ctx)), c)
     for f in findings:
@@ -244,10 +248,12 @@ def analyze_kernel(row: dict, rules: list[dict], problem: dict | None = None, li
             f.advice += " " + rule.name_lines(f)
     metrics = {k: plain(row[k]) for k in KEY_METRICS if k in row and plain(row[k]) is not None}
     kernel = plain(row.get("kernel")) or plain(row.get("kernel_function")) or "?"
+    derived = derived_values(c)
+    derived["overlap"] = c.overlap.to_dict()
     return KernelAnalysis(kernel=kernel, duration_ns=c.M.num("gpu__time_duration.sum"), device=c.device, metrics=metrics,
                           bottleneck=findings[0].cls if findings else None, findings=findings,
                           kernel_index=int(plain(row.get("kernel_index")) or 0), nvtx=plain(row.get("nvtx")),
-                          derived=derived_values(c), rules=rules, lines=lines)
+                          derived=derived, rules=rules, lines=lines)
 
 
 def _problem_applies(df: pd.DataFrame) -> bool:

@@ -99,13 +99,21 @@ def shared_kind(op: str) -> str:
     return "other"
 
 
-def _guard(sass: str) -> str | None:
+def operands(sass: str) -> list[str]:
+    """The operands of one SASS instruction: 'BAR.SYNC.DEFER_BLOCKING R4, 0x100' -> ['R4', '0x100']."""
+    words = sass.strip().rstrip(";").split()
+    if words and words[0].startswith("@"):
+        words = words[1:]
+    return [w.strip() for w in " ".join(words[1:]).split(",") if w.strip()]
+
+
+def guard(sass: str) -> str | None:
     """The predicate guarding an instruction: '@!P0 BRA ..' -> '!P0'."""
     first = sass.split()[0] if sass.split() else ""
     return first[1:] if first.startswith("@") else None
 
 
-def _branch_target(sass: str) -> int | None:
+def branch_target(sass: str) -> int | None:
     m = re.search(r"\b(?:BRA|JMP)\S*\s+(0x[0-9a-fA-F]+)", sass)
     return int(m.group(1), 16) if m else None
 
@@ -131,8 +139,8 @@ def mbarrier_waits(order: list[int], sass: dict[int, str]) -> dict[int, str]:
                 return "consumer"
             if base in ("EXIT", "RET"):
                 return "unknown"
-            if base in ("BRA", "JMP") and _guard(text) is None:
-                target = _branch_target(text)
+            if base in ("BRA", "JMP") and guard(text) is None:
+                target = branch_target(text)
                 if target is None or target in seen or target not in at:
                     return "unknown"
                 seen.add(target)
@@ -148,11 +156,11 @@ def mbarrier_waits(order: list[int], sass: dict[int, str]) -> dict[int, str]:
             continue
         role = gated(i)
         out[pc] = role
-        words = text.split()[1:] if _guard(text) is None else text.split()[2:]
+        words = text.split()[1:] if guard(text) is None else text.split()[2:]
         pred = words[0].rstrip(",") if words else ""   # its destination predicate
         for j in range(i + 1, min(i + 9, len(order))):
             t = sass.get(order[j], "")
-            if pred and opcode(t).split(".")[0] in ("BRA", "JMP") and (_guard(t) or "").lstrip("!") == pred:
+            if pred and opcode(t).split(".")[0] in ("BRA", "JMP") and (guard(t) or "").lstrip("!") == pred:
                 out[order[j]] = role
                 break
         if i and opcode(sass.get(order[i - 1], "")).split(".")[0] in ("YIELD", "NANOSLEEP"):
@@ -422,6 +430,22 @@ def cite(k: dict | None, by: str, n: int = 3, reason: str | None = None, opcodes
         if r.get("called_from"):   # an inlined helper's line: the kernel lines it runs for
             c["called_from"] = [{"file": _short(x["file"]), "line": x["line"]} for x in r["called_from"][:3]]
         out.append(c)
+    return out
+
+
+def sass_listing(k: dict | None) -> list[tuple[int, str, float, float, str | None]]:
+    """Every executed (or sampled) instruction of one kernel in address order: (pc, SASS text, warp
+    instructions executed, samples, where: 'file.cu:123', or None without -lineinfo), read back from
+    `kernel_lines`' per-line instructions. Empty where the report has no per-PC counters."""
+    if not k:
+        return []
+    out = []
+    for key, ins in (k.get("instructions") or {}).items():
+        file, _, line = key.rpartition(":")
+        where_ = f"{os.path.basename(file)}:{line}" if file and file != "None" and line != "None" else None
+        for pc, sass, ex, smp in ins:
+            out.append((int(pc, 16), sass, float(ex or 0.0), float(smp or 0.0), where_))
+    out.sort(key=lambda t: t[0])
     return out
 
 

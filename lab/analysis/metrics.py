@@ -534,6 +534,7 @@ class KernelFacts:
     launch_overhead_ns: float | None = None  # measured by the run's timeline, where one ran
     source: dict | None = None               # its per-line counters summed (lab.analysis.lines.source_summary)
     issuer_wait_pct: float | None = None     # share of the samples an issuer's waits had, left out of stalls
+    overlap: dict | None = None              # what the report shows of each latency-hiding technique (lab.analysis.overlap)
 
 
 def kernel_facts(row: dict, problem: dict | None = None) -> KernelFacts:

@@ -10,9 +10,10 @@ the lines where warps wait.
 
 from __future__ import annotations
 
+from lab.analysis import overlap as ov
 from lab.analysis.lines import cite
 from lab.analysis.metrics import (KernelFacts, flop_rates, rounded, shared_wavefront_split, tensor_instructions,
-                                  tensor_path, unit_name)
+                                  tensor_path, unit_name, warp_specialised)
 from lab.analysis.rules.base import BOUND_PCT, Context, Finding, Rule
 
 
@@ -45,6 +46,22 @@ def operand_feed(c: KernelFacts) -> dict | None:
     if c.tp["memory_pct"] is None or c.tp["memory_pct"] <= path["pipe_pct"] or wg < FEED_WGMMA_PCT:
         return None
     return {"l1_pct": c.tp["memory_pct"], "pipe_pct": path["pipe_pct"], "wgmma_pct": wg}
+
+
+def tensor_pipe_steps(c: KernelFacts) -> str:
+    """The next step of a wgmma kernel at the tensor pipe's limit: the overlap it lacks (warp
+    specialization, ping-pong: lab.analysis.overlap reads them from the report), never one it shows."""
+    o = c.overlap
+    left = []
+    if not warp_specialised(c.M, c.device):
+        left.append("warp specialization (a producer warpgroup issuing TMA, setmaxnreg)")
+    if not ov.present(o, ov.PINGPONG):
+        left.append("ping-pong between warpgroups" + ov.untold(o, ov.PINGPONG))
+    done = ov.already(o, (ov.PINGPONG, ov.WGMMA_IN_FLIGHT, ov.PERSISTENT, ov.TMA_STORE))
+    how = (f"overlap the non-matrix work with the next tile's matrix products ({', '.join(left)}), or use FP8" if left
+           else "fewer non-matrix instructions per tile (they take issue slots beside the wgmma), or FP8")
+    return " ".join(x for x in ("The matrix products run on warpgroup wgmma and the tensor pipe is the limit.", done) if x) + \
+        f" Left: {how}."
 
 
 class ComputeBound(Rule):
@@ -119,8 +136,7 @@ class ComputeBound(Rule):
                         f"memory through L1TEX's data pipe, which is busier ({feed['l1_pct']:.0f}%), {feed['wgmma_pct']:.0f}% "
                         "of its shared-memory wavefronts being wgmma operand reads: fewer operand bytes per FLOP first "
                         "(see memory-bound), then overlap the non-matrix work with the matrix products.")
-            return ("Already on warpgroup wgmma and the tensor pipe is the limit: overlap the non-matrix work with the "
-                    "next tile's matrix products (warp specialization, ping-pong between warpgroups), or use FP8.")
+            return tensor_pipe_steps(c)
         if top_pipe in ("tensor pipe", "FP16+tensor pipe"):
             return "The tensor pipe is the limit: fewer non-matrix instructions per tile, or a lower-precision format."
         if top_pipe == "XU (transcendental) pipe":

@@ -4,8 +4,60 @@ the top stall reasons say on what. The gain is the distance to the nearest roof,
 
 from __future__ import annotations
 
+from lab.analysis import overlap as ov
 from lab.analysis.metrics import KernelFacts, hopper_async, rounded, tensor_path
 from lab.analysis.rules.base import BOUND_PCT, Context, Finding, Rule, top_stall_lines
+
+
+# below this share of the samples, the consumers' waits for loaded tiles are not what holds a kernel back
+DATA_WAIT_PCT = 5.0
+
+
+def wgmma_overlap_steps(c: KernelFacts, ladder: bool) -> str:
+    """The next step of a wgmma kernel whose warpgroups wait: what the report shows it already overlaps
+    (lab.analysis.overlap, with the evidence), then only what is left; a technique the report cannot
+    judge stays in the list and says so."""
+    o = c.overlap
+    waits = o.waits if o else {}
+    left: list[str] = []
+    if not ov.present(o, ov.PINGPONG):
+        left.append(("two consumer warpgroups in ping-pong (one's softmax under the other's wgmma: turns on named "
+                     "barriers, bar.sync and bar.arrive)" if ladder else
+                     "ping-pong between consumer warpgroups (one's non-matrix work under the other's wgmma)")
+                    + ov.untold(o, ov.PINGPONG))
+    if not ov.present(o, ov.WGMMA_IN_FLIGHT):
+        left.append(("a wgmma group kept in flight across the softmax (the next S = Q K^T issued before this tile's "
+                     "softmax, wgmma.wait_group 1)" if ladder else
+                     "a wgmma group kept in flight while the warpgroup works on (wgmma.wait_group 1)")
+                    + ov.untold(o, ov.WGMMA_IN_FLIGHT))
+    data = waits.get("mbarrier_pct")
+    stages_note = ""
+    if data is None:
+        left.append("more TMA stages in flight")
+    elif data >= DATA_WAIT_PCT:
+        left.append(f"more TMA stages in flight, or the next tile's first loads issued earlier (the consumers wait "
+                    f"for loaded tiles in {data:.1f}% of the samples, most at {waits['mbarrier_where']})")
+    else:
+        stages_note = (f" More TMA stages would not help: the consumers wait for loaded tiles in only {data:.1f}% of "
+                       "the samples.")
+    if not ov.present(o, ov.PERSISTENT):
+        left.append("persistent CTAs with a tile scheduler so the next tile's loads and first products run under "
+                    "this tile's epilogue" + ov.untold(o, ov.PERSISTENT))
+    if not ov.present(o, ov.TMA_STORE):
+        left.append(("O stored with TMA (staged in shared memory, then cp.async.bulk.tensor)" if ladder else
+                     "the output stored with TMA (staged in shared memory, then cp.async.bulk.tensor)")
+                    + ov.untold(o, ov.TMA_STORE))
+    own = waits.get("wgmma_pct")
+    if own and all(ov.present(o, k) for k in (ov.PINGPONG, ov.WGMMA_IN_FLIGHT, ov.PERSISTENT)):
+        # every overlap the report can show is there: what remains is the products' own latency per wait
+        left.append(f"the warpgroups' waits on their own wgmma (WARPGROUP.DEPBAR: {own:.1f}% of the samples, most at "
+                    f"{waits['wgmma_where']}): more products in flight per wait (" + (
+                        "a larger key tile BN, " if ladder else "larger tiles, ") +
+                    "a deeper software pipeline) and fewer non-matrix instructions per tile")
+    done = ov.already(o, (ov.PINGPONG, ov.WGMMA_IN_FLIGHT, ov.PERSISTENT, ov.TMA_STORE))
+    head = "Overlap more of the non-matrix work with the matrix products."
+    steps = f" Left: {'; '.join(left)}." if left else ""
+    return " ".join(x for x in (head, done) if x) + steps + stages_note
 
 
 class LatencyBound(Rule):
@@ -36,11 +88,18 @@ class LatencyBound(Rule):
         wgmma = bool(path and path["instruction"] == "HGMMA")
         tma = bool((hopper_async(M) or {}).get("tma"))
         top_stall = c.stalls[0][0] if c.stalls else None
-        long_sb = ("Warps wait on global/local loads (long scoreboard): keep more loads in flight, "
-                   + ("e.g. cp.async double buffering of the K/V tiles so the next tile loads under this one's math."
-                      + ctx.rung("latency-bound") if ladder else
-                      "e.g. prefetch the next iteration's data (cp.async or registers), several independent loads "
-                      "per thread, or more warps per SM."))
+        if ov.present(c.overlap, ov.ASYNC_LOADS):
+            # the tiles already arrive by asynchronous copies: what is left is more of them in flight
+            long_sb = ("Warps wait on global/local loads (long scoreboard). Already in the report: "
+                       f"{ov.NAMES[ov.ASYNC_LOADS]} ({c.overlap.shown[ov.ASYNC_LOADS].evidence}). Left: more of them "
+                       "in flight (a deeper ring of stages, the next tile's copies issued before this tile's math), "
+                       "or more warps per SM.")
+        else:
+            long_sb = ("Warps wait on global/local loads (long scoreboard): keep more loads in flight, "
+                       + ("e.g. cp.async double buffering of the K/V tiles so the next tile loads under this one's math."
+                          + ctx.rung("latency-bound") if ladder else
+                          "e.g. prefetch the next iteration's data (cp.async or registers), several independent loads "
+                          "per thread, or more warps per SM.") + ov.untold(c.overlap, ov.ASYNC_LOADS))
         lat = {
             "long_scoreboard": long_sb,
             "barrier": "Warps wait at __syncthreads: fewer barriers per tile, or more independent warps per SM.",
@@ -59,14 +118,7 @@ class LatencyBound(Rule):
             # warpgroups waiting on wgmma results and mbarriers (with TMA feeding the tiles, the long-scoreboard
             # waits are the copies' mbarriers, not loads the warps issue): the tensor pipe idles between tiles
             pipe = f" (tensor pipe {path['pipe_pct']:.0f}% busy)" if path.get("pipe_pct") is not None else ""
-            lat = (f"The warpgroups wait on their wgmma results and mbarriers{pipe}: overlap more of the non-matrix "
-                   "work with the matrix products: two consumer warpgroups in ping-pong (one's softmax under the "
-                   "other's wgmma), more TMA stages in flight, and persistent CTAs with a tile scheduler so the next "
-                   "tile's loads and first products run under this tile's epilogue (stored with TMA)."
-                   if ladder else
-                   f"The warpgroups wait on their wgmma results and mbarriers{pipe}: overlap the non-matrix work with "
-                   "the matrix products (ping-pong between consumer warpgroups), keep more TMA stages in flight, and "
-                   "make CTAs persistent so one tile's prologue and epilogue run under another's products.")
+            lat = f"The warpgroups wait on their wgmma results and mbarriers{pipe}. " + wgmma_overlap_steps(c, ladder)
         return lat
 
     def lines(self, f: Finding, k: dict, c: KernelFacts) -> list[dict]:

@@ -6,6 +6,7 @@ load/store traffic (a local-memory-heavy kernel ranks its local traffic first).
 
 from __future__ import annotations
 
+from lab.analysis import overlap as ov
 from lab.analysis.lines import cite
 from lab.analysis.metrics import SECTOR_BYTES, KernelFacts, global_excess, rounded, warp_specialised
 from lab.analysis.rules.base import Context, Finding, Rule
@@ -37,6 +38,10 @@ class UncoalescedGlobal(Rule):
         return self.finding(f"Uncoalesced global accesses: {100 * share:.0f}% of their sectors {how}", est, ev, c, ctx)
 
     def advice(self, c: KernelFacts, ctx: Context) -> str:
+        if warp_specialised(c.M, c.device) and ov.present(c.overlap, ov.TMA_STORE):
+            return (f"The output already leaves by TMA store ({c.overlap.shown[ov.TMA_STORE].evidence}): the scattered "
+                    "accesses are the kernel's other global loads or stores: make each warp's "
+                    "accesses to them contiguous, or stage them through shared memory too.")
         if warp_specialised(c.M, c.device):
             return ("In a warp-specialised wgmma kernel the scattered accesses are usually the output written straight "
                     "from the accumulators (each thread holds pairs of adjacent elements): stage the tile through "

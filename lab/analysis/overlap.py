@@ -1,0 +1,325 @@
+"""Which techniques for hiding latency behind the matrix products a kernel already shows in its report,
+so that a next step names only what is left and says, with the evidence, what is there.
+
+Each detector reads what Nsight Compute recorded (the launch and device attributes, the per-opcode
+counts of InstructionStats, the per-PC SASS of SourceCounters through lab.analysis.lines), never a
+kernel's source or name:
+
+  * persistent grid: launch__grid_size at least device__attribute_multiprocessor_count and at most one
+    wave (SMs x the blocks per SM the launch__occupancy_limit_* allow), and, in the SASS, a loop whose
+    body holds global output stores (STG, UTMASTG) and the matrix products or loads, and whose closing
+    branch runs more often than the loop is entered: each CTA walks several output tiles. A grid of
+    several waves is one CTA per tile;
+  * output stored by TMA: UTMASTG (cp.async.bulk.tensor from shared to global memory) executed; where
+    none is, the output leaves by STG;
+  * ping-pong between warpgroups: in a loop that issues wgmma (HGMMA), a BAR.SYNC and a BAR.ARV on
+    named barriers (an id other than 0 and a thread count) of two warpgroups or more, the waited-on
+    barrier computed per warpgroup or also signalled in the loop: the warpgroups take turns, so one's
+    softmax runs under the other's products;
+  * wgmma kept in flight: a WARPGROUP.DEPBAR.LE gsb0, N with N > 0 (wgmma.wait_group N): the warpgroup
+    works on (its softmax) while a product is still on the tensor cores;
+  * asynchronous copies into shared memory: LDGSTS (cp.async), UTMALDG (TMA) or UBLKCP executed.
+
+Where the report cannot tell (no SourceCounters, so no SASS per PC; no launch or occupancy metrics) a
+technique is unknown (`present` None) and the advice says so instead of guessing.
+"""
+
+from __future__ import annotations
+
+import bisect
+import os
+import re
+from dataclasses import dataclass
+
+from lab.analysis.lines import branch_target, opcode, operands, sass_listing
+from lab.analysis.metrics import KernelFacts, occupancy_limiter, opcode_counts
+
+PERSISTENT, TMA_STORE, PINGPONG, WGMMA_IN_FLIGHT, ASYNC_LOADS = (
+    "persistent", "tma_store", "pingpong", "wgmma_in_flight", "async_loads")
+NAMES = {PERSISTENT: "persistent grid", TMA_STORE: "output stored by TMA", PINGPONG: "ping-pong between warpgroups",
+         WGMMA_IN_FLIGHT: "a wgmma group kept in flight", ASYNC_LOADS: "asynchronous copies into shared memory"}
+# global-to-shared copies that run while the warps compute: cp.async (LDGSTS), TMA (UTMALDG), bulk copies
+ASYNC_LOAD_OPS = ("LDGSTS", "UTMALDG", "UBLKCP")
+
+# global output writes: plain and generic stores and TMA stores (not reductions: a backward's K/V loop
+# reduces dQ on every step of one tile)
+OUTPUT_STORES = ("STG", "ST", "UTMASTG")
+# the work of a tile: matrix products (any *MMA) and global loads or copies into shared memory
+TILE_LOADS = ("UTMALDG", "LDG", "LDGSTS", "LD", "UBLKCP")
+NO_SASS = "the report has no SASS per PC (profile with SourceCounters: --set detailed or full)"
+_NUMBER = re.compile(r"^0x[0-9a-fA-F]+$|^\d+$")
+
+
+@dataclass(frozen=True)
+class Shown:
+    """One technique: whether the report shows it (None: it cannot tell) and the evidence either way."""
+
+    key: str
+    present: bool | None
+    evidence: str
+
+    @property
+    def name(self) -> str:
+        return NAMES[self.key]
+
+    def to_dict(self) -> dict:
+        return {"name": self.name, "present": self.present, "evidence": self.evidence}
+
+
+@dataclass
+class Overlap:
+    """What one kernel's report shows of each technique (`shown`, by key), and where its warps wait that
+    those techniques address (`waits`: share of all PC samples and the line with most of them, for the
+    consumers' mbarrier waits on loaded tiles and the waits on their own wgmma; empty without SASS)."""
+
+    shown: dict[str, Shown]
+    waits: dict
+
+    def to_dict(self) -> dict:
+        return {**{k: s.to_dict() for k, s in self.shown.items()}, "waits": self.waits}
+
+
+def techniques(c: KernelFacts, k: dict | None) -> Overlap:
+    """What the report of one kernel shows (`k`: its lab.analysis.lines.kernel_lines)."""
+    sass = sass_listing(k)
+    return Overlap({PERSISTENT: persistent(c, sass), TMA_STORE: tma_store(c, sass), PINGPONG: pingpong(sass),
+                    WGMMA_IN_FLIGHT: wgmma_in_flight(sass), ASYNC_LOADS: async_loads(c, sass)}, waits(k, sass))
+
+
+def waits(k: dict | None, sass: list) -> dict:
+    """{"mbarrier_pct", "mbarrier_where"}: the samples of mbarrier waits that are not an issuer's (a
+    consumer waiting for a loaded stage: lab.analysis.lines tells them apart), and {"wgmma_pct",
+    "wgmma_where"}: those on WARPGROUP.DEPBAR (a warpgroup waiting for its own products), in % of all
+    samples, each with its line of most samples. Empty without per-PC samples."""
+    total = float((k or {}).get("total_samples") or 0.0)
+    if not total or not sass:
+        return {}
+    per_line = {}
+    for r in k.get("lines") or []:
+        v = sum((r.get("mbarrier_wait_stalls") or {}).values()) - sum((r.get("issuer_wait_stalls") or {}).values())
+        if v > 0:
+            where_ = f"{os.path.basename(r['file'])}:{r['line']}" if r.get("file") else r.get("pc")
+            per_line[where_] = per_line.get(where_, 0.0) + v
+    wg: dict = {}
+    for pc, text, _, smp, where_ in sass:
+        if smp and opcode(text).startswith("WARPGROUP.DEPBAR"):
+            wg[_at(where_, pc)] = wg.get(_at(where_, pc), 0.0) + smp
+    out = {}
+    for name, d in (("mbarrier", per_line), ("wgmma", wg)):
+        out[f"{name}_pct"] = round(100.0 * sum(d.values()) / total, 1)
+        out[f"{name}_where"] = max(d, key=d.get) if d else None
+    return out
+
+
+def _n(v: float) -> str:
+    return f"{v:,.0f}"
+
+
+def _base(text: str) -> str:
+    return opcode(text).split(".")[0]
+
+
+def _at(where: str | None, pc: int) -> str:
+    return where or hex(pc)
+
+
+# ----------------------------------------------------------------------------- persistent grid
+
+def tile_loop(sass: list, warps: float) -> dict | None:
+    """The loop of a CTA over output tiles, in address order: a branch back (target below it) that ran,
+    whose body holds a global output store and a matrix product or load but no EXIT (a retry stub laid
+    out after the kernel's exits branches back over all of it), and whose closing branch ran more times
+    than the instruction falling into the loop head (the loop was entered that often; without such an
+    instruction, than the `warps` launched could each run it once). The largest such loop, or None."""
+    pcs = [t[0] for t in sass]
+    best = None
+    for i, (pc, text, ex, _, where) in enumerate(sass):
+        if _base(text) not in ("BRA", "JMP") or not ex:
+            continue
+        target = branch_target(text)
+        if target is None or target >= pc:
+            continue
+        head = bisect.bisect_left(pcs, target)
+        body = sass[head:i + 1]
+        if any(_base(t[1]) in ("EXIT", "RET") for t in body):
+            continue
+        stores = [t for t in body if _base(t[1]) in OUTPUT_STORES and t[2]]
+        work = [t for t in body if t[2] and (_base(t[1]).endswith("MMA") or _base(t[1]) in TILE_LOADS)]
+        if not (stores and work):
+            continue
+        before = sass[head - 1] if head > 0 else None
+        falls_in = (before is not None and before[2] and target - before[0] <= 16
+                    and _base(before[1]) not in ("BRA", "JMP", "EXIT", "RET"))
+        entries = before[2] if falls_in else None
+        if ex <= (entries if entries else warps):
+            continue   # ran no more often than it was entered: once per CTA
+        loop = {"branch_where": _at(where, pc), "head_where": _at(sass[head][4], sass[head][0]), "runs": ex,
+                "entries": entries, "store": opcode(stores[0][1]), "store_where": _at(stores[0][4], stores[0][0])}
+        if best is None or len(body) > best[0]:
+            best = (len(body), loop)
+    return best[1] if best else None
+
+
+def persistent(c: KernelFacts, sass: list) -> Shown:
+    grid, sms = c.ctas, c.sms
+    if not (grid and sms):
+        return Shown(PERSISTENT, None, "the report has no launch__grid_size or SM count")
+    _, per_sm, _ = occupancy_limiter(c.M)
+    resident = sms * per_sm if per_sm else None
+    shape = (f"launch__grid_size {_n(grid)} on {_n(sms)} SMs x {_n(per_sm)} block(s) per SM" if per_sm else
+             f"launch__grid_size {_n(grid)} on {_n(sms)} SMs")
+    waves = grid / resident if resident else c.waves
+    if waves is not None and waves > 1.0 + 1e-9:
+        return Shown(PERSISTENT, False, f"{shape}: {waves:.3g} waves, one CTA per tile")
+    if grid < sms:
+        return Shown(PERSISTENT, False, f"{shape}: fewer CTAs than SMs")
+    if waves is None:
+        return Shown(PERSISTENT, None, f"{shape}, without the occupancy limits that say whether it is one wave")
+    if not sass:
+        return Shown(PERSISTENT, None, f"{shape} fits one wave, but {NO_SASS} to show whether its CTAs loop over tiles")
+    warps = grid * -(-(c.M.num("launch__block_size") or 32) // 32)
+    loop = tile_loop(sass, warps)
+    if loop:
+        per = f" for {_n(loop['entries'])} entries" if loop["entries"] else f" for {_n(warps)} warps"
+        return Shown(PERSISTENT, True, f"{shape}, one wave; its CTAs loop over output tiles: the loop closing at "
+                                       f"{loop['branch_where']}, around the {loop['store']}, ran {_n(loop['runs'])} "
+                                       f"times{per}")
+    return Shown(PERSISTENT, False, f"{shape} fits one wave, but no loop in the SASS runs the output stores more than "
+                                    "once per CTA: one tile per CTA")
+
+
+# ----------------------------------------------------------------------------- output stored by TMA
+
+def tma_store(c: KernelFacts, sass: list) -> Shown:
+    ops = {op: v for op, v in opcode_counts(c.M).items() if v}
+    listed: dict[str, list] = {}
+    for pc, text, ex, _, where in sass:
+        if ex and _base(text) in ("UTMASTG", "STG", "ST"):
+            listed.setdefault(_base(text), []).append(_at(where, pc))
+    if not (ops or sass):
+        return Shown(TMA_STORE, None, "the report has no per-opcode counts (InstructionStats) and no SASS per PC")
+
+    def count(op: str) -> float:
+        return ops.get(op) or sum(ex for _, t, ex, _, _ in sass if _base(t) == op)
+
+    def places(op: str) -> str:
+        got = list(dict.fromkeys(listed.get(op, [])))
+        return f" at {', '.join(got[:3])}" if got else ""
+
+    if count("UTMASTG"):
+        return Shown(TMA_STORE, True, f"UTMASTG{places('UTMASTG')}, {_n(count('UTMASTG'))} executed")
+    stg = count("STG") + count("ST")
+    if stg:
+        return Shown(TMA_STORE, False, f"no UTMASTG: the output leaves by STG ({_n(stg)} executed{places('STG')})")
+    return Shown(TMA_STORE, False, "no UTMASTG and no STG executed")
+
+
+# ----------------------------------------------------------------------------- asynchronous loads
+
+def async_loads(c: KernelFacts, sass: list) -> Shown:
+    ops = {op: v for op, v in opcode_counts(c.M).items() if v}
+    if not (ops or sass):
+        return Shown(ASYNC_LOADS, None, "the report has no per-opcode counts (InstructionStats) and no SASS per PC")
+    found = {}
+    for op in ASYNC_LOAD_OPS:
+        n = ops.get(op) or sum(ex for _, t, ex, _, _ in sass if _base(t) == op)
+        if n:
+            at = list(dict.fromkeys(_at(w, pc) for pc, t, ex, _, w in sass if ex and _base(t) == op))
+            found[op] = f"{op}{' at ' + ', '.join(at[:2]) if at else ''}, {_n(n)} executed"
+    if found:
+        return Shown(ASYNC_LOADS, True, "; ".join(found.values()))
+    return Shown(ASYNC_LOADS, False, "no LDGSTS, UTMALDG or UBLKCP executed: tiles arrive by LDG through registers")
+
+
+# ----------------------------------------------------------------------------- ping-pong
+
+def _barrier(text: str) -> tuple[str, bool, str | None] | None:
+    """('SYNC' | 'ARV' | ..., on a named barrier, its thread count) of a BAR instruction, else None.
+    'BAR.SYNC.DEFER_BLOCKING 0x0' is __syncthreads; an id other than 0, or a thread count, names a barrier."""
+    op = opcode(text).split(".")
+    if op[0] != "BAR" or len(op) < 2:
+        return None
+    args = operands(text)
+    ident, count = (args[0] if args else "0x0"), (args[1] if len(args) > 1 else None)
+    named = count is not None or ident not in ("0x0", "0")
+    return op[1], named, count
+
+
+def _loops(sass: list) -> list[tuple[int, int]]:
+    """(first, last) index of every loop body in `sass`: a branch that ran, back to a lower address."""
+    pcs = [t[0] for t in sass]
+    out = []
+    for i, (pc, text, ex, _, _) in enumerate(sass):
+        target = branch_target(text) if ex and _base(text) in ("BRA", "JMP") else None
+        if target is not None and target < pc:
+            out.append((bisect.bisect_left(pcs, target), i))
+    return out
+
+
+def pingpong(sass: list) -> Shown:
+    """Turns between warpgroups: in one loop that issues wgmma, a BAR.SYNC and a BAR.ARV on named barriers
+    of the same whole-warpgroup thread count (two warpgroups or more), where the barrier a warpgroup waits
+    on is computed per warpgroup (a register) or is one the loop also signals: each warpgroup waits for its
+    turn and passes the other one its own. A producer's handshake with its consumers waits on one barrier
+    and signals another (full, empty), so it is not taken for turns."""
+    if not sass:
+        return Shown(PINGPONG, None, NO_SASS)
+    if not any(t[2] and _base(t[1]).endswith("GMMA") for t in sass):
+        return Shown(PINGPONG, False, "no warpgroup MMA (HGMMA) in the SASS")
+    for first, last in _loops(sass):
+        body = [t for t in sass[first:last + 1] if t[2]]
+        if not any(_base(t[1]).endswith("GMMA") for t in body):
+            continue
+        bars = [(b, t) for t in body if (b := _barrier(t[1])) and b[1] and b[2] and _NUMBER.match(b[2])
+                and int(b[2], 0) >= 256 and int(b[2], 0) % 128 == 0]
+        for count in {b[2] for b, _ in bars}:
+            syncs = [(operands(t[1])[0], t) for b, t in bars if b[0] == "SYNC" and b[2] == count]
+            arvs = [(operands(t[1])[0], t) for b, t in bars if b[0] == "ARV" and b[2] == count]
+            if not (syncs and arvs):
+                continue
+            arv_ids = {i for i, _ in arvs}
+            turns = [(i, t) for i, t in syncs if not _NUMBER.match(i) or i in arv_ids]
+            if turns:
+                (i, s), (j, a) = turns[0], arvs[0]
+                return Shown(PINGPONG, True, f"in the loop that issues HGMMA, BAR.SYNC {i}, {count} at {_at(s[4], s[0])} "
+                                             f"and BAR.ARV {j}, {count} at {_at(a[4], a[0])}: warpgroups take turns on "
+                                             f"named barriers of {int(count, 0)} threads")
+    if not any(t[2] and (b := _barrier(t[1])) and b[0] == "ARV" and b[1] for t in sass):
+        return Shown(PINGPONG, False, "no BAR.ARV on a named barrier in the SASS: no warpgroup passes a turn")
+    return Shown(PINGPONG, False, "no turns on named barriers between warpgroups in a loop that issues HGMMA")
+
+
+# ----------------------------------------------------------------------------- wgmma in flight
+
+def wgmma_in_flight(sass: list) -> Shown:
+    if not sass:
+        return Shown(WGMMA_IN_FLIGHT, None, NO_SASS)
+    waits = [(pc, where, operands(text)) for pc, text, ex, _, where in sass
+             if ex and opcode(text).startswith("WARPGROUP.DEPBAR")]
+    if not waits:
+        return Shown(WGMMA_IN_FLIGHT, False, "no WARPGROUP.DEPBAR (wgmma.wait_group) in the SASS")
+    for pc, where, args in waits:
+        n = args[-1] if args else ""
+        if _NUMBER.match(n) and int(n, 0) > 0:
+            return Shown(WGMMA_IN_FLIGHT, True, f"WARPGROUP.DEPBAR.LE {', '.join(args)} at {_at(where, pc)}")
+    return Shown(WGMMA_IN_FLIGHT, False, "every WARPGROUP.DEPBAR waits for all wgmma groups (gsb0, 0x0)")
+
+
+# ----------------------------------------------------------------------------- for the advice
+
+def present(ov: Overlap | None, key: str) -> bool | None:
+    """True or False where the report shows whether the kernel uses it; None where it cannot tell."""
+    got = ov.shown.get(key) if ov else None
+    return None if got is None else got.present
+
+
+def already(ov: Overlap | None, keys: tuple[str, ...]) -> str:
+    """'Already in the report: persistent grid (evidence); ...' for the techniques of `keys` it shows."""
+    got = [ov.shown[k] for k in keys if ov and k in ov.shown and ov.shown[k].present]
+    return ("Already in the report: " + "; ".join(f"{s.name} ({s.evidence})" for s in got) + ".") if got else ""
+
+
+def untold(ov: Overlap | None, key: str) -> str:
+    """' (the report cannot tell whether it already does: why)' for a technique it cannot judge."""
+    got = ov.shown.get(key) if ov else None
+    return f" (the report cannot tell whether it already does: {got.evidence})" if got and got.present is None else ""

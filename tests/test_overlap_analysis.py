@@ -1,0 +1,184 @@
+"""What a kernel already overlaps, read from its report (lab.analysis.overlap), and next steps that name
+only what is left. On real reports whose kernels we know: v9's persistent ping-pong forward with O
+stored by TMA (three runs of the tenth session, two H200s), the earlier v9 that stored O with STG, v6
+(one consumer warpgroup, one CTA per tile, STG) and v8's backward; the answer comes from the report
+(launch__* and device attributes, SASS per PC), never from the kernels' names."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+from conftest import EXAMPLES, lab_here
+
+from lab.analysis import findings as analysis
+from lab.analysis import overlap as ov
+
+# the tenth session's ncu profiles of v9's D=128 default (fwd_kernel_o_tma: persistent, ping-pong, O by TMA)
+V9_O_TMA = ("20261127-135157-v9-B32-H16-N512-D128-float16", "20261127-135215-v9-B32-H16-N512-D128-causal-float16",
+            "20261127-135233-v9-B2-H16-N8192-D128-float16")
+V9_STG = "20261127-085257-v9-B2-H16-N8192-D128-float16"       # persistent, ping-pong, O stored by STG
+V6 = "20261123-200956-v6-B8-H16-N1024-D64-float16"            # none of the three
+V8_BWD = "20261127-031243-v8-B4-H16-N4096-D128-float16"
+
+ALREADY = {ov.PERSISTENT: "persistent grid", ov.TMA_STORE: "output stored by TMA", ov.PINGPONG: "ping-pong"}
+# how each technique would be proposed as a next step
+PROPOSED = {ov.PERSISTENT: re.compile(r"persistent", re.I), ov.TMA_STORE: re.compile(r"stored with TMA|TMA store", re.I),
+            ov.PINGPONG: re.compile(r"ping-pong", re.I)}
+
+
+def _main(run_id: str, **kw):
+    run = EXAMPLES / run_id
+    if not (run / "profile.ncu-rep.xz").exists():
+        pytest.skip(f"shipped run {run_id} not under profiles/examples/")
+    man = json.loads((run / "manifest.json").read_text())
+    got = analysis.analyze_report(run / "profile.ncu-rep.xz", problem=man["problem"], mode=man.get("mode"), **kw)
+    return analysis.main_kernel(got)
+
+
+def _overlap_finding(a):
+    """The finding whose next step is about overlap: latency-bound, else compute-bound."""
+    return next(f for f in a.findings if f.cls in ("latency-bound", "compute-bound"))
+
+
+def _split(advice: str) -> tuple[str, str]:
+    """(what the advice says is there, what it proposes)."""
+    head, _, left = advice.partition(" Left: ")
+    return head, left
+
+
+def _proposed(advice: str) -> str:
+    """What an advice proposes: its 'Left:' part, else its sentences that do not say what is already there."""
+    if " Left: " in advice:
+        return _split(advice)[1]
+    return " ".join(x for x in re.split(r"(?<=\.)\s+(?=[A-Z])", advice) if "already" not in x.lower())
+
+
+@pytest.mark.parametrize("run_id", V9_O_TMA)
+def test_v9s_overlap_is_found_in_its_report_and_not_proposed_again(run_id):
+    a = _main(run_id)
+    shown = a.derived["overlap"]
+    assert all(shown[k]["present"] is True for k in ALREADY), {k: shown[k] for k in ALREADY}
+    assert shown[ov.WGMMA_IN_FLIGHT]["present"] is True
+    # the evidence is the report's: the grid against the SMs, the SASS that stores by TMA and takes turns
+    sms = a.metrics["device__attribute_multiprocessor_count"]
+    assert a.metrics["launch__grid_size"] == sms
+    assert f"launch__grid_size {sms:,.0f} on {sms:,.0f} SMs x 1 block(s) per SM" in shown[ov.PERSISTENT]["evidence"]
+    assert "UTMASTG" in shown[ov.TMA_STORE]["evidence"]
+    assert "BAR.SYNC" in shown[ov.PINGPONG]["evidence"] and "BAR.ARV" in shown[ov.PINGPONG]["evidence"]
+    f = _overlap_finding(a)
+    there, left = _split(f.advice)
+    assert left, f.advice
+    for key, name in ALREADY.items():
+        assert name in there, (key, f.advice)
+        assert not PROPOSED[key].search(left), (key, left)
+    # no finding's next step proposes them (the scattered stores' advice no longer asks for a TMA store)
+    for g in a.findings:
+        for key, rx in PROPOSED.items():
+            assert not rx.search(_proposed(g.advice)), (g.cls, key, g.advice)
+
+
+def test_v9s_latency_verdict_names_what_is_left_with_its_evidence():
+    a = _main(V9_O_TMA[0])
+    f = _overlap_finding(a)
+    assert f.cls == "latency-bound"
+    _, left = _split(f.advice)
+    waits = a.derived["overlap"]["waits"]
+    # the consumers' waits for loaded tiles and the waits on their own wgmma, in % of the samples
+    assert waits["mbarrier_pct"] > 0 and waits["wgmma_pct"] > 0
+    assert f"{waits['wgmma_pct']:.1f}% of the samples" in left and "WARPGROUP.DEPBAR" in left
+    if waits["mbarrier_pct"] >= 5.0:
+        assert "more TMA stages" in left and waits["mbarrier_where"] in left
+    else:
+        assert "more TMA stages" not in left and "would not help" in f.advice
+
+
+def test_v6_lacks_them_and_hears_them_all():
+    a = _main(V6)
+    shown = a.derived["overlap"]
+    assert all(shown[k]["present"] is False for k in ALREADY), {k: shown[k] for k in ALREADY}
+    assert "waves" in shown[ov.PERSISTENT]["evidence"] and "STG" in shown[ov.TMA_STORE]["evidence"]
+    f = _overlap_finding(a)
+    assert f.cls == "latency-bound"
+    there, left = _split(f.advice)
+    for key, rx in PROPOSED.items():
+        assert rx.search(left), (key, left)
+        assert ALREADY[key] not in there
+    # its scattered stores are the output written from the accumulators: a TMA store is the fix
+    unc = next(g for g in a.findings if g.cls == "uncoalesced-global")
+    assert "TMA store" in unc.advice
+
+
+def test_earlier_v9_stores_o_with_stg_and_hears_only_that():
+    a = _main(V9_STG)
+    shown = a.derived["overlap"]
+    assert shown[ov.PERSISTENT]["present"] is True and shown[ov.PINGPONG]["present"] is True
+    assert shown[ov.TMA_STORE]["present"] is False and "STG" in shown[ov.TMA_STORE]["evidence"]
+    f = _overlap_finding(a)
+    there, left = _split(f.advice)
+    assert "ping-pong" in there and "ping-pong" not in left
+    unc = next(g for g in a.findings if g.cls == "uncoalesced-global")
+    assert "TMA store" in unc.advice
+
+
+def test_backward_one_cta_per_tile_is_not_persistent():
+    a = _main(V8_BWD)
+    shown = a.derived["overlap"]
+    assert shown[ov.PERSISTENT]["present"] is False and "waves" in shown[ov.PERSISTENT]["evidence"]
+    assert shown[ov.TMA_STORE]["present"] is False and shown[ov.PINGPONG]["present"] is False
+
+
+def test_without_sass_the_advice_says_it_cannot_tell():
+    """Without the per-PC SASS (a report without SourceCounters), a one-wave grid may or may not loop
+    over tiles and the named-barrier turns cannot be seen: those techniques stay in the next step, saying
+    that the report cannot tell; what the per-opcode counts show (UTMASTG) is still known."""
+    a = _main(V9_O_TMA[0], with_lines=False)
+    shown = a.derived["overlap"]
+    assert shown[ov.PERSISTENT]["present"] is None and shown[ov.PINGPONG]["present"] is None
+    assert shown[ov.TMA_STORE]["present"] is True
+    _, left = _split(_overlap_finding(a).advice)
+    assert "ping-pong" in left and "persistent" in left and "cannot tell" in left
+    assert not PROPOSED[ov.TMA_STORE].search(left)
+
+
+def test_analyze_json_carries_the_overlap(tmp_path):
+    rep = EXAMPLES / V9_O_TMA[0] / "profile.ncu-rep.xz"
+    if not rep.exists():
+        pytest.skip(f"shipped run {V9_O_TMA[0]} not under profiles/examples/")
+    res = lab_here("analyze", "--json", str(rep))
+    assert res.returncode == 0, res.stderr
+    (k,) = json.loads(res.stdout)
+    assert {k2: v["present"] for k2, v in k["overlap"].items() if k2 != "waits"} == \
+        {ov.PERSISTENT: True, ov.TMA_STORE: True, ov.PINGPONG: True, ov.WGMMA_IN_FLIGHT: True, ov.ASYNC_LOADS: True}
+    assert all(v["name"] and v["evidence"] for k2, v in k["overlap"].items() if k2 != "waits")
+
+
+def test_a_kernel_the_lab_never_saw_cudnns_hopper_forward():
+    """cuDNN's sm90 flash forward in SDPA (tests/fixtures/ncu/sdpa-detailed, no -lineinfo: SASS by PC):
+    a persistent grid of one CTA per SM walking tiles, O stored by TMA, and softmax turns between two
+    consumer warpgroups on named barriers (its own ids, predicated per warpgroup, not v9's registers).
+    Its next step proposes none of them."""
+    from conftest import FIXTURES
+
+    rep = FIXTURES / "ncu" / "sdpa-detailed.ncu-rep.xz"
+    a = next(a for a in analysis.analyze_report(rep) if "sdpa_sm90_flash_fprop" in a.kernel)
+    shown = a.derived["overlap"]
+    assert {k: shown[k]["present"] for k in ALREADY} == {k: True for k in ALREADY}, shown
+    assert "0x" in shown[ov.PINGPONG]["evidence"]   # cited by PC: the report has no source lines
+    for f in a.findings:
+        for key, rx in PROPOSED.items():
+            assert not rx.search(_proposed(f.advice)), (f.cls, key, f.advice)
+
+
+def test_asynchronous_copies_are_read_from_the_sass():
+    """v4 double-buffers K/V with cp.async (LDGSTS); v1 loads them through registers (LDG)."""
+    import glob
+
+    for variant, expected, op in (("v4", True, "LDGSTS"), ("v1", False, "LDG")):
+        runs = sorted(glob.glob(str(EXAMPLES / f"*-{variant}-B*" / "manifest.json")))
+        if not runs:
+            pytest.skip(f"no shipped {variant} run")
+        a = _main(runs[0].split("/")[-2])
+        got = a.derived["overlap"][ov.ASYNC_LOADS]
+        assert got["present"] is expected and op in got["evidence"], got

@@ -182,3 +182,18 @@ def test_asynchronous_copies_are_read_from_the_sass():
         a = _main(runs[0].split("/")[-2])
         got = a.derived["overlap"][ov.ASYNC_LOADS]
         assert got["present"] is expected and op in got["evidence"], got
+
+
+def test_a_warp_specialised_backward_is_not_told_to_trade_registers_again():
+    """cuDNN's sm90 backward already runs wgmma in warpgroups that trade registers (USETMAXREG): its
+    register-pressure step says so instead of proposing setmaxnreg; FA2's backward (mma.sync) hears it."""
+    from conftest import FIXTURES
+
+    def register_step(name, frag):
+        got = analysis.analyze_report(FIXTURES / "ncu" / f"{name}.ncu-rep.xz", mode="bwd")
+        a = next(a for a in got if frag in a.kernel)
+        return next(f for f in a.findings if f.cls == "register-pressure").advice
+
+    cudnn = register_step("sdpa-cudnn-bwd", "flash_bprop_wgmma")
+    assert "already on wgmma" in cudnn and "USETMAXREG" in cudnn
+    assert "setmaxnreg" in register_step("sdpa-flash-bwd", "flash_bwd_dq_dk_dv_loop")

@@ -27,6 +27,7 @@ technique is unknown (`present` None) and the advice says so instead of guessing
 from __future__ import annotations
 
 import bisect
+import functools
 import os
 import re
 from dataclasses import dataclass
@@ -82,8 +83,9 @@ class Overlap:
 def techniques(c: KernelFacts, k: dict | None) -> Overlap:
     """What the report of one kernel shows (`k`: its lab.analysis.lines.kernel_lines)."""
     sass = sass_listing(k)
-    return Overlap({PERSISTENT: persistent(c, sass), TMA_STORE: tma_store(c, sass), PINGPONG: pingpong(sass),
-                    WGMMA_IN_FLIGHT: wgmma_in_flight(sass), ASYNC_LOADS: async_loads(c, sass)}, waits(k, sass))
+    ops = {op: v for op, v in opcode_counts(c.M).items() if v}
+    return Overlap({PERSISTENT: persistent(c, sass), TMA_STORE: tma_store(ops, sass), PINGPONG: pingpong(sass),
+                    WGMMA_IN_FLIGHT: wgmma_in_flight(sass), ASYNC_LOADS: async_loads(ops, sass)}, waits(k, sass))
 
 
 def waits(k: dict | None, sass: list) -> dict:
@@ -115,7 +117,9 @@ def _n(v: float) -> str:
     return f"{v:,.0f}"
 
 
+@functools.lru_cache(maxsize=65536)
 def _base(text: str) -> str:
+    """'@!P0 BAR.SYNC.DEFER_BLOCKING R4, 0x100' -> 'BAR' (every detector asks of every instruction)."""
     return opcode(text).split(".")[0]
 
 
@@ -131,18 +135,11 @@ def tile_loop(sass: list, warps: float) -> dict | None:
     out after the kernel's exits branches back over all of it), and whose closing branch ran more times
     than the instruction falling into the loop head (the loop was entered that often; without such an
     instruction, than the `warps` launched could each run it once). The largest such loop, or None."""
-    pcs = [t[0] for t in sass]
     best = None
-    for i, (pc, text, ex, _, where) in enumerate(sass):
-        if _base(text) not in ("BRA", "JMP") or not ex:
-            continue
-        target = branch_target(text)
-        if target is None or target >= pc:
-            continue
-        head = bisect.bisect_left(pcs, target)
+    for head, i in _loops(sass):
+        pc, text, ex, _, where = sass[i]
+        target = sass[head][0]
         body = sass[head:i + 1]
-        if any(_base(t[1]) in ("EXIT", "RET") for t in body):
-            continue
         stores = [t for t in body if _base(t[1]) in OUTPUT_STORES and t[2]]
         work = [t for t in body if t[2] and (_base(t[1]).endswith("MMA") or _base(t[1]) in TILE_LOADS)]
         if not (stores and work):
@@ -190,8 +187,8 @@ def persistent(c: KernelFacts, sass: list) -> Shown:
 
 # ----------------------------------------------------------------------------- output stored by TMA
 
-def tma_store(c: KernelFacts, sass: list) -> Shown:
-    ops = {op: v for op, v in opcode_counts(c.M).items() if v}
+def tma_store(ops: dict, sass: list) -> Shown:
+    """`ops`: the SASS instructions executed per opcode (lab.analysis.metrics.opcode_counts), nonzero ones."""
     listed: dict[str, list] = {}
     for pc, text, ex, _, where in sass:
         if ex and _base(text) in ("UTMASTG", "STG", "ST"):
@@ -216,8 +213,7 @@ def tma_store(c: KernelFacts, sass: list) -> Shown:
 
 # ----------------------------------------------------------------------------- asynchronous loads
 
-def async_loads(c: KernelFacts, sass: list) -> Shown:
-    ops = {op: v for op, v in opcode_counts(c.M).items() if v}
+def async_loads(ops: dict, sass: list) -> Shown:
     if not (ops or sass):
         return Shown(ASYNC_LOADS, None, "the report has no per-opcode counts (InstructionStats) and no SASS per PC")
     found = {}
@@ -246,13 +242,18 @@ def _barrier(text: str) -> tuple[str, bool, str | None] | None:
 
 
 def _loops(sass: list) -> list[tuple[int, int]]:
-    """(first, last) index of every loop body in `sass`: a branch that ran, back to a lower address."""
+    """(first, last) index of every loop body in `sass`: a branch that ran, back to a lower address, over
+    no EXIT (a retry stub laid out after the kernel's exits branches back over all of it)."""
     pcs = [t[0] for t in sass]
+    exits = [i for i, t in enumerate(sass) if _base(t[1]) in ("EXIT", "RET")]
     out = []
     for i, (pc, text, ex, _, _) in enumerate(sass):
         target = branch_target(text) if ex and _base(text) in ("BRA", "JMP") else None
-        if target is not None and target < pc:
-            out.append((bisect.bisect_left(pcs, target), i))
+        if target is None or target >= pc:
+            continue
+        head = bisect.bisect_left(pcs, target)
+        if not any(head <= e <= i for e in exits[bisect.bisect_left(exits, head):][:1]):
+            out.append((head, i))
     return out
 
 

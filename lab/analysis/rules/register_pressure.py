@@ -57,11 +57,16 @@ class RegisterPressure(Rule):
 
     def advice(self, c: KernelFacts, ctx: Context) -> str:
         if is_backward(c, ctx.mode):
+            # a kernel already on wgmma in warpgroups that trade registers (USETMAXREG) does not hear it again
+            ws = warp_specialised(c.M, c.device)
             return ("The dK/dV accumulators of the K/V tile live in registers through the whole Q loop, beside the "
                     "recomputed S/P and dP tiles: give each K/V tile more warps (each holding a slice of dK/dV), a "
-                    "smaller K/V block at head dim 128, keep Q/dO tiles in shared memory rather than registers, or "
-                    "on Hopper accumulate with wgmma in consumer warpgroups that take registers from the producer "
-                    "(setmaxnreg).")
+                    "smaller K/V block at head dim 128, " + (
+                        "or keep Q/dO tiles in shared memory rather than registers (already on wgmma in consumer "
+                        "warpgroups that take registers from the producer: HGMMA and USETMAXREG in the SASS)."
+                        if ws else
+                        "keep Q/dO tiles in shared memory rather than registers, or on Hopper accumulate with wgmma "
+                        "in consumer warpgroups that take registers from the producer (setmaxnreg)."))
         return ("The compiler ran out of registers: fewer live values per thread (smaller per-thread tiles, recompute "
                 "cheap values instead of keeping them, fewer unrolled iterations in flight), or spread the work over "
                 "more threads; check __launch_bounds__ is not forcing a lower register cap.")

@@ -197,3 +197,16 @@ def test_a_warp_specialised_backward_is_not_told_to_trade_registers_again():
     cudnn = register_step("sdpa-cudnn-bwd", "flash_bprop_wgmma")
     assert "already on wgmma" in cudnn and "USETMAXREG" in cudnn
     assert "setmaxnreg" in register_step("sdpa-flash-bwd", "flash_bwd_dq_dk_dv_loop")
+
+
+def test_terminal_view_says_what_is_there_apart_from_what_is_left():
+    rep = EXAMPLES / V9_O_TMA[0] / "profile.ncu-rep.xz"
+    if not rep.exists():
+        pytest.skip(f"shipped run {V9_O_TMA[0]} not under profiles/examples/")
+    res = lab_here("analyze", str(rep))
+    assert res.returncode == 0, res.stderr
+    out = " ".join(res.stdout.split())   # the console wraps long lines
+    assert "overlap in the report: persistent grid, output stored by TMA, ping-pong between warpgroups" in out
+    nxt = out[out.index("next: "):out.index("already: ")]
+    assert "Left: " in nxt and not any(rx.search(nxt.partition("Left: ")[2]) for rx in PROPOSED.values())
+    assert "already: ping-pong between warpgroups (" in out

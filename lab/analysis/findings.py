@@ -403,6 +403,9 @@ def render(analyses: list[KernelAnalysis], console=None) -> None:
             console.print("    " + ", ".join(rates), style="dim", highlight=False)
         if a.lines and a.lines.get("note"):
             console.print(f"    lines: {a.lines['note']}", style="dim", highlight=False)
+        shows = _overlap_line(d.get("overlap"))
+        if shows:
+            console.print("    " + shows, style="dim", highlight=False)
         if not a.findings:
             console.print("    no findings\n")
             continue
@@ -420,8 +423,32 @@ def render(analyses: list[KernelAnalysis], console=None) -> None:
             if others:
                 console.print(Text("       also estimated: ", style="dim") + Text(", ".join(
                     f"{e['source']} {e['est_speedup_pct']:.1f}% ({e['type']})" for e in others)), highlight=False)
-            console.print(Text("       next: ", style="dim") + Text(f.advice), highlight=False)
+            # a next step that says what the kernel already does: that part on a line of its own
+            cited = re.search(r" (Lines|SASS at PC): [^ ].*$", f.advice)
+            text = f.advice[:cited.start()] if cited else f.advice
+            head, sep, rest = text.partition(" Already in the report: ")
+            done, sep2, left = rest.partition(" Left: ")
+            console.print(Text("       next: ", style="dim") + Text(
+                head + (f" Left: {left}" if sep2 else "") + (cited.group(0) if cited else "")), highlight=False)
+            if sep:
+                console.print(Text("       already: ", style="dim") + Text(done), highlight=False)
         console.print()
+
+
+def _overlap_line(shown: dict | None) -> str:
+    """'overlap in the report: persistent grid, ...; not: ...; cannot tell: ...' (lab.analysis.overlap)."""
+    if not shown:
+        return ""
+    groups = {True: [], False: [], None: []}
+    for key, s in shown.items():
+        if key != "waits":
+            groups[s["present"]].append(s["name"])
+    parts = [f"overlap in the report: {', '.join(groups[True]) or 'none'}"]
+    if groups[False]:
+        parts.append(f"not: {', '.join(groups[False])}")
+    if groups[None]:
+        parts.append(f"cannot tell: {', '.join(groups[None])}")
+    return "; ".join(parts)
 
 
 # ----------------------------------------------------------------------------- tables for the store

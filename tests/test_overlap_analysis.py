@@ -127,6 +127,8 @@ def test_backward_one_cta_per_tile_is_not_persistent():
     shown = a.derived["overlap"]
     assert shown[ov.PERSISTENT]["present"] is False and "waves" in shown[ov.PERSISTENT]["evidence"]
     assert shown[ov.TMA_STORE]["present"] is False and shown[ov.PINGPONG]["present"] is False
+    # its bulk copies go into shared memory (UBLKCP.S.G): loads, not a store of the output
+    assert shown[ov.ASYNC_LOADS]["present"] is True and "UBLKCP" in shown[ov.ASYNC_LOADS]["evidence"]
 
 
 def test_without_sass_the_advice_says_it_cannot_tell():

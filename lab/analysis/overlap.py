@@ -10,8 +10,8 @@ kernel's source or name:
     body holds global output stores (STG, UTMASTG) and the matrix products or loads, and whose closing
     branch runs more often than the loop is entered: each CTA walks several output tiles. A grid of
     several waves is one CTA per tile;
-  * output stored by TMA: UTMASTG (cp.async.bulk.tensor from shared to global memory) executed; where
-    none is, the output leaves by STG;
+  * output stored by TMA: UTMASTG (cp.async.bulk.tensor from shared to global memory) or UBLKCP.G.S (a
+    bulk copy to global) executed; where none is, the output leaves by STG;
   * ping-pong between warpgroups: in a loop that issues wgmma (HGMMA), a BAR.SYNC and a BAR.ARV on
     named barriers (an id other than 0 and a thread count) of two warpgroups or more, the waited-on
     barrier computed per warpgroup or also signalled in the loop: the warpgroups take turns, so one's
@@ -89,8 +89,8 @@ def techniques(c: KernelFacts, k: dict | None) -> Overlap:
 
 
 def waits(k: dict | None, sass: list) -> dict:
-    """{"mbarrier_pct", "mbarrier_where"}: the samples of mbarrier waits that are not an issuer's (a
-    consumer waiting for a loaded stage: lab.analysis.lines tells them apart), and {"wgmma_pct",
+    """{"mbarrier_pct", "mbarrier_where"}: the samples of mbarrier waits that are not an issuer's (warps
+    waiting for a stage to be loaded: lab.analysis.lines tells them apart), and {"wgmma_pct",
     "wgmma_where"}: those on WARPGROUP.DEPBAR (a warpgroup waiting for its own products), in % of all
     samples, each with its line of most samples. Empty without per-PC samples."""
     total = float((k or {}).get("total_samples") or 0.0)
@@ -205,6 +205,15 @@ def tma_store(ops: dict, sass: list) -> Shown:
 
     if count("UTMASTG"):
         return Shown(TMA_STORE, True, f"UTMASTG{places('UTMASTG')}, {_n(count('UTMASTG'))} executed")
+    # a bulk copy without a tensor map: its modifiers say which way (UBLKCP.G.S: to global from shared)
+    to_global = [(pc, ex, where) for pc, t, ex, _, where in sass if ex and opcode(t).startswith("UBLKCP.G.")]
+    if to_global:
+        at = list(dict.fromkeys(_at(w, pc) for pc, _, w in to_global))
+        return Shown(TMA_STORE, True, f"UBLKCP.G.S (bulk copy from shared to global) at {', '.join(at[:3])}, "
+                                      f"{_n(sum(ex for _, ex, _ in to_global))} executed")
+    if not sass and count("UBLKCP"):
+        return Shown(TMA_STORE, None, f"no UTMASTG, but {_n(count('UBLKCP'))} UBLKCP bulk copies, which may carry the "
+                                      f"output: {NO_SASS} to say which way they went")
     stg = count("STG") + count("ST")
     if stg:
         return Shown(TMA_STORE, False, f"no UTMASTG: the output leaves by STG ({_n(stg)} executed{places('STG')})")
@@ -214,17 +223,23 @@ def tma_store(ops: dict, sass: list) -> Shown:
 # ----------------------------------------------------------------------------- asynchronous loads
 
 def async_loads(ops: dict, sass: list) -> Shown:
+    """Copies into shared memory the warps do not wait on as they issue them, from the SASS where the
+    report has it (its modifiers say which way a bulk copy went), else the per-opcode counts."""
     if not (ops or sass):
         return Shown(ASYNC_LOADS, None, "the report has no per-opcode counts (InstructionStats) and no SASS per PC")
+    def loads(t: str, op: str) -> bool:   # a bulk copy loads where its destination is shared (UBLKCP.S.G)
+        return _base(t) == op and (op != "UBLKCP" or opcode(t).startswith("UBLKCP.S."))
+
     found = {}
     for op in ASYNC_LOAD_OPS:
-        n = ops.get(op) or sum(ex for _, t, ex, _, _ in sass if _base(t) == op)
+        listed = [(pc, ex, w) for pc, t, ex, _, w in sass if ex and loads(t, op)]
+        n = sum(ex for _, ex, _ in listed) if sass else ops.get(op)
         if n:
-            at = list(dict.fromkeys(_at(w, pc) for pc, t, ex, _, w in sass if ex and _base(t) == op))
+            at = list(dict.fromkeys(_at(w, pc) for pc, _, w in listed))
             found[op] = f"{op}{' at ' + ', '.join(at[:2]) if at else ''}, {_n(n)} executed"
     if found:
         return Shown(ASYNC_LOADS, True, "; ".join(found.values()))
-    return Shown(ASYNC_LOADS, False, "no LDGSTS, UTMALDG or UBLKCP executed: tiles arrive by LDG through registers")
+    return Shown(ASYNC_LOADS, False, "no LDGSTS, UTMALDG or UBLKCP into shared memory executed: loads go through registers")
 
 
 # ----------------------------------------------------------------------------- ping-pong

@@ -35,11 +35,12 @@ def wgmma_overlap_steps(c: KernelFacts, ladder: bool) -> str:
     if data is None:
         left.append("more TMA stages in flight")
     elif data >= DATA_WAIT_PCT:
-        left.append(f"more TMA stages in flight, or the next tile's first loads issued earlier (the consumers wait "
-                    f"for loaded tiles in {data:.1f}% of the samples, most at {waits['mbarrier_where']})")
+        left.append(f"more TMA stages in flight, or the next tile's first loads issued earlier (warps wait on "
+                    f"mbarriers, other than a TMA issuer's, in {data:.1f}% of the samples, most at "
+                    f"{waits['mbarrier_where']})")
     else:
-        stages_note = (f" More TMA stages would not help: the consumers wait for loaded tiles in only {data:.1f}% of "
-                       "the samples.")
+        stages_note = (f" More TMA stages would not help: warps wait on mbarriers, other than a TMA issuer's, in only "
+                       f"{data:.1f}% of the samples.")
     if not ov.present(o, ov.PERSISTENT):
         left.append("persistent CTAs with a tile scheduler so the next tile's loads and first products run under "
                     "this tile's epilogue" + ov.untold(o, ov.PERSISTENT))

@@ -139,3 +139,34 @@ def test_a_problem_too_long_for_the_line_gets_no_graph_row_whatever_a_call_reads
     measurer.plan = Plan("t", {}, ["sdpa-cudnn"], [p], ["fwd+bwd"])
     _Timer.medians = [0.49]
     assert [r["timing"] for r in measurer(Cell("sdpa-cudnn", p, "fwd+bwd"))] == ["events"]
+
+
+@pytest.mark.gpu
+def test_auto_on_a_gpu_times_the_methods_the_floor_says_in_every_pass(tmp_path):
+    """The real measurer and timer: short problems get their graph row in every pass, forward and backward,
+    a long one none, whatever its calls measured (4,16,4096,128's forward: floor 0.56 ms on an H100 or H200)."""
+    torch = pytest.importorskip("torch", reason="torch is not installed")
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU (torch.cuda.is_available() is False)")
+    from click.testing import CliRunner
+
+    from lab.cli import main
+
+    r = CliRunner().invoke(main, ["sweep", "--shape", "4,16,{512,4096},128", "--dtype", "bfloat16", "--baselines",
+                                  "sdpa-cudnn,sdpa-flash", "--mode", "fwd,bwd", "--reps", "10"],
+                           env={"LAB_PROFILES": str(tmp_path)}, catch_exceptions=False)
+    assert r.exit_code == 0, r.output
+    (sw,) = store.list_sweeps(tmp_path)
+    dev, plan = sw.manifest["device"], sw.plan_dict
+    rows = [r for r in sw.rows() if r["status"] == "ok"]
+    cells = {(r["impl"], r["label"], r["mode"]) for r in rows}
+    assert len(cells) == 8
+    graphs = 0
+    for impl, label, mode in cells:
+        mine = [r for r in rows if (r["impl"], r["label"], r["mode"]) == (impl, label, mode)]
+        floor = attention_floor(_problem(mine[0]), mode, dev.get("peaks"), dev.get("name"))
+        assert tuple(sorted(r["timing"] for r in mine)) == timing_methods("auto", floor, plan["l2_flush"]), (impl, label, mode)
+        for r in mine:
+            assert r["passes"] == plan["passes"]   # every pass timed every method
+            graphs += r["timing"] == "graph"
+    assert 0 < graphs < len(cells)   # both sides of the line were there

@@ -174,10 +174,13 @@ def test_a_kernel_the_lab_never_saw_cudnns_hopper_forward():
 
 
 def test_asynchronous_copies_are_read_from_the_sass():
-    """v4 double-buffers K/V with cp.async (LDGSTS); v1 loads them through registers (LDG)."""
+    """The ladder's latency rung double-buffers K/V with cp.async (LDGSTS); its first rung loads them
+    through registers (LDG). Rungs named through the registry."""
     import glob
 
-    for variant, expected, op in (("v4", True, "LDGSTS"), ("v1", False, "LDG")):
+    from lab.ladder.registry import builtin, demonstrating
+
+    for variant, expected, op in ((demonstrating("latency-bound").id, True, "LDGSTS"), (builtin()[0].id, False, "LDG")):
         runs = sorted(glob.glob(str(EXAMPLES / f"*-{variant}-B*" / "manifest.json")))
         if not runs:
             pytest.skip(f"no shipped {variant} run")

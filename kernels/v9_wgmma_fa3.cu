@@ -168,8 +168,8 @@
 //   0.901x (0.890-0.916; predicted 0.90-0.96x): both inside.
 //
 // Step 4 (b) at D=64 taken: O stored by TMA is v9's default at D=64 too, causal and non-causal below
-//   kLongKeys (ninth session, 2026-11-27; CPU only: NOT yet run on a GPU as the default), faster at
-//   every shape timed (above). What changed: lab_forward_v9 launches Default64OTma (OByTma<Default64>,
+//   kLongKeys (ninth session, 2026-11-27, written on the CPU; confirmed on two H200s in the tenth,
+//   below), faster at every shape timed (above). What changed: lab_forward_v9 launches Default64OTma (OByTma<Default64>,
 //   Persistent), the type "C1 BN128 S2 persistent tma-o" names: the plain build's 16 Default64 kernels
 //   are, cuobjdump -sass function by function (nvcc 13.0, sm_90a), the tuning build's fwd_kernel_o_tma
 //   instances that were timed; the 16 D=128 and 8 Long64 kernels unchanged; 128 registers, 0 spills,
@@ -177,11 +177,43 @@
 //   from the accumulators: no candidate put O by TMA on it. The old default stays a candidate, "C1
 //   BN128 S2 persistent (step-3 default)". What has run on a GPU is the candidate's kernels (float64 on
 //   8 D=64 shapes with the LSE, memcheck); not racecheck or synccheck at D=64, not the default's path
-//   (lab check, GQA). The next session's first GPU commands: benchmarks/v9_notes.md.
-// Steps still to come (issue 28; benchmarks/v9_notes.md): why the persistent kernel without
-// ping-pong trails v6's grid by 6-7% at long N and with it does not (the new candidate, then
-// profiles), ping-pong at D=64, O by TMA on Long64, the N=512 gap's main loop (profile the new
-// default at 32,16,512,128), and the choices through `lab tune --variant v9`.
+//   (lab check, GQA). Confirmed as the default (two NVIDIA H200s, main 7231ca0, 2026-11-27 ~13:50 UTC,
+//   the tenth session): `lab check --variant v9` fp16/bf16, causal and not, all rc=0;
+//   tests/test_v9_gpu.py 55 passed, 10 skipped (the slow tier); tests/test_gqa_gpu.py -k v9 8 passed
+//   (D=64 GQA through O by TMA); `lab check --variant v9+v8 --dtype float16 --causal` passed; `--run-slow`
+//   memcheck, racecheck and synccheck through the default (D=64 O by TMA included) 3 passed, clean.
+//   `lab tune --variant v9 --dtype float16` at 32,32,512,64 (paired median, CI95): "C1 BN128 S2
+//   persistent tma-o" 1.000x the default (0.995-1.010; predicted 0.98-1.02: inside, one kernel) and
+//   0.997x causal (0.985-1.006; inside); the step-3 default 0.981x (0.969-0.988; predicted 0.94-0.99:
+//   inside) and 0.952x causal (0.939-0.966; 0.92-0.97: inside). In the same tunes, non-causal: "C3
+//   BN128 S2 persistent (non-causal)" (Long64) 0.936x, "C2 BN128 S2 persistent pp" 0.916x.
+//
+// Step 5, D=64 on three consumer warpgroups, as `lab tune` candidates only (tenth session, 2026-11-27,
+//   CPU: no GPU time; the default is unchanged). Why: on the fa-grid after step 4 (two H200s, main
+//   7231ca0, graph replay) v9 >= cuDNN in 26 of 48 cells, and 16 of the 22 below are D=64 at N <= 4096
+//   (0.960-0.994x, both masks), where the default (BM = 64) runs at a steady 2-3% under cuDNN's main-loop
+//   rate (361-471 TFLOP/s non-causal, flat at about 470 from N=4096); Long64 (BM = 192, three consumer
+//   warpgroups, non-causal Nk >= 8192) runs 533-545, 1.10x cuDNN: three warpgroups per SM instead of
+//   two to overlap softmax (at D=64 a key tile's exponentials take the MUFU pipe as long as its products
+//   the tensor pipe) with products, and each K/V tile from L2 serves 192 rows, not 64. What changed:
+//   "C3 BN128 S2 persistent tma-o" (Long64OTma: OByTma<Long64>, both masks) and "C3 BN128 S2 persistent
+//   tma-o own-tiles" (Long64OTmaOwn: the same with fwd_wgmma.cuh's OwnKeyTiles, each warpgroup computing
+//   only the key tiles its own rows see: causal, BM = 192 otherwise computes 1.09-1.35x BM = 64's
+//   scores at N <= 4096; a ragged last block's warpgroups past nq compute one key tile, where BM = 192
+//   computes 1.125x the rows at N = 512 and 1024). 89 + 24 KB a CTA, one per SM; 128 registers at launch
+//   (producer 32, consumers 160), 0 spills (nvcc 13.0; the three-consumer epilogue takes its per-thread
+//   box offsets from an opaque copy of the thread index, else ptxas spilled 4-16 bytes of them); the
+//   plain build's 40 kernels and every existing candidate's unchanged, cuobjdump -sass function by
+//   function, v6 and v8 too. Predicted (benchmarks/v9_notes.md, "Step 5", before any GPU run), against
+//   the default, fp16, tma-o / own-tiles: 32,32,512,64 0.93-1.03 / 0.98-1.10x; 16,32,1024,64 0.96-1.03 /
+//   1.00-1.10x; 8,32,2048,64 1.06-1.13 / 1.08-1.15x; 4,32,4096,64 1.07-1.13 / 1.08-1.15x; causal
+//   0.76-0.87 / 0.86-1.04x, 0.80-0.88 / 0.89-1.04x, 0.97-1.05 / 1.02-1.13x, 1.00-1.07 / 1.04-1.13x. If
+//   they hold, BM = 192 with O by TMA is the D=64 default from N = 2048 in both masks (kLongKeys down).
+//   Measured: not yet (the commands: /work/notes/gpu-v9s5.txt, benchmarks/v9_notes.md).
+// Steps still to come (issue 28; benchmarks/v9_notes.md): step 5's tunes and the default they choose,
+// the D=64 causal short-N gap (the diagonal tiles' masked softmax, exp2 partly on the FMA pipe), D=128 at
+// N <= 1024 (profiles of the default at 32,16,512,128: latency-bound, tensor pipe 51% busy), and the
+// choices through `lab tune --variant v9`.
 #include "common.cuh"
 #include "hopper/fwd_wgmma.cuh"
 
@@ -222,6 +254,12 @@ using PingPong128OTma = lab_hopper_fwd::OByTma<PingPong128>;
 using Default64OTma = lab_hopper_fwd::OByTma<Default64>;
 static_assert(2 * (Default64OTma::kSmemBytes + 1024) <= 228 * 1024, "D=64 tma-o: two CTAs per SM");
 constexpr int kLongKeys = 8192;
+// Step 5, tuning candidates only (tenth session): three consumer warpgroups (BM = 192) at D=64 with O
+// stored by TMA, both masks, and the same with each warpgroup computing only the key tiles its own
+// rows see (fwd_wgmma.cuh's OwnKeyTiles: causal, warpgroup 0 of a block skips the key tiles past its
+// rows; a ragged last block's warpgroups past nq compute one key tile). 89 + 24 KB a CTA, one per SM.
+using Long64OTma = lab_hopper_fwd::OByTma<Long64>;
+using Long64OTmaOwn = lab_hopper_fwd::OByTma<lab_hopper_fwd::OwnKeyTiles<Long64>>;
 
 // The LSE only when asked (a second instantiation: the default forward stores nothing more).
 template <class C, bool CAUSAL, class Sched = Persistent>
@@ -253,6 +291,12 @@ static const LabTuneCandidate kCandidates64[] = {
     // O stored by TMA (step 4 (b)) on Default64's configuration, the D=64 default since then
     // (benchmarks/v9_notes.md, "O by TMA at D=64").
     {"C1 BN128 S2 persistent tma-o", launch_any<Default64OTma, Persistent>},
+    // Step 5 (benchmarks/v9_notes.md, "Step 5"): BM = 192 (each K/V tile read from L2 serves 192 query
+    // rows, not 64; Long64 ran 533 TFLOP/s at N=8192 where Default64 ran 470 at N=4096) with O by TMA,
+    // causal too; and the same computing each warpgroup's own key tiles only (causal BM = 192 computes
+    // 1.09-1.35x Default64's scores at N <= 4096 without it, a ragged block 1.125x at N = 512, 1024).
+    {"C3 BN128 S2 persistent tma-o", launch_any<Long64OTma, Persistent>},
+    {"C3 BN128 S2 persistent tma-o own-tiles", launch_any<Long64OTmaOwn, Persistent>},
 };
 static const LabTuneCandidate kCandidates128[] = {
     {"C2 BN128 S2 persistent", launch_any<Default128, Persistent>},

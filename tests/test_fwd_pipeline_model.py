@@ -233,8 +233,18 @@ def producer(cta: Cta, walk, p: Protocol):
         rnd += 1
 
 
-def consumer(cta: Cta, walk, p: Protocol, cw: int):
-    """fwd_wgmma.cuh's consumer warpgroup cw: S_0; then S_j with P_{j-1} V_{j-1}; the last P V; O."""
+def own_key_tiles(nq: int, nk: int, bm: int, bn: int, causal: bool):
+    """fwd_wgmma.cuh's OwnKeyTiles count, (query block, warpgroup) -> the key tiles the warpgroup
+    computes: those its own 64 rows see (key_tiles(wg_row0, 64, ...)), 1 when its rows are all past nq."""
+    def own(m_block: int, cw: int) -> int:
+        row0 = m_block * bm + 64 * cw
+        return -(-(min(nk, nq, row0 + 64) if causal else nk) // bn) if row0 < nq else 1
+    return own
+
+
+def consumer(cta: Cta, walk, p: Protocol, cw: int, own=None):
+    """fwd_wgmma.cuh's consumer warpgroup cw: S_0; then S_j with P_{j-1} V_{j-1}; the last P V; O.
+    own (OwnKeyTiles): (query block, cw) -> the key tiles it computes; it hands the rest back unread."""
     who, S, t = f"consumer {cw}", cta.S, CONSUMER_THREADS_PER_WG
     pp_once = p.persistent and p.turns_once_per_cta
 
@@ -253,6 +263,7 @@ def consumer(cta: Cta, walk, p: Protocol, cw: int):
     for m_block, bh, n in walk:
         tile = (m_block, bh)
         w = f"{who} (tile {tile})"
+        mine = own(m_block, cw) if own else n
         if cta.pingpong and not pp_once and cw == 1:
             yield cta.named_arrive(1, w)  # warpgroup 0 goes first
         yield cta.wait("bar_q", rnd & 1, w)
@@ -264,7 +275,7 @@ def consumer(cta: Cta, walk, p: Protocol, cw: int):
         yield from turn_pass()
         yield cta.end_read(f"K[{s0}]", cw)  # wgmma_wait<0>
         yield cta.arrive(f"k_empty[{s0}]", t, w)
-        for j in range(1, n):
+        for j in range(1, mine):
             sk, sv = (it0 + j) % S, (it0 + j - 1) % S
             wj = f"{who} (tile {tile}, key tile {j})"
             yield cta.wait(f"k_full[{sk}]", ((it0 + j) // S) & 1 ^ p.stale_k_parity, wj)
@@ -280,14 +291,21 @@ def consumer(cta: Cta, walk, p: Protocol, cw: int):
         yield cta.end_read("Q", cw)
         if p.persistent:
             yield cta.arrive("q_empty", t, w)
-        sv = (it0 + n - 1) % S
-        yield cta.wait(f"v_full[{sv}]", ((it0 + n - 1) // S) & 1, w)
+        sv = (it0 + mine - 1) % S
+        yield cta.wait(f"v_full[{sv}]", ((it0 + mine - 1) // S) & 1, w)
         yield from turn_wait()
-        yield cta.begin_read(f"V[{sv}]", (tile, n - 1), cw)
+        yield cta.begin_read(f"V[{sv}]", (tile, mine - 1), cw)
         yield from turn_pass()
         yield cta.end_read(f"V[{sv}]", cw)
-        if p.persistent and p.release_last_v:
+        if (p.persistent or own) and p.release_last_v:
             yield cta.arrive(f"v_empty[{sv}]", t, w)
+        if own:
+            for j in range(mine, n):  # the stages of the key tiles its rows do not see, back unread
+                s, parity, wj = (it0 + j) % S, ((it0 + j) // S) & 1, f"{who} (tile {tile}, key tile {j}, skipped)"
+                yield cta.wait(f"k_full[{s}]", parity, wj)
+                yield cta.arrive(f"k_empty[{s}]", t, wj)
+                yield cta.wait(f"v_full[{s}]", parity, wj)
+                yield cta.arrive(f"v_empty[{s}]", t, wj)
         if cta.pingpong and not pp_once and cw == 0:
             token = yield cta.named_arrive(1, w)  # the closing sync of the tile
             yield cta.named_wait(1, token, w)
@@ -299,10 +317,10 @@ def consumer(cta: Cta, walk, p: Protocol, cw: int):
         yield cta.named_wait(1, token, who)
 
 
-def simulate(walk, *, stages=2, consumers=1, pingpong=False, protocol=Protocol(), seed=0) -> Cta:
+def simulate(walk, *, stages=2, consumers=1, pingpong=False, protocol=Protocol(), seed=0, own=None) -> Cta:
     """One CTA through its walk under a random interleaving; raises Deadlock or Hazard."""
     cta = Cta(stages, consumers, pingpong)
-    agents = [producer(cta, walk, protocol)] + [consumer(cta, walk, protocol, cw) for cw in range(consumers)]
+    agents = [producer(cta, walk, protocol)] + [consumer(cta, walk, protocol, cw, own) for cw in range(consumers)]
     return interleave(cta, agents, random.Random(seed))
 
 
@@ -326,12 +344,15 @@ def interleave(cta, agents, rng: random.Random):
     return cta
 
 
-def check_complete(cta: Cta, walk):
+def check_complete(cta: Cta, walk, own=None):
     tiles = [(m, bh) for m, bh, _ in walk]
     for cw in range(cta.consumers):
         assert cta.stored[cw] == tiles, cw
-        for kind in "KV":  # every K and V tile the producer loaded, read once, in the producer's order
-            assert [t for k, t in cta.read[cw] if k == kind] == [t for k, t in cta.loaded if k == kind], (cw, kind)
+        # every K and V tile the producer loaded (OwnKeyTiles: of the warpgroup's own), read once, in
+        # the producer's order
+        mine = [(k, t) for k, t in cta.loaded if k != "Q" and (not own or t[1] < own(t[0][0], cw))]
+        for kind in "KV":
+            assert [t for k, t in cta.read[cw] if k == kind] == [t for k, t in mine if k == kind], (cw, kind)
     assert all(b.balanced() for b in cta.bar.values()), {n: (b.pending, b.tx) for n, b in cta.bar.items()}
     assert all(nb.arrived == 0 for nb in cta.named.values())
 
@@ -387,6 +408,45 @@ def test_the_persistent_protocol_runs_every_tile_without_deadlock_or_hazard(walk
         for seed in range(SEEDS):
             cta = simulate(walk, stages=stages, consumers=consumers, pingpong=pp, seed=seed)
             check_complete(cta, walk)
+
+
+# OwnKeyTiles (v9 step 5's candidate, three consumers, BM = 192): (nq, nk, batch*heads, grid, causal).
+# A ragged last block with a warpgroup past nq (N = 512), causal blocks whose warpgroups own 1-2 key
+# tiles fewer than the block's, causal Nq > Nk, N = 1 (two warpgroups skip 7 of 8 key tiles), and a
+# 3-stage ring.
+OWN_CASES = [
+    (512, 512, 32, 7, False, 2),
+    (1000, 1000, 6, 4, True, 2),
+    (700, 300, 5, 3, True, 2),
+    (1, 1000, 6, 4, False, 2),
+    (2048, 2048, 2, 3, True, 3),
+]
+
+
+@pytest.mark.parametrize("case", OWN_CASES, ids=lambda c: "nq{}-nk{}-bh{}-grid{}-{}-S{}".format(
+    *c[:4], "causal" if c[4] else "full", c[5]))
+def test_own_key_tiles_runs_every_tile_without_deadlock_or_hazard(walker, case):
+    nq, nk, bh, grid, causal, stages = case
+    own = own_key_tiles(nq, nk, 192, 128, causal)
+    walks = walker(nq, nk, 192, 128, bh, grid, causal)
+    skipped = sum(n - own(m, cw) for w in walks for m, _, n in w for cw in range(3))
+    assert skipped > 0  # the case exercises the skip
+    for walk in busiest(walks):
+        for seed in range(SEEDS):
+            check_complete(simulate(walk, stages=stages, consumers=3, seed=seed, own=own), walk, own)
+
+
+def test_own_key_tiles_with_one_tile_per_cta_needs_the_last_v_released(walker):
+    # A warpgroup that skips key tiles lets the producer refill the stage of its last V inside the
+    # tile (N = 1, 8 key tiles, 2 stages): the release the kernel gives OwnKeyTiles with one tile per
+    # CTA too. Without it the producer waits on v_empty.
+    own = own_key_tiles(1, 1000, 192, 128, False)
+    walk = walker(1, 1000, 192, 128, 6, 4, False)[0][:1]
+    for seed in range(SEEDS):
+        check_complete(simulate(walk, consumers=3, protocol=Protocol(persistent=False), seed=seed, own=own), walk, own)
+        with pytest.raises(Deadlock) as e:
+            simulate(walk, consumers=3, protocol=Protocol(persistent=False, release_last_v=False), seed=seed, own=own)
+        assert "producer" in str(e.value) and "v_empty" in str(e.value), str(e.value)
 
 
 def test_the_walk_hands_the_hung_shape_several_tiles_per_cta(walker):
@@ -458,4 +518,4 @@ def test_the_model_has_the_kernel_s_barrier_sites_role_by_role():
         _sites(model_producer, r"cta\.wait\("), _sites(model_producer, r"cta\.arrive\("),
         _sites(model_producer, r"cta\.copy\(")) == (3, 3, 3)
     assert (_sites(kernel_consumer, r"lab_mbar_wait\("), _sites(kernel_consumer, r"lab_mbar_arrive\w*\(")) == (
-        _sites(model_consumer, r"cta\.wait\("), _sites(model_consumer, r"cta\.arrive\(")) == (5, 5)
+        _sites(model_consumer, r"cta\.wait\("), _sites(model_consumer, r"cta\.arrive\(")) == (7, 7)

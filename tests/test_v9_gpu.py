@@ -59,6 +59,7 @@ CASES = [
     (1, 1, 63, 65, 64, True, "float16", 1.0),           # fewer tiles than CTAs
     (2, 70, 400, 8200, 64, False, "float16", 1.0),      # three consumers, 420 tiles of 192 rows
     (1, 150, 193, 8192, 64, False, "bfloat16", LARGE_STD),
+    (4, 33, 700, 300, 64, True, "float16", 1.0),        # Nq > Nk causal at D=64: rows past the keys
     (16, 16, 512, 512, 128, True, "float16", 1.0),      # the fa-grid's weakest cells, smaller
     (16, 32, 512, 512, 64, True, "bfloat16", 1.0),
     # D=128 runs ping-pong on the persistent grid (steps 2-3), O stored by TMA (step 4): the two
@@ -77,8 +78,13 @@ D128_CASES = [c for c in CASES if c[4] == 128]
 # D=64's candidates that are not the default: the step-3 default (Default64, O stored from the
 # accumulators), on the D=64 cases, the three-consumer ones included (a candidate runs whatever the
 # shape). O by TMA on Default64, "C1 BN128 S2 persistent tma-o", is the D=64 default since step 4:
-# the cases above run its kernels (all D=64 cases but the three-consumer ones).
-D64_CANDIDATES = ["C1 BN128 S2 persistent (step-3 default)"]
+# the cases above run its kernels (all D=64 cases but the three-consumer ones). Step 5's: three
+# consumers (BM = 192) with O by TMA, both masks, and the same with each warpgroup computing only its
+# own key tiles (OwnKeyTiles: the causal cases' warpgroups own 1-2 key tiles fewer than their block;
+# ragged last blocks, N = 1 keys aside, have warpgroups past nq that skip all but one key tile, up to
+# 64 of 65 at Nk = 8200).
+D64_CANDIDATES = ["C1 BN128 S2 persistent (step-3 default)", "C3 BN128 S2 persistent tma-o",
+                  "C3 BN128 S2 persistent tma-o own-tiles"]
 D64_CASES = [c for c in CASES if c[4] == 64]
 CANDIDATE_CASES = [(label, c) for label in STEP4_CANDIDATES for c in D128_CASES] + \
                   [(label, c) for label in D64_CANDIDATES for c in D64_CASES]
@@ -196,13 +202,15 @@ SANITIZER_SCRIPT = textwrap.dedent("""
     from lab.measure.problem import Problem, make_inputs, softmax_scale
 
     # Several tiles per CTA in every launch (the ring and Q reused across tiles), ragged edges,
-    # Nq > Nk causal, the three-consumer path, O by TMA at D=64 and under D=128's ping-pong, and the
-    # LSE store.
+    # Nq > Nk causal (D=128 and D=64: a D=64 causal launch for step 5's three-consumer candidates,
+    # whose warpgroups skip key tiles), the three-consumer path, O by TMA at D=64 and under D=128's
+    # ping-pong, and the LSE store.
     # (The grid: 264 CTAs at D=64, 132 at D=128 and for the three consumers, on an H100 or H200.)
     # (problem, with the LSE)
     shapes = [(Problem(1, 70, 200, 300, 128, True, "float16"), False),
               (Problem(1, 140, 130, 300, 64, False, "bfloat16"), True),
               (Problem(1, 133, 65, 8192, 64, False, "float16"), False),
+              (Problem(2, 70, 400, 250, 64, True, "float16"), True),
               (Problem(2, 80, 130, 90, 128, True, "float16"), True),
               (Problem(1, 140, 200, 300, 128, False, "bfloat16"), True)]
     # argv: the rung, then optionally a tuning candidate's label and head dim (its shapes only).
@@ -253,13 +261,13 @@ SANITIZERS = ["memcheck", pytest.param("racecheck", marks=pytest.mark.slow), pyt
 @needs_hopper
 @pytest.mark.parametrize("tool", SANITIZERS)
 def test_v9_compute_sanitizer_is_clean(tool, v9, tmp_path):
-    assert "sanitized launches: 5" in _sanitize(tool, tmp_path)
+    assert "sanitized launches: 6" in _sanitize(tool, tmp_path)
 
 
 @pytest.mark.gpu
 @needs_hopper
 @pytest.mark.parametrize("label,head_dim,launches", [(lb, 128, 3) for lb in STEP4_CANDIDATES] +
-                         [(lb, 64, 2) for lb in D64_CANDIDATES])
+                         [(lb, 64, 3) for lb in D64_CANDIDATES])
 @pytest.mark.parametrize("tool", SANITIZERS)
 def test_v9_step4_candidate_is_sanitizer_clean(tool, label, head_dim, launches, v9_tuning, tmp_path):
     """The launches of the sanitizer script at the candidate's head dim (several tiles per CTA, ragged,

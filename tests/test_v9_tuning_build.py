@@ -20,13 +20,14 @@ from lab.ladder.registry import builtin
 
 # The persistent Hopper forward, found by what it declares (as tests/test_v9_gpu.py finds it).
 V9 = next((v for v in builtin() if v.kind == "cuda" and v.min_cc >= (9, 0) and v.grid == "flat"), None)
-# Step 4's kernels (kernels/v9_wgmma_fa3.cu), by the demangled head of their names, each in its 16
+# Step 4's and step 5's kernels (kernels/v9_wgmma_fa3.cu), by the demangled head of their names, each in its 16
 # instantiations (fp16/bf16 x causal or not x LSE or not x GQA or not): how many the tuning build has,
 # how many the plain build. (b) is the default since step 4: on PingPong128 at D = 128 and on
 # Default64 at D = 64 (but Nk >= 8192 non-causal), so the plain build launches those 32 and no longer
 # the register epilogues they replace ("(step-3 default)" at each head dim, in the tuning build only);
-# (a) and (b) on (a) stay candidates.
-STEP4_KERNELS = {
+# (a) and (b) on (a) stay candidates. Step 5's (three consumers at D = 64 with O by TMA, both masks,
+# and the same computing each warpgroup's own key tiles) are candidates only.
+CANDIDATE_KERNELS = {
     "(a) BM = 64 at D = 128": ("lab_hopper_fwd::fwd_kernel<lab_hopper_fwd::Config<128, 64, 2, false, 1>,", 16, 0),
     "(b) O by TMA on (a)": ("lab_hopper_fwd::fwd_kernel_o_tma<lab_hopper_fwd::OByTma<lab_hopper_fwd::Config<128, 64,", 16, 0),
     "(b) O by TMA on PingPong128, the default":
@@ -38,6 +39,10 @@ STEP4_KERNELS = {
         ("lab_hopper_fwd::fwd_kernel<lab_hopper_fwd::Config<64, 128, 2, false, 1>,", 32, 0),
     "three consumers at D = 64, non-causal Nk >= 8192 (unchanged)":
         ("lab_hopper_fwd::fwd_kernel<lab_hopper_fwd::Config<64, 128, 2, false, 3>,", 16, 8),
+    "step 5: O by TMA on three consumers at D = 64":
+        ("lab_hopper_fwd::fwd_kernel_o_tma<lab_hopper_fwd::OByTma<lab_hopper_fwd::Config<64, 128, 2, false, 3>", 16, 0),
+    "step 5: the same, each warpgroup its own key tiles":
+        ("lab_hopper_fwd::fwd_kernel_o_tma<lab_hopper_fwd::OByTma<lab_hopper_fwd::OwnKeyTiles<lab_hopper_fwd::Config<64, 128, 2, false, 3>", 16, 0),
 }
 
 
@@ -64,7 +69,7 @@ def test_v9s_default_kernels_are_tuning_candidates_kernels(monkeypatch):
     assert defaults and len(candidates) > len(defaults)
     assert defaults <= candidates, sorted(k[:120] for k in defaults - candidates)
     if not any(k.startswith("_Z") for k in candidates):  # demangled (lab.demangle found a demangler)
-        for what, (head, in_tuning, in_plain) in STEP4_KERNELS.items():
+        for what, (head, in_tuning, in_plain) in CANDIDATE_KERNELS.items():
             assert (sum(head in k for k in candidates), sum(head in k for k in defaults)) == (in_tuning, in_plain), what
     if plain.sass_path is None or tuning.sass_path is None:
         pytest.skip("cuobjdump (or its nvdisasm) not found beside nvcc: the SASS half of this check needs it")

@@ -86,6 +86,26 @@ struct StoresOByTma : std::false_type {};
 template <class C>
 struct StoresOByTma<C, std::void_t<decltype(C::kOByTma)>> : std::integral_constant<bool, C::kOByTma> {};
 
+// Each consumer warpgroup computes only the key tiles its own 64 rows see (v9 step 5, a tuning
+// candidate): the CTA's producer still loads the key tiles of the whole BM-row block (the last row's
+// count, key_tiles(m0, BM, ...)), but with three consumers (BM = 192) causal, warpgroup 0's rows see up
+// to 128 keys fewer than warpgroup 2's, and a ragged last block has warpgroups whose rows are all past
+// nq (N = 512 or 1024: 576 or 1,152 rows computed for 512 or 1,024; such a warpgroup computes key
+// tile 0 only). A warpgroup hands the K/V stages it does not read back to the producer (waiting for
+// each to be full first, so that its arrival counts in that use's phase, not an earlier one), and
+// does no product or softmax for them: they are masked whole for its rows (keys past its last row,
+// past nq or past nk). A wrapper, as OByTma, so that every existing Config type and kernel stays as
+// it was. Not with ping-pong (each warpgroup takes n_tiles + 1 turns a tile there).
+template <class Base>
+struct OwnKeyTiles : Base {
+  static constexpr bool kOwnKeyTiles = true;
+  static_assert(!Base::kPingPong, "OwnKeyTiles: ping-pong's turns count every key tile of the block");
+};
+template <class C, class = void>
+struct ComputesOwnKeyTiles : std::false_type {};
+template <class C>
+struct ComputesOwnKeyTiles<C, std::void_t<decltype(C::kOwnKeyTiles)>> : std::integral_constant<bool, C::kOwnKeyTiles> {};
+
 
 // The kernel's body, inlined into its two entries below (fwd_kernel; fwd_kernel_o_tma, which also
 // takes O's tensor map): the maps are the entries' __grid_constant__ parameters, passed by address.
@@ -103,6 +123,7 @@ fwd_body(const CUtensorMap* tm_q,  // [B*H, nq, D] in boxes of [BM rows, 64 cols
   constexpr int D = C::D, BN = C::BN, BM = C::BM, S = C::kStages;
   constexpr bool kPersistent = Sched::kPersistent;
   constexpr bool kOTma = StoresOByTma<C>::value;
+  constexpr bool kOwn = ComputesOwnKeyTiles<C>::value;
   extern __shared__ uint8_t smem_raw[];
   // Barriers: [0] Q landed; per stage s: K full, K empty, V full, V empty; persistent: [1 + 4S] Q
   // free again (every consumer thread done with the tile's last S = Q K^T).
@@ -364,6 +385,12 @@ fwd_body(const CUtensorMap* tm_q,  // [B*H, nq, D] in boxes of [BM rows, 64 cols
       if (cw == 1) lab_named_arrive(kBarIssue + 0, kConsumerThreads);  // warpgroup 0 goes first
     }
 
+    // OwnKeyTiles: the key tiles this warpgroup's rows see (at least 1: a warpgroup whose rows are
+    // all past nq computes key tile 0, so that every warpgroup runs the tile's one code path); else
+    // the block's. The warpgroup computes key tiles 0 .. n_mine - 1 and hands the rest back unread.
+    int n_mine = n_tiles;
+    if constexpr (kOwn) n_mine = wg_row0 < nq ? lab_hopper_sched::key_tiles(wg_row0, 64, BN, nq, nk, CAUSAL) : 1;
+
     lab_mbar_wait(bar_q, round & 1);
     // Tile 0: S_0, its softmax, P_0.
     lab_mbar_wait(k_full(it0 % S), (it0 / S) & 1);
@@ -382,7 +409,7 @@ fwd_body(const CUtensorMap* tm_q,  // [B*H, nq, D] in boxes of [BM rows, 64 cols
     // Steady state, iteration j: S_j = Q K_j^T and O += P_{j-1} V_{j-1} are both issued, then the
     // softmax of S_j runs while P_{j-1} V_{j-1} is still on the tensor cores; O is rescaled and P_j
     // packed only after that product has finished reading P's registers and writing O's.
-    for (int j = 1; j < n_tiles; ++j) {
+    for (int j = 1; j < n_mine; ++j) {
       const int sk = (it0 + j) % S, sv = (it0 + j - 1) % S;
       lab_mbar_wait(k_full(sk), ((it0 + j) / S) & 1);
       lab_mbar_wait(v_full(sv), ((it0 + j - 1) / S) & 1);
@@ -405,8 +432,8 @@ fwd_body(const CUtensorMap* tm_q,  // [B*H, nq, D] in boxes of [BM rows, 64 cols
     // Every S = Q K^T of this tile is done: the producer may load the next tile's Q.
     if constexpr (kPersistent) lab_mbar_arrive(q_empty());
     {
-      const int sv = (it0 + n_tiles - 1) % S;
-      lab_mbar_wait(v_full(sv), ((it0 + n_tiles - 1) / S) & 1);
+      const int sv = (it0 + n_mine - 1) % S;
+      lab_mbar_wait(v_full(sv), ((it0 + n_mine - 1) / S) & 1);
       turn_wait();
       issue_pv(sv);
       turn_pass();
@@ -420,7 +447,20 @@ fwd_body(const CUtensorMap* tm_q,  // [B*H, nq, D] in boxes of [BM rows, 64 cols
       // for a phase no consumer would complete, and the consumers on k_full for the K tile after
       // it: every shape where a CTA runs a second tile hung (benchmarks/v9_notes.md).
       // tests/test_fwd_pipeline_model.py replays this protocol on the CPU and deadlocks without it.
-      if constexpr (kPersistent) lab_mbar_arrive(v_empty(sv));
+      // OwnKeyTiles: the producer may refill this stage within the tile (key tiles this warpgroup
+      // skips), so it goes back with one tile per CTA too.
+      if constexpr (kPersistent || kOwn) lab_mbar_arrive(v_empty(sv));
+    }
+    if constexpr (kOwn) {
+      // The stages of the key tiles this warpgroup's rows do not see, back unread, in the ring's order.
+      for (int j = n_mine; j < n_tiles; ++j) {
+        const int s = (it0 + j) % S;
+        const uint32_t parity = ((it0 + j) / S) & 1;
+        lab_mbar_wait(k_full(s), parity);
+        lab_mbar_arrive(k_empty(s));
+        lab_mbar_wait(v_full(s), parity);
+        lab_mbar_arrive(v_empty(s));
+      }
     }
     if constexpr (!kPersistent && C::kPingPong) {
       // Balance the turn barrier: the last pass went to the other warpgroup, which will not wait
@@ -431,8 +471,23 @@ fwd_body(const CUtensorMap* tm_q,  // [B*H, nq, D] in boxes of [BM rows, 64 cols
     // Epilogue: O / l, straight from the accumulator to global memory (a quad writes 16 contiguous
     // bytes of a row; rows past nq are not written); StoresOByTma: into this warpgroup's box of the
     // O buffer, then one TMA store (OByTma's comment), once the previous tile's store has read it.
+    // The thread's row in the box (r below, less h * 8), its column quad's byte offset and whether it
+    // stores the boxes. Three consumer warpgroups (160 registers a thread): ptxas computes these and
+    // the swizzled addresses once, before the tile loop, and spills three (nvcc 13.0: 4-16 bytes a
+    // kernel), so there they come from an opaque copy of the thread index (an empty asm), per tile.
+    // One and two consumers keep their code (and machine code) as it was.
+    constexpr bool kOpaqueBox = kOTma && C::kConsumers == 3;
+    [[maybe_unused]] int box_row = 0, quad_bytes = 0;
+    [[maybe_unused]] bool storer = o_storer;
+    if constexpr (kOpaqueBox) {
+      int t = tid;
+      asm volatile("" : "+r"(t));
+      box_row = ((t >> 5) & 3) * 16 + ((t & 31) >> 2);
+      quad_bytes = (t & 3) * 4;
+      storer = (t & 127) == 0;
+    }
     if constexpr (kOTma) {
-      if (o_storer) lab_bulk_wait_read<0>();
+      if (storer) lab_bulk_wait_read<0>();
       lab_named_sync(kBarO + cw, 128);
     }
 #pragma unroll
@@ -451,11 +506,19 @@ fwd_body(const CUtensorMap* tm_q,  // [B*H, nq, D] in boxes of [BM rows, 64 cols
         // Row r of the warpgroup's box, columns 8i + 2(lane % 4): box i / 8, 16-byte chunk i % 8 of
         // the row XOR r % 8 (the 128-byte swizzle; r % 8 = lane / 4: a warp's 8 rows x 4 quads hit
         // 32 distinct banks).
-        const int r = row_g - wg_row0 + h * 8;
+        if constexpr (kOpaqueBox) {
+          const int r = box_row + h * 8;
 #pragma unroll
-        for (int i = 0; i < D / 8; ++i)
-          lab_st_shared_b32(s_o + (i / 8) * C::kOBoxBytes + r * 128 + (((i & 7) ^ (r & 7)) << 4) + (lane & 3) * 4,
-                            lab_pack2<T>(o_acc[i * 4 + 2 * h] * inv, o_acc[i * 4 + 2 * h + 1] * inv));
+          for (int i = 0; i < D / 8; ++i)
+            lab_st_shared_b32(s_o + (i / 8) * C::kOBoxBytes + r * 128 + (((i & 7) ^ (r & 7)) << 4) + quad_bytes,
+                              lab_pack2<T>(o_acc[i * 4 + 2 * h] * inv, o_acc[i * 4 + 2 * h + 1] * inv));
+        } else {
+          const int r = row_g - wg_row0 + h * 8;
+#pragma unroll
+          for (int i = 0; i < D / 8; ++i)
+            lab_st_shared_b32(s_o + (i / 8) * C::kOBoxBytes + r * 128 + (((i & 7) ^ (r & 7)) << 4) + (lane & 3) * 4,
+                              lab_pack2<T>(o_acc[i * 4 + 2 * h] * inv, o_acc[i * 4 + 2 * h + 1] * inv));
+        }
       } else if (row < nq) {
         T* dst = o + ((size_t)bh_index * nq + row) * D + (lane & 3) * 2;
 #pragma unroll
@@ -466,7 +529,7 @@ fwd_body(const CUtensorMap* tm_q,  // [B*H, nq, D] in boxes of [BM rows, 64 cols
     if constexpr (kOTma) {
       lab_fence_proxy_async_shared();  // the generic-proxy stores above, visible to the copy engine
       lab_named_sync(kBarO + cw, 128);
-      if (o_storer) {
+      if (storer) {
 #pragma unroll
         for (int hh = 0; hh < C::kHalves; ++hh) lab_tma_store_3d(tm_o, s_o + hh * C::kOBoxBytes, hh * 64, wg_row0, bh_index);
         lab_bulk_commit();

@@ -12,10 +12,10 @@ kernel's source or name:
     several waves is one CTA per tile;
   * output stored by TMA: UTMASTG (cp.async.bulk.tensor from shared to global memory) or UBLKCP.G.S (a
     bulk copy to global) executed; where none is, the output leaves by STG;
-  * ping-pong between warpgroups: in a loop that issues wgmma (HGMMA), a BAR.SYNC and a BAR.ARV on
-    named barriers (an id other than 0 and a thread count) of two warpgroups or more, the waited-on
-    barrier computed per warpgroup or also signalled in the loop: the warpgroups take turns, so one's
-    softmax runs under the other's products;
+  * ping-pong between warpgroups: in a loop that issues wgmma (HGMMA), a BAR.SYNC then a BAR.ARV on
+    named barriers (an id other than 0 and a thread count) of two warpgroups or more, before any
+    WARPGROUP.DEPBAR, the waited-on barrier computed per warpgroup or also signalled in the loop: the
+    warpgroups take turns, so one's softmax runs under the other's products;
   * wgmma kept in flight: a WARPGROUP.DEPBAR.LE gsb0, N with N > 0 (wgmma.wait_group N): the warpgroup
     works on (its softmax) while a product is still on the tensor cores;
   * asynchronous copies into shared memory: LDGSTS (cp.async), UTMALDG (TMA) or UBLKCP executed.
@@ -71,7 +71,8 @@ class Shown:
 class Overlap:
     """What one kernel's report shows of each technique (`shown`, by key), and where its warps wait that
     those techniques address (`waits`: share of all PC samples and the line with most of them, for the
-    consumers' mbarrier waits on loaded tiles and the waits on their own wgmma; empty without SASS)."""
+    mbarrier waits other than a TMA issuer's and the warpgroups' waits on their own wgmma; empty without
+    SASS)."""
 
     shown: dict[str, Shown]
     waits: dict
@@ -273,11 +274,12 @@ def _loops(sass: list) -> list[tuple[int, int]]:
 
 
 def pingpong(sass: list) -> Shown:
-    """Turns between warpgroups: in one loop that issues wgmma, a BAR.SYNC and a BAR.ARV on named barriers
-    of the same whole-warpgroup thread count (two warpgroups or more), where the barrier a warpgroup waits
-    on is computed per warpgroup (a register) or is one the loop also signals: each warpgroup waits for its
-    turn and passes the other one its own. A producer's handshake with its consumers waits on one barrier
-    and signals another (full, empty), so it is not taken for turns."""
+    """Turns between warpgroups: in one loop that issues wgmma, a BAR.SYNC and then a BAR.ARV on named
+    barriers of the same whole-warpgroup thread count (two warpgroups or more), with no WARPGROUP.DEPBAR
+    between them, where the barrier waited on is computed per warpgroup (a register) or is one the loop
+    also signals: each warpgroup waits for its turn and passes the other one its own before waiting on its
+    products. A consumer's handshake with a producer through named barriers waits on one (full) and
+    signals another (empty) once its wgmma have read the stage, so it is not taken for turns."""
     if not sass:
         return Shown(PINGPONG, None, NO_SASS)
     if not any(t[2] and _base(t[1]).endswith("GMMA") for t in sass):
@@ -288,18 +290,23 @@ def pingpong(sass: list) -> Shown:
             continue
         bars = [(b, t) for t in body if (b := _barrier(t[1])) and b[1] and b[2] and _NUMBER.match(b[2])
                 and int(b[2], 0) >= 256 and int(b[2], 0) % 128 == 0]
+        depbars = [t[0] for t in body if opcode(t[1]).startswith("WARPGROUP.DEPBAR")]
         for count in {b[2] for b, _ in bars}:
             syncs = [(operands(t[1])[0], t) for b, t in bars if b[0] == "SYNC" and b[2] == count]
             arvs = [(operands(t[1])[0], t) for b, t in bars if b[0] == "ARV" and b[2] == count]
-            if not (syncs and arvs):
-                continue
             arv_ids = {i for i, _ in arvs}
-            turns = [(i, t) for i, t in syncs if not _NUMBER.match(i) or i in arv_ids]
-            if turns:
-                (i, s), (j, a) = turns[0], arvs[0]
-                return Shown(PINGPONG, True, f"in the loop that issues HGMMA, BAR.SYNC {i}, {count} at {_at(s[4], s[0])} "
-                                             f"and BAR.ARV {j}, {count} at {_at(a[4], a[0])}: warpgroups take turns on "
-                                             f"named barriers of {int(count, 0)} threads")
+            for i, s in syncs:
+                if _NUMBER.match(i) and i not in arv_ids:
+                    continue   # waits on a barrier the loop never signals: a handshake with another role
+                # the turn passes on before the warpgroup waits for any product (a consumer releasing a
+                # stage its wgmma read would wait for them first)
+                nxt = next(((j, a) for j, a in arvs if a[0] > s[0]), None)
+                if nxt and not any(s[0] < d < nxt[1][0] for d in depbars):
+                    j, a = nxt
+                    return Shown(PINGPONG, True, f"in the loop that issues HGMMA, BAR.SYNC {i}, {count} at "
+                                                 f"{_at(s[4], s[0])}, then BAR.ARV {j}, {count} at {_at(a[4], a[0])} "
+                                                 f"before any WARPGROUP.DEPBAR: warpgroups take turns on named barriers "
+                                                 f"of {int(count, 0)} threads")
     if not any(t[2] and (b := _barrier(t[1])) and b[0] == "ARV" and b[1] for t in sass):
         return Shown(PINGPONG, False, "no BAR.ARV on a named barrier in the SASS: no warpgroup passes a turn")
     return Shown(PINGPONG, False, "no turns on named barriers between warpgroups in a loop that issues HGMMA")

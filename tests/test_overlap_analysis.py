@@ -215,3 +215,25 @@ def test_terminal_view_says_what_is_there_apart_from_what_is_left():
     nxt = out[out.index("next: "):out.index("already: ")]
     assert "Left: " in nxt and not any(rx.search(nxt.partition("Left: ")[2]) for rx in PROPOSED.values())
     assert "already: ping-pong between warpgroups (" in out
+
+
+def test_the_run_page_shows_what_is_there_apart_from_the_next_step(tmp_path):
+    """`lab reanalyze` of the shipped v9 run into a store of its own, then `lab report --run`: the page's
+    next iteration names what is left, and what the kernel already does in a paragraph of its own."""
+    import html
+    import shutil
+
+    src = EXAMPLES / V9_O_TMA[0]
+    if not (src / "profile.ncu-rep.xz").exists():
+        pytest.skip(f"shipped run {V9_O_TMA[0]} not under profiles/examples/")
+    store = tmp_path / "profiles"
+    shutil.copytree(src, store / "examples" / src.name)
+    res = lab_here("reanalyze", src.name, "--profiles", str(store))
+    assert res.returncode == 0, res.stderr
+    res = lab_here("report", "--profiles", str(store), "--run", src.name, "--out", str(tmp_path / "out"))
+    assert res.returncode == 0, res.stderr
+    page = html.unescape(re.sub(r"<[^>]+>", " ", (tmp_path / "out" / f"{src.name}.html").read_text()))
+    nxt = page[page.index("Recommended next iteration"):]
+    step, _, rest = nxt.partition("What the kernel already does, by its report: ")
+    assert rest.startswith("ping-pong between warpgroups") and "persistent grid" in rest and "UTMASTG" in rest
+    assert "Left: " in step and not any(rx.search(step.partition("Left: ")[2]) for rx in PROPOSED.values())

@@ -424,13 +424,9 @@ def render(analyses: list[KernelAnalysis], console=None) -> None:
                 console.print(Text("       also estimated: ", style="dim") + Text(", ".join(
                     f"{e['source']} {e['est_speedup_pct']:.1f}% ({e['type']})" for e in others)), highlight=False)
             # a next step that says what the kernel already does: that part on a line of its own
-            cited = re.search(r" (Lines|SASS at PC): [^ ].*$", f.advice)
-            text = f.advice[:cited.start()] if cited else f.advice
-            head, sep, rest = text.partition(" Already in the report: ")
-            done, sep2, left = rest.partition(" Left: ")
-            console.print(Text("       next: ", style="dim") + Text(
-                head + (f" Left: {left}" if sep2 else "") + (cited.group(0) if cited else "")), highlight=False)
-            if sep:
+            step, done = overlap.split_advice(f.advice)
+            console.print(Text("       next: ", style="dim") + Text(step), highlight=False)
+            if done:
                 console.print(Text("       already: ", style="dim") + Text(done), highlight=False)
         console.print()
 

@@ -336,10 +336,28 @@ def present(ov: Overlap | None, key: str) -> bool | None:
     return None if got is None else got.present
 
 
+ALREADY, LEFT = "Already in the report: ", "Left: "
+_CITED = re.compile(r" (Lines|SASS at PC): [^ ].*$")
+
+
 def already(ov: Overlap | None, keys: tuple[str, ...]) -> str:
     """'Already in the report: persistent grid (evidence); ...' for the techniques of `keys` it shows."""
     got = [ov.shown[k] for k in keys if ov and k in ov.shown and ov.shown[k].present]
-    return ("Already in the report: " + "; ".join(f"{s.name} ({s.evidence})" for s in got) + ".") if got else ""
+    return (ALREADY + "; ".join(f"{s.name} ({s.evidence})" for s in got) + ".") if got else ""
+
+
+def split_advice(advice: str | None) -> tuple[str, str | None]:
+    """(the next step with the lines it cites, what it says the kernel already does or None): how the
+    terminal view and the run page show an advice built with `already` apart."""
+    if not advice:
+        return advice or "", None
+    cited = _CITED.search(advice)
+    text = advice[:cited.start()] if cited else advice
+    head, sep, rest = text.partition(" " + ALREADY)
+    if not sep:
+        return advice, None
+    done, sep2, left = rest.partition(" " + LEFT)
+    return head + (f" {LEFT}{left}" if sep2 else "") + (cited.group(0) if cited else ""), done
 
 
 def untold(ov: Overlap | None, key: str) -> str:

@@ -21,6 +21,7 @@ from pathlib import Path
 import jinja2
 from markupsafe import Markup, escape
 
+from lab.analysis.overlap import split_advice
 from lab.report import charts, ledgerpage
 from lab.ladder import registry
 from lab.report.compare import compare_runs
@@ -362,7 +363,7 @@ def environment() -> jinja2.Environment:
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(TEMPLATES_DIR)), autoescape=True,
                              undefined=jinja2.ChainableUndefined, trim_blocks=True, lstrip_blocks=True)
     env.filters.update(num=fmt_num, pct=fmt_pct, bytes=fmt_bytes, capacity=fmt_capacity, count=fmt_count, ms=fmt_ms, times=fmt_times, shell=fmt_shell,
-                       change=fmt_change)
+                       change=fmt_change, advice_parts=split_advice)
     env.tests["given"] = lambda v: not is_missing(v)   # stored and not None: `{% if x is given %}`
     env.globals.update(speed_phrase=speed_phrase, version=_lab_version())
     return env

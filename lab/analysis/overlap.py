@@ -204,18 +204,19 @@ def tma_store(ops: dict, sass: list) -> Shown:
         got = list(dict.fromkeys(listed.get(op, [])))
         return f" at {', '.join(got[:3])}" if got else ""
 
+    stg = count("STG") + count("ST")
+    also = f"; beside {_n(stg)} STG{places('STG')}" if stg else ""   # other outputs (LSE), or part of O: the reader judges
     if count("UTMASTG"):
-        return Shown(TMA_STORE, True, f"UTMASTG{places('UTMASTG')}, {_n(count('UTMASTG'))} executed")
+        return Shown(TMA_STORE, True, f"UTMASTG{places('UTMASTG')}, {_n(count('UTMASTG'))} executed{also}")
     # a bulk copy without a tensor map: its modifiers say which way (UBLKCP.G.S: to global from shared)
     to_global = [(pc, ex, where) for pc, t, ex, _, where in sass if ex and opcode(t).startswith("UBLKCP.G.")]
     if to_global:
         at = list(dict.fromkeys(_at(w, pc) for pc, _, w in to_global))
         return Shown(TMA_STORE, True, f"UBLKCP.G.S (bulk copy from shared to global) at {', '.join(at[:3])}, "
-                                      f"{_n(sum(ex for _, ex, _ in to_global))} executed")
+                                      f"{_n(sum(ex for _, ex, _ in to_global))} executed{also}")
     if not sass and count("UBLKCP"):
         return Shown(TMA_STORE, None, f"no UTMASTG, but {_n(count('UBLKCP'))} UBLKCP bulk copies, which may carry the "
                                       f"output: {NO_SASS} to say which way they went")
-    stg = count("STG") + count("ST")
     if stg:
         return Shown(TMA_STORE, False, f"no UTMASTG: the output leaves by STG ({_n(stg)} executed{places('STG')})")
     return Shown(TMA_STORE, False, "no UTMASTG and no STG executed")

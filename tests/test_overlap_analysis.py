@@ -237,3 +237,51 @@ def test_the_run_page_shows_what_is_there_apart_from_the_next_step(tmp_path):
     step, _, rest = nxt.partition("What the kernel already does, by its report: ")
     assert rest.startswith("ping-pong between warpgroups") and "persistent grid" in rest and "UTMASTG" in rest
     assert "Left: " in step and not any(rx.search(step.partition("Left: ")[2]) for rx in PROPOSED.values())
+
+
+def test_a_grid_under_one_wave_hears_the_grid_not_a_tile_scheduler():
+    """cuDNN's sm90 backward (tests/fixtures/ncu/sdpa-cudnn-bwd) launches fewer CTAs than SMs, each with
+    its K/V tile from the start: a tile scheduler would have no next tile to overlap, so its latency step
+    does not propose persistent CTAs; it says why, with the report's grid and SM count, and points to the
+    grid (small-grid, which the same report raises). A grid of several waves still hears it (v6)."""
+    from conftest import FIXTURES
+
+    got = analysis.analyze_report(FIXTURES / "ncu" / "sdpa-cudnn-bwd.ncu-rep.xz", mode="bwd")
+    a = next(a for a in got if "flash_bprop_wgmma" in a.kernel)
+    shown = a.derived["overlap"][ov.PERSISTENT]
+    small = next(f for f in a.findings if f.cls == "small-grid")
+    grid, sms = small.evidence["launch__grid_size"], small.evidence["device__attribute_multiprocessor_count"]
+    assert grid < sms and shown["present"] is False and "fewer CTAs than SMs" in shown["evidence"]
+    lat = next(f for f in a.findings if f.cls == "latency-bound")
+    _, left = _split(lat.advice)
+    assert "tile scheduler so" not in lat.advice and "persistent CTAs" not in lat.advice, lat.advice
+    assert f"fewer CTAs ({grid:,}) than SMs ({sms:,})" in left and "small-grid" in left, left
+    # the other overlap it lacks is still proposed
+    assert PROPOSED[ov.PINGPONG].search(left)
+    v6 = _overlap_finding(_main(V6))
+    assert "persistent CTAs with a tile scheduler" in _split(v6.advice)[1]
+
+
+def test_a_one_wave_grid_without_a_tile_loop_is_moot_and_a_grid_stride_loop_is_not_one_cta_per_tile():
+    """cuDNN's dot(dO, O) pre-pass fits one wave (all CTAs resident at once, one tile each): persistence
+    is moot there. v8's dQ convert runs a grid-stride loop over a grid of several waves: its CTAs loop, so
+    the evidence does not call it one CTA per tile, yet it is not persistent (more CTAs than fit at once)."""
+    from conftest import FIXTURES
+
+    got = analysis.analyze_report(FIXTURES / "ncu" / "sdpa-cudnn-bwd.ncu-rep.xz", mode="bwd")
+    pre = next(a for a in got if "compute_dot_do_o" in a.kernel).derived["overlap"][ov.PERSISTENT]
+    assert pre["present"] is False and "one wave" in pre["evidence"] and pre.get("moot"), pre
+    bwd = _main_all(V8_BWD)
+    conv = next(a for a in bwd if "bwd_convert_kernel" in a.kernel).derived["overlap"][ov.PERSISTENT]
+    assert conv["present"] is False and "waves" in conv["evidence"] and "its CTAs loop" in conv["evidence"], conv
+    assert "one CTA per tile" not in conv["evidence"] and not conv.get("moot")
+    main = analysis.main_kernel(bwd).derived["overlap"][ov.PERSISTENT]
+    assert "one CTA per tile" in main["evidence"] and not main.get("moot")
+
+
+def _main_all(run_id: str):
+    run = EXAMPLES / run_id
+    if not (run / "profile.ncu-rep.xz").exists():
+        pytest.skip(f"shipped run {run_id} not under profiles/examples/")
+    man = json.loads((run / "manifest.json").read_text())
+    return analysis.analyze_report(run / "profile.ncu-rep.xz", problem=man["problem"], mode=man.get("mode"))

@@ -9,7 +9,10 @@ kernel's source or name:
     wave (SMs x the blocks per SM the launch__occupancy_limit_* allow), and, in the SASS, a loop whose
     body holds global output stores (STG, UTMASTG) and the matrix products or loads, and whose closing
     branch runs more often than the loop is entered: each CTA walks several output tiles. A grid of
-    several waves is one CTA per tile;
+    several waves is not (its CTAs may still loop, grid-stride, but wait for a slot like any other).
+    Where every CTA is resident from the start with its one tile (fewer CTAs than SMs, or one wave
+    without such a loop), a tile scheduler has no next tile to overlap: the technique is `moot` there,
+    and the grid's size, not a scheduler, is what a next step names (small-grid);
   * output stored by TMA: UTMASTG (cp.async.bulk.tensor from shared to global memory) or UBLKCP.G.S (a
     bulk copy to global) executed; where none is, the output leaves by STG;
   * ping-pong between warpgroups: in a loop that issues wgmma (HGMMA), a BAR.SYNC then a BAR.ARV on
@@ -58,13 +61,15 @@ class Shown:
     key: str
     present: bool | None
     evidence: str
+    moot: str | None = None   # why it cannot help this launch (absent, it would): not proposed then
 
     @property
     def name(self) -> str:
         return NAMES[self.key]
 
     def to_dict(self) -> dict:
-        return {"name": self.name, "present": self.present, "evidence": self.evidence}
+        return {"name": self.name, "present": self.present, "evidence": self.evidence,
+                **({"moot": self.moot} if self.moot else {})}
 
 
 @dataclass
@@ -167,23 +172,36 @@ def persistent(c: KernelFacts, sass: list) -> Shown:
     shape = (f"launch__grid_size {_n(grid)} on {_n(sms)} SMs x {_n(per_sm)} block(s) per SM" if per_sm else
              f"launch__grid_size {_n(grid)} on {_n(sms)} SMs")
     waves = grid / resident if resident else c.waves
+    warps = grid * -(-(c.M.num("launch__block_size") or 32) // 32)
+    loop = tile_loop(sass, warps) if sass else None
+
+    def ran(loop: dict) -> str:
+        per = f" for {_n(loop['entries'])} entries" if loop["entries"] else f" for {_n(warps)} warps"
+        return f"the loop closing at {loop['branch_where']}, around the {loop['store']}, ran {_n(loop['runs'])} times{per}"
+
     if waves is not None and waves > 1.0 + 1e-9:
-        return Shown(PERSISTENT, False, f"{shape}: {waves:.3g} waves, one CTA per tile")
+        if loop:   # a grid-stride loop: each CTA does several pieces, but the CTAs still queue for slots
+            return Shown(PERSISTENT, False, f"{shape}: {waves:.3g} waves; its CTAs loop ({ran(loop)}), but more of them "
+                                            "are launched than fit at once")
+        return Shown(PERSISTENT, False, f"{shape}: {waves:.3g} waves, one CTA per tile" if sass else
+                     f"{shape}: {waves:.3g} waves, more CTAs than fit at once")
+    # from here every CTA is resident from the start: without a loop each has its one tile, and a
+    # scheduler would have no next tile whose loads could run under an epilogue
     if grid < sms:
-        return Shown(PERSISTENT, False, f"{shape}: fewer CTAs than SMs")
+        return Shown(PERSISTENT, False, f"{shape}: fewer CTAs than SMs",
+                     moot=f"fewer CTAs ({_n(grid)}) than SMs ({_n(sms)}): {_n(sms - grid)} SM(s) get none, and every "
+                          "CTA is resident from the start with its own work, so a tile scheduler has no next tile to "
+                          "overlap; more CTAs is the lever (see small-grid)")
     if waves is None:
         return Shown(PERSISTENT, None, f"{shape}, without the occupancy limits that say whether it is one wave")
     if not sass:
         return Shown(PERSISTENT, None, f"{shape} fits one wave, but {NO_SASS} to show whether its CTAs loop over tiles")
-    warps = grid * -(-(c.M.num("launch__block_size") or 32) // 32)
-    loop = tile_loop(sass, warps)
     if loop:
-        per = f" for {_n(loop['entries'])} entries" if loop["entries"] else f" for {_n(warps)} warps"
-        return Shown(PERSISTENT, True, f"{shape}, one wave; its CTAs loop over output tiles: the loop closing at "
-                                       f"{loop['branch_where']}, around the {loop['store']}, ran {_n(loop['runs'])} "
-                                       f"times{per}")
+        return Shown(PERSISTENT, True, f"{shape}, one wave; its CTAs loop over output tiles: {ran(loop)}")
     return Shown(PERSISTENT, False, f"{shape} fits one wave, but no loop in the SASS runs the output stores more than "
-                                    "once per CTA: one tile per CTA")
+                                    "once per CTA: one tile per CTA",
+                 moot=f"all {_n(grid)} CTAs fit one wave, each resident from the start with its one tile, so a tile "
+                      "scheduler has no next tile to overlap")
 
 
 # ----------------------------------------------------------------------------- output stored by TMA
@@ -335,6 +353,13 @@ def present(ov: Overlap | None, key: str) -> bool | None:
     """True or False where the report shows whether the kernel uses it; None where it cannot tell."""
     got = ov.shown.get(key) if ov else None
     return None if got is None else got.present
+
+
+def moot(ov: Overlap | None, key: str) -> str | None:
+    """Why the technique cannot help this launch (lab.analysis.overlap.persistent: every CTA resident from
+    the start with its one tile), or None: a next step then says so instead of proposing it."""
+    got = ov.shown.get(key) if ov else None
+    return None if got is None or got.present else got.moot
 
 
 ALREADY, LEFT = "Already in the report: ", "Left: "

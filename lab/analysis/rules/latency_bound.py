@@ -41,7 +41,10 @@ def wgmma_overlap_steps(c: KernelFacts, ladder: bool) -> str:
     else:
         stages_note = (f" More TMA stages would not help: warps wait on mbarriers, other than a TMA issuer's, in only "
                        f"{data:.1f}% of the samples.")
-    if not ov.present(o, ov.PERSISTENT):
+    grid_note = ""
+    if ov.moot(o, ov.PERSISTENT):
+        grid_note = f" Not a persistent grid: {ov.moot(o, ov.PERSISTENT)}."
+    elif not ov.present(o, ov.PERSISTENT):
         left.append("persistent CTAs with a tile scheduler so the next tile's loads and first products run under "
                     "this tile's epilogue" + ov.untold(o, ov.PERSISTENT))
     if not ov.present(o, ov.TMA_STORE):
@@ -49,7 +52,7 @@ def wgmma_overlap_steps(c: KernelFacts, ladder: bool) -> str:
                      "the output stored with TMA (staged in shared memory, then cp.async.bulk.tensor)")
                     + ov.untold(o, ov.TMA_STORE))
     own = waits.get("wgmma_pct")
-    if own and all(ov.present(o, k) for k in (ov.PINGPONG, ov.WGMMA_IN_FLIGHT, ov.PERSISTENT)):
+    if own and all(ov.present(o, k) or ov.moot(o, k) for k in (ov.PINGPONG, ov.WGMMA_IN_FLIGHT, ov.PERSISTENT)):
         # every overlap the report can show is there: what remains is the products' own latency per wait
         left.append(f"the warpgroups' waits on their own wgmma (WARPGROUP.DEPBAR: {own:.1f}% of the samples, most at "
                     f"{waits['wgmma_where']}): more products in flight per wait (" + (
@@ -58,7 +61,7 @@ def wgmma_overlap_steps(c: KernelFacts, ladder: bool) -> str:
     done = ov.already(o, (ov.PINGPONG, ov.WGMMA_IN_FLIGHT, ov.PERSISTENT, ov.TMA_STORE))
     head = "Overlap more of the non-matrix work with the matrix products."
     steps = f" Left: {'; '.join(left)}." if left else ""
-    return " ".join(x for x in (head, done) if x) + steps + stages_note
+    return " ".join(x for x in (head, done) if x) + steps + stages_note + grid_note
 
 
 class LatencyBound(Rule):

@@ -271,6 +271,13 @@ class StandInTuning:
 
     backward_configs = configs
 
+    def source_declared(self, variant, head_dim, dtype, mode="fwd"):
+        """What the rung's file was read to declare before the build (lab.ladder.tuning.source_declared):
+        the same list, as a rung's source and its build agree."""
+        from lab.ladder.tuning import parse_entry
+
+        return [parse_entry(e) for e in self.entries]
+
 
 def test_the_batch_child_checks_each_configuration_as_its_own_child_would(monkeypatch, capsys):
     """The child's loop, in this process: the default through the plain build (module None, shapes
@@ -367,6 +374,7 @@ def stand_in_tune(monkeypatch):
     monkeypatch.setattr(tune, "is_built", lambda *a, **k: True)
     monkeypatch.setattr(tune, "build", lambda v: SimpleNamespace(module=object()))
     monkeypatch.setattr(tune, "tuning_module", lambda v: tuning)
+    monkeypatch.setattr(tune, "source_declared", tuning.source_declared)
     monkeypatch.setattr(tune, "verdicts", verdicts)
     monkeypatch.setattr(tune, "attention_floor", lambda *a, **k: None)
     monkeypatch.setattr(tune, "Workload", lambda *a, **k: None)

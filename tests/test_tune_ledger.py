@@ -59,6 +59,7 @@ def simulated_tune(monkeypatch, tmp_path):
     monkeypatch.setattr(tune, "is_built", lambda *a, **k: True)
     monkeypatch.setattr(tune, "build", lambda v: SimpleNamespace(module="the plain build"))
     monkeypatch.setattr(tune, "tuning_module", lambda v: tuning)
+    monkeypatch.setattr(tune, "source_declared", tuning.source_declared)
     monkeypatch.setattr(tune, "verdicts", verdicts)
     monkeypatch.setattr(tune, "attention_floor", lambda *a, **k: None)
     monkeypatch.setattr(tune, "Workload", lambda *a, **k: None)
@@ -69,6 +70,7 @@ def simulated_tune(monkeypatch, tmp_path):
     monkeypatch.setattr(tune, "device_info", lambda: {"name": "simulated device", "compute_capability": "9.0"})
     monkeypatch.setattr(tune, "software_info", lambda: {"torch": "simulated"})
     monkeypatch.setattr("torch.cuda.get_device_name", lambda *a: "simulated device")
+    seen["tuning"] = tuning
     return seen
 
 

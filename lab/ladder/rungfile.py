@@ -399,3 +399,367 @@ def scan(files: list[Path], origin: str) -> list[Variant]:
                            hint="give one of them another id in its lab:rung block")
         found.append(v)
     return found
+
+
+# ---------------------------------------------------------------------------------------------
+# A cuda rung's tuning candidates, read from its source (no build)
+# ---------------------------------------------------------------------------------------------
+# The tuning contract (kernels/common.cuh) lists a rung's candidates in its own file: tables of
+# {"label", launcher[, LAB_SERVES_*]} and `lab_{forward,backward}_<id>_configs(head_dim, dtype)`
+# choosing one per head_dim and dtype. `lab tune` reads them here before it builds, so a --predict
+# that names no candidate is refused without minutes of compiling. The reading evaluates the
+# configs function as C would, on the few forms the contract's functions are written in (return,
+# if/else, switch on an int, ?:, ==, !=, &&, ||, !, calls of the file's own functions, and the
+# helpers that turn a table into its list or labels); anything else (a list built at run time, a
+# macro, a local variable) is "not read": None, and `lab tune` checks against the built table alone.
+# The built table stays the source of truth: lab.measure.tune refuses a build whose list differs.
+
+_C_TOKEN = re.compile(r'\s+|//[^\n]*|/\*.*?\*/|(?P<str>"(?:[^"\\\n]|\\.)*")|(?P<chr>\'(?:[^\'\\\n]|\\.)*\')'
+                      r'|(?P<num>\d[\w.]*)|(?P<id>[A-Za-z_]\w*)|(?P<op>::|==|!=|&&|\|\||->|<=|>=|\S)', re.S)
+_C_ESCAPES = {"n": "\n", "t": "\t", "\\": "\\", '"': '"', "'": "'", "0": "\0"}
+_LAB_DTYPES = {"LAB_FLOAT32": 0, "LAB_FLOAT16": 1, "LAB_BFLOAT16": 2}   # common.cuh's LabDtype
+_SERVES_MARKS = {"LAB_SERVES_CAUSAL": "|causal", "LAB_SERVES_NON_CAUSAL": "|non-causal", "LAB_SERVES_ALL": ""}
+_NOT_CALLS = {"if", "while", "for", "switch", "return", "sizeof", "catch", "decltype", "alignof", "static_assert"}
+
+
+class _NotRead(Exception):
+    """The source says its candidates in a form this reading does not evaluate."""
+
+
+class _Returned(Exception):
+    def __init__(self, value):
+        self.value = value
+
+
+@dataclass(frozen=True)
+class _Table:
+    entries: tuple[str, ...]   # each "label" or "label|causal" / "label|non-causal", as lab_tune_labels writes it
+
+
+def _c_tokens(text: str) -> list[tuple[str, str]]:
+    """(kind, text) tokens of C++ source, comments and preprocessor lines dropped (both branches of an
+    #if stay: a name defined twice is then not read)."""
+    lines, skip = [], False
+    for line in text.splitlines():
+        if skip or line.lstrip().startswith("#"):
+            skip = line.rstrip().endswith("\\")
+            continue
+        lines.append(line)
+    out = []
+    for m in _C_TOKEN.finditer("\n".join(lines)):
+        kind = m.lastgroup
+        if kind:
+            out.append((kind, m.group()))
+    return out
+
+
+def _c_string(literal: str) -> str:
+    return re.sub(r"\\(.)", lambda m: _C_ESCAPES.get(m.group(1), m.group(1)), literal[1:-1])
+
+
+def _group_end(tokens, i: int) -> int:
+    """The index of the bracket closing the one at tokens[i]."""
+    pairs = {"(": ")", "{": "}", "[": "]"}
+    opening, depth = tokens[i][1], 0
+    for j in range(i, len(tokens)):
+        if tokens[j][1] == opening:
+            depth += 1
+        elif tokens[j][1] == pairs[opening]:
+            depth -= 1
+            if depth == 0:
+                return j
+    raise _NotRead("unbalanced brackets")
+
+
+def _split_commas(tokens) -> list[list]:
+    parts, depth, cur = [], 0, []
+    for t in tokens:
+        if t[1] in "({[":
+            depth += 1
+        elif t[1] in ")}]":
+            depth -= 1
+        if t[1] == "," and depth == 0:
+            parts.append(cur)
+            cur = []
+        else:
+            cur.append(t)
+    if cur:
+        parts.append(cur)
+    return parts
+
+
+def _tables_and_functions(tokens):
+    """Candidate tables (`name[...] = { {"label", ...}, ... };`) and function definitions by name."""
+    tables, functions = {}, {}
+    i = 0
+    while i < len(tokens):
+        kind, text = tokens[i]
+        nxt = tokens[i + 1][1] if i + 1 < len(tokens) else ""
+        if kind == "id" and nxt == "[":
+            close = _group_end(tokens, i + 1)
+            if close + 2 < len(tokens) and tokens[close + 1][1] == "=" and tokens[close + 2][1] == "{":
+                end = _group_end(tokens, close + 2)
+                table = _read_table(tokens[close + 3:end])
+                if table is not None:
+                    tables.setdefault(text, []).append(table)
+                i = end + 1
+                continue
+        if kind == "id" and nxt == "(" and text not in _NOT_CALLS:
+            close = _group_end(tokens, i + 1)
+            j = close + 1
+            while j < len(tokens) and tokens[j][1] in ("const", "noexcept", "override"):
+                j += 1
+            if j < len(tokens) and tokens[j][1] == "{" and (i == 0 or tokens[i - 1][1] not in (".", "->", "=")):
+                end = _group_end(tokens, j)
+                params = []
+                for p in _split_commas(tokens[i + 2:close]):
+                    p = p[:next((k for k, t in enumerate(p) if t[1] == "="), len(p))]
+                    while p and p[-1][1] == "]":   # `items)[N]`: drop the array bound
+                        p = p[:max(k for k, t in enumerate(p) if t[1] == "[")]
+                    names = [t[1] for t in p if t[0] == "id"]
+                    params.append(names[-1] if names else None)
+                functions.setdefault(text, []).append((params, tokens[j + 1:end]))
+                i = end + 1
+                continue
+        i += 1
+    return tables, functions
+
+
+def _read_table(body) -> _Table | None:
+    """A candidate table's entries, or None where its elements are not {"label", ...} (another array)."""
+    entries = []
+    for element in _split_commas(body):
+        if not element or element[0][1] != "{" or _group_end(element, 0) != len(element) - 1:
+            return None
+        inner = element[1:-1]
+        strings = []
+        while strings.__len__() < len(inner) and inner[len(strings)][0] == "str":
+            strings.append(_c_string(inner[len(strings)][1]))
+        if not strings:
+            return None
+        marks = [_SERVES_MARKS[t[1]] for t in inner if t[1] in _SERVES_MARKS]
+        entries.append("".join(strings) + (marks[-1] if marks else ""))
+    return _Table(tuple(entries))
+
+
+class _Reader:
+    """Evaluates a configs function on (head_dim, dtype); raises _NotRead on any form it does not know."""
+
+    def __init__(self, tables, functions):
+        self.tables, self.functions, self.depth = tables, functions, 0
+
+    def call(self, name: str, args: list):
+        defs = self.functions.get(name, [])
+        if len(defs) != 1:
+            raise _NotRead(f"{name} is defined {len(defs)} times")
+        params, body = defs[0]
+        if len(params) != len(args) or None in params:
+            raise _NotRead(f"{name}'s parameters")
+        self.depth += 1
+        if self.depth > 20:
+            raise _NotRead("recursion")
+        try:
+            self.block(body, dict(zip(params, args)))
+        except _Returned as r:
+            return r.value
+        finally:
+            self.depth -= 1
+        raise _NotRead(f"{name} returns nothing")
+
+    # statements: each returns the index after it
+    def block(self, toks, env):
+        i = 0
+        while i < len(toks):
+            i = self.statement(toks, i, env, run=True)
+
+    def statement(self, toks, i, env, run: bool) -> int:
+        word = toks[i][1]
+        if word == "{":
+            end = _group_end(toks, i)
+            if run:
+                self.block(toks[i + 1:end], env)
+            return end + 1
+        if word == "return":
+            end = self._semicolon(toks, i)
+            if run:
+                raise _Returned(self.expression(toks[i + 1:end], env))
+            return end + 1
+        if word == "if" and toks[i + 1][1] == "(":
+            close = _group_end(toks, i + 1)
+            taken = bool(self.expression(toks[i + 2:close], env)) if run else False
+            after = self.statement(toks, close + 1, env, run and taken)
+            if after < len(toks) and toks[after][1] == "else":
+                after = self.statement(toks, after + 1, env, run and not taken)
+            return after
+        if word == "switch" and toks[i + 1][1] == "(":
+            close = _group_end(toks, i + 1)
+            end = _group_end(toks, close + 1)
+            if run:
+                self.switch(self.expression(toks[i + 2:close], env), toks[close + 2:end], env)
+            return end + 1
+        if word == ";":
+            return i + 1
+        if not run:
+            return self._semicolon(toks, i) + 1
+        raise _NotRead(f"a statement starting {word!r}")
+
+    def switch(self, value, body, env):
+        starts, default, i = [], None, 0
+        while i < len(body):   # the case labels at the switch's own level, and where each leads
+            if body[i][1] in ("case", "default"):
+                colon = next(j for j in range(i, len(body)) if body[j][1] == ":" and body[j - 1][1] != ":")
+                if body[i][1] == "default":
+                    default = colon + 1
+                elif self.expression(body[i + 1:colon], env) == value:
+                    starts.append(colon + 1)
+                i = colon + 1
+            else:
+                i = self.statement(body, i, env, run=False)
+        start = starts[0] if starts else default
+        i = start if start is not None else len(body)
+        while i < len(body):   # falls through the labels, as C does, until break or return
+            if body[i][1] == "break":
+                return
+            if body[i][1] in ("case", "default"):
+                i = next(j for j in range(i, len(body)) if body[j][1] == ":" and body[j - 1][1] != ":") + 1
+                continue
+            i = self.statement(body, i, env, run=True)
+
+    @staticmethod
+    def _semicolon(toks, i) -> int:
+        depth = 0
+        for j in range(i, len(toks)):
+            if toks[j][1] in "({[":
+                depth += 1
+            elif toks[j][1] in ")}]":
+                depth -= 1
+            elif toks[j][1] == ";" and depth == 0:
+                return j
+        raise _NotRead("a statement without ';'")
+
+    # expressions: precedence climbing over ?:, ||, &&, ==/!=, !
+    def expression(self, toks, env):
+        value, rest = self._ternary(toks, env)
+        if rest:
+            raise _NotRead(f"an expression with {rest[0][1]!r} left over")
+        return value
+
+    def _ternary(self, toks, env):
+        cond, rest = self._binary(toks, env, 0)
+        if rest and rest[0][1] == "?":
+            depth, j = 0, None
+            for k, t in enumerate(rest[1:], 1):   # the ':' of this '?', past nested ones and '::'
+                if t[1] == "?":
+                    depth += 1
+                elif t[1] == ":" and depth == 0:
+                    j = k
+                    break
+                elif t[1] == ":":
+                    depth -= 1
+            if j is None:
+                raise _NotRead("?: without ':'")
+            yes = self.expression(rest[1:j], env) if cond else None
+            no, after = self._ternary(rest[j + 1:], env)
+            return (yes if cond else no), after
+        return cond, rest
+
+    _LEVELS = (("||",), ("&&",), ("==", "!="))
+
+    def _binary(self, toks, env, level):
+        if level == len(self._LEVELS):
+            return self._unary(toks, env)
+        left, rest = self._binary(toks, env, level + 1)
+        while rest and rest[0][1] in self._LEVELS[level]:
+            op = rest[0][1]
+            right, rest = self._binary(rest[1:], env, level + 1)
+            left = {"||": lambda a, b: bool(a) or bool(b), "&&": lambda a, b: bool(a) and bool(b),
+                    "==": lambda a, b: a == b, "!=": lambda a, b: a != b}[op](left, right)
+        return left, rest
+
+    def _unary(self, toks, env):
+        if not toks:
+            raise _NotRead("an empty expression")
+        if toks[0][1] == "!":
+            value, rest = self._unary(toks[1:], env)
+            return (not value), rest
+        return self._primary(toks, env)
+
+    def _primary(self, toks, env):
+        kind, text = toks[0]
+        if kind == "num":
+            m = re.fullmatch(r"(\d+)[uUlL]*", text)
+            if not m:
+                raise _NotRead(f"the number {text}")
+            return int(m.group(1)), toks[1:]
+        if kind == "str":
+            n = next((k for k, t in enumerate(toks) if t[0] != "str"), len(toks))
+            return "".join(_c_string(t[1]) for t in toks[:n]), toks[n:]
+        if text == "(":
+            close = _group_end(toks, 0)
+            return self.expression(toks[1:close], env), toks[close + 1:]
+        if text == "{":
+            close = _group_end(toks, 0)
+            return self._brace(toks[1:close], env), toks[close + 1:]
+        if kind != "id":
+            raise _NotRead(f"{text!r}")
+        i = 0
+        while i + 2 < len(toks) and toks[i + 1][1] == "::" and toks[i + 2][0] == "id":   # v9::candidates
+            i += 2
+        name, rest = toks[i][1], toks[i + 1:]
+        if rest and rest[0][1] == "(":
+            close = _group_end(rest, 0)
+            args = [self.expression(a, env) for a in _split_commas(rest[1:close])]
+            tables = [a for a in args if isinstance(a, _Table)]
+            # common.cuh's lab_tune_list and lab_tune_labels, a rung's own bwd_labels: a table in, its list out
+            value = tables[0] if len(args) == 1 and tables else self.call(name, args)
+            return value, rest[close + 1:]
+        if rest and rest[0][1] == "{":   # LabTuneList{nullptr, 0}
+            close = _group_end(rest, 0)
+            return self._brace(rest[1:close], env), rest[close + 1:]
+        if name in env:
+            return env[name], rest
+        if name in _LAB_DTYPES:
+            return _LAB_DTYPES[name], rest
+        if name in ("nullptr", "NULL"):
+            return None, rest
+        if name in ("true", "false"):
+            return name == "true", rest
+        if name in self.tables:
+            if len(self.tables[name]) != 1:
+                raise _NotRead(f"table {name} is defined {len(self.tables[name])} times")
+            return self.tables[name][0], rest
+        raise _NotRead(f"the name {name}")
+
+    def _brace(self, toks, env):
+        """`{nullptr, 0}`: the empty list (common.cuh's LabTuneList of no candidates)."""
+        parts = [self.expression(p, env) for p in _split_commas(toks)]
+        if parts in ([None, 0], [], [0, 0]):
+            return _Table(())
+        raise _NotRead("a brace list other than {nullptr, 0}")
+
+
+def tuning_entries(path: Path, function: str, head_dim: int, dtype: str) -> list[str] | None:
+    """What `function` (a rung's `lab_forward_<id>_configs` or `lab_backward_<id>_configs`) returns for
+    head_dim and dtype, read from the rung's source: its entries in order, each "label" or
+    "label|causal" / "label|non-causal" as the binding's configs() gives them; [] where the file lists
+    none (or, the backward's being optional and weak in binding.cpp, defines no such function); None
+    where the source does not say them in a form this reading evaluates."""
+    try:
+        text = Path(path).read_text()
+    except OSError:
+        return None
+    try:
+        tables, functions = _tables_and_functions(_c_tokens(text))
+        if function not in functions:
+            # never named: the build's list is empty too; named but not defined here (a macro): not read
+            return [] if re.search(rf"\b{re.escape(function)}\b", text) is None else None
+        value = _Reader(tables, functions).call(function, [head_dim, DTYPES.index(dtype)])
+    except (_NotRead, RecursionError, StopIteration, IndexError, ValueError):
+        return None
+    if isinstance(value, _Table):
+        return list(value.entries)
+    if value is None:
+        return []
+    if isinstance(value, str):
+        return [e for e in value.split(";") if e]   # binding.cpp's split_labels
+    return None

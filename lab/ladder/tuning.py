@@ -7,6 +7,10 @@ A candidate compiled for one mask declares it: its label in the list ends in "|c
 "|non-causal" (common.cuh's LabTuneCandidate::serves, written by lab_tune_labels). `Declared.refusal`
 says why it does not apply to a problem of the other mask: `lab tune` shows it "not applicable" there
 and never launches it, and the check child checks it on seeded shapes of its own mask only.
+
+`source_declared` reads the same lists from the rung's source without a build
+(lab.ladder.rungfile.tuning_entries), so `lab tune` refuses a --predict naming no candidate before it
+compiles; `require_source_agrees` refuses a build whose list differs from that reading.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from dataclasses import dataclass
 
 from lab.errors import LabError
 from lab.ladder.build import build, declares_tuning
+from lab.ladder.rungfile import tuning_entries
 
 MASK_MARK = "|"
 MASKS = {"causal": True, "non-causal": False}
@@ -74,6 +79,38 @@ def declared_candidates(module, head_dim: int, dtype: str, mode: str = "fwd", va
     """The forward's candidates as declared (label and mask), or the backward's for mode bwd / fwd+bwd."""
     entries = module.configs(head_dim, dtype) if mode == "fwd" else module.backward_configs(head_dim, dtype)
     return [parse_entry(e, variant_id) for e in entries]
+
+
+def configs_function(variant, mode: str = "fwd") -> str:
+    """The function of the tuning contract that lists the candidates of `mode` (common.cuh)."""
+    return f"lab_{'forward' if mode == 'fwd' else 'backward'}_{variant.id}_configs"
+
+
+def source_declared(variant, head_dim: int, dtype: str, mode: str = "fwd") -> list[Declared] | None:
+    """The candidates the rung's file declares for head_dim and dtype, read from its source without a
+    build (lab.ladder.rungfile.tuning_entries): what `lab tune` resolves --predict against before it
+    compiles. None where the source does not say them in a form that reading evaluates (a list built
+    at run time, a macro; a python rung or a pair): then only the built table can tell."""
+    if getattr(variant, "kind", "cuda") != "cuda" or getattr(variant, "parts", ()):
+        return None
+    entries = tuning_entries(variant.source, configs_function(variant, mode), head_dim, dtype)
+    return None if entries is None else [parse_entry(e, variant.id) for e in entries]
+
+
+def require_source_agrees(variant, read: list[Declared], built: list[Declared], head_dim: int, dtype: str,
+                          mode: str = "fwd") -> None:
+    """Refuse (LabError) a tuning build whose list differs from what its source was read as before the
+    build: the built table is the truth, and a prediction resolved against a misread list would be
+    recorded for the wrong candidate. Loud, so the reading (or the rung's file) is fixed, not trusted."""
+    if read == built:
+        return
+    shown = lambda ds: "; ".join(d.label + ("" if d.causal is None else  # noqa: E731
+                                            f" ({'causal' if d.causal else 'non-causal'} only)") for d in ds)
+    raise LabError(f"{variant.id}'s tuning build lists other {'backward ' if mode != 'fwd' else ''}candidates for "
+                   f"head_dim {head_dim}, {dtype} than its source was read to declare before the build: built "
+                   f"[{shown(built)}], read [{shown(read)}]; nothing was checked or timed",
+                   hint=f"lab.ladder.rungfile.tuning_entries misreads {configs_function(variant, mode)} in "
+                        f"{variant.source.name}: report it (the built table is the one to trust)")
 
 
 def candidate_labels(module, head_dim: int, dtype: str, mode: str = "fwd") -> list[str]:

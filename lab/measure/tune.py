@@ -12,8 +12,9 @@ problem's (lab.ladder.tuning.Declared) is "not applicable", with that reason: ne
 timed, and never counted as wrong; the others are checked on seeded shapes of the mask they serve.
 
 A prediction (`--predict 'LABEL=LO-HI'`: candidate LABEL's gain over the default, as a range of
-default time / candidate time) is resolved against the declared candidates and recorded in the result
-before any candidate is checked or timed, so it cannot be fitted to the outcome; lab.store.tunes keeps
+default time / candidate time) is resolved against the declared candidates (read from the rung's
+source before the build where it declares them statically, then against the built table) and recorded
+in the result before any candidate is checked or timed, so it cannot be fitted to the outcome; lab.store.tunes keeps
 it with the measured ratio, and the ledger (lab.store.ledger) judges it. Judged on the median of the
 paired rounds' ratios (each round times the default and the candidate once), with that median's CI95;
 the ratio of the two medians only where the rounds were not kept (judge_ratio).
@@ -29,7 +30,8 @@ from lab.console import say as _say
 from lab.environment import device_info, require_compute_capability, require_gpu, software_info
 from lab.errors import LabError
 from lab.ladder.build import build, build_many, is_built
-from lab.ladder.tuning import Candidate, declared_candidates, require_tunable, tuning_module
+from lab.ladder.tuning import (Candidate, configs_function, declared_candidates, require_source_agrees, require_tunable,
+                               source_declared, tuning_module)
 from lab.measure import rates
 from lab.measure.bench import DEFAULT_REPS, DEFAULT_WARMUP, median_ci95
 from lab.measure.call import require_mode, rung
@@ -230,10 +232,24 @@ def tune(variant, problem: Problem, reps: int = DEFAULT_REPS, warmup: int = DEFA
     """mode bwd / fwd+bwd: the backward's candidates (lab_backward_<id>_configs), each checked on
     the backward's gate and timed in that mode behind the rung's own forward. `predictions`
     (parse_prediction) are resolved against the declared candidates before any check or timing: one
-    that names no candidate, or several, is refused (exit 2) with nothing run."""
+    that names no candidate, or several, is refused (exit 2) with nothing run; where the rung's file
+    declares its candidates statically (lab.ladder.tuning.source_declared), before anything is built,
+    and the built table must then list the same (require_source_agrees)."""
     check_supported(variant, problem)
     require_mode(variant, mode)
     require_tunable(variant)
+    backward = "backward " if mode != "fwd" else ""
+    what = f"{variant.id}'s {backward}candidates for head_dim {problem.head_dim}, {problem.dtype}"
+    # Bad input is refused before minutes of compiling: the candidates as the rung's file declares them,
+    # read from its source where it says them statically; the built table below stays the truth.
+    read = source_declared(variant, problem.head_dim, problem.dtype, mode)
+    if read is not None:
+        _require_candidates(variant, read, problem, backward)
+        resolve_predictions(list(predictions or []), read, problem, what)
+    else:
+        _say(f"{variant.id}'s {backward}candidates are not read from its source ({configs_function(variant, mode)} "
+             "is not in a form the lab evaluates): whether it has any for this problem, and what --predict names, "
+             "are checked after the build")
     require_gpu("tune")
     require_compute_capability(variant)
     import torch   # lazy: `lab tune`'s refusals (no tuning contract, no GPU) come before torch loads
@@ -248,13 +264,10 @@ def tune(variant, problem: Problem, reps: int = DEFAULT_REPS, warmup: int = DEFA
     plain = build(variant).module
     module = tuning_module(variant)
     declared = declared_candidates(module, problem.head_dim, problem.dtype, mode, variant.id)
+    if read is not None:
+        require_source_agrees(variant, read, declared, problem.head_dim, problem.dtype, mode)
     labels = [d.label for d in declared]
-    if not labels:
-        raise LabError(f"{variant.id} declares no {'backward ' if mode != 'fwd' else ''}tuning candidates for "
-                       f"head_dim {problem.head_dim}, {problem.dtype}",
-                       hint="its file lists them per head_dim and dtype (kernels/common.cuh)")
-    what = (f"{variant.id}'s {'backward ' if mode != 'fwd' else ''}candidates for head_dim {problem.head_dim}, "
-            f"{problem.dtype}")
+    _require_candidates(variant, declared, problem, backward)
     resolved = resolve_predictions(list(predictions or []), declared, problem, what)
 
     result = TuneResult(variant.id, problem, mode=mode, predictions=resolved, source_sha256=source_sha256(variant))
@@ -312,6 +325,12 @@ def tune(variant, problem: Problem, reps: int = DEFAULT_REPS, warmup: int = DEFA
                 if row.timing and t is not None:
                     row.vs_default = paired_ratio(reference, t)
     return result
+
+
+def _require_candidates(variant, declared: list, problem: Problem, backward: str) -> None:
+    if not declared:
+        raise LabError(f"{variant.id} declares no {backward}tuning candidates for head_dim {problem.head_dim}, "
+                       f"{problem.dtype}", hint="its file lists them per head_dim and dtype (kernels/common.cuh)")
 
 
 def _failure(correctness: dict) -> str:

@@ -146,3 +146,32 @@ def test_a_report_unpacked_in_place_is_still_the_runs(tmp_path):
     res = _lab("reanalyze", str(run))
     assert res.returncode == 0, res.stderr
     assert lzma.decompress(runs.Run(run).artifact("ncu_report").read_bytes()) == data
+
+
+def _shipped_profile_runs() -> list[str]:
+    return sorted(m.parent.name for m in EXAMPLES.glob("*/manifest.json")
+                  if (m.parent / "findings.parquet").exists()
+                  and (json.loads(m.read_text()).get("artifacts") or {}).get("ncu_report"))
+
+
+@pytest.mark.parametrize("run_id", _shipped_profile_runs())
+def test_every_shipped_profile_run_stores_this_labs_judgement(run_id):
+    """What `lab report` shows of a shipped run (its stored findings, per-line stalls and derived values)
+    is what this lab's analysis says of the run's own report: a rule change is followed by `lab reanalyze`
+    of the shipped runs into a scratch store and their findings, lines, derived and manifest copied back.
+    Orderings are
+    deterministic: ties (two stall reasons with the same samples) go by name, not by the hash seed."""
+    from lab.pipeline import analysis_tables
+
+    run = EXAMPLES / run_id
+    man = json.loads((run / "manifest.json").read_text())
+    _, tables = analysis_tables(run / man["artifacts"]["ncu_report"], man.get("problem"), man.get("timeline"),
+                                man.get("mode") or "fwd")
+    hint = f"lab reanalyze {run_id} --profiles /tmp/X (a copy under /tmp/X/examples), then copy its tables back"
+    cols = {"findings": ["kernel_index", "rank", "class", "title", "severity", "advice", "evidence"],
+            "lines": ["kernel_index", "rank", "file", "line", "samples", "stalls", "mbarrier_wait_stalls", "sass"],
+            "derived": ["kernel_index", "derived"]}
+    for name, keep in cols.items():
+        stored = pd.read_parquet(run / f"{name}.parquet")[keep].astype(str).reset_index(drop=True)
+        now = tables[name][keep].astype(str).reset_index(drop=True)
+        assert stored.equals(now), (name, hint)

@@ -295,11 +295,11 @@ def kernel_lines(action, sass_cache: dict | None = None) -> dict:
     for r in rows.values():
         ops = r.pop("_ops")
         callers = r.pop("_callers", None)
-        r["stalls"] = {k: v for k, v in sorted(r["stalls"].items(), key=lambda kv: -kv[1]) if v}
+        r["stalls"] = {k: v for k, v in sorted(r["stalls"].items(), key=lambda kv: (-kv[1], kv[0])) if v}
         for key in ("shared_wavefronts_by_kind", "mbarrier_wait_stalls", "issuer_wait_stalls"):
-            r[key] = {k: v for k, v in sorted(r[key].items(), key=lambda kv: -kv[1]) if v}
+            r[key] = {k: v for k, v in sorted(r[key].items(), key=lambda kv: (-kv[1], kv[0])) if v}
         r["samples_pct"] = round(100.0 * r["samples"] / total, 2) if total else 0.0
-        r["sass"] = [o for o, _ in sorted(ops.items(), key=lambda kv: -kv[1])[:TOP_OPCODES]]
+        r["sass"] = [o for o, _ in sorted(ops.items(), key=lambda kv: (-kv[1], kv[0]))[:TOP_OPCODES]]
         if callers:
             total_ex = sum(ex for ex, _ in callers.values()) or 1.0
             r["called_from"] = [{"file": main_file, "line": c, "inst_executed": ex, "samples": smp}
@@ -472,7 +472,7 @@ def source_summary(k: dict | None) -> dict | None:
             out[key] += r.get(key) or 0.0
         out["mbarrier_wait_samples"] += sum((r.get("mbarrier_wait_stalls") or {}).values())
         out["issuer_wait_samples"] += sum((r.get("issuer_wait_stalls") or {}).values())
-    out["shared_wavefronts_by_kind"] = dict(sorted(kinds.items(), key=lambda kv: -kv[1]))
+    out["shared_wavefronts_by_kind"] = dict(sorted(kinds.items(), key=lambda kv: (-kv[1], kv[0])))
     out["stall_samples"], out["issuer_wait_stalls"] = dict(stalls), dict(issuer)
     return out
 

@@ -226,7 +226,7 @@ def stall_reasons(M: KernelMetrics) -> tuple[list[tuple[str, float, float]], str
         vals = {k: v for k, v in M.matching(fam).items() if k not in _NOT_STALLS and not k.endswith("_not_issued")}
         total = sum(vals.values())
         if vals and total > 0:
-            ranked = sorted(((k, v, 100.0 * v / total) for k, v in vals.items()), key=lambda t: -t[1])
+            ranked = sorted(((k, v, 100.0 * v / total) for k, v in vals.items()), key=lambda t: (-t[1], t[0]))
             return ranked, fam.pattern
     return [], None
 
@@ -568,7 +568,7 @@ def without_issuer_waits(c: KernelFacts) -> None:
     total = sum(v for _, v in kept)
     if total <= 0:
         return
-    c.stalls = sorted(((r, v, 100.0 * v / total) for r, v in kept if v > 0), key=lambda t: -t[1])
+    c.stalls = sorted(((r, v, 100.0 * v / total) for r, v in kept if v > 0), key=lambda t: (-t[1], t[0]))
     c.issuer_wait_pct = 100.0 * src["issuer_wait_samples"] / src["total_samples"]
 
 
@@ -592,7 +592,7 @@ def shared_wavefront_split(c: KernelFacts) -> dict | None:
                      "l1tex__data_pipe_lsu_wavefronts_mem_shared.avg.pct_of_peak_sustained_elapsed")
     kinds = {k: 100.0 * v / total for k, v in (src.get("shared_wavefronts_by_kind") or {}).items() if v}
     return {"shared_pct_of_pipe": min(100.0, 100.0 * shared / pipe) if (pipe and shared is not None) else None,
-            "kinds": dict(sorted(kinds.items(), key=lambda kv: -kv[1])),
+            "kinds": dict(sorted(kinds.items(), key=lambda kv: (-kv[1], kv[0]))),
             "excessive_pct": 100.0 * (src.get("excess_shared_wavefronts") or 0.0) / total,
             "wavefronts": total}
 

@@ -256,8 +256,9 @@ def test_a_grid_under_one_wave_hears_the_grid_not_a_tile_scheduler():
     _, left = _split(lat.advice)
     assert "tile scheduler so" not in lat.advice and "persistent CTAs" not in lat.advice, lat.advice
     assert f"fewer CTAs ({grid:,}) than SMs ({sms:,})" in left and "small-grid" in left, left
-    # the other overlap it lacks is still proposed
+    # the other overlap it lacks is still proposed; lab analyze's line puts persistence apart from what is missing
     assert PROPOSED[ov.PINGPONG].search(left)
+    assert "not the lever for this grid: persistent grid" in analysis._overlap_line(a.derived["overlap"])
     v6 = _overlap_finding(_main(V6))
     assert "persistent CTAs with a tile scheduler" in _split(v6.advice)[1]
 
@@ -285,3 +286,21 @@ def _main_all(run_id: str):
         pytest.skip(f"shipped run {run_id} not under profiles/examples/")
     man = json.loads((run / "manifest.json").read_text())
     return analysis.analyze_report(run / "profile.ncu-rep.xz", problem=man["problem"], mode=man.get("mode"))
+
+
+def test_a_grid_of_one_cta_per_head_that_walks_its_query_tiles_is_not_persistent():
+    """The first rung launches one CTA per (batch, head), fewer than the SMs, and each walks its query
+    tiles in a loop that stores O: a loop over output tiles, but on a grid not sized to the machine. It
+    is not called persistent; the technique is moot there, the grid being the lever (small-grid)."""
+    import glob
+
+    from lab.ladder.registry import builtin
+
+    runs = sorted(glob.glob(str(EXAMPLES / f"*-{builtin()[0].id}-B*" / "manifest.json")))
+    if not runs:
+        pytest.skip("no shipped run of the first rung")
+    a = _main(runs[0].split("/")[-2])
+    got = a.derived["overlap"][ov.PERSISTENT]
+    assert got["present"] is False and "fewer CTAs than SMs" in got["evidence"], got
+    assert "loop over output tiles" in got["evidence"] and "small-grid" in got["moot"], got
+    assert a.findings[0].cls == "small-grid"

@@ -435,13 +435,15 @@ def _overlap_line(shown: dict | None) -> str:
     """'overlap in the report: persistent grid, ...; not: ...; cannot tell: ...' (lab.analysis.overlap)."""
     if not shown:
         return ""
-    groups = {True: [], False: [], None: []}
+    groups = {True: [], False: [], None: [], "moot": []}
     for key, s in shown.items():
-        if key != "waits":
-            groups[s["present"]].append(s["name"])
+        if key != "waits":   # one that cannot help this launch (a grid under one wave) is not a missing step
+            groups["moot" if s.get("moot") and s["present"] is False else s["present"]].append(s["name"])
     parts = [f"overlap in the report: {', '.join(groups[True]) or 'none'}"]
     if groups[False]:
         parts.append(f"not: {', '.join(groups[False])}")
+    if groups["moot"]:
+        parts.append(f"not the lever for this grid: {', '.join(groups['moot'])}")
     if groups[None]:
         parts.append(f"cannot tell: {', '.join(groups[None])}")
     return "; ".join(parts)

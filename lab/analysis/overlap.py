@@ -10,9 +10,10 @@ kernel's source or name:
     body holds global output stores (STG, UTMASTG) and the matrix products or loads, and whose closing
     branch runs more often than the loop is entered: each CTA walks several output tiles. A grid of
     several waves is not (its CTAs may still loop, grid-stride, but wait for a slot like any other).
-    Where every CTA is resident from the start with its one tile (fewer CTAs than SMs, or one wave
-    without such a loop), a tile scheduler has no next tile to overlap: the technique is `moot` there,
-    and the grid's size, not a scheduler, is what a next step names (small-grid);
+    Where the grid leaves SMs without a CTA (whether or not its CTAs loop: a grid not sized to the
+    machine), or fits one wave without such a loop (every CTA resident from the start with its one tile),
+    a tile scheduler is not the lever: the technique is `moot` there, and the grid's size is what a next
+    step names (small-grid);
   * output stored by TMA: UTMASTG (cp.async.bulk.tensor from shared to global memory) or UBLKCP.G.S (a
     bulk copy to global) executed; where none is, the output leaves by STG;
   * ping-pong between warpgroups: in a loop that issues wgmma (HGMMA), a BAR.SYNC then a BAR.ARV on
@@ -188,6 +189,13 @@ def persistent(c: KernelFacts, sass: list) -> Shown:
     # from here every CTA is resident from the start: without a loop each has its one tile, and a
     # scheduler would have no next tile whose loads could run under an epilogue
     if grid < sms:
+        # not a grid sized to the machine, whether or not its CTAs loop (v1 walks its query tiles in one CTA
+        # per head): SMs get none, and filling them, not a scheduler, is the lever
+        if loop:
+            return Shown(PERSISTENT, False, f"{shape}: fewer CTAs than SMs; its CTAs loop over output tiles "
+                                            f"({ran(loop)}), but the grid leaves SMs without one",
+                         moot=f"fewer CTAs ({_n(grid)}) than SMs ({_n(sms)}): {_n(sms - grid)} SM(s) get none while each "
+                              "CTA walks several tiles; more CTAs, each with fewer tiles, is the lever (see small-grid)")
         return Shown(PERSISTENT, False, f"{shape}: fewer CTAs than SMs",
                      moot=f"fewer CTAs ({_n(grid)}) than SMs ({_n(sms)}): {_n(sms - grid)} SM(s) get none, and every "
                           "CTA is resident from the start with its own work, so a tile scheduler has no next tile to "

@@ -161,7 +161,7 @@ LAB_EXPORT const char* lab_forward_w1_configs(int head_dim, LabDtype dtype) {
   return dtype == LAB_FLOAT32 ? "" : lab_tune_labels(ns::pick(head_dim));
 }
 LAB_EXPORT const char* lab_backward_w1_configs(int hd, LabDtype dt) {
-  if (dt == LAB_FLOAT32 || hd != 64) return "";
+  if (dt == LAB_FLOAT32 || hd > 64 || hd < 64) return "";
   else if (!(hd == 64)) return "never";
   return bwd_labels(kBwd);
 }
@@ -189,7 +189,8 @@ def test_the_contracts_forms_are_read(tmp_path, function, head_dim, dtype, entri
     # a list built at run time
     'static std::string s; s.clear(); for (int i = 0; i < 3; ++i) s += "x;"; return s.c_str();',
     'const char* n = "a;b"; return n;',                   # a local variable
-    'return head_dim > 64 ? "a" : "b";',                  # an operator the reading does not evaluate
+    'return head_dim % 64 ? "a" : "b";',                  # an operator the reading does not evaluate
+    'return lab_tune_labels(pick<64>(head_dim));',        # a template's brackets are not a comparison
     'return lab_tune_labels(unknown_table);',             # a table it did not find
     'return lab_tune_labels(twice(head_dim));',           # a function defined twice (under #if and #else)
 ])

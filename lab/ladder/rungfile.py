@@ -409,7 +409,7 @@ def scan(files: list[Path], origin: str) -> list[Variant]:
 # choosing one per head_dim and dtype. `lab tune` reads them here before it builds, so a --predict
 # that names no candidate is refused without minutes of compiling. The reading evaluates the
 # configs function as C would, on the few forms the contract's functions are written in (return,
-# if/else, switch on an int, ?:, ==, !=, &&, ||, !, calls of the file's own functions, and the
+# if/else, switch on an int, ?:, ==, !=, <, >, <=, >= on integers, &&, ||, !, calls of the file's own functions, and the
 # helpers that turn a table into its list or labels); anything else (a list built at run time, a
 # macro, a local variable) is "not read": None, and `lab tune` checks against the built table alone.
 # The built table stays the source of truth: lab.measure.tune refuses a build whose list differs.
@@ -532,9 +532,8 @@ def _read_table(body) -> _Table | None:
         if not element or element[0][1] != "{" or _group_end(element, 0) != len(element) - 1:
             return None
         inner = element[1:-1]
-        strings = []
-        while strings.__len__() < len(inner) and inner[len(strings)][0] == "str":
-            strings.append(_c_string(inner[len(strings)][1]))
+        n = next((k for k, t in enumerate(inner) if t[0] != "str"), len(inner))   # "a" "b" is one literal
+        strings = [_c_string(t[1]) for t in inner[:n]]
         if not strings:
             return None
         marks = [_SERVES_MARKS[t[1]] for t in inner if t[1] in _SERVES_MARKS]
@@ -637,7 +636,7 @@ class _Reader:
                 return j
         raise _NotRead("a statement without ';'")
 
-    # expressions: precedence climbing over ?:, ||, &&, ==/!=, !
+    # expressions: precedence climbing over ?:, ||, &&, ==/!=, < > <= >= (integers), !
     def expression(self, toks, env):
         value, rest = self._ternary(toks, env)
         if rest:
@@ -663,7 +662,7 @@ class _Reader:
             return (yes if cond else no), after
         return cond, rest
 
-    _LEVELS = (("||",), ("&&",), ("==", "!="))
+    _LEVELS = (("||",), ("&&",), ("==", "!="), ("<", ">", "<=", ">="))
 
     def _binary(self, toks, env, level):
         if level == len(self._LEVELS):
@@ -672,8 +671,11 @@ class _Reader:
         while rest and rest[0][1] in self._LEVELS[level]:
             op = rest[0][1]
             right, rest = self._binary(rest[1:], env, level + 1)
+            if op in self._LEVELS[3] and not (type(left) is int and type(right) is int):
+                raise _NotRead(f"{op} on other than two integers (a template's brackets?)")
             left = {"||": lambda a, b: bool(a) or bool(b), "&&": lambda a, b: bool(a) and bool(b),
-                    "==": lambda a, b: a == b, "!=": lambda a, b: a != b}[op](left, right)
+                    "==": lambda a, b: a == b, "!=": lambda a, b: a != b, "<": lambda a, b: a < b,
+                    ">": lambda a, b: a > b, "<=": lambda a, b: a <= b, ">=": lambda a, b: a >= b}[op](left, right)
         return left, rest
 
     def _unary(self, toks, env):
@@ -754,7 +756,7 @@ def tuning_entries(path: Path, function: str, head_dim: int, dtype: str) -> list
             # never named: the build's list is empty too; named but not defined here (a macro): not read
             return [] if re.search(rf"\b{re.escape(function)}\b", text) is None else None
         value = _Reader(tables, functions).call(function, [head_dim, DTYPES.index(dtype)])
-    except (_NotRead, RecursionError, StopIteration, IndexError, ValueError):
+    except (_NotRead, RecursionError, StopIteration, IndexError, ValueError, TypeError):
         return None
     if isinstance(value, _Table):
         return list(value.entries)

@@ -209,9 +209,27 @@
 //   1.00-1.10x; 8,32,2048,64 1.06-1.13 / 1.08-1.15x; 4,32,4096,64 1.07-1.13 / 1.08-1.15x; causal
 //   0.76-0.87 / 0.86-1.04x, 0.80-0.88 / 0.89-1.04x, 0.97-1.05 / 1.02-1.13x, 1.00-1.07 / 1.04-1.13x. If
 //   they hold, BM = 192 with O by TMA is the D=64 default from N = 2048 in both masks (kLongKeys down).
-//   Measured: not yet (the commands: /work/notes/gpu-v9s5.txt, benchmarks/v9_notes.md).
-// Steps still to come (issue 28; benchmarks/v9_notes.md): step 5's tunes and the default they choose,
-// the D=64 causal short-N gap (the diagonal tiles' masked softmax, exp2 partly on the FMA pipe), D=128 at
+//   Measured (two NVIDIA H200s, main 0955fd7, 2026-11-27, the eleventh session; `lab tune --variant v9
+//   --dtype float16`, paired median of 30 rounds against the default, the other GPU running tests):
+//   tma-o / own-tiles / Long64 (O from the accumulators, non-causal): 32,32,512,64 0.955 / 0.956 /
+//   0.958x; 16,32,1024,64 0.918 / 0.938 / 0.922x; 8,32,2048,64 0.994 / 1.018 / 1.020x; 4,32,4096,64
+//   1.011 / 1.024 / 1.041x; causal (tma-o / own-tiles) 0.855 / 0.925x, 0.838 / 0.840x, 0.896 / 0.880x,
+//   1.001 / 0.969x. 5 of 18 predictions inside, 13 below: the rate per score A measured at N = 8192
+//   does not carry to N <= 4096, O by TMA costs three consumers 2-3% where it saved one 1-8%, and
+//   causal own-tiles loses where the model had it win (benchmarks/v9_notes.md, "Step 5 measured").
+//   No step-5 candidate becomes a default; (b) below is what the measurements pointed to.
+// Step 5 (b), the D=64 non-causal default from Nq, Nk >= 2048 (eleventh session, 2026-11-27): Long64
+//   with OwnKeyTiles and O from the accumulators ("C3 BN128 S2 persistent own-tiles (non-causal)",
+//   Long64Own), where Nk >= 8192 ran Long64 and below it Default64OTma. Bottleneck it attacks: the
+//   default's steady 2-3% under cuDNN's main-loop rate at D=64 (above); evidence: the tunes above,
+//   Long64 1.020x / 1.041x the default at N = 2048 / 4096 and own-tiles 1.024x / 1.013x its O-by-TMA
+//   twin there (the ragged block's idle warpgroups). Predicted (before the run), against the new
+//   default: the old one ("C1 BN128 S2 persistent tma-o") 0.94-0.975x at 8,32,2048,64 and 0.93-0.97x at
+//   4,32,4096,64; Long64 0.96-0.995x and 0.975-1.00x; and on the fa-grid against cuDNN (graph replay)
+//   D=64 non-causal N = 2048 from 0.976x to 1.00-1.04x, N = 4096 from 0.969-0.982x to 1.00-1.05x, every
+//   other cell within 1.5% of the tenth session's. Measured: see benchmarks/v9_notes.md, "Step 5 (b)".
+// Steps still to come (issue 28; benchmarks/v9_notes.md): D=64 below N = 2048 non-causal and causal
+// at every N (the step-5 tunes left them on BM = 64), the D=64 causal short-N gap (the diagonal tiles' masked softmax, exp2 partly on the FMA pipe), D=128 at
 // N <= 1024 (profiles of the default at 32,16,512,128: latency-bound, tensor pipe 51% busy), and the
 // choices through `lab tune --variant v9`.
 #include "common.cuh"
@@ -253,7 +271,16 @@ using PingPong128OTma = lab_hopper_fwd::OByTma<PingPong128>;
 // from the accumulators: no run timed O by TMA on it.
 using Default64OTma = lab_hopper_fwd::OByTma<Default64>;
 static_assert(2 * (Default64OTma::kSmemBytes + 1024) <= 228 * 1024, "D=64 tma-o: two CTAs per SM");
-constexpr int kLongKeys = 8192;
+// Step 5 (b), the D=64 non-causal default from Nq, Nk >= 2048 (eleventh session): Long64 with each
+// warpgroup computing only its own key tiles (fwd_wgmma.cuh's OwnKeyTiles: non-causal, a ragged last
+// block's warpgroups past nq compute one key tile, not the block's all), O from the accumulators.
+// `lab tune`, H200, 2026-11-27 (main 0955fd7): Long64 1.041x Default64OTma at 4,32,4096,64 and 1.020x
+// at 8,32,2048,64; own-tiles 1.013x and 1.024x its twin with O by TMA there. Below Nq = 2048 the
+// ragged block (1.125x the rows at N = 512, 1024) and the short key loop leave BM = 192 0.92-0.96x.
+// Nq is bounded too: at Nq <= 64 (decode) two of the three warpgroups would idle beside one CTA per SM.
+using Long64Own = lab_hopper_fwd::OwnKeyTiles<Long64>;
+constexpr int kLongKeys = 2048;
+constexpr int kLongRows = 2048;
 // Step 5, tuning candidates only (tenth session): three consumer warpgroups (BM = 192) at D=64 with O
 // stored by TMA, both masks, and the same with each warpgroup computing only the key tiles its own
 // rows see (fwd_wgmma.cuh's OwnKeyTiles: causal, warpgroup 0 of a block skips the key tiles past its
@@ -297,6 +324,9 @@ static const LabTuneCandidate kCandidates64[] = {
     // 1.09-1.35x Default64's scores at N <= 4096 without it, a ragged block 1.125x at N = 512, 1024).
     {"C3 BN128 S2 persistent tma-o", launch_any<Long64OTma, Persistent>},
     {"C3 BN128 S2 persistent tma-o own-tiles", launch_any<Long64OTmaOwn, Persistent>},
+    // Step 5 (b): own-tiles on Long64 (O from the accumulators), the non-causal default from Nq, Nk >=
+    // kLongRows, kLongKeys: the default launches this type, so this candidate is the same kernel.
+    {"C3 BN128 S2 persistent own-tiles (non-causal)", launch_non_causal<Long64Own, Persistent>, LAB_SERVES_NON_CAUSAL},
 };
 static const LabTuneCandidate kCandidates128[] = {
     {"C2 BN128 S2 persistent", launch_any<Default128, Persistent>},
@@ -339,11 +369,13 @@ static const char* refuse(const LabAttentionArgs* args) {
 LAB_EXPORT const char* lab_forward_v9(const LabAttentionArgs* args, cudaStream_t stream) {
   if (const char* why = refuse(args)) return why;
   // D = 64: one consumer warpgroup, two CTAs per SM, O stored by TMA (step 4 at D = 64); non-causal
-  // with long keys, three consumers (v6's choice), O from the accumulators.
+  // with long queries and keys, three consumers each computing its own key tiles (step 5 (b)), O from
+  // the accumulators.
   if (args->head_dim == 64) {
     if (args->causal) return v9::launch<v9::Default64OTma, true>(args, stream);
-    return args->seqlen_k >= v9::kLongKeys ? v9::launch<v9::Long64, false>(args, stream)
-                                           : v9::launch<v9::Default64OTma, false>(args, stream);
+    const bool long_rows = args->seqlen_q >= v9::kLongRows && args->seqlen_k >= v9::kLongKeys;
+    return long_rows ? v9::launch<v9::Long64Own, false>(args, stream)
+                     : v9::launch<v9::Default64OTma, false>(args, stream);
   }
   // D = 128, both masks: ping-pong on the persistent grid (steps 2 and 3), O stored by TMA (step 4).
   return args->causal ? v9::launch<v9::PingPong128OTma, true>(args, stream)

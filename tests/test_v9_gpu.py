@@ -3,7 +3,8 @@ persistent CTA's tile walk can go wrong: many tiles per CTA (B*H*query blocks fa
 CTAs of the grid, so the K/V ring's stage and phase and the Q buffer's reuse run on across tiles),
 tile lists that do not divide the grid, ragged lengths at v9's 64/128/192-row query and 128-key tile
 edges, N = 1, Nq != Nk both ways, causal and not, D 64 and 128, fp16 and bf16, inputs of standard
-deviation 6 (large logits), the three-consumer path (D = 64, non-causal, Nk >= 8192), the one-warpgroup
+deviation 6 (large logits), the three-consumer path (D = 64, non-causal, Nq, Nk >= 2048: each warpgroup
+computing only its own key tiles, so a ragged last block's warpgroups past nq skip them), the one-warpgroup
 path (D = 64 otherwise, O stored by TMA) and the ping-pong path (D = 128: two consumer warpgroups
 taking turns across a CTA's tiles, O stored by TMA). Where asked, the row log-sum-exp too (the statistic v8's backward reads), against float64.
 
@@ -46,7 +47,7 @@ needs_hopper = pytest.mark.skipif(not IS_HOPPER, reason="v9 needs compute capabi
 LARGE_STD = 6.0
 
 # (B, H, Nq, Nk, D, causal, dtype, std): tiles = B*H*ceil(Nq/BM) with BM 64 (D=64), 128 (D=128),
-# 192 (D=64 non-causal, Nk >= 8192); the grid holds 264 CTAs at D=64 and 132 at D=128 on an H100.
+# 192 (D=64 non-causal, Nq, Nk >= 2048); the grid holds 264 CTAs at D=64 and 132 at D=128 on an H100.
 CASES = [
     (8, 40, 300, 300, 64, True, "float16", 1.0),        # 1,600 tiles, causal, ragged diagonal
     (8, 40, 300, 300, 64, False, "bfloat16", LARGE_STD),
@@ -57,8 +58,12 @@ CASES = [
     (3, 47, 1023, 1024, 64, True, "bfloat16", LARGE_STD),
     (2, 17, 1000, 777, 128, True, "float16", 1.0),
     (1, 1, 63, 65, 64, True, "float16", 1.0),           # fewer tiles than CTAs
-    (2, 70, 400, 8200, 64, False, "float16", 1.0),      # three consumers, 420 tiles of 192 rows
+    (2, 70, 400, 8200, 64, False, "float16", 1.0),      # long keys, short queries: one warpgroup
     (1, 150, 193, 8192, 64, False, "bfloat16", LARGE_STD),
+    # three consumers, own key tiles: 2048 = 10 x 192 + 128 (the last block's third warpgroup past
+    # nq), 2200 = 11 x 192 + 88 (its second partly, its third wholly); 264-288 tiles of 11-19 key tiles
+    (12, 2, 2048, 2300, 64, False, "float16", 1.0),
+    (2, 12, 2200, 2048, 64, False, "bfloat16", LARGE_STD),
     (4, 33, 700, 300, 64, True, "float16", 1.0),        # Nq > Nk causal at D=64: rows past the keys
     (16, 16, 512, 512, 128, True, "float16", 1.0),      # the fa-grid's weakest cells, smaller
     (16, 32, 512, 512, 64, True, "bfloat16", 1.0),
@@ -68,7 +73,7 @@ CASES = [
     (8, 24, 300, 300, 128, False, "bfloat16", LARGE_STD),
     (3, 50, 1000, 1, 128, False, "float16", 1.0),
 ]
-LSE_CASES = [CASES[0], CASES[3], CASES[5], CASES[9], CASES[13]]
+LSE_CASES = [CASES[0], CASES[3], CASES[5], CASES[9], CASES[15], CASES[12]]
 # D=128's `lab tune` candidates that are not the default (kernels/v9_wgmma_fa3.cu), by label, so the
 # cases above do not reach them; checked here on the same D=128 cases, with the LSE: step 4's (a) and
 # (b) on (a), and the step-3 default (O stored from the accumulators). Step 4's (b) on ping-pong, "C2
@@ -203,8 +208,9 @@ SANITIZER_SCRIPT = textwrap.dedent("""
 
     # Several tiles per CTA in every launch (the ring and Q reused across tiles), ragged edges,
     # Nq > Nk causal (D=128 and D=64: a D=64 causal launch for step 5's three-consumer candidates,
-    # whose warpgroups skip key tiles), the three-consumer path, O by TMA at D=64 and under D=128's
-    # ping-pong, and the LSE store.
+    # whose warpgroups skip key tiles), long keys beside short queries (one consumer warpgroup), the
+    # three-consumer default (non-causal Nq, Nk >= 2048: a ragged last block whose warpgroups past nq
+    # skip their key tiles), O by TMA at D=64 and under D=128's ping-pong, and the LSE store.
     # (The grid: 264 CTAs at D=64, 132 at D=128 and for the three consumers, on an H100 or H200.)
     # (problem, with the LSE)
     shapes = [(Problem(1, 70, 200, 300, 128, True, "float16"), False),
@@ -212,7 +218,8 @@ SANITIZER_SCRIPT = textwrap.dedent("""
               (Problem(1, 133, 65, 8192, 64, False, "float16"), False),
               (Problem(2, 70, 400, 250, 64, True, "float16"), True),
               (Problem(2, 80, 130, 90, 128, True, "float16"), True),
-              (Problem(1, 140, 200, 300, 128, False, "bfloat16"), True)]
+              (Problem(1, 140, 200, 300, 128, False, "bfloat16"), True),
+              (Problem(1, 24, 2200, 2100, 64, False, "bfloat16"), True)]
     # argv: the rung, then optionally a tuning candidate's label and head dim (its shapes only).
     variant = variants.get(sys.argv[1])
     if len(sys.argv) > 2:
@@ -261,13 +268,13 @@ SANITIZERS = ["memcheck", pytest.param("racecheck", marks=pytest.mark.slow), pyt
 @needs_hopper
 @pytest.mark.parametrize("tool", SANITIZERS)
 def test_v9_compute_sanitizer_is_clean(tool, v9, tmp_path):
-    assert "sanitized launches: 6" in _sanitize(tool, tmp_path)
+    assert "sanitized launches: 7" in _sanitize(tool, tmp_path)
 
 
 @pytest.mark.gpu
 @needs_hopper
 @pytest.mark.parametrize("label,head_dim,launches", [(lb, 128, 3) for lb in STEP4_CANDIDATES] +
-                         [(lb, 64, 3) for lb in D64_CANDIDATES])
+                         [(lb, 64, 4) for lb in D64_CANDIDATES])
 @pytest.mark.parametrize("tool", SANITIZERS)
 def test_v9_step4_candidate_is_sanitizer_clean(tool, label, head_dim, launches, v9_tuning, tmp_path):
     """The launches of the sanitizer script at the candidate's head dim (several tiles per CTA, ragged,

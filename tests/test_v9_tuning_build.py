@@ -23,10 +23,12 @@ V9 = next((v for v in builtin() if v.kind == "cuda" and v.min_cc >= (9, 0) and v
 # Step 4's and step 5's kernels (kernels/v9_wgmma_fa3.cu), by the demangled head of their names, each in its 16
 # instantiations (fp16/bf16 x causal or not x LSE or not x GQA or not): how many the tuning build has,
 # how many the plain build. (b) is the default since step 4: on PingPong128 at D = 128 and on
-# Default64 at D = 64 (but Nk >= 8192 non-causal), so the plain build launches those 32 and no longer
+# Default64 at D = 64 (but Nq, Nk >= 2048 non-causal), so the plain build launches those 32 and no longer
 # the register epilogues they replace ("(step-3 default)" at each head dim, in the tuning build only);
 # (a) and (b) on (a) stay candidates. Step 5's (three consumers at D = 64 with O by TMA, both masks,
-# and the same computing each warpgroup's own key tiles) are candidates only.
+# and the same computing each warpgroup's own key tiles) are candidates only; step 5 (b), three
+# consumers computing their own key tiles with O from the accumulators, is the non-causal default from
+# Nq, Nk >= 2048 (8 kernels: non-causal only), where the plain build no longer launches Long64 itself.
 CANDIDATE_KERNELS = {
     "(a) BM = 64 at D = 128": ("lab_hopper_fwd::fwd_kernel<lab_hopper_fwd::Config<128, 64, 2, false, 1>,", 16, 0),
     "(b) O by TMA on (a)": ("lab_hopper_fwd::fwd_kernel_o_tma<lab_hopper_fwd::OByTma<lab_hopper_fwd::Config<128, 64,", 16, 0),
@@ -37,8 +39,10 @@ CANDIDATE_KERNELS = {
     "the step-3 default, O from the accumulators": ("lab_hopper_fwd::fwd_kernel<lab_hopper_fwd::Config<128, 128, 2, true, 2>,", 32, 0),
     "the D = 64 step-3 default, O from the accumulators":
         ("lab_hopper_fwd::fwd_kernel<lab_hopper_fwd::Config<64, 128, 2, false, 1>,", 32, 0),
-    "three consumers at D = 64, non-causal Nk >= 8192 (unchanged)":
-        ("lab_hopper_fwd::fwd_kernel<lab_hopper_fwd::Config<64, 128, 2, false, 3>,", 16, 8),
+    "three consumers at D = 64 (non-causal; the default at Nk >= 8192 before step 5 (b))":
+        ("lab_hopper_fwd::fwd_kernel<lab_hopper_fwd::Config<64, 128, 2, false, 3>,", 16, 0),
+    "step 5 (b): three consumers at D = 64 computing their own key tiles, the non-causal default from 2048":
+        ("lab_hopper_fwd::fwd_kernel<lab_hopper_fwd::OwnKeyTiles<lab_hopper_fwd::Config<64, 128, 2, false, 3>", 8, 8),
     "step 5: O by TMA on three consumers at D = 64":
         ("lab_hopper_fwd::fwd_kernel_o_tma<lab_hopper_fwd::OByTma<lab_hopper_fwd::Config<64, 128, 2, false, 3>", 16, 0),
     "step 5: the same, each warpgroup its own key tiles":

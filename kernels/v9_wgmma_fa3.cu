@@ -227,7 +227,16 @@
 //   default: the old one ("C1 BN128 S2 persistent tma-o") 0.94-0.975x at 8,32,2048,64 and 0.93-0.97x at
 //   4,32,4096,64; Long64 0.96-0.995x and 0.975-1.00x; and on the fa-grid against cuDNN (graph replay)
 //   D=64 non-causal N = 2048 from 0.976x to 1.00-1.04x, N = 4096 from 0.969-0.982x to 1.00-1.05x, every
-//   other cell within 1.5% of the tenth session's. Measured: see benchmarks/v9_notes.md, "Step 5 (b)".
+//   other cell within 1.5% of the tenth session's. Measured (two H200s, main 3717917, 2026-11-27; the
+//   tunes on GPU 0 after the fa-grid, GPU 1 running tests): the old default 1.004x and 1.000x (fp16),
+//   1.001x (bf16, 4096), above the bands; Long64 1.016x, 1.044x, 1.044x, above: own-tiles with O from
+//   the accumulators runs level with one warpgroup and 2-4% under Long64, where with O by TMA it gained
+//   1-2% (not yet explained; a profile pair would tell). On the fa-grid (graph replay) D=64 non-causal
+//   stayed 0.972-0.973x cuDNN at N = 2048 and 4096 (store 20261127-163058-sweep-v9-fa-grid).
+// Step 5 (c), taken on what (b)'s tunes measured: Long64 itself, O from the accumulators, is the D=64
+//   non-causal default from Nq, Nk >= 2048 (kLongRows, kLongKeys; before (b): Nk >= 8192). Predicted
+//   on the fa-grid against cuDNN (graph): N = 2048 0.972x -> 0.98-0.995x (still below), N = 4096 0.973x
+//   -> 1.00-1.03x; N >= 8192 unchanged (the same kernel as before (b)). Measured: benchmarks/v9_notes.md.
 // Steps still to come (issue 28; benchmarks/v9_notes.md): D=64 below N = 2048 non-causal and causal
 // at every N (the step-5 tunes left them on BM = 64), the D=64 causal short-N gap (the diagonal tiles' masked softmax, exp2 partly on the FMA pipe), D=128 at
 // N <= 1024 (profiles of the default at 32,16,512,128: latency-bound, tensor pipe 51% busy), and the
@@ -271,13 +280,13 @@ using PingPong128OTma = lab_hopper_fwd::OByTma<PingPong128>;
 // from the accumulators: no run timed O by TMA on it.
 using Default64OTma = lab_hopper_fwd::OByTma<Default64>;
 static_assert(2 * (Default64OTma::kSmemBytes + 1024) <= 228 * 1024, "D=64 tma-o: two CTAs per SM");
-// Step 5 (b), the D=64 non-causal default from Nq, Nk >= 2048 (eleventh session): Long64 with each
-// warpgroup computing only its own key tiles (fwd_wgmma.cuh's OwnKeyTiles: non-causal, a ragged last
-// block's warpgroups past nq compute one key tile, not the block's all), O from the accumulators.
-// `lab tune`, H200, 2026-11-27 (main 0955fd7): Long64 1.041x Default64OTma at 4,32,4096,64 and 1.020x
-// at 8,32,2048,64; own-tiles 1.013x and 1.024x its twin with O by TMA there. Below Nq = 2048 the
-// ragged block (1.125x the rows at N = 512, 1024) and the short key loop leave BM = 192 0.92-0.96x.
-// Nq is bounded too: at Nq <= 64 (decode) two of the three warpgroups would idle beside one CTA per SM.
+// Step 5 (c), the D=64 non-causal default from Nq, Nk >= 2048 (eleventh session): Long64, O from the
+// accumulators (before: from Nk >= 8192). `lab tune`, two H200s, 2026-11-27: 1.016x and 1.044x
+// (fp16; bf16 1.044x) the one-warpgroup default at 8,32,2048,64 and 4,32,4096,64 (main 3717917; 1.020x
+// and 1.041x at 0955fd7). Below Nq = 2048 the ragged block (1.125x the rows at N = 512, 1024) and the
+// short key loop leave BM = 192 0.92-0.96x. Nq is bounded too: at Nq <= 64 (decode) two of the three
+// warpgroups would idle beside one CTA per SM. Step 5 (b), a candidate: the same with each warpgroup
+// computing only its own key tiles (OwnKeyTiles), the default for one run (3717917), 0.96-0.98x Long64.
 using Long64Own = lab_hopper_fwd::OwnKeyTiles<Long64>;
 constexpr int kLongKeys = 2048;
 constexpr int kLongRows = 2048;
@@ -324,8 +333,8 @@ static const LabTuneCandidate kCandidates64[] = {
     // 1.09-1.35x Default64's scores at N <= 4096 without it, a ragged block 1.125x at N = 512, 1024).
     {"C3 BN128 S2 persistent tma-o", launch_any<Long64OTma, Persistent>},
     {"C3 BN128 S2 persistent tma-o own-tiles", launch_any<Long64OTmaOwn, Persistent>},
-    // Step 5 (b): own-tiles on Long64 (O from the accumulators), the non-causal default from Nq, Nk >=
-    // kLongRows, kLongKeys: the default launches this type, so this candidate is the same kernel.
+    // Step 5 (b): own-tiles on Long64 (O from the accumulators); the non-causal default from Nq, Nk >=
+    // 2048 for one run (3717917), where it ran level with the one-warpgroup default and 0.96-0.98x Long64.
     {"C3 BN128 S2 persistent own-tiles (non-causal)", launch_non_causal<Long64Own, Persistent>, LAB_SERVES_NON_CAUSAL},
 };
 static const LabTuneCandidate kCandidates128[] = {
@@ -369,12 +378,12 @@ static const char* refuse(const LabAttentionArgs* args) {
 LAB_EXPORT const char* lab_forward_v9(const LabAttentionArgs* args, cudaStream_t stream) {
   if (const char* why = refuse(args)) return why;
   // D = 64: one consumer warpgroup, two CTAs per SM, O stored by TMA (step 4 at D = 64); non-causal
-  // with long queries and keys, three consumers each computing its own key tiles (step 5 (b)), O from
-  // the accumulators.
+  // with long queries and keys, three consumers (v6's choice, step 5 (c) from 2048), O from the
+  // accumulators.
   if (args->head_dim == 64) {
     if (args->causal) return v9::launch<v9::Default64OTma, true>(args, stream);
     const bool long_rows = args->seqlen_q >= v9::kLongRows && args->seqlen_k >= v9::kLongKeys;
-    return long_rows ? v9::launch<v9::Long64Own, false>(args, stream)
+    return long_rows ? v9::launch<v9::Long64, false>(args, stream)
                      : v9::launch<v9::Default64OTma, false>(args, stream);
   }
   // D = 128, both masks: ping-pong on the persistent grid (steps 2 and 3), O stored by TMA (step 4).

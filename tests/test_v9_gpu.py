@@ -3,8 +3,8 @@ persistent CTA's tile walk can go wrong: many tiles per CTA (B*H*query blocks fa
 CTAs of the grid, so the K/V ring's stage and phase and the Q buffer's reuse run on across tiles),
 tile lists that do not divide the grid, ragged lengths at v9's 64/128/192-row query and 128-key tile
 edges, N = 1, Nq != Nk both ways, causal and not, D 64 and 128, fp16 and bf16, inputs of standard
-deviation 6 (large logits), the three-consumer path (D = 64, non-causal, Nq, Nk >= 2048: each warpgroup
-computing only its own key tiles, so a ragged last block's warpgroups past nq skip them), the one-warpgroup
+deviation 6 (large logits), the three-consumer path (D = 64, non-causal, Nq, Nk >= 2048: ragged last
+blocks with warpgroups partly or wholly past nq), the one-warpgroup
 path (D = 64 otherwise, O stored by TMA) and the ping-pong path (D = 128: two consumer warpgroups
 taking turns across a CTA's tiles, O stored by TMA). Where asked, the row log-sum-exp too (the statistic v8's backward reads), against float64.
 
@@ -60,8 +60,8 @@ CASES = [
     (1, 1, 63, 65, 64, True, "float16", 1.0),           # fewer tiles than CTAs
     (2, 70, 400, 8200, 64, False, "float16", 1.0),      # long keys, short queries: one warpgroup
     (1, 150, 193, 8192, 64, False, "bfloat16", LARGE_STD),
-    # three consumers, own key tiles: 2048 = 10 x 192 + 128 (the last block's third warpgroup past
-    # nq), 2200 = 11 x 192 + 88 (its second partly, its third wholly); 264-288 tiles of 11-19 key tiles
+    # three consumers: 2048 = 10 x 192 + 128 (the last block's third warpgroup past nq), 2200 = 11 x
+    # 192 + 88 (its second partly, its third wholly); 264-288 tiles of 11-19 key tiles
     (12, 2, 2048, 2300, 64, False, "float16", 1.0),
     (2, 12, 2200, 2048, 64, False, "bfloat16", LARGE_STD),
     (4, 33, 700, 300, 64, True, "float16", 1.0),        # Nq > Nk causal at D=64: rows past the keys
@@ -209,8 +209,8 @@ SANITIZER_SCRIPT = textwrap.dedent("""
     # Several tiles per CTA in every launch (the ring and Q reused across tiles), ragged edges,
     # Nq > Nk causal (D=128 and D=64: a D=64 causal launch for step 5's three-consumer candidates,
     # whose warpgroups skip key tiles), long keys beside short queries (one consumer warpgroup), the
-    # three-consumer default (non-causal Nq, Nk >= 2048: a ragged last block whose warpgroups past nq
-    # skip their key tiles), O by TMA at D=64 and under D=128's ping-pong, and the LSE store.
+    # three-consumer default (non-causal Nq, Nk >= 2048: a ragged last block with warpgroups past nq),
+    # O by TMA at D=64 and under D=128's ping-pong, and the LSE store.
     # (The grid: 264 CTAs at D=64, 132 at D=128 and for the three consumers, on an H100 or H200.)
     # (problem, with the LSE)
     shapes = [(Problem(1, 70, 200, 300, 128, True, "float16"), False),

@@ -27,8 +27,8 @@ V9 = next((v for v in builtin() if v.kind == "cuda" and v.min_cc >= (9, 0) and v
 # the register epilogues they replace ("(step-3 default)" at each head dim, in the tuning build only);
 # (a) and (b) on (a) stay candidates. Step 5's (three consumers at D = 64 with O by TMA, both masks,
 # and the same computing each warpgroup's own key tiles) are candidates only; step 5 (b), three
-# consumers computing their own key tiles with O from the accumulators, is the non-causal default from
-# Nq, Nk >= 2048 (8 kernels: non-causal only), where the plain build no longer launches Long64 itself.
+# consumers computing their own key tiles with O from the accumulators (8 kernels: non-causal only), is
+# a candidate; Long64 itself is the non-causal default from Nq, Nk >= 2048 (step 5 (c)).
 CANDIDATE_KERNELS = {
     "(a) BM = 64 at D = 128": ("lab_hopper_fwd::fwd_kernel<lab_hopper_fwd::Config<128, 64, 2, false, 1>,", 16, 0),
     "(b) O by TMA on (a)": ("lab_hopper_fwd::fwd_kernel_o_tma<lab_hopper_fwd::OByTma<lab_hopper_fwd::Config<128, 64,", 16, 0),
@@ -39,10 +39,10 @@ CANDIDATE_KERNELS = {
     "the step-3 default, O from the accumulators": ("lab_hopper_fwd::fwd_kernel<lab_hopper_fwd::Config<128, 128, 2, true, 2>,", 32, 0),
     "the D = 64 step-3 default, O from the accumulators":
         ("lab_hopper_fwd::fwd_kernel<lab_hopper_fwd::Config<64, 128, 2, false, 1>,", 32, 0),
-    "three consumers at D = 64 (non-causal; the default at Nk >= 8192 before step 5 (b))":
-        ("lab_hopper_fwd::fwd_kernel<lab_hopper_fwd::Config<64, 128, 2, false, 3>,", 16, 0),
-    "step 5 (b): three consumers at D = 64 computing their own key tiles, the non-causal default from 2048":
-        ("lab_hopper_fwd::fwd_kernel<lab_hopper_fwd::OwnKeyTiles<lab_hopper_fwd::Config<64, 128, 2, false, 3>", 8, 8),
+    "three consumers at D = 64, the non-causal default from Nq, Nk >= 2048":
+        ("lab_hopper_fwd::fwd_kernel<lab_hopper_fwd::Config<64, 128, 2, false, 3>,", 16, 8),
+    "step 5 (b): three consumers at D = 64 computing their own key tiles, O from the accumulators":
+        ("lab_hopper_fwd::fwd_kernel<lab_hopper_fwd::OwnKeyTiles<lab_hopper_fwd::Config<64, 128, 2, false, 3>", 8, 0),
     "step 5: O by TMA on three consumers at D = 64":
         ("lab_hopper_fwd::fwd_kernel_o_tma<lab_hopper_fwd::OByTma<lab_hopper_fwd::Config<64, 128, 2, false, 3>", 16, 0),
     "step 5: the same, each warpgroup its own key tiles":

@@ -1,7 +1,8 @@
 """What a kernel already overlaps, read from its report (lab.analysis.overlap), and next steps that name
 only what is left. On real reports whose kernels we know: v9's persistent ping-pong forward with O
 stored by TMA (three runs of the tenth session, two H200s), the earlier v9 that stored O with STG, v6
-(one consumer warpgroup, one CTA per tile, STG) and v8's backward; the answer comes from the report
+(one consumer warpgroup, one CTA per tile, STG), v9's three-consumer D=64 kernel (persistent, STG) and v8's
+backward; the answer comes from the report
 (launch__* and device attributes, SASS per PC), never from the kernels' names."""
 
 from __future__ import annotations
@@ -21,6 +22,9 @@ V9_O_TMA = ("20261127-135157-v9-B32-H16-N512-D128-float16", "20261127-135215-v9-
 V9_STG = "20261127-085257-v9-B2-H16-N8192-D128-float16"       # persistent, ping-pong, O stored by STG
 V6 = "20261123-200956-v6-B8-H16-N1024-D64-float16"            # none of the three
 V8_BWD = "20261127-031243-v8-B4-H16-N4096-D128-float16"
+# v9's three consumer warpgroups at D=64 (Long64), O stored by STG, one CTA per SM walking 21-22 tiles: its
+# tile loop leaves by a predicated EXIT (`@!P0 EXIT` when the scheduler has no next tile) inside the loop
+V9_LONG64 = "20261127-163749-v9-B4-H32-N4096-D64-float16"
 
 ALREADY = {ov.PERSISTENT: "persistent grid", ov.TMA_STORE: "output stored by TMA", ov.PINGPONG: "ping-pong"}
 # how each technique would be proposed as a next step
@@ -120,6 +124,21 @@ def test_earlier_v9_stores_o_with_stg_and_hears_only_that():
     assert "ping-pong" in there and "ping-pong" not in left
     unc = next(g for g in a.findings if g.cls == "uncoalesced-global")
     assert "TMA store" in unc.advice
+
+
+def test_a_tile_loop_that_exits_by_a_predicated_exit_is_still_a_persistent_grid():
+    """The grid is exactly one wave (132 CTAs on 132 SMs) and each CTA walks its tiles; the loop around the
+    O stores holds the CTA's way out, `@!P0 EXIT`. Read as "no loop", the verdict said each CTA had its one
+    tile and that a tile scheduler had nothing to overlap, on a kernel that has one."""
+    a = _main(V9_LONG64)
+    shown = a.derived["overlap"]
+    assert shown[ov.PERSISTENT]["present"] is True, shown[ov.PERSISTENT]["evidence"]
+    assert "fwd_wgmma.cuh:181" in shown[ov.PERSISTENT]["evidence"] and "STG" in shown[ov.PERSISTENT]["evidence"]
+    assert shown[ov.TMA_STORE]["present"] is False and shown[ov.PINGPONG]["present"] is False
+    advice = _overlap_finding(a).advice
+    head, left = _split(advice)
+    assert "persistent grid" in head and not PROPOSED[ov.PERSISTENT].search(left)
+    assert PROPOSED[ov.TMA_STORE].search(left) and "Not a persistent grid" not in advice
 
 
 def test_backward_one_cta_per_tile_is_not_persistent():

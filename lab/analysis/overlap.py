@@ -36,7 +36,7 @@ import os
 import re
 from dataclasses import dataclass
 
-from lab.analysis.lines import branch_target, opcode, operands, sass_listing
+from lab.analysis.lines import branch_target, guard, opcode, operands, sass_listing
 from lab.analysis.metrics import KernelFacts, occupancy_limiter, opcode_counts
 
 PERSISTENT, TMA_STORE, PINGPONG, WGMMA_IN_FLIGHT, ASYNC_LOADS = (
@@ -286,9 +286,11 @@ def _barrier(text: str) -> tuple[str, bool, str | None] | None:
 
 def _loops(sass: list) -> list[tuple[int, int]]:
     """(first, last) index of every loop body in `sass`: a branch that ran, back to a lower address, over
-    no EXIT (a retry stub laid out after the kernel's exits branches back over all of it)."""
+    no unconditional EXIT (a retry stub laid out after the kernel's exits branches back over all of it).
+    A predicated EXIT inside is a loop's own way out: a persistent CTA's tile loop leaves by `@!P0 EXIT`
+    when its scheduler has no next tile (v9's three-consumer kernel, ptxas 13.0)."""
     pcs = [t[0] for t in sass]
-    exits = [i for i, t in enumerate(sass) if _base(t[1]) in ("EXIT", "RET")]
+    exits = [i for i, t in enumerate(sass) if _base(t[1]) in ("EXIT", "RET") and guard(t[1]) is None]
     out = []
     for i, (pc, text, ex, _, _) in enumerate(sass):
         target = branch_target(text) if ex and _base(text) in ("BRA", "JMP") else None

@@ -236,7 +236,11 @@
 // Step 5 (c), taken on what (b)'s tunes measured: Long64 itself, O from the accumulators, is the D=64
 //   non-causal default from Nq, Nk >= 2048 (kLongRows, kLongKeys; before (b): Nk >= 8192). Predicted
 //   on the fa-grid against cuDNN (graph): N = 2048 0.972x -> 0.98-0.995x (still below), N = 4096 0.973x
-//   -> 1.00-1.03x; N >= 8192 unchanged (the same kernel as before (b)). Measured: benchmarks/v9_notes.md.
+//   -> 1.00-1.03x; N >= 8192 unchanged (the same kernel as before (b)). Measured (two H200s, main c28c72e,
+//   store 20261127-163641-sweep-v9-fa-grid): N = 4096 1.020x / 1.021x (fp16 / bf16), N = 2048 0.990x / 0.991x,
+//   both inside; N >= 8192 1.090-1.144x. The fa-grid: 26 of 48 cells >= 1.0x in device time on the H200, 24 of
+//   48 on an H100 (20261127-164020-sweep-v9-fa-grid-h100: D=128 non-causal N >= 8192 681-687 TFLOP/s fp16,
+//   699-707 bf16).
 // Steps still to come (issue 28; benchmarks/v9_notes.md): D=64 below N = 2048 non-causal and causal
 // at every N (the step-5 tunes left them on BM = 64), the D=64 causal short-N gap (the diagonal tiles' masked softmax, exp2 partly on the FMA pipe), D=128 at
 // N <= 1024 (profiles of the default at 32,16,512,128: latency-bound, tensor pipe 51% busy), and the

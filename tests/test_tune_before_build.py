@@ -131,7 +131,7 @@ def test_v9s_non_causal_only_candidates_are_read_with_their_mask():
     read = source_declared(V9, 64, V9.default_dtype)
     text = V9.source.read_text()
     for d in read:   # a label declared beside LAB_SERVES_NON_CAUSAL on its own line of the table
-        line = next(ln for ln in text.splitlines() if f'"{d.label}"' in ln)
+        line = next(ln for ln in text.splitlines() if f'"{d.label}"' in ln and not ln.lstrip().startswith("//"))
         assert (d.causal is False) == ("LAB_SERVES_NON_CAUSAL" in line), (d, line)
     assert any(d.causal is False for d in read)
 
@@ -236,6 +236,18 @@ def test_a_list_not_read_is_said_before_the_build_and_checked_after_it(stand_in_
     said = [line for line in res.stderr.splitlines() if "not read from its source" in line]
     assert len(said) == 1 and f"lab_forward_{v.id}_configs" in said[0]
     assert built == [v.id] and stand_in_tune["checked"] is None   # refused after the build, before any check
+
+
+def test_a_list_not_read_is_not_mentioned_without_predictions(stand_in_tune, monkeypatch, tmp_path):
+    """Without --predict nothing waits on the reading: the tune goes on as always, and the line about the
+    source would only be noise before the build."""
+    from lab.measure import tune
+
+    monkeypatch.setattr(tune, "source_declared", lambda *a, **k: None)
+    v = TUNABLE[0]
+    res = lab_here("tune", "--variant", v.id, "--shape", f"1,2,130,{v.head_dims[0]}", "--profiles", tmp_path / "store")
+    assert "not read from its source" not in res.stderr, res.stderr
+    assert stand_in_tune["checked"] is not None   # and the tune ran
 
 
 @pytest.mark.gpu

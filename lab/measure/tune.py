@@ -246,7 +246,7 @@ def tune(variant, problem: Problem, reps: int = DEFAULT_REPS, warmup: int = DEFA
     if read is not None:
         _require_candidates(variant, read, problem, backward)
         resolve_predictions(list(predictions or []), read, problem, what)
-    else:
+    elif predictions:   # said only where it changes what happens: the predictions wait for the build
         _say(f"{variant.id}'s {backward}candidates are not read from its source ({configs_function(variant, mode)} "
              "is not in a form the lab evaluates): whether it has any for this problem, and what --predict names, "
              "are checked after the build")

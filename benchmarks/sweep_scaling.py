@@ -254,10 +254,7 @@ def main() -> int:
                      f"| {by_measure} | {with_problem} | {within} | {ratio} | {spread} |")
     lines.append("")
     for n, m in kinds:   # how each kind of row agreed, by the same rule
-        lines.append(f"- {_gpus_label(n)}, {SHORT_MEASURES[m['measure']]}: {m['changed']} of {m['rows']} rows changed, "
-                     f"{m['beyond_ci95_within_threshold']} beyond CI95 within {a.threshold:g}%; median ratio "
-                     f"{m['median_ratio_b_over_a']:.3f}, middle 90% {m['p5_ratio']:.3f}-{m['p95_ratio']:.3f}, extremes "
-                     f"{m['min_ratio']:.3f}-{m['max_ratio']:.3f}")
+        lines.append(f"- {_gpus_label(n)}, {SHORT_MEASURES[m['measure']]}: {store.measure_agreement(m, a.threshold)}")
     for n, d in hosts:   # a changed call-latency row: did the device's time move, or the host's share?
         h = d.get("host")
         where = (f"graph {h['graph_ratio']:.3f}x{'' if h['graph_held'] else ' (start not held)'}, host's share (events - "

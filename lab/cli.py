@@ -998,9 +998,7 @@ def sweep_compare(sweep_a, sweep_b, threshold_pct, profiles_dir, as_json):
                    f"{result['overlapping']} agree within CI95; "
                    f"median B/A time ratio {result['median_ratio_b_over_a'] or float('nan'):.3f}")
         for m in result["by_measure"]:   # the same rule, counted apart by what a row's time is
-            click.echo(f"  {m['what']}: {m['rows']} rows, {m['changed']} differ, {m['beyond_ci95_within_threshold']} "
-                       f"beyond CI95 within {t:g}%; median B/A {m['median_ratio_b_over_a']:.3f}, middle 90% "
-                       f"{m['p5_ratio']:.3f}-{m['p95_ratio']:.3f}, extremes {m['min_ratio']:.3f}-{m['max_ratio']:.3f}")
+            click.echo(f"  {m['what']}: {sweep_store.measure_agreement(m, t)}")
         _print_problem_moves(result)
         for side in ("a", "b"):
             ps = result[f"pass_spread_{side}"]

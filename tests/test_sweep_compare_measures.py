@@ -115,9 +115,9 @@ def test_lab_sweep_compare_prints_each_kind_and_the_hosts_share():
     assert r.returncode == 1, r.stdout + r.stderr   # rows still differ: the exit code keeps its meaning
     out = r.stdout
     assert "7 differ (beyond CI95 and 3%)" in out
-    assert ("  device time (graph replay, start held): 78 rows, 0 differ, 4 beyond CI95 within 3%; median B/A 0.998, "
+    assert ("  device time (graph replay, start held): 0 of 78 rows changed, 4 beyond CI95 within 3%; median B/A 0.998, "
             "middle 90% 0.992-1.004") in out
-    assert "  call latency (CUDA events from an idle GPU, host dispatch included): 480 rows, 7 differ" in out
+    assert "  call latency (CUDA events from an idle GPU, host dispatch included): 7 of 480 rows changed" in out
     assert ("sdpa-cudnn B16-H32-N1024-D64-causal-bfloat16 fwd events: 0.2326 vs 0.2534 ms (1.089x); graph 0.2099 vs "
             "0.2104 ms (1.003x), host's share (events - graph) 22.8 vs 43.0 us: 97% of the move") in out
     assert ("sdpa-cudnn B16-H16-N1024-D128-float16 bwd events: 0.869 vs 1.007 ms (1.159x); no graph row of this cell "
@@ -133,7 +133,7 @@ def test_sweep_scaling_prints_the_kinds_and_the_hosts_share(tmp_path):
     assert r.returncode == 1, r.stdout + r.stderr   # no wall times copied (no speed-up), and 7 rows changed
     assert ("| 2 | - | - | 576 | 7 | 0 of 78 device time (held graph), 7 of 480 call latency (events) | 0 (0 problems "
             "moved) | 33 | 1.002 | 0.977-1.043 |") in r.stdout
-    assert "- 2 GPUs, device time (held graph): 0 of 78 rows changed, 4 beyond CI95 within 3%; median ratio 0.998" in r.stdout
+    assert "- 2 GPUs, device time (held graph): 0 of 78 rows changed, 4 beyond CI95 within 3%; median B/A 0.998" in r.stdout
     assert ("- 2 GPUs, changed: sdpa-flash B16-H32-N1024-D64-causal-bfloat16 fwd events 1.037x; graph 1.000x, host's "
             "share (events - graph) 17.9 -> 30.6 us, 101% of the move") in r.stdout
     assert "- 2 GPUs, changed: sdpa-cudnn B8-H16-N2048-D128-float16 bwd events 1.050x; no graph row of the cell" in r.stdout

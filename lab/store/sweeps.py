@@ -554,6 +554,15 @@ def _baseline_verdicts(x: dict, y: dict, baselines: list[str], threshold_pct: fl
     return out
 
 
+def measure_agreement(m: dict, threshold_pct: float) -> str:
+    """One measure's entry of compare_sweeps' `by_measure` in words, as `lab sweep compare` and
+    benchmarks/sweep_scaling.py print it: "0 of 78 rows changed, 4 beyond CI95 within 3%; median B/A
+    0.998, middle 90% 0.992-1.004, extremes 0.989-1.017"."""
+    return (f"{m['changed']} of {m['rows']} rows changed, {m['beyond_ci95_within_threshold']} beyond CI95 within "
+            f"{threshold_pct:g}%; median B/A {m['median_ratio_b_over_a']:.3f}, middle 90% {m['p5_ratio']:.3f}-"
+            f"{m['p95_ratio']:.3f}, extremes {m['min_ratio']:.3f}-{m['max_ratio']:.3f}")
+
+
 def compare_sweeps(a: Sweep, b: Sweep, threshold_pct: float = PRACTICAL_THRESHOLD_PCT) -> dict:
     """Row by row (implementation, problem, mode, timing), did anything change between two sweeps?
     A row differs only when the CI95 intervals of its medians do not overlap AND the medians are

@@ -64,7 +64,7 @@ from lab.analysis.metrics import (SECTOR_BYTES, KernelFacts, derived_values, dur
                                  plain, rounded, without_issuer_waits)
 from lab.analysis.ncu_rules import map_rule
 from lab.analysis.rules import BY_CLASS, CAUSES, RULES, TIE_ORDER, Context, Finding, context
-from lab.analysis.rules.base import BACKWARD_MODES
+from lab.analysis.direction import direction
 from lab.measure.problem import Problem
 from lab.measure import rates
 
@@ -104,6 +104,8 @@ class KernelAnalysis:
                "findings": [f.to_dict() for f in self.findings]}
         if self.derived.get("overlap"):   # the latency-hiding techniques the report shows, with their evidence
             out["overlap"] = self.derived["overlap"]
+        if self.derived.get("backward_from"):   # a backward's kernel, and which signal said so (lab.analysis.direction)
+            out["backward_from"] = self.derived["backward_from"]
         k = self.lines or {"status": "not-read", "note": None, "lines": []}
         out["lines"] = json_lines(k, lines)
         out["lines_status"] = k["status"]
@@ -235,6 +237,8 @@ def analyze_kernel(row: dict, rules: list[dict], problem: dict | None = None, li
     c.rung = rung_of(plain(row.get("nvtx")))
     c.launch_overhead_ns = launch_overhead_ns
     c.source = source_summary(lines)
+    # a backward's kernel hears a backward's next steps: the run's mode, else the lab's NVTX range, else its name
+    c.direction = direction(plain(row.get("kernel")) or plain(row.get("kernel_function")), mode, plain(row.get("nvtx")))
     without_issuer_waits(c)   # a producer's idle waits are no stall of the work
     c.overlap = overlap.techniques(c, lines)   # what the next steps must not propose again
     ctx = context(c, mode)
@@ -250,6 +254,8 @@ def analyze_kernel(row: dict, rules: list[dict], problem: dict | None = None, li
     kernel = plain(row.get("kernel")) or plain(row.get("kernel_function")) or "?"
     derived = derived_values(c)
     derived["overlap"] = c.overlap.to_dict()
+    if c.direction.backward:   # how the lab knew (a forward's derived values stay as they were)
+        derived["backward_from"] = c.direction.told_by
     return KernelAnalysis(kernel=kernel, duration_ns=c.M.num("gpu__time_duration.sum"), device=c.device, metrics=metrics,
                           bottleneck=findings[0].cls if findings else None, findings=findings,
                           kernel_index=int(plain(row.get("kernel_index")) or 0), nvtx=plain(row.get("nvtx")),
@@ -281,7 +287,8 @@ def analyze_frame(df: pd.DataFrame, rules: Iterable[dict], problem: dict | None 
     rule results (`lab.profilers.ncu.rule_results`), optionally the lab's problem dict
     (`Problem.to_dict()`: batch, heads, flops, min_bytes, dtype, ...), the per-line tables of
     `lab.analysis.lines.report_lines` (by kernel_index), the launch overhead a timeline measured and the
-    run's mode ("fwd", "bwd", "fwd+bwd": a backward's kernels hear backward advice; None: their names tell)."""
+    run's mode ("fwd", "bwd", "fwd+bwd": a backward's kernels hear backward advice; None: the lab's NVTX
+    range tells, else their names: lab.analysis.direction)."""
     rules = list(rules)
     if problem is not None and "batch" in problem:
         problem = problem_of_mode(problem, mode)
@@ -403,6 +410,8 @@ def render(analyses: list[KernelAnalysis], console=None) -> None:
             console.print("    " + ", ".join(rates), style="dim", highlight=False)
         if a.lines and a.lines.get("note"):
             console.print(f"    lines: {a.lines['note']}", style="dim", highlight=False)
+        if d.get("backward_from"):
+            console.print(f"    a backward kernel, by {d['backward_from']}", style="dim", highlight=False)
         shows = _overlap_line(d.get("overlap"))
         if shows:
             console.print("    " + shows, style="dim", highlight=False)
@@ -431,19 +440,29 @@ def render(analyses: list[KernelAnalysis], console=None) -> None:
         console.print()
 
 
+# why a technique the report does not show is no missing step (lab.analysis.overlap's `moot`), by technique
+_MOOT_GROUPS = {overlap.PINGPONG: "not a backward's lever", overlap.DQ_REDUCE: "not in this kernel"}
+
+
 def _overlap_line(shown: dict | None) -> str:
     """'overlap in the report: persistent grid, ...; not: ...; cannot tell: ...' (lab.analysis.overlap)."""
     if not shown:
         return ""
     groups = {True: [], False: [], None: [], "moot": []}
+    apart: dict[str, list] = {}
     for key, s in shown.items():
-        if key != "waits":   # one that cannot help this launch (a grid under one wave) is not a missing step
+        if key == "waits":
+            continue
+        if s.get("moot") and s["present"] is not True and key in _MOOT_GROUPS:
+            apart.setdefault(_MOOT_GROUPS[key], []).append(s["name"])
+        else:   # one that cannot help this launch (a grid under one wave) is not a missing step
             groups["moot" if s.get("moot") and s["present"] is False else s["present"]].append(s["name"])
     parts = [f"overlap in the report: {', '.join(groups[True]) or 'none'}"]
     if groups[False]:
         parts.append(f"not: {', '.join(groups[False])}")
     if groups["moot"]:
         parts.append(f"not the lever for this grid: {', '.join(groups['moot'])}")
+    parts += [f"{why}: {', '.join(names)}" for why, names in apart.items()]
     if groups[None]:
         parts.append(f"cannot tell: {', '.join(groups[None])}")
     return "; ".join(parts)

@@ -20,6 +20,7 @@ import math
 import re
 from dataclasses import dataclass
 
+from lab.analysis.direction import Direction
 from lab.gpu_specs import peaks_for
 from lab.measure import rates
 from lab.jsonvalues import plain  # noqa: F401  (metrics.plain: one home, lab.jsonvalues)
@@ -535,6 +536,7 @@ class KernelFacts:
     source: dict | None = None               # its per-line counters summed (lab.analysis.lines.source_summary)
     issuer_wait_pct: float | None = None     # share of the samples an issuer's waits had, left out of stalls
     overlap: dict | None = None              # what the report shows of each latency-hiding technique (lab.analysis.overlap)
+    direction: Direction | None = None       # forward or backward, and how the lab knows (lab.analysis.direction)
 
 
 def kernel_facts(row: dict, problem: dict | None = None) -> KernelFacts:

@@ -24,6 +24,21 @@ kernel's source or name:
     works on (its softmax) while a product is still on the tensor cores;
   * asynchronous copies into shared memory: LDGSTS (cp.async), UTMALDG (TMA) or UBLKCP executed.
 
+A backward's kernel (lab.analysis.direction: the run's mode, else the lab's NVTX range, else its name) that
+does matrix products writes dQ, dK and dV, not O, and its levers are FlashAttention-3's backward's
+(hopper/flash_bwd_kernel_sm90.h, mainloop_bwd_sm90_tma_gmma_ws.hpp, epilogue_bwd.hpp), so there:
+  * the output stored by TMA is dK and dV (UTMASTG, UBLKCP.G.S), which leave once per K/V tile;
+  * dQ added by TMA bulk reductions: its fp32 partial staged in shared memory and added to the global
+    accumulator by UTMAREDG or UBLKRED (cp.reduce.async.bulk), which one producer warp can issue while the
+    consumers go on, rather than a REDG or ATOMG per element from the consumers; a kernel with no global
+    reduction does not accumulate dQ (a pass of its own does): the technique is moot there;
+  * ping-pong is not a lever: FlashAttention-3's backward runs two or three consumer warpgroups that split
+    each K/V tile (each its rows of S and dP, its columns of dK and dV, exchanging P and dS through shared
+    memory) and overlap the five GEMMs inside each warpgroup by keeping wgmma in flight, never taking
+    turns. A backward that does take turns is still shown doing so.
+The elementwise passes of a backward (preprocess, dQ convert: lab.analysis.metrics.kernel_role) are read as
+any other kernel.
+
 Where the report cannot tell (no SourceCounters, so no SASS per PC; no launch or occupancy metrics) a
 technique is unknown (`present` None) and the advice says so instead of guessing.
 """
@@ -37,12 +52,22 @@ import re
 from dataclasses import dataclass
 
 from lab.analysis.lines import branch_target, guard, opcode, operands, sass_listing
-from lab.analysis.metrics import KernelFacts, occupancy_limiter, opcode_counts
+from lab.analysis.metrics import KernelFacts, kernel_role, occupancy_limiter, opcode_counts
 
-PERSISTENT, TMA_STORE, PINGPONG, WGMMA_IN_FLIGHT, ASYNC_LOADS = (
-    "persistent", "tma_store", "pingpong", "wgmma_in_flight", "async_loads")
+PERSISTENT, TMA_STORE, PINGPONG, WGMMA_IN_FLIGHT, ASYNC_LOADS, DQ_REDUCE = (
+    "persistent", "tma_store", "pingpong", "wgmma_in_flight", "async_loads", "dq_reduce")
 NAMES = {PERSISTENT: "persistent grid", TMA_STORE: "output stored by TMA", PINGPONG: "ping-pong between warpgroups",
-         WGMMA_IN_FLIGHT: "a wgmma group kept in flight", ASYNC_LOADS: "asynchronous copies into shared memory"}
+         WGMMA_IN_FLIGHT: "a wgmma group kept in flight", ASYNC_LOADS: "asynchronous copies into shared memory",
+         DQ_REDUCE: "dQ added by TMA bulk reductions"}
+# a backward's names where they differ from a forward's: its output is dK and dV (dQ is reduced, DQ_REDUCE)
+BACKWARD_NAMES = {TMA_STORE: "dK/dV stored by TMA"}
+# why ping-pong is not proposed to a backward (lab.analysis.rules say it beside their next steps)
+BACKWARD_NO_PINGPONG = ("FlashAttention-3's backward splits each K/V tile across two or three consumer warpgroups "
+                        "(each its rows of S and dP, its columns of dK and dV) that overlap the five GEMMs by keeping "
+                        "wgmma in flight, without taking turns")
+# global reductions: in bulk from shared memory (cp.reduce.async.bulk[.tensor]), and per element
+BULK_REDUCTION_OPS = ("UBLKRED", "UTMAREDG")
+ELEMENT_REDUCTION_OPS = ("REDG", "ATOMG", "RED", "ATOM")
 # global-to-shared copies that run while the warps compute: cp.async (LDGSTS), TMA (UTMALDG), bulk copies
 ASYNC_LOAD_OPS = ("LDGSTS", "UTMALDG", "UBLKCP")
 
@@ -63,10 +88,11 @@ class Shown:
     present: bool | None
     evidence: str
     moot: str | None = None   # why it cannot help this launch (absent, it would): not proposed then
+    label: str | None = None  # its name where a backward's differs (BACKWARD_NAMES)
 
     @property
     def name(self) -> str:
-        return NAMES[self.key]
+        return self.label or NAMES[self.key]
 
     def to_dict(self) -> dict:
         return {"name": self.name, "present": self.present, "evidence": self.evidence,
@@ -82,15 +108,24 @@ class Overlap:
 
     shown: dict[str, Shown]
     waits: dict
+    backward_from: str | None = None   # a backward's kernel that does matrix products: how the lab knows
 
     def to_dict(self) -> dict:
         return {**{k: s.to_dict() for k, s in self.shown.items()}, "waits": self.waits}
 
 
 def techniques(c: KernelFacts, k: dict | None) -> Overlap:
-    """What the report of one kernel shows (`k`: its lab.analysis.lines.kernel_lines)."""
+    """What the report of one kernel shows (`k`: its lab.analysis.lines.kernel_lines); a backward's kernel
+    that does matrix products (c.direction, kernel_role) is read for a backward's techniques."""
     sass = sass_listing(k)
     ops = {op: v for op, v in opcode_counts(c.M).items() if v}
+    if c.direction is not None and c.direction.backward and kernel_role(c.M)[0] != "elementwise":
+        turns = pingpong(sass)
+        if not turns.present:   # shown where a backward takes turns, never proposed to one
+            turns = Shown(PINGPONG, turns.present, turns.evidence, moot=BACKWARD_NO_PINGPONG)
+        return Overlap({PERSISTENT: persistent(c, sass), TMA_STORE: tma_store(ops, sass, backward=True),
+                        DQ_REDUCE: dq_reduce(ops, sass), PINGPONG: turns, WGMMA_IN_FLIGHT: wgmma_in_flight(sass),
+                        ASYNC_LOADS: async_loads(ops, sass)}, waits(k, sass), c.direction.told_by)
     return Overlap({PERSISTENT: persistent(c, sass), TMA_STORE: tma_store(ops, sass), PINGPONG: pingpong(sass),
                     WGMMA_IN_FLIGHT: wgmma_in_flight(sass), ASYNC_LOADS: async_loads(ops, sass)}, waits(k, sass))
 
@@ -214,14 +249,17 @@ def persistent(c: KernelFacts, sass: list) -> Shown:
 
 # ----------------------------------------------------------------------------- output stored by TMA
 
-def tma_store(ops: dict, sass: list) -> Shown:
-    """`ops`: the SASS instructions executed per opcode (lab.analysis.metrics.opcode_counts), nonzero ones."""
+def tma_store(ops: dict, sass: list, backward: bool = False) -> Shown:
+    """`ops`: the SASS instructions executed per opcode (lab.analysis.metrics.opcode_counts), nonzero ones.
+    A backward's output is dK and dV (its dQ is reduced: dq_reduce)."""
+    label, output = (BACKWARD_NAMES[TMA_STORE], "dK and dV") if backward else (None, "the output")
     listed: dict[str, list] = {}
     for pc, text, ex, _, where in sass:
         if ex and _base(text) in ("UTMASTG", "STG", "ST"):
             listed.setdefault(_base(text), []).append(_at(where, pc))
     if not (ops or sass):
-        return Shown(TMA_STORE, None, "the report has no per-opcode counts (InstructionStats) and no SASS per PC")
+        return Shown(TMA_STORE, None, "the report has no per-opcode counts (InstructionStats) and no SASS per PC",
+                     label=label)
 
     def count(op: str) -> float:
         return ops.get(op) or sum(ex for _, t, ex, _, _ in sass if _base(t) == op)
@@ -233,19 +271,49 @@ def tma_store(ops: dict, sass: list) -> Shown:
     stg = count("STG") + count("ST")
     also = f"; beside {_n(stg)} STG{places('STG')}" if stg else ""   # other outputs (LSE), or part of O: the reader judges
     if count("UTMASTG"):
-        return Shown(TMA_STORE, True, f"UTMASTG{places('UTMASTG')}, {_n(count('UTMASTG'))} executed{also}")
+        return Shown(TMA_STORE, True, f"UTMASTG{places('UTMASTG')}, {_n(count('UTMASTG'))} executed{also}", label=label)
     # a bulk copy without a tensor map: its modifiers say which way (UBLKCP.G.S: to global from shared)
     to_global = [(pc, ex, where) for pc, t, ex, _, where in sass if ex and opcode(t).startswith("UBLKCP.G.")]
     if to_global:
         at = list(dict.fromkeys(_at(w, pc) for pc, _, w in to_global))
         return Shown(TMA_STORE, True, f"UBLKCP.G.S (bulk copy from shared to global) at {', '.join(at[:3])}, "
-                                      f"{_n(sum(ex for _, ex, _ in to_global))} executed{also}")
+                                      f"{_n(sum(ex for _, ex, _ in to_global))} executed{also}", label=label)
     if not sass and count("UBLKCP"):
-        return Shown(TMA_STORE, None, f"no UTMASTG, but {_n(count('UBLKCP'))} UBLKCP bulk copies, which may carry the "
-                                      f"output: {NO_SASS} to say which way they went")
+        return Shown(TMA_STORE, None, f"no UTMASTG, but {_n(count('UBLKCP'))} UBLKCP bulk copies, which may carry "
+                                      f"{output}: {NO_SASS} to say which way they went", label=label)
     if stg:
-        return Shown(TMA_STORE, False, f"no UTMASTG: the output leaves by STG ({_n(stg)} executed{places('STG')})")
-    return Shown(TMA_STORE, False, "no UTMASTG and no STG executed")
+        leave = "leaves" if output == "the output" else "leave"
+        return Shown(TMA_STORE, False, f"no UTMASTG: {output} {leave} by STG ({_n(stg)} executed{places('STG')})",
+                     label=label)
+    return Shown(TMA_STORE, False, "no UTMASTG and no STG executed", label=label)
+
+
+# ----------------------------------------------------------------------------- a backward's dQ
+
+def dq_reduce(ops: dict, sass: list) -> Shown:
+    """How a backward's kernel adds its part of dQ to the fp32 accumulator: in bulk from shared memory
+    (UTMAREDG, UBLKRED: FlashAttention-3's path), per element (REDG, ATOMG), or not at all (moot: dQ is
+    not accumulated in this kernel)."""
+    if not (ops or sass):
+        return Shown(DQ_REDUCE, None, "the report has no per-opcode counts (InstructionStats) and no SASS per PC")
+    found: dict[str, tuple[float, list]] = {}
+    for op in BULK_REDUCTION_OPS + ELEMENT_REDUCTION_OPS:
+        at = list(dict.fromkeys(_at(w, pc) for pc, t, ex, _, w in sass if ex and _base(t) == op))
+        n = ops.get(op) or sum(ex for _, t, ex, _, _ in sass if _base(t) == op)
+        if n:
+            found[op] = (n, at)
+
+    def said(ops_: tuple[str, ...]) -> str:
+        return "; ".join(f"{op}{' at ' + ', '.join(found[op][1][:3]) if found[op][1] else ''}, {_n(found[op][0])} executed"
+                         for op in ops_ if op in found)
+
+    if any(op in found for op in BULK_REDUCTION_OPS):
+        beside = said(ELEMENT_REDUCTION_OPS)
+        return Shown(DQ_REDUCE, True, said(BULK_REDUCTION_OPS) + (f"; beside {beside}" if beside else ""))
+    if found:
+        return Shown(DQ_REDUCE, False, f"dQ added per element: {said(ELEMENT_REDUCTION_OPS)}")
+    return Shown(DQ_REDUCE, False, "no global reduction executed",
+                 moot="this kernel does not accumulate dQ with global reductions (a pass of its own may compute it)")
 
 
 # ----------------------------------------------------------------------------- asynchronous loads
@@ -374,6 +442,11 @@ def moot(ov: Overlap | None, key: str) -> str | None:
 
 ALREADY, LEFT = "Already in the report: ", "Left: "
 _CITED = re.compile(r" (Lines|SASS at PC): [^ ].*$")
+
+
+def backward(ov: Overlap | None) -> bool:
+    """A backward's kernel that does matrix products (Overlap.backward_from): it hears a backward's levers."""
+    return bool(ov and ov.backward_from)
 
 
 def already(ov: Overlap | None, keys: tuple[str, ...]) -> str:

@@ -9,19 +9,15 @@ with Nsight's rule results, ranks them and cites their lines.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from typing import Any
 
 from lab.analysis.advice import cc_of, next_rung
+from lab.analysis.direction import BACKWARD_MODES, direction  # noqa: F401  (BACKWARD_MODES: one home, the direction module)
 from lab.analysis.lines import cite, where
 from lab.analysis.metrics import KernelFacts, kernel_role
 
 BOUND_PCT = 60.0   # ncu's SpeedOfLight rule: above 60% of a unit's peak is throughput-bound territory
-BACKWARD_MODES = ("bwd", "fwd+bwd")
-# The names backward kernels carry: FlashAttention-2's flash_bwd_* and dq_dk_dv loop, cuDNN's "bprop",
-# CUTLASS's fmha_cutlassB, the dQ convert and dot(dO, O) preprocess kernels
-_BACKWARD_NAME = re.compile(r"bwd|bprop|backward|cutlassB|dq_dk_dv|convert_dq|dot_do_o", re.IGNORECASE)
 
 
 @dataclass
@@ -110,14 +106,10 @@ class Rule:
 
 
 def is_backward(c: KernelFacts, mode: str | None) -> bool:
-    """A kernel of a backward pass: a run of mode "bwd" says so for all its kernels, "fwd" for none; in a
-    fwd+bwd run, or a report the lab did not make, the kernel's name tells."""
-    if mode == "bwd":
-        return True
-    if mode == "fwd":
-        return False
-    name = c.M.text("kernel") or c.M.text("kernel_function") or ""
-    return bool(_BACKWARD_NAME.search(name))
+    """A kernel of a backward pass (lab.analysis.direction: the run's mode, else the lab's NVTX range, else the
+    kernel's name); lab.analysis.findings has already decided it for the kernel at hand."""
+    d = c.direction or direction(c.M.text("kernel") or c.M.text("kernel_function"), mode, c.M.text("nvtx"))
+    return d.backward
 
 
 def top_stall_lines(k: dict, c: KernelFacts, skip_waits: str = "issuer") -> list[dict]:

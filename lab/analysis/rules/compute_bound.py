@@ -55,6 +55,8 @@ def tensor_pipe_steps(c: KernelFacts) -> str:
     left = []
     if not warp_specialised(c.M, c.device):
         left.append("warp specialization (a producer warpgroup issuing TMA, setmaxnreg)")
+    if ov.backward(o):
+        return backward_tensor_pipe_steps(c, left)
     if not ov.present(o, ov.PINGPONG):
         left.append("ping-pong between warpgroups" + ov.untold(o, ov.PINGPONG))
     done = ov.already(o, (ov.PINGPONG, ov.WGMMA_IN_FLIGHT, ov.PERSISTENT, ov.TMA_STORE))
@@ -62,6 +64,25 @@ def tensor_pipe_steps(c: KernelFacts) -> str:
            else "fewer non-matrix instructions per tile (they take issue slots beside the wgmma), or FP8")
     return " ".join(x for x in ("The matrix products run on warpgroup wgmma and the tensor pipe is the limit.", done) if x) + \
         f" Left: {how}."
+
+
+def backward_tensor_pipe_steps(c: KernelFacts, left: list[str]) -> str:
+    """tensor_pipe_steps for a backward's kernel: its GEMMs overlapped inside each warpgroup (wgmma kept in
+    flight), never ping-pong (lab.analysis.overlap.BACKWARD_NO_PINGPONG), and no FP8 (FlashAttention-3's
+    backward has none)."""
+    o = c.overlap
+    if not ov.present(o, ov.WGMMA_IN_FLIGHT):
+        left.append("the GEMMs of a step kept in flight one behind another (wgmma.wait_group 1)"
+                    + ov.untold(o, ov.WGMMA_IN_FLIGHT))
+    keys = ((ov.PINGPONG,) if ov.present(o, ov.PINGPONG) else ()) + (ov.WGMMA_IN_FLIGHT, ov.PERSISTENT, ov.TMA_STORE,
+                                                                      ov.DQ_REDUCE)
+    done = ov.already(o, keys)
+    how = (f"overlap the non-matrix work (P, dS = P (dP - D), the dQ staging) with the next GEMMs ({', '.join(left)})"
+           if left else "fewer non-matrix instructions per tile (they take issue slots beside the wgmma)")
+    turns = (f" Not ping-pong, a forward's lever: {ov.moot(o, ov.PINGPONG)}; this kernel is a backward's by "
+             f"{o.backward_from}." if ov.moot(o, ov.PINGPONG) else "")
+    return " ".join(x for x in ("The matrix products run on warpgroup wgmma and the tensor pipe is the limit.", done)
+                    if x) + f" Left: {how}." + turns
 
 
 class ComputeBound(Rule):

@@ -16,8 +16,11 @@ DATA_WAIT_PCT = 5.0
 def wgmma_overlap_steps(c: KernelFacts, ladder: bool) -> str:
     """The next step of a wgmma kernel whose warpgroups wait: what the report shows it already overlaps
     (lab.analysis.overlap, with the evidence), then only what is left; a technique the report cannot
-    judge stays in the list and says so."""
+    judge stays in the list and says so. A backward's kernel hears a backward's levers
+    (backward_overlap_steps)."""
     o = c.overlap
+    if ov.backward(o):
+        return backward_overlap_steps(c)
     waits = o.waits if o else {}
     left: list[str] = []
     if not ov.present(o, ov.PINGPONG):
@@ -62,6 +65,57 @@ def wgmma_overlap_steps(c: KernelFacts, ladder: bool) -> str:
     head = "Overlap more of the non-matrix work with the matrix products."
     steps = f" Left: {'; '.join(left)}." if left else ""
     return " ".join(x for x in (head, done) if x) + steps + stages_note + grid_note
+
+
+def backward_overlap_steps(c: KernelFacts) -> str:
+    """wgmma_overlap_steps for a backward's kernel (dQ, dK, dV), by FlashAttention-3's backward: its GEMMs
+    kept in flight one behind another inside each warpgroup, dQ added in bulk by TMA off the consumers' path,
+    dK and dV stored by TMA, Q/dO stages, persistent CTAs over K/V tiles; never ping-pong, and the advice says
+    why and how the lab knew the kernel is a backward's."""
+    o = c.overlap
+    waits = o.waits
+    left: list[str] = []
+    if not ov.present(o, ov.WGMMA_IN_FLIGHT):
+        left.append("the GEMMs of a step kept in flight one behind another (S = Q K^T and dP = dO V^T issued together, "
+                    "P computed while dP runs; dV += P^T dO and dQ = dS K issued before waiting on either: "
+                    "wgmma.wait_group 1)" + ov.untold(o, ov.WGMMA_IN_FLIGHT))
+    if not (ov.present(o, ov.DQ_REDUCE) or ov.moot(o, ov.DQ_REDUCE)):
+        left.append("dQ's fp32 partial staged in shared memory and added by one TMA bulk reduction per Q tile "
+                    "(cp.reduce.async.bulk), issued by a producer warp while the consumers go on, instead of a global "
+                    "reduction per element from the consumer warpgroups" + ov.untold(o, ov.DQ_REDUCE))
+    data = waits.get("mbarrier_pct")
+    stages_note = ""
+    if data is None:
+        left.append("more Q/dO TMA stages in flight")
+    elif data >= DATA_WAIT_PCT:
+        left.append(f"more Q/dO TMA stages in flight, or the next Q tile's loads issued earlier (warps wait on "
+                    f"mbarriers, other than a TMA issuer's, in {data:.1f}% of the samples, most at "
+                    f"{waits['mbarrier_where']})")
+    else:
+        stages_note = (f" More Q/dO stages would not help: warps wait on mbarriers, other than a TMA issuer's, in only "
+                       f"{data:.1f}% of the samples.")
+    grid_note = ""
+    if ov.moot(o, ov.PERSISTENT):
+        grid_note = f" Not a persistent grid: {ov.moot(o, ov.PERSISTENT)}."
+    elif not ov.present(o, ov.PERSISTENT):
+        left.append("persistent CTAs with a tile scheduler so the next K/V tile's loads and first products run under "
+                    "this tile's dK/dV epilogue" + ov.untold(o, ov.PERSISTENT))
+    if not ov.present(o, ov.TMA_STORE):
+        left.append("dK and dV stored with TMA (staged in shared memory, then cp.async.bulk.tensor)"
+                    + ov.untold(o, ov.TMA_STORE))
+    own = waits.get("wgmma_pct")
+    if own and all(ov.present(o, k) or ov.moot(o, k) for k in (ov.WGMMA_IN_FLIGHT, ov.PERSISTENT)):
+        left.append(f"the warpgroups' waits on their own wgmma (WARPGROUP.DEPBAR: {own:.1f}% of the samples, most at "
+                    f"{waits['wgmma_where']}): more products in flight per wait (a deeper software pipeline across "
+                    "Q tiles) and fewer non-matrix instructions per tile (P, dS = P (dP - D), the dQ staging)")
+    keys = ((ov.PINGPONG,) if ov.present(o, ov.PINGPONG) else ()) + (ov.WGMMA_IN_FLIGHT, ov.PERSISTENT, ov.TMA_STORE,
+                                                                      ov.DQ_REDUCE)
+    done = ov.already(o, keys)
+    head = "Overlap more of the non-matrix work with the matrix products."
+    steps = f" Left: {'; '.join(left)}." if left else ""
+    turns = (f" Not ping-pong, a forward's lever: {ov.moot(o, ov.PINGPONG)}; this kernel is a backward's by "
+             f"{o.backward_from}." if ov.moot(o, ov.PINGPONG) else "")
+    return " ".join(x for x in (head, done) if x) + steps + stages_note + grid_note + turns
 
 
 class LatencyBound(Rule):

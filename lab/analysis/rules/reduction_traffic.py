@@ -18,13 +18,14 @@ from __future__ import annotations
 
 from lab.analysis.lines import cite
 from lab.analysis.metrics import KernelFacts, opcode_counts, rounded
+from lab.analysis.overlap import BULK_REDUCTION_OPS as BULK_OPS
+from lab.analysis.overlap import ELEMENT_REDUCTION_OPS as ELEMENT_OPS
 from lab.analysis.rules.base import Context, Finding, Rule, is_backward
 
 MIN_SHARE = 0.01   # reductions below 1% of L2's sectors (a semaphore, a counter) are no traffic to speak of
-# SASS opcodes of global reductions and atomics: per element (REDG, ATOMG; RED, ATOM on older
-# architectures) and in bulk from shared memory (UBLKRED, UTMAREDG: cp.reduce.async.bulk[.tensor])
-ELEMENT_OPS = ("REDG", "ATOMG", "RED", "ATOM")
-BULK_OPS = ("UBLKRED", "UTMAREDG")
+# SASS opcodes of global reductions and atomics (lab.analysis.overlap, which reads how a backward adds dQ):
+# per element (REDG, ATOMG; RED, ATOM on older architectures) and in bulk from shared memory (UBLKRED,
+# UTMAREDG: cp.reduce.async.bulk[.tensor])
 
 
 def reduction_sectors(c: KernelFacts) -> tuple[float | None, float | None]:

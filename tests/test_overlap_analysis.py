@@ -331,3 +331,14 @@ def test_a_grid_of_one_cta_per_head_that_walks_its_query_tiles_is_not_persistent
     assert got["present"] is False and "fewer CTAs than SMs" in got["evidence"], got
     assert "loop over output tiles" in got["evidence"] and "small-grid" in got["moot"], got
     assert a.findings[0].cls == "small-grid"
+
+
+def test_occupancy_advice_points_to_latency_bound_only_where_that_is_the_verdict():
+    """A warp-specialised kernel's occupancy finding says more work in flight per warpgroup is the lever
+    and points to the latency-bound step; v8's backward is memory-bound (a unit at its roof), so it has no
+    such step to point to (the pointer led nowhere before)."""
+    for run_id, verdict in ((V8_BWD, "memory-bound"), (V9_O_TMA[0], "latency-bound")):
+        a = _main(run_id)
+        occ = next(f for f in a.findings if f.cls == "occupancy-limited")
+        assert a.bottleneck == verdict, (run_id, a.bottleneck)
+        assert ("see latency-bound" in occ.advice) == (verdict == "latency-bound"), (run_id, occ.advice)

@@ -300,6 +300,16 @@ constexpr int kLongRows = 2048;
 // rows; a ragged last block's warpgroups past nq compute one key tile). 89 + 24 KB a CTA, one per SM.
 using Long64OTma = lab_hopper_fwd::OByTma<Long64>;
 using Long64OTmaOwn = lab_hopper_fwd::OByTma<lab_hopper_fwd::OwnKeyTiles<Long64>>;
+// Step 6, tuning candidates only (twelfth session; benchmarks/v9_notes.md, "Step 6"). (a) Long64Own
+// with its key-tile count warp-uniform (OwnKeyTilesUniform): Long64's key loop instruction for
+// instruction, the ragged block's warpgroups past nq still idle. (b) Two Q buffers (TwoQBuffers):
+// the next tile's Q loaded a tile ahead, on the two defaults that run short tiles: D=128 (193 + 32 =
+// 225 KB, one CTA per SM) and D=64's one warpgroup (81 + 8 = 89 KB, still two CTAs per SM).
+using Long64OwnU = lab_hopper_fwd::OwnKeyTilesUniform<Long64>;
+using PingPong128OTmaQ2 = lab_hopper_fwd::TwoQBuffers<PingPong128OTma>;
+using Default64OTmaQ2 = lab_hopper_fwd::TwoQBuffers<Default64OTma>;
+static_assert(PingPong128OTmaQ2::kSmemBytes + 1024 <= 228 * 1024, "D=128 q2: one CTA per SM");
+static_assert(2 * (Default64OTmaQ2::kSmemBytes + 1024) <= 228 * 1024, "D=64 q2: two CTAs per SM");
 
 // The LSE only when asked (a second instantiation: the default forward stores nothing more).
 template <class C, bool CAUSAL, class Sched = Persistent>
@@ -340,6 +350,10 @@ static const LabTuneCandidate kCandidates64[] = {
     // Step 5 (b): own-tiles on Long64 (O from the accumulators); the non-causal default from Nq, Nk >=
     // 2048 for one run (3717917), where it ran level with the one-warpgroup default and 0.96-0.98x Long64.
     {"C3 BN128 S2 persistent own-tiles (non-causal)", launch_non_causal<Long64Own, Persistent>, LAB_SERVES_NON_CAUSAL},
+    // Step 6 (a): the same with a warp-uniform key-tile count (Long64's key loop); (b): two Q buffers
+    // on the D=64 default (benchmarks/v9_notes.md, "Step 6").
+    {"C3 BN128 S2 persistent own-tiles uniform (non-causal)", launch_non_causal<Long64OwnU, Persistent>, LAB_SERVES_NON_CAUSAL},
+    {"C1 BN128 S2 persistent tma-o q2", launch_any<Default64OTmaQ2, Persistent>},
 };
 static const LabTuneCandidate kCandidates128[] = {
     {"C2 BN128 S2 persistent", launch_any<Default128, Persistent>},
@@ -354,6 +368,8 @@ static const LabTuneCandidate kCandidates128[] = {
     // and on (a).
     {"C2 BN128 S2 persistent pp tma-o", launch_any<PingPong128OTma, Persistent>},
     {"C1 BN64 S2 persistent tma-o", launch_any<lab_hopper_fwd::OByTma<Short128>, Persistent>},
+    // Step 6 (b): two Q buffers on the D=128 default (benchmarks/v9_notes.md, "Step 6").
+    {"C2 BN128 S2 persistent pp tma-o q2", launch_any<PingPong128OTmaQ2, Persistent>},
 };
 static LabTuneList candidates(int head_dim) {
   switch (head_dim) {

@@ -138,6 +138,18 @@ class Protocol:
     release_last_v: bool = True  # the consumers free the tile's last V stage (the fix)
     turns_once_per_cta: bool = True  # persistent ping-pong: opening pass / closing sync once per CTA
     stale_k_parity: bool = False  # a planted bug: the consumers wait on K's previous phase
+    q_buffers: int = 1  # TwoQBuffers (v9 step 6 (b)): tile t uses Q buffer t % 2, its use t // 2
+    q_parity_per_tile: bool = False  # a planted bug: with two Q buffers, each buffer's parity from t, not t // 2
+
+
+def q_names(b: int) -> tuple[str, str, str]:
+    """Q buffer b's Q-landed barrier, Q-free barrier and buffer (b = 0: the one-buffer kernel's names)."""
+    return ("bar_q", "q_empty", "Q") if b == 0 else (f"bar_q[{b}]", f"q_empty[{b}]", f"Q[{b}]")
+
+
+def q_use(rnd: int, p: Protocol) -> tuple[int, int]:
+    """The buffer tile `rnd` of a CTA uses and which use of that buffer it is (its barriers' phase)."""
+    return rnd % p.q_buffers, rnd if p.q_parity_per_tile else rnd // p.q_buffers
 
 
 class Barriers:
@@ -155,10 +167,13 @@ class Barriers:
 class Cta(Barriers):
     """One CTA's shared state: its barriers, buffers, in-flight copies and what was read."""
 
-    def __init__(self, stages: int, consumers: int, pingpong: bool):
+    def __init__(self, stages: int, consumers: int, pingpong: bool, q_buffers: int = 1):
         threads = CONSUMER_THREADS_PER_WG * consumers
         self.S, self.consumers, self.pingpong = stages, consumers, pingpong
-        self.bar = {"bar_q": MBarrier("bar_q", 1), "q_empty": MBarrier("q_empty", threads)}
+        self.bar = {}
+        for b in range(q_buffers):
+            bar_q, q_empty, _ = q_names(b)
+            self.bar[bar_q], self.bar[q_empty] = MBarrier(bar_q, 1), MBarrier(q_empty, threads)
         for s in range(stages):
             for name, count in (("k_full", 1), ("v_full", 1), ("k_empty", threads), ("v_empty", threads)):
                 self.bar[f"{name}[{s}]"] = MBarrier(f"{name}[{s}]", count)
@@ -169,10 +184,13 @@ class Cta(Barriers):
         self.read = {cw: [] for cw in range(consumers)}
         self.stored = {cw: [] for cw in range(consumers)}
         self.spawned = []    # copies issued, not yet scheduled
+        self.q_ahead = 0     # Q copies issued while a warpgroup still read another Q buffer
 
     # --- the operations the roles yield (wait and arrive: Barriers)
     def copy(self, buf: str, tag, bar: str, who: str) -> Op:
         def issue():
+            if buf.startswith("Q") and any(self.readers.get(q) for q in self.readers if q.startswith("Q") and q != buf):
+                self.q_ahead += 1
             self.loaded.append((buf.split("[")[0], tag))
             self.spawned.append(self._land(buf, tag, bar))
         return Op(f"{who}: TMA {buf} <- {tag}", lambda: True, issue)
@@ -191,7 +209,7 @@ class Cta(Barriers):
             if self.tag.get(buf) != tag:
                 raise Hazard(f"consumer {cw} reads {buf} expecting {tag}, it holds {self.tag.get(buf)}")
             self.readers.setdefault(buf, set()).add(cw)
-            if buf != "Q":
+            if not buf.startswith("Q"):
                 self.read[cw].append((buf.split("[")[0], tag))
         return Op(f"consumer {cw}: issue wgmma reading {buf} {tag}", lambda: True, begin)
 
@@ -216,10 +234,12 @@ def producer(cta: Cta, walk, p: Protocol):
     rnd, it0 = 0, 0
     for m_block, bh, n in walk:
         tile = (m_block, bh)
+        qb, use = q_use(rnd, p)
+        bar_q, q_empty, q_buf = q_names(qb)
         if p.persistent:
-            yield cta.wait("q_empty", (rnd & 1) ^ 1, f"{who} (tile {tile})")
-        yield cta.arrive("bar_q", 1, who, tx=1)
-        yield cta.copy("Q", (tile, None), "bar_q", who)
+            yield cta.wait(q_empty, (use & 1) ^ 1, f"{who} (tile {tile})")
+        yield cta.arrive(bar_q, 1, who, tx=1)
+        yield cta.copy(q_buf, (tile, None), bar_q, who)
         for j in range(n):
             s, parity = (it0 + j) % S, (((it0 + j) // S) & 1) ^ 1
             w = f"{who} (tile {tile}, key tile {j})"
@@ -266,11 +286,13 @@ def consumer(cta: Cta, walk, p: Protocol, cw: int, own=None):
         mine = own(m_block, cw) if own else n
         if cta.pingpong and not pp_once and cw == 1:
             yield cta.named_arrive(1, w)  # warpgroup 0 goes first
-        yield cta.wait("bar_q", rnd & 1, w)
+        qb, use = q_use(rnd, p)
+        bar_q, q_empty, q_buf = q_names(qb)
+        yield cta.wait(bar_q, use & 1, w)
         s0 = it0 % S
         yield cta.wait(f"k_full[{s0}]", (it0 // S) & 1 ^ p.stale_k_parity, w)
         yield from turn_wait()
-        yield cta.begin_read("Q", (tile, None), cw)
+        yield cta.begin_read(q_buf, (tile, None), cw)
         yield cta.begin_read(f"K[{s0}]", (tile, 0), cw)
         yield from turn_pass()
         yield cta.end_read(f"K[{s0}]", cw)  # wgmma_wait<0>
@@ -288,9 +310,9 @@ def consumer(cta: Cta, walk, p: Protocol, cw: int, own=None):
             yield cta.arrive(f"k_empty[{sk}]", t, wj)
             yield cta.end_read(f"V[{sv}]", cw)  # wgmma_wait<0>: P_{j-1} V_{j-1} done
             yield cta.arrive(f"v_empty[{sv}]", t, wj)
-        yield cta.end_read("Q", cw)
+        yield cta.end_read(q_buf, cw)
         if p.persistent:
-            yield cta.arrive("q_empty", t, w)
+            yield cta.arrive(q_empty, t, w)
         sv = (it0 + mine - 1) % S
         yield cta.wait(f"v_full[{sv}]", ((it0 + mine - 1) // S) & 1, w)
         yield from turn_wait()
@@ -319,7 +341,7 @@ def consumer(cta: Cta, walk, p: Protocol, cw: int, own=None):
 
 def simulate(walk, *, stages=2, consumers=1, pingpong=False, protocol=Protocol(), seed=0, own=None) -> Cta:
     """One CTA through its walk under a random interleaving; raises Deadlock or Hazard."""
-    cta = Cta(stages, consumers, pingpong)
+    cta = Cta(stages, consumers, pingpong, protocol.q_buffers)
     agents = [producer(cta, walk, protocol)] + [consumer(cta, walk, protocol, cw, own) for cw in range(consumers)]
     return interleave(cta, agents, random.Random(seed))
 
@@ -499,6 +521,39 @@ def test_the_model_catches_a_consumer_that_waits_on_the_wrong_phase(walker):
         if e.type is Hazard:
             assert "consumer 0 reads K" in str(e.value), str(e.value)
     assert Hazard in caught, caught
+
+
+# TwoQBuffers (v9 step 6 (b)): the cases above with two Q buffers (one, two and three consumers,
+# ping-pong, N = 1 queries over ragged keys, a CTA with one key tile per tile, a 3-stage ring).
+Q2_CASES = [CASES[0], CASES[5], CASES[7], CASES[8], CASES[9], CASES[10],
+            (1000, 1, 128, 128, 3 * 50, 132, False, 2, True, 2)]
+
+
+@pytest.mark.parametrize("case", Q2_CASES, ids=case_id)
+def test_two_q_buffers_run_every_tile_without_deadlock_or_hazard(walker, case):
+    nq, nk, bm, bn, bh, grid, causal, consumers, pp, stages = case
+    q2 = Protocol(q_buffers=2)
+    for walk in busiest(walker(nq, nk, bm, bn, bh, grid, causal)):
+        for seed in range(SEEDS):
+            check_complete(simulate(walk, stages=stages, consumers=consumers, pingpong=pp, protocol=q2, seed=seed), walk)
+
+
+def test_two_q_buffers_load_the_next_q_while_the_tile_still_reads_its_own(walker):
+    # What the second buffer is for: the next tile's Q copy issued while a warpgroup still reads the
+    # current tile's Q (some interleavings); with one buffer never (the producer waits on q_empty).
+    walk = walker(512, 512, 128, 128, 8, 3, False)[0]
+    ahead = {q: [simulate(walk, consumers=2, pingpong=True, protocol=Protocol(q_buffers=q), seed=seed).q_ahead
+                 for seed in range(SEEDS)] for q in (1, 2)}
+    assert set(ahead[1]) == {0} and max(ahead[2]) > 0, ahead
+
+
+def test_two_q_buffers_with_a_per_tile_parity_fail(walker):
+    # A planted bug: each buffer's barriers waited with the tile's parity (t & 1), not the buffer's
+    # use ((t >> 1) & 1): a wait passes before the copy landed or waits for a phase that never comes.
+    walk = busiest(walker(300, 300, 64, 128, 8 * 40, 264, True))[0]
+    for seed in range(SEEDS):
+        with pytest.raises((Hazard, Deadlock)):
+            simulate(walk, protocol=Protocol(q_buffers=2, q_parity_per_tile=True), seed=seed)
 
 
 def _sites(text: str, *patterns: str) -> int:

@@ -78,7 +78,9 @@ LSE_CASES = [CASES[0], CASES[3], CASES[5], CASES[9], CASES[15], CASES[12]]
 # cases above do not reach them; checked here on the same D=128 cases, with the LSE: step 4's (a) and
 # (b) on (a), and the step-3 default (O stored from the accumulators). Step 4's (b) on ping-pong, "C2
 # BN128 S2 persistent pp tma-o", is the default since step 4: the cases above run its kernels.
-STEP4_CANDIDATES = ["C1 BN64 S2 persistent", "C2 BN128 S2 persistent pp (step-3 default)", "C1 BN64 S2 persistent tma-o"]
+STEP4_CANDIDATES = ["C1 BN64 S2 persistent", "C2 BN128 S2 persistent pp (step-3 default)", "C1 BN64 S2 persistent tma-o",
+                    # step 6 (b): two Q buffers on the default (the next tile's Q loaded a tile ahead)
+                    "C2 BN128 S2 persistent pp tma-o q2"]
 D128_CASES = [c for c in CASES if c[4] == 128]
 # D=64's candidates that are not the default: the step-3 default (Default64, O stored from the
 # accumulators), on the D=64 cases, the three-consumer ones included (a candidate runs whatever the
@@ -89,10 +91,17 @@ D128_CASES = [c for c in CASES if c[4] == 128]
 # ragged last blocks, N = 1 keys aside, have warpgroups past nq that skip all but one key tile, up to
 # 64 of 65 at Nk = 8200).
 D64_CANDIDATES = ["C1 BN128 S2 persistent (step-3 default)", "C3 BN128 S2 persistent tma-o",
-                  "C3 BN128 S2 persistent tma-o own-tiles"]
+                  "C3 BN128 S2 persistent tma-o own-tiles",
+                  # step 6 (b): two Q buffers on the D=64 default (two CTAs per SM)
+                  "C1 BN128 S2 persistent tma-o q2"]
 D64_CASES = [c for c in CASES if c[4] == 64]
+# D=64 candidates for non-causal problems only (they refuse causal ones), on the non-causal D=64 cases:
+# step 6 (a), own key tiles on three consumers with a warp-uniform count (the ragged last blocks'
+# warpgroups past nq skip all but one key tile: Nk = 8200, 8192, 2300, 2048).
+D64_NON_CAUSAL_CANDIDATES = ["C3 BN128 S2 persistent own-tiles uniform (non-causal)"]
 CANDIDATE_CASES = [(label, c) for label in STEP4_CANDIDATES for c in D128_CASES] + \
-                  [(label, c) for label in D64_CANDIDATES for c in D64_CASES]
+                  [(label, c) for label in D64_CANDIDATES for c in D64_CASES] + \
+                  [(label, c) for label in D64_NON_CAUSAL_CANDIDATES for c in D64_CASES if not c[5]]
 
 
 def _ids(c) -> str:
@@ -220,14 +229,15 @@ SANITIZER_SCRIPT = textwrap.dedent("""
               (Problem(2, 80, 130, 90, 128, True, "float16"), True),
               (Problem(1, 140, 200, 300, 128, False, "bfloat16"), True),
               (Problem(1, 24, 2200, 2100, 64, False, "bfloat16"), True)]
-    # argv: the rung, then optionally a tuning candidate's label and head dim (its shapes only).
+    # argv: the rung, then optionally a tuning candidate's label and head dim (its shapes only) and
+    # "non-causal" (a candidate that refuses causal problems: the non-causal shapes only).
     variant = variants.get(sys.argv[1])
     if len(sys.argv) > 2:
         module = build.build(variant, allow_compile=False, tuning=True).module
         head_dim = int(sys.argv[3])
         index = [e.split("|")[0] for e in module.configs(head_dim, "float16")].index(sys.argv[2])
         run = lambda q, k, v, o, causal, scale, lse: module.forward_config(q, k, v, o, causal, scale, index, lse)
-        shapes = [s for s in shapes if s[0].head_dim == head_dim]
+        shapes = [s for s in shapes if s[0].head_dim == head_dim and not (sys.argv[4:] == ["non-causal"] and s[0].causal)]
     else:
         module = build.load_cached(variant)
         run = module.forward
@@ -273,14 +283,16 @@ def test_v9_compute_sanitizer_is_clean(tool, v9, tmp_path):
 
 @pytest.mark.gpu
 @needs_hopper
-@pytest.mark.parametrize("label,head_dim,launches", [(lb, 128, 3) for lb in STEP4_CANDIDATES] +
-                         [(lb, 64, 4) for lb in D64_CANDIDATES])
+@pytest.mark.parametrize("label,head_dim,launches,masks", [(lb, 128, 3, "both") for lb in STEP4_CANDIDATES] +
+                         [(lb, 64, 4, "both") for lb in D64_CANDIDATES] +
+                         [(lb, 64, 3, "non-causal") for lb in D64_NON_CAUSAL_CANDIDATES])
 @pytest.mark.parametrize("tool", SANITIZERS)
-def test_v9_step4_candidate_is_sanitizer_clean(tool, label, head_dim, launches, v9_tuning, tmp_path):
+def test_v9_step4_candidate_is_sanitizer_clean(tool, label, head_dim, launches, masks, v9_tuning, tmp_path):
     """The launches of the sanitizer script at the candidate's head dim (several tiles per CTA, ragged,
     causal Nq > Nk, the LSE) through the candidate; racecheck sees the O buffer's shared-memory
-    hand-off where it has one."""
-    assert f"sanitized launches: {launches}" in _sanitize(tool, tmp_path, label, str(head_dim))
+    hand-off where it has one, and the two Q buffers' reuse (step 6 (b))."""
+    extra = [masks] if masks == "non-causal" else []
+    assert f"sanitized launches: {launches}" in _sanitize(tool, tmp_path, label, str(head_dim), *extra)
 
 
 def test_v9_is_found():

@@ -28,7 +28,9 @@ V9 = next((v for v in builtin() if v.kind == "cuda" and v.min_cc >= (9, 0) and v
 # (a) and (b) on (a) stay candidates. Step 5's (three consumers at D = 64 with O by TMA, both masks,
 # and the same computing each warpgroup's own key tiles) are candidates only; step 5 (b), three
 # consumers computing their own key tiles with O from the accumulators (8 kernels: non-causal only), is
-# a candidate; Long64 itself is the non-causal default from Nq, Nk >= 2048 (step 5 (c)).
+# a candidate; Long64 itself is the non-causal default from Nq, Nk >= 2048 (step 5 (c)). Step 6's are
+# candidates: (a) the same own-tiles with a warp-uniform key-tile count (8 kernels: non-causal only), (b)
+# two Q buffers on the D = 128 and the D = 64 defaults (16 each).
 CANDIDATE_KERNELS = {
     "(a) BM = 64 at D = 128": ("lab_hopper_fwd::fwd_kernel<lab_hopper_fwd::Config<128, 64, 2, false, 1>,", 16, 0),
     "(b) O by TMA on (a)": ("lab_hopper_fwd::fwd_kernel_o_tma<lab_hopper_fwd::OByTma<lab_hopper_fwd::Config<128, 64,", 16, 0),
@@ -47,6 +49,12 @@ CANDIDATE_KERNELS = {
         ("lab_hopper_fwd::fwd_kernel_o_tma<lab_hopper_fwd::OByTma<lab_hopper_fwd::Config<64, 128, 2, false, 3>", 16, 0),
     "step 5: the same, each warpgroup its own key tiles":
         ("lab_hopper_fwd::fwd_kernel_o_tma<lab_hopper_fwd::OByTma<lab_hopper_fwd::OwnKeyTiles<lab_hopper_fwd::Config<64, 128, 2, false, 3>", 16, 0),
+    "step 6 (a): own key tiles, the count warp-uniform, O from the accumulators":
+        ("lab_hopper_fwd::fwd_kernel<lab_hopper_fwd::OwnKeyTilesUniform<lab_hopper_fwd::Config<64, 128, 2, false, 3>", 8, 0),
+    "step 6 (b): two Q buffers on the D = 128 default":
+        ("lab_hopper_fwd::fwd_kernel_o_tma<lab_hopper_fwd::TwoQBuffers<lab_hopper_fwd::OByTma<lab_hopper_fwd::Config<128, 128, 2, true, 2>", 16, 0),
+    "step 6 (b): two Q buffers on the D = 64 default":
+        ("lab_hopper_fwd::fwd_kernel_o_tma<lab_hopper_fwd::TwoQBuffers<lab_hopper_fwd::OByTma<lab_hopper_fwd::Config<64, 128, 2, false, 1>", 16, 0),
 }
 
 

@@ -106,6 +106,49 @@ struct ComputesOwnKeyTiles : std::false_type {};
 template <class C>
 struct ComputesOwnKeyTiles<C, std::void_t<decltype(C::kOwnKeyTiles)>> : std::integral_constant<bool, C::kOwnKeyTiles> {};
 
+// OwnKeyTiles with a warp-uniform key-tile count (v9 step 6 (a), a tuning candidate): the same
+// protocol, the warpgroup index behind n_mine broadcast from lane 0 (__shfl_sync), so that ptxas
+// knows it is the same in every thread of a warp. From the thread index itself, ptxas compiled
+// OwnKeyTiles' key loop as a divergent loop (benchmarks/v9_notes.md, "Step 5 (b)'s own-tiles on
+// Long64: the machine code"): its stage, parity and wgmma descriptor arithmetic on the vector
+// pipes, 24 more R2UR a key tile, convergence barriers around its mbarrier waits, 618 instructions
+// a key tile against Long64's 598; with the broadcast the loop is Long64's, instruction for
+// instruction. A wrapper of its own, so that OwnKeyTiles' kernels (timed in step 5) stay as they were.
+template <class Base>
+struct OwnKeyTilesUniform : OwnKeyTiles<Base> {
+  static constexpr bool kOwnKeyTilesUniform = true;
+};
+template <class C, class = void>
+struct ComputesOwnKeyTilesUniformly : std::false_type {};
+template <class C>
+struct ComputesOwnKeyTilesUniformly<C, std::void_t<decltype(C::kOwnKeyTilesUniform)>>
+    : std::integral_constant<bool, C::kOwnKeyTilesUniform> {};
+
+// Two Q buffers (v9 step 6 (b), a tuning candidate, persistent grid only): the producer loads tile
+// t + 1's Q into the buffer tile t - 1 used, as soon as the consumers have freed it (their last
+// S = Q K^T of tile t - 1), i.e. about a tile ahead, instead of after the last S of tile t; so a
+// tile's first S waits for no Q load, and the producer, no longer held on q_empty at the tile's end,
+// issues the next tile's first K and V as soon as their stages are free. Buffer b = tile & 1, its
+// own Q-landed and Q-free mbarriers, phase (tile >> 1) & 1. The second buffer sits after Base's
+// data (1024-aligned: every Base's Q, K/V ring and O buffer are multiples of 1024 bytes).
+template <class Base>
+struct TwoQBuffers : Base {
+  static constexpr bool kTwoQ = true;
+  static constexpr int kQ1Offset = Base::kSmemBytes - 1024;  // Base's data, less its alignment slack
+  static constexpr int kSmemBytes = Base::kSmemBytes + Base::kQBytes;
+  static_assert(kQ1Offset % 1024 == 0, "the second Q buffer starts on a 1024-byte boundary (128-byte swizzle)");
+  static_assert(kSmemBytes <= 227 * 1024, "shared memory over the 227 KB per-block limit");
+};
+template <class C, class = void>
+struct HasTwoQBuffers : std::false_type {};
+template <class C>
+struct HasTwoQBuffers<C, std::void_t<decltype(C::kTwoQ)>> : std::integral_constant<bool, C::kTwoQ> {};
+template <class C>
+constexpr int q1_offset() {
+  if constexpr (HasTwoQBuffers<C>::value) return C::kQ1Offset;
+  else return 0;
+}
+
 
 // The kernel's body, inlined into its two entries below (fwd_kernel; fwd_kernel_o_tma, which also
 // takes O's tensor map): the maps are the entries' __grid_constant__ parameters, passed by address.
@@ -124,10 +167,14 @@ fwd_body(const CUtensorMap* tm_q,  // [B*H, nq, D] in boxes of [BM rows, 64 cols
   constexpr bool kPersistent = Sched::kPersistent;
   constexpr bool kOTma = StoresOByTma<C>::value;
   constexpr bool kOwn = ComputesOwnKeyTiles<C>::value;
+  constexpr bool kOwnUniform = ComputesOwnKeyTilesUniformly<C>::value;
+  // TwoQBuffers: two Q buffers, used by tiles in turn (a persistent CTA's; one tile per CTA has one).
+  constexpr bool kQ2 = HasTwoQBuffers<C>::value && kPersistent;
   extern __shared__ uint8_t smem_raw[];
   // Barriers: [0] Q landed; per stage s: K full, K empty, V full, V empty; persistent: [1 + 4S] Q
-  // free again (every consumer thread done with the tile's last S = Q K^T).
-  __shared__ __align__(8) uint64_t bars[1 + 4 * S + (kPersistent ? 1 : 0)];
+  // free again (every consumer thread done with the tile's last S = Q K^T); TwoQBuffers: [2 + 4S],
+  // [3 + 4S] the same two for the second Q buffer.
+  __shared__ __align__(8) uint64_t bars[1 + 4 * S + (kPersistent ? 1 : 0) + (kQ2 ? 2 : 0)];
 
   const int tid = threadIdx.x;
   // Which tiles, in what order (hopper/tile_scheduler.cuh): one CTA per tile, causal longest-
@@ -197,6 +244,10 @@ fwd_body(const CUtensorMap* tm_q,  // [B*H, nq, D] in boxes of [BM rows, 64 cols
   auto v_full = [&](int s) { return lab_smem_addr(&bars[1 + 2 * S + s]); };
   auto v_empty = [&](int s) { return lab_smem_addr(&bars[1 + 3 * S + s]); };
   auto q_empty = [&]() { return lab_smem_addr(&bars[kPersistent ? 1 + 4 * S : 0]); };
+  // TwoQBuffers: buffer b's address, Q-landed and Q-free barriers (b = 0: the ones above).
+  [[maybe_unused]] auto s_q_of = [&](int b) { return b ? s_base + (uint32_t)q1_offset<C>() : s_q; };
+  [[maybe_unused]] auto bar_q_of = [&](int b) { return b ? lab_smem_addr(&bars[2 + 4 * S]) : bar_q; };
+  [[maybe_unused]] auto q_empty_of = [&](int b) { return b ? lab_smem_addr(&bars[3 + 4 * S]) : q_empty(); };
   constexpr int kConsumerThreads = 128 * C::kConsumers;
 
   if (tid == 0) {
@@ -208,6 +259,10 @@ fwd_body(const CUtensorMap* tm_q,  // [B*H, nq, D] in boxes of [BM rows, 64 cols
       lab_mbar_init(v_empty(s), kConsumerThreads);
     }
     if constexpr (kPersistent) lab_mbar_init(q_empty(), kConsumerThreads);
+    if constexpr (kQ2) {
+      lab_mbar_init(bar_q_of(1), 1);
+      lab_mbar_init(q_empty_of(1), kConsumerThreads);
+    }
     lab_fence_mbar_init();
   }
   __syncthreads();
@@ -222,11 +277,15 @@ fwd_body(const CUtensorMap* tm_q,  // [B*H, nq, D] in boxes of [BM rows, 64 cols
       lab_tma_prefetch_map(tm_v);
       // it0: the K/V ring's running tile count at this tile's start (0 for one tile per CTA).
       for (int round = 0, it0 = 0;;) {
-        // The consumers still read Q until the previous tile's last S = Q K^T is done.
-        if constexpr (kPersistent) lab_mbar_wait(q_empty(), (round & 1) ^ 1);
-        lab_mbar_arrive_expect_tx(bar_q, C::kQBytes);
+        // The consumers still read Q until the previous tile's last S = Q K^T is done (TwoQBuffers:
+        // the tile before it, which used this tile's buffer; buffer b's use round >> 1).
+        const int qb = kQ2 ? (round & 1) : 0;
+        const int q_use = kQ2 ? (round >> 1) : round;
+        if constexpr (kPersistent) lab_mbar_wait(q_empty_of(qb), (q_use & 1) ^ 1);
+        lab_mbar_arrive_expect_tx(bar_q_of(qb), C::kQBytes);
 #pragma unroll
-        for (int h = 0; h < C::kHalves; ++h) lab_tma_load_3d(s_q + h * BM * 128, tm_q, bar_q, h * 64, m0, bh_index);
+        for (int h = 0; h < C::kHalves; ++h)
+          lab_tma_load_3d(s_q_of(qb) + h * BM * 128, tm_q, bar_q_of(qb), h * 64, m0, bh_index);
         const int kv_index = GQA ? bh_index / kv_group : bh_index;  // this query head's K/V head
         for (int j = 0; j < n_tiles; ++j) {
           const int s = (it0 + j) % S;
@@ -260,6 +319,7 @@ fwd_body(const CUtensorMap* tm_q,  // [B*H, nq, D] in boxes of [BM rows, 64 cols
   float s_acc[BN / 2];  // m64nBN accumulator
   uint32_t p_frag[BN / 16][4];
   float row_max[2], row_sum[2];
+  [[maybe_unused]] uint32_t s_q_tile = s_q;  // TwoQBuffers: the current tile's Q buffer
 
   // Descriptors. Q and K are K-major (D contiguous), in 64-column swizzle atoms of [rows x 128 B];
   // 8-row groups 1024 bytes apart (stride byte offset); a k16 step inside an atom is +32 bytes.
@@ -269,7 +329,7 @@ fwd_body(const CUtensorMap* tm_q,  // [B*H, nq, D] in boxes of [BM rows, 64 cols
     lab_wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk) {
-      const uint32_t q_addr = s_q + (kk / 4) * BM * 128 + cw * 64 * 128 + (kk % 4) * 32;
+      const uint32_t q_addr = (kQ2 ? s_q_tile : s_q) + (kk / 4) * BM * 128 + cw * 64 * 128 + (kk % 4) * 32;
       const uint32_t k_addr = s_k(stage) + (kk / 4) * BN * 128 + (kk % 4) * 32;
       lab_wgmma_ss<T, BN>(s_acc, lab_wgmma_desc_sw128(q_addr, 16, 1024), lab_wgmma_desc_sw128(k_addr, 16, 1024),
                       kk > 0 ? 1 : 0);
@@ -388,10 +448,20 @@ fwd_body(const CUtensorMap* tm_q,  // [B*H, nq, D] in boxes of [BM rows, 64 cols
     // OwnKeyTiles: the key tiles this warpgroup's rows see (at least 1: a warpgroup whose rows are
     // all past nq computes key tile 0, so that every warpgroup runs the tile's one code path); else
     // the block's. The warpgroup computes key tiles 0 .. n_mine - 1 and hands the rest back unread.
+    // OwnKeyTilesUniform: the same count from the warpgroup index broadcast from lane 0, which ptxas
+    // knows is warp-uniform (from tid it compiled the key loop below as divergent: v9_notes, step 5 (b)).
     int n_mine = n_tiles;
-    if constexpr (kOwn) n_mine = wg_row0 < nq ? lab_hopper_sched::key_tiles(wg_row0, 64, BN, nq, nk, CAUSAL) : 1;
+    if constexpr (kOwn && kOwnUniform) {
+      const int wg_row0_u = m0 + (__shfl_sync(0xffffffffu, warpgroup, 0) - 1) * 64;
+      n_mine = wg_row0_u < nq ? lab_hopper_sched::key_tiles(wg_row0_u, 64, BN, nq, nk, CAUSAL) : 1;
+    } else if constexpr (kOwn) {
+      n_mine = wg_row0 < nq ? lab_hopper_sched::key_tiles(wg_row0, 64, BN, nq, nk, CAUSAL) : 1;
+    }
 
-    lab_mbar_wait(bar_q, round & 1);
+    // TwoQBuffers: this tile's buffer (tile & 1) and its use (tile >> 1).
+    const int qb = kQ2 ? (round & 1) : 0;
+    if constexpr (kQ2) s_q_tile = s_q_of(qb);
+    lab_mbar_wait(bar_q_of(qb), (kQ2 ? (round >> 1) : round) & 1);
     // Tile 0: S_0, its softmax, P_0.
     lab_mbar_wait(k_full(it0 % S), (it0 / S) & 1);
     turn_wait();
@@ -430,7 +500,7 @@ fwd_body(const CUtensorMap* tm_q,  // [B*H, nq, D] in boxes of [BM rows, 64 cols
       pack_p();
     }
     // Every S = Q K^T of this tile is done: the producer may load the next tile's Q.
-    if constexpr (kPersistent) lab_mbar_arrive(q_empty());
+    if constexpr (kPersistent) lab_mbar_arrive(q_empty_of(qb));
     {
       const int sv = (it0 + n_mine - 1) % S;
       lab_mbar_wait(v_full(sv), ((it0 + n_mine - 1) / S) & 1);

@@ -241,6 +241,24 @@
 //   both inside; N >= 8192 1.090-1.144x. The fa-grid: 26 of 48 cells >= 1.0x in device time on the H200, 24 of
 //   48 on an H100 (20261127-164020-sweep-v9-fa-grid-h100: D=128 non-causal N >= 8192 681-687 TFLOP/s fp16,
 //   699-707 bf16).
+// Step 6, tuning candidates only (twelfth session, 2026-11-27, CPU: no GPU time; the defaults unchanged).
+//   (a) Why own-tiles cost Long64 2-4% (step 5 (b)), from the machine code (nvcc 13.0, cuobjdump 13.5): its key-
+//   tile count comes from the thread index (wg_row0), so ptxas compiled the key loop as divergent: stage, parity
+//   and the 12 wgmma descriptors on the vector pipes, 24 more R2UR, convergence barriers around the mbarrier
+//   waits, 618 instructions a key tile against Long64's 598 (+4% executed), where three consumers at D=64 keep
+//   the issue slots within 8-12% of the tensor and MUFU pipes' time (v9_notes, "Step 5 (b)'s own-tiles on
+//   Long64: the machine code"). Change: OwnKeyTilesUniform, the warpgroup index broadcast from lane 0, so the
+//   key loop is Long64's instruction for instruction; "C3 BN128 S2 persistent own-tiles uniform (non-causal)".
+//   (b) Two Q buffers (TwoQBuffers): the next tile's Q loaded a tile ahead. Bottleneck: the D=128 default's
+//   profile at 32,16,512,128 (store 20261127-135157) waits for Q at each tile's start in 4.6% of the consumer
+//   warps' samples (Q is freed after the tile's last S and loaded, with the next K_0, V_0, K_1, only then); at
+//   N=512 a tile has 4 key tiles. "C2 BN128 S2 persistent pp tma-o q2" (225 KB, one CTA per SM) and, at D=64,
+//   "C1 BN128 S2 persistent tma-o q2" (89 KB, two CTAs per SM); 0 spills; the 232 kernels of main's tuning
+//   build unchanged. Predicted (before any GPU run; lab tune against the default, fp16): (a) 1.01-1.03x at
+//   8,32,2048,64 and 1.005-1.025x at 4,32,4096,64 (the old own-tiles 0.97-0.995x and 0.945-0.97x beside it),
+//   0.94-0.98x / 0.92-0.96x at N = 512 / 1024; (b) D=128 1.02-1.05x at 32,16,512,128 (causal 1.02-1.07x),
+//   1.01-1.03x at 16,16,1024,128 (causal 1.01-1.04x), 0.99-1.01x at 2,16,8192,128; D=64 1.00-1.02x at N = 512
+//   (causal 1.00-1.03x), 0.99-1.01x from N = 2048. The call: benchmarks/v9_step6_gpu.sh.
 // Steps still to come (issue 28; benchmarks/v9_notes.md): D=64 below N = 2048 non-causal and causal
 // at every N (the step-5 tunes left them on BM = 64), the D=64 causal short-N gap (the diagonal tiles' masked softmax, exp2 partly on the FMA pipe), D=128 at
 // N <= 1024 (profiles of the default at 32,16,512,128: latency-bound, tensor pipe 51% busy), and the

@@ -184,6 +184,10 @@ def test_run_page_has_every_section_and_the_stored_numbers(tmp_path):
     href = re.search(r'<a href="([^"]+)">profile.ncu-rep</a>', html).group(1)
     assert not href.startswith("/") and (page.parent / href).resolve() == (list_runs(root)[0].path / "profile.ncu-rep").resolve()
     assert "unxz" not in html   # a plain report (as runs were stored before) opens as it is
+    # the appendix's raw table holds Nsight's metrics, not the lab's derived values as one dict-valued row
+    raw = html[html.index('<table class="raw">'):]
+    raw = raw[:raw.index("</table>")]
+    assert "<td class=metric>derived</td>" not in raw and "{&#39;" not in raw and "launch__grid_size" in raw
     # charts are inline SVG; no external resource
     assert html.count("<svg") >= 4
     assert not re.search(r'(src|href)="(https?:)?//', html)

@@ -170,7 +170,9 @@ def raw_metrics_html(kernels: list[dict], units: dict[str, str]) -> Markup:
     string (a template loop over hundreds of rows per run is the slowest part of a render)."""
     if not kernels:
         return Markup("")
-    names = sorted({n for k in kernels for n in k if n != "kernel"})
+    # Nsight's metrics only: "derived" is the lab's reading of them, shown in the sections above (as a row
+    # here it was one cell holding the whole dict)
+    names = sorted({n for k in kernels for n in k if n not in ("kernel", "derived")})
     head = "".join(f"<th>{escape(k['kernel'])}</th>" for k in kernels)
     body = "".join(f"<tr><td class=metric>{escape(n)}</td><td>{escape(units.get(n, ''))}</td>"
                    + "".join(f"<td class=num>{escape(_raw_cell(k.get(n)))}</td>" for k in kernels) + "</tr>"

@@ -460,7 +460,13 @@ fwd_body(const CUtensorMap* tm_q,  // [B*H, nq, D] in boxes of [BM rows, 64 cols
 
     // TwoQBuffers: this tile's buffer (tile & 1) and its use (tile >> 1).
     const int qb = kQ2 ? (round & 1) : 0;
-    if constexpr (kQ2) s_q_tile = s_q_of(qb);
+    if constexpr (kQ2) {
+      // Two consumers (D=128): opaque (an empty asm), so ptxas keeps the tile's Q base in a register; seen
+      // through, it selected between the two buffers inside the key loop (665 -> 687-697 instructions a key
+      // tile; opaque 667). One consumer (D=64) compiles its base's key loop without it (594) and 615 with.
+      s_q_tile = s_q_of(qb);
+      if constexpr (C::kConsumers >= 2) asm volatile("" : "+r"(s_q_tile));
+    }
     lab_mbar_wait(bar_q_of(qb), (kQ2 ? (round >> 1) : round) & 1);
     // Tile 0: S_0, its softmax, P_0.
     lab_mbar_wait(k_full(it0 % S), (it0 / S) & 1);

@@ -33,23 +33,8 @@ def wgmma_overlap_steps(c: KernelFacts, ladder: bool) -> str:
                      "softmax, wgmma.wait_group 1)" if ladder else
                      "a wgmma group kept in flight while the warpgroup works on (wgmma.wait_group 1)")
                     + ov.untold(o, ov.WGMMA_IN_FLIGHT))
-    data = waits.get("mbarrier_pct")
-    stages_note = ""
-    if data is None:
-        left.append("more TMA stages in flight")
-    elif data >= DATA_WAIT_PCT:
-        left.append(f"more TMA stages in flight, or the next tile's first loads issued earlier (warps wait on "
-                    f"mbarriers, other than a TMA issuer's, in {data:.1f}% of the samples, most at "
-                    f"{waits['mbarrier_where']})")
-    else:
-        stages_note = (f" More TMA stages would not help: warps wait on mbarriers, other than a TMA issuer's, in only "
-                       f"{data:.1f}% of the samples.")
-    grid_note = ""
-    if ov.moot(o, ov.PERSISTENT):
-        grid_note = f" Not a persistent grid: {ov.moot(o, ov.PERSISTENT)}."
-    elif not ov.present(o, ov.PERSISTENT):
-        left.append("persistent CTAs with a tile scheduler so the next tile's loads and first products run under "
-                    "this tile's epilogue" + ov.untold(o, ov.PERSISTENT))
+    stages_note, grid_note = _loads_and_grid(o, left, stages="TMA stages", early="the next tile's first loads",
+                                             tile="tile", epilogue="epilogue")
     if not ov.present(o, ov.TMA_STORE):
         left.append(("O stored with TMA (staged in shared memory, then cp.async.bulk.tensor)" if ladder else
                      "the output stored with TMA (staged in shared memory, then cp.async.bulk.tensor)")
@@ -65,6 +50,31 @@ def wgmma_overlap_steps(c: KernelFacts, ladder: bool) -> str:
     head = "Overlap more of the non-matrix work with the matrix products."
     steps = f" Left: {'; '.join(left)}." if left else ""
     return " ".join(x for x in (head, done) if x) + steps + stages_note + grid_note
+
+
+def _loads_and_grid(o, left: list[str], stages: str, early: str, tile: str, epilogue: str,
+                    few: str | None = None) -> tuple[str, str]:
+    """The two steps a forward's and a backward's overlap advice share, in each one's words: more load
+    stages where warps wait on mbarriers (appended to `left`, or a note that they would not help), and a
+    persistent grid where the report shows none (or a note why it is moot). Returns (stages note, grid note)."""
+    waits = o.waits if o else {}
+    data = waits.get("mbarrier_pct")
+    stages_note = ""
+    if data is None:
+        left.append(f"more {stages} in flight")
+    elif data >= DATA_WAIT_PCT:
+        left.append(f"more {stages} in flight, or {early} issued earlier (warps wait on mbarriers, other than a TMA "
+                    f"issuer's, in {data:.1f}% of the samples, most at {waits['mbarrier_where']})")
+    else:
+        stages_note = (f" More {few or stages} would not help: warps wait on mbarriers, other than a TMA issuer's, in "
+                       f"only {data:.1f}% of the samples.")
+    grid_note = ""
+    if ov.moot(o, ov.PERSISTENT):
+        grid_note = f" Not a persistent grid: {ov.moot(o, ov.PERSISTENT)}."
+    elif not ov.present(o, ov.PERSISTENT):
+        left.append(f"persistent CTAs with a tile scheduler so the next {tile}'s loads and first products run under "
+                    f"this tile's {epilogue}" + ov.untold(o, ov.PERSISTENT))
+    return stages_note, grid_note
 
 
 def backward_overlap_steps(c: KernelFacts) -> str:
@@ -83,23 +93,8 @@ def backward_overlap_steps(c: KernelFacts) -> str:
         left.append("dQ's fp32 partial staged in shared memory and added by one TMA bulk reduction per Q tile "
                     "(cp.reduce.async.bulk), issued by a producer warp while the consumers go on, instead of a global "
                     "reduction per element from the consumer warpgroups" + ov.untold(o, ov.DQ_REDUCE))
-    data = waits.get("mbarrier_pct")
-    stages_note = ""
-    if data is None:
-        left.append("more Q/dO TMA stages in flight")
-    elif data >= DATA_WAIT_PCT:
-        left.append(f"more Q/dO TMA stages in flight, or the next Q tile's loads issued earlier (warps wait on "
-                    f"mbarriers, other than a TMA issuer's, in {data:.1f}% of the samples, most at "
-                    f"{waits['mbarrier_where']})")
-    else:
-        stages_note = (f" More Q/dO stages would not help: warps wait on mbarriers, other than a TMA issuer's, in only "
-                       f"{data:.1f}% of the samples.")
-    grid_note = ""
-    if ov.moot(o, ov.PERSISTENT):
-        grid_note = f" Not a persistent grid: {ov.moot(o, ov.PERSISTENT)}."
-    elif not ov.present(o, ov.PERSISTENT):
-        left.append("persistent CTAs with a tile scheduler so the next K/V tile's loads and first products run under "
-                    "this tile's dK/dV epilogue" + ov.untold(o, ov.PERSISTENT))
+    stages_note, grid_note = _loads_and_grid(o, left, stages="Q/dO TMA stages", early="the next Q tile's loads",
+                                             tile="K/V tile", epilogue="dK/dV epilogue", few="Q/dO stages")
     if not ov.present(o, ov.TMA_STORE):
         left.append("dK and dV stored with TMA (staged in shared memory, then cp.async.bulk.tensor)"
                     + ov.untold(o, ov.TMA_STORE))

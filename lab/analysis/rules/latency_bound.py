@@ -13,6 +13,12 @@ from lab.analysis.rules.base import BOUND_PCT, Context, Finding, Rule, top_stall
 DATA_WAIT_PCT = 5.0
 
 
+def is_latency_bound(c: KernelFacts, ctx: Context) -> bool:
+    """The rule's test: the report reads a compute or a memory throughput, and no unit is at its roof.
+    Other rules' advice asks it before pointing to this rule's step."""
+    return (c.tp["compute_pct"] is not None or c.tp["memory_pct"] is not None) and ctx.top < BOUND_PCT
+
+
 def wgmma_overlap_steps(c: KernelFacts, ladder: bool) -> str:
     """The next step of a wgmma kernel whose warpgroups wait: what the report shows it already overlaps
     (lab.analysis.overlap, with the evidence), then only what is left; a technique the report cannot
@@ -120,7 +126,7 @@ class LatencyBound(Rule):
     def applies(self, c: KernelFacts, ctx: Context) -> Finding | None:
         M, tp = c.M, c.tp
         cpct, mpct = tp["compute_pct"], tp["memory_pct"]
-        if not ((cpct is not None or mpct is not None) and ctx.top < BOUND_PCT):
+        if not is_latency_bound(c, ctx):
             return None
         est = (100.0 - ctx.top) * c.busy_fraction
         ev = {"compute_pct_of_peak": rounded(cpct), "memory_pct_of_peak": rounded(mpct)}

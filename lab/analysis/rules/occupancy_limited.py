@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from lab.analysis.metrics import KernelFacts, occupancy_limiter, rounded, warp_specialised
 from lab.analysis.rules.base import BOUND_PCT, Context, Finding, Rule
+from lab.analysis.rules.latency_bound import is_latency_bound
 
 
 class OccupancyLimited(Rule):
@@ -48,9 +49,8 @@ class OccupancyLimited(Rule):
         lim, lim_blocks, _ = occupancy_limiter(M)
         now = f" (now {lim} allows {int(lim_blocks)} block(s) per SM)." if lim and lim_blocks is not None else "."
         if warp_specialised(M, c.device):
-            # latency-bound is this kernel's verdict only where no unit is at its roof (latency_bound.py's test);
-            # a kernel bound by a unit has no latency-bound step to point to
-            see = " (see latency-bound)" if ctx.top < BOUND_PCT else ""
+            # a kernel bound by a unit (or without throughputs to judge by) has no latency-bound step to point to
+            see = " (see latency-bound)" if is_latency_bound(c, ctx) else ""
             return ("Few warps per SM is how a warp-specialised wgmma kernel is built (its consumer warpgroups take "
                     "the registers, setmaxnreg); more warps is not the lever: keep more work in flight per warpgroup "
                     f"instead{see}"

@@ -38,6 +38,8 @@ checks() {   # the three step-6 candidates: float64 with the LSE, memcheck (and 
   if has gate; then
     step gate 300 python3 -m pytest -m gpu -v -rfE -p no:randomly -p no:cacheprovider tests/test_v9_gpu.py \
       -k 'q2- or uniform or compute_sanitizer_is_clean'
+    # GQA through every v9 default, the three-consumer one (Long64, from Nq, Nk >= 2048) included
+    step gqa 200 python3 -m pytest -m gpu -v -rfE -p no:randomly -p no:cacheprovider tests/test_gqa_gpu.py -k v9
   fi
   # ('q2-': the q2 candidates' test ids, which 'q2' alone would mix with every Nq2... case)
   if has slow; then   # racecheck and synccheck through each new candidate (6 runs)
@@ -93,7 +95,7 @@ fi
 # The short report: every step's status, the checks' last lines, then each prediction's verdict.
 cat "$L/steps.log"
 for f in build build-tuning; do [ -f "$L/$f.log" ] && tail -3 "$L/$f.log"; done
-for f in gate slow; do [ -f "$L/$f.log" ] && { grep -E "^(FAILED|ERROR)" "$L/$f.log" | head -10; tail -1 "$L/$f.log"; }; done
+for f in gate gqa slow; do [ -f "$L/$f.log" ] && { grep -E "^(FAILED|ERROR)" "$L/$f.log" | head -10; tail -1 "$L/$f.log"; }; done
 python3 - "$OUT/tunes" <<'EOF'
 import json, pathlib, sys
 fmt = lambda x: f"{x:.3f}" if isinstance(x, (int, float)) else "-"

@@ -241,7 +241,7 @@
 //   both inside; N >= 8192 1.090-1.144x. The fa-grid: 26 of 48 cells >= 1.0x in device time on the H200, 24 of
 //   48 on an H100 (20261127-164020-sweep-v9-fa-grid-h100: D=128 non-causal N >= 8192 681-687 TFLOP/s fp16,
 //   699-707 bf16).
-// Step 6, tuning candidates only (twelfth session, 2026-11-27, CPU: no GPU time; the defaults unchanged).
+// Step 6, tuning candidates only (eleventh session, 2026-11-27, CPU: no GPU time then; (b) taken in step 6 (c), below).
 //   (a) Why own-tiles cost Long64 2-4% (step 5 (b)), from the machine code (nvcc 13.0, cuobjdump 13.5): its key-
 //   tile count comes from the thread index (wg_row0), so ptxas compiled the key loop as divergent: stage, parity
 //   and the 12 wgmma descriptors on the vector pipes, 24 more R2UR, convergence barriers around the mbarrier
@@ -289,15 +289,15 @@ using PingPong128 = Config<128, 128, 2, true, 2>;
 // needs 145 KB a CTA; three stages of BN = 64, 113 KB, miss by 240 bytes with the per-CTA reserve).
 using Short128 = Config<128, 64, 2, false, 1>;
 static_assert(2 * (Short128::kSmemBytes + 1024) <= 228 * 1024, "Short128: two CTAs per SM");
-// D=128's default since step 4 (b): PingPong128 with O stored through shared memory by TMA
+// D=128's default from step 4 (b) to step 6 (c): PingPong128 with O stored through shared memory by TMA
 // (fwd_wgmma.cuh's OByTma; `lab tune`, H100, 2026-11-27: 1.053-1.094x PingPong128 at N <= 1024,
-// 1.012x at N = 8192). The default launches this type, the candidate "C2 BN128 S2 persistent pp tma-o"
-// the same: one kernel. O's map has Q's dims, strides and alignment (box rows 64 <= BM), so every
+// 1.012x at N = 8192); since step 6 (c) with two Q buffers (PingPong128OTmaQ2, below), this one the
+// candidate "C2 BN128 S2 persistent pp tma-o". O's map has Q's dims, strides and alignment (box rows 64 <= BM), so every
 // problem whose Q map encodes has an O map too: no input the register epilogue took is refused.
 using PingPong128OTma = lab_hopper_fwd::OByTma<PingPong128>;
-// D=64's default since step 4 (b) at D=64, causal and non-causal below kLongKeys: Default64 with O
-// stored by TMA (`lab tune`, H200, 2026-11-27: 1.013-1.077x Default64 at N <= 1024, never slower).
-// The default launches this type, the candidate "C1 BN128 S2 persistent tma-o" the same: one kernel.
+// D=64's causal default since step 4 (b) at D=64 (non-causal below kLongKeys until step 6 (c)): Default64
+// with O stored by TMA (`lab tune`, H200, 2026-11-27: 1.013-1.077x Default64 at N <= 1024, never
+// slower). The default launches this type, the candidate "C1 BN128 S2 persistent tma-o" the same.
 // 73 + 8 KB a CTA, still two per SM. Long64 (three consumers, non-causal, Nk >= kLongKeys) keeps O
 // from the accumulators: no run timed O by TMA on it.
 using Default64OTma = lab_hopper_fwd::OByTma<Default64>;
@@ -318,11 +318,16 @@ constexpr int kLongRows = 2048;
 // rows; a ragged last block's warpgroups past nq compute one key tile). 89 + 24 KB a CTA, one per SM.
 using Long64OTma = lab_hopper_fwd::OByTma<Long64>;
 using Long64OTmaOwn = lab_hopper_fwd::OByTma<lab_hopper_fwd::OwnKeyTiles<Long64>>;
-// Step 6, tuning candidates only (twelfth session; benchmarks/v9_notes.md, "Step 6"). (a) Long64Own
-// with its key-tile count warp-uniform (OwnKeyTilesUniform): Long64's key loop instruction for
-// instruction, the ragged block's warpgroups past nq still idle. (b) Two Q buffers (TwoQBuffers):
-// the next tile's Q loaded a tile ahead, on the two defaults that run short tiles: D=128 (193 + 32 =
-// 225 KB, one CTA per SM) and D=64's one warpgroup (81 + 8 = 89 KB, still two CTAs per SM).
+// Step 6 (eleventh session; benchmarks/v9_notes.md, "Step 6"). (a) Long64Own with its key-tile count
+// warp-uniform (OwnKeyTilesUniform), a tuning candidate: Long64's key loop instruction for
+// instruction, the ragged block's warpgroups past nq still idle; level with Long64 (1.003x, 1.008x).
+// (b) Two Q buffers (TwoQBuffers): the next tile's Q loaded a tile ahead, on the two defaults that
+// run short tiles: D=128 (193 + 32 = 225 KB, one CTA per SM) and D=64's one warpgroup (81 + 8 = 89
+// KB, still two CTAs per SM). Step 6 (c) (twelfth session): the D=128 default in both masks and the
+// D=64 non-causal default below kLongRows/kLongKeys (`lab tune`, one H200, 2026-11-27: 1.009-1.065x
+// the D=128 default, 1.039x / 1.065x D=64's at N = 1024 / 512); D=64 causal keeps Default64OTma (q2
+// 0.995x / 1.000x, CI95 across 1.0). The default launches these types, the candidates "C2 BN128 S2
+// persistent pp tma-o q2" and "C1 BN128 S2 persistent tma-o q2" the same: one kernel each.
 using Long64OwnU = lab_hopper_fwd::OwnKeyTilesUniform<Long64>;
 using PingPong128OTmaQ2 = lab_hopper_fwd::TwoQBuffers<PingPong128OTma>;
 using Default64OTmaQ2 = lab_hopper_fwd::TwoQBuffers<Default64OTma>;
@@ -356,7 +361,7 @@ static const LabTuneCandidate kCandidates64[] = {
     {"C3 BN128 S2 persistent (non-causal)", launch_non_causal<Long64, Persistent>, LAB_SERVES_NON_CAUSAL},
     {"C3 BN128 S2 one-tile-per-CTA (non-causal)", launch_non_causal<Long64, OneTilePerCta>, LAB_SERVES_NON_CAUSAL},
     {"C2 BN128 S2 persistent pp", launch_any<Config<64, 128, 2, true, 2>, Persistent>},
-    // O stored by TMA (step 4 (b)) on Default64's configuration, the D=64 default since then
+    // O stored by TMA (step 4 (b)) on Default64's configuration, the D=64 causal default since then
     // (benchmarks/v9_notes.md, "O by TMA at D=64").
     {"C1 BN128 S2 persistent tma-o", launch_any<Default64OTma, Persistent>},
     // Step 5 (benchmarks/v9_notes.md, "Step 5"): BM = 192 (each K/V tile read from L2 serves 192 query
@@ -369,7 +374,8 @@ static const LabTuneCandidate kCandidates64[] = {
     // 2048 for one run (3717917), where it ran level with the one-warpgroup default and 0.96-0.98x Long64.
     {"C3 BN128 S2 persistent own-tiles (non-causal)", launch_non_causal<Long64Own, Persistent>, LAB_SERVES_NON_CAUSAL},
     // Step 6 (a): the same with a warp-uniform key-tile count (Long64's key loop); (b): two Q buffers
-    // on the D=64 default (benchmarks/v9_notes.md, "Step 6").
+    // on the one-warpgroup default (benchmarks/v9_notes.md, "Step 6"), its non-causal default since
+    // step 6 (c).
     {"C3 BN128 S2 persistent own-tiles uniform (non-causal)", launch_non_causal<Long64OwnU, Persistent>, LAB_SERVES_NON_CAUSAL},
     {"C1 BN128 S2 persistent tma-o q2", launch_any<Default64OTmaQ2, Persistent>},
 };
@@ -382,11 +388,11 @@ static const LabTuneCandidate kCandidates128[] = {
     {"C2 BN128 S2 one-tile-per-CTA pp", launch_any<PingPong128, OneTilePerCta>},
     // Step 4 (a), short sequences: BM = 64, two CTAs per SM (benchmarks/v9_notes.md, "Step 4").
     {"C1 BN64 S2 persistent", launch_any<Short128, Persistent>},
-    // Step 4 (b): O stored through shared memory by TMA, on PingPong128 (the default since step 4)
+    // Step 4 (b): O stored through shared memory by TMA, on PingPong128 (the default of steps 4-5)
     // and on (a).
     {"C2 BN128 S2 persistent pp tma-o", launch_any<PingPong128OTma, Persistent>},
     {"C1 BN64 S2 persistent tma-o", launch_any<lab_hopper_fwd::OByTma<Short128>, Persistent>},
-    // Step 6 (b): two Q buffers on the D=128 default (benchmarks/v9_notes.md, "Step 6").
+    // Step 6 (b): two Q buffers on it (benchmarks/v9_notes.md, "Step 6"), the default since step 6 (c).
     {"C2 BN128 S2 persistent pp tma-o q2", launch_any<PingPong128OTmaQ2, Persistent>},
 };
 static LabTuneList candidates(int head_dim) {
@@ -415,18 +421,19 @@ static const char* refuse(const LabAttentionArgs* args) {
 
 LAB_EXPORT const char* lab_forward_v9(const LabAttentionArgs* args, cudaStream_t stream) {
   if (const char* why = refuse(args)) return why;
-  // D = 64: one consumer warpgroup, two CTAs per SM, O stored by TMA (step 4 at D = 64); non-causal
-  // with long queries and keys, three consumers (v6's choice, step 5 (c) from 2048), O from the
-  // accumulators.
+  // D = 64: one consumer warpgroup, two CTAs per SM, O stored by TMA (step 4 at D = 64), non-causal
+  // with two Q buffers (step 6 (c)); non-causal with long queries and keys, three consumers (v6's
+  // choice, step 5 (c) from 2048), O from the accumulators.
   if (args->head_dim == 64) {
     if (args->causal) return v9::launch<v9::Default64OTma, true>(args, stream);
     const bool long_rows = args->seqlen_q >= v9::kLongRows && args->seqlen_k >= v9::kLongKeys;
     return long_rows ? v9::launch<v9::Long64, false>(args, stream)
-                     : v9::launch<v9::Default64OTma, false>(args, stream);
+                     : v9::launch<v9::Default64OTmaQ2, false>(args, stream);
   }
-  // D = 128, both masks: ping-pong on the persistent grid (steps 2 and 3), O stored by TMA (step 4).
-  return args->causal ? v9::launch<v9::PingPong128OTma, true>(args, stream)
-                      : v9::launch<v9::PingPong128OTma, false>(args, stream);
+  // D = 128, both masks: ping-pong on the persistent grid (steps 2 and 3), O stored by TMA (step 4),
+  // two Q buffers (step 6 (c)).
+  return args->causal ? v9::launch<v9::PingPong128OTmaQ2, true>(args, stream)
+                      : v9::launch<v9::PingPong128OTmaQ2, false>(args, stream);
 }
 
 #ifdef LAB_TUNING

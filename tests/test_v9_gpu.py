@@ -5,8 +5,8 @@ tile lists that do not divide the grid, ragged lengths at v9's 64/128/192-row qu
 edges, N = 1, Nq != Nk both ways, causal and not, D 64 and 128, fp16 and bf16, inputs of standard
 deviation 6 (large logits), the three-consumer path (D = 64, non-causal, Nq, Nk >= 2048: ragged last
 blocks with warpgroups partly or wholly past nq), the one-warpgroup
-path (D = 64 otherwise, O stored by TMA) and the ping-pong path (D = 128: two consumer warpgroups
-taking turns across a CTA's tiles, O stored by TMA). Where asked, the row log-sum-exp too (the statistic v8's backward reads), against float64.
+path (D = 64 otherwise, O stored by TMA; non-causal with two Q buffers) and the ping-pong path (D = 128:
+two consumer warpgroups taking turns across a CTA's tiles, O stored by TMA, two Q buffers). Where asked, the row log-sum-exp too (the statistic v8's backward reads), against float64.
 
 Rule for O (v5's, lab.measure.check): max |v9 - ref| <= 2 x max |SDPA(same dtype) - ref|, floored at
 one rounding step of the dtype at max |ref|. LSE (fp32): within 4e-5 x max(1, max |ref|) (v7_dev's).
@@ -76,24 +76,26 @@ CASES = [
 LSE_CASES = [CASES[0], CASES[3], CASES[5], CASES[9], CASES[15], CASES[12]]
 # D=128's `lab tune` candidates that are not the default (kernels/v9_wgmma_fa3.cu), by label, so the
 # cases above do not reach them; checked here on the same D=128 cases, with the LSE: step 4's (a) and
-# (b) on (a), and the step-3 default (O stored from the accumulators). Step 4's (b) on ping-pong, "C2
-# BN128 S2 persistent pp tma-o", is the default since step 4: the cases above run its kernels.
+# (b) on (a), the step-3 default (O stored from the accumulators), and step 4's (b) on ping-pong, "C2
+# BN128 S2 persistent pp tma-o", the default of steps 4-5. Step 6 (b) on it, "C2 BN128 S2 persistent pp
+# tma-o q2" (two Q buffers: the next tile's Q loaded a tile ahead), is the default since step 6 (c): the
+# cases above run its kernels.
 STEP4_CANDIDATES = ["C1 BN64 S2 persistent", "C2 BN128 S2 persistent pp (step-3 default)", "C1 BN64 S2 persistent tma-o",
-                    # step 6 (b): two Q buffers on the default (the next tile's Q loaded a tile ahead)
-                    "C2 BN128 S2 persistent pp tma-o q2"]
+                    "C2 BN128 S2 persistent pp tma-o"]
 D128_CASES = [c for c in CASES if c[4] == 128]
 # D=64's candidates that are not the default: the step-3 default (Default64, O stored from the
 # accumulators), on the D=64 cases, the three-consumer ones included (a candidate runs whatever the
-# shape). O by TMA on Default64, "C1 BN128 S2 persistent tma-o", is the D=64 default since step 4:
-# the cases above run its kernels (all D=64 cases but the three-consumer ones). Step 5's: three
+# shape). O by TMA on Default64, "C1 BN128 S2 persistent tma-o", is the D=64 causal default since step 4
+# (the causal cases above run its kernels; the non-causal default below Nq, Nk >= 2048 until step 6 (c)),
+# and with two Q buffers, "C1 BN128 S2 persistent tma-o q2", the non-causal one since step 6 (c): each is a
+# candidate here for the mask the default does not run it on. Step 5's: three
 # consumers (BM = 192) with O by TMA, both masks, and the same with each warpgroup computing only its
 # own key tiles (OwnKeyTiles: the causal cases' warpgroups own 1-2 key tiles fewer than their block;
 # ragged last blocks, N = 1 keys aside, have warpgroups past nq that skip all but one key tile, up to
 # 64 of 65 at Nk = 8200).
 D64_CANDIDATES = ["C1 BN128 S2 persistent (step-3 default)", "C3 BN128 S2 persistent tma-o",
                   "C3 BN128 S2 persistent tma-o own-tiles",
-                  # step 6 (b): two Q buffers on the D=64 default (two CTAs per SM)
-                  "C1 BN128 S2 persistent tma-o q2"]
+                  "C1 BN128 S2 persistent tma-o", "C1 BN128 S2 persistent tma-o q2"]
 D64_CASES = [c for c in CASES if c[4] == 64]
 # D=64 candidates for non-causal problems only (they refuse causal ones), on the non-causal D=64 cases:
 # step 6 (a), own key tiles on three consumers with a warp-uniform count (the ragged last blocks'

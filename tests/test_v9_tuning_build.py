@@ -22,22 +22,24 @@ from lab.ladder.registry import builtin
 V9 = next((v for v in builtin() if v.kind == "cuda" and v.min_cc >= (9, 0) and v.grid == "flat"), None)
 # Step 4's and step 5's kernels (kernels/v9_wgmma_fa3.cu), by the demangled head of their names, each in its 16
 # instantiations (fp16/bf16 x causal or not x LSE or not x GQA or not): how many the tuning build has,
-# how many the plain build. (b) is the default since step 4: on PingPong128 at D = 128 and on
-# Default64 at D = 64 (but Nq, Nk >= 2048 non-causal), so the plain build launches those 32 and no longer
+# how many the plain build. (b) was the default from step 4: on PingPong128 at D = 128 and on
+# Default64 at D = 64 (but Nq, Nk >= 2048 non-causal), so the plain build no longer launches
 # the register epilogues they replace ("(step-3 default)" at each head dim, in the tuning build only);
 # (a) and (b) on (a) stay candidates. Step 5's (three consumers at D = 64 with O by TMA, both masks,
 # and the same computing each warpgroup's own key tiles) are candidates only; step 5 (b), three
 # consumers computing their own key tiles with O from the accumulators (8 kernels: non-causal only), is
 # a candidate; Long64 itself is the non-causal default from Nq, Nk >= 2048 (step 5 (c)). Step 6's are
 # candidates: (a) the same own-tiles with a warp-uniform key-tile count (8 kernels: non-causal only), (b)
-# two Q buffers on the D = 128 and the D = 64 defaults (16 each).
+# two Q buffers on the D = 128 and the D = 64 defaults (16 each); step 6 (c) makes (b) the D = 128 default
+# and D = 64's non-causal one below 2048 (8 of its 16), so O by TMA without it stays D = 64's causal default
+# (8 of 16) and D = 128's only as a candidate.
 CANDIDATE_KERNELS = {
     "(a) BM = 64 at D = 128": ("lab_hopper_fwd::fwd_kernel<lab_hopper_fwd::Config<128, 64, 2, false, 1>,", 16, 0),
     "(b) O by TMA on (a)": ("lab_hopper_fwd::fwd_kernel_o_tma<lab_hopper_fwd::OByTma<lab_hopper_fwd::Config<128, 64,", 16, 0),
-    "(b) O by TMA on PingPong128, the default":
-        ("lab_hopper_fwd::fwd_kernel_o_tma<lab_hopper_fwd::OByTma<lab_hopper_fwd::Config<128, 128, 2, true, 2>", 16, 16),
-    "(b) O by TMA on Default64, the D = 64 default":
-        ("lab_hopper_fwd::fwd_kernel_o_tma<lab_hopper_fwd::OByTma<lab_hopper_fwd::Config<64, 128, 2, false, 1>", 16, 16),
+    "(b) O by TMA on PingPong128, the default of steps 4-5":
+        ("lab_hopper_fwd::fwd_kernel_o_tma<lab_hopper_fwd::OByTma<lab_hopper_fwd::Config<128, 128, 2, true, 2>", 16, 0),
+    "(b) O by TMA on Default64, the D = 64 causal default":
+        ("lab_hopper_fwd::fwd_kernel_o_tma<lab_hopper_fwd::OByTma<lab_hopper_fwd::Config<64, 128, 2, false, 1>", 16, 8),
     "the step-3 default, O from the accumulators": ("lab_hopper_fwd::fwd_kernel<lab_hopper_fwd::Config<128, 128, 2, true, 2>,", 32, 0),
     "the D = 64 step-3 default, O from the accumulators":
         ("lab_hopper_fwd::fwd_kernel<lab_hopper_fwd::Config<64, 128, 2, false, 1>,", 32, 0),
@@ -51,10 +53,10 @@ CANDIDATE_KERNELS = {
         ("lab_hopper_fwd::fwd_kernel_o_tma<lab_hopper_fwd::OByTma<lab_hopper_fwd::OwnKeyTiles<lab_hopper_fwd::Config<64, 128, 2, false, 3>", 16, 0),
     "step 6 (a): own key tiles, the count warp-uniform, O from the accumulators":
         ("lab_hopper_fwd::fwd_kernel<lab_hopper_fwd::OwnKeyTilesUniform<lab_hopper_fwd::Config<64, 128, 2, false, 3>", 8, 0),
-    "step 6 (b): two Q buffers on the D = 128 default":
-        ("lab_hopper_fwd::fwd_kernel_o_tma<lab_hopper_fwd::TwoQBuffers<lab_hopper_fwd::OByTma<lab_hopper_fwd::Config<128, 128, 2, true, 2>", 16, 0),
-    "step 6 (b): two Q buffers on the D = 64 default":
-        ("lab_hopper_fwd::fwd_kernel_o_tma<lab_hopper_fwd::TwoQBuffers<lab_hopper_fwd::OByTma<lab_hopper_fwd::Config<64, 128, 2, false, 1>", 16, 0),
+    "step 6 (b): two Q buffers on PingPong128 by TMA, the D = 128 default since step 6 (c)":
+        ("lab_hopper_fwd::fwd_kernel_o_tma<lab_hopper_fwd::TwoQBuffers<lab_hopper_fwd::OByTma<lab_hopper_fwd::Config<128, 128, 2, true, 2>", 16, 16),
+    "step 6 (b): two Q buffers on Default64 by TMA, the D = 64 non-causal default below 2048 since step 6 (c)":
+        ("lab_hopper_fwd::fwd_kernel_o_tma<lab_hopper_fwd::TwoQBuffers<lab_hopper_fwd::OByTma<lab_hopper_fwd::Config<64, 128, 2, false, 1>", 16, 8),
 }
 
 

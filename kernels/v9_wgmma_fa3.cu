@@ -333,12 +333,15 @@ using PingPong128OTmaQ2 = lab_hopper_fwd::TwoQBuffers<PingPong128OTma>;
 using Default64OTmaQ2 = lab_hopper_fwd::TwoQBuffers<Default64OTma>;
 static_assert(PingPong128OTmaQ2::kSmemBytes + 1024 <= 228 * 1024, "D=128 q2: one CTA per SM");
 static_assert(2 * (Default64OTmaQ2::kSmemBytes + 1024) <= 228 * 1024, "D=64 q2: two CTAs per SM");
-// Step 7, tuning candidates only (twelfth session; benchmarks/v9_notes.md, "Step 7"): a warpgroup's
-// last key tile at half width where its second half is masked whole for the warpgroup's rows
-// (fwd_wgmma.cuh's HalfLastKeyTile: the causal diagonal tile of every other query block at BM = 64,
-// of warpgroup 0 at BM = 128; a ragged last key tile of at most 64 keys), on the causal defaults.
-using Default64OTmaHalf = lab_hopper_fwd::HalfLastKeyTile<Default64OTma>;
-using PingPong128OTmaQ2Half = lab_hopper_fwd::HalfLastKeyTile<PingPong128OTmaQ2>;
+// Step 7, tuning candidates only (twelfth session; benchmarks/v9_notes.md, "Step 7"): D=64 with 64-key
+// tiles, so the causal diagonal tile wastes half as much (a 64-row block's last 128-key tile is half
+// masked in every other block: 1 / (N/64 + 2) of the key-tile work, 10% at N = 512), at twice the key
+// tiles' fixed costs; two stages (48 KB a CTA) and four (80 KB), O by TMA, two CTAs per SM as the
+// default. (Computing only the diagonal tile at half width, a wgmma shape chosen at run time, made ptxas
+// serialize every wgmma of the kernel: 0.75-0.88x, v9_notes.)
+using Short64OTma = lab_hopper_fwd::OByTma<Config<64, 64, 2, false, 1>>;
+using Short64S4OTma = lab_hopper_fwd::OByTma<Config<64, 64, 4, false, 1>>;
+static_assert(2 * (Short64S4OTma::kSmemBytes + 1024) <= 228 * 1024, "D=64 BN=64 S4: two CTAs per SM");
 
 // The LSE only when asked (a second instantiation: the default forward stores nothing more).
 template <class C, bool CAUSAL, class Sched = Persistent>
@@ -384,8 +387,9 @@ static const LabTuneCandidate kCandidates64[] = {
     // step 6 (c).
     {"C3 BN128 S2 persistent own-tiles uniform (non-causal)", launch_non_causal<Long64OwnU, Persistent>, LAB_SERVES_NON_CAUSAL},
     {"C1 BN128 S2 persistent tma-o q2", launch_any<Default64OTmaQ2, Persistent>},
-    // Step 7: the causal default's last key tile at half width where its second half is masked whole.
-    {"C1 BN128 S2 persistent tma-o half-last", launch_any<Default64OTmaHalf, Persistent>},
+    // Step 7: 64-key tiles (the causal diagonal's waste halved), two and four stages.
+    {"C1 BN64 S2 persistent tma-o", launch_any<Short64OTma, Persistent>},
+    {"C1 BN64 S4 persistent tma-o", launch_any<Short64S4OTma, Persistent>},
 };
 static const LabTuneCandidate kCandidates128[] = {
     {"C2 BN128 S2 persistent", launch_any<Default128, Persistent>},
@@ -402,8 +406,6 @@ static const LabTuneCandidate kCandidates128[] = {
     {"C1 BN64 S2 persistent tma-o", launch_any<lab_hopper_fwd::OByTma<Short128>, Persistent>},
     // Step 6 (b): two Q buffers on it (benchmarks/v9_notes.md, "Step 6"), the default since step 6 (c).
     {"C2 BN128 S2 persistent pp tma-o q2", launch_any<PingPong128OTmaQ2, Persistent>},
-    // Step 7: the same, each warpgroup's last key tile at half width where its second half is masked whole.
-    {"C2 BN128 S2 persistent pp tma-o q2 half-last", launch_any<PingPong128OTmaQ2Half, Persistent>},
 };
 static LabTuneList candidates(int head_dim) {
   switch (head_dim) {

@@ -81,10 +81,7 @@ LSE_CASES = [CASES[0], CASES[3], CASES[5], CASES[9], CASES[15], CASES[12]]
 # tma-o q2" (two Q buffers: the next tile's Q loaded a tile ahead), is the default since step 6 (c): the
 # cases above run its kernels.
 STEP4_CANDIDATES = ["C1 BN64 S2 persistent", "C2 BN128 S2 persistent pp (step-3 default)", "C1 BN64 S2 persistent tma-o",
-                    "C2 BN128 S2 persistent pp tma-o",
-                    # step 7: a warpgroup's last key tile at half width where its second half is masked whole
-                    # (the causal cases' warpgroup 0 of every block; ragged: Nk = 129, 1, 300)
-                    "C2 BN128 S2 persistent pp tma-o q2 half-last"]
+                    "C2 BN128 S2 persistent pp tma-o"]
 D128_CASES = [c for c in CASES if c[4] == 128]
 # D=64's candidates that are not the default: the step-3 default (Default64, O stored from the
 # accumulators), on the D=64 cases, the three-consumer ones included (a candidate runs whatever the
@@ -99,9 +96,8 @@ D128_CASES = [c for c in CASES if c[4] == 128]
 D64_CANDIDATES = ["C1 BN128 S2 persistent (step-3 default)", "C3 BN128 S2 persistent tma-o",
                   "C3 BN128 S2 persistent tma-o own-tiles",
                   "C1 BN128 S2 persistent tma-o", "C1 BN128 S2 persistent tma-o q2",
-                  # step 7: the last key tile at half width where its second half is masked whole (causal:
-                  # every other query block's diagonal tile; ragged: Nk = 1, 300)
-                  "C1 BN128 S2 persistent tma-o half-last"]
+                  # step 7: 64-key tiles at D=64 (BN = 64 beside BM = 64: ragged key tiles at 300, 1023, 2300, 8200)
+                  "C1 BN64 S2 persistent tma-o", "C1 BN64 S4 persistent tma-o"]
 D64_CASES = [c for c in CASES if c[4] == 64]
 # D=64 candidates for non-causal problems only (they refuse causal ones), on the non-causal D=64 cases:
 # step 6 (a), own key tiles on three consumers with a warp-uniform count (the ragged last blocks'

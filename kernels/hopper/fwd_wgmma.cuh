@@ -143,24 +143,6 @@ template <class C, class = void>
 struct HasTwoQBuffers : std::false_type {};
 template <class C>
 struct HasTwoQBuffers<C, std::void_t<decltype(C::kTwoQ)>> : std::integral_constant<bool, C::kTwoQ> {};
-// A warpgroup's last key tile at half width where its second half is masked whole for the
-// warpgroup's 64 rows (v9 step 7, a tuning candidate; BN = 128): causal, the diagonal tile of a
-// warpgroup whose last row is below the tile's middle key (with BM = 64 every other query block;
-// with ping-pong's BM = 128, warpgroup 0 of every block), or a ragged last key tile of at most 64
-// keys. There S = Q K^T is an m64n64 product, its softmax reads 64 columns and P V takes 4 k-steps
-// instead of 8: causal at N = 512 and BM = 64 that is 10% of the products and softmax of the whole
-// problem, which the masked half had computed and thrown away. The K and V loads are unchanged (the
-// producer does not know a warpgroup's choice). A wrapper, as OByTma, so existing kernels stay as
-// they were.
-template <class Base>
-struct HalfLastKeyTile : Base {
-  static constexpr bool kHalfLast = true;
-  static_assert(Base::BN == 128, "HalfLastKeyTile: the half tile is an m64n64 product of a 128-key tile");
-};
-template <class C, class = void>
-struct HasHalfLastKeyTile : std::false_type {};
-template <class C>
-struct HasHalfLastKeyTile<C, std::void_t<decltype(C::kHalfLast)>> : std::integral_constant<bool, C::kHalfLast> {};
 template <class C>
 constexpr int q1_offset() {
   if constexpr (HasTwoQBuffers<C>::value) return C::kQ1Offset;
@@ -188,7 +170,6 @@ fwd_body(const CUtensorMap* tm_q,  // [B*H, nq, D] in boxes of [BM rows, 64 cols
   constexpr bool kOwnUniform = ComputesOwnKeyTilesUniformly<C>::value;
   // TwoQBuffers: two Q buffers, used by tiles in turn (a persistent CTA's; one tile per CTA has one).
   constexpr bool kQ2 = HasTwoQBuffers<C>::value && kPersistent;
-  constexpr bool kHalf = HasHalfLastKeyTile<C>::value;
   extern __shared__ uint8_t smem_raw[];
   // Barriers: [0] Q landed; per stage s: K full, K empty, V full, V empty; persistent: [1 + 4S] Q
   // free again (every consumer thread done with the tile's last S = Q K^T); TwoQBuffers: [2 + 4S],
@@ -344,43 +325,34 @@ fwd_body(const CUtensorMap* tm_q,  // [B*H, nq, D] in boxes of [BM rows, 64 cols
   // 8-row groups 1024 bytes apart (stride byte offset); a k16 step inside an atom is +32 bytes.
   // V is read MN-major (D contiguous, keys the reduction): 64-column atoms BN*128 bytes apart
   // (leading byte offset), 8-key groups 1024 apart, a k16 step (16 keys) is +2048 bytes.
-  // W: the key columns computed, BN or (HalfLastKeyTile's last tile) BN / 2, as a compile-time
-  // constant (std::integral_constant), so each width is its own unrolled code. An m64n64 product's
-  // accumulator is the first half of an m64n128 one (8-column blocks in order), so the half tile
-  // writes s_acc[0 .. BN/4) and the columns past it are neither read nor written.
-  using Full = std::integral_constant<int, BN>;
-  using Half = std::integral_constant<int, kHalf ? BN / 2 : BN>;  // (BN elsewhere: is_half() is false)
-  auto issue_s = [&](int stage, auto width) {
-    constexpr int W = decltype(width)::value;
+  auto issue_s = [&](int stage) {
     lab_wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk) {
       const uint32_t q_addr = (kQ2 ? s_q_tile : s_q) + (kk / 4) * BM * 128 + cw * 64 * 128 + (kk % 4) * 32;
       const uint32_t k_addr = s_k(stage) + (kk / 4) * BN * 128 + (kk % 4) * 32;
-      lab_wgmma_ss<T, W>(*reinterpret_cast<float(*)[W / 2]>(s_acc), lab_wgmma_desc_sw128(q_addr, 16, 1024),
-                         lab_wgmma_desc_sw128(k_addr, 16, 1024), kk > 0 ? 1 : 0);
+      lab_wgmma_ss<T, BN>(s_acc, lab_wgmma_desc_sw128(q_addr, 16, 1024), lab_wgmma_desc_sw128(k_addr, 16, 1024),
+                      kk > 0 ? 1 : 0);
     }
     lab_wgmma_commit();
   };
-  auto issue_pv = [&](int stage, auto width) {
-    constexpr int W = decltype(width)::value;
+  auto issue_pv = [&](int stage) {
     lab_wgmma_fence();
 #pragma unroll
-    for (int kk = 0; kk < W / 16; ++kk)
+    for (int kk = 0; kk < BN / 16; ++kk)
       lab_wgmma_rs_tb<T, D>(o_acc, p_frag[kk], lab_wgmma_desc_sw128(s_v(stage) + kk * 2048, BN * 128, 1024));
     lab_wgmma_commit();
   };
 
   // Softmax of the S tile j in s_acc (scores -> probabilities, fp32, in place); returns the factor
   // alpha by which O and the running sums shrink (the running max moved from m_old to m_new).
-  auto softmax = [&](int j, float (&alpha)[2], auto width) {
-    constexpr int W = decltype(width)::value;
+  auto softmax = [&](int j, float (&alpha)[2]) {
     const int n0 = j * BN;
     // Mask only the ragged last tile and, causal, tiles crossing this warpgroup's diagonal.
-    if (n0 + W > nk || (CAUSAL && n0 + W - 1 > wg_row0)) {
+    if (n0 + BN > nk || (CAUSAL && n0 + BN - 1 > wg_row0)) {
       const int col0 = n0 + (lane & 3) * 2;
 #pragma unroll
-      for (int i = 0; i < W / 8; ++i)
+      for (int i = 0; i < BN / 8; ++i)
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
           const int col = col0 + i * 8 + (e & 1), row = row_g + (e >> 1) * 8;
@@ -391,7 +363,7 @@ fwd_body(const CUtensorMap* tm_q,  // [B*H, nq, D] in boxes of [BM rows, 64 cols
     for (int h = 0; h < 2; ++h) {  // h = 0: row g, h = 1: row g + 8
       float mx = fmaxf(s_acc[2 * h], s_acc[2 * h + 1]);
 #pragma unroll
-      for (int i = 1; i < W / 8; ++i) mx = fmaxf(mx, fmaxf(s_acc[i * 4 + 2 * h], s_acc[i * 4 + 2 * h + 1]));
+      for (int i = 1; i < BN / 8; ++i) mx = fmaxf(mx, fmaxf(s_acc[i * 4 + 2 * h], s_acc[i * 4 + 2 * h + 1]));
       mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
       mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
       // Every row sees key 0 in tile 0 and at least one key of every later tile it reads (the
@@ -401,7 +373,7 @@ fwd_body(const CUtensorMap* tm_q,  // [B*H, nq, D] in boxes of [BM rows, 64 cols
       row_max[h] = m_new;
       float sum0 = 0.f, sum1 = 0.f;
 #pragma unroll
-      for (int i = 0; i < W / 8; ++i) {
+      for (int i = 0; i < BN / 8; ++i) {
         const float p0 = lab_exp2(fmaf(s_acc[i * 4 + 2 * h], scale_log2, -m_new));
         const float p1 = lab_exp2(fmaf(s_acc[i * 4 + 2 * h + 1], scale_log2, -m_new));
         s_acc[i * 4 + 2 * h] = p0;
@@ -486,20 +458,6 @@ fwd_body(const CUtensorMap* tm_q,  // [B*H, nq, D] in boxes of [BM rows, 64 cols
       n_mine = wg_row0 < nq ? lab_hopper_sched::key_tiles(wg_row0, 64, BN, nq, nk, CAUSAL) : 1;
     }
 
-    // HalfLastKeyTile: whether this warpgroup's last key tile is computed at half width (its second
-    // half's keys all past nk or, causal, past the warpgroup's last row), from the warpgroup index
-    // broadcast from lane 0 so that ptxas knows the branches below are warp-uniform (step 6 (a)).
-    [[maybe_unused]] bool half_last = false;
-    if constexpr (kHalf) {
-      const int wg_last_row = m0 + (__shfl_sync(0xffffffffu, warpgroup, 0) - 1) * 64 + 63;
-      const int second_half = (n_mine - 1) * BN + BN / 2;
-      half_last = second_half >= nk || (CAUSAL && second_half > wg_last_row);
-    }
-    auto is_half = [&](int j) {
-      if constexpr (kHalf) return half_last && j == n_mine - 1;
-      else return false;
-    };
-
     // TwoQBuffers: this tile's buffer (tile & 1) and its use (tile >> 1).
     const int qb = kQ2 ? (round & 1) : 0;
     if constexpr (kQ2) {
@@ -513,16 +471,14 @@ fwd_body(const CUtensorMap* tm_q,  // [B*H, nq, D] in boxes of [BM rows, 64 cols
     // Tile 0: S_0, its softmax, P_0.
     lab_mbar_wait(k_full(it0 % S), (it0 / S) & 1);
     turn_wait();
-    if (is_half(0)) issue_s(it0 % S, Half{});
-    else issue_s(it0 % S, Full{});
+    issue_s(it0 % S);
     turn_pass();
     lab_wgmma_wait<0>();
     lab_fence_regs(s_acc);
     lab_mbar_arrive(k_empty(it0 % S));
     {
       float alpha[2];
-      if (is_half(0)) softmax(0, alpha, Half{});  // O is zero: nothing to rescale
-      else softmax(0, alpha, Full{});
+      softmax(0, alpha);  // O is zero: nothing to rescale
       pack_p();
     }
 
@@ -534,16 +490,14 @@ fwd_body(const CUtensorMap* tm_q,  // [B*H, nq, D] in boxes of [BM rows, 64 cols
       lab_mbar_wait(k_full(sk), ((it0 + j) / S) & 1);
       lab_mbar_wait(v_full(sv), ((it0 + j - 1) / S) & 1);
       turn_wait();
-      if (is_half(j)) issue_s(sk, Half{});
-      else issue_s(sk, Full{});
-      issue_pv(sv, Full{});
+      issue_s(sk);
+      issue_pv(sv);
       turn_pass();
       lab_wgmma_wait<1>();  // S_j done (groups complete in order); P V may still run
       lab_fence_regs(s_acc);
       lab_mbar_arrive(k_empty(sk));
       float alpha[2];
-      if (is_half(j)) softmax(j, alpha, Half{});
-      else softmax(j, alpha, Full{});
+      softmax(j, alpha);
       lab_wgmma_wait<0>();
       lab_fence_regs(o_acc);
       lab_fence_regs(p_frag);
@@ -557,8 +511,7 @@ fwd_body(const CUtensorMap* tm_q,  // [B*H, nq, D] in boxes of [BM rows, 64 cols
       const int sv = (it0 + n_mine - 1) % S;
       lab_mbar_wait(v_full(sv), ((it0 + n_mine - 1) / S) & 1);
       turn_wait();
-      if (is_half(n_mine - 1)) issue_pv(sv, Half{});
-      else issue_pv(sv, Full{});
+      issue_pv(sv);
       turn_pass();
       lab_wgmma_wait<0>();
       lab_fence_regs(o_acc);

@@ -102,7 +102,9 @@ D64_CASES = [c for c in CASES if c[4] == 64]
 # D=64 candidates for non-causal problems only (they refuse causal ones), on the non-causal D=64 cases:
 # step 6 (a), own key tiles on three consumers with a warp-uniform count (the ragged last blocks'
 # warpgroups past nq skip all but one key tile: Nk = 8200, 8192, 2300, 2048).
-D64_NON_CAUSAL_CANDIDATES = ["C3 BN128 S2 persistent own-tiles uniform (non-causal)"]
+D64_NON_CAUSAL_CANDIDATES = ["C3 BN128 S2 persistent own-tiles uniform (non-causal)",
+                             # step 7 (c): two Q buffers on three consumers (Long64)
+                             "C3 BN128 S2 persistent q2 (non-causal)"]
 CANDIDATE_CASES = [(label, c) for label in STEP4_CANDIDATES for c in D128_CASES] + \
                   [(label, c) for label in D64_CANDIDATES for c in D64_CASES] + \
                   [(label, c) for label in D64_NON_CAUSAL_CANDIDATES for c in D64_CASES if not c[5]]

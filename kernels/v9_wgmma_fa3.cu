@@ -347,6 +347,13 @@ static_assert(2 * (Short64S4OTma::kSmemBytes + 1024) <= 228 * 1024, "D=64 BN=64 
 // registers, 0 spills, no C75xx notice.
 using Long64Q2 = lab_hopper_fwd::TwoQBuffers<Long64>;
 static_assert(Long64Q2::kSmemBytes + 1024 <= 228 * 1024, "Long64 q2: one CTA per SM");
+// Step 8, tuning candidates only (twelfth session; benchmarks/v9_notes.md, "Step 8"): D=64 as cuDNN runs
+// it (its sm90 forward at 32,32,512,64, both masks: "64x128x64", a producer and two consumer warpgroups
+// taking turns, one CTA per SM, O by TMA, 168 registers; tests/fixtures/ncu/sdpa-cudnn-fwd-d64*): ping-pong
+// at D=64 (BM = 128) with O by TMA, and with two Q buffers. 168 registers, 0 spills, no C75xx notice.
+using PingPong64OTma = lab_hopper_fwd::OByTma<Config<64, 128, 2, true, 2>>;
+using PingPong64OTmaQ2 = lab_hopper_fwd::TwoQBuffers<PingPong64OTma>;
+static_assert(PingPong64OTmaQ2::kSmemBytes + 1024 <= 228 * 1024, "D=64 pp q2: one CTA per SM");
 
 // The LSE only when asked (a second instantiation: the default forward stores nothing more).
 template <class C, bool CAUSAL, class Sched = Persistent>
@@ -397,6 +404,9 @@ static const LabTuneCandidate kCandidates64[] = {
     {"C1 BN64 S4 persistent tma-o", launch_any<Short64S4OTma, Persistent>},
     // Step 7 (c): two Q buffers on Long64.
     {"C3 BN128 S2 persistent q2 (non-causal)", launch_non_causal<Long64Q2, Persistent>, LAB_SERVES_NON_CAUSAL},
+    // Step 8: ping-pong at D=64 (cuDNN's shape of kernel) with O by TMA, and with two Q buffers.
+    {"C2 BN128 S2 persistent pp tma-o", launch_any<PingPong64OTma, Persistent>},
+    {"C2 BN128 S2 persistent pp tma-o q2", launch_any<PingPong64OTmaQ2, Persistent>},
 };
 static const LabTuneCandidate kCandidates128[] = {
     {"C2 BN128 S2 persistent", launch_any<Default128, Persistent>},

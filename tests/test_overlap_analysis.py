@@ -200,6 +200,24 @@ def test_a_kernel_the_lab_never_saw_cudnns_hopper_forward():
             assert not rx.search(_proposed(f.advice)), (f.cls, key, f.advice)
 
 
+@pytest.mark.parametrize("report", ["sdpa-cudnn-fwd-d64-causal", "sdpa-cudnn-fwd-d64"])
+def test_cudnns_d64_forward_is_read_as_ping_pong_on_a_persistent_grid(report):
+    """cuDNN's sm90 forward at D=64 (32,32,512,64 fp16, tests/fixtures/ncu; "knob_7_64x128x64": 64-row
+    tiles, 128 keys, block 384 = a producer and two consumer warpgroups, grid 132 on 132 SMs): both
+    masks read as a persistent grid with O stored by TMA and two consumer warpgroups taking turns
+    (named barriers), which no next step proposes again; the verdict is latency-bound, as v9's."""
+    from conftest import FIXTURES
+
+    (a,) = analysis.analyze_report(FIXTURES / "ncu" / f"{report}.ncu-rep.xz")
+    assert "sdpa_sm90_flash_fprop" in a.kernel and "64x128x64" in a.kernel
+    shown = a.derived["overlap"]
+    assert {k: shown[k]["present"] for k in ALREADY} == {k: True for k in ALREADY}, shown
+    assert a.findings[0].cls == "latency-bound", [f.cls for f in a.findings]
+    for f in a.findings:
+        for key, rx in PROPOSED.items():
+            assert not rx.search(_proposed(f.advice)), (f.cls, key, f.advice)
+
+
 def test_asynchronous_copies_are_read_from_the_sass():
     """The ladder's latency rung double-buffers K/V with cp.async (LDGSTS); its first rung loads them
     through registers (LDG). Rungs named through the registry."""

@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# v9 step 8's GPU call (issue 28; benchmarks/v9_notes.md, "Step 8"): build v9 and its tuning build, gate the
+# two step-8 candidates (ping-pong at D=64 with O by TMA, and with two Q buffers: float64 with the LSE and
+# memcheck; racecheck and synccheck), then `lab tune` at the D=64 shapes they target, each with the
+# predictions written before any run. Logs and tune stores under $OUT, in one archive ($OUT/v9s8.tgz: the
+# device tool brings back only a few files), and a table of every prediction's verdict printed last.
+#
+#   OUT=$OUT bash benchmarks/v9_step8_gpu.sh      # one GPU, about 7 minutes cold
+set -uo pipefail
+OUT=${OUT:-/tmp/lab-out}; W=$OUT/v9s8; L=$W/logs; mkdir -p "$L"
+export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
+export LAB_CACHE=${LAB_CACHE:-$PWD/.lab-cache}
+T0=$SECONDS
+step() {   # step NAME LIMIT COMMAND...: its log under $L, its exit status and seconds printed and in steps.log
+  local name=$1 limit=$2; shift 2
+  local t0=$SECONDS
+  timeout "$limit" "$@" >"$L/$name.log" 2>&1
+  echo "$name rc=$? $((SECONDS - t0))s (at $((SECONDS - T0))s)" | tee -a "$L/steps.log"
+}
+step build 200 python3 -m lab.cli build --variant v9 &
+step build-tuning 420 python3 -m lab.cli build --variant v9 --tuning
+wait
+grep -c "C75" "$L/build-tuning.log" | sed 's/^/ptxas C75xx notices in the tuning build: /'
+P=(python3 -m pytest -m gpu -v -rfE --tb=short -p no:randomly -p no:cacheprovider tests/test_v9_gpu.py)
+# 'pp and tma and D64 ...': the two candidates' D=64 cases ('not tma' would deselect everything: -k matches
+# more than the test ids)
+step gate 200 "${P[@]}" -k 'pp and tma and (D64 or 64-4-both) and (matches_float64 or memcheck)'
+PP='C2 BN128 S2 persistent pp tma-o'
+Q2='C2 BN128 S2 persistent pp tma-o q2'
+tune() { local name=$1; shift; step "tune-$name" 100 python3 -m lab.cli tune --variant v9 --profiles "$W/tunes" "$@"; }
+tune 512-c --dtype float16 --causal --shape 32,32,512,64 --predict "$PP=0.95-1.00" --predict "$Q2=0.98-1.04"
+tune 512-c-bf16 --dtype bfloat16 --causal --shape 32,32,512,64 --predict "$PP=0.95-1.00" --predict "$Q2=0.98-1.04"
+tune 1024-c --dtype float16 --causal --shape 16,32,1024,64 --predict "$PP=0.95-1.00" --predict "$Q2=0.97-1.03"
+tune 2048-c --dtype float16 --causal --shape 8,32,2048,64 --predict "$PP=0.94-0.99" --predict "$Q2=0.96-1.02"
+tune 4096-c --dtype float16 --causal --shape 4,32,4096,64 --predict "$PP=0.94-0.99" --predict "$Q2=0.95-1.01"
+tune 512-nc --dtype float16 --no-causal --shape 32,32,512,64 --predict "$PP=0.90-0.96" --predict "$Q2=0.92-0.98"
+step slow 200 "${P[@]}" --run-slow -k 'pp and tma and 64-4-both and sanitizer and not memcheck'
+for f in gate slow; do grep -E "^(FAILED|ERROR)" "$L/$f.log" | head -10; tail -1 "$L/$f.log"; done
+python3 - "$W/tunes" <<'PY'
+import json, pathlib, sys
+fmt = lambda x: f"{x:.3f}" if isinstance(x, (int, float)) else "-"
+rows = []
+for f in sorted(pathlib.Path(sys.argv[1]).glob("*/tune.json")):
+    d = json.loads(f.read_text())
+    for p in d.get("predictions") or []:
+        ci = p.get("ratio_ci95") or [None, None]
+        rows.append((d["problem"]["label"], (d.get("device") or {}).get("name", "?"), p["label"], f"{p['low']}-{p['high']}",
+                     fmt(p.get("measured")), f"{fmt(ci[0])}-{fmt(ci[1])}", p.get("verdict") or p.get("not_measured") or "-"))
+print(f"\n{len(rows)} predictions judged")
+print("| shape | device | candidate | predicted | measured (paired median) | CI95 | verdict |")
+print("| --- | --- | --- | --- | --- | --- | --- |")
+for r in rows:
+    print("| " + " | ".join(r) + " |")
+PY
+tar czf "$OUT/v9s8.tgz" -C "$OUT" v9s8 && rm -rf "$W"
+echo "total $((SECONDS - T0))s"

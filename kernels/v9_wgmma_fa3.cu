@@ -259,10 +259,28 @@
 //   0.94-0.98x / 0.92-0.96x at N = 512 / 1024; (b) D=128 1.02-1.05x at 32,16,512,128 (causal 1.02-1.07x),
 //   1.01-1.03x at 16,16,1024,128 (causal 1.01-1.04x), 0.99-1.01x at 2,16,8192,128; D=64 1.00-1.02x at N = 512
 //   (causal 1.00-1.03x), 0.99-1.01x from N = 2048. The call: benchmarks/v9_step6_gpu.sh.
-// Steps still to come (issue 28; benchmarks/v9_notes.md): D=64 below N = 2048 non-causal and causal
-// at every N (the step-5 tunes left them on BM = 64), the D=64 causal short-N gap (the diagonal tiles' masked softmax, exp2 partly on the FMA pipe), D=128 at
-// N <= 1024 (profiles of the default at 32,16,512,128: latency-bound, tensor pipe 51% busy), and the
-// choices through `lab tune --variant v9`.
+// Step 6 measured (twelfth session, one H200, e1fc68c; 11 tunes, 10 of 19 predictions inside, 4 above, 5
+//   below): (b) two Q buffers 1.047x / 1.065x (causal) the D=128 default at 32,16,512,128, 1.033x / 1.023x at
+//   16,16,1024,128, 1.009x at 2,16,8192,128; 1.065x / 1.039x D=64's at N = 512 / 1024 non-causal, level causal
+//   (0.995x, 1.000x); (a) warp-uniform own-tiles level with Long64 (1.003x, 1.008x: the divergent loop was the
+//   loss, the ragged-block gain did not appear). Step 6 (c), taken (aa5fe81): two Q buffers are the D=128 default
+//   in both masks and D=64's non-causal one below Nq, Nk >= 2048 (lab_forward_v9 below). Predicted on the fa-grid
+//   (cuDNN's time / v9's, graph, H200): about 36 of 48 cells >= 1.0x, every D=128 cell. Measured (one H200,
+//   `20261127-182156-sweep-v9-fa-grid`): 36 of 48, all 24 D=128 cells (1.012-1.181x), each inside its band but
+//   D=64 non-causal N = 512 fp16 (1.016x, band 1.02-1.05); one H100 (`*-182545-sweep-v9-fa-grid-h100`): 32 of 48,
+//   and D=128 non-causal N >= 8192 at 695-701 TFLOP/s fp16, 716-723 bf16 (the 690 target met in both dtypes).
+// Step 7, the D=64 causal gap (twelfth session; v9_notes "Step 7"), three candidates measured, none taken:
+//   (a) the diagonal tile at half width (its masked half skipped: 10% of the work at N = 512, predicted 1.03-
+//   1.08x) ran 0.75-0.88x, its non-causal control 0.80x: a wgmma shape chosen at run time made ptxas serialize
+//   every product (C7511); withdrawn. (b) 64-key tiles ("C1 BN64 S2/S4 persistent tma-o"): 0.970-0.975x at N =
+//   512 causal, 0.886x at 2048 (predicted 0.97-1.05 / 0.93-1.01): the key tile's fixed costs, not the masked
+//   work, set the causal short-N time. (c) two Q buffers on Long64: 1.008x / 1.012x at 8,32,2048,64, 0.978-0.988x
+//   from 4096 (predicted 1.01-1.03 / 1.00-1.02).
+// Step 8, candidates only (twelfth session, CPU; v9_notes "Step 8"): cuDNN's own D=64 forward, profiled (a
+//   producer and two consumer warpgroups in ping-pong, one CTA per SM, O by TMA, no wgmma in flight across the
+//   softmax), as "C2 BN128 S2 persistent pp tma-o" and "... pp tma-o q2" at D=64. Predicted against the causal
+//   default: 0.95-1.00x and 0.98-1.04x at N = 512, 0.96-1.02x (q2) at 2048. The call: benchmarks/v9_step8_gpu.sh.
+// Still to come (issue 28): D=64 causal at every N <= 8192 and D=64 non-causal N = 2048 (0.94-0.99x cuDNN).
 #include "common.cuh"
 #include "hopper/fwd_wgmma.cuh"
 

@@ -389,6 +389,7 @@ def _print_build_table(builder, results, outcomes, wall):
         console.print(table)
         console.print("`lab build --ptxas-only --variant ID`: one rung's kernels; --json for every field",
                       highlight=False, markup=False)
+    _print_serialized_wgmma(builder, results, console)
     no_sass = [_build_label(r) for r in results if not r["sass"]]
     if no_sass:
         console.print(f"no SASS kept (cuobjdump not found): {', '.join(no_sass)}", highlight=False)
@@ -397,6 +398,26 @@ def _print_build_table(builder, results, outcomes, wall):
             console.print(f"{o.variant.id}: python rung, nothing to compile (its callable imports)")
     if wall is not None and len(results) > 1:
         console.print(f"all: {wall:.1f} s wall clock")
+
+
+def _print_serialized_wgmma(builder, results, console) -> None:
+    """The kernels whose wgmma pipeline ptxas serialized (its C75xx notices: a wait after every product, so
+    the tensor cores idle between them), a count, then each kernel under its rung and ptxas's reason."""
+    groups: dict[tuple[str, str], list[str]] = {}
+    for r in results:
+        for rec in r["ptxas"]:
+            if rec.get("wgmma_serialized"):
+                groups.setdefault((_build_label(r), rec["wgmma_serialized"]), []).append(
+                    builder.short_kernel_name(rec["kernel"]))
+    if not groups:
+        return
+    count = sum(map(len, groups.values()))
+    console.print(Text(f"wgmma serialized: {count} kernel{'s' if count != 1 else ''}", style="yellow")
+                  + Text(" (ptxas put a wait after every wgmma: the tensor cores idle between products)"), highlight=False)
+    for (rung, reason), kernels in groups.items():
+        console.print(f"  {rung}, {reason} ({len(kernels)}):", highlight=False, markup=False)
+        for k in kernels:
+            console.print(f"    {k}", highlight=False, markup=False)
 
 
 def _build_label(r: dict) -> str:

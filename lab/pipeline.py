@@ -123,15 +123,18 @@ class Profiled:
 
 
 def analysis_tables(report_path: Path, problem: dict | None, timeline_info: dict | None,
-                    mode: str = "fwd") -> tuple[list, dict]:
+                    mode: str = "fwd", ptxas: list[dict] | None = None) -> tuple[list, dict]:
     """The analysis of one ncu report and the tables a run stores from it (metrics, derived values,
-    findings, Nsight's rules, per-line counters). The timeline runs first: the launch-bound judgement
-    uses the launch cost it measured, the steady-state gap between consecutive kernels (the per-range
-    overhead also spreads the first launch's delay, profiler start-up included, over the launches)."""
+    findings, Nsight's rules, per-line counters); `ptxas`: the build's records (the manifest's
+    build.ptxas), whose wgmma serialization notices the verdicts cite. The timeline runs first: the
+    launch-bound judgement uses the launch cost it measured, the steady-state gap between consecutive
+    kernels (the per-range overhead also spreads the first launch's delay, profiler start-up included,
+    over the launches)."""
     tl_info = timeline_info or {}
     overhead = ((tl_info.get("launch_overhead") or {}).get("kernel_gap_ns_median") or tl_info.get("launch_overhead_ns"))
     # the mode sets the FLOPs a kernel is held against (a backward does 2.5x the forward's work)
-    analyses = analysis.analyze_report(report_path, problem=problem, launch_overhead_ns=overhead, mode=mode)
+    analyses = analysis.analyze_report(report_path, problem=problem, launch_overhead_ns=overhead, mode=mode,
+                                       ptxas=ptxas)
     tables = {"metrics": analysis.metrics_frame(report_path),
               "derived": analysis.derived_frame(analyses),
               "findings": analysis.findings_frame(analyses),
@@ -162,7 +165,8 @@ def reanalyze(run, into: Path | None = None) -> tuple[Path, list]:
         runs.compress_stored_artifact(staging, "ncu_report")   # a run stored before keeps its report as lab profile now does
         staged = runs.Run(staging)
         analyses, tables = analysis_tables(staged.artifact("ncu_report"), run.manifest.get("problem"),
-                                           run.manifest.get("timeline"), run.manifest.get("mode") or "fwd")
+                                           run.manifest.get("timeline"), run.manifest.get("mode") or "fwd",
+                                           (run.manifest.get("build") or {}).get("ptxas"))
         d = staged.record.to_dict()
         for name, df in tables.items():
             runs.write_table(df, staging / f"{name}.parquet")
@@ -236,7 +240,7 @@ def _profile(variant: Variant, problem: Problem, opts: ProfileOptions, machine: 
             measuring = pool.submit(measure, child, variant, problem, opts, tools, correctness, key)
             if ncu_info is not None:
                 with stage("analysis", "beside the measuring child's timing"):
-                    analyses, tables = analyze(run, variant, problem, timeline_info, opts.mode)
+                    analyses, tables = analyze(run, variant, problem, timeline_info, opts.mode, built.ptxas)
                 with stage("compress", "the ncu report, xz, beside the measuring child's timing"):
                     ncu_info["report"] = run.compress_artifact("ncu_report")   # stored as profile.ncu-rep.xz
             measured = measuring.result()
@@ -426,11 +430,11 @@ def record_timeline(run, variant: Variant, problem: Problem, opts: ProfileOption
 
 
 def analyze(run, variant: Variant, problem: Problem, timeline_info: dict | None,
-            mode: str = "fwd") -> tuple[list, dict]:
+            mode: str = "fwd", ptxas: list[dict] | None = None) -> tuple[list, dict]:
     """The analysis of the run's ncu report and its tables, with the code the lines point at as it
-    was when profiled (pages never reopen the report)."""
+    was when profiled (pages never reopen the report); `ptxas`: the build's records."""
     report_path = run.artifact_path("profile.ncu-rep")
-    analyses, tables = analysis_tables(report_path, problem.to_dict(), timeline_info, mode)
+    analyses, tables = analysis_tables(report_path, problem.to_dict(), timeline_info, mode, ptxas)
     tables["sources"] = source_lines.sources_frame(source_lines.source_texts(report_path), list(variant.sources))
     return analyses, tables
 

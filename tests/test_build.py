@@ -336,3 +336,132 @@ def test_the_unique_symbol_check_sees_a_shared_static(tmp_path):
     obj = tmp_path / "s.o"
     subprocess.run([NVCC, "-c", "-O3", "-o", str(obj), str(src)], check=True, capture_output=True)
     assert _unique_symbols(obj), "g++ no longer emits GNU-unique statics: the guard above tests nothing"
+
+
+# ----------------------------------------------------------------------------------------------
+# wgmma serialized by ptxas: its C75xx notices, on real logs (tests/fixtures/ptxas/README.md)
+# ----------------------------------------------------------------------------------------------
+
+PTXAS_LOGS = Path(__file__).parent / "fixtures" / "ptxas"
+REGISTERS_REASON = "C7511: insufficient register resources for the wgmma pipeline"
+
+
+def _real_log(name: str) -> str:
+    import lzma
+
+    return lzma.decompress((PTXAS_LOGS / f"{name}.log.xz").read_bytes()).decode()
+
+
+def test_parser_matches_each_serialization_notice_to_its_kernel_on_a_real_log():
+    """v9's tuning build with the HalfLastKeyTile candidates: ptxas (13.0) serialized those 32 kernels'
+    wgmma for want of registers, one C7511 each (beside a C7517 that is no serialization notice), printed
+    before the entries; each record carries it, matched by the mangled name, the other 272 carry ""."""
+    log = _real_log("v9_tuning_serialized")
+    notices = build.wgmma_serializations(log)
+    assert len(notices) == 32 and {(code, arch) for _, code, _, arch in notices} == {("C7511", "sm_90a")}
+    records = build.parse_ptxas(log)
+    assert len(records) == 304 and all(r.mangled.startswith("_Z") for r in records)
+    serialized = [r for r in records if r.wgmma_serialized]
+    assert {r.wgmma_serialized for r in serialized} == {REGISTERS_REASON}
+    assert sorted(r.mangled for r in serialized) == sorted(name for name, *_ in notices)
+    assert all("HalfLastKeyTile" in r.kernel for r in serialized)                        # demangled
+    assert not any("HalfLastKeyTile" in r.kernel for r in records if not r.wgmma_serialized)
+    assert all(r.to_dict()["wgmma_serialized"] == "" for r in records if not r.wgmma_serialized)
+
+
+def test_parser_finds_no_serialization_on_a_clean_real_log():
+    log = _real_log("v9_tuning_clean")
+    assert build.wgmma_serializations(log) == []
+    records = build.parse_ptxas(log)
+    assert len(records) == 272 and not any(r.wgmma_serialized for r in records)
+
+
+def test_parser_reads_the_familys_other_reasons_and_keeps_each_once():
+    """The family's notices share their words: another code and reason (C7515, as ptxas 12 printed it for
+    a kernel `selp_b16`, NVIDIA/TensorRT-LLM#2116) reads the same way; two reasons for one kernel are both
+    kept, a repeated one once."""
+    c7515 = ("ptxas info    : (C7515) Potential Performance Loss: wgmma.mma_async instructions are serialized due "
+             "to non wgmma instructions defining accumulator registers of a wgmma between start and end of the "
+             "pipeline stage in the function 'selp_b16'")
+    c7511 = ("ptxas info    : (C7511) Potential Performance Loss: wgmma.mma_async instructions are serialized due to "
+             "insufficient register resources for the wgmma pipeline in the function 'selp_b16'")
+    entry = ("ptxas info    : Compiling entry function 'selp_b16' for 'sm_90a'\n"
+             "ptxas info    : Used 90 registers, used 0 barriers")
+    (rec,) = build.parse_ptxas("\n".join([c7515, c7511, c7515, entry]))
+    assert rec.wgmma_serialized == ("C7515: non wgmma instructions defining accumulator registers of a wgmma between "
+                                    "start and end of the pipeline stage; " + REGISTERS_REASON)
+
+
+def test_records_stored_before_the_notice_load_and_read_it_from_their_log(tmp_path):
+    """A ptxas.json written before records carried the notice still loads (PtxasRecord's defaults), and
+    the cached step reads the notice and the mangled name again from the log kept beside it."""
+    log = _real_log("v9_tuning_serialized")
+    (tmp_path / "ptxas.log").write_text(log)
+    old = {"records": [{k: v for k, v in r.to_dict().items() if k not in ("wgmma_serialized", "mangled")}
+                       for r in build.parse_ptxas(log)]}
+    again = build._saved_records(old, tmp_path / "ptxas.log")
+    assert sum(1 for r in again if r.wgmma_serialized == REGISTERS_REASON) == 32
+    without_log = build._saved_records(old, tmp_path / "absent.log")
+    assert len(without_log) == 304 and not any(r.wgmma_serialized or r.mangled for r in without_log)
+
+
+def _seed_ptxas_cache(cache: Path, variant, log: str, stored_before_the_field: bool) -> None:
+    """A finished ptxas step of `variant` for sm_90a in the cache `cache` (its key, as lab build computes
+    it), whose log is `log`: lab build --ptxas-only then reads it as its own."""
+    old = os.environ.get("LAB_CACHE")
+    os.environ["LAB_CACHE"] = str(cache)
+    try:
+        flags, key = build._key_for(variant, "sm_90a")
+        bdir = build.build_dir_for(variant, key)
+    finally:
+        os.environ.pop("LAB_CACHE") if old is None else os.environ.update(LAB_CACHE=old)
+    bdir.mkdir(parents=True)
+    (bdir / "ptxas.log").write_text(log)
+    records = [r.to_dict() for r in build.parse_ptxas(log)]
+    if stored_before_the_field:
+        records = [{k: v for k, v in r.items() if k not in ("wgmma_serialized", "mangled")} for r in records]
+    (bdir / "ptxas.json").write_text(json.dumps({"cache_key": key, "arch": "sm_90a", "flags": flags,
+                                                 "records": records, "sass": None}))
+
+
+@needs_nvcc
+def test_lab_build_ptxas_only_counts_and_lists_the_serialized_kernels(tmp_path):
+    """The real serialized log as a rung's cached ptxas step (one stored before records carried the
+    notice): the table is followed by the count and each kernel, shortened as the table shows it, under
+    ptxas's reason; --json carries the field; a clean log prints no such line."""
+    _seed_ptxas_cache(tmp_path / "dirty", FIRST, _real_log("v9_tuning_serialized"), stored_before_the_field=True)
+    _seed_ptxas_cache(tmp_path / "clean", FIRST, _real_log("v9_tuning_clean"), stored_before_the_field=False)
+    argv = ["build", "--ptxas-only", "--arch", "sm_90a", "--variant", FIRST.id]
+    res = lab_here(*argv, env={"LAB_CACHE": str(tmp_path / "dirty"), "COLUMNS": "400"})
+    assert res.returncode == 0, res.stderr
+    lines = res.stdout.splitlines()
+    assert any(line.startswith("wgmma serialized: 32 kernels") for line in lines), res.stdout
+    assert f"  {FIRST.id}, {REGISTERS_REASON} (32):" in lines
+    (rec,) = json.loads(lab_here(*argv, "--json", env={"LAB_CACHE": str(tmp_path / "dirty")}).stdout)
+    serialized = [k for k in rec["ptxas"] if k["wgmma_serialized"]]
+    assert len(serialized) == 32 and {k["wgmma_serialized"] for k in serialized} == {REGISTERS_REASON}
+    listed = lines[lines.index(f"  {FIRST.id}, {REGISTERS_REASON} (32):") + 1:]
+    assert [line.strip() for line in listed[:32]] == [build.short_kernel_name(k["kernel"]) for k in serialized]
+    clean = lab_here(*argv, env={"LAB_CACHE": str(tmp_path / "clean")})
+    assert clean.returncode == 0 and "wgmma serialized" not in clean.stdout, clean.stdout
+
+
+@pytest.mark.parametrize("log, flag, code, line", [
+    ("v9_tuning_serialized", "--fail-on-serialized-wgmma", 1, "32 with wgmma serialized"),
+    ("v9_tuning_serialized", None, 0, "32 with wgmma serialized"),
+    ("v9_tuning_clean", "--fail-on-serialized-wgmma", 0, "0 with wgmma serialized"),
+])
+def test_compile_kernels_fails_on_serialized_wgmma_when_asked(tmp_path, log, flag, code, line):
+    """tools/compile_kernels.sh counts the functions ptxas serialized (each once) in its summary line and,
+    with --fail-on-serialized-wgmma, fails on any; an nvcc stand-in prints the real logs."""
+    (tmp_path / "ptxas.log").write_text(_real_log(log))
+    fake = tmp_path / "nvcc"
+    fake.write_text(f'#!/usr/bin/env bash\nif [ "$1" = --version ]; then echo "release 13.0, V13.0.88"; '
+                    f'echo fake; exit 0; fi\ncat {tmp_path / "ptxas.log"}\n')
+    fake.chmod(0o755)
+    script = Path(__file__).resolve().parents[1] / "tools" / "compile_kernels.sh"
+    res = subprocess.run(["bash", str(script), *([flag] if flag else []), str(FIRST.source)],
+                         capture_output=True, text=True, env={**os.environ, "NVCC": str(fake)})
+    assert res.returncode == code, res.stdout[-2000:] + res.stderr
+    assert f"-- {FIRST.source.stem}: ok, " in res.stdout and line in res.stdout
+    assert ("--fail-on-serialized-wgmma and ptxas serialized" in res.stderr) == (code == 1)

@@ -101,3 +101,14 @@ def test_a_typed_record_is_written_and_read_back(tmp_path):
     back = store.Run(path).record
     assert back.run_id == "20261121-000000-v3-x" and back.problem == record.problem
     assert back.timing.median == 1.25 and back.baselines[0].median_ms == 0.5
+
+
+def test_ptxas_entries_stored_before_the_wgmma_notice_read_and_newer_ones_round_trip():
+    """build.ptxas[] gained wgmma_serialized and mangled (lab.ladder.build): a run stored before reads them
+    as None (not recorded), a newer run's "" (ptxas said nothing) and notice are written back as read."""
+    old = mf.Manifest.from_dict(_minimal(build={"ptxas": [{"kernel": "k", "registers": 168, "arch": "sm_90a"}]}))
+    assert old.build.ptxas[0].wgmma_serialized is None and old.build.ptxas[0].mangled is None
+    new = {"kernel": "k", "registers": 168, "arch": "sm_90a", "mangled": "_Z1kv",
+           "wgmma_serialized": "C7511: insufficient register resources for the wgmma pipeline"}
+    record = mf.Manifest.from_dict(_minimal(build={"ptxas": [new, dict(new, wgmma_serialized="")]}))
+    assert record.to_dict()["build"]["ptxas"] == [new, dict(new, wgmma_serialized="")]

@@ -166,7 +166,7 @@ def test_every_shipped_profile_run_stores_this_labs_judgement(run_id):
     run = EXAMPLES / run_id
     man = json.loads((run / "manifest.json").read_text())
     _, tables = analysis_tables(run / man["artifacts"]["ncu_report"], man.get("problem"), man.get("timeline"),
-                                man.get("mode") or "fwd")
+                                man.get("mode") or "fwd", (man.get("build") or {}).get("ptxas"))
     hint = f"lab reanalyze {run_id} --profiles /tmp/X (a copy under /tmp/X/examples), then copy its tables back"
     cols = {"findings": ["kernel_index", "rank", "class", "title", "severity", "advice", "evidence"],
             "lines": ["kernel_index", "rank", "file", "line", "samples", "stalls", "mbarrier_wait_stalls", "sass"],
@@ -175,3 +175,60 @@ def test_every_shipped_profile_run_stores_this_labs_judgement(run_id):
         stored = pd.read_parquet(run / f"{name}.parquet")[keep].astype(str).reset_index(drop=True)
         now = tables[name][keep].astype(str).reset_index(drop=True)
         assert stored.equals(now), (name, hint)
+
+
+SERIALIZED = "C7511: insufficient register resources for the wgmma pipeline"
+
+
+def test_a_kernel_ptxas_serialized_says_so_in_its_verdict_and_on_the_run_page(tmp_path):
+    """A run whose manifest's build.ptxas says ptxas serialized the profiled kernel's wgmma (matched by the
+    mangled name Nsight Compute recorded, not the demangled one, which ncu spells otherwise): after `lab
+    reanalyze`, the verdict's first evidence is ptxas's notice and the overlap advice puts undoing it first;
+    the run page shows both. Here the shipped v9 run (latency-bound, warpgroups waiting on their wgmma)
+    with such a record added: the run as stored has none, and its stored verdict is this lab's
+    (test_every_shipped_profile_run_stores_this_labs_judgement, given its build.ptxas as reanalyze is)."""
+    import html
+    import re
+
+    from lab.analysis import overlap as ov
+    from lab.demangle import demangle
+
+    run_id = "20261127-135157-v9-B32-H16-N512-D128-float16"
+    src = EXAMPLES / run_id
+    if not (src / "profile.ncu-rep.xz").exists():
+        pytest.skip(f"shipped run {run_id} not under profiles/examples/")
+    store = tmp_path / "profiles"
+    run = store / run_id
+    shutil.copytree(src, run)
+    (mangled,) = pd.read_parquet(run / "metrics.parquet")["kernel_mangled"]
+    man = json.loads((run / "manifest.json").read_text())
+    man["build"]["ptxas"] = [dict(p, wgmma_serialized="", mangled="") for p in man["build"]["ptxas"]] + [
+        {"kernel": demangle([mangled])[0], "registers": 168, "arch": "sm_90a", "mangled": mangled,
+         "wgmma_serialized": SERIALIZED}]
+    (run / "manifest.json").write_text(json.dumps(man))
+    res = lab_here("reanalyze", run_id, "--profiles", str(store))
+    assert res.returncode == 0, res.stderr
+    lead = pd.read_parquet(run / "findings.parquet").iloc[0]
+    assert lead["class"] == "latency-bound"
+    assert next(iter(json.loads(lead["evidence"]).items())) == (ov.SERIALIZED_EVIDENCE, SERIALIZED)
+    assert f"ptxas serialized this kernel's wgmma pipeline ({SERIALIZED})" in lead["advice"]
+    assert "setmaxnreg" in lead["advice"].partition("Overlap more")[0]   # the step for its reason, first
+    res = lab_here("report", "--profiles", str(store), "--run", run_id, "--out", str(tmp_path / "out"))
+    assert res.returncode == 0, res.stderr
+    page = " ".join(html.unescape(re.sub(r"<[^>]+>", " ", (tmp_path / "out" / f"{run_id}.html").read_text())).split())
+    assert f"{ov.SERIALIZED_EVIDENCE} = {SERIALIZED}" in page
+    assert f"ptxas serialized this kernel's wgmma pipeline ({SERIALIZED})" in page
+    assert f"wgmma serialized by ptxas (a wait after every product: the tensor cores idle between them) in 1 kernel: " \
+           f"{demangle([mangled])[0]} ({SERIALIZED})." in page   # under the ptxas table
+
+
+def test_the_serialization_step_names_the_fix_for_each_reason():
+    from lab.analysis import overlap as ov
+
+    assert ov.serialized_step(None) == ov.serialized_step("") == ""
+    assert "setmaxnreg" in ov.serialized_step(SERIALIZED)
+    assert "after wgmma.wait_group" in ov.serialized_step(
+        "C7515: non wgmma instructions defining accumulator registers of a wgmma between start and end of the "
+        "pipeline stage")
+    assert "inline the callee" in ov.serialized_step("C7513: the presence of Extern calls")
+    assert "ptxas.log" in ov.serialized_step("C7599: a reason not seen yet")

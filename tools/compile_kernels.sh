@@ -4,20 +4,25 @@
 #
 #   tools/compile_kernels.sh                 # all rungs
 #   tools/compile_kernels.sh --fail-on-spills   # also fail when ptxas reports spill stores or loads
+#   tools/compile_kernels.sh --fail-on-serialized-wgmma   # also fail when ptxas serialized a wgmma pipeline
 #   tools/compile_kernels.sh kernels/v2_float4.cu  # some rungs
 #
 # The flags match the extension build (lab/ladder/build.py): -O3 -lineinfo, plus the defines torch's
 # extension build passes to nvcc (read from torch when it is installed), so a rung that compiles
 # here also compiles there. Each rung's ptxas lines are printed, then one summary line per rung.
+# A serialized wgmma pipeline is ptxas's "(C75xx) ... wgmma.mma_async instructions are serialized due
+# to <reason> in the function '<kernel>'": a wait after every product (lab build shows the kernels).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 fail_on_spills=0
+fail_on_serialized=0
 files=()
 for arg in "$@"; do
   case "$arg" in
     --fail-on-spills) fail_on_spills=1 ;;
-    -h|--help) sed -n '2,11p' "$0"; exit 0 ;;
+    --fail-on-serialized-wgmma) fail_on_serialized=1 ;;
+    -h|--help) sed -n '2,14p' "$0"; exit 0 ;;
     *) files+=("$arg") ;;
   esac
 done
@@ -47,6 +52,7 @@ trap 'rm -rf "$out_dir"' EXIT
 
 failed=()
 spilled=()
+serialized=()
 for f in "${files[@]}"; do
   name="$(basename "$f" .cu)"
   log="$out_dir/$name.log"
@@ -54,11 +60,15 @@ for f in "${files[@]}"; do
   # shellcheck disable=SC2086  # torch_flags is a list of flags
   if "$NVCC" -c -O3 -lineinfo $torch_flags "${GENCODES[@]}" -Xptxas -v -I kernels \
        -o "$out_dir/$name.o" "$f" >"$log" 2>&1; then
-    grep -E "Compiling entry|spill|Used [0-9]+ registers|warning" "$log" || true
+    grep -E "Compiling entry|spill|Used [0-9]+ registers|warning|instructions are serialized" "$log" || true
     kernels=$(grep -c "Compiling entry function" "$log" || true)
     spills=$(grep -Eo "[0-9]+ bytes spill (stores|loads)" "$log" | awk '{s += $1} END {print s + 0}')
-    echo "-- $name: ok, $kernels kernel compilations, $spills bytes spilled"
+    # the functions ptxas serialized, each once (a notice per arch that compiles wgmma)
+    serial=$({ grep -Eo "wgmma\.mma_async instructions are serialized due to .* function '[^']+'" "$log" || true; } \
+               | sed -E "s/.*function '([^']+)'/\1/" | sort -u | wc -l)
+    echo "-- $name: ok, $kernels kernel compilations, $spills bytes spilled, $serial with wgmma serialized"
     if [ "$spills" -gt 0 ]; then spilled+=("$name"); fi
+    if [ "$serial" -gt 0 ]; then serialized+=("$name"); fi
   else
     cat "$log"
     echo "-- $name: FAILED to compile"
@@ -74,6 +84,13 @@ if [ ${#spilled[@]} -gt 0 ]; then
   echo "spills in: ${spilled[*]}"
   if [ "$fail_on_spills" = 1 ]; then
     echo "error: --fail-on-spills and ptxas reported spills" >&2
+    exit 1
+  fi
+fi
+if [ ${#serialized[@]} -gt 0 ]; then
+  echo "wgmma serialized in: ${serialized[*]}"
+  if [ "$fail_on_serialized" = 1 ]; then
+    echo "error: --fail-on-serialized-wgmma and ptxas serialized a wgmma pipeline" >&2
     exit 1
   fi
 fi

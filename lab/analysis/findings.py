@@ -231,9 +231,24 @@ def _cite(f: Finding, k: dict | None, c: KernelFacts) -> list[dict]:
     return BY_CLASS[f.cls].lines(f, k, c)
 
 
+def serialized_by_ptxas(row: dict, ptxas: list[dict] | None) -> str | None:
+    """ptxas's wgmma serialization notice for the report's kernel `row` ("C7511: <reason>", "" where ptxas
+    gave none), from the build's records (the manifest's build.ptxas): matched by the mangled name Nsight
+    Compute and ptxas both record, else by the demangled one; None where no record of it says (a report
+    the lab did not build, or a run stored before the records carried the notice)."""
+    mangled, name = plain(row.get("kernel_mangled")), plain(row.get("kernel"))
+    for rec in ptxas or []:
+        if rec.get("wgmma_serialized") is not None and (
+                (mangled and rec.get("mangled") == mangled) or (name and rec.get("kernel") == name)):
+            return rec["wgmma_serialized"]
+    return None
+
+
 def analyze_kernel(row: dict, rules: list[dict], problem: dict | None = None, lines: dict | None = None,
-                   launch_overhead_ns: float | None = None, mode: str | None = None) -> KernelAnalysis:
+                   launch_overhead_ns: float | None = None, mode: str | None = None,
+                   ptxas: list[dict] | None = None) -> KernelAnalysis:
     c = kernel_facts(row, problem)
+    c.wgmma_serialized = serialized_by_ptxas(row, ptxas)
     c.rung = rung_of(plain(row.get("nvtx")))
     c.launch_overhead_ns = launch_overhead_ns
     c.source = source_summary(lines)
@@ -243,6 +258,8 @@ def analyze_kernel(row: dict, rules: list[dict], problem: dict | None = None, li
     c.overlap = overlap.techniques(c, lines)   # what the next steps must not propose again
     ctx = context(c, mode)
     findings = _order(_merge(_lab_findings(c, ctx) + _rule_findings(c, rules, ctx)), c)
+    if findings and c.wgmma_serialized:   # the verdict's first evidence: a wait after every product, by ptxas
+        findings[0].evidence = {overlap.SERIALIZED_EVIDENCE: c.wgmma_serialized, **findings[0].evidence}
     for f in findings:
         rule = BY_CLASS[f.cls]
         if f.source != "lab" and not rule.nsight_results_have_lines:
@@ -282,13 +299,14 @@ def problem_of_mode(problem: dict, mode: str | None) -> dict:
 
 def analyze_frame(df: pd.DataFrame, rules: Iterable[dict], problem: dict | None = None,
                   lines: list[dict] | None = None, launch_overhead_ns: float | None = None,
-                  mode: str | None = None) -> list[KernelAnalysis]:
+                  mode: str | None = None, ptxas: list[dict] | None = None) -> list[KernelAnalysis]:
     """Findings for every kernel (row) of a `lab.profilers.ncu.load_report` frame, given the report's
     rule results (`lab.profilers.ncu.rule_results`), optionally the lab's problem dict
     (`Problem.to_dict()`: batch, heads, flops, min_bytes, dtype, ...), the per-line tables of
     `lab.analysis.lines.report_lines` (by kernel_index), the launch overhead a timeline measured and the
     run's mode ("fwd", "bwd", "fwd+bwd": a backward's kernels hear backward advice; None: the lab's NVTX
-    range tells, else their names: lab.analysis.direction)."""
+    range tells, else their names: lab.analysis.direction) and the build's ptxas records (the manifest's
+    build.ptxas: a kernel whose wgmma ptxas serialized says so in its verdict)."""
     rules = list(rules)
     if problem is not None and "batch" in problem:
         problem = problem_of_mode(problem, mode)
@@ -300,7 +318,7 @@ def analyze_frame(df: pd.DataFrame, rules: Iterable[dict], problem: dict | None 
         idx = int(plain(row.get("kernel_index")) if row.get("kernel_index") is not None else pos)
         k_lines = lines[idx] if lines is not None and idx < len(lines) else None
         out.append(analyze_kernel(row, [r for r in rules if r.get("kernel_index") == idx], use_problem, k_lines,
-                                  launch_overhead_ns, mode))
+                                  launch_overhead_ns, mode, ptxas))
     # each kernel's share of the time of all profiled kernels: of a multi-kernel backward (preprocess,
     # main loop, dQ convert), which one the time goes to
     for a, share in zip(out, duration_shares([a.duration_ns for a in out])):
@@ -342,14 +360,15 @@ def select_kernels(df: pd.DataFrame, kernel_regex: str | None) -> pd.DataFrame:
 
 def analyze_report(path: str | os.PathLike, problem: dict | None = None,
                    kernel_regex: str | None = None, launch_overhead_ns: float | None = None,
-                   with_lines: bool = True, mode: str | None = None) -> list[KernelAnalysis]:
+                   with_lines: bool = True, mode: str | None = None,
+                   ptxas: list[dict] | None = None) -> list[KernelAnalysis]:
     """Findings for every profiled kernel of an .ncu-rep (optionally only those matching a regex),
-    each citing its source lines where the report has per-PC counters."""
+    each citing its source lines where the report has per-PC counters; `ptxas`: the build's records."""
     from lab.profilers import ncu
 
     df = select_kernels(ncu.load_report(path), kernel_regex)
     lines = report_lines(path) if with_lines else None
-    return analyze_frame(df, ncu.rule_results(path), problem, lines, launch_overhead_ns, mode)
+    return analyze_frame(df, ncu.rule_results(path), problem, lines, launch_overhead_ns, mode, ptxas)
 
 
 def report_dtype(path: str | os.PathLike, kernel_regex: str | None = None) -> str | None:

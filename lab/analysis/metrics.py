@@ -537,6 +537,7 @@ class KernelFacts:
     issuer_wait_pct: float | None = None     # share of the samples an issuer's waits had, left out of stalls
     overlap: dict | None = None              # what the report shows of each latency-hiding technique (lab.analysis.overlap)
     direction: Direction | None = None       # forward or backward, and how the lab knows (lab.analysis.direction)
+    wgmma_serialized: str | None = None      # ptxas's notice for this kernel (the run's build.ptxas): "C7511: <reason>"
 
 
 def kernel_facts(row: dict, problem: dict | None = None) -> KernelFacts:

@@ -41,6 +41,12 @@ any other kernel.
 
 Where the report cannot tell (no SourceCounters, so no SASS per PC; no launch or occupancy metrics) a
 technique is unknown (`present` None) and the advice says so instead of guessing.
+
+One fact comes from the build, not the report: ptxas's notice that it serialized the kernel's wgmma pipeline
+("(C7511) ... wgmma.mma_async instructions are serialized due to insufficient register resources ...",
+lab.ladder.build, kept in the run's manifest as build.ptxas[].wgmma_serialized). It then waits after every
+product whatever the source asks, so no group stays in flight: the verdict cites it (SERIALIZED_EVIDENCE)
+and the overlap advice puts undoing it first (serialized_step).
 """
 
 from __future__ import annotations
@@ -423,6 +429,31 @@ def wgmma_in_flight(sass: list) -> Shown:
         if _NUMBER.match(n) and int(n, 0) > 0:
             return Shown(WGMMA_IN_FLIGHT, True, f"WARPGROUP.DEPBAR.LE {', '.join(args)} at {_at(where, pc)}")
     return Shown(WGMMA_IN_FLIGHT, False, "every WARPGROUP.DEPBAR waits for all wgmma groups (gsb0, 0x0)")
+
+
+# ----------------------------------------------------------------------------- serialized by ptxas
+
+SERIALIZED_EVIDENCE = "ptxas: wgmma serialized"   # the verdict's evidence key (lab.analysis.findings)
+# what undoes each reason ptxas gives (a phrase of its notice -> the step), the first that matches
+_UNSERIALIZE = (
+    ("register resources", "fewer registers live across the products (a smaller tile per consumer warpgroup, "
+                           "fewer values kept beside the accumulators, or setmaxnreg giving the consumers more)"),
+    ("accumulator", "no instruction other than a wgmma writing an accumulator between the products' arrive and "
+                    "their wait (rescale or zero the accumulator after wgmma.wait_group, or with scale-d)"),
+    ("extern", "no call between the products (inline the callee)"),
+    ("function boundary", "no call between the products (inline the callee)"),
+)
+
+
+def serialized_step(serialized: str | None) -> str:
+    """"ptxas serialized this kernel's wgmma pipeline (C7511: <reason>): ... First: <fix>. " where the
+    build's ptxas said so (KernelFacts.wgmma_serialized), else ""."""
+    if not serialized:
+        return ""
+    fix = next((step for phrase, step in _UNSERIALIZE if phrase in serialized.lower()),
+               "what ptxas's notice names (the build's ptxas.log)")
+    return (f"ptxas serialized this kernel's wgmma pipeline ({serialized}): a wait after every product, whatever "
+            f"the source asks, so no overlap below can keep a product in flight until it is undone. First: {fix}. ")
 
 
 # ----------------------------------------------------------------------------- for the advice

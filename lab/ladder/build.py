@@ -8,8 +8,9 @@ the flags, and the torch, torch-CUDA and nvcc versions, so an unchanged rung is 
 a second build (in this process or another) imports the finished `.so` directly.
 
 The ptxas step compiles the rung's `.cu` on its own with `nvcc -c -Xptxas -v` for the same arch and
-parses the resource usage (registers, static shared memory, stack, spills) per kernel; it keeps the
-raw log and, where `cuobjdump` exists, the SASS. It needs nvcc but no GPU and no CUDA torch, so
+parses the resource usage (registers, static shared memory, stack, spills) per kernel, and ptxas's notice
+where it serialized a kernel's wgmma pipeline (a wait after every product); it keeps the raw log and,
+where `cuobjdump` exists, the SASS. It needs nvcc but no GPU and no CUDA torch, so
 `lab build --ptxas-only` and the CPU tests use it.
 """
 
@@ -72,6 +73,10 @@ class PtxasRecord:
     spill_stores_bytes: int
     spill_loads_bytes: int
     arch: str
+    # ptxas's notice that it serialized the kernel's wgmma pipeline, "C7511: insufficient register resources
+    # for the wgmma pipeline" (codes and reasons joined by "; "), "" when none: a wait after every wgmma
+    wgmma_serialized: str = ""
+    mangled: str = ""            # the name as ptxas and Nsight Compute's kernel_mangled spell it
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -312,6 +317,25 @@ _PROPS_RE = re.compile(r"Function properties for (\S+)")
 _FRAME_RE = re.compile(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads")
 _USED_RE = re.compile(r"Used (\d+) registers")
 _SMEM_RE = re.compile(r"(\d+) bytes smem")
+# "ptxas info : (C7511) Potential Performance Loss: wgmma.mma_async instructions are serialized due to
+# insufficient register resources for the wgmma pipeline in the function '_ZN...'" (nvcc 13.0); the
+# family's other codes (C7510, C7512-C7516, C7519) name other reasons in the same words. ptxas prints them
+# before the "Compiling entry function" lines of the same arch.
+_SERIALIZED_RE = re.compile(r"\((C\d{4})\)[^\n]*?wgmma\.mma_async instructions are serialized due to (.+?) "
+                            r"in (?:the )?function '([^']+)'")
+
+
+def wgmma_serializations(log: str) -> list[tuple[str, str, str, str | None]]:
+    """ptxas's notices that it serialized a function's wgmma pipeline: (mangled function, code, reason,
+    arch) each, the arch that of the "Compiling entry function" lines that follow (None where none does)."""
+    found: list[list] = []
+    for line in log.splitlines():
+        if m := _SERIALIZED_RE.search(line):
+            found.append([m.group(3), m.group(1), m.group(2).strip(), None])
+        elif (m := _ENTRY_RE.search(line)) and found and found[-1][3] is None:
+            for notice in found:
+                notice[3] = notice[3] or m.group(2)
+    return [tuple(n) for n in found]
 
 
 def parse_ptxas(log: str, demangle: bool = True) -> list[PtxasRecord]:
@@ -340,12 +364,20 @@ def parse_ptxas(log: str, demangle: bool = True) -> list[PtxasRecord]:
             current["registers"] = int(m.group(1))
             if s := _SMEM_RE.search(line):
                 current["smem_bytes"] = int(s.group(1))
+    serialized: dict[tuple[str, str | None], list[str]] = {}
+    for name, code, reason, arch in wgmma_serializations(log):
+        said = serialized.setdefault((name, arch), [])
+        if f"{code}: {reason}" not in said:
+            said.append(f"{code}: {reason}")
     names = [e["mangled"] for e in entries]
     pretty = dict(zip(names, demangle_names(names))) if demangle else {}
     return [PtxasRecord(kernel=pretty.get(e["mangled"], e["mangled"]), registers=e["registers"] or 0,
                         smem_bytes=e["smem_bytes"], stack_bytes=e["stack_bytes"],
                         spill_stores_bytes=e["spill_stores_bytes"], spill_loads_bytes=e["spill_loads_bytes"],
-                        arch=e["arch"])
+                        arch=e["arch"],
+                        wgmma_serialized="; ".join(serialized.get((e["mangled"], e["arch"]))
+                                                   or serialized.get((e["mangled"], None)) or []),
+                        mangled=e["mangled"])
             for e in entries]
 
 
@@ -362,7 +394,7 @@ def ptxas_report(variant: Variant, arch: str | None = None, tuning: bool = False
     marker = bdir / _PTXAS_MARKER
     if marker.is_file():
         saved = json.loads(marker.read_text())
-        return PtxasReport(variant.id, arch, flags, key, bdir, [PtxasRecord(**r) for r in saved["records"]],
+        return PtxasReport(variant.id, arch, flags, key, bdir, _saved_records(saved, bdir / "ptxas.log"),
                            Path(saved["sass"]) if saved.get("sass") else None, bdir / "ptxas.log",
                            compiled_now=False, seconds=time.perf_counter() - started)
 
@@ -400,6 +432,16 @@ def ptxas_report(variant: Variant, arch: str | None = None, tuning: bool = False
                                "records": [r.to_dict() for r in records], "sass": str(sass) if sass else None})
     return PtxasReport(variant.id, arch, flags, key, bdir, records, sass, bdir / "ptxas.log",
                        compiled_now=True, seconds=time.perf_counter() - started)
+
+
+def _saved_records(saved: dict, log: Path) -> list[PtxasRecord]:
+    """The records of a ptxas.json; one written before the records carried the wgmma notice and the mangled
+    name has them read again from the log kept beside it (the same compile: the key is the same)."""
+    records = [PtxasRecord(**r) for r in saved["records"]]
+    if all("wgmma_serialized" in r for r in saved["records"]) or not log.is_file():
+        return records
+    parsed = parse_ptxas(log.read_text(errors="replace"))
+    return parsed if len(parsed) == len(records) else records
 
 
 def _backward_missing(obj: Path, variant: Variant) -> list[str]:

@@ -270,6 +270,8 @@ class PtxasEntry(Section):
     spill_stores_bytes: int | None = None
     spill_loads_bytes: int | None = None
     arch: str | None = None
+    wgmma_serialized: str | None = None   # ptxas's "C7511: <reason>" where it serialized the wgmma pipeline, "" none
+    mangled: str | None = None            # as Nsight Compute's kernel_mangled: how the analysis finds its kernel
 
 
 @dataclass

@@ -177,7 +177,8 @@ class LatencyBound(Rule):
             # warpgroups waiting on wgmma results and mbarriers (with TMA feeding the tiles, the long-scoreboard
             # waits are the copies' mbarriers, not loads the warps issue): the tensor pipe idles between tiles
             pipe = f" (tensor pipe {path['pipe_pct']:.0f}% busy)" if path.get("pipe_pct") is not None else ""
-            lat = f"The warpgroups wait on their wgmma results and mbarriers{pipe}. " + wgmma_overlap_steps(c, ladder)
+            lat = (f"The warpgroups wait on their wgmma results and mbarriers{pipe}. "
+                   + ov.serialized_step(c.wgmma_serialized) + wgmma_overlap_steps(c, ladder))
         return lat
 
     def lines(self, f: Finding, k: dict, c: KernelFacts) -> list[dict]:

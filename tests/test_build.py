@@ -465,3 +465,16 @@ def test_compile_kernels_fails_on_serialized_wgmma_when_asked(tmp_path, log, fla
     assert res.returncode == code, res.stdout[-2000:] + res.stderr
     assert f"-- {FIRST.source.stem}: ok, " in res.stdout and line in res.stdout
     assert ("--fail-on-serialized-wgmma and ptxas serialized" in res.stderr) == (code == 1)
+
+
+def test_lab_tune_warns_of_a_serialized_build_before_timing_it():
+    """`lab tune` says, before it times anything, how many kernels of the build it times ptxas serialized and
+    why (on the real log of v9's HalfLastKeyTile build: 32 of 304, C7511); nothing for the clean build."""
+    from lab.measure.tune import serialized_note
+
+    records = [r.to_dict() for r in build.parse_ptxas(_real_log("v9_tuning_serialized"))]
+    note = serialized_note(records, "v9's tuning build", "lab build --ptxas-only --variant v9 --tuning")
+    assert note.startswith("warning: ptxas serialized the wgmma pipeline of 32 of 304 kernels in v9's tuning build")
+    assert f"({REGISTERS_REASON} (32))" in note and "`lab build --ptxas-only --variant v9 --tuning`" in note
+    clean = [r.to_dict() for r in build.parse_ptxas(_real_log("v9_tuning_clean"))]
+    assert serialized_note(clean, "v9's tuning build", "lab build") is None

@@ -227,6 +227,24 @@ def source_sha256(variant) -> str | None:
         return None
 
 
+def serialized_note(ptxas: list[dict], what: str, command: str) -> str | None:
+    """A line for the kernels of a build whose wgmma pipeline ptxas serialized (its C75xx notices, read by
+    lab.ladder.build), said before anything is timed: a candidate or default launching one runs with a wait
+    after every product (v9 step 7's half-width tile ran 0.75-0.88x so), and its time says that, not its
+    design. None when there are none. Which candidate launches which kernel is the rung's own code, so the
+    line names the build and the command that lists the kernels."""
+    reasons: dict[str, int] = {}
+    for rec in ptxas:
+        if rec.get("wgmma_serialized"):
+            reasons[rec["wgmma_serialized"]] = reasons.get(rec["wgmma_serialized"], 0) + 1
+    if not reasons:
+        return None
+    count = sum(reasons.values())
+    why = "; ".join(f"{reason} ({n})" for reason, n in reasons.items())
+    return (f"warning: ptxas serialized the wgmma pipeline of {count} of {len(ptxas)} kernels in {what} ({why}): "
+            f"a configuration launching one waits after every product; `{command}` lists them")
+
+
 def tune(variant, problem: Problem, reps: int = DEFAULT_REPS, warmup: int = DEFAULT_WARMUP,
          check_shapes: int = GATE_SHAPES, mode: str = "fwd", predictions: list[Prediction] | None = None) -> TuneResult:
     """mode bwd / fwd+bwd: the backward's candidates (lab_backward_<id>_configs), each checked on
@@ -263,6 +281,11 @@ def tune(variant, problem: Problem, reps: int = DEFAULT_REPS, warmup: int = DEFA
                 raise LabError(outcome.error, hint=outcome.hint)
     plain = build(variant).module
     module = tuning_module(variant)
+    for which, tuning in (("build", False), ("tuning build", True)):
+        note = serialized_note(build(variant, tuning=tuning).ptxas, f"{variant.id}'s {which}",
+                               f"lab build --ptxas-only --variant {variant.id}" + (" --tuning" if tuning else ""))
+        if note:
+            _say(note)
     declared = declared_candidates(module, problem.head_dim, problem.dtype, mode, variant.id)
     if read is not None:
         require_source_agrees(variant, read, declared, problem.head_dim, problem.dtype, mode)

@@ -279,19 +279,22 @@ def tune(variant, problem: Problem, reps: int = DEFAULT_REPS, warmup: int = DEFA
         for outcome in build_many([variant], None, ptxas_only=False, tuning=True):
             if outcome.error:
                 raise LabError(outcome.error, hint=outcome.hint)
-    plain = build(variant).module
+    plain_build = build(variant)
+    plain = plain_build.module
     module = tuning_module(variant)
-    for which, tuning in (("build", False), ("tuning build", True)):
-        note = serialized_note(build(variant, tuning=tuning).ptxas, f"{variant.id}'s {which}",
-                               f"lab build --ptxas-only --variant {variant.id}" + (" --tuning" if tuning else ""))
-        if note:
-            _say(note)
     declared = declared_candidates(module, problem.head_dim, problem.dtype, mode, variant.id)
     if read is not None:
         require_source_agrees(variant, read, declared, problem.head_dim, problem.dtype, mode)
     labels = [d.label for d in declared]
     _require_candidates(variant, declared, problem, backward)
     resolved = resolve_predictions(list(predictions or []), declared, problem, what)
+
+    # what the timings below will carry, said before them: kernels whose wgmma ptxas serialized
+    builds = (("build", plain_build.ptxas, ""), ("tuning build", build(variant, tuning=True).ptxas, " --tuning"))
+    for which, ptxas, flag in builds:
+        if note := serialized_note(ptxas, f"{variant.id}'s {which}",
+                                   f"lab build --ptxas-only --variant {variant.id}{flag}"):
+            _say(note)
 
     result = TuneResult(variant.id, problem, mode=mode, predictions=resolved, source_sha256=source_sha256(variant))
     for p in resolved:   # said before anything runs: the record of what was expected

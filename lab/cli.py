@@ -759,12 +759,13 @@ def timeline(file, range_name, launches, top, as_json):
 @click.pass_context
 def analyze(ctx, report_path, kernel_regex, shape, causal, dtype, n_lines, as_json):
     """Name each kernel's bottleneck in an Nsight Compute report (.ncu-rep, or .xz/.gz of one, or a stored
-    run's folder for its report): the evidence, the estimated gain, the source lines behind it and the next
-    step. Needs no GPU."""
+    run's folder for its report and its build's ptxas records): the evidence, the estimated gain, the source
+    lines behind it and the next step. Needs no GPU."""
 
     loose = [flag for flag, name in (("--causal/--no-causal", "causal"), ("--dtype", "dtype")) if given(ctx, name)]
     if loose and not shape:   # they describe --shape's problem: alone they would change nothing, silently
         raise LabError(f"{' and '.join(loose)} describe the problem of --shape; give --shape B,H,N,D with them")
+    ptxas = runs.run_build_ptxas(report_path)   # a run's folder: its build's records, as reanalyze reads them
     report_path = runs.report_or_run(report_path)
     problem = None
     if shape:
@@ -774,7 +775,7 @@ def analyze(ctx, report_path, kernel_regex, shape, causal, dtype, n_lines, as_js
             problem.update(dtype=None, min_bytes=None)
             click.echo("note: the kernel's name declares no dtype; pass --dtype for the Q,K,V,O byte minimum and "
                        "the % of peak", err=True)
-    analyses = analysis.analyze_report(report_path, problem=problem, kernel_regex=kernel_regex)
+    analyses = analysis.analyze_report(report_path, problem=problem, kernel_regex=kernel_regex, ptxas=ptxas)
     if as_json:
         click.echo(json.dumps([a.to_dict(lines=n_lines) for a in analyses], indent=2))
         return

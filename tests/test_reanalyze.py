@@ -183,8 +183,8 @@ SERIALIZED = "C7511: insufficient register resources for the wgmma pipeline"
 def test_a_kernel_ptxas_serialized_says_so_in_its_verdict_and_on_the_run_page(tmp_path):
     """A run whose manifest's build.ptxas says ptxas serialized the profiled kernel's wgmma (matched by the
     mangled name Nsight Compute recorded, not the demangled one, which ncu spells otherwise): after `lab
-    reanalyze`, the verdict's first evidence is ptxas's notice and the overlap advice puts undoing it first;
-    the run page shows both. Here the shipped v9 run (latency-bound, warpgroups waiting on their wgmma)
+    reanalyze` (and `lab analyze` on the run's folder), the verdict's first evidence is ptxas's notice and the
+    overlap advice puts undoing it first; the run page shows both. Here the shipped v9 run (latency-bound, warpgroups waiting on their wgmma)
     with such a record added: the run as stored has none, and its stored verdict is this lab's
     (test_every_shipped_profile_run_stores_this_labs_judgement, given its build.ptxas as reanalyze is)."""
     import html
@@ -206,6 +206,11 @@ def test_a_kernel_ptxas_serialized_says_so_in_its_verdict_and_on_the_run_page(tm
         {"kernel": demangle([mangled])[0], "registers": 168, "arch": "sm_90a", "mangled": mangled,
          "wgmma_serialized": SERIALIZED}]
     (run / "manifest.json").write_text(json.dumps(man))
+    # `lab analyze` on the run's folder reads the same records: the same first evidence
+    res = lab_here("analyze", str(run), "--json")
+    assert res.returncode == 0, res.stderr
+    (k,) = json.loads(res.stdout)
+    assert next(iter(k["findings"][0]["evidence"].items())) == (ov.SERIALIZED_EVIDENCE, SERIALIZED), k["findings"][0]
     res = lab_here("reanalyze", run_id, "--profiles", str(store))
     assert res.returncode == 0, res.stderr
     lead = pd.read_parquet(run / "findings.parquet").iloc[0]

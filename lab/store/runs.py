@@ -344,6 +344,19 @@ def report_or_run(path: Path) -> Path:
     return report
 
 
+def run_build_ptxas(path: Path) -> list[dict] | None:
+    """Where `path` is a stored run's folder, its manifest's build.ptxas (the profiled build's ptxas records,
+    whose wgmma serialization notices the verdicts cite, as `lab profile` and `lab reanalyze` pass them);
+    None for a report file or a run without them."""
+    path = Path(path)
+    try:
+        if not (path / MANIFEST).is_file():
+            return None
+    except OSError:
+        return None
+    return (Run(path).manifest.get("build") or {}).get("ptxas")
+
+
 def open_root(root: Path | str | None = None) -> Path:
     """The store a reading command (report, compare, export) reads: `root` as given (--profiles,
     or LAB_PROFILES), else the default. A store that was named must exist and be a directory (a

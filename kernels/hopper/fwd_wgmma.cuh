@@ -66,6 +66,14 @@ struct Config {
   static_assert(kSmemBytes <= 227 * 1024, "shared memory over the 227 KB per-block limit");
 };
 
+// A wrapper's flag, read from any Config type: NAME<C>::value is C::MEMBER where a wrapper below declares
+// it and false for every other Config (each wrapper adds one flag and leaves its base's types unchanged).
+#define LAB_CONFIG_FLAG(NAME, MEMBER)                                   \
+  template <class C, class = void>                                      \
+  struct NAME : std::false_type {};                                     \
+  template <class C>                                                    \
+  struct NAME<C, std::void_t<decltype(C::MEMBER)>> : std::integral_constant<bool, C::MEMBER> {}
+
 // O stored through shared memory by TMA (v9 step 4 (b), a tuning candidate): Base's configuration
 // plus a BM x D buffer after the V ring. Each consumer warpgroup writes its 64 rows of O there (in
 // the 128-byte swizzle of a [64 rows, 64 columns] box), one of its threads hands the boxes to the
@@ -81,10 +89,7 @@ struct OByTma : Base {
   static constexpr int kSmemBytes = Base::kSmemBytes + Base::BM * Base::D * 2;
   static_assert(kSmemBytes <= 227 * 1024, "shared memory over the 227 KB per-block limit");
 };
-template <class C, class = void>
-struct StoresOByTma : std::false_type {};
-template <class C>
-struct StoresOByTma<C, std::void_t<decltype(C::kOByTma)>> : std::integral_constant<bool, C::kOByTma> {};
+LAB_CONFIG_FLAG(StoresOByTma, kOByTma);
 
 // Each consumer warpgroup computes only the key tiles its own 64 rows see (v9 step 5, a tuning
 // candidate): the CTA's producer still loads the key tiles of the whole BM-row block (the last row's
@@ -101,10 +106,7 @@ struct OwnKeyTiles : Base {
   static constexpr bool kOwnKeyTiles = true;
   static_assert(!Base::kPingPong, "OwnKeyTiles: ping-pong's turns count every key tile of the block");
 };
-template <class C, class = void>
-struct ComputesOwnKeyTiles : std::false_type {};
-template <class C>
-struct ComputesOwnKeyTiles<C, std::void_t<decltype(C::kOwnKeyTiles)>> : std::integral_constant<bool, C::kOwnKeyTiles> {};
+LAB_CONFIG_FLAG(ComputesOwnKeyTiles, kOwnKeyTiles);
 
 // OwnKeyTiles with a warp-uniform key-tile count (v9 step 6 (a), a tuning candidate): the same
 // protocol, the warpgroup index behind n_mine broadcast from lane 0 (__shfl_sync), so that ptxas
@@ -118,11 +120,7 @@ template <class Base>
 struct OwnKeyTilesUniform : OwnKeyTiles<Base> {
   static constexpr bool kOwnKeyTilesUniform = true;
 };
-template <class C, class = void>
-struct ComputesOwnKeyTilesUniformly : std::false_type {};
-template <class C>
-struct ComputesOwnKeyTilesUniformly<C, std::void_t<decltype(C::kOwnKeyTilesUniform)>>
-    : std::integral_constant<bool, C::kOwnKeyTilesUniform> {};
+LAB_CONFIG_FLAG(ComputesOwnKeyTilesUniformly, kOwnKeyTilesUniform);
 
 // Two Q buffers (v9 step 6 (b), a tuning candidate, persistent grid only): the producer loads tile
 // t + 1's Q into the buffer tile t - 1 used, as soon as the consumers have freed it (their last
@@ -139,10 +137,7 @@ struct TwoQBuffers : Base {
   static_assert(kQ1Offset % 1024 == 0, "the second Q buffer starts on a 1024-byte boundary (128-byte swizzle)");
   static_assert(kSmemBytes <= 227 * 1024, "shared memory over the 227 KB per-block limit");
 };
-template <class C, class = void>
-struct HasTwoQBuffers : std::false_type {};
-template <class C>
-struct HasTwoQBuffers<C, std::void_t<decltype(C::kTwoQ)>> : std::integral_constant<bool, C::kTwoQ> {};
+LAB_CONFIG_FLAG(HasTwoQBuffers, kTwoQ);
 template <class C>
 constexpr int q1_offset() {
   if constexpr (HasTwoQBuffers<C>::value) return C::kQ1Offset;

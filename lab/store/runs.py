@@ -331,11 +331,7 @@ def report_or_run(path: Path) -> Path:
     """`path` itself, or where it is a stored run's folder, that run's Nsight Compute report (`lab analyze
     profiles/RUN`): the file its manifest names, profile.ncu-rep.xz or an older run's plain one."""
     path = Path(path)
-    try:
-        is_run = (path / MANIFEST).is_file()
-    except OSError:   # a name too long for the filesystem: the reader says what it is
-        return path
-    if not is_run:
+    if not _is_run_folder(path):
         return path
     run = Run(path)
     report = run.artifact("ncu_report")
@@ -349,12 +345,14 @@ def run_build_ptxas(path: Path) -> list[dict] | None:
     whose wgmma serialization notices the verdicts cite, as `lab profile` and `lab reanalyze` pass them);
     None for a report file or a run without them."""
     path = Path(path)
+    return (Run(path).manifest.get("build") or {}).get("ptxas") if _is_run_folder(path) else None
+
+
+def _is_run_folder(path: Path) -> bool:
     try:
-        if not (path / MANIFEST).is_file():
-            return None
-    except OSError:
-        return None
-    return (Run(path).manifest.get("build") or {}).get("ptxas")
+        return (path / MANIFEST).is_file()
+    except OSError:   # a name too long for the filesystem: the reader says what it is
+        return False
 
 
 def open_root(root: Path | str | None = None) -> Path:

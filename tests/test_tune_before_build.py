@@ -37,7 +37,7 @@ def no_build(monkeypatch, tmp_path):
     from lab.measure import tune
 
     calls = []
-    for module, names in ((tune, ("build", "build_many", "tuning_module", "is_built")),
+    for module, names in ((tune, ("build", "build_many", "tuning_build", "is_built")),
                           (build, ("build", "build_many", "ptxas_report")), (tuning, ("build",))):
         for name in names:
             monkeypatch.setattr(module, name, lambda *a, _n=name, **k: calls.append(_n))

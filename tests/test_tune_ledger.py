@@ -57,8 +57,8 @@ def simulated_tune(monkeypatch, tmp_path):
     for name in ("require_gpu", "require_compute_capability", "require_tunable", "require_mode", "check_supported"):
         monkeypatch.setattr(tune, name, lambda *a, **k: None)
     monkeypatch.setattr(tune, "is_built", lambda *a, **k: True)
-    monkeypatch.setattr(tune, "build", lambda v, tuning=False: SimpleNamespace(module="the plain build", ptxas=[]))
-    monkeypatch.setattr(tune, "tuning_module", lambda v: tuning)
+    monkeypatch.setattr(tune, "build", lambda v: SimpleNamespace(module="the plain build", ptxas=[]))
+    monkeypatch.setattr(tune, "tuning_build", lambda v: SimpleNamespace(module=tuning, ptxas=[]))
     monkeypatch.setattr(tune, "source_declared", tuning.source_declared)
     monkeypatch.setattr(tune, "verdicts", verdicts)
     monkeypatch.setattr(tune, "attention_floor", lambda *a, **k: None)

@@ -137,12 +137,18 @@ def require_tunable(variant) -> None:
                        hint="a CUDA rung lists them under #ifdef LAB_TUNING (the tuning contract in kernels/common.cuh)")
 
 
-def tuning_module(variant):
-    """The rung's tuning extension; refuses a rung whose file does not follow the tuning contract."""
+def tuning_build(variant):
+    """The rung's tuning build (its extension in .module, its kernels' ptxas records in .ptxas); refuses a
+    rung whose file does not follow the tuning contract."""
     require_tunable(variant)
-    module = build(variant, tuning=True).module
-    if not hasattr(module, "forward_config"):
+    built = build(variant, tuning=True)
+    if not hasattr(built.module, "forward_config"):
         raise LabError(f"{variant.id}'s tuning build exposes no candidates",
                        hint="export lab_forward_<id>_configs and lab_forward_<id>_config under "
                             "#ifdef LAB_TUNING (see the tuning contract in kernels/common.cuh)")
-    return module
+    return built
+
+
+def tuning_module(variant):
+    """The rung's tuning extension (tuning_build's module)."""
+    return tuning_build(variant).module

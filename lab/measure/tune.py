@@ -31,7 +31,7 @@ from lab.environment import device_info, require_compute_capability, require_gpu
 from lab.errors import LabError
 from lab.ladder.build import build, build_many, is_built
 from lab.ladder.tuning import (Candidate, configs_function, declared_candidates, require_source_agrees, require_tunable,
-                               source_declared, tuning_module)
+                               source_declared, tuning_build)
 from lab.measure import rates
 from lab.measure.bench import DEFAULT_REPS, DEFAULT_WARMUP, median_ci95
 from lab.measure.call import require_mode, rung
@@ -279,9 +279,8 @@ def tune(variant, problem: Problem, reps: int = DEFAULT_REPS, warmup: int = DEFA
         for outcome in build_many([variant], None, ptxas_only=False, tuning=True):
             if outcome.error:
                 raise LabError(outcome.error, hint=outcome.hint)
-    plain_build = build(variant)
-    plain = plain_build.module
-    module = tuning_module(variant)
+    plain_build, tuned_build = build(variant), tuning_build(variant)
+    plain, module = plain_build.module, tuned_build.module
     declared = declared_candidates(module, problem.head_dim, problem.dtype, mode, variant.id)
     if read is not None:
         require_source_agrees(variant, read, declared, problem.head_dim, problem.dtype, mode)
@@ -290,8 +289,7 @@ def tune(variant, problem: Problem, reps: int = DEFAULT_REPS, warmup: int = DEFA
     resolved = resolve_predictions(list(predictions or []), declared, problem, what)
 
     # what the timings below will carry, said before them: kernels whose wgmma ptxas serialized
-    builds = (("build", plain_build.ptxas, ""), ("tuning build", build(variant, tuning=True).ptxas, " --tuning"))
-    for which, ptxas, flag in builds:
+    for which, ptxas, flag in (("build", plain_build.ptxas, ""), ("tuning build", tuned_build.ptxas, " --tuning")):
         if note := serialized_note(ptxas, f"{variant.id}'s {which}",
                                    f"lab build --ptxas-only --variant {variant.id}{flag}"):
             _say(note)

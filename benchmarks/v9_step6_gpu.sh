@@ -96,22 +96,6 @@ fi
 cat "$L/steps.log"
 for f in build build-tuning; do [ -f "$L/$f.log" ] && tail -3 "$L/$f.log"; done
 for f in gate gqa slow; do [ -f "$L/$f.log" ] && { grep -E "^(FAILED|ERROR)" "$L/$f.log" | head -10; tail -1 "$L/$f.log"; }; done
-python3 - "$OUT/tunes" <<'EOF'
-import json, pathlib, sys
-fmt = lambda x: f"{x:.3f}" if isinstance(x, (int, float)) else "-"
-rows, devices = [], set()
-for f in sorted(pathlib.Path(sys.argv[1]).glob("*/tune.json")):
-    d = json.loads(f.read_text())
-    devices.add((d.get("device") or {}).get("name", "?"))
-    for p in d.get("predictions") or []:
-        ci = p.get("ratio_ci95") or [None, None]
-        rows.append((d["problem"]["label"], p["label"], f"{p['low']}-{p['high']}", fmt(p.get("measured")),
-                     f"{fmt(ci[0])}-{fmt(ci[1])}", p.get("verdict") or p.get("not_measured") or "-"))
-print(f"\n{len(rows)} predictions judged, devices: {', '.join(sorted(devices)) or '-'}")
-print("| shape | candidate | predicted | measured (paired median) | CI95 | verdict |")
-print("| --- | --- | --- | --- | --- | --- |")
-for r in rows:
-    print("| " + " | ".join(r) + " |")
-EOF
+python3 benchmarks/tune_verdicts.py "$OUT/tunes"
 tar czf "$OUT/v9s6-logs.tgz" -C "$OUT" v9s6 2>/dev/null
 exit 0

@@ -36,21 +36,6 @@ tune 4096-c --dtype float16 --causal --shape 4,32,4096,64 --predict "$PP=0.94-0.
 tune 512-nc --dtype float16 --no-causal --shape 32,32,512,64 --predict "$PP=0.90-0.96" --predict "$Q2=0.92-0.98"
 step slow 200 "${P[@]}" --run-slow -k 'pp and tma and 64-4-both and sanitizer and not memcheck'
 for f in gate slow; do grep -E "^(FAILED|ERROR)" "$L/$f.log" | head -10; tail -1 "$L/$f.log"; done
-python3 - "$W/tunes" <<'PY'
-import json, pathlib, sys
-fmt = lambda x: f"{x:.3f}" if isinstance(x, (int, float)) else "-"
-rows = []
-for f in sorted(pathlib.Path(sys.argv[1]).glob("*/tune.json")):
-    d = json.loads(f.read_text())
-    for p in d.get("predictions") or []:
-        ci = p.get("ratio_ci95") or [None, None]
-        rows.append((d["problem"]["label"], (d.get("device") or {}).get("name", "?"), p["label"], f"{p['low']}-{p['high']}",
-                     fmt(p.get("measured")), f"{fmt(ci[0])}-{fmt(ci[1])}", p.get("verdict") or p.get("not_measured") or "-"))
-print(f"\n{len(rows)} predictions judged")
-print("| shape | device | candidate | predicted | measured (paired median) | CI95 | verdict |")
-print("| --- | --- | --- | --- | --- | --- | --- |")
-for r in rows:
-    print("| " + " | ".join(r) + " |")
-PY
+python3 benchmarks/tune_verdicts.py "$W/tunes"
 tar czf "$OUT/v9s8.tgz" -C "$OUT" v9s8 && rm -rf "$W"
 echo "total $((SECONDS - T0))s"

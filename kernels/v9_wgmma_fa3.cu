@@ -372,6 +372,12 @@ static_assert(Long64Q2::kSmemBytes + 1024 <= 228 * 1024, "Long64 q2: one CTA per
 using PingPong64OTma = lab_hopper_fwd::OByTma<Config<64, 128, 2, true, 2>>;
 using PingPong64OTmaQ2 = lab_hopper_fwd::TwoQBuffers<PingPong64OTma>;
 static_assert(PingPong64OTmaQ2::kSmemBytes + 1024 <= 228 * 1024, "D=64 pp q2: one CTA per SM");
+// Step 9, tuning candidates (thirteenth session; benchmarks/v9_notes.md, "Step 9"): the next tile's S_0
+// issued under this tile's epilogue (fwd_wgmma.cuh's NextS0UnderEpilogue) on the D=64 defaults, causal
+// (Default64OTma) and non-causal below kLongRows (Default64OTmaQ2, its two Q buffers letting S_0 wait
+// for no Q load).
+using Default64OTmaNextS0 = lab_hopper_fwd::NextS0UnderEpilogue<Default64OTma>;
+using Default64OTmaQ2NextS0 = lab_hopper_fwd::NextS0UnderEpilogue<Default64OTmaQ2>;
 
 // The LSE only when asked (a second instantiation: the default forward stores nothing more).
 template <class C, bool CAUSAL, class Sched = Persistent>
@@ -425,6 +431,9 @@ static const LabTuneCandidate kCandidates64[] = {
     // Step 8: ping-pong at D=64 (cuDNN's shape of kernel) with O by TMA, and with two Q buffers.
     {"C2 BN128 S2 persistent pp tma-o", launch_any<PingPong64OTma, Persistent>},
     {"C2 BN128 S2 persistent pp tma-o q2", launch_any<PingPong64OTmaQ2, Persistent>},
+    // Step 9: the next tile's S_0 under the epilogue, on the two D=64 defaults.
+    {"C1 BN128 S2 persistent tma-o next-s0", launch_any<Default64OTmaNextS0, Persistent>},
+    {"C1 BN128 S2 persistent tma-o q2 next-s0", launch_any<Default64OTmaQ2NextS0, Persistent>},
 };
 static const LabTuneCandidate kCandidates128[] = {
     {"C2 BN128 S2 persistent", launch_any<Default128, Persistent>},

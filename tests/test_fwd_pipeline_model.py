@@ -140,6 +140,7 @@ class Protocol:
     stale_k_parity: bool = False  # a planted bug: the consumers wait on K's previous phase
     q_buffers: int = 1  # TwoQBuffers (v9 step 6 (b)): tile t uses Q buffer t % 2, its use t // 2
     q_parity_per_tile: bool = False  # a planted bug: with two Q buffers, each buffer's parity from t, not t // 2
+    next_s0_early: bool = False  # NextS0UnderEpilogue (v9 step 9): the next tile's S_0 issued before the epilogue
 
 
 def q_names(b: int) -> tuple[str, str, str]:
@@ -279,8 +280,16 @@ def consumer(cta: Cta, walk, p: Protocol, cw: int, own=None):
 
     if cta.pingpong and pp_once and cw == 1:
         yield cta.named_arrive(1, who)
+    early = p.next_s0_early
+    if early:  # the first tile's S_0, issued before the tile loop
+        w, tile = f"{who} (first tile)", walk[0][:2]
+        _, _, q_buf = q_names(0)
+        yield cta.wait("bar_q", 0, w)
+        yield cta.wait("k_full[0]", p.stale_k_parity, w)
+        yield cta.begin_read(q_buf, (tile, None), cw)
+        yield cta.begin_read("K[0]", (tile, 0), cw)
     rnd, it0 = 0, 0
-    for m_block, bh, n in walk:
+    for i, (m_block, bh, n) in enumerate(walk):
         tile = (m_block, bh)
         w = f"{who} (tile {tile})"
         mine = own(m_block, cw) if own else n
@@ -288,13 +297,14 @@ def consumer(cta: Cta, walk, p: Protocol, cw: int, own=None):
             yield cta.named_arrive(1, w)  # warpgroup 0 goes first
         qb, use = q_use(rnd, p)
         bar_q, q_empty, q_buf = q_names(qb)
-        yield cta.wait(bar_q, use & 1, w)
         s0 = it0 % S
-        yield cta.wait(f"k_full[{s0}]", (it0 // S) & 1 ^ p.stale_k_parity, w)
-        yield from turn_wait()
-        yield cta.begin_read(q_buf, (tile, None), cw)
-        yield cta.begin_read(f"K[{s0}]", (tile, 0), cw)
-        yield from turn_pass()
+        if not early:
+            yield cta.wait(bar_q, use & 1, w)
+            yield cta.wait(f"k_full[{s0}]", (it0 // S) & 1 ^ p.stale_k_parity, w)
+            yield from turn_wait()
+            yield cta.begin_read(q_buf, (tile, None), cw)
+            yield cta.begin_read(f"K[{s0}]", (tile, 0), cw)
+            yield from turn_pass()
         yield cta.end_read(f"K[{s0}]", cw)  # wgmma_wait<0>
         yield cta.arrive(f"k_empty[{s0}]", t, w)
         for j in range(1, mine):
@@ -318,6 +328,17 @@ def consumer(cta: Cta, walk, p: Protocol, cw: int, own=None):
         yield from turn_wait()
         yield cta.begin_read(f"V[{sv}]", (tile, mine - 1), cw)
         yield from turn_pass()
+        if early and i + 1 < len(walk):  # advance(), then the next tile's S_0 behind this P V
+            nxt, nrnd, nit0 = walk[i + 1][:2], rnd + 1, it0 + n
+            nqb, nuse = q_use(nrnd, p)
+            nbar_q, _, nq_buf = q_names(nqb)
+            ns0 = nit0 % S
+            yield cta.wait(nbar_q, nuse & 1, w)
+            yield cta.wait(f"k_full[{ns0}]", (nit0 // S) & 1 ^ p.stale_k_parity, w)
+            yield cta.begin_read(nq_buf, (nxt, None), cw)
+            yield cta.begin_read(f"K[{ns0}]", (nxt, 0), cw)
+        # (after the CTA's last tile the kernel issues the same product on the buffers as they are, its
+        # result unused: no copy is left to land in them, so the model leaves that read out)
         yield cta.end_read(f"V[{sv}]", cw)
         if (p.persistent or own) and p.release_last_v:
             yield cta.arrive(f"v_empty[{sv}]", t, w)
@@ -556,6 +577,30 @@ def test_two_q_buffers_with_a_per_tile_parity_fail(walker):
             simulate(walk, protocol=Protocol(q_buffers=2, q_parity_per_tile=True), seed=seed)
 
 
+# NextS0UnderEpilogue (v9 step 9): one consumer warpgroup without turns, one and two Q buffers, on the
+# one-consumer cases above (causal and not, ragged, a CTA of several tiles, a 3-stage ring, N = 1).
+EARLY_CASES = [c for c in CASES + [(1000, 1, 64, 128, 3 * 50, 132, False, 1, False, 2),
+                                   (700, 300, 64, 128, 2 * 20, 9, True, 1, False, 3)] if c[7] == 1 and not c[8]]
+
+
+@pytest.mark.parametrize("q_buffers", [1, 2])
+@pytest.mark.parametrize("case", EARLY_CASES, ids=case_id)
+def test_the_next_tile_s_first_product_under_the_epilogue_runs_every_tile(walker, case, q_buffers):
+    nq, nk, bm, bn, bh, grid, causal, consumers, pp, stages = case
+    early = Protocol(q_buffers=q_buffers, next_s0_early=True)
+    for walk in busiest(walker(nq, nk, bm, bn, bh, grid, causal)):
+        for seed in range(SEEDS):
+            check_complete(simulate(walk, stages=stages, consumers=consumers, pingpong=pp, protocol=early, seed=seed), walk)
+
+
+def test_the_next_tile_s_first_product_waits_on_its_own_k_phase(walker):
+    # A planted bug in the early path too: K_0 of the next tile waited on the previous phase.
+    walk = busiest(walker(300, 300, 64, 128, 8 * 40, 264, True))[0]
+    for seed in range(SEEDS):
+        with pytest.raises((Hazard, Deadlock)):
+            simulate(walk, protocol=Protocol(q_buffers=2, next_s0_early=True, stale_k_parity=True), seed=seed)
+
+
 def _sites(text: str, *patterns: str) -> int:
     return sum(len(re.findall(p, text)) for p in patterns)
 
@@ -573,4 +618,4 @@ def test_the_model_has_the_kernel_s_barrier_sites_role_by_role():
         _sites(model_producer, r"cta\.wait\("), _sites(model_producer, r"cta\.arrive\("),
         _sites(model_producer, r"cta\.copy\(")) == (3, 3, 3)
     assert (_sites(kernel_consumer, r"lab_mbar_wait\("), _sites(kernel_consumer, r"lab_mbar_arrive\w*\(")) == (
-        _sites(model_consumer, r"cta\.wait\("), _sites(model_consumer, r"cta\.arrive\(")) == (7, 7)
+        _sites(model_consumer, r"cta\.wait\("), _sites(model_consumer, r"cta\.arrive\(")) == (11, 7)

@@ -99,7 +99,9 @@ D64_CANDIDATES = ["C1 BN128 S2 persistent (step-3 default)", "C3 BN128 S2 persis
                   # step 7: 64-key tiles at D=64 (BN = 64 beside BM = 64: ragged key tiles at 300, 1023, 2300, 8200)
                   "C1 BN64 S2 persistent tma-o", "C1 BN64 S4 persistent tma-o",
                   # step 8: ping-pong at D=64 (BM = 128) with O by TMA, and with two Q buffers
-                  "C2 BN128 S2 persistent pp tma-o", "C2 BN128 S2 persistent pp tma-o q2"]
+                  "C2 BN128 S2 persistent pp tma-o", "C2 BN128 S2 persistent pp tma-o q2",
+                  # step 9: the next tile's S_0 under the epilogue, on the D=64 defaults
+                  "C1 BN128 S2 persistent tma-o next-s0", "C1 BN128 S2 persistent tma-o q2 next-s0"]
 D64_CASES = [c for c in CASES if c[4] == 64]
 # D=64 candidates for non-causal problems only (they refuse causal ones), on the non-causal D=64 cases:
 # step 6 (a), own key tiles on three consumers with a warp-uniform count (the ragged last blocks'

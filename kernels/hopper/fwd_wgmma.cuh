@@ -138,6 +138,22 @@ struct TwoQBuffers : Base {
   static_assert(kSmemBytes <= 227 * 1024, "shared memory over the 227 KB per-block limit");
 };
 LAB_CONFIG_FLAG(HasTwoQBuffers, kTwoQ);
+// The next tile's S_0 under this tile's epilogue (v9 step 9, a tuning candidate, persistent grid, one
+// consumer warpgroup without ping-pong). A consumer issues its tile's last P V and, at once, the next
+// tile's first S = Q K^T (after waiting for that tile's Q and first K: with TwoQBuffers Q landed long
+// before), then waits for the P V only (wgmma groups complete in order) and writes O while S_0 runs;
+// the next tile starts at S_0's softmax. Without it, a tile's S_0 runs with nothing beside it in the
+// warpgroup, once per query block: at N = 512 causal D = 64 a block has 2.5 key tiles on average. The
+// persistent CTA's last tile issues a product on shared memory it already holds instead (its result
+// unused) so that the code path, and the wgmma group count, are the same on every tile. The producer
+// is unchanged: its loads never depended on when the consumers issue S_0.
+template <class Base>
+struct NextS0UnderEpilogue : Base {
+  static constexpr bool kNextS0Early = true;
+  static_assert(!Base::kPingPong && Base::kConsumers == 1, "NextS0UnderEpilogue: one consumer warpgroup, no turns");
+};
+LAB_CONFIG_FLAG(IssuesNextS0Early, kNextS0Early);
+
 template <class C>
 constexpr int q1_offset() {
   if constexpr (HasTwoQBuffers<C>::value) return C::kQ1Offset;
@@ -165,6 +181,9 @@ fwd_body(const CUtensorMap* tm_q,  // [B*H, nq, D] in boxes of [BM rows, 64 cols
   constexpr bool kOwnUniform = ComputesOwnKeyTilesUniformly<C>::value;
   // TwoQBuffers: two Q buffers, used by tiles in turn (a persistent CTA's; one tile per CTA has one).
   constexpr bool kQ2 = HasTwoQBuffers<C>::value && kPersistent;
+  constexpr bool kEarlyS0 = IssuesNextS0Early<C>::value;
+  static_assert(!kEarlyS0 || (kPersistent && !ComputesOwnKeyTiles<C>::value),
+                "NextS0UnderEpilogue: a persistent walk, every key tile of the block");
   extern __shared__ uint8_t smem_raw[];
   // Barriers: [0] Q landed; per stage s: K full, K empty, V full, V empty; persistent: [1 + 4S] Q
   // free again (every consumer thread done with the tile's last S = Q K^T); TwoQBuffers: [2 + 4S],
@@ -425,6 +444,16 @@ fwd_body(const CUtensorMap* tm_q,  // [B*H, nq, D] in boxes of [BM rows, 64 cols
   if constexpr (kPersistent && C::kPingPong) {
     if (cw == 1) lab_named_arrive(kBarIssue + 0, kConsumerThreads);
   }
+  // NextS0UnderEpilogue: the first tile's S_0 is issued here, every later tile's under the epilogue
+  // of the tile before it (below), so S_0 is in flight at the top of the tile loop.
+  if constexpr (kEarlyS0) {
+#pragma unroll
+    for (int i = 0; i < BN / 2; ++i) s_acc[i] = 0.f;
+    if constexpr (kQ2) s_q_tile = s_q_of(0);
+    lab_mbar_wait(bar_q_of(0), 0);
+    lab_mbar_wait(k_full(0), 0);
+    issue_s(0);
+  }
   // One pass per tile (once for one tile per CTA); it0: the K/V ring's running tile count.
   for (int round = 0, it0 = 0;;) {
     wg_row0 = m0 + cw * 64;
@@ -433,8 +462,10 @@ fwd_body(const CUtensorMap* tm_q,  // [B*H, nq, D] in boxes of [BM rows, 64 cols
     row_sum[0] = row_sum[1] = 0.f;
 #pragma unroll
     for (int i = 0; i < D / 2; ++i) o_acc[i] = 0.f;
+    if constexpr (!kEarlyS0) {
 #pragma unroll
-    for (int i = 0; i < BN / 2; ++i) s_acc[i] = 0.f;
+      for (int i = 0; i < BN / 2; ++i) s_acc[i] = 0.f;
+    }
 
     if constexpr (!kPersistent && C::kPingPong) {
       if (cw == 1) lab_named_arrive(kBarIssue + 0, kConsumerThreads);  // warpgroup 0 goes first
@@ -462,12 +493,14 @@ fwd_body(const CUtensorMap* tm_q,  // [B*H, nq, D] in boxes of [BM rows, 64 cols
       s_q_tile = s_q_of(qb);
       if constexpr (C::kConsumers >= 2) asm volatile("" : "+r"(s_q_tile));
     }
-    lab_mbar_wait(bar_q_of(qb), (kQ2 ? (round >> 1) : round) & 1);
-    // Tile 0: S_0, its softmax, P_0.
-    lab_mbar_wait(k_full(it0 % S), (it0 / S) & 1);
-    turn_wait();
-    issue_s(it0 % S);
-    turn_pass();
+    // Tile 0: S_0 (NextS0UnderEpilogue: already in flight), its softmax, P_0.
+    if constexpr (!kEarlyS0) {
+      lab_mbar_wait(bar_q_of(qb), (kQ2 ? (round >> 1) : round) & 1);
+      lab_mbar_wait(k_full(it0 % S), (it0 / S) & 1);
+      turn_wait();
+      issue_s(it0 % S);
+      turn_pass();
+    }
     lab_wgmma_wait<0>();
     lab_fence_regs(s_acc);
     lab_mbar_arrive(k_empty(it0 % S));
@@ -502,13 +535,31 @@ fwd_body(const CUtensorMap* tm_q,  // [B*H, nq, D] in boxes of [BM rows, 64 cols
     }
     // Every S = Q K^T of this tile is done: the producer may load the next tile's Q.
     if constexpr (kPersistent) lab_mbar_arrive(q_empty_of(qb));
+    // The epilogue's tile (NextS0UnderEpilogue moves the walk on before it) and whether one follows.
+    [[maybe_unused]] const int tile_bh = bh_index;
+    [[maybe_unused]] bool more = false;
     {
       const int sv = (it0 + n_mine - 1) % S;
       lab_mbar_wait(v_full(sv), ((it0 + n_mine - 1) / S) & 1);
       turn_wait();
       issue_pv(sv);
       turn_pass();
-      lab_wgmma_wait<0>();
+      if constexpr (kEarlyS0) {
+        // The next tile's S_0 behind the last P V, once its Q and first K are in; after the CTA's
+        // last tile, the same product on the buffers as they are (its result unused), so that every
+        // tile runs one code path with one wgmma group left in flight.
+        more = advance(round, it0);
+        if (more) {
+          const int qn = kQ2 ? (round & 1) : 0;
+          if constexpr (kQ2) s_q_tile = s_q_of(qn);
+          lab_mbar_wait(bar_q_of(qn), (kQ2 ? (round >> 1) : round) & 1);
+          lab_mbar_wait(k_full(it0 % S), (it0 / S) & 1);
+        }
+        issue_s(it0 % S);
+        lab_wgmma_wait<1>();  // the last P V done; S_0 may still run
+      } else {
+        lab_wgmma_wait<0>();
+      }
       lab_fence_regs(o_acc);
       lab_fence_regs(p_frag);
       // The tile's last V stage goes back to the producer like every other (the loop above frees
@@ -571,7 +622,7 @@ fwd_body(const CUtensorMap* tm_q,  // [B*H, nq, D] in boxes of [BM rows, 64 cols
       // The backward's statistic (common.cuh's backward contract): log sum_j exp(scale q.k_j) =
       // (m + log2 l) ln 2, m the running max in log2 units that every exponent above subtracted.
       if constexpr (WRITE_LSE) {
-        if ((lane & 3) == 0 && row < nq) lse[(size_t)bh_index * nq + row] = (row_max[h] + __log2f(l)) * 0.6931471805599453f;
+        if ((lane & 3) == 0 && row < nq) lse[(size_t)tile_bh * nq + row] = (row_max[h] + __log2f(l)) * 0.6931471805599453f;
       }
       if constexpr (kOTma) {
         // Row r of the warpgroup's box, columns 8i + 2(lane % 4): box i / 8, 16-byte chunk i % 8 of
@@ -591,7 +642,7 @@ fwd_body(const CUtensorMap* tm_q,  // [B*H, nq, D] in boxes of [BM rows, 64 cols
                               lab_pack2<T>(o_acc[i * 4 + 2 * h] * inv, o_acc[i * 4 + 2 * h + 1] * inv));
         }
       } else if (row < nq) {
-        T* dst = o + ((size_t)bh_index * nq + row) * D + (lane & 3) * 2;
+        T* dst = o + ((size_t)tile_bh * nq + row) * D + (lane & 3) * 2;
 #pragma unroll
         for (int i = 0; i < D / 8; ++i)
           *reinterpret_cast<uint32_t*>(dst + i * 8) = lab_pack2<T>(o_acc[i * 4 + 2 * h] * inv, o_acc[i * 4 + 2 * h + 1] * inv);
@@ -602,11 +653,18 @@ fwd_body(const CUtensorMap* tm_q,  // [B*H, nq, D] in boxes of [BM rows, 64 cols
       lab_named_sync(kBarO + cw, 128);
       if (storer) {
 #pragma unroll
-        for (int hh = 0; hh < C::kHalves; ++hh) lab_tma_store_3d(tm_o, s_o + hh * C::kOBoxBytes, hh * 64, wg_row0, bh_index);
+        for (int hh = 0; hh < C::kHalves; ++hh) lab_tma_store_3d(tm_o, s_o + hh * C::kOBoxBytes, hh * 64, wg_row0, tile_bh);
         lab_bulk_commit();
       }
     }
-    if (!advance(round, it0)) break;
+    if constexpr (kEarlyS0) {
+      if (!more) {
+        lab_wgmma_wait<0>();  // the unused product
+        break;
+      }
+    } else if (!advance(round, it0)) {
+      break;
+    }
   }
   if constexpr (kPersistent && C::kPingPong) {
     // The turn barriers' balance, once per CTA (see the tile loop's start).

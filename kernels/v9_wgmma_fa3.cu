@@ -330,6 +330,11 @@ static_assert(2 * (Default64OTma::kSmemBytes + 1024) <= 228 * 1024, "D=64 tma-o:
 using Long64Own = lab_hopper_fwd::OwnKeyTiles<Long64>;
 constexpr int kLongKeys = 2048;
 constexpr int kLongRows = 2048;
+// Step 10 (thirteenth session; benchmarks/v9_notes.md, "Step 10"): Long64 is the D=64 causal default too
+// from Nq, Nk >= kLongCausal. BM = 192 computes 3.1% more scores than BM = 64 causal at N = 8192 (2.3% at
+// 16384; 9-11% at 2048-4096: every block's warpgroups compute its last row's key tiles), against a rate
+// per score 1.07x the one-warpgroup kernel's at N = 4096 non-causal and more as the key loop grows.
+constexpr int kLongCausal = 8192;
 // Step 5, tuning candidates only (tenth session): three consumer warpgroups (BM = 192) at D=64 with O
 // stored by TMA, both masks, and the same with each warpgroup computing only the key tiles its own
 // rows see (fwd_wgmma.cuh's OwnKeyTiles: causal, warpgroup 0 of a block skips the key tiles past its
@@ -399,6 +404,10 @@ template <class C, class Sched>
 const char* launch_non_causal(const LabAttentionArgs* a, cudaStream_t stream) {
   return a->causal ? "candidate is for non-causal problems only" : launch<C, false, Sched>(a, stream);
 }
+template <class C, class Sched>
+const char* launch_causal(const LabAttentionArgs* a, cudaStream_t stream) {
+  return a->causal ? launch<C, true, Sched>(a, stream) : "candidate is for causal problems only";
+}
 static const LabTuneCandidate kCandidates64[] = {
     // The D=64 default of steps 1-4 (O stored from the accumulators), kept to time against.
     {"C1 BN128 S2 persistent (step-3 default)", launch_any<Default64, Persistent>},
@@ -434,6 +443,9 @@ static const LabTuneCandidate kCandidates64[] = {
     // Step 9: the next tile's S_0 under the epilogue, on the two D=64 defaults.
     {"C1 BN128 S2 persistent tma-o next-s0", launch_any<Default64OTmaNextS0, Persistent>},
     {"C1 BN128 S2 persistent tma-o q2 next-s0", launch_any<Default64OTmaQ2NextS0, Persistent>},
+    // Step 10: three consumers (Long64, O from the accumulators) causal, the causal default from Nq, Nk >=
+    // kLongCausal (the same kernel there).
+    {"C3 BN128 S2 persistent (causal)", launch_causal<Long64, Persistent>, LAB_SERVES_CAUSAL},
 };
 static const LabTuneCandidate kCandidates128[] = {
     {"C2 BN128 S2 persistent", launch_any<Default128, Persistent>},
@@ -479,9 +491,12 @@ LAB_EXPORT const char* lab_forward_v9(const LabAttentionArgs* args, cudaStream_t
   if (const char* why = refuse(args)) return why;
   // D = 64: one consumer warpgroup, two CTAs per SM, O stored by TMA (step 4 at D = 64), non-causal
   // with two Q buffers (step 6 (c)); non-causal with long queries and keys, three consumers (v6's
-  // choice, step 5 (c) from 2048), O from the accumulators.
+  // choice, step 5 (c) from 2048), O from the accumulators; causal the same from 8192 (step 10).
   if (args->head_dim == 64) {
-    if (args->causal) return v9::launch<v9::Default64OTma, true>(args, stream);
+    if (args->causal) {
+      const bool long_causal = args->seqlen_q >= v9::kLongCausal && args->seqlen_k >= v9::kLongCausal;
+      return long_causal ? v9::launch<v9::Long64, true>(args, stream) : v9::launch<v9::Default64OTma, true>(args, stream);
+    }
     const bool long_rows = args->seqlen_q >= v9::kLongRows && args->seqlen_k >= v9::kLongKeys;
     return long_rows ? v9::launch<v9::Long64, false>(args, stream)
                      : v9::launch<v9::Default64OTmaQ2, false>(args, stream);

@@ -72,8 +72,10 @@ CASES = [
     # 9-10 tiles of a single key tile each
     (8, 24, 300, 300, 128, False, "bfloat16", LARGE_STD),
     (3, 50, 1000, 1, 128, False, "float16", 1.0),
+    # causal from Nq, Nk >= 8192 runs three consumers (step 10): 8200 = 42 x 192 + 136 rows, 8 past the keys
+    (1, 2, 8200, 8192, 64, True, "float16", 1.0),
 ]
-LSE_CASES = [CASES[0], CASES[3], CASES[5], CASES[9], CASES[15], CASES[12]]
+LSE_CASES = [CASES[0], CASES[3], CASES[5], CASES[9], CASES[15], CASES[12], CASES[18]]
 # D=128's `lab tune` candidates that are not the default (kernels/v9_wgmma_fa3.cu), by label, so the
 # cases above do not reach them; checked here on the same D=128 cases, with the LSE: step 4's (a) and
 # (b) on (a), the step-3 default (O stored from the accumulators), and step 4's (b) on ping-pong, "C2
@@ -109,9 +111,12 @@ D64_CASES = [c for c in CASES if c[4] == 64]
 D64_NON_CAUSAL_CANDIDATES = ["C3 BN128 S2 persistent own-tiles uniform (non-causal)",
                              # step 7 (c): two Q buffers on three consumers (Long64)
                              "C3 BN128 S2 persistent q2 (non-causal)"]
+# D=64 candidates for causal problems only: step 10, three consumers causal (the default from Nq, Nk >= 8192).
+D64_CAUSAL_CANDIDATES = ["C3 BN128 S2 persistent (causal)"]
 CANDIDATE_CASES = [(label, c) for label in STEP4_CANDIDATES for c in D128_CASES] + \
                   [(label, c) for label in D64_CANDIDATES for c in D64_CASES] + \
-                  [(label, c) for label in D64_NON_CAUSAL_CANDIDATES for c in D64_CASES if not c[5]]
+                  [(label, c) for label in D64_NON_CAUSAL_CANDIDATES for c in D64_CASES if not c[5]] + \
+                  [(label, c) for label in D64_CAUSAL_CANDIDATES for c in D64_CASES if c[5]]
 
 
 def _ids(c) -> str:
@@ -247,7 +252,8 @@ SANITIZER_SCRIPT = textwrap.dedent("""
         head_dim = int(sys.argv[3])
         index = [e.split("|")[0] for e in module.configs(head_dim, "float16")].index(sys.argv[2])
         run = lambda q, k, v, o, causal, scale, lse: module.forward_config(q, k, v, o, causal, scale, index, lse)
-        shapes = [s for s in shapes if s[0].head_dim == head_dim and not (sys.argv[4:] == ["non-causal"] and s[0].causal)]
+        shapes = [s for s in shapes if s[0].head_dim == head_dim and not (sys.argv[4:] == ["non-causal"] and s[0].causal)
+                  and not (sys.argv[4:] == ["causal"] and not s[0].causal)]
     else:
         module = build.load_cached(variant)
         run = module.forward
@@ -295,13 +301,14 @@ def test_v9_compute_sanitizer_is_clean(tool, v9, tmp_path):
 @needs_hopper
 @pytest.mark.parametrize("label,head_dim,launches,masks", [(lb, 128, 3, "both") for lb in STEP4_CANDIDATES] +
                          [(lb, 64, 4, "both") for lb in D64_CANDIDATES] +
-                         [(lb, 64, 3, "non-causal") for lb in D64_NON_CAUSAL_CANDIDATES])
+                         [(lb, 64, 3, "non-causal") for lb in D64_NON_CAUSAL_CANDIDATES] +
+                         [(lb, 64, 1, "causal") for lb in D64_CAUSAL_CANDIDATES])
 @pytest.mark.parametrize("tool", SANITIZERS)
 def test_v9_step4_candidate_is_sanitizer_clean(tool, label, head_dim, launches, masks, v9_tuning, tmp_path):
     """The launches of the sanitizer script at the candidate's head dim (several tiles per CTA, ragged,
     causal Nq > Nk, the LSE) through the candidate; racecheck sees the O buffer's shared-memory
     hand-off where it has one, and the two Q buffers' reuse (step 6 (b))."""
-    extra = [masks] if masks == "non-causal" else []
+    extra = [masks] if masks != "both" else []
     assert f"sanitized launches: {launches}" in _sanitize(tool, tmp_path, label, str(head_dim), *extra)
 
 

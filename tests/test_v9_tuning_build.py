@@ -46,8 +46,8 @@ CANDIDATE_KERNELS = {
     "the step-3 default, O from the accumulators": ("lab_hopper_fwd::fwd_kernel<lab_hopper_fwd::Config<128, 128, 2, true, 2>,", 32, 0),
     "the D = 64 step-3 default, O from the accumulators":
         ("lab_hopper_fwd::fwd_kernel<lab_hopper_fwd::Config<64, 128, 2, false, 1>,", 32, 0),
-    "three consumers at D = 64, the non-causal default from Nq, Nk >= 2048":
-        ("lab_hopper_fwd::fwd_kernel<lab_hopper_fwd::Config<64, 128, 2, false, 3>,", 16, 8),
+    "three consumers at D = 64, the non-causal default from Nq, Nk >= 2048, the causal one from 8192 (step 10)":
+        ("lab_hopper_fwd::fwd_kernel<lab_hopper_fwd::Config<64, 128, 2, false, 3>,", 24, 16),
     "step 5 (b): three consumers at D = 64 computing their own key tiles, O from the accumulators":
         ("lab_hopper_fwd::fwd_kernel<lab_hopper_fwd::OwnKeyTiles<lab_hopper_fwd::Config<64, 128, 2, false, 3>", 8, 0),
     "step 5: O by TMA on three consumers at D = 64":

@@ -280,7 +280,25 @@
 //   producer and two consumer warpgroups in ping-pong, one CTA per SM, O by TMA, no wgmma in flight across the
 //   softmax), as "C2 BN128 S2 persistent pp tma-o" and "... pp tma-o q2" at D=64. Predicted against the causal
 //   default: 0.95-1.00x and 0.98-1.04x at N = 512, 0.96-1.02x (q2) at 2048. The call: benchmarks/v9_step8_gpu.sh.
-// Still to come (issue 28): D=64 causal at every N <= 8192 and D=64 non-causal N = 2048 (0.94-0.99x cuDNN).
+//   Measured (thirteenth session, one H200, 75ad6ce; 11 of 12 inside): q2 1.016x / 1.019x (fp16 / bf16) at N = 512
+//   causal, 1.000x at 1024, 0.975x at 2048, 0.964x at 4096; without q2 0.94-0.965x. Not taken (>= 1.0 only at
+//   N = 512): at D = 64 a warpgroup's two products are shorter than its softmax, and the turns cost more than
+//   they hide as the key loop grows.
+// Step 9 (thirteenth session; v9_notes "Step 9"): the next tile's S_0 issued under this tile's epilogue
+//   (fwd_wgmma.cuh's NextS0UnderEpilogue), "C1 BN128 S2 persistent tma-o next-s0" and "... tma-o q2 next-s0".
+//   Attacks S_0's bubble, once per 64-row block (2.5 key tiles a block at N = 512 causal). Predicted 1.01-1.05x
+//   at N = 512 causal; measured (one H200, 1216b6c) 0.969-1.004x causal, 0.95-0.98x non-causal: 12 of 14 below.
+//   Not taken: the other CTA on the SM already fills that bubble.
+// Step 10 (thirteenth session; v9_notes "Step 10"): Long64 (three consumers, O from the accumulators) is the
+//   causal D=64 default from Nq, Nk >= kLongCausal = 8192 (lab_forward_v9 below), and "C3 BN128 S2 persistent
+//   (causal)" the same kernel at any N. Attacks the D=64 causal cells at N >= 8192 (H100 0.990-1.003x cuDNN),
+//   where the non-causal ones run Long64 at 1.08-1.12x. Predicted 1.04-1.09x the old default at 8192, 1.03-1.08x
+//   at 16384. Measured (one H200, 782f969): 1.022x / 1.023x (fp16 / bf16) at 8192 (above the band's lower end's
+//   inverse: less than predicted), 1.056x at 16384; 0.981x at 4096 and 0.870x at 2048 (so the rule starts at
+//   8192). Against cuDNN (graph, same call, `20261127-211319-sweep-v9-d64-causal-long`): D=64 causal 1.018x /
+//   1.017x at 8192, 1.046x / 1.037x at 16384.
+// Still to come (issue 28): D=64 causal N <= 4096 and D=64 non-causal N = 2048 (0.94-0.998x cuDNN); D=128 causal
+//   N = 512 on the H100 (0.991x / 0.998x); the H100 fa-grid after step 10.
 #include "common.cuh"
 #include "hopper/fwd_wgmma.cuh"
 

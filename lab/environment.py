@@ -267,16 +267,26 @@ def software_info(tools: dict | None = None) -> dict:
 
 
 _SHA = re.compile(r"^[0-9a-f]{40}$")
+_SHA_ABBREV = re.compile(r"^[0-9a-f]{7,40}$")
 
 
 def git_info() -> dict:
     """The checkout's commit. Where the tree is a copy without .git (a remote GPU machine), the
     commit comes from LAB_GIT_COMMIT if the caller set it, and `dirty` is unknown (None). A set
     LAB_GIT_COMMIT wins over a .git found above the tree: code carried inside another checkout (the
-    GPU machine's .carry/<name>/) would otherwise be recorded as that checkout's commit."""
-    env_commit = os.environ.get("LAB_GIT_COMMIT", "").strip()
+    GPU machine's .carry/<name>/) would otherwise be recorded as that checkout's commit, and a copied
+    tree can carry a stale .git of its own (a GPU machine's copy of the session's first checkout,
+    whose HEAD is not the code that ran). An abbreviated LAB_GIT_COMMIT (7+ hex digits, as `git log
+    --oneline` prints it) counts too: recorded in full where this checkout's git knows it, as given
+    where it does not (before 2026-11-27 it was ignored, and the stale .git's commit recorded)."""
+    env_commit = os.environ.get("LAB_GIT_COMMIT", "").strip().lower()
     if _SHA.match(env_commit):
         return {"commit": env_commit, "dirty": None}
+    if _SHA_ABBREV.match(env_commit):
+        full = ""
+        if (REPO_ROOT / ".git").exists():
+            full = (_run(["git", "-C", str(REPO_ROOT), "rev-parse", "--verify", "--quiet", f"{env_commit}^{{commit}}"]) or "").strip()
+        return {"commit": full if _SHA.match(full) else env_commit, "dirty": None}
     if not (REPO_ROOT / ".git").exists():   # an installed wheel: no checkout of ours (and a venv inside
         return {"commit": None, "dirty": None}   # the user's repo must not record the user's commit)
     commit = (_run(["git", "-C", str(REPO_ROOT), "rev-parse", "HEAD"]) or "").strip()

@@ -6,26 +6,13 @@
 # device tool brings back only a few files), and a table of every prediction's verdict printed last.
 #
 #   OUT=$OUT bash benchmarks/v9_step9_gpu.sh      # one GPU, about 7 minutes cold
-set -uo pipefail
-OUT=${OUT:-/tmp/lab-out}; W=$OUT/v9s9; L=$W/logs; mkdir -p "$L"
-export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
-export LAB_CACHE=${LAB_CACHE:-$PWD/.lab-cache}
-T0=$SECONDS
-step() {   # step NAME LIMIT COMMAND...: its log under $L, its exit status and seconds printed and in steps.log
-  local name=$1 limit=$2; shift 2
-  local t0=$SECONDS
-  timeout "$limit" "$@" >"$L/$name.log" 2>&1
-  echo "$name rc=$? $((SECONDS - t0))s (at $((SECONDS - T0))s)" | tee -a "$L/steps.log"
-}
-step build 200 python3 -m lab.cli build --variant v9 &
-step build-tuning 420 python3 -m lab.cli build --variant v9 --tuning
-wait
-grep -c "C75" "$L/build-tuning.log" | sed 's/^/ptxas C75xx notices in the tuning build: /'
-P=(python3 -m pytest -m gpu -v -rfE --tb=short -p no:randomly -p no:cacheprovider tests/test_v9_gpu.py)
+. "$(dirname "$0")/gpu_call.sh"
+gpu_call_begin v9s9
+build_v9
+P=("${PYTEST[@]}")
 step gate 200 "${P[@]}" -k 'next-s0 and (matches_float64 or memcheck)'
 N1='C1 BN128 S2 persistent tma-o next-s0'
 N2='C1 BN128 S2 persistent tma-o q2 next-s0'
-tune() { local name=$1; shift; step "tune-$name" 100 python3 -m lab.cli tune --variant v9 --profiles "$W/tunes" "$@"; }
 tune 512-c --dtype float16 --causal --shape 32,32,512,64 --predict "$N1=1.01-1.04" --predict "$N2=1.015-1.05"
 tune 512-c-bf16 --dtype bfloat16 --causal --shape 32,32,512,64 --predict "$N1=1.01-1.04" --predict "$N2=1.015-1.05"
 tune 1024-c --dtype float16 --causal --shape 16,32,1024,64 --predict "$N1=1.005-1.025" --predict "$N2=1.01-1.03"
@@ -34,7 +21,4 @@ tune 4096-c --dtype float16 --causal --shape 4,32,4096,64 --predict "$N1=0.995-1
 tune 512-nc --dtype float16 --no-causal --shape 32,32,512,64 --predict "$N1=0.93-1.00" --predict "$N2=1.01-1.03"
 tune 1024-nc --dtype float16 --no-causal --shape 16,32,1024,64 --predict "$N1=0.95-1.00" --predict "$N2=1.005-1.02"
 step slow 200 "${P[@]}" --run-slow -k 'next-s0 and 64-4-both and sanitizer and not memcheck'
-for f in gate slow; do grep -E "^(FAILED|ERROR)" "$L/$f.log" | head -10; tail -1 "$L/$f.log"; done
-python3 benchmarks/tune_verdicts.py "$W/tunes"
-tar czf "$OUT/v9s9.tgz" -C "$OUT" v9s9 && rm -rf "$W"
-echo "total $((SECONDS - T0))s"
+gpu_call_end gate slow

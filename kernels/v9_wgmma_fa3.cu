@@ -297,6 +297,14 @@
 //   inverse: less than predicted), 1.056x at 16384; 0.981x at 4096 and 0.870x at 2048 (so the rule starts at
 //   8192). Against cuDNN (graph, same call, `20261127-211319-sweep-v9-d64-causal-long`): D=64 causal 1.018x /
 //   1.017x at 8192, 1.046x / 1.037x at 16384.
+// Step 11, candidates only (thirteenth session, CPU; v9_notes "Step 11"): a warpgroup's last key tile's softmax
+//   and P V at half width where its second half is masked whole (fwd_wgmma.cuh's HalfLastKeyTile: the causal
+//   diagonal of every other 64-row block, 10% of the key-tile work at N = 512), the choice made once per tile
+//   with no product in flight (step 7 (a) chose it per key tile and ptxas serialized the kernel); S stays the
+//   full product. "C1 BN128 S2 persistent tma-o half-softmax", "... tma-o q2 half-softmax", "C2 BN128 S2
+//   persistent pp tma-o q2 half-softmax": 0 spills, no C75xx notice, every existing kernel SASS-identical.
+//   Predicted 1.02-1.05x the default at 32,32,512,64 causal down to 1.00-1.012x at 4096; 1.00-1.04x at
+//   32,16,512,128 causal; the non-causal controls 0.99-1.01x. The calls: benchmarks/v9_step11_gpu.sh a, b.
 // Still to come (issue 28): D=64 causal N <= 4096 and D=64 non-causal N = 2048 (0.94-0.998x cuDNN); D=128 causal
 //   N = 512 on the H100 (0.991x / 0.998x); the H100 fa-grid after step 10.
 #include "common.cuh"
@@ -401,6 +409,13 @@ static_assert(PingPong64OTmaQ2::kSmemBytes + 1024 <= 228 * 1024, "D=64 pp q2: on
 // for no Q load).
 using Default64OTmaNextS0 = lab_hopper_fwd::NextS0UnderEpilogue<Default64OTma>;
 using Default64OTmaQ2NextS0 = lab_hopper_fwd::NextS0UnderEpilogue<Default64OTmaQ2>;
+// Step 11, tuning candidates (thirteenth session; benchmarks/v9_notes.md, "Step 11"): a warpgroup's last key
+// tile's softmax and P V at half width where its second half is masked whole (fwd_wgmma.cuh's
+// HalfLastKeyTile, chosen once per tile), on the D=64 causal default, the D=64 non-causal one (its control)
+// and the D=128 default.
+using Default64OTmaHalf = lab_hopper_fwd::HalfLastKeyTile<Default64OTma>;
+using Default64OTmaQ2Half = lab_hopper_fwd::HalfLastKeyTile<Default64OTmaQ2>;
+using PingPong128OTmaQ2Half = lab_hopper_fwd::HalfLastKeyTile<PingPong128OTmaQ2>;
 
 // The LSE only when asked (a second instantiation: the default forward stores nothing more).
 template <class C, bool CAUSAL, class Sched = Persistent>
@@ -464,6 +479,9 @@ static const LabTuneCandidate kCandidates64[] = {
     // Step 10: three consumers (Long64, O from the accumulators) causal, the causal default from Nq, Nk >=
     // kLongCausal (the same kernel there).
     {"C3 BN128 S2 persistent (causal)", launch_causal<Long64, Persistent>, LAB_SERVES_CAUSAL},
+    // Step 11: the last key tile's softmax and P V at half width where its second half is masked whole.
+    {"C1 BN128 S2 persistent tma-o half-softmax", launch_any<Default64OTmaHalf, Persistent>},
+    {"C1 BN128 S2 persistent tma-o q2 half-softmax", launch_any<Default64OTmaQ2Half, Persistent>},
 };
 static const LabTuneCandidate kCandidates128[] = {
     {"C2 BN128 S2 persistent", launch_any<Default128, Persistent>},
@@ -480,6 +498,8 @@ static const LabTuneCandidate kCandidates128[] = {
     {"C1 BN64 S2 persistent tma-o", launch_any<lab_hopper_fwd::OByTma<Short128>, Persistent>},
     // Step 6 (b): two Q buffers on it (benchmarks/v9_notes.md, "Step 6"), the default since step 6 (c).
     {"C2 BN128 S2 persistent pp tma-o q2", launch_any<PingPong128OTmaQ2, Persistent>},
+    // Step 11: the same, warpgroup 0's diagonal tile's softmax and P V at half width.
+    {"C2 BN128 S2 persistent pp tma-o q2 half-softmax", launch_any<PingPong128OTmaQ2Half, Persistent>},
 };
 static LabTuneList candidates(int head_dim) {
   switch (head_dim) {

@@ -83,7 +83,9 @@ LSE_CASES = [CASES[0], CASES[3], CASES[5], CASES[9], CASES[15], CASES[12], CASES
 # tma-o q2" (two Q buffers: the next tile's Q loaded a tile ahead), is the default since step 6 (c): the
 # cases above run its kernels.
 STEP4_CANDIDATES = ["C1 BN64 S2 persistent", "C2 BN128 S2 persistent pp (step-3 default)", "C1 BN64 S2 persistent tma-o",
-                    "C2 BN128 S2 persistent pp tma-o"]
+                    "C2 BN128 S2 persistent pp tma-o",
+                    # step 11: the default with warpgroup 0's diagonal tile's softmax and P V at half width
+                    "C2 BN128 S2 persistent pp tma-o q2 half-softmax"]
 D128_CASES = [c for c in CASES if c[4] == 128]
 # D=64's candidates that are not the default: the step-3 default (Default64, O stored from the
 # accumulators), on the D=64 cases, the three-consumer ones included (a candidate runs whatever the
@@ -103,7 +105,10 @@ D64_CANDIDATES = ["C1 BN128 S2 persistent (step-3 default)", "C3 BN128 S2 persis
                   # step 8: ping-pong at D=64 (BM = 128) with O by TMA, and with two Q buffers
                   "C2 BN128 S2 persistent pp tma-o", "C2 BN128 S2 persistent pp tma-o q2",
                   # step 9: the next tile's S_0 under the epilogue, on the D=64 defaults
-                  "C1 BN128 S2 persistent tma-o next-s0", "C1 BN128 S2 persistent tma-o q2 next-s0"]
+                  "C1 BN128 S2 persistent tma-o next-s0", "C1 BN128 S2 persistent tma-o q2 next-s0",
+                  # step 11: the last key tile's softmax and P V at half width (causal diagonals of every other
+                  # block; ragged last key tiles of <= 64 keys: Nk = 300, 65, 2300, 8200, 1 key)
+                  "C1 BN128 S2 persistent tma-o half-softmax", "C1 BN128 S2 persistent tma-o q2 half-softmax"]
 D64_CASES = [c for c in CASES if c[4] == 64]
 # D=64 candidates for non-causal problems only (they refuse causal ones), on the non-causal D=64 cases:
 # step 6 (a), own key tiles on three consumers with a warp-uniform count (the ragged last blocks'

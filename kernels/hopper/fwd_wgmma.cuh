@@ -154,6 +154,23 @@ struct NextS0UnderEpilogue : Base {
 };
 LAB_CONFIG_FLAG(IssuesNextS0Early, kNextS0Early);
 
+// A warpgroup's last key tile at half width where its second half is masked whole for the warpgroup's
+// 64 rows (v9 step 11, a tuning candidate; BN = 128): causal, the diagonal tile of every other 64-row
+// block (BM = 64) or of warpgroup 0 of every block (ping-pong's BM = 128), 10% of the key-tile work at
+// N = 512; or a ragged last key tile of at most 64 keys. There the softmax reads 64 columns (its mask,
+// max, exp2 and sum) and P V takes BN / 32 k-steps instead of BN / 16; S = Q K^T stays the full m64nBN
+// product (an m64n64 one, step 7 (a) and this step's first version, made ptxas serialize every wgmma of
+// some instantiations: C7511). Step 7 (a) chose the width per key tile, with other products in flight;
+// here the choice is made once per tile, before any product is in flight, between copies of the tile's
+// key loop that each end with none in flight (full, half-last, and a tile of one key tile at half
+// width). The K and V loads, and the turns of ping-pong, are unchanged.
+template <class Base>
+struct HalfLastKeyTile : Base {
+  static constexpr bool kHalfLast = true;
+  static_assert(Base::BN == 128, "HalfLastKeyTile: the half tile is an m64n64 product of a 128-key tile");
+};
+LAB_CONFIG_FLAG(ComputesHalfLastKeyTile, kHalfLast);
+
 template <class C>
 constexpr int q1_offset() {
   if constexpr (HasTwoQBuffers<C>::value) return C::kQ1Offset;
@@ -184,6 +201,8 @@ fwd_body(const CUtensorMap* tm_q,  // [B*H, nq, D] in boxes of [BM rows, 64 cols
   constexpr bool kEarlyS0 = IssuesNextS0Early<C>::value;
   static_assert(!kEarlyS0 || (kPersistent && !ComputesOwnKeyTiles<C>::value),
                 "NextS0UnderEpilogue: a persistent walk, every key tile of the block");
+  constexpr bool kHalfLast = ComputesHalfLastKeyTile<C>::value;
+  static_assert(!(kHalfLast && kEarlyS0), "HalfLastKeyTile: the next tile's S_0 would be issued before its width is known");
   extern __shared__ uint8_t smem_raw[];
   // Barriers: [0] Q landed; per stage s: K full, K empty, V full, V empty; persistent: [1 + 4S] Q
   // free again (every consumer thread done with the tile's last S = Q K^T); TwoQBuffers: [2 + 4S],
@@ -339,6 +358,15 @@ fwd_body(const CUtensorMap* tm_q,  // [B*H, nq, D] in boxes of [BM rows, 64 cols
   // 8-row groups 1024 bytes apart (stride byte offset); a k16 step inside an atom is +32 bytes.
   // V is read MN-major (D contiguous, keys the reduction): 64-column atoms BN*128 bytes apart
   // (leading byte offset), 8-key groups 1024 apart, a k16 step (16 keys) is +2048 bytes.
+  // Width W: the key columns a key tile's softmax and P V take, kFull (BN) or, HalfLastKeyTile's last
+  // tile, kHalf (BN / 2), as a compile-time constant so that each width is its own unrolled code. S =
+  // Q K^T is always the full m64nBN product: an m64n64 one for the half tile (step 7 (a), and a first
+  // version of step 11) made ptxas serialize the kernel's products (C7511), in some instantiations
+  // even with its choice made where no product is in flight.
+  using Full = std::integral_constant<int, BN>;
+  using Half = std::integral_constant<int, kHalfLast ? BN / 2 : BN>;
+  constexpr Full kFull{};
+  [[maybe_unused]] constexpr Half kHalf{};
   auto issue_s = [&](int stage) {
     lab_wgmma_fence();
 #pragma unroll
@@ -350,23 +378,25 @@ fwd_body(const CUtensorMap* tm_q,  // [B*H, nq, D] in boxes of [BM rows, 64 cols
     }
     lab_wgmma_commit();
   };
-  auto issue_pv = [&](int stage) {
+  auto issue_pv = [&](int stage, auto width) {
+    constexpr int W = decltype(width)::value;
     lab_wgmma_fence();
 #pragma unroll
-    for (int kk = 0; kk < BN / 16; ++kk)
+    for (int kk = 0; kk < W / 16; ++kk)
       lab_wgmma_rs_tb<T, D>(o_acc, p_frag[kk], lab_wgmma_desc_sw128(s_v(stage) + kk * 2048, BN * 128, 1024));
     lab_wgmma_commit();
   };
 
   // Softmax of the S tile j in s_acc (scores -> probabilities, fp32, in place); returns the factor
   // alpha by which O and the running sums shrink (the running max moved from m_old to m_new).
-  auto softmax = [&](int j, float (&alpha)[2]) {
+  auto softmax = [&](int j, float (&alpha)[2], auto width) {
+    constexpr int W = decltype(width)::value;
     const int n0 = j * BN;
     // Mask only the ragged last tile and, causal, tiles crossing this warpgroup's diagonal.
-    if (n0 + BN > nk || (CAUSAL && n0 + BN - 1 > wg_row0)) {
+    if (n0 + W > nk || (CAUSAL && n0 + W - 1 > wg_row0)) {
       const int col0 = n0 + (lane & 3) * 2;
 #pragma unroll
-      for (int i = 0; i < BN / 8; ++i)
+      for (int i = 0; i < W / 8; ++i)
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
           const int col = col0 + i * 8 + (e & 1), row = row_g + (e >> 1) * 8;
@@ -377,7 +407,7 @@ fwd_body(const CUtensorMap* tm_q,  // [B*H, nq, D] in boxes of [BM rows, 64 cols
     for (int h = 0; h < 2; ++h) {  // h = 0: row g, h = 1: row g + 8
       float mx = fmaxf(s_acc[2 * h], s_acc[2 * h + 1]);
 #pragma unroll
-      for (int i = 1; i < BN / 8; ++i) mx = fmaxf(mx, fmaxf(s_acc[i * 4 + 2 * h], s_acc[i * 4 + 2 * h + 1]));
+      for (int i = 1; i < W / 8; ++i) mx = fmaxf(mx, fmaxf(s_acc[i * 4 + 2 * h], s_acc[i * 4 + 2 * h + 1]));
       mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
       mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
       // Every row sees key 0 in tile 0 and at least one key of every later tile it reads (the
@@ -387,7 +417,7 @@ fwd_body(const CUtensorMap* tm_q,  // [B*H, nq, D] in boxes of [BM rows, 64 cols
       row_max[h] = m_new;
       float sum0 = 0.f, sum1 = 0.f;
 #pragma unroll
-      for (int i = 0; i < BN / 8; ++i) {
+      for (int i = 0; i < W / 8; ++i) {
         const float p0 = lab_exp2(fmaf(s_acc[i * 4 + 2 * h], scale_log2, -m_new));
         const float p1 = lab_exp2(fmaf(s_acc[i * 4 + 2 * h + 1], scale_log2, -m_new));
         s_acc[i * 4 + 2 * h] = p0;
@@ -399,9 +429,10 @@ fwd_body(const CUtensorMap* tm_q,  // [B*H, nq, D] in boxes of [BM rows, 64 cols
     }
   };
   // P (16-bit) as the A operand of P V: k-step kk covers key blocks 2kk and 2kk+1.
-  auto pack_p = [&]() {
+  auto pack_p = [&](auto width) {
+    constexpr int W = decltype(width)::value;
 #pragma unroll
-    for (int kk = 0; kk < BN / 16; ++kk) {
+    for (int kk = 0; kk < W / 16; ++kk) {
       p_frag[kk][0] = lab_pack2<T>(s_acc[8 * kk + 0], s_acc[8 * kk + 1]);
       p_frag[kk][1] = lab_pack2<T>(s_acc[8 * kk + 2], s_acc[8 * kk + 3]);
       p_frag[kk][2] = lab_pack2<T>(s_acc[8 * kk + 4], s_acc[8 * kk + 5]);
@@ -493,85 +524,157 @@ fwd_body(const CUtensorMap* tm_q,  // [B*H, nq, D] in boxes of [BM rows, 64 cols
       s_q_tile = s_q_of(qb);
       if constexpr (C::kConsumers >= 2) asm volatile("" : "+r"(s_q_tile));
     }
-    // Tile 0: S_0 (NextS0UnderEpilogue: already in flight), its softmax, P_0.
-    if constexpr (!kEarlyS0) {
-      lab_mbar_wait(bar_q_of(qb), (kQ2 ? (round >> 1) : round) & 1);
-      lab_mbar_wait(k_full(it0 % S), (it0 / S) & 1);
-      turn_wait();
-      issue_s(it0 % S);
-      turn_pass();
-    }
-    lab_wgmma_wait<0>();
-    lab_fence_regs(s_acc);
-    lab_mbar_arrive(k_empty(it0 % S));
-    {
-      float alpha[2];
-      softmax(0, alpha);  // O is zero: nothing to rescale
-      pack_p();
-    }
-
-    // Steady state, iteration j: S_j = Q K_j^T and O += P_{j-1} V_{j-1} are both issued, then the
-    // softmax of S_j runs while P_{j-1} V_{j-1} is still on the tensor cores; O is rescaled and P_j
-    // packed only after that product has finished reading P's registers and writing O's.
-    for (int j = 1; j < n_mine; ++j) {
-      const int sk = (it0 + j) % S, sv = (it0 + j - 1) % S;
-      lab_mbar_wait(k_full(sk), ((it0 + j) / S) & 1);
-      lab_mbar_wait(v_full(sv), ((it0 + j - 1) / S) & 1);
-      turn_wait();
-      issue_s(sk);
-      issue_pv(sv);
-      turn_pass();
-      lab_wgmma_wait<1>();  // S_j done (groups complete in order); P V may still run
-      lab_fence_regs(s_acc);
-      lab_mbar_arrive(k_empty(sk));
-      float alpha[2];
-      softmax(j, alpha);
-      lab_wgmma_wait<0>();
-      lab_fence_regs(o_acc);
-      lab_fence_regs(p_frag);
-      lab_mbar_arrive(v_empty(sv));
-      rescale_o(alpha);
-      pack_p();
-    }
-    // Every S = Q K^T of this tile is done: the producer may load the next tile's Q.
-    if constexpr (kPersistent) lab_mbar_arrive(q_empty_of(qb));
     // The epilogue's tile (NextS0UnderEpilogue moves the walk on before it) and whether one follows.
     [[maybe_unused]] const int tile_bh = bh_index;
     [[maybe_unused]] bool more = false;
-    {
-      const int sv = (it0 + n_mine - 1) % S;
-      lab_mbar_wait(v_full(sv), ((it0 + n_mine - 1) / S) & 1);
-      turn_wait();
-      issue_pv(sv);
-      turn_pass();
-      if constexpr (kEarlyS0) {
-        // The next tile's S_0 behind the last P V, once its Q and first K are in; after the CTA's
-        // last tile, the same product on the buffers as they are (its result unused), so that every
-        // tile runs one code path with one wgmma group left in flight.
-        more = advance(round, it0);
-        if (more) {
-          const int qn = kQ2 ? (round & 1) : 0;
-          if constexpr (kQ2) s_q_tile = s_q_of(qn);
-          lab_mbar_wait(bar_q_of(qn), (kQ2 ? (round >> 1) : round) & 1);
+
+    // ---- HalfLastKeyTile: begin (tests/test_fwd_pipeline_model.py counts this block's barrier sites apart:
+    // the full path's below, one for one). Whether this warpgroup's last key tile's second half is masked
+    // whole (its keys all past nk or, causal, past the warpgroup's last row), from the warpgroup index
+    // broadcast from lane 0 so that ptxas knows the branch is warp-uniform (step 6 (a)); decided here, with
+    // no product in flight, and each copy of the key loop below ends with none in flight. The copies are
+    // lambdas at a compile-time width, written once; the full path stays the inline code after this block
+    // (as lambdas, the same loop compiled every existing kernel to a reordered schedule).
+    [[maybe_unused]] bool half_done = false;
+    if constexpr (kHalfLast) {
+      const int wg_last_row = m0 + (__shfl_sync(0xffffffffu, warpgroup, 0) - 1) * 64 + 63;
+      const int second_half = (n_mine - 1) * BN + BN / 2;
+      if (second_half >= nk || (CAUSAL && second_half > wg_last_row)) {
+        auto first_key_tile = [&](auto width) {  // S_0 (always full), its softmax and P_0 at `width`
+          lab_mbar_wait(bar_q_of(qb), (kQ2 ? (round >> 1) : round) & 1);
           lab_mbar_wait(k_full(it0 % S), (it0 / S) & 1);
+          turn_wait();
+          issue_s(it0 % S);
+          turn_pass();
+          lab_wgmma_wait<0>();
+          lab_fence_regs(s_acc);
+          lab_mbar_arrive(k_empty(it0 % S));
+          float alpha[2];
+          softmax(0, alpha, width);
+          pack_p(width);
+        };
+        auto key_step = [&](int j, auto width) {  // S_j with P_{j-1} V_{j-1} (never a half tile's P)
+          const int sk = (it0 + j) % S, sv = (it0 + j - 1) % S;
+          lab_mbar_wait(k_full(sk), ((it0 + j) / S) & 1);
+          lab_mbar_wait(v_full(sv), ((it0 + j - 1) / S) & 1);
+          turn_wait();
+          issue_s(sk);
+          issue_pv(sv, kFull);
+          turn_pass();
+          lab_wgmma_wait<1>();
+          lab_fence_regs(s_acc);
+          lab_mbar_arrive(k_empty(sk));
+          float alpha[2];
+          softmax(j, alpha, width);
+          lab_wgmma_wait<0>();
+          lab_fence_regs(o_acc);
+          lab_fence_regs(p_frag);
+          lab_mbar_arrive(v_empty(sv));
+          rescale_o(alpha);
+          pack_p(width);
+        };
+        auto last_pv = [&](auto width) {  // the tile's last P V; its V stage back to the producer
+          const int sv = (it0 + n_mine - 1) % S;
+          lab_mbar_wait(v_full(sv), ((it0 + n_mine - 1) / S) & 1);
+          turn_wait();
+          issue_pv(sv, width);
+          turn_pass();
+          lab_wgmma_wait<0>();
+          lab_fence_regs(o_acc);
+          lab_fence_regs(p_frag);
+          if constexpr (kPersistent || kOwn) lab_mbar_arrive(v_empty(sv));
+        };
+        if (n_mine == 1) {
+          first_key_tile(kHalf);
+        } else {
+          first_key_tile(kFull);
+          for (int j = 1; j < n_mine - 1; ++j) key_step(j, kFull);
+          key_step(n_mine - 1, kHalf);
         }
-        issue_s(it0 % S);
-        lab_wgmma_wait<1>();  // the last P V done; S_0 may still run
-      } else {
-        lab_wgmma_wait<0>();
+        if constexpr (kPersistent) lab_mbar_arrive(q_empty_of(qb));
+        last_pv(kHalf);
+        half_done = true;
       }
-      lab_fence_regs(o_acc);
-      lab_fence_regs(p_frag);
-      // The tile's last V stage goes back to the producer like every other (the loop above frees
-      // V_{j-1} only). This release was missing when v9 first ran (H200, 2026-11-26): harmless with
-      // one tile per CTA (its ring is never refilled), but a persistent CTA's producer, coming back
-      // to this stage S K/V tiles later (in the next tile: its second at S = 2), waited on v_empty
-      // for a phase no consumer would complete, and the consumers on k_full for the K tile after
-      // it: every shape where a CTA runs a second tile hung (benchmarks/v9_notes.md).
-      // tests/test_fwd_pipeline_model.py replays this protocol on the CPU and deadlocks without it.
-      // OwnKeyTiles: the producer may refill this stage within the tile (key tiles this warpgroup
-      // skips), so it goes back with one tile per CTA too.
-      if constexpr (kPersistent || kOwn) lab_mbar_arrive(v_empty(sv));
+    }
+    // ---- HalfLastKeyTile: end
+    if (!half_done) {
+      // Tile 0: S_0 (NextS0UnderEpilogue: already in flight), its softmax, P_0.
+      if constexpr (!kEarlyS0) {
+        lab_mbar_wait(bar_q_of(qb), (kQ2 ? (round >> 1) : round) & 1);
+        lab_mbar_wait(k_full(it0 % S), (it0 / S) & 1);
+        turn_wait();
+        issue_s(it0 % S);
+        turn_pass();
+      }
+      lab_wgmma_wait<0>();
+      lab_fence_regs(s_acc);
+      lab_mbar_arrive(k_empty(it0 % S));
+      {
+        float alpha[2];
+        softmax(0, alpha, kFull);  // O is zero: nothing to rescale
+        pack_p(kFull);
+      }
+
+      // Steady state, iteration j: S_j = Q K_j^T and O += P_{j-1} V_{j-1} are both issued, then the
+      // softmax of S_j runs while P_{j-1} V_{j-1} is still on the tensor cores; O is rescaled and P_j
+      // packed only after that product has finished reading P's registers and writing O's.
+      for (int j = 1; j < n_mine; ++j) {
+        const int sk = (it0 + j) % S, sv = (it0 + j - 1) % S;
+        lab_mbar_wait(k_full(sk), ((it0 + j) / S) & 1);
+        lab_mbar_wait(v_full(sv), ((it0 + j - 1) / S) & 1);
+        turn_wait();
+        issue_s(sk);
+        issue_pv(sv, kFull);
+        turn_pass();
+        lab_wgmma_wait<1>();  // S_j done (groups complete in order); P V may still run
+        lab_fence_regs(s_acc);
+        lab_mbar_arrive(k_empty(sk));
+        float alpha[2];
+        softmax(j, alpha, kFull);
+        lab_wgmma_wait<0>();
+        lab_fence_regs(o_acc);
+        lab_fence_regs(p_frag);
+        lab_mbar_arrive(v_empty(sv));
+        rescale_o(alpha);
+        pack_p(kFull);
+      }
+      // Every S = Q K^T of this tile is done: the producer may load the next tile's Q.
+      if constexpr (kPersistent) lab_mbar_arrive(q_empty_of(qb));
+      {
+        const int sv = (it0 + n_mine - 1) % S;
+        lab_mbar_wait(v_full(sv), ((it0 + n_mine - 1) / S) & 1);
+        turn_wait();
+        issue_pv(sv, kFull);
+        turn_pass();
+        if constexpr (kEarlyS0) {
+          // The next tile's S_0 behind the last P V, once its Q and first K are in; after the CTA's
+          // last tile, the same product on the buffers as they are (its result unused), so that every
+          // tile runs one code path with one wgmma group left in flight.
+          more = advance(round, it0);
+          if (more) {
+            const int qn = kQ2 ? (round & 1) : 0;
+            if constexpr (kQ2) s_q_tile = s_q_of(qn);
+            lab_mbar_wait(bar_q_of(qn), (kQ2 ? (round >> 1) : round) & 1);
+            lab_mbar_wait(k_full(it0 % S), (it0 / S) & 1);
+          }
+          issue_s(it0 % S);
+          lab_wgmma_wait<1>();  // the last P V done; S_0 may still run
+        } else {
+          lab_wgmma_wait<0>();
+        }
+        lab_fence_regs(o_acc);
+        lab_fence_regs(p_frag);
+        // The tile's last V stage goes back to the producer like every other (the loop above frees
+        // V_{j-1} only). This release was missing when v9 first ran (H200, 2026-11-26): harmless with
+        // one tile per CTA (its ring is never refilled), but a persistent CTA's producer, coming back
+        // to this stage S K/V tiles later (in the next tile: its second at S = 2), waited on v_empty
+        // for a phase no consumer would complete, and the consumers on k_full for the K tile after
+        // it: every shape where a CTA runs a second tile hung (benchmarks/v9_notes.md).
+        // tests/test_fwd_pipeline_model.py replays this protocol on the CPU and deadlocks without it.
+        // OwnKeyTiles: the producer may refill this stage within the tile (key tiles this warpgroup
+        // skips), so it goes back with one tile per CTA too.
+        if constexpr (kPersistent || kOwn) lab_mbar_arrive(v_empty(sv));
+      }
     }
     if constexpr (kOwn) {
       // The stages of the key tiles this warpgroup's rows do not see, back unread, in the ring's order.

@@ -1,0 +1,46 @@
+# The shared half of v9's committed GPU-call scripts (benchmarks/v9_step*_gpu.sh), sourced by each:
+#   gpu_call_begin NAME    logs and stores under $OUT/NAME (W, L), the lab on PYTHONPATH, LAB_CACHE, the clock
+#   step NAME LIMIT CMD... one step: its log under $L, its exit status and seconds printed and in steps.log
+#   build_v9               the plain and the tuning build side by side, and the tuning build's C75xx notices
+#   tune NAME ARGS...      `lab tune --variant v9` into $W/tunes
+#   gpu_call_end LOGS...   each named log's failures and summary line, every prediction's verdict, and one
+#                          archive $OUT/NAME.tgz (the device tool brings back only a few files)
+# PYTEST: the GPU tier of tests/test_v9_gpu.py, for `step gate ... "${PYTEST[@]}" -k ...` (-k matches more
+# than the test ids: 'not tma' deselects everything there).
+set -uo pipefail
+PYTEST=(python3 -m pytest -m gpu -v -rfE --tb=short -p no:randomly -p no:cacheprovider tests/test_v9_gpu.py)
+
+gpu_call_begin() {
+  CALL=$1
+  OUT=${OUT:-/tmp/lab-out}; W=$OUT/$CALL; L=$W/logs; mkdir -p "$L"
+  export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
+  export LAB_CACHE=${LAB_CACHE:-$PWD/.lab-cache}
+  T0=$SECONDS
+}
+
+step() {
+  local name=$1 limit=$2; shift 2
+  local t0=$SECONDS
+  timeout "$limit" "$@" >"$L/$name.log" 2>&1
+  echo "$name rc=$? $((SECONDS - t0))s (at $((SECONDS - T0))s)" | tee -a "$L/steps.log"
+}
+
+build_v9() {
+  step build 200 python3 -m lab.cli build --variant v9 &
+  step build-tuning "${1:-420}" python3 -m lab.cli build --variant v9 --tuning
+  wait
+  grep -c "C75" "$L/build-tuning.log" | sed 's/^/ptxas C75xx notices in the tuning build: /'
+}
+
+tune() {
+  local name=$1; shift
+  step "tune-$name" 100 python3 -m lab.cli tune --variant v9 --profiles "$W/tunes" "$@"
+}
+
+gpu_call_end() {
+  local f
+  for f in "$@"; do grep -E "^(FAILED|ERROR)" "$L/$f.log" | head -10; tail -1 "$L/$f.log"; done
+  python3 benchmarks/tune_verdicts.py "$W/tunes"
+  tar czf "$OUT/$CALL.tgz" -C "$OUT" "$CALL" && rm -rf "$W"
+  echo "total $((SECONDS - T0))s"
+}

@@ -373,6 +373,22 @@ def test_compare_flags_a_regression_only_beyond_noise_and_threshold(tmp_path):
     assert d["tflops_change_pct"] == pytest.approx(100 * (10.0 / 12.0 - 1))
 
 
+def test_compare_shows_the_work_and_the_rate_it_issued_at_from_real_profiles():
+    """Two shipped H100 profiles of v9 (D=64 causal, D=128 non-causal, both at N = 512): the comparison's
+    rows read the work (executed instructions, cycles) and its issue rate (executed IPC), and the pipes
+    beside the tensor core's, from the stored ncu metrics as Nsight names them."""
+    from lab.store.runs import find_run
+
+    a = rundata.load(find_run("20261127-182742-v9-B32-H32-N512-D64-causal-float16", EXAMPLES.parent))
+    b = rundata.load(find_run("20261127-182809-v9-B32-H16-N512-D128-float16", EXAMPLES.parent))
+    rows = {r["label"]: r for r in compare_runs(a, b, threshold_pct=5.0).metrics}
+    assert rows["Executed instructions"]["a"] == 53_365_788 and rows["Executed instructions"]["b"] < 53_365_788
+    assert rows["Executed IPC active"]["a"] == pytest.approx(1.758, abs=1e-3)
+    assert rows["Elapsed cycles"]["a"] > rows["SM active cycles"]["a"] > 0
+    assert rows["XU pipe issue (%)"]["a"] == pytest.approx(36.9, abs=0.05)
+    assert 0 < rows["ALU pipe issue (%)"]["b"] < rows["ALU pipe issue (%)"]["a"]
+
+
 def test_a_deterministic_run_is_never_read_as_the_defaults(tmp_path):
     """Same rung, same shape, one run --deterministic: compare says which is which, and the index keeps
     them apart (the latest run of a rung per group must not be the other mode's)."""

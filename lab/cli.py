@@ -46,6 +46,7 @@ from lab.measure.tune import parse_prediction, tune as run_tune
 from lab.pipeline import ProfileOptions, profile as run_profile, reanalyze as run_reanalyze
 from lab.profilers.ncu import section_args
 from lab.profilers.timeline import read_any, renderables, require_range
+from lab.report import compare_kernels
 from lab.report.compare import compare_ids, text_lines
 from lab.report import ledgerpage
 from lab.report.pages import open_in_browser, render, render_compare
@@ -699,8 +700,19 @@ def ledger(profiles_dir, as_json):
 @json_option
 def compare(run_a, run_b, threshold_pct, out_dir, profiles_dir, as_json):
     """Compare two stored runs side by side (each a run id, a prefix, a run folder, or a rung id for its
-    latest run: `lab compare v5 v6`); exit 1 when B regresses beyond noise and the threshold."""
+    latest run: `lab compare v5 v6`); exit 1 when B regresses beyond noise and the threshold. Either side
+    may be a bare Nsight Compute report (.ncu-rep, .xz or .gz), e.g. cuDNN's kernel at the same shape:
+    then the two heaviest kernels' metrics and findings are compared, not their speed (exit 0, no page)."""
 
+    if compare_kernels.is_report_file(run_a) or compare_kernels.is_report_file(run_b):
+        root = open_root(profiles_dir)
+        kc = compare_kernels.compare_kernels(compare_kernels.load_side(run_a, root), compare_kernels.load_side(run_b, root))
+        if as_json:
+            click.echo(json.dumps(kc.to_json(), indent=2))
+        else:
+            for line in compare_kernels.text_lines(kc):
+                click.echo(line)
+        return
     result = compare_ids(run_a, run_b, threshold_pct, root=profiles_dir)
     if not result.comparable:   # runs of different modes: said first, each run's own numbers, no page (exit 2)
         if as_json:

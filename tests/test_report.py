@@ -421,6 +421,29 @@ def test_lab_compare_exit_codes_and_json(tmp_path):
         assert r.returncode == 2 and "error:" in r.stderr and "Traceback" not in r.stderr
 
 
+def test_lab_compare_reads_a_bare_report_beside_a_run_as_kernels_not_speeds(tmp_path):
+    """v9's shipped H100 profile against cuDNN's kernel at the same shape (32,32,512,64 causal fp16, an H200
+    report in tests/fixtures/ncu): the same work in as many instructions (53.37 M against 53.49 M) at a
+    higher issue rate on cuDNN's side, which is step 8's reading (benchmarks/v9_notes.md); no speed
+    verdict, since a bare report holds no timing of the lab's; a missing report is refused."""
+    from conftest import FIXTURES
+
+    cudnn = str(FIXTURES / "ncu" / "sdpa-cudnn-fwd-d64-causal.ncu-rep.xz")
+    r = lab("compare", "20261127-182742-v9-B32-H32-N512-D64-causal-float16", cudnn, "--json")
+    assert r.returncode == 0, r.stderr
+    d = json.loads(r.stdout)
+    assert d["timed"] is False and (d["a"]["source"], d["b"]["source"]) == ("run", "report")
+    assert "64x128x64" in d["b"]["kernel"] and "fwd_kernel_o_tma" in d["a"]["kernel"]
+    rows = {x["label"]: x for x in d["metrics"]}
+    assert (rows["Executed instructions"]["a"], rows["Executed instructions"]["b"]) == (53_365_788, 53_487_756)
+    assert rows["Executed IPC active"]["b"] > rows["Executed IPC active"]["a"]
+    assert rows["Elapsed cycles"]["change_pct"] < -5
+    r = lab("compare", "20261127-182742-v9-B32-H32-N512-D64-causal-float16", cudnn)
+    assert r.returncode == 0 and "is a bare Nsight Compute report" in r.stdout and "different GPUs" in r.stdout
+    r = lab("compare", cudnn, str(tmp_path / "missing.ncu-rep"))
+    assert r.returncode == 2 and "no such Nsight Compute report" in r.stderr and "Traceback" not in r.stderr
+
+
 # ------------------------------------------------------------------------- lab report on the CLI
 
 def test_lab_report_prints_the_index_and_renders_every_run(tmp_path):

@@ -698,13 +698,18 @@ def ledger(profiles_dir, as_json):
               help="where to write compare-A-B.html (default: reports/)")
 @profiles_option
 @json_option
-def compare(run_a, run_b, threshold_pct, out_dir, profiles_dir, as_json):
+@click.pass_context
+def compare(ctx, run_a, run_b, threshold_pct, out_dir, profiles_dir, as_json):
     """Compare two stored runs side by side (each a run id, a prefix, a run folder, or a rung id for its
     latest run: `lab compare v5 v6`); exit 1 when B regresses beyond noise and the threshold. Either side
     may be a bare Nsight Compute report (.ncu-rep, .xz or .gz), e.g. cuDNN's kernel at the same shape:
     then the two heaviest kernels' metrics and findings are compared, not their speed (exit 0, no page)."""
 
     if compare_kernels.is_report_file(run_a) or compare_kernels.is_report_file(run_b):
+        unused = [flag for flag, name in (("--threshold", "threshold_pct"), ("--out", "out_dir")) if given(ctx, name)]
+        if unused:   # they judge and draw two runs' speeds: said, not silently dropped
+            click.echo(f"note: {' and '.join(unused)} not used: a bare report is compared by its metrics, not its speed "
+                       "(no verdict, no page)", err=True)
         root = open_root(profiles_dir)
         kc = compare_kernels.compare_kernels(compare_kernels.load_side(run_a, root), compare_kernels.load_side(run_b, root))
         if as_json:

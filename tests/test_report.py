@@ -440,6 +440,8 @@ def test_lab_compare_reads_a_bare_report_beside_a_run_as_kernels_not_speeds(tmp_
     assert rows["Elapsed cycles"]["change_pct"] < -5
     r = lab("compare", "20261127-182742-v9-B32-H32-N512-D64-causal-float16", cudnn)
     assert r.returncode == 0 and "is a bare Nsight Compute report" in r.stdout and "different GPUs" in r.stdout
+    r = lab("compare", cudnn, cudnn, "--threshold", "2")
+    assert r.returncode == 0 and "--threshold not used" in r.stderr
     r = lab("compare", cudnn, str(tmp_path / "missing.ncu-rep"))
     assert r.returncode == 2 and "no such Nsight Compute report" in r.stderr and "Traceback" not in r.stderr
 

@@ -90,6 +90,25 @@ def _finding_classes(rd: RunData) -> dict[str, str]:
     return out
 
 
+def metric_rows(ka: dict | None, kb: dict | None) -> list[dict]:
+    """The key metrics of two kernels (dicts by ncu name) side by side, B's change against A's; a metric
+    neither has is left out. `lab compare`'s table, for stored runs and for bare reports alike."""
+    rows = []
+    for name, label in KEY_METRICS:
+        _, va = first_metric(ka, name)
+        _, vb = first_metric(kb, name)
+        if va is not None or vb is not None:
+            rows.append({"metric": name, "label": label, "a": va, "b": vb, "change_pct": _pct_change(va, vb)})
+    return rows
+
+
+def finding_changes(fa: dict[str, str], fb: dict[str, str]) -> dict:
+    """Finding classes (class -> title) of A and B: resolved in B, new in B, kept by both."""
+    return {"resolved": [{"class": c, "title": t} for c, t in fa.items() if c not in fb],
+            "new": [{"class": c, "title": t} for c, t in fb.items() if c not in fa],
+            "kept": [{"class": c, "a_title": fa[c], "b_title": fb[c]} for c in fa if c in fb]}
+
+
 def compare_runs(a: RunData, b: RunData, threshold_pct: float = DEFAULT_THRESHOLD_PCT) -> Comparison:
     if threshold_pct < 0:
         raise LabError(f"--threshold must be >= 0 (a percentage), got {threshold_pct}")
@@ -150,19 +169,9 @@ def compare_runs(a: RunData, b: RunData, threshold_pct: float = DEFAULT_THRESHOL
                         + ", ".join(f"{r['name']} {r['dtype']} {fmt_change(r['change_pct'])}" for r in drifted)
                         + f" in time, against B's own change of {fmt_change(ours)}")
 
-    metrics = []
     ka, kb = a.primary_kernel, b.primary_kernel
-    if ka or kb:
-        for name, label in KEY_METRICS:
-            _, va = first_metric(ka, name)
-            _, vb = first_metric(kb, name)
-            if va is None and vb is None:
-                continue
-            metrics.append({"metric": name, "label": label, "a": va, "b": vb, "change_pct": _pct_change(va, vb)})
-    fa, fb = _finding_classes(a), _finding_classes(b)
-    findings = {"resolved": [{"class": c, "title": t} for c, t in fa.items() if c not in fb],
-                "new": [{"class": c, "title": t} for c, t in fb.items() if c not in fa],
-                "kept": [{"class": c, "a_title": fa[c], "b_title": fb[c]} for c in fa if c in fb],
+    metrics = metric_rows(ka, kb)
+    findings = {**finding_changes(_finding_classes(a), _finding_classes(b)),
                 "kernels": {"a": ka["kernel"] if ka else None, "b": kb["kernel"] if kb else None}}
     return Comparison(a, b, threshold_pct, a_tp, b_tp, change, overlap, regression, verdict, warnings,
                       baselines, metrics, findings)
@@ -196,11 +205,16 @@ def text_lines(c: Comparison) -> list[str]:
     out += [f"A  {t(c.a, c.a_tp)}", f"B  {t(c.b, c.b_tp)}"]
     if c.comparable:
         out += [f"warning: {w}" for w in c.warnings]
-    for m in c.metrics:
-        ch = fmt_change(m["change_pct"])
-        out.append(f"  {m['label']:<38} {fmt_num(m['a']):>14} -> {fmt_num(m['b']):>14}  ({ch})")
-    for kind in ("resolved", "new"):
-        for f in c.findings.get(kind, []):
-            out.append(f"  finding {kind}: {f['class']}: {f['title']}")
+    out += metric_and_finding_lines(c.metrics, c.findings)
     out.append(c.verdict)
+    return out
+
+
+def metric_and_finding_lines(metrics: list[dict], findings: dict) -> list[str]:
+    """metric_rows' table and finding_changes' resolved and new classes, as the terminal prints them."""
+    out = [f"  {m['label']:<38} {fmt_num(m['a']):>14} -> {fmt_num(m['b']):>14}  ({fmt_change(m['change_pct'])})"
+           for m in metrics]
+    for kind in ("resolved", "new"):
+        for f in findings.get(kind, []):
+            out.append(f"  finding {kind}: {f['class']}: {f['title']}")
     return out

@@ -12,9 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from lab.analysis.metrics import KEY_METRICS
 from lab.errors import LabError
-from lab.report.formatting import fmt_change, fmt_num
+from lab.report.compare import finding_changes, metric_and_finding_lines, metric_rows
 
 REPORT_SUFFIXES = (".ncu-rep", ".ncu-rep.xz", ".ncu-rep.gz")
 
@@ -36,7 +35,9 @@ class KernelSide:
 
 
 def load_side(ref: str, root: Path | None) -> KernelSide:
-    """The heaviest kernel (longest ncu duration) of a report file, or of a stored run's own report."""
+    """The heaviest kernel (longest ncu duration) of a report file, or of a stored run's own report. A run's
+    report is analyzed again rather than its stored findings read, so that both sides are judged by this
+    lab's rules of today (a run stored before a rule changed would otherwise differ for that reason)."""
     from lab.analysis.findings import analyze_report
     from lab.store.runs import find_run, report_or_run
 
@@ -68,21 +69,8 @@ class KernelComparison:
         return {"a": side(self.a), "b": side(self.b), "timed": False, "metrics": self.metrics, "findings": self.findings}
 
 
-def _change_pct(a, b) -> float | None:
-    return None if (not isinstance(a, (int, float)) or not isinstance(b, (int, float)) or a == 0) else 100.0 * (b - a) / a
-
-
 def compare_kernels(a: KernelSide, b: KernelSide) -> KernelComparison:
-    rows = []
-    for name, label in KEY_METRICS:
-        va, vb = a.metrics.get(name), b.metrics.get(name)
-        if va is None and vb is None:
-            continue
-        rows.append({"metric": name, "label": label, "a": va, "b": vb, "change_pct": _change_pct(va, vb)})
-    findings = {"resolved": [{"class": c, "title": t} for c, t in a.findings.items() if c not in b.findings],
-                "new": [{"class": c, "title": t} for c, t in b.findings.items() if c not in a.findings],
-                "kept": sorted(set(a.findings) & set(b.findings))}
-    return KernelComparison(a, b, rows, findings)
+    return KernelComparison(a, b, metric_rows(a.metrics, b.metrics), finding_changes(a.findings, b.findings))
 
 
 def text_lines(c: KernelComparison) -> list[str]:
@@ -94,12 +82,7 @@ def text_lines(c: KernelComparison) -> list[str]:
                  " Duration is ncu's own, under its clock control")
     if c.a.device and c.b.device and c.a.device != c.b.device:
         lines.append(f"warning: different GPUs ({c.a.device} vs {c.b.device}): cycles compare, times do not")
-    width = max((len(r["label"]) for r in c.metrics), default=0)
-    for r in c.metrics:
-        lines.append(f"  {r['label']:<{width}}  {fmt_num(r['a']):>14} -> {fmt_num(r['b']):>14}  ({fmt_change(r['change_pct'])})")
-    for kind in ("resolved", "new"):
-        for f in c.findings[kind]:
-            lines.append(f"  finding {kind}: {f['class']}: {f['title']}")
+    lines += metric_and_finding_lines(c.metrics, c.findings)
     if c.findings["kept"]:
-        lines.append(f"  findings in both: {', '.join(c.findings['kept'])}")
+        lines.append(f"  findings in both: {', '.join(f['class'] for f in c.findings['kept'])}")
     return lines

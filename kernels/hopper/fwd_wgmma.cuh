@@ -366,7 +366,7 @@ fwd_body(const CUtensorMap* tm_q,  // [B*H, nq, D] in boxes of [BM rows, 64 cols
   // version of step 11) made ptxas serialize the kernel's products (C7511), in some instantiations
   // even with its choice made where no product is in flight.
   using Full = std::integral_constant<int, BN>;
-  using Half = std::integral_constant<int, kHalfLast ? BN / 2 : BN>;
+  using Half = std::integral_constant<int, BN / 2>;
   constexpr Full kFull{};
   [[maybe_unused]] constexpr Half kHalf{};
   auto issue_s = [&](int stage) {

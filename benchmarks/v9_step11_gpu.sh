@@ -10,7 +10,8 @@
 #
 #   OUT=$OUT bash benchmarks/v9_step11_gpu.sh a      # one GPU, about 9 minutes cold
 #   OUT=$OUT bash benchmarks/v9_step11_gpu.sh b      # the same machine, warm: about 5 minutes
-PART=${1:?part a or b}
+PART=${1:-}
+case "$PART" in a|b) ;; *) echo "usage: $0 a|b (the call's part)" >&2; exit 2 ;; esac
 . "$(dirname "$0")/gpu_call.sh"
 gpu_call_begin "v9s11$PART"
 build_v9 480

@@ -979,13 +979,24 @@ def sweep(ctx, variant_spec, shapes, preset, batch_spec, heads_kv_spec, causal, 
         sys.exit(1)
 
 
-def _command_line(command: str) -> str:
-    """The command as typed, for the record (empty where `lab` was called from Python)."""
+def _command_line(command: str, argv: list[str] | None = None) -> str:
+    """The command as typed, for the record (empty where `lab` was called from Python), less its
+    --profiles: the store a record lives in is where it is read from, and the path it was written to
+    on the machine that measured it (a GPU machine's scratch folder) means nothing where it is shipped."""
 
-    argv = sys.argv
+    argv = sys.argv if argv is None else argv
     if Path(argv[0]).name not in ("lab", "cli.py") or command not in argv:
         return ""
-    return "lab " + " ".join(shlex.quote(a) for a in argv[argv.index(command):])
+    typed, kept = argv[argv.index(command):], []
+    skip = False
+    for a in typed:
+        if skip:
+            skip = False
+        elif a == "--profiles":
+            skip = True
+        elif not a.startswith("--profiles="):
+            kept.append(a)
+    return "lab " + " ".join(shlex.quote(a) for a in kept)
 
 
 def _print_sweep_summary(target) -> None:

@@ -574,3 +574,13 @@ def test_the_sweep_page_contents_name_each_group_once_with_its_dtype(tmp_path):
     entries = re.findall(r'<a href="#g-[^"]*">([^<]*)</a>', toc)
     assert len(entries) == 2 and len(set(entries)) == 2, entries
     assert any("float16" in e for e in entries) and any("bfloat16" in e for e in entries)
+
+
+def test_recorded_command_leaves_out_the_store_it_was_written_to():
+    # the path is the measuring machine's (a GPU machine's scratch folder): meaningless where the record is shipped
+    from lab.cli import _command_line
+
+    typed = ["/venv/bin/lab", "sweep", "--variant", "v9", "--profiles", "/root/out/s", "--name", "a b",
+             "--profiles=/x", "--preset", "fa-grid"]
+    assert _command_line("sweep", typed) == "lab sweep --variant v9 --name 'a b' --preset fa-grid"
+    assert _command_line("sweep", ["python", "-c", "sweep"]) == ""

@@ -304,9 +304,18 @@
 //   full product. "C1 BN128 S2 persistent tma-o half-softmax", "... tma-o q2 half-softmax", "C2 BN128 S2
 //   persistent pp tma-o q2 half-softmax": 0 spills, no C75xx notice, every existing kernel SASS-identical.
 //   Predicted 1.02-1.05x the default at 32,32,512,64 causal down to 1.00-1.012x at 4096; 1.00-1.04x at
-//   32,16,512,128 causal; the non-causal controls 0.99-1.01x. The calls: benchmarks/v9_step11_gpu.sh a, b.
-// Still to come (issue 28): D=64 causal N <= 4096 and D=64 non-causal N = 2048 (0.94-0.998x cuDNN); D=128 causal
-//   N = 512 on the H100 (0.991x / 0.998x); the H100 fa-grid after step 10.
+//   32,16,512,128 causal; the non-causal controls 0.99-1.01x. Measured (one H100, e982121): 0.946x at N = 512
+//   causal, 0.876x at 1024, 0.899x at D=128 N = 512 causal; controls 0.986x, 0.991x (1 of 5 inside). The cause,
+//   from ncu: the stall "no instructions" 1.4% -> 15.9% of the samples, the two CTAs on an SM running
+//   different copies of the key loop (4,616 instructions a function against 2,392): instruction-cache misses.
+// Step 11 (b) (fourteenth session, CPU; v9_notes "Step 11 (b)"): the same three candidates with one key loop
+//   and the half tile's last step peeled off it (2,872 instructions; the key loop 666 against the default's
+//   667). 0 spills, no C75xx, every existing kernel SASS-identical. Predicted 1.00-1.035x at 32,32,512,64
+//   causal, 1.00-1.02x at 1024, 0.995-1.012x at 2048; 1.00-1.04x at 32,16,512,128 causal; the control 0.99-1.01x.
+//   The call: benchmarks/v9_step11b_gpu.sh.
+// Still to come (issue 28; H100 fa-grid after step 10, `20261127-225520-sweep-v9-fa-grid-h100`, graph, 35 of 48):
+//   D=64 causal N <= 4096 (0.942-0.991x cuDNN), D=64 non-causal N = 1024 and 2048 (0.985-0.998x), D=128 causal
+//   N = 512 bf16 (0.996x).
 #include "common.cuh"
 #include "hopper/fwd_wgmma.cuh"
 

@@ -161,11 +161,13 @@ LAB_CONFIG_FLAG(IssuesNextS0Early, kNextS0Early);
 // block (BM = 64) or of warpgroup 0 of every block (ping-pong's BM = 128), 10% of the key-tile work at
 // N = 512; or a ragged last key tile of at most 64 keys. There the softmax reads 64 columns (its mask,
 // max, exp2 and sum) and P V takes BN / 32 k-steps instead of BN / 16; S = Q K^T stays the full m64nBN
-// product (an m64n64 one, step 7 (a) and this step's first version, made ptxas serialize every wgmma of
-// some instantiations: C7511). Step 7 (a) chose the width per key tile, with other products in flight;
-// here the choice is made once per tile, before any product is in flight, between copies of the tile's
-// key loop that each end with none in flight (full, half-last, and a tile of one key tile at half
-// width). The K and V loads, and the turns of ping-pong, are unchanged.
+// product. The tile runs the one key loop; a half tile's last key step is peeled off it, and the last
+// P V is issued and waited for in a branch per width, so that every choice of width is made with no
+// product in flight (step 7 (a) chose per key tile with products in flight, and an m64n64 S in this
+// step's first version: either made ptxas serialize every wgmma, C7511).
+// Step 11 (a), measured (H100, 2026-11-27): three copies of the whole key loop, one chosen per tile, ran
+// 0.876x at 16,32,1024,64 causal: the two CTAs on an SM ran different copies at once and the instruction
+// cache missed (stall "no instructions" 1.4% -> 15.9% of the samples; benchmarks/v9_notes.md, "Step 11").
 template <class Base>
 struct HalfLastKeyTile : Base {
   static constexpr bool kHalfLast = true;
@@ -530,97 +532,70 @@ fwd_body(const CUtensorMap* tm_q,  // [B*H, nq, D] in boxes of [BM rows, 64 cols
     [[maybe_unused]] const int tile_bh = bh_index;
     [[maybe_unused]] bool more = false;
 
-    // ---- HalfLastKeyTile: begin (tests/test_fwd_pipeline_model.py counts this block's barrier sites apart:
-    // the full path's below, one for one). Whether this warpgroup's last key tile's second half is masked
-    // whole (its keys all past nk or, causal, past the warpgroup's last row), from the warpgroup index
-    // broadcast from lane 0 so that ptxas knows the branch is warp-uniform (step 6 (a)); decided here, with
-    // no product in flight, and each copy of the key loop below ends with none in flight. The copies are
-    // lambdas at a compile-time width, written once; the full path stays the inline code after this block
-    // (as lambdas, the same loop compiled every existing kernel to a reordered schedule).
-    [[maybe_unused]] bool half_done = false;
+    // HalfLastKeyTile: whether this warpgroup's last key tile's second half is masked whole (its keys all
+    // past nk or, causal, past the warpgroup's last row). The tile runs the one key loop below either way;
+    // a half tile's last key step is peeled off it (its softmax and P at 64 columns, then half of the last
+    // P V's k-steps). With one consumer the warpgroup's rows are the block's, which ptxas keeps in uniform
+    // registers; with two, the warpgroup index is broadcast from lane 0 so that ptxas knows the branch is
+    // warp-uniform (step 6 (a)). The broadcast with one consumer too moved the key loop's V descriptors into
+    // per-thread registers (667 -> 687 instructions a key step at D=64 causal).
+    [[maybe_unused]] bool half = false;
     if constexpr (kHalfLast) {
-      const int wg_last_row = m0 + (__shfl_sync(0xffffffffu, warpgroup, 0) - 1) * 64 + 63;
+      const int wg_last_row = m0 + (C::kConsumers == 1 ? 0 : __shfl_sync(0xffffffffu, warpgroup, 0) - 1) * 64 + 63;
       const int second_half = (n_mine - 1) * BN + BN / 2;
-      if (second_half >= nk || (CAUSAL && second_half > wg_last_row)) {
-        auto first_key_tile = [&](auto width) {  // S_0 (always full), its softmax and P_0 at `width`
-          lab_mbar_wait(bar_q_of(qb), (kQ2 ? (round >> 1) : round) & 1);
-          lab_mbar_wait(k_full(it0 % S), (it0 / S) & 1);
-          turn_wait();
-          issue_s(it0 % S);
-          turn_pass();
-          lab_wgmma_wait<0>();
-          lab_fence_regs(s_acc);
-          lab_mbar_arrive(k_empty(it0 % S));
-          float alpha[2];
-          softmax(0, alpha, width);
-          pack_p(width);
-        };
-        auto key_step = [&](int j, auto width) {  // S_j with P_{j-1} V_{j-1} (never a half tile's P)
-          const int sk = (it0 + j) % S, sv = (it0 + j - 1) % S;
-          lab_mbar_wait(k_full(sk), ((it0 + j) / S) & 1);
-          lab_mbar_wait(v_full(sv), ((it0 + j - 1) / S) & 1);
-          turn_wait();
-          issue_s(sk);
-          issue_pv(sv, kFull);
-          turn_pass();
-          lab_wgmma_wait<1>();
-          lab_fence_regs(s_acc);
-          lab_mbar_arrive(k_empty(sk));
-          float alpha[2];
-          softmax(j, alpha, width);
-          lab_wgmma_wait<0>();
-          lab_fence_regs(o_acc);
-          lab_fence_regs(p_frag);
-          lab_mbar_arrive(v_empty(sv));
-          rescale_o(alpha);
-          pack_p(width);
-        };
-        auto last_pv = [&](auto width) {  // the tile's last P V; its V stage back to the producer
-          const int sv = (it0 + n_mine - 1) % S;
-          lab_mbar_wait(v_full(sv), ((it0 + n_mine - 1) / S) & 1);
-          turn_wait();
-          issue_pv(sv, width);
-          turn_pass();
-          lab_wgmma_wait<0>();
-          lab_fence_regs(o_acc);
-          lab_fence_regs(p_frag);
-          if constexpr (kPersistent || kOwn) lab_mbar_arrive(v_empty(sv));
-        };
-        if (n_mine == 1) {
-          first_key_tile(kHalf);
-        } else {
-          first_key_tile(kFull);
-          for (int j = 1; j < n_mine - 1; ++j) key_step(j, kFull);
-          key_step(n_mine - 1, kHalf);
-        }
-        if constexpr (kPersistent) lab_mbar_arrive(q_empty_of(qb));
-        last_pv(kHalf);
-        half_done = true;
-      }
+      half = second_half >= nk || (CAUSAL && second_half > wg_last_row);
     }
-    // ---- HalfLastKeyTile: end
-    if (!half_done) {
-      // Tile 0: S_0 (NextS0UnderEpilogue: already in flight), its softmax, P_0.
-      if constexpr (!kEarlyS0) {
-        lab_mbar_wait(bar_q_of(qb), (kQ2 ? (round >> 1) : round) & 1);
-        lab_mbar_wait(k_full(it0 % S), (it0 / S) & 1);
-        turn_wait();
-        issue_s(it0 % S);
-        turn_pass();
-      }
-      lab_wgmma_wait<0>();
-      lab_fence_regs(s_acc);
-      lab_mbar_arrive(k_empty(it0 % S));
-      {
-        float alpha[2];
-        softmax(0, alpha, kFull);  // O is zero: nothing to rescale
-        pack_p(kFull);
-      }
+    // Tile 0: S_0 (NextS0UnderEpilogue: already in flight), its softmax, P_0.
+    if constexpr (!kEarlyS0) {
+      lab_mbar_wait(bar_q_of(qb), (kQ2 ? (round >> 1) : round) & 1);
+      lab_mbar_wait(k_full(it0 % S), (it0 / S) & 1);
+      turn_wait();
+      issue_s(it0 % S);
+      turn_pass();
+    }
+    lab_wgmma_wait<0>();
+    lab_fence_regs(s_acc);
+    lab_mbar_arrive(k_empty(it0 % S));
+    {
+      // HalfLastKeyTile: at full width even where this is the half tile (a tile of one key tile): its P is 0
+      // past the mask, so the last P V's half reads all there is. A half-width softmax here left P's second
+      // half unwritten on a path into the loop's full P V, and ptxas serialized every wgmma (C7511).
+      float alpha[2];
+      softmax(0, alpha, kFull);  // O is zero: nothing to rescale
+      pack_p(kFull);
+    }
 
-      // Steady state, iteration j: S_j = Q K_j^T and O += P_{j-1} V_{j-1} are both issued, then the
-      // softmax of S_j runs while P_{j-1} V_{j-1} is still on the tensor cores; O is rescaled and P_j
-      // packed only after that product has finished reading P's registers and writing O's.
-      for (int j = 1; j < n_mine; ++j) {
+    // Steady state, iteration j: S_j = Q K_j^T and O += P_{j-1} V_{j-1} are both issued, then the
+    // softmax of S_j runs while P_{j-1} V_{j-1} is still on the tensor cores; O is rescaled and P_j
+    // packed only after that product has finished reading P's registers and writing O's.
+    // HalfLastKeyTile: a half tile's last step is peeled off (below).
+    const int n_loop = kHalfLast && half ? n_mine - 1 : n_mine;
+    for (int j = 1; j < n_loop; ++j) {
+      const int sk = (it0 + j) % S, sv = (it0 + j - 1) % S;
+      lab_mbar_wait(k_full(sk), ((it0 + j) / S) & 1);
+      lab_mbar_wait(v_full(sv), ((it0 + j - 1) / S) & 1);
+      turn_wait();
+      issue_s(sk);
+      issue_pv(sv, kFull);
+      turn_pass();
+      lab_wgmma_wait<1>();  // S_j done (groups complete in order); P V may still run
+      lab_fence_regs(s_acc);
+      lab_mbar_arrive(k_empty(sk));
+      float alpha[2];
+      softmax(j, alpha, kFull);
+      lab_wgmma_wait<0>();
+      lab_fence_regs(o_acc);
+      lab_fence_regs(p_frag);
+      lab_mbar_arrive(v_empty(sv));
+      rescale_o(alpha);
+      pack_p(kFull);
+    }
+    if constexpr (kHalfLast) {
+      // ---- HalfLastKeyTile: begin (tests/test_fwd_pipeline_model.py counts this block's barrier sites apart:
+      // the loop body's, one for one). The half tile's key step, the loop's body at 64 columns: it starts
+      // with no product in flight and ends with none.
+      if (half && n_mine > 1) {
+        const int j = n_mine - 1;
         const int sk = (it0 + j) % S, sv = (it0 + j - 1) % S;
         lab_mbar_wait(k_full(sk), ((it0 + j) / S) & 1);
         lab_mbar_wait(v_full(sv), ((it0 + j - 1) / S) & 1);
@@ -628,55 +603,71 @@ fwd_body(const CUtensorMap* tm_q,  // [B*H, nq, D] in boxes of [BM rows, 64 cols
         issue_s(sk);
         issue_pv(sv, kFull);
         turn_pass();
-        lab_wgmma_wait<1>();  // S_j done (groups complete in order); P V may still run
+        lab_wgmma_wait<1>();
         lab_fence_regs(s_acc);
         lab_mbar_arrive(k_empty(sk));
         float alpha[2];
-        softmax(j, alpha, kFull);
+        softmax(j, alpha, kHalf);
         lab_wgmma_wait<0>();
         lab_fence_regs(o_acc);
         lab_fence_regs(p_frag);
         lab_mbar_arrive(v_empty(sv));
         rescale_o(alpha);
-        pack_p(kFull);
+        pack_p(kHalf);
       }
-      // Every S = Q K^T of this tile is done: the producer may load the next tile's Q.
-      if constexpr (kPersistent) lab_mbar_arrive(q_empty_of(qb));
-      {
-        const int sv = (it0 + n_mine - 1) % S;
-        lab_mbar_wait(v_full(sv), ((it0 + n_mine - 1) / S) & 1);
-        turn_wait();
-        issue_pv(sv, kFull);
-        turn_pass();
-        if constexpr (kEarlyS0) {
-          // The next tile's S_0 behind the last P V, once its Q and first K are in; after the CTA's
-          // last tile, the same product on the buffers as they are (its result unused), so that every
-          // tile runs one code path with one wgmma group left in flight.
-          more = advance(round, it0);
-          if (more) {
-            const int qn = kQ2 ? (round & 1) : 0;
-            if constexpr (kQ2) s_q_tile = s_q_of(qn);
-            lab_mbar_wait(bar_q_of(qn), (kQ2 ? (round >> 1) : round) & 1);
-            lab_mbar_wait(k_full(it0 % S), (it0 / S) & 1);
-          }
-          issue_s(it0 % S);
-          lab_wgmma_wait<1>();  // the last P V done; S_0 may still run
+      // ---- HalfLastKeyTile: end
+    }
+    // Every S = Q K^T of this tile is done: the producer may load the next tile's Q.
+    if constexpr (kPersistent) lab_mbar_arrive(q_empty_of(qb));
+    {
+      const int sv = (it0 + n_mine - 1) % S;
+      lab_mbar_wait(v_full(sv), ((it0 + n_mine - 1) / S) & 1);
+      turn_wait();
+      if constexpr (kHalfLast) {
+        // Each width's product issued and waited for in its own branch: one group left in flight across
+        // the branches' join (a choice of shape with a product in flight) made ptxas serialize every wgmma
+        // of the kernel (C7511).
+        if (half) {
+          issue_pv(sv, kHalf);
+          turn_pass();
+          lab_wgmma_wait<0>();
         } else {
+          issue_pv(sv, kFull);
+          turn_pass();
           lab_wgmma_wait<0>();
         }
-        lab_fence_regs(o_acc);
-        lab_fence_regs(p_frag);
-        // The tile's last V stage goes back to the producer like every other (the loop above frees
-        // V_{j-1} only). This release was missing when v9 first ran (H200, 2026-11-26): harmless with
-        // one tile per CTA (its ring is never refilled), but a persistent CTA's producer, coming back
-        // to this stage S K/V tiles later (in the next tile: its second at S = 2), waited on v_empty
-        // for a phase no consumer would complete, and the consumers on k_full for the K tile after
-        // it: every shape where a CTA runs a second tile hung (benchmarks/v9_notes.md).
-        // tests/test_fwd_pipeline_model.py replays this protocol on the CPU and deadlocks without it.
-        // OwnKeyTiles: the producer may refill this stage within the tile (key tiles this warpgroup
-        // skips), so it goes back with one tile per CTA too.
-        if constexpr (kPersistent || kOwn) lab_mbar_arrive(v_empty(sv));
+      } else if constexpr (kEarlyS0) {
+        issue_pv(sv, kFull);
+        turn_pass();
+        // The next tile's S_0 behind the last P V, once its Q and first K are in; after the CTA's
+        // last tile, the same product on the buffers as they are (its result unused), so that every
+        // tile runs one code path with one wgmma group left in flight.
+        more = advance(round, it0);
+        if (more) {
+          const int qn = kQ2 ? (round & 1) : 0;
+          if constexpr (kQ2) s_q_tile = s_q_of(qn);
+          lab_mbar_wait(bar_q_of(qn), (kQ2 ? (round >> 1) : round) & 1);
+          lab_mbar_wait(k_full(it0 % S), (it0 / S) & 1);
+        }
+        issue_s(it0 % S);
+        lab_wgmma_wait<1>();  // the last P V done; S_0 may still run
+      } else {
+        issue_pv(sv, kFull);
+        turn_pass();
+        lab_wgmma_wait<0>();
       }
+      lab_fence_regs(o_acc);
+      lab_fence_regs(p_frag);
+      // The tile's last V stage goes back to the producer like every other (the loop above frees
+      // V_{j-1} only). This release was missing when v9 first ran (H200, 2026-11-26): harmless with
+      // one tile per CTA (its ring is never refilled), but a persistent CTA's producer, coming back
+      // to this stage S K/V tiles later (in the next tile: its second at S = 2), waited on v_empty
+      // for a phase no consumer would complete, and the consumers on k_full for the K tile after
+      // it: every shape where a CTA runs a second tile hung (benchmarks/v9_notes.md).
+      // tests/test_fwd_pipeline_model.py replays this protocol on the CPU and deadlocks without it.
+      // OwnKeyTiles: the producer may refill this stage within the tile (key tiles this warpgroup
+      // skips), so it goes back with one tile per CTA too.
+      if constexpr (kPersistent || kOwn) lab_mbar_arrive(v_empty(sv));
     }
     if constexpr (kOwn) {
       // The stages of the key tiles this warpgroup's rows do not see, back unread, in the ring's order.

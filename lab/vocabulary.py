@@ -6,4 +6,7 @@ CLASSES = ("small-grid", "occupancy-limited", "latency-bound", "memory-bound", "
            "uncoalesced-global", "bank-conflicts", "local-memory", "divergence", "launch-bound",
            # what a backward pass adds (DESIGN.md: a new class only where none of the above names the cause):
            # dQ's global reductions and their contention in L2; the dK/dV accumulators' registers, spilled
-           "reduction-traffic", "register-pressure")
+           "reduction-traffic", "register-pressure",
+           # a kernel whose hot code the SMs' instruction caches do not hold (Stall No Instruction): a cause of
+           # latency no other class names (v9's HalfLastKeyTile candidate, tests/fixtures/ncu/README.md)
+           "instruction-fetch")

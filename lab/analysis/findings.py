@@ -22,14 +22,17 @@ severity follows from it (high >= 40%, medium >= 15%, one step lower where evide
     ranks its local traffic first); the warps a launch puts in flight against the resident warps its
     occupancy allows (parallelism, judged against the device's warp slots); on Hopper, matrix work on
     mma.sync (HMMA) against the dense rate only wgmma reaches; the distance to the nearest roof for
-    latency; idle lanes for divergence; the timeline's measured launch cost for launch-bound;
+    latency; idle lanes for divergence; the timeline's measured launch cost for launch-bound; the
+    share of the PC samples waiting for an instruction for instruction fetch;
   * otherwise Nsight's estimate ranks (a `local` estimate, which measures one unit's efficiency
     rather than the kernel's runtime, counts half);
   * a saturated unit (memory- or compute-bound) ranks by its utilization and shows no gain (being at
     the roof is not a gain); at U% of the busiest unit's peak, latency, occupancy and parallelism
     fixes, which leave that unit's work unchanged, are capped at 100-U%; when a specific cause
     explains a symptom (bank conflicts a busy L1, a small grid the latency), the cause ranks just
-    above it: its fix is the actionable one.
+    above it: its fix is the actionable one (where its gain is at least half the symptom's; a cause
+    whose fix must come first, instruction fetch before the latency steps, is listed above its
+    symptom whatever the two gains, each showing its own).
 Nsight's access-pattern rules count bytes used per sector, which a broadcast lowers without wasting a
 sector: where SourceCounters counts no excessive sector, they are not taken as uncoalesced accesses.
 Each finding cites the source lines it rests on (lab.analysis.lines).
@@ -221,7 +224,19 @@ def _order(findings: list[Finding], c: KernelFacts) -> list[Finding]:
         if f.est_speedup_pct is not None:
             f.est_speedup_pct = f.rank   # the gain shown is the gain ranked by, so severity and gain agree
         f.severity = _severity(f.rank, _lowered(f.evidence))
-    return [f for f in findings if f.rank >= 1.0 or f.est_speedup_pct is None and f.rank > 0]
+    return _fixes_first([f for f in findings if f.rank >= 1.0 or f.est_speedup_pct is None and f.rank > 0])
+
+
+def _fixes_first(findings: list[Finding]) -> list[Finding]:
+    """The lab's finding of a cause whose fix comes before its symptoms' steps (a rule's
+    `precedes_its_symptoms`) moved right above the first of those symptoms ranked above it; every
+    finding keeps its own gain."""
+    for f in [f for f in findings if BY_CLASS[f.cls].precedes_its_symptoms and f.source == "lab"]:
+        above = [i for i, g in enumerate(findings) if g.cls in BY_CLASS[f.cls].explains]
+        if above and above[0] < findings.index(f):
+            findings.remove(f)
+            findings.insert(above[0], f)
+    return findings
 
 
 def _cite(f: Finding, k: dict | None, c: KernelFacts) -> list[dict]:

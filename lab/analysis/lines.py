@@ -30,6 +30,10 @@ follow it. That is an inference from the SASS layout: where the compiler interle
 instructions with other work (the next tile's HMMAs among the softmax), a neighbouring line is
 named too.
 
+The function's code (`code`: its SASS instructions and bytes, and the hot part that executes 90% of the
+warp instructions) comes from the PCs of `inst_executed`, which has an instance for every instruction of
+the function, executed or not (lab.analysis.code).
+
 Without `-lineinfo` there is no line: each PC becomes its own row (file and line null, `pc` set,
 its SASS) and the status says why. A report without SourceCounters has no per-PC counters at all:
 the status names the flag that records them. Both keep the analysis running (exit 0).
@@ -45,6 +49,8 @@ from collections import defaultdict
 from pathlib import Path
 
 import pandas as pd
+
+from lab.analysis import code
 
 
 SAMPLES = "smsp__pcsamp_sample_count"
@@ -188,6 +194,14 @@ def _per_pc(metric) -> dict[int, float]:
     return out
 
 
+def _pcs(metric) -> list[int]:
+    """The PCs a per-PC metric has an instance for, zero values included."""
+    ids = metric.correlation_ids() if metric.num_instances() and metric.has_correlation_ids() else None
+    if ids is None or ids.kind() not in (ids.ValueKind_UINT64, ids.ValueKind_UINT32):
+        return []
+    return [ids.as_uint64(i) for i in range(metric.num_instances())]
+
+
 def _short(path: str | None) -> str | None:
     return None if path is None else os.path.basename(path)
 
@@ -212,6 +226,8 @@ def kernel_lines(action, sass_cache: dict | None = None) -> dict:
             if vals:
                 stalls[n[len(STALL_PREFIX):]] = vals
     counters = {field: (_per_pc(action.metric_by_name(m)) if m in names else {}) for field, m in COUNTERS.items()}
+    # every instruction of the function, executed or not (inst_executed has an instance for each): its code
+    code_pcs = _pcs(action.metric_by_name(COUNTERS["inst_executed"])) if COUNTERS["inst_executed"] in names else []
     pcs = set(samples) | set(counters["inst_executed"])
     for d in counters.values():
         pcs |= set(d)
@@ -310,7 +326,8 @@ def kernel_lines(action, sass_cache: dict | None = None) -> dict:
     status = "ok" if have_lines else "no-lineinfo"
     return {"status": status, "note": None if have_lines else NO_LINEINFO_NOTE, "total_samples": total,
             "lines": out, "instructions": dict(instructions), "files": sorted({f for f, _, _ in info.values() if f}),
-            "mbarrier_waits": {hex(pc): role for pc, role in waits.items()}}
+            "mbarrier_waits": {hex(pc): role for pc, role in waits.items()},
+            "code": code.footprint(code_pcs, counters["inst_executed"])}
 
 
 def _key_text(r: dict) -> str:
@@ -433,6 +450,18 @@ def cite(k: dict | None, by: str, n: int = 3, reason: str | None = None, opcodes
     return out
 
 
+def executed_pcs(k: dict | None, cited: dict) -> list[int]:
+    """The PCs of the executed instructions of one line `cite` named (by file name and line, or by PC
+    without -lineinfo), from `kernel_lines`' per-line instructions; empty where they are not at hand."""
+    if not k:
+        return []
+    for r in k.get("lines") or []:
+        if (r.get("pc") or None) == cited.get("pc") and r.get("line") == cited.get("line") \
+                and _short(r.get("file")) == cited.get("file"):
+            return [int(pc, 16) for pc, _, ex, _ in (k.get("instructions") or {}).get(_key_text(r), []) if ex]
+    return []
+
+
 def sass_listing(k: dict | None) -> list[tuple[int, str, float, float, str | None]]:
     """Every executed (or sampled) instruction of one kernel in address order: (pc, SASS text, warp
     instructions executed, samples, where: 'file.cu:123', or None without -lineinfo), read back from
@@ -452,7 +481,8 @@ def sass_listing(k: dict | None) -> list[tuple[int, str, float, float, str | Non
 def source_summary(k: dict | None) -> dict | None:
     """One kernel's per-line counters summed: shared-memory wavefronts by kind, their excessive part,
     global L2 sectors, all samples and those of pipeline waits (mbarrier, issuer), the samples of each
-    stall reason and an issuer's waits' share of them. None without lines."""
+    stall reason and an issuer's waits' share of them, and the function's code (`code`: its SASS size and
+    hot part, lab.analysis.code.footprint; None in a table stored without it). None without lines."""
     if not k or not k.get("lines"):
         return None
     kinds: dict = defaultdict(float)
@@ -474,6 +504,7 @@ def source_summary(k: dict | None) -> dict | None:
         out["issuer_wait_samples"] += sum((r.get("issuer_wait_stalls") or {}).values())
     out["shared_wavefronts_by_kind"] = dict(sorted(kinds.items(), key=lambda kv: (-kv[1], kv[0])))
     out["stall_samples"], out["issuer_wait_stalls"] = dict(stalls), dict(issuer)
+    out["code"] = k.get("code")   # the function's SASS size and hot part (lab.analysis.code.footprint)
     return out
 
 

@@ -227,18 +227,55 @@ _STALL_FAMILIES = (
     re.compile(r"^smsp__pcsamp_warps_issue_stalled_(\w+)$"),
 )
 _NOT_STALLS = {"selected"}  # issuing, not waiting
+_PC_SAMPLES = _STALL_FAMILIES[2]
+
+# The warp states Nsight Compute samples, by the names of its PC-sampling metrics
+# (smsp__pcsamp_warps_issue_stalled_<reason>; "selected" is the issuing state): the one spelling of a stall
+# reason in the lab, the one the per-line counters (lab.analysis.lines) carry. A rule that keys on a
+# reason names one of these (tests/test_instruction_fetch.py holds every rule's keys to this list).
+STALL_REASONS = ("barrier", "branch_resolving", "dispatch_stall", "drain", "imc_miss", "lg_throttle",
+                 "long_scoreboard", "math_pipe_throttle", "membar", "mio_throttle", "misc", "no_instructions",
+                 "not_selected", "selected", "short_scoreboard", "sleeping", "tex_throttle", "wait",
+                 "warpgroup_arrive")
+# WarpStateStats spells two of them otherwise (smsp__average_warps_issue_stalled_<reason>_per_issue_active):
+# "no_instruction" (waiting to be selected to fetch an instruction, or on an instruction-cache miss) and
+# "gmma" (waiting on WARPGROUP.ARRIVES). Read under the sampled names, so that a report with both families
+# (ncu's full set) names each reason once and a reason's lines are found by its name.
+_STALL_ALIASES = {"no_instruction": "no_instructions", "gmma": "warpgroup_arrive"}
 
 
 def stall_reasons(M: KernelMetrics) -> tuple[list[tuple[str, float, float]], str | None]:
     """[(reason, value, share of all stalls in %)] most first, from whichever family the report has
-    (WarpStateStats averages, else sampled PCs), and the family's metric pattern."""
+    (WarpStateStats averages, else sampled PCs), and the family's metric pattern; reasons are named as
+    STALL_REASONS names them, whichever family they come from."""
     for fam in _STALL_FAMILIES:
-        vals = {k: v for k, v in M.matching(fam).items() if k not in _NOT_STALLS and not k.endswith("_not_issued")}
+        vals = {_STALL_ALIASES.get(k, k): v for k, v in M.matching(fam).items()
+                if k not in _NOT_STALLS and not k.endswith("_not_issued")}
         total = sum(vals.values())
         if vals and total > 0:
             ranked = sorted(((k, v, 100.0 * v / total) for k, v in vals.items()), key=lambda t: (-t[1], t[0]))
             return ranked, fam.pattern
     return [], None
+
+
+def sampled_share(M: KernelMetrics, reason: str) -> tuple[float | None, dict]:
+    """The share (%) of all PC samples, issuing ones included, in which warps were in state `reason` (a
+    STALL_REASONS name), with its evidence: Nsight's sampled counts (smsp__pcsamp_warps_issue_stalled_<reason>
+    over smsp__pcsamp_sample_count), else WarpStateStats' average warps in that state over all states'.
+    (None, {}) where the report has neither."""
+    samples = {k: v for k, v in M.matching(_PC_SAMPLES).items() if not k.endswith("_not_issued")}
+    total = M.num("smsp__pcsamp_sample_count") or sum(samples.values())
+    if samples and total:
+        return 100.0 * samples.get(reason, 0.0) / total, {
+            f"smsp__pcsamp_warps_issue_stalled_{reason}": samples.get(reason, 0.0),
+            "smsp__pcsamp_sample_count": total}
+    states = M.matching(_STALL_FAMILIES[0])
+    total = sum(states.values())
+    if total > 0:
+        raw = next((k for k, v in _STALL_ALIASES.items() if v == reason), reason)
+        v = states.get(raw, 0.0)
+        return 100.0 * v / total, {f"smsp__average_warps_issue_stalled_{raw}_per_issue_active.ratio": rounded(v, 4)}
+    return None, {}
 
 
 _OCC_LIMITERS = (("launch__occupancy_limit_registers", "registers"),

@@ -29,7 +29,9 @@ def _stall_class(text: str) -> str:
         return "memory-bound"
     if "branch resolving" in t:
         return "divergence"
-    return "latency-bound"   # long scoreboard, barrier, wait, membar, sleeping, no instruction, ...
+    if "no instruction" in t:
+        return "instruction-fetch"
+    return "latency-bound"   # long scoreboard, barrier, wait, membar, sleeping, ...
 
 
 def map_rule(rule: dict) -> str | None:

@@ -79,6 +79,10 @@ class Rule:
     # A fix of this class leaves the busiest unit's work unchanged: at U% of that unit's peak it gains at
     # most 100-U% (latency, occupancy and parallelism fixes).
     capped_by_busiest_unit: bool = False
+    # This cause's fix comes before any step of the symptoms it explains, whatever the two gains: the lab's
+    # finding of it is listed right above the first of them, each keeping its own gain (instruction fetch:
+    # warps without an instruction gain nothing from the latency steps, which add code of their own).
+    precedes_its_symptoms: bool = False
     # Nsight's launch-shape rules of this class (tail effect, achieved occupancy) have no lines behind them.
     nsight_results_have_lines: bool = True
     # The finding's advice ends with where its lines are.

@@ -7,10 +7,29 @@ from __future__ import annotations
 from lab.analysis import overlap as ov
 from lab.analysis.metrics import KernelFacts, hopper_async, rounded, tensor_path
 from lab.analysis.rules.base import BOUND_PCT, Context, Finding, Rule, top_stall_lines
+from lab.analysis.rules.instruction_fetch import fetch_share, is_fetch_bound
 
 
 # below this share of the samples, the consumers' waits for loaded tiles are not what holds a kernel back
 DATA_WAIT_PCT = 5.0
+
+# The next step by the top stall reason, keyed by lab.analysis.metrics.STALL_REASONS' names (the one
+# spelling the analysis produces, whichever family the report has); long_scoreboard's step depends on the
+# kernel (LatencyBound.advice).
+STALL_STEPS = {
+    "barrier": "Warps wait at __syncthreads: fewer barriers per tile, or more independent warps per SM.",
+    "wait": "Dependent instruction chains (fixed-latency waits): more instruction-level parallelism (unroll, "
+            "independent accumulators), or more warps per SM to interleave.",
+    "short_scoreboard": "Waits on shared memory or special functions (short scoreboard): fewer shared loads "
+                        "per FLOP (reuse values from registers); check bank conflicts.",
+    "mio_throttle": "The shared-memory/MIO queue is full: fewer, wider shared accesses; check bank conflicts.",
+    "lg_throttle": "The global/local load queue is full: fewer, wider (16-byte) memory instructions; if the "
+                   "traffic is local memory, keep that array in registers.",
+    "no_instructions": "Warps wait for instructions (instruction-cache misses, or their turn to fetch): fewer "
+                       "copies of the hot loops and smaller unrolled bodies (see instruction-fetch).",
+    "math_pipe_throttle": "A math pipe is saturated: see compute-bound.",
+    "membar": "Memory barriers: fewer fences.",
+}
 
 
 def is_latency_bound(c: KernelFacts, ctx: Context) -> bool:
@@ -159,26 +178,20 @@ class LatencyBound(Rule):
                           + ctx.rung("latency-bound") if ladder else
                           "e.g. prefetch the next iteration's data (cp.async or registers), several independent loads "
                           "per thread, or more warps per SM.") + ov.untold(c.overlap, ov.ASYNC_LOADS))
-        lat = {
-            "long_scoreboard": long_sb,
-            "barrier": "Warps wait at __syncthreads: fewer barriers per tile, or more independent warps per SM.",
-            "wait": "Dependent instruction chains (fixed-latency waits): more instruction-level parallelism (unroll, "
-                    "independent accumulators), or more warps per SM to interleave.",
-            "short_scoreboard": "Waits on shared memory or special functions (short scoreboard): fewer shared loads "
-                                "per FLOP (reuse values from registers); check bank conflicts.",
-            "mio_throttle": "The shared-memory/MIO queue is full: fewer, wider shared accesses; check bank conflicts.",
-            "lg_throttle": "The global/local load queue is full: fewer, wider (16-byte) memory instructions; if the "
-                           "traffic is local memory, keep that array in registers.",
-            "no_instruction": "Instruction-cache misses: a smaller unrolled loop body.",
-            "math_pipe_throttle": "A math pipe is saturated: see compute-bound.",
-            "membar": "Memory barriers: fewer fences.",
-        }.get(top_stall or "", "Hide latency with more warps per SM or more independent work per warp (ILP).")
+        lat = long_sb if top_stall == "long_scoreboard" else STALL_STEPS.get(
+            top_stall or "", "Hide latency with more warps per SM or more independent work per warp (ILP).")
         if wgmma and (top_stall in ("wait", "barrier", "membar", None) or top_stall == "long_scoreboard" and tma):
             # warpgroups waiting on wgmma results and mbarriers (with TMA feeding the tiles, the long-scoreboard
             # waits are the copies' mbarriers, not loads the warps issue): the tensor pipe idles between tiles
             pipe = f" (tensor pipe {path['pipe_pct']:.0f}% busy)" if path.get("pipe_pct") is not None else ""
             lat = (f"The warpgroups wait on their wgmma results and mbarriers{pipe}. "
                    + ov.serialized_step(c.wgmma_serialized) + wgmma_overlap_steps(c, ladder))
+        if is_fetch_bound(c) and top_stall != "no_instructions":
+            # warps without an instruction gain nothing from more work in flight, and these steps add code
+            pct, _ = fetch_share(c)
+            lat = (f"First the instruction fetch (see instruction-fetch: warps wait for an instruction in {pct:.1f}% "
+                   "of the PC samples): warps without an instruction gain nothing from the steps that follow, and "
+                   "those that add code paths (ping-pong, deeper pipelines) add to what the SMs fetch. " + lat)
         return lat
 
     def lines(self, f: Finding, k: dict, c: KernelFacts) -> list[dict]:

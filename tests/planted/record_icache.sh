@@ -7,6 +7,12 @@
 #
 #   tests/planted/record_icache.sh OUT_DIR      on a Hopper GPU machine with nvcc and ncu
 #
+# The fixtures were recorded at commit e982121, where HalfLastKeyTile carried three copies of the key loop.
+# From v9's step 11 (b) on, the same label builds one key loop with the half tile's last step peeled off it
+# (the fix): run at a later commit, this script measures the fix, not the case. To record the case again:
+#   git worktree add /tmp/lab-e982121 e982121 && /tmp/lab-e982121/tests/planted/record_icache.sh OUT_DIR
+# (copy this script and cand_one.py into that tree first: they were added after it).
+#
 # Builds v9 and its tuning extension (`lab build --variant v9 [--tuning]`), then profiles the third launch
 # of each kernel (after two warm-up launches) with ncu's `detailed` set (the lab's default) and the source
 # imported, xz-compressing each report into OUT_DIR with ncu's log beside it.

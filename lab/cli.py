@@ -609,11 +609,17 @@ def bench(variant_spec, shape, causal, dtype, reps, warmup, mode, deterministic,
               help="check correctness again (default: a passed check of the same binary, problem, shapes, seed and "
                    "mode on this device and software is reused, and the run says so)")
 @click.option("--no-report", is_flag=True, help="do not render the HTML page")
+@click.option("--candidate", default=None, metavar="LABEL",
+              help="one of the rung's tuning candidates instead of its default launcher (LABEL: its label in `lab "
+                   "tune`'s table, or a unique part of it): its tuning build checked, profiled, timed and stored as "
+                   "a run of its own (the id ends in -cand<index>); --mode bwd: a backward candidate")
 def profile(variant_id, shape, causal, dtype, reps, mode, deterministic, section_set, no_ncu, timeline, no_baselines,
-            fresh_baselines, fresh_check, no_report):
+            fresh_baselines, fresh_check, no_report, candidate):
     """Build (cached) -> check -> bench -> ncu -> store -> report; prints the run id and its HTML page.
     --mode bwd (or fwd+bwd): every kernel of the rung's backward, profiled inside one NVTX range;
-    --deterministic: its deterministic backward (the run's problem, and so its id, ends in -deterministic)."""
+    --deterministic: its deterministic backward (the run's problem, and so its id, ends in -deterministic);
+    --candidate LABEL: a tuning candidate of the rung instead of its launcher (`lab compare` it with the
+    default's run)."""
 
     variant = registry.get(variant_id)
     _require_deterministic([variant], deterministic, mode)
@@ -624,7 +630,7 @@ def profile(variant_id, shape, causal, dtype, reps, mode, deterministic, section
         section_args(section_set)  # a bad name is refused now, not after the build and bench
     opts = ProfileOptions(reps=reps, mode=mode, ncu=not no_ncu, section_set=None if section_set == "default" else section_set,
                           timeline=timeline, baselines=not no_baselines, fresh_baselines=fresh_baselines,
-                          fresh_check=fresh_check, report=not no_report)
+                          fresh_check=fresh_check, report=not no_report, candidate=candidate)
     done = run_profile(variant, problem, opts)
     click.echo(f"run: {done.run_dir.name}")
     click.echo(f"stored: {done.run_dir}")

@@ -10,6 +10,13 @@ and times the rung (and the SDPA baselines not in the store's cache) once ncu an
 done, so that no GPU work of the lab's runs beside the profiled launch, while the parent analyzes
 the report. The GPU is named by nvidia-smi (lab.environment.gpu_identity), the build found by its key
 (lab.ladder.build.cached_build), both without CUDA.
+
+`--candidate LABEL` (ProfileOptions.candidate) runs the whole pipeline on one of the rung's tuning
+candidates instead of its launcher: the label resolved as `lab tune --predict` resolves one
+(lab.ladder.tuning), against the rung's source before anything starts and against the tuning build's own
+table (the measuring child reads it) once built; the tuning build's record, a check kept under its own
+key, the profiler's child and the timer all on the candidate; a run id ending in -cand<index>, and the
+manifest's `candidate` saying which.
 """
 
 from __future__ import annotations
@@ -22,6 +29,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
+from functools import partial
 from typing import Callable
 from datetime import datetime, timezone
 from pathlib import Path
@@ -32,8 +40,9 @@ from lab.analysis import findings as analysis
 from lab.analysis import lines as source_lines
 from lab.errors import CheckFailed, LabError
 from lab.files import write_json_atomic
-from lab.ladder import build, registry
+from lab.ladder import build, registry, tuning
 from lab.ladder.registry import Variant, source_label
+from lab.ladder.tuning import Chosen
 from lab.measure import baselines, bench, rates
 from lab.measure.call import require_mode
 from lab.measure.gate import GATE_SHAPES
@@ -52,7 +61,8 @@ from lab.store import manifest as mf
 @dataclass(frozen=True)
 class Machine:
     """What `lab profile` asks of the GPU machine, each act a function: the real ones by default; a
-    caller without a GPU (tests/test_profile_loop.py) hands its own to `profile`. `start_measuring`
+    caller without a GPU (tests/test_profile_loop.py) hands its own to `profile`. `cached_tuning_build` and
+    `tuning_build` are `cached_build` and `build` for the rung's tuning build (`--candidate`). `start_measuring`
     returns the measuring child (lab.measure.isolated.MeasuringChild: check(), bench(), baselines(),
     close()); `gpu_identity`, `torch_versions` and `cached_build` need no torch and no CUDA; `build`
     compiles (in this process: torch's extension build) where nothing is cached."""
@@ -63,7 +73,9 @@ class Machine:
     tool_versions: Callable = environment.tool_versions
     git_info: Callable = environment.git_info
     cached_build: Callable = build.cached_build
-    build: Callable = build.build
+    cached_tuning_build: Callable = partial(build.cached_build, tuning=True)   # --candidate: the rung's
+    tuning_build: Callable = tuning.tuning_build                                # tuning build instead
+    build: Callable = build.build   # last: it names the function from here on in this class's body
     start_measuring: Callable = MeasuringChild
 
 
@@ -84,11 +96,19 @@ class ProfileOptions:
     check_shapes: int = GATE_SHAPES
     fresh_baselines: bool = False   # re-time the SDPA baselines instead of reading the store's cache
     fresh_check: bool = False       # check again instead of reusing the verdict on the same binary, shapes and seed
+    candidate: str | None = None    # a tuning candidate's label (or a unique part of it) to run instead of the launcher
 
 
-def target_argv(variant: Variant, problem: Problem, repeat: int = 1, mode: str = "fwd") -> list[str]:
+def target_argv(variant: Variant, problem: Problem, repeat: int = 1, mode: str = "fwd",
+                candidate: Chosen | None = None) -> list[str]:
+    """The profiler's child (lab.measure.target); `candidate`: that tuning candidate instead of the launcher."""
     return [sys.executable, "-m", "lab.measure.target", "--variant", registry.ref(variant), "--problem", problem.label(),
-            "--mode", mode, "--repeat", str(repeat)]
+            "--mode", mode, "--repeat", str(repeat), *(["--tune-config", str(candidate.index)] if candidate else [])]
+
+
+def subject(variant: Variant, candidate: Chosen | None) -> str:
+    """What the run checks and times, as its lines name it: `v9`, or `v9 candidate 'C1 BN64 ...'`."""
+    return variant.id if candidate is None else candidate.of(variant.id)
 
 
 class Stages:
@@ -198,15 +218,16 @@ def profile(variant: Variant, problem: Problem, opts: ProfileOptions, machine: M
     stage = Stages()
     check_supported(variant, problem)
     require_mode(variant, opts.mode)
+    read = candidate_before_build(variant, problem, opts)   # bad input refused before the child starts
     child = machine.start_measuring(variant, problem, opts.mode)
     try:
-        return _profile(variant, problem, opts, machine, stage, child)
+        return _profile(variant, problem, opts, machine, stage, child, read)
     finally:
         child.close()
 
 
 def _profile(variant: Variant, problem: Problem, opts: ProfileOptions, machine: Machine, stage: Stages,
-             child) -> Profiled:
+             child, read) -> Profiled:
     # the tools' versions and the commit are subprocesses (ncu's and nsys's take most of a second): asked
     # for on a thread while the parent finds the GPU and the build
     pool = ThreadPoolExecutor(max_workers=1)
@@ -216,28 +237,33 @@ def _profile(variant: Variant, problem: Problem, opts: ProfileOptions, machine: 
         with stage("setup"):   # the GPU named without CUDA, ncu found
             identity = setup(variant, opts, machine)
         with stage("build"):
-            built = build_rung(variant, identity, machine)
+            built = build_rung(variant, identity, machine, tuning=opts.candidate is not None)
+        chosen = None
+        if opts.candidate is not None:
+            with stage("candidate", "the tuning build's own table, read by the measuring child"):
+                chosen = candidate_after_build(variant, problem, opts, read, child)
         # the source as built (a pair's two, F's+B's)
         source_sha = variant.source_sha256()
         with stage("check"):
-            correctness, key = gate(variant, problem, opts, child, built, identity, machine)
+            correctness, key = gate(variant, problem, opts, child, built, identity, machine, chosen)
 
         rng = range_name(variant.id, problem.label(), opts.mode)
         # what the page reads of the store's other runs, read while ncu runs (a thread: ncu is a subprocess)
         warming = (pool_report.submit(warm_report, runs.store_root(), variant.id, variant.sources)
                    if opts.report else None)
-        with runs.create_run(runs.new_run_id(variant.id, problem.label())) as run:
+        run_id = runs.new_run_id(variant.id, problem.label(), candidate=chosen.index if chosen else None)
+        with runs.create_run(run_id) as run:
             ncu_info = timeline_info = None
             analyses: list = []
             tables: dict = {}
             if opts.ncu:
                 with stage("ncu"):
-                    ncu_info = profile_ncu(run, variant, problem, opts, rng)
+                    ncu_info = profile_ncu(run, variant, problem, opts, rng, chosen)
             if opts.timeline:
                 with stage("timeline"):
-                    timeline_info = record_timeline(run, variant, problem, opts, rng)
+                    timeline_info = record_timeline(run, variant, problem, opts, rng, chosen)
             # the GPU is the child's now: it times the rung (and the baselines) while this process analyzes
-            measuring = pool.submit(measure, child, variant, problem, opts, tools, correctness, key)
+            measuring = pool.submit(measure, child, variant, problem, opts, tools, correctness, key, chosen)
             if ncu_info is not None:
                 with stage("analysis", "beside the measuring child's timing"):
                     analyses, tables = analyze(run, variant, problem, timeline_info, opts.mode, built.ptxas)
@@ -254,7 +280,7 @@ def _profile(variant: Variant, problem: Problem, opts: ProfileOptions, machine: 
                     run.add_table(name, df)
                 final = run.commit(run_record(variant, source_sha, problem, measured.facts, built, measured.correctness,
                                               measured.timing, measured.timing.peak_memory_bytes, measured.base,
-                                              ncu_info, timeline_info, analyses, stage, opts.mode))
+                                              ncu_info, timeline_info, analyses, stage, opts.mode, chosen))
     finally:
         pool.shutdown(wait=False, cancel_futures=True)
         pool_report.shutdown(wait=False, cancel_futures=True)
@@ -286,17 +312,44 @@ def setup(variant: Variant, opts: ProfileOptions, machine: Machine = THIS_MACHIN
     return identity
 
 
-def build_rung(variant: Variant, identity: dict | None, machine: Machine = THIS_MACHINE):
+def build_rung(variant: Variant, identity: dict | None, machine: Machine = THIS_MACHINE, tuning: bool = False):
     """The cached build, found by its key without torch; else compiled here (torch's extension build),
-    where a GPU that nvidia-smi could not name also sets the arch."""
-    _say(f"build {variant.label()}")
-    built = machine.cached_build(variant, identity["compute_capability"]) if identity is not None else None
+    where a GPU that nvidia-smi could not name also sets the arch. `tuning`: the rung's tuning build (its
+    candidates, `lab profile --candidate`) instead of its plain one."""
+    _say(f"build {variant.label()}{' (its tuning build: the candidates)' if tuning else ''}")
+    cached, compile_ = ((machine.cached_tuning_build, machine.tuning_build) if tuning
+                        else (machine.cached_build, machine.build))
+    built = cached(variant, identity["compute_capability"]) if identity is not None else None
     if built is None and identity is not None and variant.kind != "python":   # a cuda rung, or a pair (its parts)
-        built = machine.build(variant, build.arch_of(*(int(x) for x in identity["compute_capability"].split("."))))
+        built = compile_(variant, build.arch_of(*(int(x) for x in identity["compute_capability"].split("."))))
     elif built is None:
-        built = machine.build(variant)
+        built = compile_(variant)
     _say(f"  {'compiled' if built.built_now else 'cached'} in {built.seconds:.1f} s")
     return built
+
+
+def candidate_before_build(variant: Variant, problem: Problem, opts: ProfileOptions):
+    """--candidate's refusals before any build or GPU work (exit 2): lab.ladder.tuning.candidate_before_build
+    (the label against the rung's source, as `lab tune --predict` resolves one), and a deterministic
+    backward, which a candidate is never asked for (`lab tune` calls it without). Returns the list read
+    from the source (None: not read, or no --candidate)."""
+    if opts.candidate is None:
+        return None
+    if problem.deterministic:
+        raise LabError(f"--candidate with --deterministic: {variant.id}'s tuning candidates are called as `lab tune` "
+                       "calls them, without the backward's deterministic mode",
+                       hint="a candidate built deterministic says so in its label; profile it without --deterministic")
+    return tuning.candidate_before_build(variant, opts.candidate, problem, opts.mode)
+
+
+def candidate_after_build(variant: Variant, problem: Problem, opts: ProfileOptions, read, child) -> Chosen:
+    """The candidate --candidate names in the tuning build's own table (the measuring child loads the build
+    and lists it), which must list what the source was read to declare; the child checks and times that
+    candidate from then on."""
+    chosen = tuning.candidate_after_build(variant, opts.candidate, problem, opts.mode, read, child.candidates())
+    child.choose(chosen.index)
+    _say(f"candidate {chosen.index} of {variant.id}'s tuning build: {chosen.label!r} (not {variant.id}'s default launcher)")
+    return chosen
 
 
 @dataclass
@@ -308,38 +361,41 @@ class Facts:
 
 
 def gate(variant: Variant, problem: Problem, opts: ProfileOptions, child, built, identity: dict | None,
-         machine: Machine = THIS_MACHINE) -> tuple[dict, dict | None]:
+         machine: Machine = THIS_MACHINE, candidate: Chosen | None = None) -> tuple[dict, dict | None]:
     """Correctness gates profiling and timing: the verdict kept for the same binary, shapes, seed, GPU and
     software (lab.store.check_cache; keyed by the GPU as nvidia-smi names it and torch's versions, read
     without torch), else the measuring child's check on the problem and the ragged shapes (CheckFailed
-    when wrong). Returns the verdict and the key it is kept under (None where the GPU has no name yet)."""
+    when wrong). Returns the verdict and the key it is kept under (None where the GPU has no name yet).
+    `candidate`: that tuning candidate's verdict, kept under a key of its own."""
     key = None
     if identity is not None:
         key = check_cache.cache_key(variant, built, problem, opts.check_shapes, opts.mode, identity,
-                                    machine.torch_versions())
+                                    machine.torch_versions(), candidate)
     kept = None if (opts.fresh_check or key is None) else check_cache.get(key)
     if kept is not None:
-        _say(f"check {variant.id}: passed, reused from {kept['reused']}")
+        _say(f"check {subject(variant, candidate)}: passed, reused from {kept['reused']}")
         return kept, key
-    return fresh_check(variant, problem, opts, child, key), key
+    return fresh_check(variant, problem, opts, child, key, candidate), key
 
 
-def fresh_check(variant: Variant, problem: Problem, opts: ProfileOptions, child, key: dict | None) -> dict:
-    _say(f"check {variant.id}{'' if opts.mode == 'fwd' else ' ' + opts.mode} against float64 on {problem.label()} "
+def fresh_check(variant: Variant, problem: Problem, opts: ProfileOptions, child, key: dict | None,
+                candidate: Chosen | None = None) -> dict:
+    what = subject(variant, candidate)
+    _say(f"check {what}{'' if opts.mode == 'fwd' else ' ' + opts.mode} against float64 on {problem.label()} "
          f"and {opts.check_shapes} ragged shapes")
     correctness = child.check(opts.check_shapes)
     if key is not None:
         check_cache.put(key, correctness)   # a passed verdict only
     if not correctness["passed"]:
         if correctness.get("failure"):   # the shape and the tensor (a backward's worst element), or the launch's error
-            raise CheckFailed(f"{variant.id} is wrong: {correctness['failure']} ({correctness['rule']})")
-        raise CheckFailed(f"{variant.id} is wrong on {correctness['failed_shape']}: rel_err "
+            raise CheckFailed(f"{what} is wrong: {correctness['failure']} ({correctness['rule']})")
+        raise CheckFailed(f"{what} is wrong on {correctness['failed_shape']}: rel_err "
                           f"{correctness['rel_err']}, tolerance {correctness['tolerance']} ({correctness['rule']})")
     return correctness
 
 
 def confirm_gate(variant: Variant, problem: Problem, opts: ProfileOptions, child, correctness: dict,
-                 key: dict | None, facts: Facts) -> dict:
+                 key: dict | None, facts: Facts, candidate: Chosen | None = None) -> dict:
     """A kept verdict stands only where the GPU the child measured on is the one it was kept for (nvidia-smi
     named it before CUDA started); else the rung is checked now, before anything is stored."""
     if not correctness.get("reused") or key is None:
@@ -347,8 +403,9 @@ def confirm_gate(variant: Variant, problem: Problem, opts: ProfileOptions, child
     measured_on = {k: facts.device.get(k) for k in ("name", "compute_capability", "driver")}
     if measured_on == key["device"]:
         return correctness
-    _say(f"check {variant.id}: the kept verdict was for {key['device']}, the rung ran on {measured_on}: checking again")
-    return fresh_check(variant, problem, opts, child, None)
+    _say(f"check {subject(variant, candidate)}: the kept verdict was for {key['device']}, the rung ran on "
+         f"{measured_on}: checking again")
+    return fresh_check(variant, problem, opts, child, None, candidate)
 
 
 @dataclass
@@ -371,7 +428,7 @@ class Measured:
 
 
 def measure(child, variant: Variant, problem: Problem, opts: ProfileOptions, tools, correctness: dict,
-            key: dict | None) -> Measured:
+            key: dict | None, candidate: Chosen | None = None) -> Measured:
     """The rung timed by the child (a time the timer refuses raises TimingRefused, a CheckFailed: exit 1,
     nothing stored), the kept verdict confirmed for the GPU it ran on, then the baselines not in the
     store's cache; runs on a thread beside the analysis."""
@@ -380,7 +437,7 @@ def measure(child, variant: Variant, problem: Problem, opts: ProfileOptions, too
     got = child.bench(opts.reps, opts.warmup)
     tool_versions, git = tools.result()
     facts = Facts(got["device"], {**got["software"], **tool_versions}, git)
-    correctness = confirm_gate(variant, problem, opts, child, correctness, key, facts)
+    correctness = confirm_gate(variant, problem, opts, child, correctness, key, facts, candidate)
     return Measured(Timing(**got["timing"]), facts, correctness, baselines_beside(child, problem, facts, opts),
                     float(got.get("seconds") or 0.0))
 
@@ -401,11 +458,15 @@ def baselines_beside(child, problem: Problem, facts: Facts, opts: ProfileOptions
     return BaselinesTimed(rows, baseline_cache.put(key, rows), False, time.perf_counter() - t0)
 
 
-def profile_ncu(run, variant: Variant, problem: Problem, opts: ProfileOptions, rng: str) -> dict:
-    """Nsight Compute on the child's launch inside NVTX range `rng`; the manifest's profile section."""
-    _say(f"ncu: profiling every kernel of the {opts.mode} inside NVTX range '{rng}'")
+def profile_ncu(run, variant: Variant, problem: Problem, opts: ProfileOptions, rng: str,
+                candidate: Chosen | None = None) -> dict:
+    """Nsight Compute on the child's launch inside NVTX range `rng` (of `candidate` where one is named);
+    the manifest's profile section."""
+    _say(f"ncu: profiling every kernel of the {opts.mode} inside NVTX range '{rng}'"
+         + (f" ({subject(variant, candidate)})" if candidate else ""))
     report_path = run.artifact_path("profile.ncu-rep")
-    cmd = ncu.ncu_command(target_argv(variant, problem, mode=opts.mode), report_path, rng, section_set=opts.section_set)
+    cmd = ncu.ncu_command(target_argv(variant, problem, mode=opts.mode, candidate=candidate), report_path, rng,
+                          section_set=opts.section_set)
     ncu.run_ncu(cmd, run.artifact_path("ncu.log"), env=child_env())
     run.register_artifact("ncu_report", report_path.name)
     run.register_artifact("ncu_log", "ncu.log")
@@ -415,10 +476,11 @@ def profile_ncu(run, variant: Variant, problem: Problem, opts: ProfileOptions, r
             "report": report_path.name, "nvtx_range": rng}
 
 
-def record_timeline(run, variant: Variant, problem: Problem, opts: ProfileOptions, rng: str) -> dict:
+def record_timeline(run, variant: Variant, problem: Problem, opts: ProfileOptions, rng: str,
+                    candidate: Chosen | None = None) -> dict:
     """nsys (or torch.profiler where nsys cannot write reports) on `timeline_repeats` launches."""
     _say(f"timeline: {opts.timeline_repeats} launches in range '{rng}'")
-    tl = collect_timeline(target_argv(variant, problem, opts.timeline_repeats, opts.mode), run.dir / "timeline",
+    tl = collect_timeline(target_argv(variant, problem, opts.timeline_repeats, opts.mode, candidate), run.dir / "timeline",
                           rng, opts.timeline_repeats, env=child_env())
     for name, df in tl.tables().items():
         run.add_table(f"timeline_{name}", df)
@@ -441,9 +503,10 @@ def analyze(run, variant: Variant, problem: Problem, timeline_info: dict | None,
 
 def run_record(variant: Variant, source_sha: str, problem: Problem, facts: Facts, built, correctness: dict, timing, peak_mem,
                base: BaselinesTimed, ncu_info: dict | None, timeline_info: dict | None, analyses: list,
-               stage: Stages, mode: str = "fwd") -> mf.Manifest:
+               stage: Stages, mode: str = "fwd", candidate: Chosen | None = None) -> mf.Manifest:
     """The run's manifest: every stage's result, checked against the schema (lab.store.manifest); the
-    derived numbers (FLOPs, TFLOP/s, % of peak, minimum bytes, ratios) from lab.measure.rates in the mode."""
+    derived numbers (FLOPs, TFLOP/s, % of peak, minimum bytes, ratios) from lab.measure.rates in the mode.
+    `candidate`: the tuning candidate the run ran (its build is the tuning build)."""
     timing_d, base_rows = rates.run_rates(problem, mode, {**timing.to_dict(), "peak_memory_bytes": peak_mem}, base.rows,
                                           facts.device.get("peaks"))
     return mf.Manifest(
@@ -459,6 +522,8 @@ def run_record(variant: Variant, source_sha: str, problem: Problem, facts: Facts
                                attacks_classes=list(variant.classes)),
         problem=problem,
         mode=mode,
+        candidate=(mf.CandidateInfo(label=candidate.label, index=candidate.index, causal=candidate.causal)
+                   if candidate else None),
         device=mf.Device.from_dict(facts.device, "device"),
         software=mf.Software.from_dict(facts.software, "software"),
         build=mf.Build(flags=list(built.flags), cache_key=built.cache_key,

@@ -84,6 +84,24 @@ def test_an_optional_field_added_later_reads_old_manifests():
         TimingWithSource.from_dict({**old, "source_lines": "a.cu:3"}, "timing")
 
 
+def test_a_candidates_run_round_trips_and_a_run_without_one_reads_as_the_rungs():
+    """`candidate` (lab profile --candidate) is optional: a run stored before it, or of the rung's launcher,
+    reads as None and writes no key; a candidate's run writes back what it read; a wrong type is named."""
+    plain = mf.Manifest.from_dict(_minimal())
+    assert plain.candidate is None and "candidate" not in plain.to_dict() and mf.candidate_label(plain.to_dict()) is None
+    stored = _minimal(candidate={"label": "C1 BN64 S2 persistent tma-o", "index": 11})
+    record = mf.Manifest.from_dict(stored)
+    assert isinstance(record.candidate, mf.CandidateInfo) and record.candidate.index == 11
+    assert record.candidate.causal is None and record.to_dict()["candidate"] == stored["candidate"]
+    assert mf.candidate_label(record.to_dict()) == mf.candidate_label(record) == "C1 BN64 S2 persistent tma-o"
+    masked = mf.Manifest.from_dict(_minimal(candidate={"label": "c", "index": 0, "causal": False}))
+    assert masked.to_dict()["candidate"] == {"label": "c", "index": 0, "causal": False}
+    for damage, field in (({"label": "c", "index": "x"}, "candidate.index"), ({"index": 1}, "candidate.label"),
+                          ("c", "candidate")):
+        with pytest.raises(LabError, match=f"'{field}'"):
+            mf.Manifest.from_dict(_minimal(candidate=damage))
+
+
 def test_the_writer_refuses_a_manifest_that_would_not_read_back(tmp_path):
     with pytest.raises(LabError, match=r"not stored.*'timing.median'"):
         with store.create_run("20261121-000000-v1-x", tmp_path) as run:

@@ -267,9 +267,8 @@ def test_the_source_read_lists_equal_the_tuning_builds(variant):
                 assert source_declared(variant, d, dt, mode) == built, (variant.id, mode, d, dt)
 
 
-def test_a_users_rung_with_no_candidates_for_the_problem_is_refused_before_the_build(no_build, tmp_path):
-    """A workspace rung's own file, read as the built-in rungs' are: its list for this head_dim is empty
-    (the switch's default), so there is nothing to tune, and that is said before a build."""
+def contract_workspace(tmp_path) -> Path:
+    """A workspace whose rung w1 is CONTRACT (fp16, head_dims 64 and 256): its list for 256 is empty."""
     ws = tmp_path / "ws"
     (ws / "kernels").mkdir(parents=True)
     (ws / "lab.toml").write_text('[workspace]\nname = "t"\nkernels = "kernels"\n')
@@ -277,6 +276,13 @@ def test_a_users_rung_with_no_candidates_for_the_problem_is_refused_before_the_b
                                                'dtypes = ["float16"]', 'head_dims = [64, 256]', 'min_cc = "8.0"',
                                                'attacks = []', 'lab:end'))
     (ws / "kernels" / "w1_contract.cu").write_text(CONTRACT + block + "\n")
+    return ws
+
+
+def test_a_users_rung_with_no_candidates_for_the_problem_is_refused_before_the_build(no_build, tmp_path):
+    """A workspace rung's own file, read as the built-in rungs' are: its list for this head_dim is empty
+    (the switch's default), so there is nothing to tune, and that is said before a build."""
+    ws = contract_workspace(tmp_path)
     calls, cache = no_build
     res = lab_here("tune", "--variant", "w1", "--shape", "1,2,128,256", "--predict", "one=1.0-1.1",
                    "--profiles", tmp_path / "store", env={"LAB_WORKSPACE": str(ws), "LAB_CACHE": str(cache)})

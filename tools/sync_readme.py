@@ -29,7 +29,8 @@ def examples_table(folder: Path = EXAMPLES) -> str:
               [(s.id, s.manifest, "sweep") for s in sweeps.list_sweeps(folder)]
     for ident, m, kind in sorted(entries):
         if kind == "run":
-            what = f"`lab profile` of {m['variant']['id']}, {m.get('mode') or 'fwd'}, {m['problem']['label']}"
+            cand = f" candidate {m['candidate']['label']!r}" if m.get("candidate") else ""   # lab profile --candidate
+            what = f"`lab profile` of {m['variant']['id']}{cand}, {m.get('mode') or 'fwd'}, {m['problem']['label']}"
         else:
             plan = m["plan"]
             impls = [*plan.get("rungs", {}), *plan.get("baselines", [])]

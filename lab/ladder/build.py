@@ -616,14 +616,14 @@ def is_built(variant: Variant, arch: str | None = None, tuning: bool = False) ->
         return False
 
 
-def cached_build(variant: Variant, compute_capability: str) -> BuildResult | None:
+def cached_build(variant: Variant, compute_capability: str, tuning: bool = False) -> BuildResult | None:
     """The complete cached build of the rung for a GPU of that compute capability ("9.0"), as a
     BuildResult without its module (None where there is none): found without torch or CUDA, for
     `lab profile`'s parent, whose measuring child loads the module. A python rung's facts (nothing to
-    compile) come without importing its callable."""
+    compile) come without importing its callable. `tuning`: its tuning build (`lab profile --candidate`)."""
     started = time.perf_counter()
     if variant.parts:
-        parts = [cached_build(p, compute_capability) for p in variant.parts]
+        parts = [cached_build(p, compute_capability, tuning) for p in variant.parts]
         return None if None in parts else _pair_result(variant, parts, None, started)
     if variant.kind == "python":
         if not variant.source.is_file():
@@ -633,8 +633,8 @@ def cached_build(variant: Variant, compute_capability: str) -> BuildResult | Non
                            seconds=time.perf_counter() - started)
     major, minor = (int(x) for x in compute_capability.split("."))
     arch = arch_of(major, minor)
-    flags, key = _key_for(variant, arch)
-    bdir = build_dir_for(variant, key)
+    flags, key = _key_for(variant, arch, tuning)
+    bdir = build_dir_for(variant, key, tuning)
     try:
         saved = json.loads((bdir / _BUILD_MARKER).read_text())
         library = bdir / saved["library"]
@@ -642,7 +642,8 @@ def cached_build(variant: Variant, compute_capability: str) -> BuildResult | Non
         return None
     if not library.is_file() or not (bdir / _PTXAS_MARKER).is_file():
         return None
-    return _result(variant, arch, flags, key, bdir, None, built_now=False, started=started, library=library)
+    return _result(variant, arch, flags, key, bdir, None, built_now=False, started=started, tuning=tuning,
+                   library=library)
 
 
 def _python_result(variant: Variant, started: float) -> BuildResult:

@@ -17,7 +17,10 @@ is named and the others still get their verdicts.
 imports torch at once and then waits, touching no GPU, for the parent's requests on stdin, one JSON
 line each, answered by one JSON line: `check` (the float64 gate, as above), `bench` (the rung through
 the checked timer, lab.measure.checked.time_rung, with the device and software facts it was measured
-on) and `baselines` (SDPA's backends through the same timer). So the parent never imports torch: the
+on) and `baselines` (SDPA's backends through the same timer); for `lab profile --candidate`, `candidates`
+(the tuning build's own list for the problem, which the parent resolves the label against) and a
+`candidate` index in each check and bench (that tuning candidate instead of the rung's launcher, as `lab
+tune`'s check child takes it). So the parent never imports torch: the
 child's start-up (seconds) runs while the parent works and ncu profiles, and the GPU work of each
 request runs only when the parent asks, never beside ncu's.
 """
@@ -40,7 +43,7 @@ from pathlib import Path
 from lab import children
 from lab.errors import CheckFailed, LabError
 from lab.ladder import build, registry, workspace
-from lab.ladder.tuning import candidate, tuning_module
+from lab.ladder.tuning import candidate, configs_entries, tuning_build, tuning_module
 from lab.measure.check import check_variant
 from lab.measure.problem import Problem
 
@@ -275,17 +278,28 @@ class MeasuringChild:
     def __init__(self, variant, problem: Problem, mode: str = "fwd"):
         argv = _argv(variant, problem, 0, mode) + ["--serve"]
         self.variant, self.problem, self.mode = variant, problem, mode
+        self.candidate: int | None = None   # the tuning candidate checked and timed (choose); None: the launcher
         self.stderr = tempfile.TemporaryFile()
         self.proc = children.start(argv, input_pipe=True, stdout=subprocess.PIPE, stderr=self.stderr, env=child_env())
 
+    def candidates(self) -> list[str]:
+        """The rung's tuning build's own list for the problem's head_dim and dtype (the backward's in mode bwd
+        and fwd+bwd), each entry as the build writes it (`label` or `label|causal`): the table the parent
+        resolves `--candidate` against (lab.ladder.tuning.candidate_after_build)."""
+        return self._ask("listing its tuning candidates", do="candidates")["entries"]
+
+    def choose(self, index: int | None) -> None:
+        """Check and time tuning candidate `index` from now on (None: the rung's launcher)."""
+        self.candidate = index
+
     def check(self, extra_shapes: int) -> dict:
         """The check's manifest dict, as PendingCheck.result gives it (NotBuilt, LabError, CheckFailed alike)."""
-        return self._ask("being checked", do="check", shapes=extra_shapes)["result"]
+        return self._ask("being checked", do="check", shapes=extra_shapes, candidate=self.candidate)["result"]
 
     def bench(self, reps: int, warmup: int) -> dict:
         """{"timing": Timing's dict, "device": device_info(), "software": software_info() without the tools,
         "seconds": the request's own time}; a time the timer refuses raises TimingRefused, with its reason."""
-        return self._ask("being timed", do="bench", reps=reps, warmup=warmup)
+        return self._ask("being timed", do="bench", reps=reps, warmup=warmup, candidate=self.candidate)
 
     def baselines(self, reps: int, warmup: int) -> list[dict]:
         """SDPA's backends on the problem in the mode (lab.measure.baselines.run_baselines), as dicts."""
@@ -304,7 +318,8 @@ class MeasuringChild:
         except ValueError:
             reply = None
         if not isinstance(reply, dict):
-            raise CheckFailed(f"{self.variant.id} crashed in its child process ({self._how()}) while {doing} on "
+            who = self.variant.id if self.candidate is None else f"{self.variant.id} candidate {self.candidate}"
+            raise CheckFailed(f"{who} crashed in its child process ({self._how()}) while {doing} on "
                               f"{self.problem.label()}: {self._tail() or 'no output'}")
         if reply.get("not_built"):
             raise NotBuilt(reply["error"])
@@ -365,27 +380,42 @@ def serve(variant, problem: Problem, mode: str, requests, reply) -> int:
     from lab.measure import baselines, checked
     from lab.measure.timed import TimingRefused
 
-    module = None
+    modules: dict = {}   # None: the rung's own build; i: tuning candidate i; "tuning": the tuning build's module
     for line in requests:
         try:
             request = json.loads(line)
         except ValueError:
             return 2
         t0 = time.perf_counter()
-        if request.get("do") not in ("check", "bench", "baselines"):
+        if request.get("do") not in ("check", "bench", "baselines", "candidates"):
             reply({"error": f"unknown request {request.get('do')!r}"})
             continue
         try:
             environment.require_gpu("profile")
             environment.require_compute_capability(variant)
-            if module is None and request["do"] in ("check", "bench"):
+            config = request.get("candidate")
+            if request["do"] == "candidates" or (config is not None and config not in modules):
+                if "tuning" not in modules:
+                    if not build.is_built(variant, tuning=True):
+                        reply({"error": f"{variant.id} has no cached tuning build here", "not_built": True})
+                        continue
+                    modules["tuning"] = tuning_build(variant, allow_compile=False).module
+                if request["do"] == "candidates":
+                    reply({"entries": [str(e) for e in configs_entries(modules["tuning"], problem.head_dim, problem.dtype, mode)]})
+                    continue
+                modules[config] = candidate(modules["tuning"], config, mode, problem)
+            if None not in modules and config is None and request["do"] in ("check", "bench"):
                 if variant.kind != "python" and not build.is_built(variant):   # a python rung compiles nothing
                     reply({"error": f"{variant.id} has no cached build here", "not_built": True})
                     continue
-                module = build.load_cached(variant)
+                modules[None] = build.load_cached(variant)
+            module = modules.get(config)
             if request["do"] == "check":
-                result = check_variant(variant, problem=problem, extra_shapes=request["shapes"], module=module,
-                                       mode=mode).to_dict()
+                if config is None:
+                    result = check_variant(variant, problem=problem, extra_shapes=request["shapes"], module=module,
+                                           mode=mode).to_dict()
+                else:   # on its own head_dim and dtype, and seeded shapes of its mask, as lab tune checks it
+                    result = _check(variant, problem, request["shapes"], module, mode).to_dict()
                 _release_cached_memory()   # the float64 references' memory, before anything is timed
                 reply({"result": result})
             elif request["do"] == "bench":

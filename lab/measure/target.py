@@ -7,7 +7,9 @@ asks them for their versions).
 It builds nothing (the parent built the rung; loading the cached extension is all that happens
 here), warms up outside any range, then calls the rung `--repeat` times in `--mode` (lab.measure.call:
 a backward is the rung's own launcher, called on this thread, so every kernel of it falls inside
-the range) inside one NVTX range named by `range_name()`. ncu filters on that range (`--nvtx --nvtx-include "<name>/"`); the same
+the range) inside one NVTX range named by `range_name()`. With `--tune-config N` it runs the rung's
+tuning candidate N instead of its launcher (`lab profile --candidate`: loaded from the rung's cached
+tuning build, inside the same range, so the parent's ncu filter is the same). ncu filters on that range (`--nvtx --nvtx-include "<name>/"`); the same
 child serves nsys, and with `--torch-profile` the torch.profiler fallback. A rung that crashes
 takes down only this process.
 """
@@ -20,6 +22,7 @@ import sys
 from pathlib import Path
 
 from lab.ladder import build, registry
+from lab.ladder.tuning import candidate, tuning_build
 from lab.measure.call import launch as launch_of, require_mode
 from lab.measure.problem import Problem, check_supported
 from lab.profilers.kineto import profile_launches
@@ -58,6 +61,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--repeat", type=int, default=1)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--tune-config", type=int, default=None,
+                    help="the rung's tuning candidate N (its index in the list for the problem's head_dim and dtype; "
+                         "the backward's list in mode bwd / fwd+bwd) instead of its launcher")
     ap.add_argument("--torch-profile", type=Path, default=None,
                     help="run the launches under torch.profiler and write its trace JSON here")
     return ap.parse_args(argv)
@@ -71,7 +77,10 @@ def main(argv=None) -> int:
     problem = Problem.from_label(args.problem)
     check_supported(variant, problem)
     require_mode(variant, args.mode)
-    module = build.load_cached(variant)
+    if args.tune_config is None:
+        module = build.load_cached(variant)
+    else:   # as lab tune's check child takes it: shaped like the rung's extension (lab.ladder.tuning.Candidate)
+        module = candidate(tuning_build(variant, allow_compile=False).module, args.tune_config, args.mode, problem)
     launch = launch_of(variant, module, problem, args.mode, args.seed)
 
     for _ in range(args.warmup):

@@ -30,7 +30,8 @@ from lab.console import say as _say
 from lab.environment import device_info, require_compute_capability, require_gpu, software_info
 from lab.errors import LabError
 from lab.ladder.build import build, build_many, is_built
-from lab.ladder.tuning import (Candidate, configs_function, declared_candidates, require_source_agrees, require_tunable,
+from lab.ladder.tuning import (DEFAULT_LABEL, Candidate, candidates_what, configs_function, declared_candidates,
+                               require_candidates, require_source_agrees, require_tunable, resolve_label,
                                source_declared, tuning_build)
 from lab.measure import rates
 from lab.measure.bench import DEFAULT_REPS, DEFAULT_WARMUP, median_ci95
@@ -40,8 +41,6 @@ from lab.measure.floor import attention_floor
 from lab.measure.gate import GATE_SHAPES, verdicts
 from lab.measure.problem import Problem, check_supported
 from lab.measure.timed import TimingRefused, time_checked_interleaved
-
-DEFAULT_LABEL = "default"
 
 
 @dataclass
@@ -105,28 +104,16 @@ def parse_prediction(text: str) -> Prediction:
 
 
 def resolve_predictions(predictions: list[Prediction], declared: list, problem: Problem, what: str) -> list[Prediction]:
-    """Each prediction with the candidate it names: the label itself, else the one label that contains
-    it (case ignored). LabError (exit 2) where none or several do, where it names the default (every
-    ratio's reference) or a candidate not applicable to the problem, or where two name one candidate.
-    `what` says which list was searched ("v8's backward candidates for head_dim 64, float16")."""
-    labels = [d.label for d in declared]
+    """Each prediction with the candidate it names (lab.ladder.tuning.resolve_label: the label itself, else
+    the one label that contains it, case ignored). LabError (exit 2) where none or several do, where it
+    names the default (every ratio's reference) or a candidate not applicable to the problem, or where two
+    name one candidate. `what` says which list was searched (lab.ladder.tuning.candidates_what)."""
     out, seen = [], {}
     for p in predictions:
         if p.given.lower() == DEFAULT_LABEL:
             raise LabError(f"--predict {p.given}: the default is what every candidate's ratio is measured against",
                            hint="predict a candidate's gain over it")
-        exact = [lb for lb in labels if lb == p.given]
-        found = exact or [lb for lb in labels if p.given.lower() in lb.lower()]
-        if not found:
-            raise LabError(f"--predict {p.given}: no candidate among {what} is named so",
-                           hint="its candidates: " + "; ".join(labels))
-        if len(found) > 1:
-            raise LabError(f"--predict {p.given}: ambiguous, {len(found)} of {what} match it: " + "; ".join(found),
-                           hint="give more of the label")
-        label = found[0]
-        why = next((d.refusal(problem) for d in declared if d.label == label), None)
-        if why:
-            raise LabError(f"--predict {p.given}: candidate {label!r} is not applicable to {problem.label()} ({why})")
+        label = declared[resolve_label(p.given, declared, problem, what, "--predict")].label
         if label in seen:
             raise LabError(f"--predict {p.given} and --predict {seen[label]} both name candidate {label!r}")
         seen[label] = p.given
@@ -257,12 +244,12 @@ def tune(variant, problem: Problem, reps: int = DEFAULT_REPS, warmup: int = DEFA
     require_mode(variant, mode)
     require_tunable(variant)
     backward = "backward " if mode != "fwd" else ""
-    what = f"{variant.id}'s {backward}candidates for head_dim {problem.head_dim}, {problem.dtype}"
+    what = candidates_what(variant, problem, mode)
     # Bad input is refused before minutes of compiling: the candidates as the rung's file declares them,
     # read from its source where it says them statically; the built table below stays the truth.
     read = source_declared(variant, problem.head_dim, problem.dtype, mode)
     if read is not None:
-        _require_candidates(variant, read, problem, backward)
+        require_candidates(variant, read, problem, mode)
         resolve_predictions(list(predictions or []), read, problem, what)
     elif predictions:   # said only where it changes what happens: the predictions wait for the build
         _say(f"{variant.id}'s {backward}candidates are not read from its source ({configs_function(variant, mode)} "
@@ -285,7 +272,7 @@ def tune(variant, problem: Problem, reps: int = DEFAULT_REPS, warmup: int = DEFA
     if read is not None:
         require_source_agrees(variant, read, declared, problem.head_dim, problem.dtype, mode)
     labels = [d.label for d in declared]
-    _require_candidates(variant, declared, problem, backward)
+    require_candidates(variant, declared, problem, mode)
     resolved = resolve_predictions(list(predictions or []), declared, problem, what)
 
     # what the timings below will carry, said before them: kernels whose wgmma ptxas serialized
@@ -349,12 +336,6 @@ def tune(variant, problem: Problem, reps: int = DEFAULT_REPS, warmup: int = DEFA
                 if row.timing and t is not None:
                     row.vs_default = paired_ratio(reference, t)
     return result
-
-
-def _require_candidates(variant, declared: list, problem: Problem, backward: str) -> None:
-    if not declared:
-        raise LabError(f"{variant.id} declares no {backward}tuning candidates for head_dim {problem.head_dim}, "
-                       f"{problem.dtype}", hint="its file lists them per head_dim and dtype (kernels/common.cuh)")
 
 
 def _failure(correctness: dict) -> str:

@@ -64,7 +64,8 @@ class Comparison:
     comparable: bool = True           # False: different modes, nothing of their speed compared
 
     def to_json(self) -> dict:
-        side = lambda rd, tp: {"run": rd.id, "variant": rd.variant_id, "problem": rd.problem.label(),  # noqa: E731
+        side = lambda rd, tp: {"run": rd.id, "variant": rd.variant_id, "candidate": rd.candidate,  # noqa: E731
+                               "problem": rd.problem.label(),
                                "device": rd.device_name, "median_ms": tp.median_ms, "std_ms": rd.timing.get("std"),
                                "ci95_low_ms": rd.timing.get("ci95_low"), "ci95_high_ms": rd.timing.get("ci95_high"),
                                "mode": rd.mode, "tflops": tp.tflops, "bottleneck": rd.bottleneck}
@@ -198,7 +199,8 @@ def compare_ids(a_id: str, b_id: str, threshold_pct: float = DEFAULT_THRESHOLD_P
 
 def text_lines(c: Comparison) -> list[str]:
     """The terminal summary `lab compare` prints."""
-    t = lambda rd, tp: (f"{rd.id}: {fmt_num(tp.median_ms, 4)} ms +- {fmt_num(rd.timing.get('std'))}"  # noqa: E731
+    t = lambda rd, tp: (f"{rd.id}{f' ({rd.name}, not its default)' if rd.candidate else ''}: "  # noqa: E731
+                        f"{fmt_num(tp.median_ms, 4)} ms +- {fmt_num(rd.timing.get('std'))}"
                         f" (CI95 {fmt_num(rd.timing.get('ci95_low'), 4)}-{fmt_num(rd.timing.get('ci95_high'), 4)}),"
                         f" {fmt_num(tp.tflops)} TFLOP/s ({rd.mode}), bottleneck {rd.bottleneck or 'n/a'}")
     out = [] if c.comparable else [f"warning: {w}" for w in c.warnings]   # a mode mismatch is said first

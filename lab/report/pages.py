@@ -32,7 +32,7 @@ from lab.report.formatting import (NWAY_DEFINITION, fmt_bytes, fmt_capacity, fmt
                             speed_phrase)
 from lab.measure.problem import DTYPE_BYTES
 from lab.measure import rates
-from lab.report.rundata import (DURATION, RunData, RunDamaged, backward_kernels, below_minimum_note, prediction_shape_note, section_set_label, Table, ci_overlap, dram_bytes, findings_context, ladder_neighbour, load,
+from lab.report.rundata import (DURATION, RunData, RunDamaged, backward_kernels, below_minimum_note, prediction_shape_note, section_set_label, Table, ci_overlap, dram_bytes, findings_context, ladder_neighbour, latest_alike, load,
                          load_all, memory_levels, occupancy, performance_rows, sass_fp32_flops, stall_reasons)
 from lab.report.sourceview import highlight_ahead, source_context
 from lab.store import ledger as ledger_store
@@ -186,13 +186,13 @@ def headline(rd: RunData, perf: list[dict], fctx: dict) -> list[str]:
     out = []
     p = rd.problem
     if rd.median_ms is not None:
-        s = (f"{rd.variant_id} ({rd.variant.get('title') or rd.variant.get('slug') or ''}) took "
+        s = (f"{rd.name} ({rd.variant.get('title') or rd.variant.get('slug') or ''}) took "
              f"{fmt_ms(rd.median_ms)} (median of {fmt_num(rd.timing.get('reps'))} repetitions) on {rd.device_name} "
              f"for {p.label()}: {fmt_num(rd.tflops)} TFLOP/s")
         pct = perf[0]["pct_peak"]
         out.append(s + (f", {fmt_pct(pct)} of the {perf[0]['peak_name']} peak." if pct is not None else "."))
     else:
-        out.append(f"{rd.variant_id} has no timing stored for {p.label()} on {rd.device_name}.")
+        out.append(f"{rd.name} has no timing stored for {p.label()} on {rd.device_name}.")
     cmp = rd.baseline_comparison()
     same, cross = cmp["same"], cmp["cross"]
     if same:
@@ -223,13 +223,19 @@ def run_context(rd: RunData, runs: list[RunData], out_dir: Path) -> dict:
     k = rd.primary_kernel
     perf = performance_rows(rd)
     fctx = findings_context(rd, k)
-    prev_id, prev = ladder_neighbour(rd, runs, -1)
+    # a tuning candidate's run is measured against its rung's default (the launcher's own choice) on the
+    # same work, not against the previous rung: the rung's step and its prediction are the default's
+    if rd.candidate:
+        prev_id, prev = rd.variant_id, latest_alike(rd, runs, rd.variant_id)
+    else:
+        prev_id, prev = ladder_neighbour(rd, runs, -1)
     next_id, _ = ladder_neighbour(rd, runs, +1)
     gain = None
     if prev is not None and rd.median_ms:
+        predicted = None if rd.candidate else rd.variant.get("predicted_gain")
         gain = {"prev": prev, "measured": rates.ratio(prev.median_ms, rd.median_ms), "overlap": ci_overlap(prev.timing, rd.timing),
-                "predicted": rd.variant.get("predicted_gain"), "compare_page": compare_filename(prev.id, rd.id),
-                "predicted_elsewhere": prediction_shape_note(rd.variant.get("predicted_gain"), rd.problem),
+                "predicted": predicted, "compare_page": compare_filename(prev.id, rd.id),
+                "predicted_elsewhere": prediction_shape_note(predicted, rd.problem),
                 "dtype_differs": prev.problem.dtype != rd.problem.dtype}
     next_variant = None
     if next_id:
@@ -273,8 +279,25 @@ def run_context(rd: RunData, runs: list[RunData], out_dir: Path) -> dict:
         "raw_metrics": raw_metrics_html(rd.kernels, rd.units), "units": rd.units,
         "stored_metric_count": rd.stored_metric_count,
         "manifest_json": json.dumps(rd.manifest, indent=2, default=str),
-        "ptxas": (rd.manifest.get("build") or {}).get("ptxas") or [],
+        "candidate": rd.candidate, "default_command": _default_command(rd), **launched_ptxas(rd),
     }
+
+
+def _default_command(rd: RunData) -> str | None:
+    """For a tuning candidate's run: the command that stores its rung's default's run on the same work."""
+    work = ledger_store.run_work(rd.manifest) if rd.candidate else None
+    return work.command(rd.variant_id) if work else None
+
+
+def launched_ptxas(rd: RunData) -> dict:
+    """The build's ptxas records the page shows: all of them, except for a tuning candidate's run, whose
+    tuning build holds every candidate's kernels: there the ones its profile launched (matched by the mangled
+    name Nsight Compute and ptxas both record), where any match, and how many of the build's it leaves out."""
+    records = (rd.manifest.get("build") or {}).get("ptxas") or []
+    if not rd.candidate:
+        return {"ptxas": records, "ptxas_others": 0}
+    mine = [r for r in records if r.get("mangled") in rd.launched_mangled]
+    return {"ptxas": mine or records, "ptxas_others": len(records) - len(mine) if mine else 0}
 
 
 def _relhref(path: Path, out_dir: Path) -> str:
@@ -294,7 +317,7 @@ def ladder_groups(runs: list[RunData]) -> list[dict]:
     for (shape, device, mode), members in groups.items():
         latest: dict[str, RunData] = {}
         for r in sorted(members, key=lambda r: (r.manifest.get("created_utc", ""), r.id)):
-            if r.median_ms:
+            if r.median_ms and r.candidate is None:   # a tuning candidate's run is not its rung's step
                 latest[r.variant_id] = r
         rungs = sorted(latest.values(), key=lambda r: (order.get(r.variant_id, len(order)), r.variant_id))
         if not rungs:
@@ -453,7 +476,8 @@ def render(out: Path | None = None, root: Path | None = None, run_id: str | None
         while rd in runs:   # a neighbour found damaged on the way is set aside and the page redone
             try:
                 ctx = run_context(rd, runs, out_dir)
-                ctx["ledger_row"] = ledgerpage.run_row(ledger, rd.variant_id) if ledger else None
+                # the ledger's step is the rung's default's; a candidate's page does not claim it
+                ctx["ledger_row"] = ledgerpage.run_row(ledger, rd.variant_id) if ledger and not rd.candidate else None
                 html = page_t.render(**ctx)
                 break
             except RunDamaged as e:

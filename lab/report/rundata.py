@@ -31,6 +31,7 @@ from lab.report.formatting import fmt_bytes, fmt_num, fmt_pct, speed_phrase
 from lab.measure.problem import DTYPE_BYTES, Problem, label_without_dtype
 from lab.measure import rates
 from lab.measure.rates import MODE_FLOP_FACTOR
+from lab.store.manifest import candidate_label
 from lab.store.runs import DamagedRun, Run, open_root, scan_runs
 
 
@@ -95,6 +96,18 @@ class RunData:
     @property
     def variant_id(self) -> str:
         return self.variant["id"]
+
+    @property
+    def candidate(self) -> dict | None:
+        """The tuning candidate the run ran instead of the rung's launcher ({"label", "index", "causal"}:
+        `lab profile --candidate`), None for a run of the rung itself."""
+        return self.manifest.get("candidate") if candidate_label(self.manifest) is not None else None
+
+    @property
+    def name(self) -> str:
+        """What the run timed, as pages and `lab compare` name it: the rung's id, or `v9 candidate 'LABEL'`."""
+        c = self.candidate
+        return self.variant_id if c is None else f"{self.variant_id} candidate {c['label']!r}"
 
     @property
     def device_name(self) -> str:
@@ -225,6 +238,17 @@ class RunData:
             rows.append(rec)
         rows.sort(key=lambda r: -(r.get(DURATION) or 0) if isinstance(r.get(DURATION), (int, float)) else 0)
         return rows
+
+    @cached_property
+    def launched_mangled(self) -> set[str]:
+        """The mangled names of the kernels the run profiled (Nsight Compute's kernel_mangled), as ptxas's
+        records name them too; empty where they are not stored or the table cannot be read (the page's
+        kernel sections say so)."""
+        try:
+            cols = self.run.columns("metrics", ["kernel_mangled"])
+        except (OSError, ValueError, pa.ArrowException):
+            return set()
+        return {m for m in (cols or {}).get("kernel_mangled", []) if m}
 
     @property
     def page_columns(self) -> re.Pattern:
@@ -416,10 +440,19 @@ def section_set_label(profile: dict | None) -> str | None:
 
 # ----------------------------------------------------------------- runs on the ladder
 
+def latest_alike(rd: RunData, runs: list[RunData], variant_id: str) -> RunData | None:
+    """The latest timed run of `variant_id`'s own launcher (a tuning candidate's run passed over) on `rd`'s
+    shape, device and mode, the same dtype preferred."""
+    same = [r for r in runs if r.variant_id == variant_id and r.candidate is None and r.shape_key == rd.shape_key
+            and r.device_name == rd.device_name and r.mode == rd.mode and r.median_ms]
+    same.sort(key=lambda r: (r.problem.dtype == rd.problem.dtype, r.manifest.get("created_utc", ""), r.id))
+    return same[-1] if same else None
+
+
 def ladder_neighbour(rd: RunData, runs: list[RunData], step: int) -> tuple[str | None, RunData | None]:
     """The registry's previous (step=-1) or next (+1) rung id, and its latest run on the same shape,
-    device and mode (same dtype preferred). A backward run's neighbours are the rungs that have a
-    backward: a forward-only rung did none of the work it timed."""
+    device and mode (same dtype preferred; latest_alike). A backward run's neighbours are the rungs that have
+    a backward: a forward-only rung did none of the work it timed."""
     try:
         ladder = [v for v in registry.variants() if rd.mode == "fwd" or v.backward]
     except LabError:   # a broken workspace file: the page renders without its neighbours
@@ -431,10 +464,7 @@ def ladder_neighbour(rd: RunData, runs: list[RunData], step: int) -> tuple[str |
     if not 0 <= i < len(ids):
         return None, None
     other_id = ids[i]
-    same = [r for r in runs if r.variant_id == other_id and r.shape_key == rd.shape_key
-            and r.device_name == rd.device_name and r.mode == rd.mode and r.median_ms]
-    same.sort(key=lambda r: (r.problem.dtype == rd.problem.dtype, r.manifest.get("created_utc", ""), r.id))
-    return other_id, (same[-1] if same else None)
+    return other_id, latest_alike(rd, runs, other_id)
 
 
 _SHAPE_IN_TEXT = re.compile(r"\bB\s*=?\s*(\d+)\s*[,\s-]\s*H\s*=?\s*(\d+)\s*[,\s-]\s*N\s*=?\s*(\d+)"

@@ -7,7 +7,8 @@ problem, the number of ragged shapes and their seed, the mode, the device and dr
 and the lab's own checking code (the sources of lab.measure's check, gradcheck, gate, problem and
 call: a changed tolerance or shape list is a miss). A failed check is never kept; `--fresh-check`
 checks again. The run's manifest says when a verdict was reused and from when
-(correctness.reused). Entries live in `<store>/.checks/<key>.json`, written atomically; one that
+(correctness.reused). A tuning candidate's verdict (`lab profile --candidate`) is kept under a key that
+also names the candidate. Entries live in `<store>/.checks/<key>.json`, written atomically; one that
 does not read back is a miss, never an error.
 """
 
@@ -44,14 +45,20 @@ def binary_sha256(built) -> str:
     return _sha256(Path(path)) if path and Path(path).is_file() else hashlib.sha256(built.cache_key.encode()).hexdigest()
 
 
-def cache_key(variant, built, problem, shapes: int, mode: str, device: dict, software: dict) -> dict:
+def cache_key(variant, built, problem, shapes: int, mode: str, device: dict, software: dict, candidate=None) -> dict:
+    """`candidate` (lab.ladder.tuning.Chosen): a tuning candidate's verdict, under a key of its own (its index
+    and label; the binary is the tuning build's, which every candidate shares): a verdict for the rung's
+    default never stands for a candidate, nor one candidate's for another. The default's key is unchanged."""
     here = Path(measure.__file__).parent
     code = hashlib.sha256(b"".join((here / n).read_bytes() for n in _CHECK_CODE if (here / n).is_file())).hexdigest()
-    return {"format": FORMAT, "variant": variant.id, "binary_sha256": binary_sha256(built),
-            "source_sha256": "+".join(_sha256(s) for s in variant.sources), "problem": problem.label(), "shapes": shapes, "seed": SEED,
-            "mode": mode, "check_code_sha256": code,
-            "device": {k: device.get(k) for k in ("name", "compute_capability", "driver")},
-            "software": {k: software.get(k) for k in ("torch", "cuda")}}
+    key = {"format": FORMAT, "variant": variant.id, "binary_sha256": binary_sha256(built),
+           "source_sha256": "+".join(_sha256(s) for s in variant.sources), "problem": problem.label(), "shapes": shapes, "seed": SEED,
+           "mode": mode, "check_code_sha256": code,
+           "device": {k: device.get(k) for k in ("name", "compute_capability", "driver")},
+           "software": {k: software.get(k) for k in ("torch", "cuda")}}
+    if candidate is not None:
+        key["candidate"] = {"index": candidate.index, "label": candidate.label}
+    return key
 
 
 def _path(key: dict, root: Path | None) -> Path:

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from lab.store import runs
+from lab.store.manifest import candidate_label
 from lab.store.runs import Run, list_runs
 
 MAX_EVIDENCE = 4   # metrics quoted in the header: enough to say why, short enough to read
@@ -56,12 +57,13 @@ def _fmt(v) -> str:
 
 
 def latest_run_of(variant_id: str, roots: list[Path]) -> Run | None:
-    """The most recent complete run of `variant_id` under any of the store roots (and their
-    examples/); runs with an ncu profile are preferred, since only they name a bottleneck."""
+    """The most recent complete run of `variant_id`'s own launcher under any of the store roots (and their
+    examples/), a tuning candidate's run passed over; runs with an ncu profile are preferred, since only
+    they name a bottleneck."""
     runs: dict[Path, Run] = {}
     for root in roots:
         for r in list_runs(root):
-            if (r.manifest.get("variant") or {}).get("id") == variant_id:
+            if (r.manifest.get("variant") or {}).get("id") == variant_id and candidate_label(r.manifest) is None:
                 runs[r.path.resolve()] = r
     if not runs:
         return None

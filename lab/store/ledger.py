@@ -53,6 +53,7 @@ from lab.ladder import registry
 from lab.measure.tune import ABOVE, BELOW, DEFAULT_LABEL, INSIDE, MEDIANS, judge_ratio
 from lab.ladder.registry import Variant
 from lab.store import runs as run_store
+from lab.store.manifest import candidate_label
 from lab.store.runs import Run, scan_runs
 from lab.store.sweeps import scan_sweeps
 from lab.store.tunes import scan_tunes
@@ -188,12 +189,23 @@ def _ok_ms(x) -> float | None:
 
 def run_impl(manifest: dict) -> str | None:
     """The rung a run timed, as the registry names it here: `builtin:<id>` for a built-in rung that the
-    active workspace shadows with a rung of its own id (registry.ref), else its id."""
+    active workspace shadows with a rung of its own id (registry.ref), else its id. None for a tuning
+    candidate's run (lab profile --candidate): it timed one of the rung's candidates, not the rung, so its
+    time and findings are never a step's (the baselines timed beside it still are)."""
+    if candidate_label(manifest) is not None:
+        return None
     v = manifest.get("variant") or {}
     vid = v.get("id")
     if vid and v.get("origin") == "built-in" and any(w.id == vid and w.origin == "workspace" for w in registry.variants()):
         return registry.BUILTIN_PREFIX + vid
     return vid
+
+
+def run_work(manifest: dict) -> Work | None:
+    """The work a run timed: its device, problem, mode, dtype and timing method (None where not stored)."""
+    problem = manifest.get("problem") or {}
+    return _work((manifest.get("device") or {}).get("name") or "unknown device", problem, manifest.get("mode"),
+                 problem.get("dtype"), (manifest.get("timing") or {}).get("method"))
 
 
 def run_timings(run: Run) -> list[Timing]:
@@ -205,7 +217,7 @@ def run_timings(run: Run) -> list[Timing]:
     mode = m.get("mode")
     created = m.get("created_utc") or ""
     out = []
-    w = _work(device, problem, mode, problem.get("dtype"), timing.get("method"))
+    w = run_work(m)
     med = _ok_ms(timing.get("median"))
     vid = run_impl(m)
     if w and med and vid:

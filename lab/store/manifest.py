@@ -228,6 +228,25 @@ class VariantInfo(Section):
     attacks_classes: list[str] | None = None   # the analysis classes the rung declares it attacks
 
 
+@dataclass
+class CandidateInfo(Section):
+    """The tuning candidate a run ran instead of its rung's launcher (`lab profile --candidate`): built by the
+    rung's tuning build (the run's build section is that build's), named as the rung's table names it."""
+    label: str
+    index: int                         # its place in the rung's list for the problem's head_dim and dtype (the mode's direction)
+    causal: bool | None = None         # the one mask it is declared for (None: both)
+
+
+def candidate_label(manifest) -> str | None:
+    """The label of the tuning candidate a run ran instead of its rung's launcher, None for a run of the rung
+    itself: a reader that picks "the rung's latest run" (the ledger, `lab compare v9`, the index's ladder, a
+    page's previous rung, `lab new`'s evidence) passes over a run that names one."""
+    c = manifest.get("candidate") if isinstance(manifest, dict) else getattr(manifest, "candidate", None)
+    if isinstance(c, CandidateInfo):
+        return c.label
+    return c.get("label") if isinstance(c, dict) else None
+
+
 # The device's peaks: lab.gpu_specs.Peaks's fields, each optional here (a stored run may lack one); the
 # one model of a GPU's peaks is that dataclass, this section only reads and writes it.
 Peaks = make_dataclass("Peaks", [(f.name, typing.get_type_hints(gpu_specs.Peaks)[f.name] | None, field(default=None))
@@ -381,6 +400,7 @@ class Manifest(Section):
     variant: VariantInfo
     problem: Problem
     mode: str | None = None                    # what was checked, timed and profiled: fwd, bwd or fwd+bwd (None: a run from before modes, fwd)
+    candidate: CandidateInfo | None = None     # a tuning candidate's run (lab profile --candidate); None: the rung's launcher
     schema_version: int = SCHEMA_VERSION
     run_id: str = ""
     created_utc: str | None = None

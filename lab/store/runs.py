@@ -30,7 +30,7 @@ import pyarrow.parquet as pq
 from lab.errors import LabError
 from lab.files import replacing, write_json_atomic
 from lab.ladder.workspace import active
-from lab.store.manifest import Manifest, ManifestError, SCHEMA_VERSION
+from lab.store.manifest import Manifest, ManifestError, SCHEMA_VERSION, candidate_label
 # Relative on purpose: the store is where the user runs the lab (or the workspace), never the
 # package's own folder, which may be site-packages.
 DEFAULT_ROOT = Path("profiles")
@@ -82,10 +82,17 @@ def store_root() -> Path:
     return ws.profiles_dir if ws is not None else DEFAULT_ROOT
 
 
-def new_run_id(variant_id: str, problem_label: str, now: datetime | None = None, root: Path | None = None) -> str:
-    """<UTC time>-<rung>-<problem>; two runs stored within one second get -2, -3... (a quick loop or a script)."""
+CANDIDATE_MARK = "cand"   # a tuning candidate's run ends in -cand<index> (lab profile --candidate)
+
+
+def new_run_id(variant_id: str, problem_label: str, now: datetime | None = None, root: Path | None = None,
+               candidate: int | None = None) -> str:
+    """<UTC time>-<rung>-<problem>, and -cand<index> for tuning candidate `candidate`'s run, so that it never
+    reads as the rung's own; two runs stored within one second get -2, -3... (a quick loop or a script)."""
     now = now or datetime.now(timezone.utc)
     base = f"{now:%Y%m%d-%H%M%S}-{variant_id}-{problem_label}"
+    if candidate is not None:
+        base += f"-{CANDIDATE_MARK}{int(candidate)}"
     root = Path(root or store_root())
     run_id, n = base, 1
     while (root / run_id).exists():
@@ -421,7 +428,7 @@ def list_runs(root: Path | None = None) -> list[Run]:
 
 def find_run(run_id: str, root: Path | None = None) -> Run:
     """A run by its id, a prefix of it, or its folder's path; or by a rung's id (`lab compare v5 v6`):
-    that rung's latest stored run."""
+    that rung's latest stored run of its own launcher (a tuning candidate's run is named by its id)."""
     if not run_id.strip():
         raise LabError("the run id is empty", hint="`lab report` lists the stored runs")
     p = Path(run_id)
@@ -434,7 +441,8 @@ def find_run(run_id: str, root: Path | None = None) -> Run:
     runs, damaged = scan_runs(root)
     matches = [r for r in runs if r.id == run_id or r.id.startswith(run_id)]
     if not matches:
-        of_rung = [r for r in runs if (r.manifest.get("variant") or {}).get("id") == run_id]
+        of_rung = [r for r in runs if (r.manifest.get("variant") or {}).get("id") == run_id
+                   and candidate_label(r.manifest) is None]
         if of_rung:   # runs come oldest first
             return of_rung[-1]
         bad = next((d for d in damaged if d.id == run_id or d.id.startswith(run_id)), None)

@@ -25,11 +25,29 @@ from lab.ladder.tuning import Chosen, source_declared
 from lab.measure.problem import parse_shape
 from lab.store import check_cache, manifest as mf, runs as store
 from test_profile_loop import DEVICE, SOFTWARE, Child, StandIns
+from test_tune import TUNABLE
+from test_tune_before_build import BACKWARD as BACKWARD_TUNED, V9, _shared_word
 
-TUNED = registry.get("v4")        # a tunable rung whose candidates serve both masks (fp32, any GPU from 8.0)
-MASKED = registry.get("v9")       # one whose table declares candidates for one mask only
-BACKWARD = registry.get("v7")     # one with backward candidates
+# By what they declare, not by id (tests name rungs through the registry): a tunable fp32 rung with D=64
+# candidates that serve both masks; v9, whose D=64 table declares candidates for one mask only; the
+# latest rung that tunes a backward; and the Hopper pair of a forward and that backward.
+TUNED = next(v for v in TUNABLE if "float32" in v.dtypes and source_declared(v, 64, "float32")
+             and all(d.causal is None for d in source_declared(v, 64, "float32")))
+MASKED = V9
+BACKWARD = BACKWARD_TUNED
 SHAPE = "1,2,64,64"
+LABELS = [d.label for d in source_declared(TUNED, 64, "float32")]
+PICKED = len(LABELS) - 1   # the candidate most tests profile: the last, so its index is not 0
+
+
+def _unique_part(labels: list[str], not_index: int | None = None) -> tuple[int, str]:
+    """(i, part): a word of label i, upper-cased, that no other label contains (case ignored) and that is not
+    the label itself: a unique part, as --predict and --candidate take one."""
+    for i, label in enumerate(labels):
+        for word in sorted(label.split(), key=len, reverse=True):
+            if i != not_index and word != label and sum(word.lower() in lb.lower() for lb in labels) == 1:
+                return i, word.upper()
+    raise AssertionError(f"no label has a unique part: {labels}")
 
 
 def _entries(variant, problem, mode="fwd") -> list[str]:
@@ -134,19 +152,23 @@ def _refused(nothing_starts, *args) -> str:
 
 
 V9_CAUSAL = ["--variant", MASKED.id, "--shape", "1,2,256,64", "--causal", "--dtype", "float16"]
+FORWARD_ONLY = next(v for v in registry.builtin() if v.writes_lse and not v.backward and v.min_cc >= (9, 0))
 
 
 def test_a_label_that_names_no_candidate_is_refused_listing_them(nothing_starts):
     said = _refused(nothing_starts, *V9_CAUSAL, "--candidate", "typo")
-    assert "--candidate typo: no candidate among v9's candidates for head_dim 64, float16 is named so" in said
+    assert f"--candidate typo: no candidate among {MASKED.id}'s candidates for head_dim 64, float16 is named so" in said
     labels = [d.label for d in source_declared(MASKED, 64, "float16")]
     assert "hint: its candidates: " + "; ".join(labels) in said
 
 
 def test_a_part_of_several_labels_is_refused_naming_them(nothing_starts):
-    said = _refused(nothing_starts, *V9_CAUSAL, "--candidate", "half-softmax")
-    assert "--candidate half-softmax: ambiguous, 2 of v9's candidates" in said
-    assert "C1 BN128 S2 persistent tma-o half-softmax; C1 BN128 S2 persistent tma-o q2 half-softmax" in said
+    labels = [d.label for d in source_declared(MASKED, 64, "float16")]
+    shared = _shared_word(labels)
+    named = [lb for lb in labels if shared.lower() in lb.lower()]
+    said = _refused(nothing_starts, *V9_CAUSAL, "--candidate", shared)
+    assert f"--candidate {shared}: ambiguous, {len(named)} of {MASKED.id}'s candidates" in said
+    assert "; ".join(named) in said
 
 
 def test_a_candidate_of_the_other_mask_is_refused(nothing_starts):
@@ -160,19 +182,19 @@ def test_a_candidate_of_the_other_mask_is_refused(nothing_starts):
 
 
 @pytest.mark.parametrize("args, message", [
-    (["--candidate", "default"], "--candidate default: the default is v9's own launcher, not a candidate"),
+    (["--candidate", "default"], "--candidate default: the default is {id}'s own launcher, not a candidate"),
     (["--candidate", " "], "--candidate names no candidate"),
-    (["--candidate", "C1 BN64 S2", "--mode", "bwd"], "v9 has no backward"),
+    (["--candidate", "BN64", "--mode", "bwd"], "{id} has no backward"),
 ])
 def test_the_default_an_empty_label_and_a_mode_without_candidates_are_refused(nothing_starts, args, message):
-    assert message in _refused(nothing_starts, *V9_CAUSAL, *args)
+    assert message.format(id=MASKED.id) in _refused(nothing_starts, *V9_CAUSAL, *args)
 
 
 def test_a_pair_and_a_rung_without_candidates_are_refused(nothing_starts):
-    pair = f"{MASKED.id}+{registry.get('v8').id}"
+    pair = f"{FORWARD_ONLY.id}+{BACKWARD.id}"
     said = _refused(nothing_starts, "--variant", pair, "--shape", "1,2,256,64", "--dtype", "float16", "--candidate", "x")
-    assert "v9+v8 pairs two rungs; a tuning candidate is one rung's" in said
-    assert "lab profile --candidate LABEL --variant v8 --mode bwd" in said
+    assert f"{pair} pairs two rungs; a tuning candidate is one rung's" in said
+    assert f"lab profile --candidate LABEL --variant {BACKWARD.id} --mode bwd" in said
     untuned = next(v for v in registry.builtin() if v.kind == "cuda" and "LAB_TUNING" not in v.source.read_text())
     said = _refused(nothing_starts, "--variant", untuned.id, "--shape", "1,2,64,64", "--candidate", "x")
     assert f"{untuned.id} declares no tuning candidates" in said
@@ -191,8 +213,10 @@ def test_a_rung_with_no_candidates_for_the_problem_is_refused(nothing_starts, tm
 
 
 def test_a_deterministic_backward_is_refused(nothing_starts):
-    said = _refused(nothing_starts, "--variant", "v8", "--mode", "bwd", "--deterministic", "--shape", "1,2,256,64",
-                    "--dtype", "float16", "--candidate", "RED-dQ overlap")
+    deterministic = next(v for v in TUNABLE if v.deterministic and source_declared(v, 64, "float16", "bwd"))
+    label = source_declared(deterministic, 64, "float16", "bwd")[0].label
+    said = _refused(nothing_starts, "--variant", deterministic.id, "--mode", "bwd", "--deterministic",
+                    "--shape", "1,2,256,64", "--dtype", "float16", "--candidate", label)
     assert "--candidate with --deterministic" in said
 
 
@@ -202,8 +226,8 @@ def test_a_unique_part_of_a_label_profiles_that_candidate(stand_ins, capsys):
     """The label part names one candidate; the tuning build is found (not the plain one), the measuring child
     lists its table and is told the index before it checks and times; the run is the candidate's."""
     labels = [e.split("|")[0] for e in stand_ins.entries]
-    index = labels.index("TM8 TN4 T128 min2 u4,2 s2")
-    done = _profile(stand_ins, "tn4")   # case ignored, as --predict
+    index, part = _unique_part(labels)
+    done = _profile(stand_ins, part)   # a word of the label, upper-cased: case ignored, as --predict
     run = store.Run(done.run_dir)
     m = run.record
     assert m.candidate.label == labels[index] and m.candidate.index == index and m.candidate.causal is None
@@ -222,16 +246,18 @@ def test_a_unique_part_of_a_label_profiles_that_candidate(stand_ins, capsys):
 
 def test_the_run_id_tells_a_candidate_from_the_default(stand_ins):
     default = _profile(stand_ins).run_dir.name
-    candidate = _profile(stand_ins, "u1,4").run_dir.name
-    assert candidate != default and re.search(r"-cand3$", candidate) and store._SAFE.match(candidate)
-    assert candidate.removesuffix("-cand3").split("-", 2)[2] == default.split("-", 2)[2]   # same rung, same problem
-    assert store.find_run(candidate).record.candidate.label == "TM8 TN8 T128 min2 u1,4"
+    candidate = _profile(stand_ins, LABELS[-1]).run_dir.name
+    end = f"-cand{len(LABELS) - 1}"
+    assert candidate != default and candidate.endswith(end) and store._SAFE.match(candidate)
+    assert candidate.removesuffix(end).split("-", 2)[2] == default.split("-", 2)[2]   # same rung, same problem
+    assert store.find_run(candidate).record.candidate.label == LABELS[-1]
     from datetime import datetime, timezone
 
     now = datetime(2026, 1, 2, 3, 4, 5, tzinfo=timezone.utc)
-    assert store.new_run_id("v9", "B1-H2-N256-D64-causal-float16", now, candidate=19) == \
-        "20260102-030405-v9-B1-H2-N256-D64-causal-float16-cand19"
-    assert store.new_run_id("v9", "B1-H2-N256-D64-causal-float16", now) == "20260102-030405-v9-B1-H2-N256-D64-causal-float16"
+    assert store.new_run_id(MASKED.id, "B1-H2-N256-D64-causal-float16", now, candidate=19) == \
+        f"20260102-030405-{MASKED.id}-B1-H2-N256-D64-causal-float16-cand19"
+    assert store.new_run_id(MASKED.id, "B1-H2-N256-D64-causal-float16", now) == \
+        f"20260102-030405-{MASKED.id}-B1-H2-N256-D64-causal-float16"
 
 
 def test_the_check_cache_keeps_a_candidates_verdict_apart(stand_ins):
@@ -241,35 +267,35 @@ def test_the_check_cache_keeps_a_candidates_verdict_apart(stand_ins):
     identity = {k: DEVICE[k] for k in ("name", "compute_capability", "driver")}
     built = Built("tuning")
     keys = [check_cache.cache_key(TUNED, built, problem, 24, "fwd", identity, SOFTWARE, c)
-            for c in (None, Chosen(0, "TM8 TN8 T128 min2 u2,2"), Chosen(1, "TM8 TN8 T128 min2 u2,4"))]
+            for c in (None, Chosen(0, LABELS[0]), Chosen(1, LABELS[1]))]
     assert len({json.dumps(k, sort_keys=True) for k in keys}) == 3
-    assert "candidate" not in keys[0] and keys[1]["candidate"] == {"index": 0, "label": "TM8 TN8 T128 min2 u2,2"}
+    assert "candidate" not in keys[0] and keys[1]["candidate"] == {"index": 0, "label": LABELS[0]}
 
     _profile(stand_ins)                          # the default, checked and kept
     assert stand_ins.checked == [None]
-    first = store.Run(_profile(stand_ins, "u2,4").run_dir).record
+    first = store.Run(_profile(stand_ins, LABELS[1]).run_dir).record
     assert stand_ins.checked == [None, 1] and first.correctness.reused is None   # not the default's verdict
-    again = store.Run(_profile(stand_ins, "u2,4").run_dir).record
+    again = store.Run(_profile(stand_ins, LABELS[1]).run_dir).record
     assert stand_ins.checked == [None, 1] and "same binary" in again.correctness.reused
-    store.Run(_profile(stand_ins, "u4,2 s2").run_dir)
-    assert stand_ins.checked == [None, 1, 6]    # another candidate: checked
+    store.Run(_profile(stand_ins, LABELS[2]).run_dir)
+    assert stand_ins.checked == [None, 1, 2]    # another candidate: checked
     default = store.Run(_profile(stand_ins).run_dir).record
-    assert stand_ins.checked == [None, 1, 6] and default.correctness.reused and default.candidate is None
+    assert stand_ins.checked == [None, 1, 2] and default.correctness.reused and default.candidate is None
 
 
 def test_a_failed_candidate_is_named_and_nothing_is_stored(stand_ins, tmp_path):
     from lab.errors import CheckFailed
 
     stand_ins.verdict = {"passed": False, "failure": "B1: test-made", "rule": "test-made"}
-    with pytest.raises(CheckFailed, match=r"v4 candidate 'TM8 TN8 T128 min2 u1,4' is wrong: B1: test-made"):
-        _profile(stand_ins, "u1,4")
+    with pytest.raises(CheckFailed, match=re.escape(f"{TUNED.id} candidate {LABELS[PICKED]!r} is wrong: B1: test-made")):
+        _profile(stand_ins, LABELS[PICKED])
     assert store.list_runs(tmp_path / "store") == []
 
 
 def test_a_built_table_that_differs_from_the_source_is_refused_before_any_check(stand_ins, tmp_path):
     stand_ins.entries = stand_ins.entries[1:]
     with pytest.raises(LabError, match="tuning build lists other candidates for head_dim 64, float32 than its source"):
-        _profile(stand_ins, "u1,4")
+        _profile(stand_ins, LABELS[PICKED])
     assert "check" not in stand_ins.log and stand_ins.log[-1] == "close"
     assert store.list_runs(tmp_path / "store") == [] if (tmp_path / "store").exists() else True
 
@@ -278,21 +304,22 @@ def test_a_list_the_source_does_not_say_is_resolved_against_the_built_table(stan
     from lab.ladder import tuning
 
     monkeypatch.setattr(tuning, "source_declared", lambda *a, **k: None)
-    m = store.Run(_profile(stand_ins, "u1,2").run_dir).record
-    assert m.candidate.label == "TM8 TN8 T128 min2 u1,2" and m.candidate.index == 4
+    m = store.Run(_profile(stand_ins, LABELS[PICKED]).run_dir).record
+    assert m.candidate.label == LABELS[PICKED] and m.candidate.index == PICKED
     stand_ins.entries = ["only one"]
-    with pytest.raises(LabError, match="--candidate u1,2: no candidate among v4's candidates"):
-        _profile(stand_ins, "u1,2")
+    with pytest.raises(LabError, match=re.escape(f"--candidate {LABELS[PICKED]}: no candidate among {TUNED.id}'s candidates")):
+        _profile(stand_ins, LABELS[PICKED])
 
 
 def test_a_backward_candidate_profiles_in_mode_bwd(stand_ins):
     problem = parse_shape("1,2,128,64", dtype="float16")
     stand_ins.entries = _entries(BACKWARD, problem, "bwd")
     labels = [d.label for d in source_declared(BACKWARD, 64, "float16", "bwd")]
-    m = store.Run(_profile(stand_ins, "BR32", variant=BACKWARD, shape="1,2,128,64", dtype="float16",
+    index, part = _unique_part(labels)
+    m = store.Run(_profile(stand_ins, part, variant=BACKWARD, shape="1,2,128,64", dtype="float16",
                            mode="bwd").run_dir).record
-    assert m.mode == "bwd" and m.candidate.label == "W8 BC128 BR32 deferred-dQ"
-    assert m.candidate.index == labels.index("W8 BC128 BR32 deferred-dQ")
+    assert m.mode == "bwd" and m.candidate.label == labels[index] and m.candidate.index == index
+    assert stand_ins.checked == [index] and stand_ins.timed_candidates == [index]
 
 
 def test_the_profilers_child_runs_the_candidate_inside_the_same_range(stand_ins, monkeypatch):
@@ -309,14 +336,14 @@ def test_the_profilers_child_runs_the_candidate_inside_the_same_range(stand_ins,
     monkeypatch.setattr(pipeline.ncu, "run_ncu", ncu_writes)
     monkeypatch.setattr(pipeline.ncu, "require_ncu", lambda: "ncu")
     with pytest.raises(LabError, match="test-made"):
-        _profile(stand_ins, "u1,4", ncu=True)
+        _profile(stand_ins, LABELS[PICKED], ncu=True)
     cmd = seen["cmd"]
     child = cmd[cmd.index("-m"):]
-    assert child[:2] == ["-m", "lab.measure.target"] and child[child.index("--tune-config") + 1] == "3"
+    assert child[:2] == ["-m", "lab.measure.target"] and child[child.index("--tune-config") + 1] == str(PICKED)
     rng = target.range_name(TUNED.id, "B1-H2-N64-D64-float32")
     assert any(rng in a for a in cmd), cmd
     args = target.parse_args(child[2:])
-    assert args.tune_config == 3 and args.variant == TUNED.id
+    assert args.tune_config == PICKED and args.variant == TUNED.id
     assert "--tune-config" not in pipeline.target_argv(TUNED, parse_shape(SHAPE, dtype="float32"))
 
 
@@ -382,9 +409,9 @@ def test_the_page_says_candidate_and_measures_it_against_the_default(stand_ins, 
     from lab.report import pages
 
     default = _profile(stand_ins).run_dir
-    cand = _profile(stand_ins, "u1,4", report=True)
+    cand = _profile(stand_ins, LABELS[PICKED], report=True)
     html = cand.page.read_text()
-    assert "candidate &ldquo;TM8 TN8 T128 min2 u1,4&rdquo;" in html and 'id="candidate"' in html
+    assert f"candidate &ldquo;{LABELS[PICKED]}&rdquo;" in html and 'id="candidate"' in html
     assert f"not {TUNED.id}'s default launcher" in html
     assert f"Against {TUNED.id}&#39;s default" in html or f"Against {TUNED.id}'s default" in html
     assert f"compare-{default.name}-{cand.run_dir.name}.html" in html   # the side-by-side page, rendered
@@ -393,30 +420,30 @@ def test_the_page_says_candidate_and_measures_it_against_the_default(stand_ins, 
     # the ptxas table: the tuning build's, all of it where the report does not say which it launched
     assert "void k&lt;64&gt;(float*)" in html and "tuning build" in html
     index = (cand.page.parent / "index.html").read_text()
-    assert "candidate &ldquo;TM8 TN8 T128 min2 u1,4&rdquo;" in index
+    assert f"candidate &ldquo;{LABELS[PICKED]}&rdquo;" in index
     # the default's own page is the rung's, its step against the previous rung
     own = pages.render_run_page(default).read_text()
     assert 'id="candidate"' not in own and "Against the previous rung" in own
 
 
 def test_a_candidates_page_without_the_defaults_run_says_how_to_store_it(stand_ins):
-    html = _profile(stand_ins, "u1,4", report=True).page.read_text()
+    html = _profile(stand_ins, LABELS[PICKED], report=True).page.read_text()
     assert f"No stored run of {TUNED.id}&#39;s default" in html or f"No stored run of {TUNED.id}'s default" in html
     assert f"lab profile --variant {TUNED.id} --shape 1,2,64,64 --dtype float32" in html
 
 
 def test_lab_compare_names_the_candidate(stand_ins, tmp_path):
     default = _profile(stand_ins).run_dir.name
-    cand = _profile(stand_ins, "u1,4").run_dir.name
+    cand = _profile(stand_ins, LABELS[PICKED]).run_dir.name
     res = lab_here("compare", default, cand, "--out", tmp_path / "out", env={"LAB_PROFILES": str(tmp_path / "store")})
     assert res.returncode in (0, 1), res.stderr
-    assert f"B  {cand} (v4 candidate 'TM8 TN8 T128 min2 u1,4', not its default):" in res.stdout
+    assert f"B  {cand} ({TUNED.id} candidate {LABELS[PICKED]!r}, not its default):" in res.stdout
     assert f"A  {default}:" in res.stdout
     page = next((tmp_path / "out").glob("compare-*.html")).read_text()
-    assert "B is tuning candidate 3, &ldquo;TM8 TN8 T128 min2 u1,4&rdquo;" in page
+    assert f"B is tuning candidate {PICKED}, &ldquo;{LABELS[PICKED]}&rdquo;" in page
     as_json = json.loads(lab_here("compare", default, cand, "--json",
                                   env={"LAB_PROFILES": str(tmp_path / "store")}).stdout)
-    assert as_json["b"]["candidate"] == {"label": "TM8 TN8 T128 min2 u1,4", "index": 3}
+    assert as_json["b"]["candidate"] == {"label": LABELS[PICKED], "index": PICKED}
     assert as_json["a"]["candidate"] is None
 
 
@@ -428,7 +455,7 @@ def test_readers_of_a_rungs_latest_run_pass_over_a_candidates(stand_ins, tmp_pat
     from lab.store import evidence, ledger
 
     default = _profile(stand_ins).run_dir.name
-    cand = _profile(stand_ins, "u1,4").run_dir
+    cand = _profile(stand_ins, LABELS[PICKED]).run_dir
     root = tmp_path / "store"
     assert store.find_run(TUNED.id, root).id == default
     assert store.find_run(cand.name, root).id == cand.name   # by its own id, of course
@@ -442,7 +469,7 @@ def test_readers_of_a_rungs_latest_run_pass_over_a_candidates(stand_ins, tmp_pat
     only_candidates = tmp_path / "only"
     only_candidates.mkdir()
     __import__("shutil").copytree(cand, only_candidates / cand.name)
-    with pytest.raises(LabError, match="no stored run 'v4'"):
+    with pytest.raises(LabError, match=f"no stored run {TUNED.id!r}"):
         store.find_run(TUNED.id, only_candidates)
     assert evidence.latest_run_of(TUNED.id, [only_candidates]) is None
 
@@ -464,7 +491,7 @@ def test_the_page_shows_the_ptxas_records_of_the_kernels_the_candidate_launched(
     launched = {"kernel": "planted_fma_bound(float *, int)", "mangled": "_Z17planted_fma_boundPfi", "registers": 40}
     other = {"kernel": "another_candidates_kernel(float *)", "mangled": "_Z25another_candidates_kernelPf", "registers": 255}
     tuned = lambda *a, **k: Built("tuning", [launched, other])   # noqa: E731
-    done = _profile(stand_ins, "u1,4", ncu=True, report=True,
+    done = _profile(stand_ins, LABELS[PICKED], ncu=True, report=True,
                     machine=stand_ins.machine(cached_tuning_build=tuned, tuning_build=tuned))
     assert len(store.Run(done.run_dir).record.build.ptxas) == 2   # the manifest keeps the whole build's
     html = done.page.read_text()

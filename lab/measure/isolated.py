@@ -374,13 +374,46 @@ def _serve(a) -> int:
                  lambda obj: replies.write(json.dumps(obj) + "\n"))
 
 
+class _Loaded:
+    """The measuring child's extensions, each loaded once, from the builds the parent made (NotBuilt where
+    one is not cached here): the rung's own (`get(None)`), and its tuning build's table (`entries`) and
+    candidates (`get(i)`: lab.ladder.tuning.candidate, shaped like the rung's extension)."""
+
+    def __init__(self, variant, problem: Problem, mode: str):
+        self.variant, self.problem, self.mode = variant, problem, mode
+        self._modules: dict = {}
+        self._tuning = None
+
+    def _tuning_module(self):
+        if self._tuning is None:
+            if not build.is_built(self.variant, tuning=True):
+                raise NotBuilt(f"{self.variant.id} has no cached tuning build here")
+            self._tuning = tuning_build(self.variant, allow_compile=False).module
+        return self._tuning
+
+    def entries(self) -> list[str]:
+        return [str(e) for e in configs_entries(self._tuning_module(), self.problem.head_dim, self.problem.dtype,
+                                                self.mode)]
+
+    def get(self, config: int | None):
+        if config not in self._modules:
+            if config is not None:
+                self._modules[config] = candidate(self._tuning_module(), config, self.mode, self.problem)
+            elif self.variant.kind != "python" and not build.is_built(self.variant):   # a python rung compiles nothing
+                raise NotBuilt(f"{self.variant.id} has no cached build here")
+            else:
+                self._modules[config] = build.load_cached(self.variant)
+        return self._modules[config]
+
+
 def serve(variant, problem: Problem, mode: str, requests, reply) -> int:
-    """Answer each request line (JSON) with one reply (a dict handed to `reply`), until the lines end."""
+    """Answer each request line (JSON) with one reply (a dict handed to `reply`), until the lines end. A check
+    or bench naming a `candidate` runs that tuning candidate instead of the rung's launcher."""
     from lab import environment
     from lab.measure import baselines, checked
     from lab.measure.timed import TimingRefused
 
-    modules: dict = {}   # None: the rung's own build; i: tuning candidate i; "tuning": the tuning build's module
+    loaded = _Loaded(variant, problem, mode)
     for line in requests:
         try:
             request = json.loads(line)
@@ -394,32 +427,19 @@ def serve(variant, problem: Problem, mode: str, requests, reply) -> int:
             environment.require_gpu("profile")
             environment.require_compute_capability(variant)
             config = request.get("candidate")
-            if request["do"] == "candidates" or (config is not None and config not in modules):
-                if "tuning" not in modules:
-                    if not build.is_built(variant, tuning=True):
-                        reply({"error": f"{variant.id} has no cached tuning build here", "not_built": True})
-                        continue
-                    modules["tuning"] = tuning_build(variant, allow_compile=False).module
-                if request["do"] == "candidates":
-                    reply({"entries": [str(e) for e in configs_entries(modules["tuning"], problem.head_dim, problem.dtype, mode)]})
-                    continue
-                modules[config] = candidate(modules["tuning"], config, mode, problem)
-            if None not in modules and config is None and request["do"] in ("check", "bench"):
-                if variant.kind != "python" and not build.is_built(variant):   # a python rung compiles nothing
-                    reply({"error": f"{variant.id} has no cached build here", "not_built": True})
-                    continue
-                modules[None] = build.load_cached(variant)
-            module = modules.get(config)
-            if request["do"] == "check":
+            if request["do"] == "candidates":
+                reply({"entries": loaded.entries()})
+            elif request["do"] == "check":
                 if config is None:
-                    result = check_variant(variant, problem=problem, extra_shapes=request["shapes"], module=module,
-                                           mode=mode).to_dict()
+                    result = check_variant(variant, problem=problem, extra_shapes=request["shapes"],
+                                           module=loaded.get(None), mode=mode).to_dict()
                 else:   # on its own head_dim and dtype, and seeded shapes of its mask, as lab tune checks it
-                    result = _check(variant, problem, request["shapes"], module, mode).to_dict()
+                    result = _check(variant, problem, request["shapes"], loaded.get(config), mode).to_dict()
                 _release_cached_memory()   # the float64 references' memory, before anything is timed
                 reply({"result": result})
             elif request["do"] == "bench":
-                timing = checked.time_rung(variant, module, problem, request["reps"], request["warmup"], mode=mode)
+                timing = checked.time_rung(variant, loaded.get(config), problem, request["reps"], request["warmup"],
+                                           mode=mode)
                 reply({"timing": timing.to_dict(), "device": environment.device_info(),
                        "software": environment.software_info({}), "seconds": time.perf_counter() - t0})
             else:
@@ -427,6 +447,8 @@ def serve(variant, problem: Problem, mode: str, requests, reply) -> int:
                 reply({"rows": [b.to_dict() for b in rows], "seconds": time.perf_counter() - t0})
         except TimingRefused as e:
             reply({"refused": e.to_dict()})
+        except NotBuilt as e:
+            reply({"error": str(e), "not_built": True})
         except LabError as e:
             reply({"error": str(e), "hint": e.hint})
         except CheckFailed as e:

@@ -28,8 +28,8 @@ if [ "$PART" = a ]; then
 else
   tune 2048-c --dtype float16 --causal --shape 8,32,2048,64 --predict "$H64=0.995-1.012"
   tune 512-c-128 --dtype float16 --causal --shape 32,16,512,128 --predict "$H128=1.00-1.04"
-  step profile 150 python3 -m lab.cli profile --variant v9 --candidate "$H64" --shape 16,32,1024,64 --causal \
-    --dtype float16 --no-baselines --no-report --profiles "$W/runs"
+  LAB_PROFILES="$W/runs" step profile 150 python3 -m lab.cli profile --variant v9 --candidate "$H64" \
+    --shape 16,32,1024,64 --causal --dtype float16 --no-baselines --no-report
   tail -12 "$L/profile.log"
   python3 -m lab.cli analyze "$W"/runs/*/ 2>&1 | head -12
   gpu_call_end profile

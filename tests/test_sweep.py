@@ -580,7 +580,7 @@ def test_recorded_command_leaves_out_the_store_it_was_written_to():
     # the path is the measuring machine's (a GPU machine's scratch folder): meaningless where the record is shipped
     from lab.cli import _command_line
 
-    typed = ["/venv/bin/lab", "sweep", "--variant", "v9", "--profiles", "/root/out/s", "--name", "a b",
+    typed = ["/venv/bin/lab", "sweep", "--variant", "mine", "--profiles", "/root/out/s", "--name", "a b",
              "--profiles=/x", "--preset", "fa-grid"]
-    assert _command_line("sweep", typed) == "lab sweep --variant v9 --name 'a b' --preset fa-grid"
+    assert _command_line("sweep", typed) == "lab sweep --variant mine --name 'a b' --preset fa-grid"
     assert _command_line("sweep", ["python", "-c", "sweep"]) == ""

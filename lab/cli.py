@@ -25,6 +25,7 @@ from lab import __version__
 from lab import sweeping as sweeper
 from lab.console import rich_console
 from lab.analysis import findings as analysis
+from lab.analysis.isolated import in_child
 from lab.analysis.lines import render_lines, source_texts
 from lab.children import end_all, end_own_group
 from lab.doctor import essentials_failed, run_checks
@@ -798,7 +799,9 @@ def analyze(ctx, report_path, kernel_regex, shape, causal, dtype, n_lines, as_js
             problem.update(dtype=None, min_bytes=None)
             click.echo("note: the kernel's name declares no dtype; pass --dtype for the Q,K,V,O byte minimum and "
                        "the % of peak", err=True)
-    analyses = analysis.analyze_report(report_path, problem=problem, kernel_regex=kernel_regex, ptxas=ptxas)
+    # in a child process: an ncu_report that crashes reading the report ends it, not this one (lab.analysis.isolated)
+    analyses = in_child(analysis.analyze_report, report_path, problem=problem, kernel_regex=kernel_regex, ptxas=ptxas,
+                        what=f"the analysis of {report_path}")
     if as_json:
         click.echo(json.dumps([a.to_dict(lines=n_lines) for a in analyses], indent=2))
         return

@@ -38,6 +38,7 @@ from lab import __version__, environment
 from lab.console import say as _say
 from lab.analysis import findings as analysis
 from lab.analysis import lines as source_lines
+from lab.analysis.isolated import in_child
 from lab.errors import CheckFailed, LabError
 from lab.files import write_json_atomic
 from lab.ladder import build, registry, tuning
@@ -184,9 +185,10 @@ def reanalyze(run, into: Path | None = None) -> tuple[Path, list]:
         shutil.copytree(run.path, staging)
         runs.compress_stored_artifact(staging, "ncu_report")   # a run stored before keeps its report as lab profile now does
         staged = runs.Run(staging)
-        analyses, tables = analysis_tables(staged.artifact("ncu_report"), run.manifest.get("problem"),
-                                           run.manifest.get("timeline"), run.manifest.get("mode") or "fwd",
-                                           (run.manifest.get("build") or {}).get("ptxas"))
+        analyses, tables = in_child(analysis_tables, staged.artifact("ncu_report"), run.manifest.get("problem"),
+                                    run.manifest.get("timeline"), run.manifest.get("mode") or "fwd",
+                                    (run.manifest.get("build") or {}).get("ptxas"),
+                                    what=f"the analysis of run {run.id}'s ncu report")
         d = staged.record.to_dict()
         for name, df in tables.items():
             runs.write_table(df, staging / f"{name}.parquet")
@@ -496,8 +498,16 @@ def analyze(run, variant: Variant, problem: Problem, timeline_info: dict | None,
     """The analysis of the run's ncu report and its tables, with the code the lines point at as it
     was when profiled (pages never reopen the report); `ptxas`: the build's records."""
     report_path = run.artifact_path("profile.ncu-rep")
-    analyses, tables = analysis_tables(report_path, problem.to_dict(), timeline_info, mode, ptxas)
-    tables["sources"] = source_lines.sources_frame(source_lines.source_texts(report_path), list(variant.sources))
+    # in a child process: an ncu_report that crashes reading the report ends it, not the run (lab.analysis.isolated)
+    return in_child(_run_tables, report_path, problem.to_dict(), timeline_info, mode, ptxas, list(variant.sources),
+                    what=f"the analysis of {variant.id}'s ncu report")
+
+
+def _run_tables(report_path: Path, problem: dict, timeline_info: dict | None, mode: str, ptxas: list[dict] | None,
+                sources: list) -> tuple[list, dict]:
+    """analysis_tables and the code the lines point at (analyze's child's work: one report read)."""
+    analyses, tables = analysis_tables(report_path, problem, timeline_info, mode, ptxas)
+    tables["sources"] = source_lines.sources_frame(source_lines.source_texts(report_path), sources)
     return analyses, tables
 
 

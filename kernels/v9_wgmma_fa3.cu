@@ -312,7 +312,10 @@
 //   and the half tile's last step peeled off it (2,872 instructions; the key loop 666 against the default's
 //   667). 0 spills, no C75xx, every existing kernel SASS-identical. Predicted 1.00-1.035x at 32,32,512,64
 //   causal, 1.00-1.02x at 1024, 0.995-1.012x at 2048; 1.00-1.04x at 32,16,512,128 causal; the control 0.99-1.01x.
-//   The call: benchmarks/v9_step11b_gpu.sh.
+//   Measured (one H100, f802207): 1.001x, 1.009x, 1.004x at N = 512, 1024, 2048 causal (every CI spans 1.0);
+//   the control 0.999x; D=128 0.991x (below). ncu: the stall "no instructions" 2.4% of the samples (step 11 (a)
+//   15.9%), instructions -4.0%, cycles -0.3%: the saved work is mostly off the critical path. Not taken yet: as
+//   the D=64 causal default it needs the fa-grid and the default's GQA cases (v9_notes "Step 11 (b) measured").
 // Still to come (issue 28; H100 fa-grid after step 10, `20261127-225520-sweep-v9-fa-grid-h100`, graph, 35 of 48):
 //   D=64 causal N <= 4096 (0.942-0.991x cuDNN), D=64 non-causal N = 1024 and 2048 (0.985-0.998x), D=128 causal
 //   N = 512 bf16 (0.996x).

@@ -38,7 +38,7 @@ from lab import __version__, environment
 from lab.console import say as _say
 from lab.analysis import findings as analysis
 from lab.analysis import lines as source_lines
-from lab.analysis.isolated import in_child
+from lab.analysis.isolated import ChildDied, in_child
 from lab.errors import CheckFailed, LabError
 from lab.files import write_json_atomic
 from lab.ladder import build, registry, tuning
@@ -268,7 +268,10 @@ def _profile(variant: Variant, problem: Problem, opts: ProfileOptions, machine: 
             measuring = pool.submit(measure, child, variant, problem, opts, tools, correctness, key, chosen)
             if ncu_info is not None:
                 with stage("analysis", "beside the measuring child's timing"):
-                    analyses, tables = analyze(run, variant, problem, timeline_info, opts.mode, built.ptxas)
+                    try:
+                        analyses, tables = analyze(run, variant, problem, timeline_info, opts.mode, built.ptxas)
+                    except ChildDied as e:
+                        raise kept_report(run, e) from None
                 with stage("compress", "the ncu report, xz, beside the measuring child's timing"):
                     ncu_info["report"] = run.compress_artifact("ncu_report")   # stored as profile.ncu-rep.xz
             measured = measuring.result()
@@ -501,6 +504,15 @@ def analyze(run, variant: Variant, problem: Problem, timeline_info: dict | None,
     # in a child process: an ncu_report that crashes reading the report ends it, not the run (lab.analysis.isolated)
     return in_child(_run_tables, report_path, problem.to_dict(), timeline_info, mode, ptxas, list(variant.sources),
                     what=f"the analysis of {variant.id}'s ncu report")
+
+
+def kept_report(run, died: ChildDied) -> LabError:
+    """The error of a run whose analysis died: no run is stored, but ncu's report (minutes of replay) is
+    kept beside the store's runs, <run id>.ncu-rep, for `lab analyze` once ncu_report reads it."""
+    kept = run.final.parent / f"{run.final.name}.ncu-rep"
+    shutil.move(str(run.artifact_path("profile.ncu-rep")), kept)
+    return LabError(f"{died}; no run was stored, ncu's report is kept at {kept}",
+                    hint=f"{died.hint}; then `lab analyze {kept}` reads it (or profile again)")
 
 
 def _run_tables(report_path: Path, problem: dict, timeline_info: dict | None, mode: str, ptxas: list[dict] | None,

@@ -24,7 +24,7 @@ def test_a_child_that_dies_is_a_lab_error_naming_what_it_did_and_the_fix():
     with pytest.raises(LabError) as e:
         in_child(os.abort, what="the analysis of r.ncu-rep")
     assert "the analysis of r.ncu-rep: its child process died" in str(e.value)
-    assert "nothing was stored" in str(e.value) and "pip install ncu-report" in e.value.hint
+    assert "pip install ncu-report" in e.value.hint
 
 
 def test_the_child_s_result_and_its_exceptions_come_back():

@@ -488,3 +488,34 @@ def test_a_profiled_run_keeps_its_ncu_report_xz_compressed(stand_ins, monkeypatc
     assert command[command.index("-o") + 1] == "profile.ncu-rep"
     assert len(run.table("metrics")) == len(analysis.analyze_report(run.artifact("ncu_report"), with_lines=False))
     assert run.table("findings") is not None and "compress" in run.record.stage_seconds
+
+
+def test_an_analysis_that_dies_stores_no_run_and_keeps_ncu_s_report(stand_ins, monkeypatch, tmp_path):
+    """The analysis runs in a child (lab.analysis.isolated); where that child dies (an ncu_report that
+    segfaults reading the report: the GPU machine, 2026-11-27), no run is stored, and ncu's report, minutes
+    of replay, is kept beside the store's runs with the command that reads it once ncu_report works."""
+    from lab.analysis.isolated import ChildDied
+    from lab.errors import LabError
+
+    real = lzma.decompress((REPO / "tests" / "fixtures" / "ncu" / "planted-basic.ncu-rep.xz").read_bytes())
+
+    def ncu_writes(cmd, log_path, env=None, timeout_s=None):
+        report = Path(cmd[cmd.index("-o") + 1])
+        report.write_bytes(real)
+        Path(log_path).write_text("ncu's log (test-made)\n")
+        return report
+
+    def died(*a, what, **k):
+        raise ChildDied(f"{what}: its child process died reading the report with ncu_report (test-made)", hint="fix it")
+
+    monkeypatch.setattr(pipeline.ncu, "run_ncu", ncu_writes)
+    monkeypatch.setattr(pipeline.ncu, "require_ncu", lambda: "ncu")
+    monkeypatch.setattr(pipeline, "in_child", died)
+    with pytest.raises(LabError) as e:
+        _profile(stand_ins, ncu=True)
+    store_dir = tmp_path / "store"
+    kept = [p for p in store_dir.iterdir() if p.name.endswith(".ncu-rep")]
+    assert len(kept) == 1 and kept[0].read_bytes() == real
+    assert f"ncu's report is kept at {kept[0]}" in str(e.value) and f"lab analyze {kept[0]}" in e.value.hint
+    assert store.list_runs(store_dir) == [] and not [p for p in store_dir.iterdir() if p.name.endswith(".partial")]
+    assert stand_ins.log[-1] == "close"

@@ -23,6 +23,10 @@ from lab.errors import LabError
 from lab.profilers import ncu
 
 
+class ChildDied(LabError):
+    """The child reading a report died (a signal, not an exception): the module crashed on the report."""
+
+
 def in_child(fn: Callable[..., Any], *args: Any, what: str, **kwargs: Any) -> Any:
     """fn(*args, **kwargs) in a fresh child process (spawned: it shares no threads or CUDA state with
     this one), its result or its exception returned here; a child that dies (a signal, not an
@@ -35,5 +39,5 @@ def in_child(fn: Callable[..., Any], *args: Any, what: str, **kwargs: Any) -> An
                 module = f"ncu_report ({ncu.module_file(ncu.find_ncu_report_module())})"
             except LabError:
                 module = "ncu_report"
-            raise LabError(f"{what}: its child process died reading the report with {module}; nothing was stored",
-                           hint=ncu.MODULE_FIX) from None
+            raise ChildDied(f"{what}: its child process died reading the report with {module}",
+                            hint=ncu.MODULE_FIX) from None

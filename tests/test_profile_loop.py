@@ -464,11 +464,9 @@ def test_the_measuring_childs_answers(monkeypatch):
     assert replies == [{"error": "cu has no cached build here", "not_built": True}]
 
 
-def test_a_profiled_run_keeps_its_ncu_report_xz_compressed(stand_ins, monkeypatch):
-    """The report ncu writes (here a real one, recorded on a GPU: tests/fixtures/ncu/planted-basic, which the
-    stand-in for ncu writes where ncu would) is analyzed as written, then stored xz-compressed: the manifest's
-    artifact and its profile section name profile.ncu-rep.xz, the plain file is gone, and the .xz unpacks to
-    the report byte for byte; the command stored is ncu's own, as a user reruns it."""
+def _ncu_writes_planted_basic(monkeypatch) -> bytes:
+    """ncu's stand-in writes a real report (tests/fixtures/ncu/planted-basic, recorded on a GPU) where ncu
+    would, and its log; returns the report's bytes."""
     real = lzma.decompress((REPO / "tests" / "fixtures" / "ncu" / "planted-basic.ncu-rep.xz").read_bytes())
 
     def ncu_writes(cmd, log_path, env=None, timeout_s=None):
@@ -479,6 +477,15 @@ def test_a_profiled_run_keeps_its_ncu_report_xz_compressed(stand_ins, monkeypatc
 
     monkeypatch.setattr(pipeline.ncu, "run_ncu", ncu_writes)
     monkeypatch.setattr(pipeline.ncu, "require_ncu", lambda: "ncu")
+    return real
+
+
+def test_a_profiled_run_keeps_its_ncu_report_xz_compressed(stand_ins, monkeypatch):
+    """The report ncu writes (here a real one, recorded on a GPU: tests/fixtures/ncu/planted-basic, which the
+    stand-in for ncu writes where ncu would) is analyzed as written, then stored xz-compressed: the manifest's
+    artifact and its profile section name profile.ncu-rep.xz, the plain file is gone, and the .xz unpacks to
+    the report byte for byte; the command stored is ncu's own, as a user reruns it."""
+    real = _ncu_writes_planted_basic(monkeypatch)
     done = _profile(stand_ins, ncu=True)
     run = store.Run(done.run_dir)
     assert run.manifest["artifacts"]["ncu_report"] == "profile.ncu-rep.xz" == run.manifest["profile"]["report"]
@@ -497,19 +504,10 @@ def test_an_analysis_that_dies_stores_no_run_and_keeps_ncu_s_report(stand_ins, m
     from lab.analysis.isolated import ChildDied
     from lab.errors import LabError
 
-    real = lzma.decompress((REPO / "tests" / "fixtures" / "ncu" / "planted-basic.ncu-rep.xz").read_bytes())
-
-    def ncu_writes(cmd, log_path, env=None, timeout_s=None):
-        report = Path(cmd[cmd.index("-o") + 1])
-        report.write_bytes(real)
-        Path(log_path).write_text("ncu's log (test-made)\n")
-        return report
-
     def died(*a, what, **k):
         raise ChildDied(f"{what}: its child process died reading the report with ncu_report (test-made)", hint="fix it")
 
-    monkeypatch.setattr(pipeline.ncu, "run_ncu", ncu_writes)
-    monkeypatch.setattr(pipeline.ncu, "require_ncu", lambda: "ncu")
+    real = _ncu_writes_planted_basic(monkeypatch)
     monkeypatch.setattr(pipeline, "in_child", died)
     with pytest.raises(LabError) as e:
         _profile(stand_ins, ncu=True)

@@ -9,6 +9,8 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from lab.analysis import findings as analysis
+from lab.analysis.isolated import ChildDied, in_child
 from lab.environment import nvcc_version
 from lab.errors import LabError
 from lab.profilers import ncu
@@ -89,7 +91,15 @@ def _ncu_report_check(report: Path | None) -> Check:
         return Check("ncu_report", False, str(e), e.hint or "pip install ncu-report", "profile, analyze")
     if not loaded:
         return Check("ncu_report", True, f"{where} importable; could not read {report} (no crash)")
-    return Check("ncu_report", True, f"{where} loads {report} (tried in a child process)")
+    # loading is not all: the analysis reads every metric and the per-PC counters, where a module built for
+    # another Python has crashed after a clean load (`lab profile` on the GPU machine, 2026-11-27)
+    try:
+        in_child(analysis.analyze_report, report, what=f"{where} analysing {report}")
+    except ChildDied as e:
+        return Check("ncu_report", False, str(e), e.hint or "pip install ncu-report", "profile, analyze")
+    except LabError as e:
+        return Check("ncu_report", True, f"{where} loads {report}; the analysis refused it ({e}), no crash")
+    return Check("ncu_report", True, f"{where} loads and analyses {report} (tried in a child process)")
 
 
 _NCU_FIX = "install Nsight Compute and put ncu on PATH"

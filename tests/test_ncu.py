@@ -300,3 +300,23 @@ def test_profile_one_kernel_in_an_nvtx_range(tmp_path):
     df = ncu.load_report(rep)
     assert len(df) == 1 and "lab gpu test" in df["nvtx"].iloc[0]
     assert df["profiler__replayer_passes"].iloc[0] <= 20
+
+
+def test_lab_doctor_fails_a_module_that_loads_a_report_but_dies_analysing_it(monkeypatch):
+    """Loading is not all (`lab profile` on the GPU machine, 2026-11-27: a clean load, then a segfault in the
+    analysis): doctor runs the whole analysis of the report in a child, and a child that dies fails the check
+    with the fix; one that analyses it passes."""
+    from lab import doctor
+    from lab.analysis.isolated import ChildDied
+
+    def died(*a, what, **k):
+        raise ChildDied(f"{what}: its child process died reading the report with ncu_report (test-made)",
+                        hint="pip install ncu-report (test-made)")
+
+    report = ncu._materialize(BASIC)
+    monkeypatch.setattr(doctor, "in_child", died)
+    check = doctor._ncu_report_check(report)
+    assert check.ok is False and "died reading the report" in check.detail and "pip install ncu-report" in check.fix
+    monkeypatch.setattr(doctor, "in_child", lambda fn, *a, what, **k: fn(*a, **k))
+    check = doctor._ncu_report_check(report)
+    assert check.ok is True and "loads and analyses" in check.detail

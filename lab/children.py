@@ -100,3 +100,13 @@ def end_own_group() -> None:
         pass
     finally:
         signal.signal(signal.SIGTERM, previous)
+
+
+def how_it_ended(returncode: int | None) -> str:
+    """How a child process ended, as the lab's messages say it: `killed by SIGSEGV`, `exit code 1`."""
+    if returncode is not None and returncode < 0:
+        try:
+            return f"killed by {signal.Signals(-returncode).name}"
+        except ValueError:
+            return f"killed by signal {-returncode}"
+    return f"exit code {returncode}"

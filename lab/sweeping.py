@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from lab import __version__
+from lab import __version__, children
 from lab.console import say
 from lab.environment import git_info, gpu_record, gpu_uuids
 from lab.errors import LabError
@@ -490,8 +490,7 @@ def run_on_gpus(sweep, gpus: list[str], measuring: Measuring = ON_GPU, show_prog
         if p.returncode != 0:
             finished = sum(1 for u in mine for c in u if c.key in done_keys)
             left = [c for u in mine for c in u if c.key not in done_keys]
-            how = (f"killed by {signal.Signals(-p.returncode).name}" if p.returncode < 0
-                   else f"exit code {p.returncode}")
+            how = children.how_it_ended(p.returncode)
             tail = _tail(sweep.path / f".worker-{i}.log")
             messages.append(f"worker {i}/{n} on GPU {gpu} ({pin}) died ({how}) after {finished} cells"
                             + (f"; {len(left)} cells of its unit in flight ({left[0].problem.label()}) are left for "

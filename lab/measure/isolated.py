@@ -32,7 +32,6 @@ import json
 import os
 import queue
 import select
-import signal
 import subprocess
 import sys
 import tempfile
@@ -71,7 +70,7 @@ def _argv(variant, problem: Problem, extra_shapes: int, mode: str) -> list[str]:
 
 def _how(returncode: int) -> str:
     """How a child ended: `killed by SIGSEGV`, `exit code 1`."""
-    return f"killed by {signal.Signals(-returncode).name}" if returncode < 0 else f"exit code {returncode}"
+    return children.how_it_ended(returncode)
 
 
 def _tail(stderr: str) -> str:

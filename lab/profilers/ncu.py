@@ -233,6 +233,14 @@ MODULE_FIX = ("pip install ncu-report (NVIDIA's wheel, the version of the ncu th
               "version's own module is built for")
 
 _loaded_in_child: set[Path] = set()   # the ncu_report files that loaded a real report in a child
+_isolated = False   # this process is itself the child a report is read in (lab.analysis.isolated): no probe
+
+
+def read_reports_here() -> None:
+    """Mark this process as the child a report is read in (lab.analysis.isolated's): a crash ends it and is
+    named by its parent, so loads_in_child has no probe of its own to start (it would load the report twice)."""
+    global _isolated
+    _isolated = True
 
 
 def loads_in_child(module, report: Path, shown: Path | None = None) -> bool:
@@ -248,7 +256,7 @@ def loads_in_child(module, report: Path, shown: Path | None = None) -> bool:
     2-core CPU machine, where the lab's own load and frame of planted-basic takes 0.2 s. Once a report
     loaded in a child, the module's later reports load in-process at once."""
     where = module_file(module)
-    if where in _loaded_in_child:
+    if where in _loaded_in_child or _isolated:
         return True
     shown = shown or report
     try:

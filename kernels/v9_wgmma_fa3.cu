@@ -316,6 +316,10 @@
 //   the control 0.999x; D=128 0.991x (below). ncu: the stall "no instructions" 2.4% of the samples (step 11 (a)
 //   15.9%), instructions -4.0%, cycles -0.3%: the saved work is mostly off the critical path. Not taken yet: as
 //   the D=64 causal default it needs the fa-grid and the default's GQA cases (v9_notes "Step 11 (b) measured").
+// Step 11 (b) taken (fifteenth session): "C1 BN128 S2 persistent tma-o half-softmax" (Default64OTmaHalf) is the
+//   D=64 causal default below kLongCausal (lab_forward_v9 below). Attacks the D=64 causal cells at N <= 4096
+//   (H100 0.942-0.991x cuDNN, graph). Predicted on the H100 fa-grid: those cells 1.00-1.01x their last grid's,
+//   none of them falling, every other cell unchanged (the same kernels).
 // Still to come (issue 28; H100 fa-grid after step 10, `20261127-225520-sweep-v9-fa-grid-h100`, graph, 35 of 48):
 //   D=64 causal N <= 4096 (0.942-0.991x cuDNN), D=64 non-causal N = 1024 and 2048 (0.985-0.998x), D=128 causal
 //   N = 512 bf16 (0.996x).
@@ -540,12 +544,15 @@ static const char* refuse(const LabAttentionArgs* args) {
 LAB_EXPORT const char* lab_forward_v9(const LabAttentionArgs* args, cudaStream_t stream) {
   if (const char* why = refuse(args)) return why;
   // D = 64: one consumer warpgroup, two CTAs per SM, O stored by TMA (step 4 at D = 64), non-causal
-  // with two Q buffers (step 6 (c)); non-causal with long queries and keys, three consumers (v6's
-  // choice, step 5 (c) from 2048), O from the accumulators; causal the same from 8192 (step 10).
+  // with two Q buffers (step 6 (c)), causal with the last key tile's softmax and P V at half width
+  // where its second half is masked whole (step 11 (b)); non-causal with long queries and keys, three
+  // consumers (v6's choice, step 5 (c) from 2048), O from the accumulators; causal the same from 8192
+  // (step 10).
   if (args->head_dim == 64) {
     if (args->causal) {
       const bool long_causal = args->seqlen_q >= v9::kLongCausal && args->seqlen_k >= v9::kLongCausal;
-      return long_causal ? v9::launch<v9::Long64, true>(args, stream) : v9::launch<v9::Default64OTma, true>(args, stream);
+      return long_causal ? v9::launch<v9::Long64, true>(args, stream)
+                         : v9::launch<v9::Default64OTmaHalf, true>(args, stream);
     }
     const bool long_rows = args->seqlen_q >= v9::kLongRows && args->seqlen_k >= v9::kLongKeys;
     return long_rows ? v9::launch<v9::Long64, false>(args, stream)

@@ -89,8 +89,9 @@ STEP4_CANDIDATES = ["C1 BN64 S2 persistent", "C2 BN128 S2 persistent pp (step-3 
 D128_CASES = [c for c in CASES if c[4] == 128]
 # D=64's candidates that are not the default: the step-3 default (Default64, O stored from the
 # accumulators), on the D=64 cases, the three-consumer ones included (a candidate runs whatever the
-# shape). O by TMA on Default64, "C1 BN128 S2 persistent tma-o", is the D=64 causal default since step 4
-# (the causal cases above run its kernels; the non-causal default below Nq, Nk >= 2048 until step 6 (c)),
+# shape). O by TMA on Default64, "C1 BN128 S2 persistent tma-o", was the D=64 causal default from step 4 to
+# step 11 (b), which put the half-width last key tile on it ("... tma-o half-softmax": the causal cases above
+# run its kernels below Nq, Nk >= 8192; the non-causal default below Nq, Nk >= 2048 until step 6 (c)),
 # and with two Q buffers, "C1 BN128 S2 persistent tma-o q2", the non-causal one since step 6 (c): each is a
 # candidate here for the mask the default does not run it on. Step 5's: three
 # consumers (BM = 192) with O by TMA, both masks, and the same with each warpgroup computing only its

@@ -36,14 +36,15 @@ V9 = next((v for v in builtin() if v.kind == "cuda" and v.min_cc >= (9, 0) and v
 # four, 16 each), two Q buffers on three consumers (8: non-causal only). Step 8's: ping-pong at D = 64 with O by
 # TMA, and with two Q buffers (16 each). Step 9's: the next tile's S_0 under the epilogue on the two D = 64
 # defaults (16 each). Step 11's: the last key tile's softmax and P V at half width on the two D = 64 defaults
-# and the D = 128 default (16 each).
+# and the D = 128 default (16 each); step 11 (b) makes the first D = 64's causal default below 8192 (8 of its 16),
+# so O by TMA on Default64 without it is a candidate only.
 CANDIDATE_KERNELS = {
     "(a) BM = 64 at D = 128": ("lab_hopper_fwd::fwd_kernel<lab_hopper_fwd::Config<128, 64, 2, false, 1>,", 16, 0),
     "(b) O by TMA on (a)": ("lab_hopper_fwd::fwd_kernel_o_tma<lab_hopper_fwd::OByTma<lab_hopper_fwd::Config<128, 64,", 16, 0),
     "(b) O by TMA on PingPong128, the default of steps 4-5":
         ("lab_hopper_fwd::fwd_kernel_o_tma<lab_hopper_fwd::OByTma<lab_hopper_fwd::Config<128, 128, 2, true, 2>", 16, 0),
-    "(b) O by TMA on Default64, the D = 64 causal default":
-        ("lab_hopper_fwd::fwd_kernel_o_tma<lab_hopper_fwd::OByTma<lab_hopper_fwd::Config<64, 128, 2, false, 1>", 16, 8),
+    "(b) O by TMA on Default64, the D = 64 causal default of steps 4-11":
+        ("lab_hopper_fwd::fwd_kernel_o_tma<lab_hopper_fwd::OByTma<lab_hopper_fwd::Config<64, 128, 2, false, 1>", 16, 0),
     "the step-3 default, O from the accumulators": ("lab_hopper_fwd::fwd_kernel<lab_hopper_fwd::Config<128, 128, 2, true, 2>,", 32, 0),
     "the D = 64 step-3 default, O from the accumulators":
         ("lab_hopper_fwd::fwd_kernel<lab_hopper_fwd::Config<64, 128, 2, false, 1>,", 32, 0),
@@ -73,8 +74,8 @@ CANDIDATE_KERNELS = {
         ("lab_hopper_fwd::fwd_kernel_o_tma<lab_hopper_fwd::NextS0UnderEpilogue<lab_hopper_fwd::OByTma<lab_hopper_fwd::Config<64, 128, 2, false, 1>", 16, 0),
     "step 9: the same on the D = 64 non-causal default below 2048 (two Q buffers)":
         ("lab_hopper_fwd::fwd_kernel_o_tma<lab_hopper_fwd::NextS0UnderEpilogue<lab_hopper_fwd::TwoQBuffers<lab_hopper_fwd::OByTma<lab_hopper_fwd::Config<64, 128, 2, false, 1>", 16, 0),
-    "step 11: the last key tile's softmax and P V at half width, on the D = 64 causal default":
-        ("lab_hopper_fwd::fwd_kernel_o_tma<lab_hopper_fwd::HalfLastKeyTile<lab_hopper_fwd::OByTma<lab_hopper_fwd::Config<64, 128, 2, false, 1>", 16, 0),
+    "step 11: the last key tile's softmax and P V at half width on Default64 by TMA, the D = 64 causal default below 8192 since step 11 (b)":
+        ("lab_hopper_fwd::fwd_kernel_o_tma<lab_hopper_fwd::HalfLastKeyTile<lab_hopper_fwd::OByTma<lab_hopper_fwd::Config<64, 128, 2, false, 1>", 16, 8),
     "step 11: the same on the D = 64 non-causal default below 2048":
         ("lab_hopper_fwd::fwd_kernel_o_tma<lab_hopper_fwd::HalfLastKeyTile<lab_hopper_fwd::TwoQBuffers<lab_hopper_fwd::OByTma<lab_hopper_fwd::Config<64, 128, 2, false, 1>", 16, 0),
     "step 11: the same on the D = 128 default":

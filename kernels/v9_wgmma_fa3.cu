@@ -432,6 +432,16 @@ using Default64OTmaQ2NextS0 = lab_hopper_fwd::NextS0UnderEpilogue<Default64OTmaQ
 using Default64OTmaHalf = lab_hopper_fwd::HalfLastKeyTile<Default64OTma>;
 using Default64OTmaQ2Half = lab_hopper_fwd::HalfLastKeyTile<Default64OTmaQ2>;
 using PingPong128OTmaQ2Half = lab_hopper_fwd::HalfLastKeyTile<PingPong128OTmaQ2>;
+// Step 12, tuning candidates (fifteenth session; benchmarks/v9_notes.md, "Step 12"): the softmax's row max
+// as a tree (fwd_wgmma.cuh's TreeRowMax) and the mask as one compare an element against a per-row limit
+// (MasksByRowLimit), on the D=64 causal default below kLongCausal (each alone and both), the D=64
+// non-causal default below kLongRows, and the D=128 default.
+using Default64OTmaHalfTree = lab_hopper_fwd::TreeRowMax<Default64OTmaHalf>;
+using Default64OTmaHalfRowLimit = lab_hopper_fwd::MasksByRowLimit<Default64OTmaHalf>;
+using Default64OTmaHalfTreeRowLimit = lab_hopper_fwd::TreeRowMax<lab_hopper_fwd::MasksByRowLimit<Default64OTmaHalf>>;
+using Default64OTmaQ2Tree = lab_hopper_fwd::TreeRowMax<Default64OTmaQ2>;
+using PingPong128OTmaQ2Tree = lab_hopper_fwd::TreeRowMax<PingPong128OTmaQ2>;
+using PingPong128OTmaQ2TreeRowLimit = lab_hopper_fwd::TreeRowMax<lab_hopper_fwd::MasksByRowLimit<PingPong128OTmaQ2>>;
 
 // The LSE only when asked (a second instantiation: the default forward stores nothing more).
 template <class C, bool CAUSAL, class Sched = Persistent>
@@ -498,6 +508,16 @@ static const LabTuneCandidate kCandidates64[] = {
     // Step 11: the last key tile's softmax and P V at half width where its second half is masked whole.
     {"C1 BN128 S2 persistent tma-o half-softmax", launch_any<Default64OTmaHalf, Persistent>},
     {"C1 BN128 S2 persistent tma-o q2 half-softmax", launch_any<Default64OTmaQ2Half, Persistent>},
+    // Step 12: the row max as a tree, the mask against a per-row limit, on the D=64 defaults below
+    // kLongCausal (causal) and kLongRows (non-causal).
+    {"C1 BN128 S2 persistent tma-o half-softmax tree-max (causal)", launch_causal<Default64OTmaHalfTree, Persistent>,
+     LAB_SERVES_CAUSAL},
+    {"C1 BN128 S2 persistent tma-o half-softmax row-limit (causal)",
+     launch_causal<Default64OTmaHalfRowLimit, Persistent>, LAB_SERVES_CAUSAL},
+    {"C1 BN128 S2 persistent tma-o half-softmax tree-max row-limit (causal)",
+     launch_causal<Default64OTmaHalfTreeRowLimit, Persistent>, LAB_SERVES_CAUSAL},
+    {"C1 BN128 S2 persistent tma-o q2 tree-max (non-causal)", launch_non_causal<Default64OTmaQ2Tree, Persistent>,
+     LAB_SERVES_NON_CAUSAL},
 };
 static const LabTuneCandidate kCandidates128[] = {
     {"C2 BN128 S2 persistent", launch_any<Default128, Persistent>},
@@ -516,6 +536,9 @@ static const LabTuneCandidate kCandidates128[] = {
     {"C2 BN128 S2 persistent pp tma-o q2", launch_any<PingPong128OTmaQ2, Persistent>},
     // Step 11: the same, warpgroup 0's diagonal tile's softmax and P V at half width.
     {"C2 BN128 S2 persistent pp tma-o q2 half-softmax", launch_any<PingPong128OTmaQ2Half, Persistent>},
+    // Step 12: the row max as a tree, and with the mask against a per-row limit, on the default.
+    {"C2 BN128 S2 persistent pp tma-o q2 tree-max", launch_any<PingPong128OTmaQ2Tree, Persistent>},
+    {"C2 BN128 S2 persistent pp tma-o q2 tree-max row-limit", launch_any<PingPong128OTmaQ2TreeRowLimit, Persistent>},
 };
 static LabTuneList candidates(int head_dim) {
   switch (head_dim) {

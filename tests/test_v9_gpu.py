@@ -85,7 +85,9 @@ LSE_CASES = [CASES[0], CASES[3], CASES[5], CASES[9], CASES[15], CASES[12], CASES
 STEP4_CANDIDATES = ["C1 BN64 S2 persistent", "C2 BN128 S2 persistent pp (step-3 default)", "C1 BN64 S2 persistent tma-o",
                     "C2 BN128 S2 persistent pp tma-o",
                     # step 11: the default with warpgroup 0's diagonal tile's softmax and P V at half width
-                    "C2 BN128 S2 persistent pp tma-o q2 half-softmax"]
+                    "C2 BN128 S2 persistent pp tma-o q2 half-softmax",
+                    # step 12: the row max as a tree, and with the mask against a per-row limit
+                    "C2 BN128 S2 persistent pp tma-o q2 tree-max", "C2 BN128 S2 persistent pp tma-o q2 tree-max row-limit"]
 D128_CASES = [c for c in CASES if c[4] == 128]
 # D=64's candidates that are not the default: the step-3 default (Default64, O stored from the
 # accumulators), on the D=64 cases, the three-consumer ones included (a candidate runs whatever the
@@ -116,9 +118,16 @@ D64_CASES = [c for c in CASES if c[4] == 64]
 # warpgroups past nq skip all but one key tile: Nk = 8200, 8192, 2300, 2048).
 D64_NON_CAUSAL_CANDIDATES = ["C3 BN128 S2 persistent own-tiles uniform (non-causal)",
                              # step 7 (c): two Q buffers on three consumers (Long64)
-                             "C3 BN128 S2 persistent q2 (non-causal)"]
+                             "C3 BN128 S2 persistent q2 (non-causal)",
+                             # step 12: the row max as a tree on the non-causal default below 2048
+                             "C1 BN128 S2 persistent tma-o q2 tree-max (non-causal)"]
 # D=64 candidates for causal problems only: step 10, three consumers causal (the default from Nq, Nk >= 8192).
-D64_CAUSAL_CANDIDATES = ["C3 BN128 S2 persistent (causal)"]
+D64_CAUSAL_CANDIDATES = ["C3 BN128 S2 persistent (causal)",
+                         # step 12 on the causal default below 8192: the row max as a tree, the mask against a
+                         # per-row limit (ragged Nk = 300, 2300, 8200, Nq != Nk), both
+                         "C1 BN128 S2 persistent tma-o half-softmax tree-max (causal)",
+                         "C1 BN128 S2 persistent tma-o half-softmax row-limit (causal)",
+                         "C1 BN128 S2 persistent tma-o half-softmax tree-max row-limit (causal)"]
 CANDIDATE_CASES = [(label, c) for label in STEP4_CANDIDATES for c in D128_CASES] + \
                   [(label, c) for label in D64_CANDIDATES for c in D64_CASES] + \
                   [(label, c) for label in D64_NON_CAUSAL_CANDIDATES for c in D64_CASES if not c[5]] + \

@@ -37,7 +37,9 @@ V9 = next((v for v in builtin() if v.kind == "cuda" and v.min_cc >= (9, 0) and v
 # TMA, and with two Q buffers (16 each). Step 9's: the next tile's S_0 under the epilogue on the two D = 64
 # defaults (16 each). Step 11's: the last key tile's softmax and P V at half width on the two D = 64 defaults
 # and the D = 128 default (16 each); step 11 (b) makes the first D = 64's causal default below 8192 (8 of its 16),
-# so O by TMA on Default64 without it is a candidate only.
+# so O by TMA on Default64 without it is a candidate only. Step 12's: the row max as a tree, the mask against a
+# per-row limit and both, on D = 64's causal default (8 each: causal only), the tree on D = 64's non-causal
+# default below 2048 (8: non-causal only), the tree and both on the D = 128 default (16 each).
 CANDIDATE_KERNELS = {
     "(a) BM = 64 at D = 128": ("lab_hopper_fwd::fwd_kernel<lab_hopper_fwd::Config<128, 64, 2, false, 1>,", 16, 0),
     "(b) O by TMA on (a)": ("lab_hopper_fwd::fwd_kernel_o_tma<lab_hopper_fwd::OByTma<lab_hopper_fwd::Config<128, 64,", 16, 0),
@@ -80,6 +82,18 @@ CANDIDATE_KERNELS = {
         ("lab_hopper_fwd::fwd_kernel_o_tma<lab_hopper_fwd::HalfLastKeyTile<lab_hopper_fwd::TwoQBuffers<lab_hopper_fwd::OByTma<lab_hopper_fwd::Config<64, 128, 2, false, 1>", 16, 0),
     "step 11: the same on the D = 128 default":
         ("lab_hopper_fwd::fwd_kernel_o_tma<lab_hopper_fwd::HalfLastKeyTile<lab_hopper_fwd::TwoQBuffers<lab_hopper_fwd::OByTma<lab_hopper_fwd::Config<128, 128, 2, true, 2>", 16, 0),
+    "step 12: the row max as a tree on the D = 64 causal default (causal only)":
+        ("lab_hopper_fwd::fwd_kernel_o_tma<lab_hopper_fwd::TreeRowMax<lab_hopper_fwd::HalfLastKeyTile<lab_hopper_fwd::OByTma<lab_hopper_fwd::Config<64, 128, 2, false, 1>", 8, 0),
+    "step 12: the mask against a per-row limit on the same (causal only)":
+        ("lab_hopper_fwd::fwd_kernel_o_tma<lab_hopper_fwd::MasksByRowLimit<lab_hopper_fwd::HalfLastKeyTile<lab_hopper_fwd::OByTma<lab_hopper_fwd::Config<64, 128, 2, false, 1>", 8, 0),
+    "step 12: both on the same (causal only)":
+        ("lab_hopper_fwd::fwd_kernel_o_tma<lab_hopper_fwd::TreeRowMax<lab_hopper_fwd::MasksByRowLimit<lab_hopper_fwd::HalfLastKeyTile<lab_hopper_fwd::OByTma<lab_hopper_fwd::Config<64, 128, 2, false, 1>", 8, 0),
+    "step 12: the row max as a tree on the D = 64 non-causal default below 2048 (non-causal only)":
+        ("lab_hopper_fwd::fwd_kernel_o_tma<lab_hopper_fwd::TreeRowMax<lab_hopper_fwd::TwoQBuffers<lab_hopper_fwd::OByTma<lab_hopper_fwd::Config<64, 128, 2, false, 1>", 8, 0),
+    "step 12: the row max as a tree on the D = 128 default":
+        ("lab_hopper_fwd::fwd_kernel_o_tma<lab_hopper_fwd::TreeRowMax<lab_hopper_fwd::TwoQBuffers<lab_hopper_fwd::OByTma<lab_hopper_fwd::Config<128, 128, 2, true, 2>", 16, 0),
+    "step 12: both on the D = 128 default":
+        ("lab_hopper_fwd::fwd_kernel_o_tma<lab_hopper_fwd::TreeRowMax<lab_hopper_fwd::MasksByRowLimit<lab_hopper_fwd::TwoQBuffers<lab_hopper_fwd::OByTma<lab_hopper_fwd::Config<128, 128, 2, true, 2>", 16, 0),
 }
 
 

@@ -175,6 +175,28 @@ struct HalfLastKeyTile : Base {
 };
 LAB_CONFIG_FLAG(ComputesHalfLastKeyTile, kHalfLast);
 
+// The softmax's row max as a tree (v9 step 12 (a), a tuning candidate): each row's 32 scores in a thread
+// (W / 4; W = BN = 128) reduced pairwise, 5 dependent FMNMX, where the loop's running max made a chain of
+// 17 (nvcc 13.0 keeps fmaxf's order: the SASS of the D=64 causal default, "Step 12" in
+// benchmarks/v9_notes.md); the two rows' trees, then their shuffles, side by side. The chain is the first
+// thing a tile's softmax does after its S lands, and everything after it waits for the max.
+template <class Base>
+struct TreeRowMax : Base {
+  static constexpr bool kTreeMax = true;
+};
+LAB_CONFIG_FLAG(ReducesRowMaxAsTree, kTreeMax);
+
+// The mask as one compare an element (v9 step 12 (b), a tuning candidate): each of a thread's two rows
+// keeps the keys below min(nk, row + 1) (causal; nk otherwise), taken once as an offset from the thread's
+// first column, so that an element's test is its column's compile-time offset against that limit. The
+// per-element form tests col >= nk and col > row and computes col: about 200 instructions a masked tile
+// against 128 (the D=64 causal default's SASS).
+template <class Base>
+struct MasksByRowLimit : Base {
+  static constexpr bool kRowLimitMask = true;
+};
+LAB_CONFIG_FLAG(MasksByRowLimits, kRowLimitMask);
+
 template <class C>
 constexpr int q1_offset() {
   if constexpr (HasTwoQBuffers<C>::value) return C::kQ1Offset;
@@ -206,6 +228,8 @@ fwd_body(const CUtensorMap* tm_q,  // [B*H, nq, D] in boxes of [BM rows, 64 cols
   static_assert(!kEarlyS0 || (kPersistent && !ComputesOwnKeyTiles<C>::value),
                 "NextS0UnderEpilogue: a persistent walk, every key tile of the block");
   constexpr bool kHalfLast = ComputesHalfLastKeyTile<C>::value;
+  constexpr bool kTreeMax = ReducesRowMaxAsTree<C>::value;
+  constexpr bool kRowLimitMask = MasksByRowLimits<C>::value;
   static_assert(!(kHalfLast && kEarlyS0), "HalfLastKeyTile: the next tile's S_0 would be issued before its width is known");
   extern __shared__ uint8_t smem_raw[];
   // Barriers: [0] Q landed; per stage s: K full, K empty, V full, V empty; persistent: [1 + 4S] Q
@@ -399,21 +423,62 @@ fwd_body(const CUtensorMap* tm_q,  // [B*H, nq, D] in boxes of [BM rows, 64 cols
     // Mask only the ragged last tile and, causal, tiles crossing this warpgroup's diagonal.
     if (n0 + W > nk || (CAUSAL && n0 + W - 1 > wg_row0)) {
       const int col0 = n0 + (lane & 3) * 2;
+      if constexpr (kRowLimitMask) {
+        int limit[2];  // row h keeps the columns col0 + c with c < limit[h]
 #pragma unroll
-      for (int i = 0; i < W / 8; ++i)
+        for (int h = 0; h < 2; ++h) limit[h] = (CAUSAL ? min(nk, row_g + h * 8 + 1) : nk) - col0;
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int col = col0 + i * 8 + (e & 1), row = row_g + (e >> 1) * 8;
-          if (col >= nk || (CAUSAL && col > row)) s_acc[i * 4 + e] = -INFINITY;
-        }
+        for (int i = 0; i < W / 8; ++i)
+#pragma unroll
+          for (int e = 0; e < 4; ++e)
+            if (i * 8 + (e & 1) >= limit[e >> 1]) s_acc[i * 4 + e] = -INFINITY;
+      } else {
+#pragma unroll
+        for (int i = 0; i < W / 8; ++i)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int col = col0 + i * 8 + (e & 1), row = row_g + (e >> 1) * 8;
+            if (col >= nk || (CAUSAL && col > row)) s_acc[i * 4 + e] = -INFINITY;
+          }
+      }
+    }
+    // The row max over the thread's columns (TreeRowMax: as a tree, both rows before either's shuffles).
+    [[maybe_unused]] float tree_mx[2];
+    if constexpr (kTreeMax) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        float m[W / 8];
+#pragma unroll
+        for (int i = 0; i < W / 8; ++i) m[i] = fmaxf(s_acc[i * 4 + 2 * h], s_acc[i * 4 + 2 * h + 1]);
+        // One loop a level (W / 8 = 16 or 8 leaves): a loop over the levels left m[] in local memory.
+        static_assert(W / 8 <= 16, "TreeRowMax: four levels");
+#pragma unroll
+        for (int i = 0; i < W / 16; ++i) m[i] = fmaxf(m[i], m[i + W / 16]);
+#pragma unroll
+        for (int i = 0; i < W / 32; ++i) m[i] = fmaxf(m[i], m[i + W / 32]);
+#pragma unroll
+        for (int i = 0; i < W / 64; ++i) m[i] = fmaxf(m[i], m[i + W / 64]);
+#pragma unroll
+        for (int i = 0; i < W / 128; ++i) m[i] = fmaxf(m[i], m[i + W / 128]);
+        tree_mx[h] = m[0];
+      }
+#pragma unroll
+      for (int h = 0; h < 2; ++h) tree_mx[h] = fmaxf(tree_mx[h], __shfl_xor_sync(0xffffffffu, tree_mx[h], 1));
+#pragma unroll
+      for (int h = 0; h < 2; ++h) tree_mx[h] = fmaxf(tree_mx[h], __shfl_xor_sync(0xffffffffu, tree_mx[h], 2));
     }
 #pragma unroll
     for (int h = 0; h < 2; ++h) {  // h = 0: row g, h = 1: row g + 8
-      float mx = fmaxf(s_acc[2 * h], s_acc[2 * h + 1]);
+      float mx;
+      if constexpr (kTreeMax) {
+        mx = tree_mx[h];
+      } else {
+        mx = fmaxf(s_acc[2 * h], s_acc[2 * h + 1]);
 #pragma unroll
-      for (int i = 1; i < W / 8; ++i) mx = fmaxf(mx, fmaxf(s_acc[i * 4 + 2 * h], s_acc[i * 4 + 2 * h + 1]));
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+        for (int i = 1; i < W / 8; ++i) mx = fmaxf(mx, fmaxf(s_acc[i * 4 + 2 * h], s_acc[i * 4 + 2 * h + 1]));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+      }
       // Every row sees key 0 in tile 0 and at least one key of every later tile it reads (the
       // causal diagonal tile starts at or before the block's first row), so m_new is finite.
       const float m_new = fmaxf(row_max[h], mx * scale_log2);

@@ -568,14 +568,15 @@ LAB_EXPORT const char* lab_forward_v9(const LabAttentionArgs* args, cudaStream_t
   if (const char* why = refuse(args)) return why;
   // D = 64: one consumer warpgroup, two CTAs per SM, O stored by TMA (step 4 at D = 64), non-causal
   // with two Q buffers (step 6 (c)), causal with the last key tile's softmax and P V at half width
-  // where its second half is masked whole (step 11 (b)); non-causal with long queries and keys, three
+  // where its second half is masked whole (step 11 (b)), the row max as a tree and the mask against
+  // a per-row limit (step 12); non-causal with long queries and keys, three
   // consumers (v6's choice, step 5 (c) from 2048), O from the accumulators; causal the same from 8192
   // (step 10).
   if (args->head_dim == 64) {
     if (args->causal) {
       const bool long_causal = args->seqlen_q >= v9::kLongCausal && args->seqlen_k >= v9::kLongCausal;
       return long_causal ? v9::launch<v9::Long64, true>(args, stream)
-                         : v9::launch<v9::Default64OTmaHalf, true>(args, stream);
+                         : v9::launch<v9::Default64OTmaHalfTreeRowLimit, true>(args, stream);
     }
     const bool long_rows = args->seqlen_q >= v9::kLongRows && args->seqlen_k >= v9::kLongKeys;
     return long_rows ? v9::launch<v9::Long64, false>(args, stream)

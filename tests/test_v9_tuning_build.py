@@ -39,7 +39,8 @@ V9 = next((v for v in builtin() if v.kind == "cuda" and v.min_cc >= (9, 0) and v
 # and the D = 128 default (16 each); step 11 (b) makes the first D = 64's causal default below 8192 (8 of its 16),
 # so O by TMA on Default64 without it is a candidate only. Step 12's: the row max as a tree, the mask against a
 # per-row limit and both, on D = 64's causal default (8 each: causal only), the tree on D = 64's non-causal
-# default below 2048 (8: non-causal only), the tree and both on the D = 128 default (16 each).
+# default below 2048 (8: non-causal only), the tree and both on the D = 128 default (16 each); both on D = 64's
+# causal default are that default below 8192 since step 12 (its 8 kernels in the plain build).
 CANDIDATE_KERNELS = {
     "(a) BM = 64 at D = 128": ("lab_hopper_fwd::fwd_kernel<lab_hopper_fwd::Config<128, 64, 2, false, 1>,", 16, 0),
     "(b) O by TMA on (a)": ("lab_hopper_fwd::fwd_kernel_o_tma<lab_hopper_fwd::OByTma<lab_hopper_fwd::Config<128, 64,", 16, 0),
@@ -76,8 +77,8 @@ CANDIDATE_KERNELS = {
         ("lab_hopper_fwd::fwd_kernel_o_tma<lab_hopper_fwd::NextS0UnderEpilogue<lab_hopper_fwd::OByTma<lab_hopper_fwd::Config<64, 128, 2, false, 1>", 16, 0),
     "step 9: the same on the D = 64 non-causal default below 2048 (two Q buffers)":
         ("lab_hopper_fwd::fwd_kernel_o_tma<lab_hopper_fwd::NextS0UnderEpilogue<lab_hopper_fwd::TwoQBuffers<lab_hopper_fwd::OByTma<lab_hopper_fwd::Config<64, 128, 2, false, 1>", 16, 0),
-    "step 11: the last key tile's softmax and P V at half width on Default64 by TMA, the D = 64 causal default below 8192 since step 11 (b)":
-        ("lab_hopper_fwd::fwd_kernel_o_tma<lab_hopper_fwd::HalfLastKeyTile<lab_hopper_fwd::OByTma<lab_hopper_fwd::Config<64, 128, 2, false, 1>", 16, 8),
+    "step 11: the last key tile's softmax and P V at half width on Default64 by TMA, the D = 64 causal default below 8192 in step 11 (b)":
+        ("lab_hopper_fwd::fwd_kernel_o_tma<lab_hopper_fwd::HalfLastKeyTile<lab_hopper_fwd::OByTma<lab_hopper_fwd::Config<64, 128, 2, false, 1>", 16, 0),
     "step 11: the same on the D = 64 non-causal default below 2048":
         ("lab_hopper_fwd::fwd_kernel_o_tma<lab_hopper_fwd::HalfLastKeyTile<lab_hopper_fwd::TwoQBuffers<lab_hopper_fwd::OByTma<lab_hopper_fwd::Config<64, 128, 2, false, 1>", 16, 0),
     "step 11: the same on the D = 128 default":
@@ -86,8 +87,8 @@ CANDIDATE_KERNELS = {
         ("lab_hopper_fwd::fwd_kernel_o_tma<lab_hopper_fwd::TreeRowMax<lab_hopper_fwd::HalfLastKeyTile<lab_hopper_fwd::OByTma<lab_hopper_fwd::Config<64, 128, 2, false, 1>", 8, 0),
     "step 12: the mask against a per-row limit on the same (causal only)":
         ("lab_hopper_fwd::fwd_kernel_o_tma<lab_hopper_fwd::MasksByRowLimit<lab_hopper_fwd::HalfLastKeyTile<lab_hopper_fwd::OByTma<lab_hopper_fwd::Config<64, 128, 2, false, 1>", 8, 0),
-    "step 12: both on the same (causal only)":
-        ("lab_hopper_fwd::fwd_kernel_o_tma<lab_hopper_fwd::TreeRowMax<lab_hopper_fwd::MasksByRowLimit<lab_hopper_fwd::HalfLastKeyTile<lab_hopper_fwd::OByTma<lab_hopper_fwd::Config<64, 128, 2, false, 1>", 8, 0),
+    "step 12: both on the same (causal only), the D = 64 causal default below 8192 since step 12":
+        ("lab_hopper_fwd::fwd_kernel_o_tma<lab_hopper_fwd::TreeRowMax<lab_hopper_fwd::MasksByRowLimit<lab_hopper_fwd::HalfLastKeyTile<lab_hopper_fwd::OByTma<lab_hopper_fwd::Config<64, 128, 2, false, 1>", 8, 8),
     "step 12: the row max as a tree on the D = 64 non-causal default below 2048 (non-causal only)":
         ("lab_hopper_fwd::fwd_kernel_o_tma<lab_hopper_fwd::TreeRowMax<lab_hopper_fwd::TwoQBuffers<lab_hopper_fwd::OByTma<lab_hopper_fwd::Config<64, 128, 2, false, 1>", 8, 0),
     "step 12: the row max as a tree on the D = 128 default":

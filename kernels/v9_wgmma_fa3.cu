@@ -320,9 +320,21 @@
 //   D=64 causal default below kLongCausal (lab_forward_v9 below). Attacks the D=64 causal cells at N <= 4096
 //   (H100 0.942-0.991x cuDNN, graph). Predicted on the H100 fa-grid: those cells 1.00-1.01x their last grid's,
 //   none of them falling, every other cell unchanged (the same kernels).
-// Still to come (issue 28; H100 fa-grid after step 10, `20261127-225520-sweep-v9-fa-grid-h100`, graph, 35 of 48):
-//   D=64 causal N <= 4096 (0.942-0.991x cuDNN), D=64 non-causal N = 1024 and 2048 (0.985-0.998x), D=128 causal
-//   N = 512 bf16 (0.996x).
+//   Measured (one H100, 8292bf1, `20261128-010113-sweep-v9-fa-grid-h100`): those cells 1.004-1.017x (above the
+//   band at N = 512, 1024), the unchanged kernels 0.994-1.013x; 35 of 48 cells >= cuDNN (graph).
+// Step 12 (fifteenth session; v9_notes "Step 12"): the softmax's row max as a tree (fwd_wgmma.cuh's TreeRowMax:
+//   5 dependent FMNMX a row where the running max made a chain of 17) and the mask as one compare an element
+//   against a per-row limit (MasksByRowLimit: 160 fewer instructions a function), tuning candidates on the D=64
+//   defaults and the D=128 one. Attacks the softmax's path from S to P V at D=64 causal short N ("wait" 26.7%
+//   of v9's samples against cuDNN's 18.2%; the mask line 5.2%). Predicted 1.00-1.04x (both) at N = 512 down to
+//   1.00-1.02x at 4096. Measured (one H100, 1d44cf4; 11 of 18 inside): both 1.012x, 1.010x, 1.014x, 1.016x at
+//   N = 512, 1024, 2048, 4096 causal (each CI95 above 1.0); the tree alone at D=128 0.990x at N = 8192, at D=64
+//   non-causal level. Taken (c194363): both are the D=64 causal default below kLongCausal (lab_forward_v9
+//   below). The H100 fa-grid (`20261128-013911-sweep-v9-fa-grid-h100`): 37 of 48 cells >= cuDNN (graph),
+//   D=64 causal 0.965x / 0.969x at 512 (0.957 / 0.955 before) to 0.992x / 1.009x at 4096.
+// Still to come (issue 28; H100 fa-grid after step 12, `20261128-013911-sweep-v9-fa-grid-h100`, graph, 37 of 48):
+//   D=64 causal N <= 2048 and 4096 fp16 (0.965-0.998x cuDNN), D=64 non-causal N = 1024 and 2048 (0.991-0.999x);
+//   D=128 non-causal N = 8192 fp16 at 676-695 TFLOP/s across four H100 grids (the 690 target inside their spread).
 #include "common.cuh"
 #include "hopper/fwd_wgmma.cuh"
 

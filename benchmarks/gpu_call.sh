@@ -5,6 +5,10 @@
 #   tune NAME ARGS...      `lab tune --variant v9` into $W/tunes
 #   gpu_call_end LOGS...   each named log's failures and summary line, every prediction's verdict, and one
 #                          archive $OUT/NAME.tgz (the device tool brings back only a few files)
+#   ncu_report_parts       NVIDIA's ncu_report module carried in parts (.carry/ncu0, .carry/ncu1: the wheel's
+#                          files, xz-compressed and split, since the whole wheel no longer fits in a call beside the
+#                          tree): stash this call's part under /tmp/ncuparts and, once both are there, unpack the
+#                          module into /tmp/site (on PYTHONPATH by the device prefix)
 # PYTEST: the GPU tier of tests/test_v9_gpu.py, for `step gate ... "${PYTEST[@]}" -k ...` (-k matches more
 # than the test ids: 'not tma' deselects everything there).
 set -uo pipefail
@@ -43,4 +47,14 @@ gpu_call_end() {
   python3 benchmarks/tune_verdicts.py "$W/tunes"
   tar czf "$OUT/$CALL.tgz" -C "$OUT" "$CALL" && rm -rf "$W"
   echo "total $((SECONDS - T0))s"
+}
+
+ncu_report_parts() {
+  local d
+  mkdir -p /tmp/ncuparts
+  for d in .carry/ncu*/; do [ -d "$d" ] && cp "$d"* /tmp/ncuparts/; done
+  if [ "$(ls /tmp/ncuparts 2>/dev/null | wc -l)" -ge 2 ] && [ ! -d /tmp/site/ncu_report ]; then
+    mkdir -p /tmp/ncux /tmp/site && cat /tmp/ncuparts/* | xz -d | tar x -C /tmp/ncux &&
+      cp -r /tmp/ncux/*/purelib/ncu_report /tmp/site/ && echo "ncu_report unpacked into /tmp/site"
+  fi
 }

@@ -332,6 +332,12 @@
 //   non-causal level. Taken (c194363): both are the D=64 causal default below kLongCausal (lab_forward_v9
 //   below). The H100 fa-grid (`20261128-013911-sweep-v9-fa-grid-h100`): 37 of 48 cells >= cuDNN (graph),
 //   D=64 causal 0.965x / 0.969x at 512 (0.957 / 0.955 before) to 0.992x / 1.009x at 4096.
+// Step 13, a candidate (fifteenth session, CPU; v9_notes "Step 13"): FlashAttention-3's 176-key tile at D=128
+//   non-causal, "C2 BN176 S2 persistent pp (non-causal)" (m64n176 S, 11 P V k-steps; 208 KB of Q and two K/V
+//   stages, so O from the accumulators and one Q buffer). Attacks the per-key-tile path ping-pong does not hide at
+//   N = 8192 (the tensor pipe about 70% busy at 690 TFLOP/s): 4.77 instructions a key against 5.19, per-tile
+//   costs paid 27% less often. Predicted 0.995-1.035x the default at N = 8192 and 16384, 0.95-1.01x at 1024.
+//   The call: benchmarks/v9_step13_gpu.sh.
 // Still to come (issue 28; H100 fa-grid after step 12, `20261128-013911-sweep-v9-fa-grid-h100`, graph, 37 of 48):
 //   D=64 causal N <= 2048 and 4096 fp16 (0.965-0.998x cuDNN), D=64 non-causal N = 1024 and 2048 (0.991-0.999x);
 //   D=128 non-causal N = 8192 fp16 at 676-695 TFLOP/s across four H100 grids (the 690 target inside their spread).
@@ -454,6 +460,10 @@ using Default64OTmaHalfTreeRowLimit = lab_hopper_fwd::TreeRowMax<lab_hopper_fwd:
 using Default64OTmaQ2Tree = lab_hopper_fwd::TreeRowMax<Default64OTmaQ2>;
 using PingPong128OTmaQ2Tree = lab_hopper_fwd::TreeRowMax<PingPong128OTmaQ2>;
 using PingPong128OTmaQ2TreeRowLimit = lab_hopper_fwd::TreeRowMax<lab_hopper_fwd::MasksByRowLimit<PingPong128OTmaQ2>>;
+// Step 13, a tuning candidate (fifteenth session; benchmarks/v9_notes.md, "Step 13"): FlashAttention-3's key tile
+// at D=128 non-causal, 176 keys (m64n176 S, 11 P V k-steps), with ping-pong on the persistent grid. Q and two
+// K/V stages take 208 KB, so O is stored from the accumulators and Q has one buffer.
+using PingPong128Keys176 = Config<128, 176, 2, true, 2>;
 
 // The LSE only when asked (a second instantiation: the default forward stores nothing more).
 template <class C, bool CAUSAL, class Sched = Persistent>
@@ -522,14 +532,10 @@ static const LabTuneCandidate kCandidates64[] = {
     {"C1 BN128 S2 persistent tma-o q2 half-softmax", launch_any<Default64OTmaQ2Half, Persistent>},
     // Step 12: the row max as a tree, the mask against a per-row limit, on the D=64 defaults below
     // kLongCausal (causal) and kLongRows (non-causal).
-    {"C1 BN128 S2 persistent tma-o half-softmax tree-max (causal)", launch_causal<Default64OTmaHalfTree, Persistent>,
-     LAB_SERVES_CAUSAL},
-    {"C1 BN128 S2 persistent tma-o half-softmax row-limit (causal)",
-     launch_causal<Default64OTmaHalfRowLimit, Persistent>, LAB_SERVES_CAUSAL},
-    {"C1 BN128 S2 persistent tma-o half-softmax tree-max row-limit (causal)",
-     launch_causal<Default64OTmaHalfTreeRowLimit, Persistent>, LAB_SERVES_CAUSAL},
-    {"C1 BN128 S2 persistent tma-o q2 tree-max (non-causal)", launch_non_causal<Default64OTmaQ2Tree, Persistent>,
-     LAB_SERVES_NON_CAUSAL},
+    {"C1 BN128 S2 persistent tma-o half-softmax tree-max (causal)", launch_causal<Default64OTmaHalfTree, Persistent>, LAB_SERVES_CAUSAL},
+    {"C1 BN128 S2 persistent tma-o half-softmax row-limit (causal)", launch_causal<Default64OTmaHalfRowLimit, Persistent>, LAB_SERVES_CAUSAL},
+    {"C1 BN128 S2 persistent tma-o half-softmax tree-max row-limit (causal)", launch_causal<Default64OTmaHalfTreeRowLimit, Persistent>, LAB_SERVES_CAUSAL},
+    {"C1 BN128 S2 persistent tma-o q2 tree-max (non-causal)", launch_non_causal<Default64OTmaQ2Tree, Persistent>, LAB_SERVES_NON_CAUSAL},
 };
 static const LabTuneCandidate kCandidates128[] = {
     {"C2 BN128 S2 persistent", launch_any<Default128, Persistent>},
@@ -551,6 +557,8 @@ static const LabTuneCandidate kCandidates128[] = {
     // Step 12: the row max as a tree, and with the mask against a per-row limit, on the default.
     {"C2 BN128 S2 persistent pp tma-o q2 tree-max", launch_any<PingPong128OTmaQ2Tree, Persistent>},
     {"C2 BN128 S2 persistent pp tma-o q2 tree-max row-limit", launch_any<PingPong128OTmaQ2TreeRowLimit, Persistent>},
+    // Step 13: 176-key tiles (FlashAttention-3's at D=128 non-causal).
+    {"C2 BN176 S2 persistent pp (non-causal)", launch_non_causal<PingPong128Keys176, Persistent>, LAB_SERVES_NON_CAUSAL},
 };
 static LabTuneList candidates(int head_dim) {
   switch (head_dim) {

@@ -89,6 +89,9 @@ STEP4_CANDIDATES = ["C1 BN64 S2 persistent", "C2 BN128 S2 persistent pp (step-3 
                     # step 12: the row max as a tree, and with the mask against a per-row limit
                     "C2 BN128 S2 persistent pp tma-o q2 tree-max", "C2 BN128 S2 persistent pp tma-o q2 tree-max row-limit"]
 D128_CASES = [c for c in CASES if c[4] == 128]
+# D=128 candidates for non-causal problems only, on the non-causal D=128 cases: step 13, 176-key tiles (ragged last
+# key tiles of 120 and 124 keys at Nk = 1000 and 300, and a one-key tile at Nk = 1).
+D128_NON_CAUSAL_CANDIDATES = ["C2 BN176 S2 persistent pp (non-causal)"]
 # D=64's candidates that are not the default: the step-3 default (Default64, O stored from the
 # accumulators), on the D=64 cases, the three-consumer ones included (a candidate runs whatever the
 # shape). O by TMA on Default64, "C1 BN128 S2 persistent tma-o", was the D=64 causal default from step 4 to
@@ -131,7 +134,8 @@ D64_CAUSAL_CANDIDATES = ["C3 BN128 S2 persistent (causal)",
 CANDIDATE_CASES = [(label, c) for label in STEP4_CANDIDATES for c in D128_CASES] + \
                   [(label, c) for label in D64_CANDIDATES for c in D64_CASES] + \
                   [(label, c) for label in D64_NON_CAUSAL_CANDIDATES for c in D64_CASES if not c[5]] + \
-                  [(label, c) for label in D64_CAUSAL_CANDIDATES for c in D64_CASES if c[5]]
+                  [(label, c) for label in D64_CAUSAL_CANDIDATES for c in D64_CASES if c[5]] + \
+                  [(label, c) for label in D128_NON_CAUSAL_CANDIDATES for c in D128_CASES if not c[5]]
 
 
 def _ids(c) -> str:
@@ -317,7 +321,8 @@ def test_v9_compute_sanitizer_is_clean(tool, v9, tmp_path):
 @pytest.mark.parametrize("label,head_dim,launches,masks", [(lb, 128, 3, "both") for lb in STEP4_CANDIDATES] +
                          [(lb, 64, 4, "both") for lb in D64_CANDIDATES] +
                          [(lb, 64, 3, "non-causal") for lb in D64_NON_CAUSAL_CANDIDATES] +
-                         [(lb, 64, 1, "causal") for lb in D64_CAUSAL_CANDIDATES])
+                         [(lb, 64, 1, "causal") for lb in D64_CAUSAL_CANDIDATES] +
+                         [(lb, 128, 1, "non-causal") for lb in D128_NON_CAUSAL_CANDIDATES])
 @pytest.mark.parametrize("tool", SANITIZERS)
 def test_v9_step4_candidate_is_sanitizer_clean(tool, label, head_dim, launches, masks, v9_tuning, tmp_path):
     """The launches of the sanitizer script at the candidate's head dim (several tiles per CTA, ragged,

@@ -61,7 +61,9 @@ struct Config {
                 "setmaxnreg: the warpgroups' registers exceed the CTA's launch allocation (the increase would wait forever)");
   static constexpr int kHeadGroup = 32;  // causal longest-first order walks heads in groups (as v5)
   static_assert(D == 64 || D == 128, "head_dim 64 or 128");
-  static_assert(BN == 64 || BN == 128, "key tile of 64 or 128");
+  // 176: FlashAttention-3's key tile at D=128 non-causal (v9 step 13's candidate; S = Q K^T is m64n176, P V
+  // takes 11 k-steps), which leaves shared memory for Q and two K/V stages only (208 KB: no O buffer, one Q).
+  static_assert(BN == 64 || BN == 128 || (BN == 176 && D == 128), "key tile of 64 or 128 (176 at D = 128)");
   static_assert(!kPingPong || kConsumers == 2, "ping-pong alternates two consumer warpgroups");
   static_assert(kSmemBytes <= 227 * 1024, "shared memory over the 227 KB per-block limit");
 };

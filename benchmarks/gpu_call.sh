@@ -9,6 +9,10 @@
 #                          files, xz-compressed and split, since the whole wheel no longer fits in a call beside the
 #                          tree): stash this call's part under /tmp/ncuparts and, once both are there, unpack the
 #                          module into /tmp/site (on PYTHONPATH by the device prefix)
+#   profile_candidate LABEL ARGS...
+#                          with NVIDIA's ncu_report module importable (the Nsight Compute copy under extras/python
+#                          crashes the analysis under Python 3.12): the GPU test of `lab profile --candidate`, then
+#                          `lab profile --variant v9 --candidate LABEL ARGS...` into $W/runs; else says it did not
 # PYTEST: the GPU tier of tests/test_v9_gpu.py, for `step gate ... "${PYTEST[@]}" -k ...` (-k matches more
 # than the test ids: 'not tma' deselects everything there).
 set -uo pipefail
@@ -56,5 +60,18 @@ ncu_report_parts() {
   if [ "$(ls /tmp/ncuparts 2>/dev/null | wc -l)" -ge 2 ] && [ ! -d /tmp/site/ncu_report ]; then
     mkdir -p /tmp/ncux /tmp/site && cat /tmp/ncuparts/* | xz -d | tar x -C /tmp/ncux &&
       cp -r /tmp/ncux/*/purelib/ncu_report /tmp/site/ && echo "ncu_report unpacked into /tmp/site"
+  fi
+}
+
+profile_candidate() {
+  local label=$1; shift
+  if python3 -c "import ncu_report" 2>/dev/null; then
+    step profile-test 300 python3 -m pytest -m gpu -v -rfE --tb=short -p no:randomly -p no:cacheprovider \
+      tests/test_profile_candidate_gpu.py
+    LAB_PROFILES="$W/runs" step profile 200 python3 -m lab.cli profile --variant v9 --candidate "$label" "$@" \
+      --no-baselines --no-report
+    tail -12 "$L/profile.log"
+  else
+    echo "no ncu_report module: lab profile --candidate and its GPU test not run"
   fi
 }

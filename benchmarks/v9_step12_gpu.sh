@@ -38,14 +38,6 @@ else
   tune 2048-nc --dtype float16 --no-causal --shape 8,32,2048,64 --predict "$T64Q2=1.00-1.02"
   tune 512-c-128 --dtype bfloat16 --causal --shape 32,16,512,128 --predict "$T128=1.00-1.015" --predict "$TR128=1.00-1.025"
   tune 8192-nc-128 --dtype float16 --no-causal --shape 2,16,8192,128 --predict "$T128=0.995-1.01" --predict "$TR128=0.995-1.01"
-  if python3 -c "import ncu_report" 2>/dev/null; then
-    step profile-test 300 python3 -m pytest -m gpu -v -rfE --tb=short -p no:randomly -p no:cacheprovider \
-      tests/test_profile_candidate_gpu.py
-    LAB_PROFILES="$W/runs" step profile 200 python3 -m lab.cli profile --variant v9 --candidate "$TR64" \
-      --shape 16,32,1024,64 --causal --dtype float16 --no-baselines --no-report
-    tail -12 "$L/profile.log"
-  else
-    echo "no ncu_report module: lab profile --candidate and its GPU test not run"
-  fi
+  profile_candidate "$TR64" --shape 16,32,1024,64 --causal --dtype float16
   gpu_call_end $([ -f "$L/profile-test.log" ] && echo profile-test)
 fi

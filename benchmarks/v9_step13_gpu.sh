@@ -30,14 +30,6 @@ else
   tune 1024-nc-128 --dtype float16 --no-causal --shape 16,16,1024,128 --predict "$K176=0.95-1.01"
   tune 2048-nc-64 --dtype float16 --no-causal --shape 8,32,2048,64 --predict "$L64Q2=1.003-1.02"
   tune 3072-nc-64 --dtype float16 --no-causal --shape 6,32,3072,64 --predict "$L64Q2=0.99-1.01"
-  if python3 -c "import ncu_report" 2>/dev/null; then
-    step profile-test 300 python3 -m pytest -m gpu -v -rfE --tb=short -p no:randomly -p no:cacheprovider \
-      tests/test_profile_candidate_gpu.py
-    LAB_PROFILES="$W/runs" step profile 200 python3 -m lab.cli profile --variant v9 --candidate "$K176" \
-      --shape 2,16,8192,128 --no-causal --dtype float16 --no-baselines --no-report
-    tail -12 "$L/profile.log"
-  else
-    echo "no ncu_report module: lab profile --candidate and its GPU test not run"
-  fi
+  profile_candidate "$K176" --shape 2,16,8192,128 --no-causal --dtype float16
   gpu_call_end $([ -f "$L/profile-test.log" ] && echo profile-test)
 fi

@@ -337,7 +337,9 @@
 //   stages, so O from the accumulators and one Q buffer). Attacks the per-key-tile path ping-pong does not hide at
 //   N = 8192 (the tensor pipe about 70% busy at 690 TFLOP/s): 4.77 instructions a key against 5.19, per-tile
 //   costs paid 27% less often. Predicted 0.995-1.035x the default at N = 8192 and 16384, 0.95-1.01x at 1024.
-//   The call: benchmarks/v9_step13_gpu.sh.
+//   (c): D=64 causal's default (half tile, tree, row limit) with two Q buffers, one warpgroup and in ping-pong
+//   (each of the two 1.016x the step-11 (b) default at N = 512 without those changes); predicted 0.995-1.03x and
+//   0.99-1.03x at N = 512, ping-pong falling to 0.94-0.99x at 4096. The call: benchmarks/v9_step13_gpu.sh.
 // Still to come (issue 28; H100 fa-grid after step 12, `20261128-013911-sweep-v9-fa-grid-h100`, graph, 37 of 48):
 //   D=64 causal N <= 2048 and 4096 fp16 (0.965-0.998x cuDNN), D=64 non-causal N = 1024 and 2048 (0.991-0.999x);
 //   D=128 non-causal N = 8192 fp16 at 676-695 TFLOP/s across four H100 grids (the 690 target inside their spread).
@@ -464,6 +466,13 @@ using PingPong128OTmaQ2TreeRowLimit = lab_hopper_fwd::TreeRowMax<lab_hopper_fwd:
 // at D=128 non-causal, 176 keys (m64n176 S, 11 P V k-steps), with ping-pong on the persistent grid. Q and two
 // K/V stages take 208 KB, so O is stored from the accumulators and Q has one buffer.
 using PingPong128Keys176 = Config<128, 176, 2, true, 2>;
+// Step 13 (c), tuning candidates: the D=64 causal default's three changes (half tile, tree, row limit) with two Q
+// buffers, one warpgroup (BM = 64) and in ping-pong (BM = 128, cuDNN's shape at D=64): each of the two ran 1.016x
+// the step-11 (b) default at 32,32,512,64 causal in step 12's tune, without steps 11 (b) and 12 on them.
+using Default64OTmaQ2Lean =
+    lab_hopper_fwd::TreeRowMax<lab_hopper_fwd::MasksByRowLimit<lab_hopper_fwd::HalfLastKeyTile<Default64OTmaQ2>>>;
+using PingPong64OTmaQ2Lean =
+    lab_hopper_fwd::TreeRowMax<lab_hopper_fwd::MasksByRowLimit<lab_hopper_fwd::HalfLastKeyTile<PingPong64OTmaQ2>>>;
 
 // The LSE only when asked (a second instantiation: the default forward stores nothing more).
 template <class C, bool CAUSAL, class Sched = Persistent>
@@ -536,6 +545,9 @@ static const LabTuneCandidate kCandidates64[] = {
     {"C1 BN128 S2 persistent tma-o half-softmax row-limit (causal)", launch_causal<Default64OTmaHalfRowLimit, Persistent>, LAB_SERVES_CAUSAL},
     {"C1 BN128 S2 persistent tma-o half-softmax tree-max row-limit (causal)", launch_causal<Default64OTmaHalfTreeRowLimit, Persistent>, LAB_SERVES_CAUSAL},
     {"C1 BN128 S2 persistent tma-o q2 tree-max (non-causal)", launch_non_causal<Default64OTmaQ2Tree, Persistent>, LAB_SERVES_NON_CAUSAL},
+    // Step 13 (c): the causal default's changes with two Q buffers, one warpgroup and in ping-pong.
+    {"C1 BN128 S2 persistent tma-o q2 half-softmax tree-max row-limit (causal)", launch_causal<Default64OTmaQ2Lean, Persistent>, LAB_SERVES_CAUSAL},
+    {"C2 BN128 S2 persistent pp tma-o q2 half-softmax tree-max row-limit (causal)", launch_causal<PingPong64OTmaQ2Lean, Persistent>, LAB_SERVES_CAUSAL},
 };
 static const LabTuneCandidate kCandidates128[] = {
     {"C2 BN128 S2 persistent", launch_any<Default128, Persistent>},

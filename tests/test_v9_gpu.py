@@ -130,7 +130,10 @@ D64_CAUSAL_CANDIDATES = ["C3 BN128 S2 persistent (causal)",
                          # per-row limit (ragged Nk = 300, 2300, 8200, Nq != Nk), both
                          "C1 BN128 S2 persistent tma-o half-softmax tree-max (causal)",
                          "C1 BN128 S2 persistent tma-o half-softmax row-limit (causal)",
-                         "C1 BN128 S2 persistent tma-o half-softmax tree-max row-limit (causal)"]
+                         "C1 BN128 S2 persistent tma-o half-softmax tree-max row-limit (causal)",
+                         # step 13 (c): the same with two Q buffers, one warpgroup and in ping-pong (BM = 128)
+                         "C1 BN128 S2 persistent tma-o q2 half-softmax tree-max row-limit (causal)",
+                         "C2 BN128 S2 persistent pp tma-o q2 half-softmax tree-max row-limit (causal)"]
 CANDIDATE_CASES = [(label, c) for label in STEP4_CANDIDATES for c in D128_CASES] + \
                   [(label, c) for label in D64_CANDIDATES for c in D64_CASES] + \
                   [(label, c) for label in D64_NON_CAUSAL_CANDIDATES for c in D64_CASES if not c[5]] + \

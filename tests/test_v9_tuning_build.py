@@ -41,7 +41,8 @@ V9 = next((v for v in builtin() if v.kind == "cuda" and v.min_cc >= (9, 0) and v
 # per-row limit and both, on D = 64's causal default (8 each: causal only), the tree on D = 64's non-causal
 # default below 2048 (8: non-causal only), the tree and both on the D = 128 default (16 each); both on D = 64's
 # causal default are that default below 8192 since step 12 (its 8 kernels in the plain build). Step 13's: 176-key
-# tiles at D = 128 with ping-pong (8: non-causal only).
+# tiles at D = 128 with ping-pong (8: non-causal only); (c), D = 64's causal default with two Q buffers, one
+# warpgroup and in ping-pong (8 each: causal only).
 CANDIDATE_KERNELS = {
     "(a) BM = 64 at D = 128": ("lab_hopper_fwd::fwd_kernel<lab_hopper_fwd::Config<128, 64, 2, false, 1>,", 16, 0),
     "(b) O by TMA on (a)": ("lab_hopper_fwd::fwd_kernel_o_tma<lab_hopper_fwd::OByTma<lab_hopper_fwd::Config<128, 64,", 16, 0),
@@ -96,6 +97,10 @@ CANDIDATE_KERNELS = {
         ("lab_hopper_fwd::fwd_kernel_o_tma<lab_hopper_fwd::TreeRowMax<lab_hopper_fwd::TwoQBuffers<lab_hopper_fwd::OByTma<lab_hopper_fwd::Config<128, 128, 2, true, 2>", 16, 0),
     "step 13: 176-key tiles at D = 128 with ping-pong, O from the accumulators (non-causal only)":
         ("lab_hopper_fwd::fwd_kernel<lab_hopper_fwd::Config<128, 176, 2, true, 2>,", 8, 0),
+    "step 13 (c): the D = 64 causal default's changes with two Q buffers (causal only)":
+        ("lab_hopper_fwd::fwd_kernel_o_tma<lab_hopper_fwd::TreeRowMax<lab_hopper_fwd::MasksByRowLimit<lab_hopper_fwd::HalfLastKeyTile<lab_hopper_fwd::TwoQBuffers<lab_hopper_fwd::OByTma<lab_hopper_fwd::Config<64, 128, 2, false, 1>", 8, 0),
+    "step 13 (c): the same in ping-pong (BM = 128, causal only)":
+        ("lab_hopper_fwd::fwd_kernel_o_tma<lab_hopper_fwd::TreeRowMax<lab_hopper_fwd::MasksByRowLimit<lab_hopper_fwd::HalfLastKeyTile<lab_hopper_fwd::TwoQBuffers<lab_hopper_fwd::OByTma<lab_hopper_fwd::Config<64, 128, 2, true, 2>", 8, 0),
     "step 12: both on the D = 128 default":
         ("lab_hopper_fwd::fwd_kernel_o_tma<lab_hopper_fwd::TreeRowMax<lab_hopper_fwd::MasksByRowLimit<lab_hopper_fwd::TwoQBuffers<lab_hopper_fwd::OByTma<lab_hopper_fwd::Config<128, 128, 2, true, 2>", 16, 0),
 }

@@ -453,7 +453,7 @@ fwd_body(const CUtensorMap* tm_q,  // [B*H, nq, D] in boxes of [BM rows, 64 cols
 #pragma unroll
         for (int i = 0; i < W / 8; ++i) m[i] = fmaxf(s_acc[i * 4 + 2 * h], s_acc[i * 4 + 2 * h + 1]);
         // One loop a level (W / 8 = 16 or 8 leaves): a loop over the levels left m[] in local memory.
-        static_assert(W / 8 <= 16, "TreeRowMax: four levels");
+        static_assert(W / 8 <= 16 && (W / 8 & (W / 8 - 1)) == 0, "TreeRowMax: a power of two leaves, four levels at most");
 #pragma unroll
         for (int i = 0; i < W / 16; ++i) m[i] = fmaxf(m[i], m[i + W / 16]);
 #pragma unroll

@@ -17,7 +17,7 @@ case "$PART" in a|b) ;; *) echo "usage: $0 a|b (the call's part)" >&2; exit 2 ;;
 . "$(dirname "$0")/gpu_call.sh"
 gpu_call_begin "v9s13$PART"
 ncu_report_parts
-build_v9 560
+build_v9 300
 K176='C2 BN176 S2 persistent pp (non-causal)'
 L64Q2='C3 BN128 S2 persistent q2 (non-causal)'
 Q2L='C1 BN128 S2 persistent tma-o q2 half-softmax tree-max row-limit (causal)'

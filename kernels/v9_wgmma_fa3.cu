@@ -482,10 +482,15 @@ const char* launch(const LabAttentionArgs* a, cudaStream_t stream) {
 }
 
 #ifdef LAB_TUNING
-// Candidates for `lab tune --variant v9`: each configuration with the persistent scheduler and with
-// v6's one CTA per tile, so the scheduler's own effect is timed interleaved on any problem; and
-// step 2's first candidates (benchmarks/v9_notes.md): two consumer warpgroups taking turns at the
-// tensor cores (ping-pong, named barriers) on the persistent grid, at D=128 and at D=64 (BM = 128).
+// Candidates for `lab tune --variant v9`: the defaults' own kernels (so a default taken from the table runs
+// the kernel that was timed) and the live candidates. Retired at step 13 (they lost their tunes, or a later
+// step replaced them; each one's tunes are shipped under profiles/examples/ and benchmarks/v9_notes.md has
+// them): v6's one CTA per tile (step 1), the step-3 register epilogues, BM = 64 at D = 128 (step 4), three
+// consumers with O by TMA and own key tiles (steps 5-6), 64-key tiles with four stages (step 7), ping-pong at
+// D = 64 without step 12 (step 8), the next tile's S_0 under the epilogue (step 9), the half-width last tile on
+// its own (step 11) and step 12's singletons. Every candidate is 8 or 16 kernels of the tuning build (dtype x
+// mask x LSE x GQA), which grew to 520 kernels and more than nine minutes of nvcc on the GPU machine: a call
+// could no longer build it and time anything. Restore one from git (83bbec5 has the whole table) to retime it.
 template <class C, class Sched>
 const char* launch_any(const LabAttentionArgs* a, cudaStream_t stream) {
   return a->causal ? launch<C, true, Sched>(a, stream) : launch<C, false, Sched>(a, stream);
@@ -499,76 +504,27 @@ const char* launch_causal(const LabAttentionArgs* a, cudaStream_t stream) {
   return a->causal ? launch<C, true, Sched>(a, stream) : "candidate is for causal problems only";
 }
 static const LabTuneCandidate kCandidates64[] = {
-    // The D=64 default of steps 1-4 (O stored from the accumulators), kept to time against.
-    {"C1 BN128 S2 persistent (step-3 default)", launch_any<Default64, Persistent>},
-    {"C1 BN128 S2 one-tile-per-CTA", launch_any<Default64, OneTilePerCta>},
+    // Three consumers (BM = 192, O from the accumulators): the non-causal default from Nq, Nk >= 2048 (step 5 (c)),
+    // the causal one from kLongCausal (step 10).
     {"C3 BN128 S2 persistent (non-causal)", launch_non_causal<Long64, Persistent>, LAB_SERVES_NON_CAUSAL},
-    {"C3 BN128 S2 one-tile-per-CTA (non-causal)", launch_non_causal<Long64, OneTilePerCta>, LAB_SERVES_NON_CAUSAL},
-    {"C2 BN128 S2 persistent pp", launch_any<Config<64, 128, 2, true, 2>, Persistent>},
-    // O stored by TMA (step 4 (b)) on Default64's configuration, the D=64 causal default since then
-    // (benchmarks/v9_notes.md, "O by TMA at D=64").
-    {"C1 BN128 S2 persistent tma-o", launch_any<Default64OTma, Persistent>},
-    // Step 5 (benchmarks/v9_notes.md, "Step 5"): BM = 192 (each K/V tile read from L2 serves 192 query
-    // rows, not 64; Long64 ran 533 TFLOP/s at N=8192 where Default64 ran 470 at N=4096) with O by TMA,
-    // causal too; and the same computing each warpgroup's own key tiles only (causal BM = 192 computes
-    // 1.09-1.35x Default64's scores at N <= 4096 without it, a ragged block 1.125x at N = 512, 1024).
-    {"C3 BN128 S2 persistent tma-o", launch_any<Long64OTma, Persistent>},
-    {"C3 BN128 S2 persistent tma-o own-tiles", launch_any<Long64OTmaOwn, Persistent>},
-    // Step 5 (b): own-tiles on Long64 (O from the accumulators); the non-causal default from Nq, Nk >=
-    // 2048 for one run (3717917), where it ran level with the one-warpgroup default and 0.96-0.98x Long64.
-    {"C3 BN128 S2 persistent own-tiles (non-causal)", launch_non_causal<Long64Own, Persistent>, LAB_SERVES_NON_CAUSAL},
-    // Step 6 (a): the same with a warp-uniform key-tile count (Long64's key loop); (b): two Q buffers
-    // on the one-warpgroup default (benchmarks/v9_notes.md, "Step 6"), its non-causal default since
-    // step 6 (c).
-    {"C3 BN128 S2 persistent own-tiles uniform (non-causal)", launch_non_causal<Long64OwnU, Persistent>, LAB_SERVES_NON_CAUSAL},
-    {"C1 BN128 S2 persistent tma-o q2", launch_any<Default64OTmaQ2, Persistent>},
-    // Step 7: 64-key tiles (the causal diagonal's waste halved), two and four stages.
-    {"C1 BN64 S2 persistent tma-o", launch_any<Short64OTma, Persistent>},
-    {"C1 BN64 S4 persistent tma-o", launch_any<Short64S4OTma, Persistent>},
-    // Step 7 (c): two Q buffers on Long64.
-    {"C3 BN128 S2 persistent q2 (non-causal)", launch_non_causal<Long64Q2, Persistent>, LAB_SERVES_NON_CAUSAL},
-    // Step 8: ping-pong at D=64 (cuDNN's shape of kernel) with O by TMA, and with two Q buffers.
-    {"C2 BN128 S2 persistent pp tma-o", launch_any<PingPong64OTma, Persistent>},
-    {"C2 BN128 S2 persistent pp tma-o q2", launch_any<PingPong64OTmaQ2, Persistent>},
-    // Step 9: the next tile's S_0 under the epilogue, on the two D=64 defaults.
-    {"C1 BN128 S2 persistent tma-o next-s0", launch_any<Default64OTmaNextS0, Persistent>},
-    {"C1 BN128 S2 persistent tma-o q2 next-s0", launch_any<Default64OTmaQ2NextS0, Persistent>},
-    // Step 10: three consumers (Long64, O from the accumulators) causal, the causal default from Nq, Nk >=
-    // kLongCausal (the same kernel there).
     {"C3 BN128 S2 persistent (causal)", launch_causal<Long64, Persistent>, LAB_SERVES_CAUSAL},
-    // Step 11: the last key tile's softmax and P V at half width where its second half is masked whole.
-    {"C1 BN128 S2 persistent tma-o half-softmax", launch_any<Default64OTmaHalf, Persistent>},
-    {"C1 BN128 S2 persistent tma-o q2 half-softmax", launch_any<Default64OTmaQ2Half, Persistent>},
-    // Step 12: the row max as a tree, the mask against a per-row limit, on the D=64 defaults below
-    // kLongCausal (causal) and kLongRows (non-causal).
-    {"C1 BN128 S2 persistent tma-o half-softmax tree-max (causal)", launch_causal<Default64OTmaHalfTree, Persistent>, LAB_SERVES_CAUSAL},
-    {"C1 BN128 S2 persistent tma-o half-softmax row-limit (causal)", launch_causal<Default64OTmaHalfRowLimit, Persistent>, LAB_SERVES_CAUSAL},
+    // One warpgroup, O by TMA, two Q buffers (step 6 (b)): the non-causal default below 2048 since step 6 (c).
+    {"C1 BN128 S2 persistent tma-o q2", launch_any<Default64OTmaQ2, Persistent>},
+    // Step 7: 64-key tiles (the causal diagonal's waste halved); `lab profile --candidate`'s GPU test profiles it
+    // (another instantiation than the default's).
+    {"C1 BN64 S2 persistent tma-o", launch_any<Short64OTma, Persistent>},
+    // Step 7 (c): two Q buffers on Long64; step 13 (b) times it for Nq, Nk in [2048, 4096).
+    {"C3 BN128 S2 persistent q2 (non-causal)", launch_non_causal<Long64Q2, Persistent>, LAB_SERVES_NON_CAUSAL},
+    // Steps 11 (b) and 12: the last key tile's softmax and P V at half width, the row max as a tree and the mask
+    // against a per-row limit, on O by TMA: the causal default below kLongCausal since step 12.
     {"C1 BN128 S2 persistent tma-o half-softmax tree-max row-limit (causal)", launch_causal<Default64OTmaHalfTreeRowLimit, Persistent>, LAB_SERVES_CAUSAL},
-    {"C1 BN128 S2 persistent tma-o q2 tree-max (non-causal)", launch_non_causal<Default64OTmaQ2Tree, Persistent>, LAB_SERVES_NON_CAUSAL},
     // Step 13 (c): the causal default's changes with two Q buffers, one warpgroup and in ping-pong.
     {"C1 BN128 S2 persistent tma-o q2 half-softmax tree-max row-limit (causal)", launch_causal<Default64OTmaQ2Lean, Persistent>, LAB_SERVES_CAUSAL},
     {"C2 BN128 S2 persistent pp tma-o q2 half-softmax tree-max row-limit (causal)", launch_causal<PingPong64OTmaQ2Lean, Persistent>, LAB_SERVES_CAUSAL},
 };
 static const LabTuneCandidate kCandidates128[] = {
-    {"C2 BN128 S2 persistent", launch_any<Default128, Persistent>},
-    {"C2 BN128 S2 one-tile-per-CTA", launch_any<Default128, OneTilePerCta>},
-    // The default of steps 2 and 3 (O stored from the accumulators), kept to time against.
-    {"C2 BN128 S2 persistent pp (step-3 default)", launch_any<PingPong128, Persistent>},
-    // v6's ping-pong (one CTA per tile): does ping-pong pay on v6's grid too, or only on the walk?
-    {"C2 BN128 S2 one-tile-per-CTA pp", launch_any<PingPong128, OneTilePerCta>},
-    // Step 4 (a), short sequences: BM = 64, two CTAs per SM (benchmarks/v9_notes.md, "Step 4").
-    {"C1 BN64 S2 persistent", launch_any<Short128, Persistent>},
-    // Step 4 (b): O stored through shared memory by TMA, on PingPong128 (the default of steps 4-5)
-    // and on (a).
-    {"C2 BN128 S2 persistent pp tma-o", launch_any<PingPong128OTma, Persistent>},
-    {"C1 BN64 S2 persistent tma-o", launch_any<lab_hopper_fwd::OByTma<Short128>, Persistent>},
-    // Step 6 (b): two Q buffers on it (benchmarks/v9_notes.md, "Step 6"), the default since step 6 (c).
+    // Ping-pong on the persistent grid (steps 2-3), O by TMA (step 4), two Q buffers (step 6 (c)): the default.
     {"C2 BN128 S2 persistent pp tma-o q2", launch_any<PingPong128OTmaQ2, Persistent>},
-    // Step 11: the same, warpgroup 0's diagonal tile's softmax and P V at half width.
-    {"C2 BN128 S2 persistent pp tma-o q2 half-softmax", launch_any<PingPong128OTmaQ2Half, Persistent>},
-    // Step 12: the row max as a tree, and with the mask against a per-row limit, on the default.
-    {"C2 BN128 S2 persistent pp tma-o q2 tree-max", launch_any<PingPong128OTmaQ2Tree, Persistent>},
-    {"C2 BN128 S2 persistent pp tma-o q2 tree-max row-limit", launch_any<PingPong128OTmaQ2TreeRowLimit, Persistent>},
     // Step 13: 176-key tiles (FlashAttention-3's at D=128 non-causal).
     {"C2 BN176 S2 persistent pp (non-causal)", launch_non_causal<PingPong128Keys176, Persistent>, LAB_SERVES_NON_CAUSAL},
 };

@@ -99,7 +99,7 @@ def test_a_candidate_for_the_other_mask_is_refused_before_the_build(no_build, tm
 
 def test_two_predictions_of_one_candidate_are_refused_before_the_build(no_build, tmp_path):
     read, args = v9_causal()
-    label = read[0].label
+    label = next(c.label for c in read if c.causal in (None, True))   # one that serves the causal problem
     line = _refused(no_build, tmp_path, *args, "--predict", f"{label}=1.0-1.1", "--predict", f"{label.lower()}=1.1-1.2")
     assert f"both name candidate {label!r}" in line
 

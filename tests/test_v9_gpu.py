@@ -76,66 +76,26 @@ CASES = [
     (1, 2, 8200, 8192, 64, True, "float16", 1.0),
 ]
 LSE_CASES = [CASES[0], CASES[3], CASES[5], CASES[9], CASES[15], CASES[12], CASES[18]]
-# D=128's `lab tune` candidates that are not the default (kernels/v9_wgmma_fa3.cu), by label, so the
-# cases above do not reach them; checked here on the same D=128 cases, with the LSE: step 4's (a) and
-# (b) on (a), the step-3 default (O stored from the accumulators), and step 4's (b) on ping-pong, "C2
-# BN128 S2 persistent pp tma-o", the default of steps 4-5. Step 6 (b) on it, "C2 BN128 S2 persistent pp
-# tma-o q2" (two Q buffers: the next tile's Q loaded a tile ahead), is the default since step 6 (c): the
-# cases above run its kernels.
-STEP4_CANDIDATES = ["C1 BN64 S2 persistent", "C2 BN128 S2 persistent pp (step-3 default)", "C1 BN64 S2 persistent tma-o",
-                    "C2 BN128 S2 persistent pp tma-o",
-                    # step 11: the default with warpgroup 0's diagonal tile's softmax and P V at half width
-                    "C2 BN128 S2 persistent pp tma-o q2 half-softmax",
-                    # step 12: the row max as a tree, and with the mask against a per-row limit
-                    "C2 BN128 S2 persistent pp tma-o q2 tree-max", "C2 BN128 S2 persistent pp tma-o q2 tree-max row-limit"]
+# The `lab tune` candidates that are not a default's (kernels/v9_wgmma_fa3.cu; step 13 retired those that lost),
+# by label, so the cases above do not reach them; checked here with the LSE on the cases of their head dim and
+# mask. D=128, non-causal only: step 13's 176-key tiles (ragged last key tiles of 120 and 124 keys at Nk = 1000
+# and 300, and a one-key tile at Nk = 1).
 D128_CASES = [c for c in CASES if c[4] == 128]
-# D=128 candidates for non-causal problems only, on the non-causal D=128 cases: step 13, 176-key tiles (ragged last
-# key tiles of 120 and 124 keys at Nk = 1000 and 300, and a one-key tile at Nk = 1).
 D128_NON_CAUSAL_CANDIDATES = ["C2 BN176 S2 persistent pp (non-causal)"]
-# D=64's candidates that are not the default: the step-3 default (Default64, O stored from the
-# accumulators), on the D=64 cases, the three-consumer ones included (a candidate runs whatever the
-# shape). O by TMA on Default64, "C1 BN128 S2 persistent tma-o", was the D=64 causal default from step 4 to
-# step 11 (b), which put the half-width last key tile on it ("... tma-o half-softmax": the causal cases above
-# run its kernels below Nq, Nk >= 8192; the non-causal default below Nq, Nk >= 2048 until step 6 (c)),
-# and with two Q buffers, "C1 BN128 S2 persistent tma-o q2", the non-causal one since step 6 (c): each is a
-# candidate here for the mask the default does not run it on. Step 5's: three
-# consumers (BM = 192) with O by TMA, both masks, and the same with each warpgroup computing only its
-# own key tiles (OwnKeyTiles: the causal cases' warpgroups own 1-2 key tiles fewer than their block;
-# ragged last blocks, N = 1 keys aside, have warpgroups past nq that skip all but one key tile, up to
-# 64 of 65 at Nk = 8200).
-D64_CANDIDATES = ["C1 BN128 S2 persistent (step-3 default)", "C3 BN128 S2 persistent tma-o",
-                  "C3 BN128 S2 persistent tma-o own-tiles",
-                  "C1 BN128 S2 persistent tma-o", "C1 BN128 S2 persistent tma-o q2",
-                  # step 7: 64-key tiles at D=64 (BN = 64 beside BM = 64: ragged key tiles at 300, 1023, 2300, 8200)
-                  "C1 BN64 S2 persistent tma-o", "C1 BN64 S4 persistent tma-o",
-                  # step 8: ping-pong at D=64 (BM = 128) with O by TMA, and with two Q buffers
-                  "C2 BN128 S2 persistent pp tma-o", "C2 BN128 S2 persistent pp tma-o q2",
-                  # step 9: the next tile's S_0 under the epilogue, on the D=64 defaults
-                  "C1 BN128 S2 persistent tma-o next-s0", "C1 BN128 S2 persistent tma-o q2 next-s0",
-                  # step 11: the last key tile's softmax and P V at half width (causal diagonals of every other
-                  # block; ragged last key tiles of <= 64 keys: Nk = 300, 65, 2300, 8200, 1 key)
-                  "C1 BN128 S2 persistent tma-o half-softmax", "C1 BN128 S2 persistent tma-o q2 half-softmax"]
+# D=64, both masks: two Q buffers on one warpgroup with O by TMA (the non-causal default below 2048 since step 6
+# (c), a candidate for causal problems) and step 7's 64-key tiles (BN = 64 beside BM = 64: ragged key tiles at
+# 300, 1023, 2300, 8200).
+D64_CANDIDATES = ["C1 BN128 S2 persistent tma-o q2", "C1 BN64 S2 persistent tma-o"]
 D64_CASES = [c for c in CASES if c[4] == 64]
-# D=64 candidates for non-causal problems only (they refuse causal ones), on the non-causal D=64 cases:
-# step 6 (a), own key tiles on three consumers with a warp-uniform count (the ragged last blocks'
-# warpgroups past nq skip all but one key tile: Nk = 8200, 8192, 2300, 2048).
-D64_NON_CAUSAL_CANDIDATES = ["C3 BN128 S2 persistent own-tiles uniform (non-causal)",
-                             # step 7 (c): two Q buffers on three consumers (Long64)
-                             "C3 BN128 S2 persistent q2 (non-causal)",
-                             # step 12: the row max as a tree on the non-causal default below 2048
-                             "C1 BN128 S2 persistent tma-o q2 tree-max (non-causal)"]
-# D=64 candidates for causal problems only: step 10, three consumers causal (the default from Nq, Nk >= 8192).
+# D=64, non-causal only: step 7 (c), two Q buffers on three consumers (Long64).
+D64_NON_CAUSAL_CANDIDATES = ["C3 BN128 S2 persistent q2 (non-causal)"]
+# D=64, causal only: step 10, three consumers causal (the default from Nq, Nk >= 8192), and step 13 (c), the causal
+# default's changes with two Q buffers, one warpgroup and in ping-pong (BM = 128; ragged Nk = 300, 2300, 8200,
+# Nq != Nk).
 D64_CAUSAL_CANDIDATES = ["C3 BN128 S2 persistent (causal)",
-                         # step 12 on the causal default below 8192: the row max as a tree, the mask against a
-                         # per-row limit (ragged Nk = 300, 2300, 8200, Nq != Nk), both
-                         "C1 BN128 S2 persistent tma-o half-softmax tree-max (causal)",
-                         "C1 BN128 S2 persistent tma-o half-softmax row-limit (causal)",
-                         "C1 BN128 S2 persistent tma-o half-softmax tree-max row-limit (causal)",
-                         # step 13 (c): the same with two Q buffers, one warpgroup and in ping-pong (BM = 128)
                          "C1 BN128 S2 persistent tma-o q2 half-softmax tree-max row-limit (causal)",
                          "C2 BN128 S2 persistent pp tma-o q2 half-softmax tree-max row-limit (causal)"]
-CANDIDATE_CASES = [(label, c) for label in STEP4_CANDIDATES for c in D128_CASES] + \
-                  [(label, c) for label in D64_CANDIDATES for c in D64_CASES] + \
+CANDIDATE_CASES = [(label, c) for label in D64_CANDIDATES for c in D64_CASES] + \
                   [(label, c) for label in D64_NON_CAUSAL_CANDIDATES for c in D64_CASES if not c[5]] + \
                   [(label, c) for label in D64_CAUSAL_CANDIDATES for c in D64_CASES if c[5]] + \
                   [(label, c) for label in D128_NON_CAUSAL_CANDIDATES for c in D128_CASES if not c[5]]
@@ -321,8 +281,7 @@ def test_v9_compute_sanitizer_is_clean(tool, v9, tmp_path):
 
 @pytest.mark.gpu
 @needs_hopper
-@pytest.mark.parametrize("label,head_dim,launches,masks", [(lb, 128, 3, "both") for lb in STEP4_CANDIDATES] +
-                         [(lb, 64, 4, "both") for lb in D64_CANDIDATES] +
+@pytest.mark.parametrize("label,head_dim,launches,masks", [(lb, 64, 4, "both") for lb in D64_CANDIDATES] +
                          [(lb, 64, 3, "non-causal") for lb in D64_NON_CAUSAL_CANDIDATES] +
                          [(lb, 64, 1, "causal") for lb in D64_CAUSAL_CANDIDATES] +
                          [(lb, 128, 1, "non-causal") for lb in D128_NON_CAUSAL_CANDIDATES])

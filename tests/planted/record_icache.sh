@@ -3,7 +3,8 @@
 # default D=64 causal forward and its tuning candidate "C1 BN128 S2 persistent tma-o half-softmax"
 # (kernels/hopper/fwd_wgmma.cuh's HalfLastKeyTile), at B=16 H=32 N=1024 D=64 fp16 causal. The candidate
 # carries two more copies of the key loop than the default and loses to it on instruction fetch (Stall No
-# Instruction 15.9% of the PC samples against 1.4%): a planted-by-accident instruction-cache case.
+# Instruction 15.9% of the PC samples against 1.4%): a planted-by-accident instruction-cache case. Step 13
+# retired that candidate from v9's table: rerun this from a checkout of 83bbec5, which still has it.
 #
 #   tests/planted/record_icache.sh OUT_DIR      on a Hopper GPU machine with nvcc and ncu
 #

@@ -11,6 +11,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 from conftest import EXAMPLES, REPO, lab_here  # noqa: E402
+from lab.store.runs import read_table
 
 
 def _a_shipped_run() -> Path:
@@ -200,7 +201,7 @@ def test_a_kernel_ptxas_serialized_says_so_in_its_verdict_and_on_the_run_page(tm
     store = tmp_path / "profiles"
     run = store / run_id
     shutil.copytree(src, run)
-    (mangled,) = pd.read_parquet(run / "metrics.parquet")["kernel_mangled"]
+    (mangled,) = read_table(run / "metrics.parquet")["kernel_mangled"]   # the store's reader: stored long
     man = json.loads((run / "manifest.json").read_text())
     man["build"]["ptxas"] = [dict(p, wgmma_serialized="", mangled="") for p in man["build"]["ptxas"]] + [
         {"kernel": demangle([mangled])[0], "registers": 168, "arch": "sm_90a", "mangled": mangled,

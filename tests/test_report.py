@@ -320,16 +320,15 @@ def test_pages_read_every_metric_they_cite():
     """A page reads only PAGE_METRICS from a stored metrics table and, for a run stored before the
     `derived` table, derives its facts from them with the analysis' own interpreter: those facts must
     equal the ones derived from every stored metric, or a page would silently show less."""
-    import pyarrow.parquet as pq
-
     from lab.analysis import metrics as interpret
     from lab.report.compare import KEY_METRICS
+    from lab.store.runs import read_arrow
 
     assert [n for n, _ in KEY_METRICS if not rundata.PAGE_METRICS.match(n)] == []
     runs = sorted((Path(__file__).resolve().parent.parent / "profiles" / "examples").glob("*/metrics.parquet"))
     assert runs
     for path in runs:
-        full = pq.read_table(path).to_pylist()[0]
+        full = read_arrow(path)[0].to_pylist()[0]   # the store's reader: stored long
         page = {k: v for k, v in full.items() if rundata.PAGE_METRICS.match(k)}
         a = interpret.derived_values(interpret.kernel_facts(full))
         b = interpret.derived_values(interpret.kernel_facts(page))

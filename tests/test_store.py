@@ -170,3 +170,150 @@ def test_a_report_compressed_by_hand_and_a_missing_one(tmp_path):
         store.compress_stored_artifact(run)
     with pytest.raises(LabError, match="no ncu report"):
         store.report_or_run(run)
+
+
+# ------------------------------------------------------------------ wide tables stored long
+
+REPO = Path(__file__).resolve().parents[1]
+SHIPPED_METRICS = sorted([*(REPO / "profiles" / "examples").glob("*/metrics.parquet"),
+                          *(REPO / "examples" / "workspace" / "profiles").glob("*/metrics.parquet")])
+LEAD = ["kernel_index", "kernel", "device", "nvtx", "range_index", "kernel_function", "kernel_mangled"]
+
+
+def _odd_frame(rows: int) -> pd.DataFrame:
+    """More than LONG_OVER columns of each dtype a metrics frame holds (and bool), NaN and None among them, names
+    as ncu's: instanced opcodes, breakdown: and group: prefixes, spaces and quotes."""
+    cols: dict = {"kernel_index": list(range(rows)),
+                  "kernel": [f"void k<{i}>(float *, int)" for i in range(rows)],
+                  "nvtx": [None if i % 2 else "fwd > step 'a'" for i in range(rows)],
+                  "device": [None] * rows,                                     # only None: Arrow's null type
+                  "big": [2 ** 62 + i for i in range(rows)],                  # int64 beyond float64's 2^53
+                  "flag": [i % 2 == 0 for i in range(rows)],
+                  "maybe": [None if i == 1 else i % 2 == 0 for i in range(rows)],   # bools with None: object
+                  "sass__inst_executed_per_opcode[FFMA]": [1.5 * i for i in range(rows)],
+                  "breakdown:sm__throughput.avg.pct_of_peak_sustained_elapsed": [float("nan")] * rows,
+                  'group:memory__chart "x", y\\z': ["é ü 😀"] * rows}
+    for j in range(store.LONG_OVER):
+        cols[f"m{j}__x.sum.per_second"] = [float("nan") if (i + j) % 5 == 0 else i * 1e9 + j / 7 for i in range(rows)]
+    df = pd.DataFrame(cols)
+    df.attrs = {"units": {"m0__x.sum.per_second": "byte/second", "sass__inst_executed_per_opcode": "inst"},
+                "path": "/x/profile.ncu-rep"}
+    return df
+
+
+def _is_long(path) -> bool:
+    import pyarrow.parquet as pq
+    return (pq.read_schema(path).metadata or {}).get(store.LAYOUT) == store.LONG
+
+
+def _bare(df: pd.DataFrame) -> pd.DataFrame:
+    """`df` without its attrs: pandas deep-copies them (~900 metric units) into every column it hands out."""
+    out = df.copy(deep=False)
+    out.attrs = {}
+    return out
+
+
+def _assert_same(got: pd.DataFrame, want: pd.DataFrame):
+    assert got.attrs == want.attrs
+    assert list(got.columns) == list(want.columns) and list(got.dtypes) == list(want.dtypes)
+    pd.testing.assert_frame_equal(_bare(got), _bare(want), check_exact=True)
+
+
+@pytest.mark.parametrize("rows", [0, 1, 3])
+def test_a_wide_frame_is_stored_long_and_reads_back_as_written(tmp_path, rows):
+    """A frame of more than LONG_OVER columns goes long, and reads back exactly: columns, their order and dtypes,
+    NaN and None, attrs; and as pandas reads the same frame from a plain Parquet table."""
+    df = _odd_frame(rows)
+    store.write_table(df, tmp_path / "t.parquet")
+    assert _is_long(tmp_path / "t.parquet")
+    back = store.read_table(tmp_path / "t.parquet")
+    df.to_parquet(tmp_path / "plain.parquet", index=False)
+    _assert_same(back, pd.read_parquet(tmp_path / "plain.parquet"))
+    _assert_same(back, df)
+    if rows:
+        assert back["big"].iloc[-1] == 2 ** 62 + rows - 1 and back["kernel_index"].dtype == "int64"
+        assert back["device"].iloc[0] is None and back["nvtx"].iloc[0] == "fwd > step 'a'"
+    if rows > 1:
+        assert pd.isna(back["nvtx"].iloc[1]) and back["maybe"].iloc[1] is None
+
+
+def test_the_pyarrow_readers_of_a_long_table_see_its_frame(tmp_path):
+    """read_arrow (pages) and Run.columns read the columns they ask for out of a long file, as out of a plain one."""
+    df = _odd_frame(3)
+    with store.create_run("20261121-000000-v1-long", tmp_path) as w:
+        w.manifest.update({"created_utc": "2026-11-21T00:00:00+00:00", "variant": {"id": "mine"}, "problem": PROBLEM})
+        w.add_table("metrics", df)
+        w.commit()
+    [run] = store.list_runs(tmp_path)
+    path = run.path / "metrics.parquet"
+    df.to_parquet(tmp_path / "plain.parquet", index=False)
+    for f in (path, tmp_path / "plain.parquet"):
+        t, names = store.read_arrow(f, lambda c: c.startswith("sass__") or c == "kernel")
+        assert names == list(df.columns) and t.column_names == ["kernel", "sass__inst_executed_per_opcode[FFMA]"]
+        assert t.to_pylist()[2] == {"kernel": "void k<2>(float *, int)", "sass__inst_executed_per_opcode[FFMA]": 3.0}
+        assert json.loads(t.schema.metadata[b"PANDAS_ATTRS"]) == df.attrs
+    assert run.columns("metrics", ["big", "maybe", "device"]) == {"big": [2 ** 62, 2 ** 62 + 1, 2 ** 62 + 2],
+                                                                  "maybe": [True, None, True], "device": [None] * 3}
+    assert run.columns("metrics", ["kernel", "absent"]) is None
+    _assert_same(run.table("metrics"), pd.read_parquet(tmp_path / "plain.parquet"))
+
+
+def test_narrow_frames_and_other_dtypes_stay_plain_parquet(tmp_path):
+    """At most LONG_OVER columns, or a column the long layout does not restore as pandas would (an extension
+    dtype, a date, int32), and the table is the plain one pd.read_parquet reads."""
+    narrow = pd.DataFrame({"a": [1, 2], "b": ["x", None]})
+    wide_ext = _odd_frame(2).assign(n=pd.array([1, None], dtype="Int64"), t=pd.to_datetime(["2026-01-01"] * 2),
+                                    i=pd.array([1, 2], dtype="int32"))
+    for name, df in (("narrow", narrow), ("ext", wide_ext), ("ext1", wide_ext[list(wide_ext.columns[:-2])]),
+                     ("ext2", wide_ext.drop(columns=["n", "t"]))):
+        store.write_table(df, tmp_path / f"{name}.parquet")
+        assert not _is_long(tmp_path / f"{name}.parquet"), name
+        _assert_same(store.read_table(tmp_path / f"{name}.parquet"), pd.read_parquet(tmp_path / f"{name}.parquet"))
+    _assert_same(store.read_table(tmp_path / "ext.parquet"), wide_ext)
+
+
+def test_an_older_wide_table_reads_as_before(tmp_path):
+    """Every store's runs before the long layout: a plain Parquet metrics table reads through the store as
+    pd.read_parquet reads it."""
+    df = _odd_frame(2)
+    df.to_parquet(tmp_path / "old.parquet", index=False)
+    _assert_same(store.read_table(tmp_path / "old.parquet"), pd.read_parquet(tmp_path / "old.parquet"))
+
+
+def test_a_long_file_out_of_shape_is_an_error_not_a_wrong_frame(tmp_path):
+    import pyarrow.parquet as pq
+
+    store.write_table(_odd_frame(2), tmp_path / "t.parquet")
+    t = pq.read_table(tmp_path / "t.parquet")
+    pq.write_table(t.slice(0, t.num_rows - 1), tmp_path / "short.parquet")   # one value lost
+    with pytest.raises(ValueError, match="long layout"):
+        store.read_table(tmp_path / "short.parquet")
+
+
+@pytest.mark.parametrize("path", SHIPPED_METRICS, ids=lambda p: p.parent.name)
+def test_shipped_metrics_tables_are_stored_long_and_read_whole(tmp_path, path):
+    """The shipped runs' metrics tables (stored long since the layout came): the store reads each into an ncu
+    frame of one row per kernel (its lead columns, ~1,400+ metrics, their units), the kernels the run's derived
+    table names; what read_arrow reads for pages is the same; and writing it again reads back the same frame."""
+    assert _is_long(path)
+    run = store.Run(path.parent)
+    df = run.table("metrics")
+    assert list(df.columns[:len(LEAD)]) == LEAD and len(df.columns) > 1000
+    assert 1 <= len(df) <= 3 and df["kernel_index"].tolist() == list(range(len(df)))
+    assert set(map(str, df.dtypes)) == {"int64", "float64", "str"} and df["kernel_index"].dtype == "int64"
+    assert df[store.DURATION].gt(0).all() and df["kernel"].str.len().gt(0).all()
+    assert set(df.attrs) == {"units", "path"} and len(df.attrs["units"]) > 500
+    assert set(df.attrs["units"]) <= set(df.columns)
+    assert df.attrs["units"][store.DURATION] in ("ns", "us", "ms", "nsecond", "usecond", "msecond")
+    derived = run.table("derived")
+    if derived is not None:
+        assert dict(zip(derived["kernel_index"], derived["kernel"])) == \
+            {k: n for k, n in zip(df["kernel_index"], df["kernel"]) if k in set(derived["kernel_index"])}
+    t, names = store.read_arrow(path)
+    assert names == list(df.columns) and t.num_rows == len(df)
+    bare = _bare(df)
+    for c in names:   # Arrow's null where pandas has NaN
+        assert all(g == w or (g is None and pd.isna(w)) for g, w in zip(t.column(c).to_pylist(), bare[c].tolist())), c
+    assert run.main_kernel()[0] in set(df["kernel_index"])
+    store.write_table(df, tmp_path / "again.parquet")
+    _assert_same(store.read_table(tmp_path / "again.parquet"), df)

@@ -20,7 +20,6 @@ from functools import cached_property
 from pathlib import Path
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from lab.analysis import metrics as interpret
 from lab.analysis.metrics import PAGE_COLUMNS, PAGE_COLUMNS_NARROW
@@ -32,7 +31,7 @@ from lab.measure.problem import DTYPE_BYTES, Problem, label_without_dtype
 from lab.measure import rates
 from lab.measure.rates import MODE_FLOP_FACTOR
 from lab.store.manifest import candidate_label
-from lab.store.runs import DamagedRun, Run, open_root, scan_runs
+from lab.store.runs import DamagedRun, Run, open_root, read_arrow, scan_runs
 
 
 KERNEL_COLUMNS = ("kernel", "kernel_name", "Kernel Name", "name", "demangled_name", "function")
@@ -204,11 +203,9 @@ class RunData:
             if not fname:
                 self._tables[key] = None
             else:
-                try:
-                    pf = pq.ParquetFile(self.run.path / fname)
-                    names = pf.schema_arrow.names
-                    t = pf.read(columns=[n for n in names if columns.match(n)] if columns else None)
-                except (OSError, pa.ArrowException) as e:   # a missing or unreadable file
+                try:   # the store's reader: a wide table may be stored long (lab.store.runs.write_table)
+                    t, names = read_arrow(self.run.path / fname, columns.match if columns else None)
+                except (OSError, ValueError, pa.ArrowException) as e:   # a missing or unreadable file
                     raise _bad(self.run, f"table {name!r} cannot be read ({e})") from None
                 self._tables[key] = Table(t.column_names, [{k: _plain(v) for k, v in r.items()}
                                                            for r in t.to_pylist()], _pandas_attrs(t), len(names))

@@ -1,4 +1,6 @@
 """The run store: profiles/<run-id>/ holds manifest.json, typed tables (Parquet) and raw artifacts.
+A table of many columns (ncu's metrics) is stored in a long layout, one Parquet row per value, and read back
+as the frame that was written (write_table, read_table, read_arrow).
 
 A run directory appears only when complete: everything is written into a hidden staging directory
 (`.<run-id>.partial`) that is renamed into place as the last step, so an interrupted run leaves
@@ -23,6 +25,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Iterator
 
+import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -37,21 +40,154 @@ DEFAULT_ROOT = Path("profiles")
 DURATION = "gpu__time_duration.sum"   # ncu's duration of one kernel launch
 
 
+# A table of more than LONG_OVER columns (lab.profilers.ncu's metrics: 1-3 kernels by ~1,400-1,600 metrics) is
+# stored in the long layout, one Parquet row per value; a narrower one (findings, lines, timelines: at most a few
+# dozen columns) stays a plain Parquet table. In the wide layout nearly all of such a file is per-column metadata
+# (its entry in the pandas schema JSON, its column chunk's footer and statistics: ~1 KB a column, ~1.6 MB a
+# metrics table); the same values long and zstd-compressed take 20-40 KB. One rule on the column count, never on
+# the table's name: any wide frame profits, and a narrow one keeps reading as it always did.
+LONG_OVER = 64
+LAYOUT = b"LAB_LAYOUT"     # the schema metadata key that marks a long file (absent: a plain table)
+LONG = b"long-v1"
+# The long layout's columns. The frame's values, column-major (its first column's rows, then the next's):
+#   row      int64   the value's row in the frame (0, 1, ...)
+#   column   string  its column's name
+#   number   float64 the value of a float64 column
+#   integer  int64   the value of an int64 or bool column (bool as 0/1)
+#   text     string  the value of a string column
+# (null in the others and where the value is). Before them, the header: entries of row -1, first one whose column
+# is null with text = json of df.attrs (pandas' PANDAS_ATTRS, here compressed with the data: the ~57 KB of metric
+# units would be written twice, raw and in the Arrow schema, into the footer), then one per column in the frame's
+# order with text = its Arrow type. A zero-row frame keeps its columns that way.
+_LONG_SCHEMA = pa.schema([("row", pa.int64()), ("column", pa.string()), ("number", pa.float64()),
+                          ("integer", pa.int64()), ("text", pa.string())])
+# where each Arrow type's values go; a frame with a column of another type (a date, a category, int32) stays wide
+_SLOT = {"double": "number", "int64": "integer", "bool": "integer", "string": "text", "large_string": "text",
+         "null": None}
+_VALUES = ("number", "integer", "text")
+_CAST = {"bool": pa.bool_(), "large_string": pa.large_string()}   # types kept in a slot of another type
+
+
 def write_table(df: "pd.DataFrame", path: Path) -> None:
-    """`df.to_parquet(path, index=False)`, the same file, without its cost: pandas deep-copies a frame's
-    attrs (the units of ~1,400 ncu metrics) on every column it converts, which made storing one run's
-    metrics table take most of a second; the attrs are written once, where pandas keeps them (the
-    schema's PANDAS_ATTRS, which read_parquet restores)."""
+    """`df.to_parquet(path, index=False)`, without its cost, and a frame of more than LONG_OVER columns in the
+    long layout (read_table restores it): pandas deep-copies a frame's attrs (the units of ~1,400 ncu metrics) on
+    every column it converts, which made storing one run's metrics table take most of a second; the attrs are
+    written once, where pandas keeps them (the schema's PANDAS_ATTRS, which read_parquet restores), or in the long
+    layout's header."""
     attrs = df.attrs
     df.attrs = {}
     try:
         table = pa.Table.from_pandas(df, preserve_index=False)
     finally:
         df.attrs = attrs
+    if _goes_long(df, table):
+        # zstd 9 and no dictionaries: the smallest file of those measured that writes in a few ms (the shipped
+        # metrics tables: 20 KB a table, against 25 KB with dictionaries, 23 KB at zstd 3, 19 KB at zstd 19 in 70 ms)
+        pq.write_table(_to_long(table, attrs), path, compression="zstd", compression_level=9, use_dictionary=False)
+        return
     if attrs:
         table = table.replace_schema_metadata({**(table.schema.metadata or {}),
                                                b"PANDAS_ATTRS": json.dumps(attrs).encode()})
     pq.write_table(table, path)
+
+
+def _goes_long(df: "pd.DataFrame", table: pa.Table) -> bool:
+    """More than LONG_OVER columns, each of a type the long layout restores as pandas reads it from a plain
+    table: unique string names (no index name: pandas keeps those in its schema JSON, which the long file has
+    not), Arrow types of _SLOT and pandas dtypes that Arrow's own conversion gives back (float64, int64, bool,
+    str; object for strings, bools with None, or only None), never an extension dtype such as Int64 or string."""
+    cols = df.columns
+    if table.num_columns <= LONG_OVER or isinstance(cols, pd.MultiIndex) or cols.name is not None \
+            or not cols.is_unique or not all(isinstance(c, str) for c in cols):
+        return False
+    for dtype, field in zip(df.dtypes, table.schema):
+        if str(field.type) not in _SLOT:
+            return False
+        if not (isinstance(dtype, np.dtype) and dtype.name in ("float64", "int64", "bool", "object")
+                or isinstance(dtype, pd.StringDtype) and dtype.na_value is not pd.NA):   # str, not string
+            return False
+    return True
+
+
+def _to_long(table: pa.Table, attrs: dict) -> pa.Table:
+    n, m = table.num_rows, table.num_columns
+    types = [str(f.type) for f in table.schema]
+    h = m + 1
+    parts = {"row": [pa.array([-1] * h + list(range(n)) * m, pa.int64())],
+             "column": [pa.array([None] + table.column_names + [c for c in table.column_names for _ in range(n)],
+                                 pa.string())],
+             "text": [pa.array([json.dumps(attrs)] + types, pa.string())]}
+    for s in _VALUES:
+        parts.setdefault(s, [pa.nulls(h, _LONG_SCHEMA.field(s).type)])
+    nulls = {s: pa.nulls(n, _LONG_SCHEMA.field(s).type) for s in _VALUES}
+    for col, t in zip(table.columns, types):
+        for s in _VALUES:
+            if _SLOT[t] != s:
+                parts[s].append(nulls[s])
+            else:   # bool as 0/1, large_string as string
+                parts[s].extend(c.cast(_LONG_SCHEMA.field(s).type) if t in _CAST else c for c in col.chunks)
+    long = pa.Table.from_arrays([pa.chunked_array(parts[f.name], f.type) for f in _LONG_SCHEMA], schema=_LONG_SCHEMA)
+    return long.combine_chunks().replace_schema_metadata({LAYOUT: LONG})
+
+
+def _from_long(long: pa.Table, keep=None) -> tuple[pa.Table, list[str]]:
+    """A long file's table back in its frame's shape, as pyarrow would read the plain table (its attrs as the
+    schema's PANDAS_ATTRS), only the columns whose names `keep` takes (all without it); and every stored
+    column's name."""
+    long = long.combine_chunks()
+    row = long.column("row").to_numpy()
+    h = int(np.count_nonzero(row < 0))
+    names = long.column("column").slice(1, h - 1).to_pylist() if h else []
+    head_text = long.column("text").slice(0, h).to_pylist()
+    m = len(names)
+    n = (len(row) - h) // m if m else 0
+    if not h or head_text[0] is None or (row[:h] >= 0).any() or len(row) != h + m * n \
+            or not np.array_equal(row[h:], np.tile(np.arange(n), m)):
+        raise ValueError(f"not a table of the long layout {LONG.decode()}: its header or rows are out of place")
+    attrs, types = head_text[0], head_text[1:]
+    if not set(types) <= _SLOT.keys():
+        raise ValueError(f"not a table of the long layout {LONG.decode()}: a column of type "
+                         f"{sorted(set(types) - _SLOT.keys())[0]!r}")
+    values = {s: long.column(s).chunk(0) for s in _VALUES}   # one chunk: combined above
+    arrays, kept = [], []
+    for i, (name, t) in enumerate(zip(names, types)):
+        if keep is not None and not keep(name):
+            continue
+        slot = _SLOT[t]
+        a = pa.nulls(n) if slot is None else values[slot].slice(h + i * n, n)
+        arrays.append(a.cast(_CAST[t]) if t in _CAST else a)
+        kept.append(name)
+    meta = {b"PANDAS_ATTRS": attrs.encode()} if attrs != "{}" else None
+    return pa.Table.from_arrays(arrays, names=kept, metadata=meta) if kept else \
+        pa.table({}).replace_schema_metadata(meta), names
+
+
+def read_arrow(path: Path, keep=None) -> tuple[pa.Table, list[str]]:
+    """A stored table read with pyarrow in its frame's shape, whichever layout stores it (a long file pivoted
+    back, lab.store.runs.write_table), only the columns whose names `keep` takes (a callable; all without it):
+    a plain file reads only those from disk (the ~1,400 metrics of an older run's metrics table are not decoded
+    for the few a page shows). Returns the table (attrs in its schema's PANDAS_ATTRS) and every stored column's
+    name."""
+    pf = pq.ParquetFile(path)   # the footer parsed once (a plain table's holds every column's name)
+    schema = pf.schema_arrow
+    if (schema.metadata or {}).get(LAYOUT) == LONG:
+        return _from_long(pf.read(), keep)
+    names = schema.names
+    return pf.read(columns=[c for c in names if keep(c)] if keep is not None else None), names
+
+
+def read_table(path: Path) -> "pd.DataFrame":
+    """A stored table as the frame write_table was given: `pd.read_parquet(path)` for a plain file (every
+    store's older runs); a long file (LAYOUT) pivoted back by columns, the dtypes Arrow's conversion gives
+    them, as pandas reads a plain table, and its attrs."""
+    pf = pq.ParquetFile(path)
+    if (pf.schema_arrow.metadata or {}).get(LAYOUT) != LONG:
+        return pd.read_parquet(path)
+    table, _ = _from_long(pf.read())
+    raw = (table.schema.metadata or {}).get(b"PANDAS_ATTRS")
+    df = table.to_pandas()
+    df.attrs = json.loads(raw) if raw else {}
+    return df
 
 
 def shipped_root() -> Path | None:
@@ -216,7 +352,7 @@ class Run:
         if not fname:
             return None
         path = self.path / fname
-        return _read_once(path, "table", lambda: pd.read_parquet(path)).copy()   # a copy: callers may change it
+        return _read_once(path, "table", lambda: read_table(path)).copy()   # a copy: callers may change it
 
     def columns(self, name: str, columns: list[str]) -> dict[str, list] | None:
         """Only `columns` of a stored table, as lists (pyarrow: neither the table's other columns, ~1,400
@@ -228,10 +364,10 @@ class Run:
         path = self.path / fname
 
         def read():
-            pf = pq.ParquetFile(path)   # the footer parsed once (it holds every column's name)
-            if not set(columns) <= set(pf.schema_arrow.names):
+            wanted = set(columns)
+            t, names = read_arrow(path, wanted.__contains__)
+            if not wanted <= set(names):
                 return None
-            t = pf.read(columns=columns)
             return {c: t.column(c).to_pylist() for c in columns}
 
         got = _read_once(path, ("columns", tuple(columns)), read)

@@ -397,6 +397,10 @@ constexpr int kLongRows = 2048;
 // 16384; 9-11% at 2048-4096: every block's warpgroups compute its last row's key tiles), against a rate
 // per score 1.07x the one-warpgroup kernel's at N = 4096 non-causal and more as the key loop grows.
 constexpr int kLongCausal = 8192;
+// Step 13 (c) (sixteenth session; v9_notes "Step 13 (c)"): ping-pong with two Q buffers and steps 11 (b)-12 is the
+// D=64 causal default below kShortCausal: 1.032x the step-12 default at 32,32,512,64 (CI95 1.015-1.047), 1.003x
+// at 16,32,1024,64 (below the rule's 1.005), 0.981x at 2048 (H100, ff95585).
+constexpr int kShortCausal = 1024;
 // Step 5, tuning candidates only (tenth session): three consumer warpgroups (BM = 192) at D=64 with O
 // stored by TMA, both masks, and the same with each warpgroup computing only the key tiles its own
 // rows see (fwd_wgmma.cuh's OwnKeyTiles: causal, warpgroup 0 of a block skips the key tiles past its
@@ -557,12 +561,15 @@ LAB_EXPORT const char* lab_forward_v9(const LabAttentionArgs* args, cudaStream_t
   // D = 64: one consumer warpgroup, two CTAs per SM, O stored by TMA (step 4 at D = 64), non-causal
   // with two Q buffers (step 6 (c)), causal with the last key tile's softmax and P V at half width
   // where its second half is masked whole (step 11 (b)), the row max as a tree and the mask against
-  // a per-row limit (step 12); non-causal with long queries and keys, three
+  // a per-row limit (step 12), in ping-pong with two Q buffers below kShortCausal (step 13 (c)); non-causal with
+  // long queries and keys, three
   // consumers (v6's choice, step 5 (c) from 2048), O from the accumulators; causal the same from 8192
   // (step 10).
   if (args->head_dim == 64) {
     if (args->causal) {
       const bool long_causal = args->seqlen_q >= v9::kLongCausal && args->seqlen_k >= v9::kLongCausal;
+      const bool short_causal = args->seqlen_q < v9::kShortCausal && args->seqlen_k < v9::kShortCausal;
+      if (short_causal) return v9::launch<v9::PingPong64OTmaQ2Lean, true>(args, stream);
       return long_causal ? v9::launch<v9::Long64, true>(args, stream)
                          : v9::launch<v9::Default64OTmaHalfTreeRowLimit, true>(args, stream);
     }

@@ -340,9 +340,19 @@
 //   (c): D=64 causal's default (half tile, tree, row limit) with two Q buffers, one warpgroup and in ping-pong
 //   (each of the two 1.016x the step-11 (b) default at N = 512 without those changes); predicted 0.995-1.03x and
 //   0.99-1.03x at N = 512, ping-pong falling to 0.94-0.99x at 4096. The call: benchmarks/v9_step13_gpu.sh.
-// Still to come (issue 28; H100 fa-grid after step 12, `20261128-013911-sweep-v9-fa-grid-h100`, graph, 37 of 48):
-//   D=64 causal N <= 2048 and 4096 fp16 (0.965-0.998x cuDNN), D=64 non-causal N = 1024 and 2048 (0.991-0.999x);
-//   D=128 non-causal N = 8192 fp16 at 676-695 TFLOP/s across four H100 grids (the 690 target inside their spread).
+//   Measured (one H100, ff95585; 11 of 15 inside, 1 above, 3 below): the 176-key tile 0.994x, 0.996x (bf16) at
+//   N = 8192 and 0.999x at 16384, 0.974x at 4096, 0.913x at 1024: not taken. Its ncu run (`lab profile
+//   --candidate`, 20261128-033755-...-cand1) against the default's: 2.7% fewer SM active cycles and the tensor pipe
+//   80.3% active against 77.3%, but O stored from the accumulators (uncoalesced-global: 50% of its sectors
+//   excessive) where the default stores O by TMA. Long64 with two Q buffers 1.010x at 2048 and 1.001x at 3072
+//   (the rule asked >= 1.005 at both): not taken. (c): ping-pong 1.032x at N = 512 (CI95 1.015-1.047), 1.003x at
+//   1024, 0.981x at 2048, 0.952x at 4096; one warpgroup with two Q buffers 0.988-1.006x. Taken (9d12285): ping-pong
+//   is the D=64 causal default below kShortCausal = 1024. The H100 fa-grid (`20261128-034923-sweep-v9-fa-grid-h100`):
+//   38 of 48 cells >= cuDNN (graph), 48 of 48 (events); D=64 causal N = 512 1.000x / 1.001x (0.965 / 0.969 before).
+// Still to come (issue 28; that grid, graph, 38 of 48): D=64 causal N = 1024 (0.983x / 0.985x) and 2048 fp16
+//   (0.998x), D=64 non-causal N = 1024 (0.994x / 0.996x) and 2048 (0.983x / 0.990x), D=128 causal N = 512
+//   (0.994x / 0.991x; 1.010x / 1.006x the grid before, the same kernel); D=128 non-causal N = 8192 fp16 at
+//   684 TFLOP/s here (676-695 across five H100 grids: the 690 target inside their spread).
 #include "common.cuh"
 #include "hopper/fwd_wgmma.cuh"
 

@@ -349,6 +349,11 @@
 //   1024, 0.981x at 2048, 0.952x at 4096; one warpgroup with two Q buffers 0.988-1.006x. Taken (9d12285): ping-pong
 //   is the D=64 causal default below kShortCausal = 1024. The H100 fa-grid (`20261128-034923-sweep-v9-fa-grid-h100`):
 //   38 of 48 cells >= cuDNN (graph), 48 of 48 (events); D=64 causal N = 512 1.000x / 1.001x (0.965 / 0.969 before).
+// Step 14, a candidate (sixteenth session, CPU; v9_notes "Step 14"): the 176-key tile with O stored by TMA through
+//   the tile's last V stage (fwd_wgmma.cuh's OInLastV, FlashAttention-3's O over V), "C2 BN176 S2 persistent pp
+//   o-in-v (non-causal)". Attacks what step 13's ncu run found: O stored from the accumulators (uncoalesced-global,
+//   50% of its sectors excessive) took back the key loop's 2.7% fewer cycles. Predicted 1.00-1.02x the default at
+//   N = 8192 and 16384, 0.98-1.00x at 4096. The call: benchmarks/v9_step14_gpu.sh.
 // Still to come (issue 28; that grid, graph, 38 of 48): D=64 causal N = 1024 (0.983x / 0.985x) and 2048 fp16
 //   (0.998x), D=64 non-causal N = 1024 (0.994x / 0.996x) and 2048 (0.983x / 0.990x), D=128 causal N = 512
 //   (0.994x / 0.991x; 1.010x / 1.006x the grid before, the same kernel); D=128 non-causal N = 8192 fp16 at
@@ -480,6 +485,9 @@ using PingPong128OTmaQ2TreeRowLimit = lab_hopper_fwd::TreeRowMax<lab_hopper_fwd:
 // at D=128 non-causal, 176 keys (m64n176 S, 11 P V k-steps), with ping-pong on the persistent grid. Q and two
 // K/V stages take 208 KB, so O is stored from the accumulators and Q has one buffer.
 using PingPong128Keys176 = Config<128, 176, 2, true, 2>;
+// Step 14, a tuning candidate (sixteenth session; v9_notes "Step 14"): the same with O stored by TMA through the
+// tile's last V stage (fwd_wgmma.cuh's OInLastV, FlashAttention-3's O over V), in the 208 KB it has.
+using PingPong128Keys176OInV = lab_hopper_fwd::OInLastV<PingPong128Keys176>;
 // Step 13 (c), tuning candidates: the D=64 causal default's three changes (half tile, tree, row limit) with two Q
 // buffers, one warpgroup (BM = 64) and in ping-pong (BM = 128, cuDNN's shape at D=64): each of the two ran 1.016x
 // the step-11 (b) default at 32,32,512,64 causal in step 12's tune, without steps 11 (b) and 12 on them.
@@ -541,6 +549,8 @@ static const LabTuneCandidate kCandidates128[] = {
     {"C2 BN128 S2 persistent pp tma-o q2", launch_any<PingPong128OTmaQ2, Persistent>},
     // Step 13: 176-key tiles (FlashAttention-3's at D=128 non-causal).
     {"C2 BN176 S2 persistent pp (non-causal)", launch_non_causal<PingPong128Keys176, Persistent>, LAB_SERVES_NON_CAUSAL},
+    // Step 14: the same with O by TMA through the tile's last V stage.
+    {"C2 BN176 S2 persistent pp o-in-v (non-causal)", launch_non_causal<PingPong128Keys176OInV, Persistent>, LAB_SERVES_NON_CAUSAL},
 };
 static LabTuneList candidates(int head_dim) {
   switch (head_dim) {

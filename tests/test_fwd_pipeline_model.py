@@ -141,6 +141,9 @@ class Protocol:
     q_buffers: int = 1  # TwoQBuffers (v9 step 6 (b)): tile t uses Q buffer t % 2, its use t // 2
     q_parity_per_tile: bool = False  # a planted bug: with two Q buffers, each buffer's parity from t, not t // 2
     next_s0_early: bool = False  # NextS0UnderEpilogue (v9 step 9): the next tile's S_0 issued before the epilogue
+    o_in_last_v: bool = False  # OInLastV (v9 step 14): O staged in the tile's last V stage, released after the store
+    o_without_v_sync: bool = False  # a planted bug: O staged there before the other warpgroup's last P V is done
+    o_release_early: bool = False  # a planted bug: the last V stage released before O is staged in it
 
 
 def q_names(b: int) -> tuple[str, str, str]:
@@ -179,8 +182,10 @@ class Cta(Barriers):
             for name, count in (("k_full", 1), ("v_full", 1), ("k_empty", threads), ("v_empty", threads)):
                 self.bar[f"{name}[{s}]"] = MBarrier(f"{name}[{s}]", count)
         self.named = {i: NamedBarrier(f"turn barrier {i}", threads) for i in (1, 2)}
+        self.named.update({i: NamedBarrier(f"V-read barrier {i}", threads) for i in (5, 6)})  # OInLastV
         self.tag = {}        # buffer -> (tile, key tile) it holds
         self.readers = {}    # buffer -> warpgroups reading it now
+        self.writers = {}    # buffer -> warpgroups staging O in it now (OInLastV)
         self.loaded = []     # (buffer kind, tag) in the producer's order
         self.read = {cw: [] for cw in range(consumers)}
         self.stored = {cw: [] for cw in range(consumers)}
@@ -201,6 +206,8 @@ class Cta(Barriers):
             if self.readers.get(buf):
                 raise Hazard(f"TMA into {buf} ({tag}) while warpgroup(s) {sorted(self.readers[buf])} still read "
                              f"{self.tag.get(buf)}")
+            if self.writers.get(buf):
+                raise Hazard(f"TMA into {buf} ({tag}) while warpgroup(s) {sorted(self.writers[buf])} stage O in it")
             self.tag[buf] = tag
             self.bar[bar].complete_tx(1)
         yield Op(f"TMA {buf} <- {tag} lands", lambda: True, land)
@@ -209,6 +216,8 @@ class Cta(Barriers):
         def begin():
             if self.tag.get(buf) != tag:
                 raise Hazard(f"consumer {cw} reads {buf} expecting {tag}, it holds {self.tag.get(buf)}")
+            if self.writers.get(buf):
+                raise Hazard(f"consumer {cw} reads {buf} while warpgroup(s) {sorted(self.writers[buf])} stage O in it")
             self.readers.setdefault(buf, set()).add(cw)
             if not buf.startswith("Q"):
                 self.read[cw].append((buf.split("[")[0], tag))
@@ -216,6 +225,17 @@ class Cta(Barriers):
 
     def end_read(self, buf: str, cw: int) -> Op:
         return Op(f"consumer {cw}: wgmma on {buf} done", lambda: True, lambda: self.readers[buf].discard(cw))
+
+    def begin_write(self, buf: str, cw: int) -> Op:
+        """OInLastV: the warpgroup's O written into `buf` (its own part of it), held until the store has read it."""
+        def begin():
+            if self.readers.get(buf):
+                raise Hazard(f"consumer {cw} stages O in {buf} while warpgroup(s) {sorted(self.readers[buf])} still read it")
+            self.writers.setdefault(buf, set()).add(cw)
+        return Op(f"consumer {cw}: O into {buf}", lambda: True, begin)
+
+    def end_write(self, buf: str, cw: int) -> Op:
+        return Op(f"consumer {cw}: the O store has read {buf}", lambda: True, lambda: self.writers[buf].discard(cw))
 
     def named_arrive(self, i: int, who: str) -> Op:
         nb = self.named[i]
@@ -340,8 +360,20 @@ def consumer(cta: Cta, walk, p: Protocol, cw: int, own=None):
         # (after the CTA's last tile the kernel issues the same product on the buffers as they are, its
         # result unused: no copy is left to land in them, so the model leaves that read out)
         yield cta.end_read(f"V[{sv}]", cw)
-        if (p.persistent or own) and p.release_last_v:
+        if (p.persistent or own) and p.release_last_v and (not p.o_in_last_v or p.o_release_early):
             yield cta.arrive(f"v_empty[{sv}]", t, w)
+        if p.o_in_last_v:
+            # OInLastV's epilogue: the other warpgroup's last P V has read the stage (bar.arrive to it, bar.sync
+            # on its own), O into the stage, the TMA store, its read waited for, then the stage back.
+            if cta.consumers == 2 and not p.o_without_v_sync:
+                yield cta.named_arrive(5 + (cw ^ 1), w)
+                token = yield cta.named_arrive(5 + cw, w)
+                yield cta.named_wait(5 + cw, token, w)
+            yield cta.begin_write(f"V[{sv}]", cw)
+            yield cta.store(tile, cw)
+            yield cta.end_write(f"V[{sv}]", cw)
+            if not p.o_release_early:
+                yield cta.arrive(f"v_empty[{sv}]", t, w)
         if own:
             for j in range(mine, n):  # the stages of the key tiles its rows do not see, back unread
                 s, parity, wj = (it0 + j) % S, ((it0 + j) // S) & 1, f"{who} (tile {tile}, key tile {j}, skipped)"
@@ -352,7 +384,8 @@ def consumer(cta: Cta, walk, p: Protocol, cw: int, own=None):
         if cta.pingpong and not pp_once and cw == 0:
             token = yield cta.named_arrive(1, w)  # the closing sync of the tile
             yield cta.named_wait(1, token, w)
-        yield cta.store(tile, cw)
+        if not p.o_in_last_v:
+            yield cta.store(tile, cw)
         it0 += n  # advance()
         rnd += 1
     if cta.pingpong and pp_once and cw == 0:
@@ -625,4 +658,38 @@ def test_the_model_has_the_kernel_s_barrier_sites_role_by_role():
         _sites(model_producer, r"cta\.wait\("), _sites(model_producer, r"cta\.arrive\("),
         _sites(model_producer, r"cta\.copy\(")) == (3, 3, 3)
     assert (_sites(kernel_consumer, r"lab_mbar_wait\("), _sites(kernel_consumer, r"lab_mbar_arrive\w*\(")) == (
-        _sites(model_consumer, r"cta\.wait\("), _sites(model_consumer, r"cta\.arrive\(")) == (11, 7)
+        _sites(model_consumer, r"cta\.wait\("), _sites(model_consumer, r"cta\.arrive\(")) == (11, 8)
+
+
+# OInLastV (v9 step 14's candidate, FlashAttention-3's 176-key tile at D=128 with O by TMA): O staged in the tile's
+# last V stage, two consumers in ping-pong (the only kind it is built for), on the persistent walk.
+O_IN_V_CASES = [(8192, 8192, 128, 176, 2, 3, False, 2, True, 2),
+                (1000, 300, 128, 176, 6, 4, False, 2, True, 2),
+                (300, 1, 128, 176, 9, 4, False, 2, True, 2),
+                (512, 512, 128, 176, 8, 3, True, 2, True, 2)]
+
+
+@pytest.mark.parametrize("case", O_IN_V_CASES, ids=case_id)
+@pytest.mark.parametrize("q_buffers", [1, 2])
+def test_o_staged_in_the_last_v_stage_runs_every_tile_without_deadlock_or_hazard(walker, case, q_buffers):
+    nq, nk, bm, bn, bh, grid, causal, consumers, pp, stages = case
+    protocol = Protocol(o_in_last_v=True, q_buffers=q_buffers)
+    for walk in busiest(walker(nq, nk, bm, bn, bh, grid, causal)):
+        for seed in range(SEEDS):
+            check_complete(simulate(walk, stages=stages, consumers=consumers, pingpong=pp, protocol=protocol,
+                                    seed=seed), walk)
+
+
+@pytest.mark.parametrize("bug", ["o_without_v_sync", "o_release_early"])
+def test_o_staged_in_v_without_its_sync_or_with_the_stage_released_early_is_caught(walker, bug):
+    # Without the V-read barrier a warpgroup writes O over V that the other one's last P V still reads; with the
+    # stage released before O is staged, the producer's next V lands on O: each a hazard on some interleaving.
+    walk = busiest(walker(1000, 1000, 128, 176, 6, 2, False))[0]
+    protocol = Protocol(o_in_last_v=True, **{bug: True})
+    caught = 0
+    for seed in range(4 * SEEDS):
+        try:
+            simulate(walk, consumers=2, pingpong=True, protocol=protocol, seed=seed)
+        except Hazard:
+            caught += 1
+    assert caught > 0

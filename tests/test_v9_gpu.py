@@ -78,10 +78,12 @@ CASES = [
 LSE_CASES = [CASES[0], CASES[3], CASES[5], CASES[9], CASES[15], CASES[12], CASES[18]]
 # The `lab tune` candidates that are not a default's (kernels/v9_wgmma_fa3.cu; step 13 retired those that lost),
 # by label, so the cases above do not reach them; checked here with the LSE on the cases of their head dim and
-# mask. D=128, non-causal only: step 13's 176-key tiles (ragged last key tiles of 120 and 124 keys at Nk = 1000
-# and 300, and a one-key tile at Nk = 1).
+# mask. D=128, non-causal only: step 13's 176-key tiles and step 14's with O staged in the tile's last V stage
+# (ragged last key tiles of 120 and 124 keys at Nk = 1000 and 300, and a one-key tile at Nk = 1).
 D128_CASES = [c for c in CASES if c[4] == 128]
-D128_NON_CAUSAL_CANDIDATES = ["C2 BN176 S2 persistent pp (non-causal)"]
+D128_NON_CAUSAL_CANDIDATES = ["C2 BN176 S2 persistent pp (non-causal)",
+                              # step 14: the same with O by TMA through the tile's last V stage
+                              "C2 BN176 S2 persistent pp o-in-v (non-causal)"]
 # D=64, both masks: two Q buffers on one warpgroup with O by TMA (the non-causal default below 2048 since step 6
 # (c), a candidate for causal problems) and step 7's 64-key tiles (BN = 64 beside BM = 64: ragged key tiles at
 # 300, 1023, 2300, 8200).

@@ -93,6 +93,27 @@ struct OByTma : Base {
 };
 LAB_CONFIG_FLAG(StoresOByTma, kOByTma);
 
+// O stored by TMA through the tile's last V stage instead of a buffer of its own (v9 step 14, a tuning candidate):
+// FlashAttention-3's way of keeping O by TMA beside its 176-key tile at D=128, where Q and two K/V stages fill
+// 208 KB. The consumers keep the last V stage of each tile (no release after the last P V); once the other
+// warpgroup's last P V has read it too (named barriers kBarVRead + cw: each warpgroup arrives on the other's, then
+// syncs on its own), each writes its 64 rows of O into its part of the stage, its storer thread hands them to the
+// copy engine and waits for the store to have read them, and every consumer thread then frees the stage (v_empty),
+// the storer last. The producer's next load into that stage (the next tile's second V at two stages) waits on
+// that release as on any other. tests/test_fwd_pipeline_model.py replays the protocol (and catches it without the
+// barriers or with the stage freed first).
+template <class Base>
+struct OInLastV : Base {
+  static constexpr bool kOByTma = true;
+  static constexpr bool kOInLastV = true;
+  static constexpr int kOBoxBytes = 64 * 128;
+  static_assert(Base::BM * Base::D * 2 <= Base::kKVBytes, "O's BM x D must fit in one V stage");
+  static_assert(Base::kKVBytes % 1024 == 0, "each V stage 1024-byte aligned (the 128-byte swizzle of O's boxes)");
+  static_assert(Base::kConsumers == 1 || (Base::kConsumers == 2 && Base::kPingPong),
+                "one consumer, or two in ping-pong (whose turns keep the V-read barriers' phases in step)");
+};
+LAB_CONFIG_FLAG(StagesOInLastV, kOInLastV);
+
 // Each consumer warpgroup computes only the key tiles its own 64 rows see (v9 step 5, a tuning
 // candidate): the CTA's producer still loads the key tiles of the whole BM-row block (the last row's
 // count, key_tiles(m0, BM, ...)), but with three consumers (BM = 192) causal, warpgroup 0's rows see up
@@ -222,6 +243,7 @@ fwd_body(const CUtensorMap* tm_q,  // [B*H, nq, D] in boxes of [BM rows, 64 cols
   constexpr int D = C::D, BN = C::BN, BM = C::BM, S = C::kStages;
   constexpr bool kPersistent = Sched::kPersistent;
   constexpr bool kOTma = StoresOByTma<C>::value;
+  constexpr bool kOInV = StagesOInLastV<C>::value;
   constexpr bool kOwn = ComputesOwnKeyTiles<C>::value;
   constexpr bool kOwnUniform = ComputesOwnKeyTilesUniformly<C>::value;
   // TwoQBuffers: two Q buffers, used by tiles in turn (a persistent CTA's; one tile per CTA has one).
@@ -233,6 +255,8 @@ fwd_body(const CUtensorMap* tm_q,  // [B*H, nq, D] in boxes of [BM rows, 64 cols
   constexpr bool kTreeMax = ReducesRowMaxAsTree<C>::value;
   constexpr bool kRowLimitMask = MasksByRowLimits<C>::value;
   static_assert(!(kHalfLast && kEarlyS0), "HalfLastKeyTile: the next tile's S_0 would be issued before its width is known");
+  static_assert(!kOInV || (kPersistent && !kOwn && !kEarlyS0 && !kHalfLast),
+                "OInLastV: a persistent walk, every key tile of the block, the last P V at full width before the epilogue");
   extern __shared__ uint8_t smem_raw[];
   // Barriers: [0] Q landed; per stage s: K full, K empty, V full, V empty; persistent: [1 + 4S] Q
   // free again (every consumer thread done with the tile's last S = Q K^T); TwoQBuffers: [2 + 4S],
@@ -526,8 +550,9 @@ fwd_body(const CUtensorMap* tm_q,  // [B*H, nq, D] in boxes of [BM rows, 64 cols
   constexpr int kBarO = 3;
   [[maybe_unused]] uint32_t s_o = 0;
   [[maybe_unused]] bool o_storer = false;
+  constexpr int kBarVRead = 5;  // OInLastV: named barriers 5 + cw
   if constexpr (kOTma) {
-    s_o = s_base + C::kOOffset + cw * C::kHalves * C::kOBoxBytes;
+    if constexpr (!kOInV) s_o = s_base + C::kOOffset + cw * C::kHalves * C::kOBoxBytes;
     o_storer = (tid & 127) == 0;
     if (o_storer) lab_tma_prefetch_map(tm_o);
   }
@@ -734,7 +759,8 @@ fwd_body(const CUtensorMap* tm_q,  // [B*H, nq, D] in boxes of [BM rows, 64 cols
       // tests/test_fwd_pipeline_model.py replays this protocol on the CPU and deadlocks without it.
       // OwnKeyTiles: the producer may refill this stage within the tile (key tiles this warpgroup
       // skips), so it goes back with one tile per CTA too.
-      if constexpr (kPersistent || kOwn) lab_mbar_arrive(v_empty(sv));
+      if constexpr ((kPersistent || kOwn) && !kOInV) lab_mbar_arrive(v_empty(sv));
+      if constexpr (kOInV && C::kConsumers == 2) lab_named_arrive(kBarVRead + (cw ^ 1), kConsumerThreads);
     }
     if constexpr (kOwn) {
       // The stages of the key tiles this warpgroup's rows do not see, back unread, in the ring's order.
@@ -771,7 +797,12 @@ fwd_body(const CUtensorMap* tm_q,  // [B*H, nq, D] in boxes of [BM rows, 64 cols
       quad_bytes = (t & 3) * 4;
       storer = (t & 127) == 0;
     }
-    if constexpr (kOTma) {
+    // OInLastV: O goes into this warpgroup's part of the tile's last V stage, once both warpgroups have read it.
+    [[maybe_unused]] const int sv_last = (it0 + n_mine - 1) % S;
+    if constexpr (kOInV) {
+      s_o = s_v(sv_last) + cw * C::kHalves * C::kOBoxBytes;
+      if constexpr (C::kConsumers == 2) lab_named_sync(kBarVRead + cw, kConsumerThreads);
+    } else if constexpr (kOTma) {
       if (storer) lab_bulk_wait_read<0>();
       lab_named_sync(kBarO + cw, 128);
     }
@@ -818,6 +849,10 @@ fwd_body(const CUtensorMap* tm_q,  // [B*H, nq, D] in boxes of [BM rows, 64 cols
 #pragma unroll
         for (int hh = 0; hh < C::kHalves; ++hh) lab_tma_store_3d(tm_o, s_o + hh * C::kOBoxBytes, hh * 64, wg_row0, tile_bh);
         lab_bulk_commit();
+      }
+      if constexpr (kOInV) {
+        if (storer) lab_bulk_wait_read<0>();  // the stage back only once the store has read O out of it
+        lab_mbar_arrive(v_empty(sv_last));
       }
     }
     if constexpr (kEarlyS0) {

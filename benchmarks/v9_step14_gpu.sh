@@ -15,10 +15,13 @@ OV='C2 BN176 S2 persistent pp o-in-v (non-causal)'
 K176='C2 BN176 S2 persistent pp (non-causal)'
 step gate 200 "${PYTEST[@]}" -k 'o-in-v and (matches_float64 or memcheck)'
 step sanitizers 300 "${PYTEST[@]}" -m 'gpu and slow' -k 'o-in-v and (racecheck or synccheck)'
-tune 8192-nc-128 --dtype float16 --no-causal --shape 2,16,8192,128 --predict "$OV=1.00-1.02" --predict "$K176=0.99-1.00"
-tune 8192-nc-128-bf16 --dtype bfloat16 --no-causal --shape 2,16,8192,128 --predict "$OV=1.00-1.02"
-tune 16384-nc-128 --dtype float16 --no-causal --shape 1,16,16384,128 --predict "$OV=1.00-1.02"
-tune 16384-nc-128-bf16 --dtype bfloat16 --no-causal --shape 1,16,16384,128 --predict "$OV=1.00-1.02"
-tune 4096-nc-128 --dtype float16 --no-causal --shape 4,16,4096,128 --predict "$OV=0.98-1.00"
+# Measured once at the end of the sixteenth session (0fcf6ae, one H100, paired): 1.026x (fp16) and 1.026x (bf16) at
+# 2,16,8192,128, 1.029x at 1,16,16384,128; the predictions below were written after those and before this call.
+tune 8192-nc-128 --dtype float16 --no-causal --shape 2,16,8192,128 --predict "$OV=1.015-1.035" --predict "$K176=0.99-1.01"
+tune 16384-nc-128-bf16 --dtype bfloat16 --no-causal --shape 1,16,16384,128 --predict "$OV=1.015-1.035"
+tune 4096-nc-128 --dtype float16 --no-causal --shape 4,16,4096,128 --predict "$OV=0.99-1.015"
+tune 4096-nc-128-bf16 --dtype bfloat16 --no-causal --shape 4,16,4096,128 --predict "$OV=0.99-1.015"
+tune 2048-nc-128 --dtype float16 --no-causal --shape 8,16,2048,128 --predict "$OV=0.96-1.00"
+tune 1024-nc-128 --dtype float16 --no-causal --shape 16,16,1024,128 --predict "$OV=0.93-0.97"
 profile_candidate "$OV" --shape 2,16,8192,128 --no-causal --dtype float16
 gpu_call_end gate sanitizers $([ -f "$L/profile-test.log" ] && echo profile-test)

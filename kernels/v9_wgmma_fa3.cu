@@ -353,7 +353,9 @@
 //   the tile's last V stage (fwd_wgmma.cuh's OInLastV, FlashAttention-3's O over V), "C2 BN176 S2 persistent pp
 //   o-in-v (non-causal)". Attacks what step 13's ncu run found: O stored from the accumulators (uncoalesced-global,
 //   50% of its sectors excessive) took back the key loop's 2.7% fewer cycles. Predicted 1.00-1.02x the default at
-//   N = 8192 and 16384, 0.98-1.00x at 4096. The call: benchmarks/v9_step14_gpu.sh.
+//   N = 8192 and 16384, 0.98-1.00x at 4096. Measured (one H100, 0fcf6ae; float64 check passed): 1.026x at 2,16,8192,128
+//   fp16 (690.6 TFLOP/s against 673.4) and bf16, 1.029x at 1,16,16384,128 fp16: above the band. Not the default yet:
+//   the sanitizers and the other N first (benchmarks/v9_step14_gpu.sh).
 // Still to come (issue 28; that grid, graph, 38 of 48): D=64 causal N = 1024 (0.983x / 0.985x) and 2048 fp16
 //   (0.998x), D=64 non-causal N = 1024 (0.994x / 0.996x) and 2048 (0.983x / 0.990x), D=128 causal N = 512
 //   (0.994x / 0.991x; 1.010x / 1.006x the grid before, the same kernel); D=128 non-causal N = 8192 fp16 at

@@ -6,6 +6,7 @@ Runs are test-made with tests/test_report.py's make_run (every device name says 
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import shutil
@@ -320,7 +321,15 @@ def test_ctrl_c_leaves_no_run_and_no_orphan(tmp_path, command, stage):
         pids = [int((work / f).read_text()) for f in ("child.pid", "grandchild.pid")]
         assert all(_alive(p) for p in pids)
         os.kill(proc.pid, signal.SIGINT)
-        out, err = proc.communicate(timeout=30)
+        try:
+            out, err = proc.communicate(timeout=30)
+        except subprocess.TimeoutExpired:   # say where the driver was, not only that it did not end
+            os.killpg(proc.pid, signal.SIGKILL)
+            for p in pids:   # the stand-ins may sit in groups of their own, holding the driver's pipes
+                with contextlib.suppress(OSError):
+                    os.kill(p, signal.SIGKILL)
+            _, err = proc.communicate(timeout=10)
+            pytest.fail(f"the driver did not end within 30 s of SIGINT; its stderr ends:\n{err[-3000:]}")
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)

@@ -490,6 +490,11 @@ using PingPong128Keys176 = Config<128, 176, 2, true, 2>;
 // Step 14, a tuning candidate (sixteenth session; v9_notes "Step 14"): the same with O stored by TMA through the
 // tile's last V stage (fwd_wgmma.cuh's OInLastV, FlashAttention-3's O over V), in the 208 KB it has.
 using PingPong128Keys176OInV = lab_hopper_fwd::OInLastV<PingPong128Keys176>;
+// Step 14 taken (seventeenth session; v9_notes "Step 14 taken"): it is the D=128 non-causal default from Nq, Nk >=
+// kLong176: 1.024x / 1.026x (fp16 / bf16) the step-6 (c) default at 2,16,8192,128 and 1.029x / 1.028x at
+// 1,16,16384,128, but 0.996x / 0.992x at 4,16,4096,128 and 0.978x at 2048 (H100, f5e8e29 and 0fcf6ae): the rule's
+// ">= 1.005 at every measured shape from there on, both dtypes" holds from 8192.
+constexpr int kLong176 = 8192;
 // Step 13 (c), tuning candidates: the D=64 causal default's three changes (half tile, tree, row limit) with two Q
 // buffers, one warpgroup (BM = 64) and in ping-pong (BM = 128, cuDNN's shape at D=64): each of the two ran 1.016x
 // the step-11 (b) default at 32,32,512,64 causal in step 12's tune, without steps 11 (b) and 12 on them.
@@ -600,9 +605,12 @@ LAB_EXPORT const char* lab_forward_v9(const LabAttentionArgs* args, cudaStream_t
                      : v9::launch<v9::Default64OTmaQ2, false>(args, stream);
   }
   // D = 128, both masks: ping-pong on the persistent grid (steps 2 and 3), O stored by TMA (step 4),
-  // two Q buffers (step 6 (c)).
-  return args->causal ? v9::launch<v9::PingPong128OTmaQ2, true>(args, stream)
-                      : v9::launch<v9::PingPong128OTmaQ2, false>(args, stream);
+  // two Q buffers (step 6 (c)); non-causal with long queries and keys, 176-key tiles with O stored by TMA through
+  // the tile's last V stage (step 14).
+  if (args->causal) return v9::launch<v9::PingPong128OTmaQ2, true>(args, stream);
+  const bool long_176 = args->seqlen_q >= v9::kLong176 && args->seqlen_k >= v9::kLong176;
+  return long_176 ? v9::launch<v9::PingPong128Keys176OInV, false>(args, stream)
+                  : v9::launch<v9::PingPong128OTmaQ2, false>(args, stream);
 }
 
 #ifdef LAB_TUNING

@@ -39,8 +39,8 @@ CANDIDATE_KERNELS = {
         ("lab_hopper_fwd::fwd_kernel_o_tma<lab_hopper_fwd::TreeRowMax<lab_hopper_fwd::MasksByRowLimit<lab_hopper_fwd::HalfLastKeyTile<lab_hopper_fwd::OByTma<lab_hopper_fwd::Config<64, 128, 2, false, 1>", 8, 8),
     "step 13: 176-key tiles at D = 128 with ping-pong, O from the accumulators (non-causal only)":
         ("lab_hopper_fwd::fwd_kernel<lab_hopper_fwd::Config<128, 176, 2, true, 2>,", 8, 0),
-    "step 14: the same with O by TMA through the tile's last V stage (non-causal only)":
-        ("lab_hopper_fwd::fwd_kernel_o_tma<lab_hopper_fwd::OInLastV<lab_hopper_fwd::Config<128, 176, 2, true, 2>", 8, 0),
+    "step 14: the same with O by TMA through the tile's last V stage (non-causal only), the D = 128 non-causal default from 8192":
+        ("lab_hopper_fwd::fwd_kernel_o_tma<lab_hopper_fwd::OInLastV<lab_hopper_fwd::Config<128, 176, 2, true, 2>", 8, 8),
     "step 13 (c): the D = 64 causal default's changes with two Q buffers (causal only)":
         ("lab_hopper_fwd::fwd_kernel_o_tma<lab_hopper_fwd::TreeRowMax<lab_hopper_fwd::MasksByRowLimit<lab_hopper_fwd::HalfLastKeyTile<lab_hopper_fwd::TwoQBuffers<lab_hopper_fwd::OByTma<lab_hopper_fwd::Config<64, 128, 2, false, 1>", 8, 0),
     "step 13 (c): the same in ping-pong (BM = 128, causal only), the D = 64 causal default below 1024 since step 13":

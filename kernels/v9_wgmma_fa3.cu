@@ -354,12 +354,17 @@
 //   o-in-v (non-causal)". Attacks what step 13's ncu run found: O stored from the accumulators (uncoalesced-global,
 //   50% of its sectors excessive) took back the key loop's 2.7% fewer cycles. Predicted 1.00-1.02x the default at
 //   N = 8192 and 16384, 0.98-1.00x at 4096. Measured (one H100, 0fcf6ae; float64 check passed): 1.026x at 2,16,8192,128
-//   fp16 (690.6 TFLOP/s against 673.4) and bf16, 1.029x at 1,16,16384,128 fp16: above the band. Not the default yet:
-//   the sanitizers and the other N first (benchmarks/v9_step14_gpu.sh).
-// Still to come (issue 28; that grid, graph, 38 of 48): D=64 causal N = 1024 (0.983x / 0.985x) and 2048 fp16
-//   (0.998x), D=64 non-causal N = 1024 (0.994x / 0.996x) and 2048 (0.983x / 0.990x), D=128 causal N = 512
-//   (0.994x / 0.991x; 1.010x / 1.006x the grid before, the same kernel); D=128 non-causal N = 8192 fp16 at
-//   684 TFLOP/s here (676-695 across five H100 grids: the 690 target inside their spread).
+//   fp16 (690.6 TFLOP/s against 673.4) and bf16, 1.029x at 1,16,16384,128 fp16: above the band. Again (one H100,
+//   f5e8e29, 7 of 7 predictions inside): 1.024x at 8192 fp16, 1.028x at 16384 bf16, 0.996x / 0.992x at 4096, 0.978x
+//   at 2048, 0.940x at 1024; memcheck, racecheck and synccheck clean; its ncu run (20261128-055455-...-cand2) has no
+//   uncoalesced-global finding and 1.9% fewer SM active cycles than step 13's. Taken (21a5fac): the D=128
+//   non-causal default from Nq, Nk >= kLong176 = 8192. The H100 fa-grid (`20261128-060216-sweep-v9-fa-grid-h100`):
+//   40 of 48 cells >= cuDNN (graph), 47 of 48 (events); D=128 non-causal 8192 fp16 697 TFLOP/s (graph; 684 the
+//   grid before, the other kernels' rates 0.988x theirs there), 16384 707; against cuDNN 1.051x / 1.053x and
+//   1.095x / 1.076x (1.029x / 1.026x and 1.045x / 1.079x before).
+// Still to come (issue 28; that grid, graph, 40 of 48): D=64 non-causal N = 1024 fp16 (0.993x) and 2048 (0.987x /
+//   0.989x), D=64 causal 1024 (0.983x / 0.987x) and 2048 (0.988x / 0.995x), D=128 causal 512 bf16 (0.992x; the
+//   same kernel 1.010x / 1.006x two grids before).
 #include "common.cuh"
 #include "hopper/fwd_wgmma.cuh"
 

@@ -507,6 +507,16 @@ using Default64OTmaQ2Lean =
     lab_hopper_fwd::TreeRowMax<lab_hopper_fwd::MasksByRowLimit<lab_hopper_fwd::HalfLastKeyTile<Default64OTmaQ2>>>;
 using PingPong64OTmaQ2Lean =
     lab_hopper_fwd::TreeRowMax<lab_hopper_fwd::MasksByRowLimit<lab_hopper_fwd::HalfLastKeyTile<PingPong64OTmaQ2>>>;
+// Step 15, tuning candidates (seventeenth session; v9_notes "Step 15"): D=64 with two consumer warpgroups that do
+// not take turns (BM = 128, one CTA per SM), O by TMA, two Q buffers; and the same with the D=64 causal default's
+// changes (half tile, tree, row limit). Attacks L2: one warpgroup a CTA (BM = 64) reads each K/V tile once per 64
+// rows, about 6.5 TB/s from L2 at 16,32,1024,64 non-causal (three quarters of what the H100's L2 gave in the
+// profiles), and two rows of CTAs on an SM read the same tiles twice; a block of 128 rows reads them once. Ping-pong
+// at BM = 128 (step 8) paid for its turns at D=64, where a warpgroup's products are no longer than its softmax.
+using Pair64OTmaQ2 = lab_hopper_fwd::TwoQBuffers<lab_hopper_fwd::OByTma<Config<64, 128, 2, false, 2>>>;
+using Pair64OTmaQ2Lean =
+    lab_hopper_fwd::TreeRowMax<lab_hopper_fwd::MasksByRowLimit<lab_hopper_fwd::HalfLastKeyTile<Pair64OTmaQ2>>>;
+static_assert(Pair64OTmaQ2::kSmemBytes + 1024 <= 228 * 1024, "D=64 pair q2: one CTA per SM");
 
 // The LSE only when asked (a second instantiation: the default forward stores nothing more).
 template <class C, bool CAUSAL, class Sched = Persistent>
@@ -555,6 +565,9 @@ static const LabTuneCandidate kCandidates64[] = {
     // Step 13 (c): the causal default's changes with two Q buffers, one warpgroup and in ping-pong.
     {"C1 BN128 S2 persistent tma-o q2 half-softmax tree-max row-limit (causal)", launch_causal<Default64OTmaQ2Lean, Persistent>, LAB_SERVES_CAUSAL},
     {"C2 BN128 S2 persistent pp tma-o q2 half-softmax tree-max row-limit (causal)", launch_causal<PingPong64OTmaQ2Lean, Persistent>, LAB_SERVES_CAUSAL},
+    // Step 15: two consumer warpgroups without turns (BM = 128: each K/V tile read from L2 once per 128 rows).
+    {"C2 BN128 S2 persistent tma-o q2", launch_any<Pair64OTmaQ2, Persistent>},
+    {"C2 BN128 S2 persistent tma-o q2 half-softmax tree-max row-limit (causal)", launch_causal<Pair64OTmaQ2Lean, Persistent>, LAB_SERVES_CAUSAL},
 };
 static const LabTuneCandidate kCandidates128[] = {
     // Ping-pong on the persistent grid (steps 2-3), O by TMA (step 4), two Q buffers (step 6 (c)): the default.

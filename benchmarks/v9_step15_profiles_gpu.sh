@@ -13,5 +13,5 @@ ARGS=(--shape 16,32,1024,64 --no-causal --dtype float16 --no-baselines --no-repo
 LAB_PROFILES="$W/runs" step profile-default 200 python3 -m lab.cli profile --variant v9 "${ARGS[@]}"
 LAB_PROFILES="$W/runs" step profile-candidate 200 python3 -m lab.cli profile --variant v9 \
   --candidate 'C2 BN128 S2 persistent tma-o q2' "${ARGS[@]}"
-tail -3 "$L/profile-default.log" "$L/profile-candidate.log"
+tail -n 3 "$L/profile-default.log" "$L/profile-candidate.log"
 gpu_call_end

@@ -362,6 +362,14 @@
 //   40 of 48 cells >= cuDNN (graph), 47 of 48 (events); D=128 non-causal 8192 fp16 697 TFLOP/s (graph; 684 the
 //   grid before, the other kernels' rates 0.988x theirs there), 16384 707; against cuDNN 1.051x / 1.053x and
 //   1.095x / 1.076x (1.029x / 1.026x and 1.045x / 1.079x before).
+// Step 15, candidates (seventeenth session; v9_notes "Step 15"): D=64 with two consumer warpgroups without turns (BM =
+//   128, one CTA per SM, O by TMA, two Q buffers), plain and with the causal default's changes. Attacks L2 traffic: one
+//   warpgroup a CTA reads each K/V tile once per 64 rows. Predicted 0.97-1.03x at N = 1024, 0.98-1.03x at 2048.
+//   Measured (one H100, 23b8862; 5 of 11 inside, 6 below): 0.958-0.963x at 1024, 0.949x at 2048, 0.911x at 4096
+//   non-causal; causal 1.006x / 0.999x at 1024 (plain), the lean twin 0.93-0.98x. Not taken. Its ncu run beside the
+//   default's (one H200, 20261128-064529 and -064553-...-cand8): the default's L2 at 27% of peak (the estimate was a
+//   unit error); the candidate halves the reads and loses 4.7% SM active cycles, its two warpgroups starting and
+//   ending each tile together where two CTAs drift apart.
 // Still to come (issue 28; that grid, graph, 40 of 48): D=64 non-causal N = 1024 fp16 (0.993x) and 2048 (0.987x /
 //   0.989x), D=64 causal 1024 (0.983x / 0.987x) and 2048 (0.988x / 0.995x), D=128 causal 512 bf16 (0.992x; the
 //   same kernel 1.010x / 1.006x two grids before).

@@ -525,6 +525,12 @@ using Pair64OTmaQ2 = lab_hopper_fwd::TwoQBuffers<lab_hopper_fwd::OByTma<Config<6
 using Pair64OTmaQ2Lean =
     lab_hopper_fwd::TreeRowMax<lab_hopper_fwd::MasksByRowLimit<lab_hopper_fwd::HalfLastKeyTile<Pair64OTmaQ2>>>;
 static_assert(Pair64OTmaQ2::kSmemBytes + 1024 <= 228 * 1024, "D=64 pair q2: one CTA per SM");
+// Step 16, tuning candidates (seventeenth session; v9_notes "Step 16"): a quarter or an eighth of the softmax's exp2
+// on the FMA pipe (fwd_wgmma.cuh's ExpOnFmaShare, FlashAttention-4's software exp2) on the D=64 causal default from
+// 1024 and the non-causal one below 2048.
+using Default64CausalExpFma4 = lab_hopper_fwd::ExpOnFmaShare<Default64OTmaHalfTreeRowLimit, 4>;
+using Default64CausalExpFma8 = lab_hopper_fwd::ExpOnFmaShare<Default64OTmaHalfTreeRowLimit, 8>;
+using Default64OTmaQ2ExpFma4 = lab_hopper_fwd::ExpOnFmaShare<Default64OTmaQ2, 4>;
 
 // The LSE only when asked (a second instantiation: the default forward stores nothing more).
 template <class C, bool CAUSAL, class Sched = Persistent>
@@ -576,6 +582,10 @@ static const LabTuneCandidate kCandidates64[] = {
     // Step 15: two consumer warpgroups without turns (BM = 128: each K/V tile read from L2 once per 128 rows).
     {"C2 BN128 S2 persistent tma-o q2", launch_any<Pair64OTmaQ2, Persistent>},
     {"C2 BN128 S2 persistent tma-o q2 half-softmax tree-max row-limit (causal)", launch_causal<Pair64OTmaQ2Lean, Persistent>, LAB_SERVES_CAUSAL},
+    // Step 16: a quarter or an eighth of the softmax's exp2 on the FMA pipe.
+    {"C1 BN128 S2 persistent tma-o half-softmax tree-max row-limit exp-fma4 (causal)", launch_causal<Default64CausalExpFma4, Persistent>, LAB_SERVES_CAUSAL},
+    {"C1 BN128 S2 persistent tma-o half-softmax tree-max row-limit exp-fma8 (causal)", launch_causal<Default64CausalExpFma8, Persistent>, LAB_SERVES_CAUSAL},
+    {"C1 BN128 S2 persistent tma-o q2 exp-fma4 (non-causal)", launch_non_causal<Default64OTmaQ2ExpFma4, Persistent>, LAB_SERVES_NON_CAUSAL},
 };
 static const LabTuneCandidate kCandidates128[] = {
     // Ping-pong on the persistent grid (steps 2-3), O by TMA (step 4), two Q buffers (step 6 (c)): the default.

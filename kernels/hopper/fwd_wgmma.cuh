@@ -220,6 +220,21 @@ struct MasksByRowLimit : Base {
 };
 LAB_CONFIG_FLAG(MasksByRowLimits, kRowLimitMask);
 
+// A share of the softmax's exp2 on the FMA pipe (v9 step 16, a tuning candidate): in every EVERY-th 8-column block of
+// S (the column pairs i with i % EVERY == EVERY - 1), both elements' 2^x by lab_exp2_fma instead of MUFU.EX2, so
+// 1 / EVERY of them leave the SFU's queue. The D=64 default's ncu run (16,32,1024,64, H200) puts 24% of its samples
+// on the two exp2 lines, stalled on "wait" and "mio_throttle" (the SFU's queue); at D=64 a warpgroup's softmax (64
+// MUFU.EX2 a thread: 512 cycles of an SMSP's SFU for the warp) is as long as its two products.
+template <class Base, int EVERY>
+struct ExpOnFmaShare : Base {
+  static constexpr int kExpFmaEvery = EVERY;
+  static_assert(EVERY >= 2 && Base::BN / 8 % EVERY == 0, "ExpOnFmaShare: a share of a key tile's 8-column blocks");
+};
+template <class C, class = void>
+struct ExpFmaEvery : std::integral_constant<int, 0> {};
+template <class C>
+struct ExpFmaEvery<C, std::void_t<decltype(C::kExpFmaEvery)>> : std::integral_constant<int, C::kExpFmaEvery> {};
+
 template <class C>
 constexpr int q1_offset() {
   if constexpr (HasTwoQBuffers<C>::value) return C::kQ1Offset;
@@ -254,6 +269,7 @@ fwd_body(const CUtensorMap* tm_q,  // [B*H, nq, D] in boxes of [BM rows, 64 cols
   constexpr bool kHalfLast = ComputesHalfLastKeyTile<C>::value;
   constexpr bool kTreeMax = ReducesRowMaxAsTree<C>::value;
   constexpr bool kRowLimitMask = MasksByRowLimits<C>::value;
+  constexpr int kExpFma = ExpFmaEvery<C>::value;
   static_assert(!(kHalfLast && kEarlyS0), "HalfLastKeyTile: the next tile's S_0 would be issued before its width is known");
   static_assert(!kOInV || (kPersistent && !kOwn && !kEarlyS0 && !kHalfLast),
                 "OInLastV: a persistent walk, every key tile of the block, the last P V at full width before the epilogue");
@@ -513,8 +529,11 @@ fwd_body(const CUtensorMap* tm_q,  // [B*H, nq, D] in boxes of [BM rows, 64 cols
       float sum0 = 0.f, sum1 = 0.f;
 #pragma unroll
       for (int i = 0; i < W / 8; ++i) {
-        const float p0 = lab_exp2(fmaf(s_acc[i * 4 + 2 * h], scale_log2, -m_new));
-        const float p1 = lab_exp2(fmaf(s_acc[i * 4 + 2 * h + 1], scale_log2, -m_new));
+        const float x0 = fmaf(s_acc[i * 4 + 2 * h], scale_log2, -m_new);
+        const float x1 = fmaf(s_acc[i * 4 + 2 * h + 1], scale_log2, -m_new);
+        const bool on_fma = kExpFma > 0 && i % (kExpFma > 0 ? kExpFma : 1) == kExpFma - 1;  // i is unrolled
+        const float p0 = on_fma ? lab_exp2_fma(x0) : lab_exp2(x0);
+        const float p1 = on_fma ? lab_exp2_fma(x1) : lab_exp2(x1);
         s_acc[i * 4 + 2 * h] = p0;
         s_acc[i * 4 + 2 * h + 1] = p1;
         sum0 += p0;

@@ -370,6 +370,11 @@
 //   default's (one H200, 20261128-064529 and -064553-...-cand8): the default's L2 at 27% of peak (the estimate was a
 //   unit error); the candidate halves the reads and loses 4.7% SM active cycles, its two warpgroups starting and
 //   ending each tile together where two CTAs drift apart.
+// Step 16, candidates (seventeenth session; v9_notes "Step 16"): a quarter or an eighth of the D=64 softmax's exp2 on
+//   the FMA pipe (fwd_wgmma.cuh's ExpOnFmaShare, FlashAttention-4's software exp2). Attacks the exp2 lines' 24% of
+//   the default's samples, stalled on "wait" and the SFU's queue (mio_throttle). Predicted 0.98-1.03x at
+//   16,32,1024,64. Measured (one H200, 1d656d7; 0 of 3 inside): a quarter 0.959x causal and 0.892x non-causal, an
+//   eighth 0.971x causal. Not taken: the instructions it adds cost the issue slots that are the limit.
 // Still to come (issue 28; that grid, graph, 40 of 48): D=64 non-causal N = 1024 fp16 (0.993x) and 2048 (0.987x /
 //   0.989x), D=64 causal 1024 (0.983x / 0.987x) and 2048 (0.988x / 0.995x), D=128 causal 512 bf16 (0.992x; the
 //   same kernel 1.010x / 1.006x two grids before).

@@ -5,6 +5,7 @@
 # racecheck and synccheck); the tunes, each prediction written before any run. Logs and tune stores under $OUT in
 # one archive, every prediction's verdict last.
 #
+# Its candidates were retired after the run (they lost): check out 22ee708 to run it again.
 #   OUT=$OUT bash benchmarks/v9_step15_gpu.sh   # name nvidia-h100-x1; carry .carry/wheels
 . "$(dirname "$0")/gpu_call.sh"
 gpu_call_begin v9s15

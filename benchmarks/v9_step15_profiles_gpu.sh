@@ -4,6 +4,7 @@
 # one CTA, BM = 128) at 16,32,1024,64 fp16, so that `lab compare` shows whether halving the L2 traffic moved it and
 # what the candidate lost instead. One call on one GPU, both halves of NVIDIA's ncu_report module carried.
 #
+# Its candidates were retired after the run (they lost): check out 22ee708 to run it again.
 #   OUT=$OUT bash benchmarks/v9_step15_profiles_gpu.sh   # name nvidia-h100-x1; carry .carry/wheels, .carry/ncu0, .carry/ncu1
 . "$(dirname "$0")/gpu_call.sh"
 gpu_call_begin v9s15p

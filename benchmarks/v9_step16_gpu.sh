@@ -8,6 +8,7 @@
 #          both dtypes.
 # Logs and tune stores under $OUT in one archive, every prediction's verdict last.
 #
+# Its candidates were retired after the run (they lost): check out 22ee708 to run it again.
 #   OUT=$OUT bash benchmarks/v9_step16_gpu.sh quick|full   # name nvidia-h100-x1; carry .carry/wheels
 PART=${1:-}
 case "$PART" in quick|full) ;; *) echo "usage: $0 quick|full" >&2; exit 2 ;; esac

@@ -45,16 +45,6 @@ CANDIDATE_KERNELS = {
         ("lab_hopper_fwd::fwd_kernel_o_tma<lab_hopper_fwd::TreeRowMax<lab_hopper_fwd::MasksByRowLimit<lab_hopper_fwd::HalfLastKeyTile<lab_hopper_fwd::TwoQBuffers<lab_hopper_fwd::OByTma<lab_hopper_fwd::Config<64, 128, 2, false, 1>", 8, 0),
     "step 13 (c): the same in ping-pong (BM = 128, causal only), the D = 64 causal default below 1024 since step 13":
         ("lab_hopper_fwd::fwd_kernel_o_tma<lab_hopper_fwd::TreeRowMax<lab_hopper_fwd::MasksByRowLimit<lab_hopper_fwd::HalfLastKeyTile<lab_hopper_fwd::TwoQBuffers<lab_hopper_fwd::OByTma<lab_hopper_fwd::Config<64, 128, 2, true, 2>", 8, 8),
-    "step 15: two consumers without turns at D = 64 (BM = 128) by TMA, two Q buffers":
-        ("lab_hopper_fwd::fwd_kernel_o_tma<lab_hopper_fwd::TwoQBuffers<lab_hopper_fwd::OByTma<lab_hopper_fwd::Config<64, 128, 2, false, 2>", 16, 0),
-    "step 15: the same with the D = 64 causal default's changes (causal only)":
-        ("lab_hopper_fwd::fwd_kernel_o_tma<lab_hopper_fwd::TreeRowMax<lab_hopper_fwd::MasksByRowLimit<lab_hopper_fwd::HalfLastKeyTile<lab_hopper_fwd::TwoQBuffers<lab_hopper_fwd::OByTma<lab_hopper_fwd::Config<64, 128, 2, false, 2>", 8, 0),
-    "step 16: a quarter of the exp2 on the FMA pipe, on the D = 64 causal default (causal only)":
-        ("lab_hopper_fwd::fwd_kernel_o_tma<lab_hopper_fwd::ExpOnFmaShare<lab_hopper_fwd::TreeRowMax<lab_hopper_fwd::MasksByRowLimit<lab_hopper_fwd::HalfLastKeyTile<lab_hopper_fwd::OByTma<lab_hopper_fwd::Config<64, 128, 2, false, 1> > > > >, 4>", 8, 0),
-    "step 16: an eighth of it (causal only)":
-        ("lab_hopper_fwd::fwd_kernel_o_tma<lab_hopper_fwd::ExpOnFmaShare<lab_hopper_fwd::TreeRowMax<lab_hopper_fwd::MasksByRowLimit<lab_hopper_fwd::HalfLastKeyTile<lab_hopper_fwd::OByTma<lab_hopper_fwd::Config<64, 128, 2, false, 1> > > > >, 8>", 8, 0),
-    "step 16: a quarter, on the D = 64 non-causal default below 2048 (non-causal only)":
-        ("lab_hopper_fwd::fwd_kernel_o_tma<lab_hopper_fwd::ExpOnFmaShare<lab_hopper_fwd::TwoQBuffers<lab_hopper_fwd::OByTma<lab_hopper_fwd::Config<64, 128, 2, false, 1> > >, 4>", 8, 0),
 }
 
 

@@ -375,6 +375,11 @@
 //   the default's samples, stalled on "wait" and the SFU's queue (mio_throttle). Predicted 0.98-1.03x at
 //   16,32,1024,64. Measured (one H200, 1d656d7; 0 of 3 inside): a quarter 0.959x causal and 0.892x non-causal, an
 //   eighth 0.971x causal. Not taken: the instructions it adds cost the issue slots that are the limit.
+// Step 17, candidates (seventeenth session, CPU; v9_notes "Step 17"): P's row sums by the tensor cores at D=64
+//   (fwd_wgmma.cuh's RowSumByMma: P V as m64n72 over V and a tile of ones), on the causal default from 1024, the
+//   non-causal one below 2048 and three consumers. Attacks the softmax's issue slots (step 16: eight instructions
+//   added for a quarter of the exp2 cost 4-11%): 64 FADD a thread a key tile go. Predicted 1.00-1.05x at N = 1024
+//   and 2048 (benchmarks/v9_step17_gpu.sh).
 // Still to come (issue 28; that grid, graph, 40 of 48): D=64 non-causal N = 1024 fp16 (0.993x) and 2048 (0.987x /
 //   0.989x), D=64 causal 1024 (0.983x / 0.987x) and 2048 (0.988x / 0.995x), D=128 causal 512 bf16 (0.992x; the
 //   same kernel 1.010x / 1.006x two grids before).
@@ -536,6 +541,13 @@ static_assert(Pair64OTmaQ2::kSmemBytes + 1024 <= 228 * 1024, "D=64 pair q2: one 
 using Default64CausalExpFma4 = lab_hopper_fwd::ExpOnFmaShare<Default64OTmaHalfTreeRowLimit, 4>;
 using Default64CausalExpFma8 = lab_hopper_fwd::ExpOnFmaShare<Default64OTmaHalfTreeRowLimit, 8>;
 using Default64OTmaQ2ExpFma4 = lab_hopper_fwd::ExpOnFmaShare<Default64OTmaQ2, 4>;
+// Step 17, tuning candidates (seventeenth session, CPU; v9_notes "Step 17"): P's row sums by the tensor cores
+// (fwd_wgmma.cuh's RowSumByMma: P V as m64n72 over V and a tile of ones) on the three D=64 defaults from N = 1024:
+// causal below kLongCausal, non-causal below kLongRows, and three consumers non-causal from there.
+using Default64CausalSumMma = lab_hopper_fwd::RowSumByMma<Default64OTmaHalfTreeRowLimit>;
+using Default64OTmaQ2SumMma = lab_hopper_fwd::RowSumByMma<Default64OTmaQ2>;
+using Long64SumMma = lab_hopper_fwd::RowSumByMma<Long64>;
+static_assert(2 * (Default64OTmaQ2SumMma::kSmemBytes + 1024) <= 228 * 1024, "D=64 q2 sum-mma: two CTAs per SM");
 
 // The LSE only when asked (a second instantiation: the default forward stores nothing more).
 template <class C, bool CAUSAL, class Sched = Persistent>
@@ -586,6 +598,10 @@ static const LabTuneCandidate kCandidates64[] = {
     // Step 13 (c): the causal default's changes with two Q buffers, one warpgroup and in ping-pong.
     {"C1 BN128 S2 persistent tma-o q2 half-softmax tree-max row-limit (causal)", launch_causal<Default64OTmaQ2Lean, Persistent>, LAB_SERVES_CAUSAL},
     {"C2 BN128 S2 persistent pp tma-o q2 half-softmax tree-max row-limit (causal)", launch_causal<PingPong64OTmaQ2Lean, Persistent>, LAB_SERVES_CAUSAL},
+    // Step 17: P's row sums by the tensor cores, on the three defaults from N = 1024.
+    {"C1 BN128 S2 persistent tma-o half-softmax tree-max row-limit sum-mma (causal)", launch_causal<Default64CausalSumMma, Persistent>, LAB_SERVES_CAUSAL},
+    {"C1 BN128 S2 persistent tma-o q2 sum-mma (non-causal)", launch_non_causal<Default64OTmaQ2SumMma, Persistent>, LAB_SERVES_NON_CAUSAL},
+    {"C3 BN128 S2 persistent sum-mma (non-causal)", launch_non_causal<Long64SumMma, Persistent>, LAB_SERVES_NON_CAUSAL},
 };
 static const LabTuneCandidate kCandidates128[] = {
     // Ping-pong on the persistent grid (steps 2-3), O by TMA (step 4), two Q buffers (step 6 (c)): the default.

@@ -93,13 +93,18 @@ D128_NON_CAUSAL_CANDIDATES = ["C2 BN176 S2 persistent pp (non-causal)",
 D64_CANDIDATES = ["C1 BN128 S2 persistent tma-o q2", "C1 BN64 S2 persistent tma-o"]
 D64_CASES = [c for c in CASES if c[4] == 64]
 # D=64, non-causal only: step 7 (c), two Q buffers on three consumers (Long64).
-D64_NON_CAUSAL_CANDIDATES = ["C3 BN128 S2 persistent q2 (non-causal)"]
+D64_NON_CAUSAL_CANDIDATES = ["C3 BN128 S2 persistent q2 (non-causal)",
+                             # step 17: P's row sums by the tensor cores (the ones tile beside V)
+                             "C1 BN128 S2 persistent tma-o q2 sum-mma (non-causal)",
+                             "C3 BN128 S2 persistent sum-mma (non-causal)"]
 # D=64, causal only: step 10, three consumers causal (the default from Nq, Nk >= 8192), and step 13 (c), the causal
 # default's changes with two Q buffers, one warpgroup and in ping-pong (BM = 128; ragged Nk = 300, 2300, 8200,
 # Nq != Nk).
 D64_CAUSAL_CANDIDATES = ["C3 BN128 S2 persistent (causal)",
                          "C1 BN128 S2 persistent tma-o q2 half-softmax tree-max row-limit (causal)",
-                         "C2 BN128 S2 persistent pp tma-o q2 half-softmax tree-max row-limit (causal)"]
+                         "C2 BN128 S2 persistent pp tma-o q2 half-softmax tree-max row-limit (causal)",
+                         # step 17: the causal default's row sums by the tensor cores
+                         "C1 BN128 S2 persistent tma-o half-softmax tree-max row-limit sum-mma (causal)"]
 CANDIDATE_CASES = [(label, c) for label in D64_CANDIDATES for c in D64_CASES] + \
                   [(label, c) for label in D64_NON_CAUSAL_CANDIDATES for c in D64_CASES if not c[5]] + \
                   [(label, c) for label in D64_CAUSAL_CANDIDATES for c in D64_CASES if c[5]] + \

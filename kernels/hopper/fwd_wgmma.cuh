@@ -235,6 +235,30 @@ struct ExpFmaEvery : std::integral_constant<int, 0> {};
 template <class C>
 struct ExpFmaEvery<C, std::void_t<decltype(C::kExpFmaEvery)>> : std::integral_constant<int, C::kExpFmaEvery> {};
 
+// P's row sums by the tensor cores (v9 step 17, a tuning candidate; D = 64): P V is an m64n72 product whose columns
+// 64-71 read a BN x 64 tile of ones (kept after Base's data, written once per CTA), so those accumulator columns are
+// the running row sums, rescaled with O by the same alpha; the softmax drops its FADD an element (64 a thread a key
+// tile) and the epilogue its quad shuffles. The ones tile is the descriptor's second 64-column atom: its leading byte
+// offset is the distance from the V stage to it. The sums are of the 16-bit P that P V multiplies (the softmax's
+// fp32 sum before), so O is an exact average of the rounded weights. Step 16 (eight instructions added for a sixth
+// of the exp2) cost 4-11%: the issue slots are the D=64 softmax's limit. Apply it outside OByTma and TwoQBuffers,
+// whose buffers are placed after their base's data.
+template <class Base>
+struct RowSumByMma : Base {
+  static constexpr bool kRowSumByMma = true;
+  static constexpr int kOnesOffset = Base::kSmemBytes - 1024;  // Base's data, less its alignment slack
+  static constexpr int kSmemBytes = Base::kSmemBytes + Base::BN * 128;
+  static_assert(Base::D == 64, "RowSumByMma: the ones are the second 64-column atom of P V's B operand (D = 64)");
+  static_assert(kOnesOffset % 1024 == 0, "the ones tile starts on a 1024-byte boundary (128-byte swizzle)");
+  static_assert(kSmemBytes <= 227 * 1024, "shared memory over the 227 KB per-block limit");
+};
+LAB_CONFIG_FLAG(SumsRowsByMma, kRowSumByMma);
+template <class C>
+constexpr int ones_offset() {
+  if constexpr (SumsRowsByMma<C>::value) return C::kOnesOffset;
+  else return 0;
+}
+
 template <class C>
 constexpr int q1_offset() {
   if constexpr (HasTwoQBuffers<C>::value) return C::kQ1Offset;
@@ -270,6 +294,8 @@ fwd_body(const CUtensorMap* tm_q,  // [B*H, nq, D] in boxes of [BM rows, 64 cols
   constexpr bool kTreeMax = ReducesRowMaxAsTree<C>::value;
   constexpr bool kRowLimitMask = MasksByRowLimits<C>::value;
   constexpr int kExpFma = ExpFmaEvery<C>::value;
+  constexpr bool kSumMma = SumsRowsByMma<C>::value;
+  constexpr int kON = kSumMma ? D + 8 : D;  // P V's columns: O's, and RowSumByMma's eight of row sums
   static_assert(!(kHalfLast && kEarlyS0), "HalfLastKeyTile: the next tile's S_0 would be issued before its width is known");
   static_assert(!kOInV || (kPersistent && !kOwn && !kEarlyS0 && !kHalfLast),
                 "OInLastV: a persistent walk, every key tile of the block, the last P V at full width before the epilogue");
@@ -368,6 +394,12 @@ fwd_body(const CUtensorMap* tm_q,  // [B*H, nq, D] in boxes of [BM rows, 64 cols
     }
     lab_fence_mbar_init();
   }
+  if constexpr (kSumMma) {
+    // RowSumByMma: the ones tile, by every thread, made visible to wgmma (the async proxy) before the barrier.
+    const uint32_t one2 = lab_pack2<T>(1.f, 1.f);
+    for (int w = tid; w < C::BN * 128 / 4; w += C::kThreads) lab_st_shared_b32(s_base + ones_offset<C>() + w * 4, one2);
+    lab_fence_proxy_async_shared();
+  }
   __syncthreads();
 
   const int warpgroup = tid / 128;
@@ -418,7 +450,7 @@ fwd_body(const CUtensorMap* tm_q,  // [B*H, nq, D] in boxes of [BM rows, 64 cols
   int wg_row0, row_g;  // this warpgroup's first row and this thread's rows (row_g, row_g + 8): per tile
   (void)ctid;
 
-  float o_acc[D / 2];   // m64nD accumulator: D/8 column blocks x 4
+  float o_acc[kON / 2];  // m64nD accumulator: D/8 column blocks x 4 (RowSumByMma: one more, the row sums)
   float s_acc[BN / 2];  // m64nBN accumulator
   uint32_t p_frag[BN / 16][4];
   float row_max[2], row_sum[2];
@@ -453,7 +485,8 @@ fwd_body(const CUtensorMap* tm_q,  // [B*H, nq, D] in boxes of [BM rows, 64 cols
     lab_wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < W / 16; ++kk)
-      lab_wgmma_rs_tb<T, D>(o_acc, p_frag[kk], lab_wgmma_desc_sw128(s_v(stage) + kk * 2048, BN * 128, 1024));
+      lab_wgmma_rs_tb<T, kON>(o_acc, p_frag[kk], lab_wgmma_desc_sw128(s_v(stage) + kk * 2048,
+                                                                       kSumMma ? s_base + ones_offset<C>() - s_v(stage) : BN * 128, 1024));
     lab_wgmma_commit();
   };
 
@@ -526,7 +559,7 @@ fwd_body(const CUtensorMap* tm_q,  // [B*H, nq, D] in boxes of [BM rows, 64 cols
       const float m_new = fmaxf(row_max[h], mx * scale_log2);
       alpha[h] = lab_exp2(row_max[h] - m_new);  // first tile: 2^-inf = 0
       row_max[h] = m_new;
-      float sum0 = 0.f, sum1 = 0.f;
+      [[maybe_unused]] float sum0 = 0.f, sum1 = 0.f;
 #pragma unroll
       for (int i = 0; i < W / 8; ++i) {
         const float x0 = fmaf(s_acc[i * 4 + 2 * h], scale_log2, -m_new);
@@ -536,10 +569,12 @@ fwd_body(const CUtensorMap* tm_q,  // [B*H, nq, D] in boxes of [BM rows, 64 cols
         const float p1 = on_fma ? lab_exp2_fma(x1) : lab_exp2(x1);
         s_acc[i * 4 + 2 * h] = p0;
         s_acc[i * 4 + 2 * h + 1] = p1;
-        sum0 += p0;
-        sum1 += p1;
+        if constexpr (!kSumMma) {
+          sum0 += p0;
+          sum1 += p1;
+        }
       }
-      row_sum[h] = row_sum[h] * alpha[h] + (sum0 + sum1);
+      if constexpr (!kSumMma) row_sum[h] = row_sum[h] * alpha[h] + (sum0 + sum1);
     }
   };
   // P (16-bit) as the A operand of P V: k-step kk covers key blocks 2kk and 2kk+1.
@@ -555,7 +590,7 @@ fwd_body(const CUtensorMap* tm_q,  // [B*H, nq, D] in boxes of [BM rows, 64 cols
   };
   auto rescale_o = [&](const float (&alpha)[2]) {
 #pragma unroll
-    for (int i = 0; i < D / 8; ++i) {
+    for (int i = 0; i < kON / 8; ++i) {
       o_acc[i * 4 + 0] *= alpha[0];
       o_acc[i * 4 + 1] *= alpha[0];
       o_acc[i * 4 + 2] *= alpha[1];
@@ -607,7 +642,7 @@ fwd_body(const CUtensorMap* tm_q,  // [B*H, nq, D] in boxes of [BM rows, 64 cols
     row_max[0] = row_max[1] = -INFINITY;
     row_sum[0] = row_sum[1] = 0.f;
 #pragma unroll
-    for (int i = 0; i < D / 2; ++i) o_acc[i] = 0.f;
+    for (int i = 0; i < kON / 2; ++i) o_acc[i] = 0.f;
     if constexpr (!kEarlyS0) {
 #pragma unroll
       for (int i = 0; i < BN / 2; ++i) s_acc[i] = 0.f;
@@ -827,9 +862,14 @@ fwd_body(const CUtensorMap* tm_q,  // [B*H, nq, D] in boxes of [BM rows, 64 cols
     }
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      float l = row_sum[h];
-      l += __shfl_xor_sync(0xffffffffu, l, 1);
-      l += __shfl_xor_sync(0xffffffffu, l, 2);
+      float l;
+      if constexpr (kSumMma) {
+        l = o_acc[(D / 8) * 4 + 2 * h];  // column 64 + 2 (lane % 4) of P V: the row's whole sum
+      } else {
+        l = row_sum[h];
+        l += __shfl_xor_sync(0xffffffffu, l, 1);
+        l += __shfl_xor_sync(0xffffffffu, l, 2);
+      }
       const float inv = 1.f / l;
       const int row = row_g + h * 8;
       // The backward's statistic (common.cuh's backward contract): log sum_j exp(scale q.k_j) =

@@ -175,7 +175,27 @@ __device__ __forceinline__ void lab_wgmma_ss_m64n176k16<__nv_bfloat16>(float (&d
       : "l"(desc_a), "l"(desc_b), "r"(scale_d));
 }
 
-// The m64nNk16 products by N (64 or 128; ss also 176), for code templated on its tile sizes.
+// m64n72k16, rs, B MN-major: O += P V with eight more columns than D=64's, read from a tile of ones, so that the
+// product's columns 64-71 are P's row sums (v9 step 17's RowSumByMma; 36 accumulators a thread).
+template <typename T> static __device__ __forceinline__ void lab_wgmma_rs_m64n72k16_tb(float (&d)[36], const uint32_t (&a)[4], uint64_t desc_b, int scale_d);
+template <>
+__device__ __forceinline__ void lab_wgmma_rs_m64n72k16_tb<__half>(float (&d)[36], const uint32_t (&a)[4], uint64_t desc_b, int scale_d) {
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %41, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n72k16.f32.f16.f16 "
+      "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,%32,%33,%34,%35}, {%36,%37,%38,%39}, %40, p, 1, 1, 1;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d));
+}
+template <>
+__device__ __forceinline__ void lab_wgmma_rs_m64n72k16_tb<__nv_bfloat16>(float (&d)[36], const uint32_t (&a)[4], uint64_t desc_b, int scale_d) {
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %41, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n72k16.f32.bf16.bf16 "
+      "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,%32,%33,%34,%35}, {%36,%37,%38,%39}, %40, p, 1, 1, 1;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d));
+}
+
+// The m64nNk16 products by N (64 or 128; ss also 176, rs also 72), for code templated on its tile sizes.
 template <typename T, int N>
 static __device__ __forceinline__ void lab_wgmma_ss(float (&d)[N / 2], uint64_t da, uint64_t db, int scale_d) {
   static_assert(N == 64 || N == 128 || N == 176, "m64n64, m64n128 or m64n176");
@@ -185,8 +205,9 @@ static __device__ __forceinline__ void lab_wgmma_ss(float (&d)[N / 2], uint64_t 
 }
 template <typename T, int N>
 static __device__ __forceinline__ void lab_wgmma_rs_tb(float (&d)[N / 2], const uint32_t (&a)[4], uint64_t db) {
-  static_assert(N == 64 || N == 128, "m64n64 or m64n128");
+  static_assert(N == 64 || N == 72 || N == 128, "m64n64, m64n72 or m64n128");
   if constexpr (N == 64) lab_wgmma_rs_m64n64k16_tb<T>(d, a, db, 1);
+  else if constexpr (N == 72) lab_wgmma_rs_m64n72k16_tb<T>(d, a, db, 1);
   else lab_wgmma_rs_m64n128k16_tb<T>(d, a, db, 1);
 }
 template <typename T, int N>

@@ -224,7 +224,9 @@ LAB_CONFIG_FLAG(MasksByRowLimits, kRowLimitMask);
 // S (the column pairs i with i % EVERY == EVERY - 1), both elements' 2^x by lab_exp2_fma instead of MUFU.EX2, so
 // 1 / EVERY of them leave the SFU's queue. The D=64 default's ncu run (16,32,1024,64, H200) puts 24% of its samples
 // on the two exp2 lines, stalled on "wait" and "mio_throttle" (the SFU's queue); at D=64 a warpgroup's softmax (64
-// MUFU.EX2 a thread: 512 cycles of an SMSP's SFU for the warp) is as long as its two products.
+// MUFU.EX2 a thread: 512 cycles of an SMSP's SFU for the warp) is as long as its two products. Measured (H200,
+// seventeenth session): 0.959x (a quarter) and 0.971x (an eighth) the default causal, 0.892x non-causal at
+// 16,32,1024,64; retired from the tuning table (benchmarks/v9_notes.md, "Step 16 measured").
 template <class Base, int EVERY>
 struct ExpOnFmaShare : Base {
   static constexpr int kExpFmaEvery = EVERY;
@@ -240,9 +242,10 @@ struct ExpFmaEvery<C, std::void_t<decltype(C::kExpFmaEvery)>> : std::integral_co
 // the running row sums, rescaled with O by the same alpha; the softmax drops its FADD an element (64 a thread a key
 // tile) and the epilogue its quad shuffles. The ones tile is the descriptor's second 64-column atom: its leading byte
 // offset is the distance from the V stage to it. The sums are of the 16-bit P that P V multiplies (the softmax's
-// fp32 sum before), so O is an exact average of the rounded weights. Step 16 (eight instructions added for a sixth
-// of the exp2) cost 4-11%: the issue slots are the D=64 softmax's limit. Apply it outside OByTma and TwoQBuffers,
-// whose buffers are placed after their base's data.
+// fp32 sum before), so O is an exact average of the rounded weights. Step 16 (about seven instructions added for
+// each exp2 moved off the SFU, a quarter or an eighth of them) cost 3-11%: the issue slots are the D=64 softmax's
+// limit. Apply it outside OByTma and TwoQBuffers, whose buffers are placed after their base's data (fwd_body
+// asserts the ones tile is the last buffer).
 template <class Base>
 struct RowSumByMma : Base {
   static constexpr bool kRowSumByMma = true;
@@ -296,6 +299,8 @@ fwd_body(const CUtensorMap* tm_q,  // [B*H, nq, D] in boxes of [BM rows, 64 cols
   constexpr int kExpFma = ExpFmaEvery<C>::value;
   constexpr bool kSumMma = SumsRowsByMma<C>::value;
   constexpr int kON = kSumMma ? D + 8 : D;  // P V's columns: O's, and RowSumByMma's eight of row sums
+  static_assert(!kSumMma || ones_offset<C>() + BN * 128 + 1024 == C::kSmemBytes,
+                "RowSumByMma: the ones tile is the last buffer (a wrapper that adds one after it would overlap it)");
   static_assert(!(kHalfLast && kEarlyS0), "HalfLastKeyTile: the next tile's S_0 would be issued before its width is known");
   static_assert(!kOInV || (kPersistent && !kOwn && !kEarlyS0 && !kHalfLast),
                 "OInLastV: a persistent walk, every key tile of the block, the last P V at full width before the epilogue");

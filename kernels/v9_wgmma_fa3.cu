@@ -376,10 +376,11 @@
 //   16,32,1024,64. Measured (one H200, 1d656d7; 0 of 3 inside): a quarter 0.959x causal and 0.892x non-causal, an
 //   eighth 0.971x causal. Not taken: the instructions it adds cost the issue slots that are the limit.
 // Step 17, candidates (seventeenth session, CPU; v9_notes "Step 17"): P's row sums by the tensor cores at D=64
-//   (fwd_wgmma.cuh's RowSumByMma: P V as m64n72 over V and a tile of ones), on the causal default from 1024, the
-//   non-causal one below 2048 and three consumers. Attacks the softmax's issue slots (step 16: eight instructions
-//   added for a quarter of the exp2 cost 4-11%): 64 FADD a thread a key tile go. Predicted 1.00-1.05x at N = 1024
-//   and 2048 (benchmarks/v9_step17_gpu.sh).
+//   (fwd_wgmma.cuh's RowSumByMma: P V as m64n72 over V and a tile of ones), on the causal defaults below 8192 (one
+//   warpgroup, and ping-pong below 1024), the non-causal one below 2048 and three consumers. Attacks the softmax's
+//   issue slots (step 16: about seven instructions added for each exp2 moved off the SFU cost 3-11%): 64 FADD a
+//   thread a key tile go. Predicted 1.00-1.05x at N = 1024 and 2048, 1.00-1.04x at 512 in ping-pong
+//   (benchmarks/v9_step17_gpu.sh).
 // Still to come (issue 28; that grid, graph, 40 of 48): D=64 non-causal N = 1024 fp16 (0.993x) and 2048 (0.987x /
 //   0.989x), D=64 causal 1024 (0.983x / 0.987x) and 2048 (0.988x / 0.995x), D=128 causal 512 bf16 (0.992x; the
 //   same kernel 1.010x / 1.006x two grids before).
@@ -547,6 +548,8 @@ using Default64OTmaQ2ExpFma4 = lab_hopper_fwd::ExpOnFmaShare<Default64OTmaQ2, 4>
 using Default64CausalSumMma = lab_hopper_fwd::RowSumByMma<Default64OTmaHalfTreeRowLimit>;
 using Default64OTmaQ2SumMma = lab_hopper_fwd::RowSumByMma<Default64OTmaQ2>;
 using Long64SumMma = lab_hopper_fwd::RowSumByMma<Long64>;
+// and on the causal default below kShortCausal (ping-pong, BM = 128: 128 KB a CTA, one per SM).
+using PingPong64LeanSumMma = lab_hopper_fwd::RowSumByMma<PingPong64OTmaQ2Lean>;
 static_assert(2 * (Default64OTmaQ2SumMma::kSmemBytes + 1024) <= 228 * 1024, "D=64 q2 sum-mma: two CTAs per SM");
 
 // The LSE only when asked (a second instantiation: the default forward stores nothing more).
@@ -602,6 +605,7 @@ static const LabTuneCandidate kCandidates64[] = {
     {"C1 BN128 S2 persistent tma-o half-softmax tree-max row-limit sum-mma (causal)", launch_causal<Default64CausalSumMma, Persistent>, LAB_SERVES_CAUSAL},
     {"C1 BN128 S2 persistent tma-o q2 sum-mma (non-causal)", launch_non_causal<Default64OTmaQ2SumMma, Persistent>, LAB_SERVES_NON_CAUSAL},
     {"C3 BN128 S2 persistent sum-mma (non-causal)", launch_non_causal<Long64SumMma, Persistent>, LAB_SERVES_NON_CAUSAL},
+    {"C2 BN128 S2 persistent pp tma-o q2 half-softmax tree-max row-limit sum-mma (causal)", launch_causal<PingPong64LeanSumMma, Persistent>, LAB_SERVES_CAUSAL},
 };
 static const LabTuneCandidate kCandidates128[] = {
     // Ping-pong on the persistent grid (steps 2-3), O by TMA (step 4), two Q buffers (step 6 (c)): the default.

@@ -104,7 +104,8 @@ D64_CAUSAL_CANDIDATES = ["C3 BN128 S2 persistent (causal)",
                          "C1 BN128 S2 persistent tma-o q2 half-softmax tree-max row-limit (causal)",
                          "C2 BN128 S2 persistent pp tma-o q2 half-softmax tree-max row-limit (causal)",
                          # step 17: the causal default's row sums by the tensor cores
-                         "C1 BN128 S2 persistent tma-o half-softmax tree-max row-limit sum-mma (causal)"]
+                         "C1 BN128 S2 persistent tma-o half-softmax tree-max row-limit sum-mma (causal)",
+                         "C2 BN128 S2 persistent pp tma-o q2 half-softmax tree-max row-limit sum-mma (causal)"]
 CANDIDATE_CASES = [(label, c) for label in D64_CANDIDATES for c in D64_CASES] + \
                   [(label, c) for label in D64_NON_CAUSAL_CANDIDATES for c in D64_CASES if not c[5]] + \
                   [(label, c) for label in D64_CAUSAL_CANDIDATES for c in D64_CASES if c[5]] + \

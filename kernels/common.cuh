@@ -279,23 +279,6 @@ static __device__ __forceinline__ float lab_exp2(float x) {
   asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
   return y;
 }
-// 2^x for x <= 0 on the FMA and ALU pipes instead of the SFU (v9 step 16; FlashAttention-4's software exp2): x =
-// j + f with j an integer (rounded by adding 1.5 x 2^23, whose low mantissa bits then hold j) and f in [-0.5, 0.5];
-// 2^f by a degree-3 polynomial (minimax in relative error, 7.5e-5: below a 16-bit P's rounding, 4.9e-4 in fp16);
-// j added to its exponent. x is clamped at -126, so a masked score (-inf) gives about 1e-38 (0 after packing to
-// fp16; in bf16 and in the fp32 row sum, 128 of them are below any score's share). Eight instructions where
-// MUFU.EX2 is one, but they issue beside the SFU's queue (MUFU goes through the MIO, whose throttle stalls the
-// exp2 lines of the D=64 softmax).
-static __device__ __forceinline__ float lab_exp2_fma(float x) {
-  x = fmaxf(x, -126.f);
-  const float t = x + 12582912.f;  // 1.5 x 2^23: round to nearest, j in the low mantissa bits
-  const float f = x - (t - 12582912.f);
-  float p = fmaf(0.0551716648f, f, 0.2426111251f);
-  p = fmaf(p, f, 0.6932609677f);
-  p = fmaf(p, f, 0.9999280572f);
-  // (bits of t) << 23 is j << 23: the constant's bits above bit 22 shift out.
-  return __int_as_float(__float_as_int(p) + (__float_as_int(t) << 23));
-}
 #endif  // __CUDACC__ (end of the v5_mma helper block)
 
 // ---------------------------------------------------------------------------------------------

@@ -371,9 +371,9 @@
 //   unit error); the candidate halves the reads and loses 4.7% SM active cycles, its two warpgroups starting and
 //   ending each tile together where two CTAs drift apart.
 // Step 16, candidates (seventeenth session; v9_notes "Step 16"): a quarter or an eighth of the D=64 softmax's exp2 on
-//   the FMA pipe (fwd_wgmma.cuh's ExpOnFmaShare, FlashAttention-4's software exp2). Attacks the exp2 lines' 24% of
-//   the default's samples, stalled on "wait" and the SFU's queue (mio_throttle). Predicted 0.98-1.03x at
-//   16,32,1024,64. Measured (one H200, 1d656d7; 0 of 3 inside): a quarter 0.959x causal and 0.892x non-causal, an
+//   the FMA pipe (an ExpOnFmaShare wrapper and common.cuh's lab_exp2_fma, FlashAttention-4's software exp2; both
+//   removed after the run, 22ee708 has them). Attacks the exp2 lines' 24% of the default's samples, stalled on
+//   "wait" and the SFU's queue (mio_throttle). Predicted 0.98-1.03x at 16,32,1024,64. Measured (one H200, 1d656d7; 0 of 3 inside): a quarter 0.959x causal and 0.892x non-causal, an
 //   eighth 0.971x causal. Not taken: the instructions it adds cost the issue slots that are the limit.
 // Step 17, candidates (seventeenth session, CPU; v9_notes "Step 17"): P's row sums by the tensor cores at D=64
 //   (fwd_wgmma.cuh's RowSumByMma: P V as m64n72 over V and a tile of ones), on the causal defaults below 8192 (one
@@ -536,12 +536,6 @@ using Pair64OTmaQ2 = lab_hopper_fwd::TwoQBuffers<lab_hopper_fwd::OByTma<Config<6
 using Pair64OTmaQ2Lean =
     lab_hopper_fwd::TreeRowMax<lab_hopper_fwd::MasksByRowLimit<lab_hopper_fwd::HalfLastKeyTile<Pair64OTmaQ2>>>;
 static_assert(Pair64OTmaQ2::kSmemBytes + 1024 <= 228 * 1024, "D=64 pair q2: one CTA per SM");
-// Step 16, tuning candidates (seventeenth session; v9_notes "Step 16"): a quarter or an eighth of the softmax's exp2
-// on the FMA pipe (fwd_wgmma.cuh's ExpOnFmaShare, FlashAttention-4's software exp2) on the D=64 causal default from
-// 1024 and the non-causal one below 2048.
-using Default64CausalExpFma4 = lab_hopper_fwd::ExpOnFmaShare<Default64OTmaHalfTreeRowLimit, 4>;
-using Default64CausalExpFma8 = lab_hopper_fwd::ExpOnFmaShare<Default64OTmaHalfTreeRowLimit, 8>;
-using Default64OTmaQ2ExpFma4 = lab_hopper_fwd::ExpOnFmaShare<Default64OTmaQ2, 4>;
 // Step 17, tuning candidates (seventeenth session, CPU; v9_notes "Step 17"): P's row sums by the tensor cores
 // (fwd_wgmma.cuh's RowSumByMma: P V as m64n72 over V and a tile of ones) on the three D=64 defaults from N = 1024:
 // causal below kLongCausal, non-causal below kLongRows, and three consumers non-causal from there.
@@ -569,8 +563,9 @@ const char* launch(const LabAttentionArgs* a, cudaStream_t stream) {
 // its own (step 11) and step 12's singletons. Every candidate is 8 or 16 kernels of the tuning build (dtype x
 // mask x LSE x GQA), which grew to 520 kernels and more than nine minutes of nvcc on the GPU machine: a call
 // could no longer build it and time anything. Restore one from git (83bbec5 has the whole table) to retime it.
-// Retired the session they were measured: step 15's two consumer warpgroups at D=64 and step 16's software exp2
-// (22ee708 has their entries; their types are kept below the defaults' for a one-line return).
+// Retired the session they were measured: step 15's two consumer warpgroups at D=64 (22ee708 has their entries; their
+// types are kept above for a one-line return) and step 16's software exp2 (its wrapper and helper removed with it: a
+// branch in the softmax's hot loop that no kernel takes; 22ee708 has them).
 template <class C, class Sched>
 const char* launch_any(const LabAttentionArgs* a, cudaStream_t stream) {
   return a->causal ? launch<C, true, Sched>(a, stream) : launch<C, false, Sched>(a, stream);

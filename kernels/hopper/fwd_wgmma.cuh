@@ -220,31 +220,14 @@ struct MasksByRowLimit : Base {
 };
 LAB_CONFIG_FLAG(MasksByRowLimits, kRowLimitMask);
 
-// A share of the softmax's exp2 on the FMA pipe (v9 step 16, a tuning candidate): in every EVERY-th 8-column block of
-// S (the column pairs i with i % EVERY == EVERY - 1), both elements' 2^x by lab_exp2_fma instead of MUFU.EX2, so
-// 1 / EVERY of them leave the SFU's queue. The D=64 default's ncu run (16,32,1024,64, H200) puts 24% of its samples
-// on the two exp2 lines, stalled on "wait" and "mio_throttle" (the SFU's queue); at D=64 a warpgroup's softmax (64
-// MUFU.EX2 a thread: 512 cycles of an SMSP's SFU for the warp) is as long as its two products. Measured (H200,
-// seventeenth session): 0.959x (a quarter) and 0.971x (an eighth) the default causal, 0.892x non-causal at
-// 16,32,1024,64; retired from the tuning table (benchmarks/v9_notes.md, "Step 16 measured").
-template <class Base, int EVERY>
-struct ExpOnFmaShare : Base {
-  static constexpr int kExpFmaEvery = EVERY;
-  static_assert(EVERY >= 2 && Base::BN / 8 % EVERY == 0, "ExpOnFmaShare: a share of a key tile's 8-column blocks");
-};
-template <class C, class = void>
-struct ExpFmaEvery : std::integral_constant<int, 0> {};
-template <class C>
-struct ExpFmaEvery<C, std::void_t<decltype(C::kExpFmaEvery)>> : std::integral_constant<int, C::kExpFmaEvery> {};
-
 // P's row sums by the tensor cores (v9 step 17, a tuning candidate; D = 64): P V is an m64n72 product whose columns
 // 64-71 read a BN x 64 tile of ones (kept after Base's data, written once per CTA), so those accumulator columns are
 // the running row sums, rescaled with O by the same alpha; the softmax drops its FADD an element (64 a thread a key
 // tile) and the epilogue its quad shuffles. The ones tile is the descriptor's second 64-column atom: its leading byte
 // offset is the distance from the V stage to it. The sums are of the 16-bit P that P V multiplies (the softmax's
-// fp32 sum before), so O is an exact average of the rounded weights. Step 16 (about seven instructions added for
-// each exp2 moved off the SFU, a quarter or an eighth of them) cost 3-11%: the issue slots are the D=64 softmax's
-// limit. Apply it outside OByTma and TwoQBuffers, whose buffers are placed after their base's data (fwd_body
+// fp32 sum before), so O is an exact average of the rounded weights. Step 16 (a software exp2 on the FMA pipe for a
+// quarter or an eighth of the exp2, about seven instructions each; removed after it lost, 22ee708 has it) cost
+// 3-11%: the issue slots are the D=64 softmax's limit. Apply it outside OByTma and TwoQBuffers, whose buffers are placed after their base's data (fwd_body
 // asserts the ones tile is the last buffer).
 template <class Base>
 struct RowSumByMma : Base {
@@ -296,7 +279,6 @@ fwd_body(const CUtensorMap* tm_q,  // [B*H, nq, D] in boxes of [BM rows, 64 cols
   constexpr bool kHalfLast = ComputesHalfLastKeyTile<C>::value;
   constexpr bool kTreeMax = ReducesRowMaxAsTree<C>::value;
   constexpr bool kRowLimitMask = MasksByRowLimits<C>::value;
-  constexpr int kExpFma = ExpFmaEvery<C>::value;
   constexpr bool kSumMma = SumsRowsByMma<C>::value;
   constexpr int kON = kSumMma ? D + 8 : D;  // P V's columns: O's, and RowSumByMma's eight of row sums
   static_assert(!kSumMma || ones_offset<C>() + BN * 128 + 1024 == C::kSmemBytes,
@@ -567,11 +549,8 @@ fwd_body(const CUtensorMap* tm_q,  // [B*H, nq, D] in boxes of [BM rows, 64 cols
       [[maybe_unused]] float sum0 = 0.f, sum1 = 0.f;
 #pragma unroll
       for (int i = 0; i < W / 8; ++i) {
-        const float x0 = fmaf(s_acc[i * 4 + 2 * h], scale_log2, -m_new);
-        const float x1 = fmaf(s_acc[i * 4 + 2 * h + 1], scale_log2, -m_new);
-        const bool on_fma = kExpFma > 0 && i % (kExpFma > 0 ? kExpFma : 1) == kExpFma - 1;  // i is unrolled
-        const float p0 = on_fma ? lab_exp2_fma(x0) : lab_exp2(x0);
-        const float p1 = on_fma ? lab_exp2_fma(x1) : lab_exp2(x1);
+        const float p0 = lab_exp2(fmaf(s_acc[i * 4 + 2 * h], scale_log2, -m_new));
+        const float p1 = lab_exp2(fmaf(s_acc[i * 4 + 2 * h + 1], scale_log2, -m_new));
         s_acc[i * 4 + 2 * h] = p0;
         s_acc[i * 4 + 2 * h + 1] = p1;
         if constexpr (!kSumMma) {

@@ -190,12 +190,40 @@ def test_the_forward_check_judges_the_lse_of_a_rung_that_writes_it(pairing_ws, m
             assert s.lse.max_abs_err == pytest.approx(0.05, rel=1e-3)
 
 
+class _OffWithoutLse:
+    """p1 (right with the LSE) whose forward without one, the call the timer makes, scales O by 1.01."""
+
+    def __init__(self, module):
+        self.module = module
+
+    def forward(self, q, k, v, o, causal, scale, lse=None):
+        self.module.forward(q, k, v, o, causal, scale, lse)
+        if lse is None:
+            o.mul_(1.01)
+
+
+def test_the_forward_check_of_a_rung_that_writes_the_lse_judges_the_call_that_is_timed_too(pairing_ws, monkeypatch):
+    """A writes_lse rung's forward is timed without the LSE: a kernel that takes another path then (v9's row sums by
+    the tensor cores) is judged on both calls, and the failure names the one that is wrong."""
+    from lab.measure import check
+
+    variant, built = _built(pairing_ws, "p1", monkeypatch)
+    problem = Problem(2, 3, 113, 203, 32, True, "float32")
+    right = check.check_problem(variant, problem, built.module, seed=0, device="cpu")
+    assert right.passed and right.o_call in ("without the LSE", "with the LSE") and right.to_dict()["o_call"]
+    off = check.check_problem(variant, problem, _OffWithoutLse(built.module), seed=0, device="cpu")
+    assert not off.passed and off.lse.passed and off.o_call == "without the LSE"
+    assert off.rel_err == pytest.approx(0.01, rel=1e-2)
+    failure = check.CheckResult(variant.id, check.rule_for("float32"), [off]).failure
+    assert failure.startswith(f"O on {problem.label()} (without the LSE): rel_err "), failure
+
+
 def test_a_forward_that_writes_no_lse_is_checked_on_o_alone(pairing_ws, monkeypatch):
     from lab.measure import check
 
     variant, built = _built(pairing_ws, "p4", monkeypatch)
     s = check.check_problem(variant, Problem(2, 3, 17, 17, 32, True, "float32"), built.module, seed=0, device="cpu")
-    assert s.passed and s.lse is None and "lse" not in s.to_dict()
+    assert s.passed and s.lse is None and "lse" not in s.to_dict() and s.o_call is None
     assert "lse_checked" not in check.CheckResult("p4", "", [s]).to_dict()
 
 

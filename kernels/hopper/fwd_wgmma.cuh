@@ -220,15 +220,16 @@ struct MasksByRowLimit : Base {
 };
 LAB_CONFIG_FLAG(MasksByRowLimits, kRowLimitMask);
 
-// P's row sums by the tensor cores (v9 step 17, a tuning candidate; D = 64): P V is an m64n72 product whose columns
-// 64-71 read a BN x 64 tile of ones (kept after Base's data, written once per CTA), so those accumulator columns are
-// the running row sums, rescaled with O by the same alpha; the softmax drops its FADD an element (64 a thread a key
-// tile) and the epilogue its quad shuffles. The ones tile is the descriptor's second 64-column atom: its leading byte
-// offset is the distance from the V stage to it. The sums are of the 16-bit P that P V multiplies (the softmax's
-// fp32 sum before), so O is an exact average of the rounded weights. Step 16 (a software exp2 on the FMA pipe for a
-// quarter or an eighth of the exp2, about seven instructions each; removed after it lost, 22ee708 has it) cost
-// 3-11%: the issue slots are the D=64 softmax's limit. Apply it outside OByTma and TwoQBuffers, whose buffers are placed after their base's data (fwd_body
-// asserts the ones tile is the last buffer).
+// P's row sums by the tensor cores (v9 step 17; D = 64): P V is an m64n72 product whose columns 64-71 read a BN x 64
+// tile of ones (kept after Base's data, written once per CTA), so those accumulator columns are the running row sums,
+// rescaled with O by the same alpha; the softmax drops its FADD an element (64 a thread a key tile) and the epilogue
+// its quad shuffles. The ones tile is the descriptor's second 64-column atom: its leading byte offset is the distance
+// from the V stage to it. The sums are of the 16-bit P that P V multiplies (the softmax's fp32 sum before), so O is an
+// exact average of the rounded weights; the LSE instantiation keeps the fp32 sum (fwd_body). Measured (H100): 1.013-
+// 1.019x on three consumers (Long64), 0.94-0.98x on one warpgroup at BM = 64. Step 16 (a software exp2 on the FMA
+// pipe; removed after it lost, 22ee708 has it) cost 3-11%: the issue slots are the D=64 softmax's limit. Apply it
+// outside OByTma and TwoQBuffers, whose buffers are placed after their base's data (fwd_body asserts the ones tile is
+// the last buffer).
 template <class Base>
 struct RowSumByMma : Base {
   static constexpr bool kRowSumByMma = true;
@@ -279,9 +280,12 @@ fwd_body(const CUtensorMap* tm_q,  // [B*H, nq, D] in boxes of [BM rows, 64 cols
   constexpr bool kHalfLast = ComputesHalfLastKeyTile<C>::value;
   constexpr bool kTreeMax = ReducesRowMaxAsTree<C>::value;
   constexpr bool kRowLimitMask = MasksByRowLimits<C>::value;
-  constexpr bool kSumMma = SumsRowsByMma<C>::value;
+  // RowSumByMma without the LSE only: its sums are of the 16-bit P, within O's tolerance (O averages the same rounded
+  // weights) but not the LSE's (bf16 P: up to 2^-9 of a row's sum, 0.0017 of the LSE on step 17's causal 512 rows of
+  // a few keys, against the float64 gate's 4.7e-4). The LSE instantiation sums the fp32 P, as its base does.
+  constexpr bool kSumMma = SumsRowsByMma<C>::value && !WRITE_LSE;
   constexpr int kON = kSumMma ? D + 8 : D;  // P V's columns: O's, and RowSumByMma's eight of row sums
-  static_assert(!kSumMma || ones_offset<C>() + BN * 128 + 1024 == C::kSmemBytes,
+  static_assert(!SumsRowsByMma<C>::value || ones_offset<C>() + BN * 128 + 1024 == C::kSmemBytes,
                 "RowSumByMma: the ones tile is the last buffer (a wrapper that adds one after it would overlap it)");
   static_assert(!(kHalfLast && kEarlyS0), "HalfLastKeyTile: the next tile's S_0 would be issued before its width is known");
   static_assert(!kOInV || (kPersistent && !kOwn && !kEarlyS0 && !kHalfLast),

@@ -82,6 +82,7 @@ class ShapeCheck:
     label_text: str | None = None   # the shape as the backward names it (large logits marked)
     lse: object = None          # the forward's LSE of a writes_lse rung (gradcheck.TensorCheck), or None
     repeats: list | None = None  # a deterministic backward's dQ, dK, dV against a second run (gradcheck.RepeatCheck)
+    o_call: str | None = None   # a writes_lse rung: which of its two forwards the O errors are of (check_problem)
 
     @property
     def judged_err(self) -> float:
@@ -119,6 +120,8 @@ class ShapeCheck:
             d["lse"] = self.lse.to_dict()
         if self.repeats is not None:
             d["bitwise_repeat"] = [r.to_dict() for r in self.repeats]
+        if self.o_call is not None:
+            d["o_call"] = self.o_call
         return d
 
     @property
@@ -161,7 +164,7 @@ class CheckResult:
         if t is None:
             what = (f"{bad.nonfinite} non-finite output elements" if bad.nonfinite
                     else f"{bad.metric} {_fmt(bad.judged_err)} > tolerance {_fmt(bad.tolerance)}")
-            return f"O on {bad.label}: {what}"
+            return f"O on {bad.label}{f' ({bad.o_call})' if bad.o_call else ''}: {what}"
         what = (f"{t.nonfinite} non-finite elements" if t.nonfinite
                 else f"max_abs_err {_fmt(t.max_abs_err)} > tolerance {_fmt(t.tolerance)}")
         return f"{t.name} on {bad.label}: {what}; worst element {t.worst_text()}"
@@ -391,39 +394,44 @@ def _tolerance(problem: Problem, q, k, v, ref, scale: float) -> float:
 
 def check_problem(variant: Variant, problem: Problem, module, seed: int = 0, device: str = "cuda") -> ShapeCheck:
     """Run the rung once on `problem` into a NaN-poisoned output and judge it. A rung whose forward
-    writes the row log-sum-exp (writes_lse, or backward = true) also gets a NaN-poisoned LSE, judged
-    as the backward's check judges it (lab.measure.gradcheck: float64, torch's own error scale): a
-    forward written for another rung's backward is checked on what that backward reads.
+    writes the row log-sum-exp (writes_lse, or backward = true) runs twice: without the LSE, as the
+    timer calls it, and with a NaN-poisoned LSE, judged as the backward's check judges it
+    (lab.measure.gradcheck: float64, torch's own error scale), so a forward written for another
+    rung's backward is checked on what that backward reads, and a kernel that takes another path
+    when no LSE is asked is checked on the path that is timed. The O reported is the failing call's
+    (else the worse one's), named in `o_call`.
     `device`: "cuda" in the lab; "cpu" lets the tests run a python rung without a GPU."""
     import torch
 
     scale = softmax_scale(problem)
+    metric = judged_metric(problem.dtype)
     lse_check = None
     try:
         q, k, v = make_inputs(problem, shape_seed(seed, problem), device=device)
         o = torch.full_like(q, float("nan"))  # poison: an element the kernel never writes stays NaN
+        module.forward(q, k, v, o, problem.causal, scale)
+        outputs = {"without the LSE": o}
         if variant.writes_lse:
             lse = torch.full(q.shape[:3], float("nan"), dtype=torch.float32, device=q.device)   # [B, H, Nq]
-            module.forward(q, k, v, o, problem.causal, scale, lse)
-        else:
-            module.forward(q, k, v, o, problem.causal, scale)
+            outputs["with the LSE"] = torch.full_like(q, float("nan"))
+            module.forward(q, k, v, outputs["with the LSE"], problem.causal, scale, lse)
         if q.is_cuda:
             torch.cuda.synchronize()
         ref = reference_attention(q, k, v, problem.causal, scale, device=_reference_device(problem, q.device))
         tolerance = _tolerance(problem, q, k, v, ref, scale)
-        errors = compare(o, ref)
+        errors = {call: compare(out, ref) for call, out in outputs.items()}
+        o_call = next((c for c, e in errors.items() if not judge(e, tolerance, metric)),
+                      max(errors, key=lambda c: errors[c][metric]))
         if variant.writes_lse:
             lse_check = _judge_lse(problem, q, k, v, lse, scale)
     except RuntimeError as e:  # the launcher's refusal, a launch or memory error: this shape fails
         message = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         tolerance = FP32_REL_TOL if problem.dtype == "float32" else math.nan  # fp16's needs SDPA's run
-        return ShapeCheck(problem, False, math.nan, math.nan, math.nan, tolerance, error=message,
-                          metric=judged_metric(problem.dtype))
-    metric = judged_metric(problem.dtype)
-    passed = judge(errors, tolerance, metric) and (lse_check is None or lse_check.passed)
-    return ShapeCheck(problem, passed, errors["rel_err"], errors["max_abs_err"],
-                      errors["mean_abs_err"], tolerance, errors["nonfinite"], errors["numel"], metric=metric,
-                      lse=lse_check)
+        return ShapeCheck(problem, False, math.nan, math.nan, math.nan, tolerance, error=message, metric=metric)
+    e = errors[o_call]
+    passed = judge(e, tolerance, metric) and (lse_check is None or lse_check.passed)
+    return ShapeCheck(problem, passed, e["rel_err"], e["max_abs_err"], e["mean_abs_err"], tolerance, e["nonfinite"],
+                      e["numel"], metric=metric, lse=lse_check, o_call=o_call if variant.writes_lse else None)
 
 
 def _judge_lse(problem: Problem, q, k, v, lse, scale: float):

@@ -380,7 +380,15 @@
 //   warpgroup, and ping-pong below 1024), the non-causal one below 2048 and three consumers. Attacks the softmax's
 //   issue slots (step 16: about seven instructions added for each exp2 moved off the SFU cost 3-11%): 64 FADD a
 //   thread a key tile go. Predicted 1.00-1.05x at N = 1024 and 2048, 1.00-1.04x at 512 in ping-pong
-//   (benchmarks/v9_step17_gpu.sh).
+//   (benchmarks/v9_step17_gpu.sh). Measured (one H100, 567c2ab; 4 of 15 inside): one warpgroup 0.94-0.98x at 1024-4096
+//   in both masks (retired); three consumers 1.016x / 1.019x at 8,32,2048,64 and 1.013x at 8192 fp16. The gate failed
+//   the LSE at 512 causal bf16 (0.0017 against 4.7e-4: sums of bf16 P over few keys), so RowSumByMma now applies
+//   without the LSE only; the LSE instantiation sums the fp32 P (fwd_body's kSumMma).
+// Step 17 (b) (eighteenth session; v9_notes "Step 17 (b)"): three consumers' row sums by the tensor cores as the D=64
+//   non-causal default from Nq, Nk >= kLongRows, by a rule written before the call (>= 1.005x at every tuned shape
+//   from 2048 to 16384 in both dtypes). Predicted 1.005-1.03x. Measured (one H100, 8784e02; 5 of 5 inside): 1.014x /
+//   1.014x at 4096, 1.011x at 8192 bf16, 1.009x / 1.011x at 16384; the float64 gate on both instantiations passed.
+//   Taken: Long64SumMma is that default.
 // Still to come (issue 28; that grid, graph, 40 of 48): D=64 non-causal N = 1024 fp16 (0.993x) and 2048 (0.987x /
 //   0.989x), D=64 causal 1024 (0.983x / 0.987x) and 2048 (0.988x / 0.995x), D=128 causal 512 bf16 (0.992x; the
 //   same kernel 1.010x / 1.006x two grids before).
@@ -541,7 +549,7 @@ static_assert(Pair64OTmaQ2::kSmemBytes + 1024 <= 228 * 1024, "D=64 pair q2: one 
 // causal below kLongCausal, non-causal below kLongRows, and three consumers non-causal from there.
 using Default64CausalSumMma = lab_hopper_fwd::RowSumByMma<Default64OTmaHalfTreeRowLimit>;
 using Default64OTmaQ2SumMma = lab_hopper_fwd::RowSumByMma<Default64OTmaQ2>;
-using Long64SumMma = lab_hopper_fwd::RowSumByMma<Long64>;
+using Long64SumMma = lab_hopper_fwd::RowSumByMma<Long64>;  // the non-causal default from kLongRows (step 17 (b))
 // and on the causal default below kShortCausal (ping-pong, BM = 128: 128 KB a CTA, one per SM).
 using PingPong64LeanSumMma = lab_hopper_fwd::RowSumByMma<PingPong64OTmaQ2Lean>;
 static_assert(2 * (Default64OTmaQ2SumMma::kSmemBytes + 1024) <= 228 * 1024, "D=64 q2 sum-mma: two CTAs per SM");
@@ -640,8 +648,8 @@ LAB_EXPORT const char* lab_forward_v9(const LabAttentionArgs* args, cudaStream_t
   // where its second half is masked whole (step 11 (b)), the row max as a tree and the mask against
   // a per-row limit (step 12), in ping-pong with two Q buffers below kShortCausal (step 13 (c)); non-causal with
   // long queries and keys, three
-  // consumers (v6's choice, step 5 (c) from 2048), O from the accumulators; causal the same from 8192
-  // (step 10).
+  // consumers (v6's choice, step 5 (c) from 2048), O from the accumulators, and without the LSE the row sums by the
+  // tensor cores (step 17 (b)); causal three consumers from 8192 (step 10).
   if (args->head_dim == 64) {
     if (args->causal) {
       const bool long_causal = args->seqlen_q >= v9::kLongCausal && args->seqlen_k >= v9::kLongCausal;
@@ -651,7 +659,7 @@ LAB_EXPORT const char* lab_forward_v9(const LabAttentionArgs* args, cudaStream_t
                          : v9::launch<v9::Default64OTmaHalfTreeRowLimit, true>(args, stream);
     }
     const bool long_rows = args->seqlen_q >= v9::kLongRows && args->seqlen_k >= v9::kLongKeys;
-    return long_rows ? v9::launch<v9::Long64, false>(args, stream)
+    return long_rows ? v9::launch<v9::Long64SumMma, false>(args, stream)
                      : v9::launch<v9::Default64OTmaQ2, false>(args, stream);
   }
   // D = 128, both masks: ping-pong on the persistent grid (steps 2 and 3), O stored by TMA (step 4),

@@ -228,7 +228,8 @@ SANITIZER_SCRIPT = textwrap.dedent("""
     # whose warpgroups skip key tiles), long keys beside short queries (one consumer warpgroup), the
     # three-consumer default (non-causal Nq, Nk >= 2048: a ragged last block with warpgroups past nq),
     # O by TMA at D=64 and under D=128's ping-pong, the LSE store, and D=128 non-causal from 8192 (176-key tiles, O
-    # staged over the tile's last V stage, step 14: 47 full key tiles and a ragged one on 65 tiles).
+    # staged over the tile's last V stage, step 14: 47 full key tiles and a ragged one on 65 tiles), and the
+    # three-consumer default without the LSE (step 17 (b): P V reads the ones tile after the V stages).
     # (The grid: 264 CTAs at D=64, 132 at D=128 and for the three consumers, on an H100 or H200.)
     # (problem, with the LSE)
     shapes = [(Problem(1, 70, 200, 300, 128, True, "float16"), False),
@@ -238,7 +239,8 @@ SANITIZER_SCRIPT = textwrap.dedent("""
               (Problem(2, 80, 130, 90, 128, True, "float16"), True),
               (Problem(1, 140, 200, 300, 128, False, "bfloat16"), True),
               (Problem(1, 24, 2200, 2100, 64, False, "bfloat16"), True),
-              (Problem(1, 1, 8200, 8300, 128, False, "float16"), True)]
+              (Problem(1, 1, 8200, 8300, 128, False, "float16"), True),
+              (Problem(1, 24, 2100, 2200, 64, False, "float16"), False)]
     # argv: the rung, then optionally a tuning candidate's label and head dim (its shapes only) and
     # "non-causal" (a candidate that refuses causal problems: the non-causal shapes only).
     variant = variants.get(sys.argv[1])
@@ -289,13 +291,13 @@ SANITIZERS = ["memcheck", pytest.param("racecheck", marks=pytest.mark.slow), pyt
 @needs_hopper
 @pytest.mark.parametrize("tool", SANITIZERS)
 def test_v9_compute_sanitizer_is_clean(tool, v9, tmp_path):
-    assert "sanitized launches: 8" in _sanitize(tool, tmp_path)
+    assert "sanitized launches: 9" in _sanitize(tool, tmp_path)
 
 
 @pytest.mark.gpu
 @needs_hopper
-@pytest.mark.parametrize("label,head_dim,launches,masks", [(lb, 64, 4, "both") for lb in D64_CANDIDATES] +
-                         [(lb, 64, 3, "non-causal") for lb in D64_NON_CAUSAL_CANDIDATES] +
+@pytest.mark.parametrize("label,head_dim,launches,masks", [(lb, 64, 5, "both") for lb in D64_CANDIDATES] +
+                         [(lb, 64, 4, "non-causal") for lb in D64_NON_CAUSAL_CANDIDATES] +
                          [(lb, 64, 1, "causal") for lb in D64_CAUSAL_CANDIDATES] +
                          [(lb, 128, 2, "non-causal") for lb in D128_NON_CAUSAL_CANDIDATES])
 @pytest.mark.parametrize("tool", SANITIZERS)

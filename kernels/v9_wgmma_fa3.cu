@@ -389,9 +389,10 @@
 //   from 2048 to 16384 in both dtypes). Predicted 1.005-1.03x. Measured (one H100, 8784e02; 5 of 5 inside): 1.014x /
 //   1.014x at 4096, 1.011x at 8192 bf16, 1.009x / 1.011x at 16384; the float64 gate on both instantiations passed.
 //   Taken: Long64SumMma is that default.
-// Still to come (issue 28; that grid, graph, 40 of 48): D=64 non-causal N = 1024 fp16 (0.993x) and 2048 (0.987x /
-//   0.989x), D=64 causal 1024 (0.983x / 0.987x) and 2048 (0.988x / 0.995x), D=128 causal 512 bf16 (0.992x; the
-//   same kernel 1.010x / 1.006x two grids before).
+//   The H100 fa-grid after it (`20261128-090024-sweep-v9-fa-grid-h100`): 42 of 48 cells >= cuDNN (graph), 48 of 48
+//   (events); D=64 non-causal 2048 1.008x / 1.014x (0.987x / 0.989x before).
+// Still to come (issue 28; that grid, graph, 42 of 48): D=64 non-causal N = 1024 (0.993x / 0.996x), D=64 causal 1024
+//   (0.986x / 0.984x), D=64 causal 512 bf16 (0.996x), D=128 causal 512 bf16 (0.996x).
 #include "common.cuh"
 #include "hopper/fwd_wgmma.cuh"
 

@@ -388,6 +388,27 @@ def test_compare_shows_the_work_and_the_rate_it_issued_at_from_real_profiles():
     assert 0 < rows["ALU pipe issue (%)"]["b"] < rows["ALU pipe issue (%)"]["a"]
 
 
+def test_compare_says_when_the_timings_and_the_kernels_disagree():
+    """Shipped H100 runs at 16,32,1024,64 causal: v9 and cuDNN's own kernel (profiled as a python rung, its call
+    timed with Python and torch's dispatch in it). The call latencies differ by half; the kernels' ncu durations
+    by 0.3%: compare says the difference is around the kernels. Two v9 runs whose times and kernels move
+    together (step 15's pair, H200) get no such warning."""
+    from lab.report.compare import kernels_ms
+    from lab.store.runs import find_run
+
+    load = lambda run_id: rundata.load(find_run(run_id, EXAMPLES.parent))  # noqa: E731
+    v9, cudnn = load("20261128-090753-v9-B16-H32-N1024-D64-causal-float16"), \
+        load("20261128-090919-cudnn-B16-H32-N1024-D64-causal-float16")
+    assert kernels_ms(v9) == pytest.approx(0.2068, abs=1e-4) and kernels_ms(cudnn) == pytest.approx(0.2074, abs=1e-4)
+    c = compare_runs(v9, cudnn, threshold_pct=5.0)
+    said = [w for w in c.warnings if w.startswith("the timings and the kernels disagree")]
+    assert len(said) == 1 and "Nsight Compute duration +0.29%" in said[0] and "not in them" in said[0], c.warnings
+    assert c.regression   # the verdict stays on the timed calls; the warning says how to read it
+    pair = compare_runs(load("20261128-064529-v9-B16-H32-N1024-D64-float16"),
+                        load("20261128-064553-v9-B16-H32-N1024-D64-float16-cand8"), threshold_pct=5.0)
+    assert not any(w.startswith("the timings and the kernels disagree") for w in pair.warnings), pair.warnings
+
+
 def test_a_deterministic_run_is_never_read_as_the_defaults(tmp_path):
     """Same rung, same shape, one run --deterministic: compare says which is which, and the index keeps
     them apart (the latest run of a rung per group must not be the other mode's)."""

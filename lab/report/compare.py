@@ -20,7 +20,7 @@ from lab.analysis.metrics import KEY_METRICS as METRIC_LABELS
 from lab.errors import LabError
 from lab.measure import rates
 from lab.report.formatting import fmt_change, fmt_num, fmt_pct
-from lab.report.rundata import RunData, ci_overlap, first_metric, load
+from lab.report.rundata import DURATION, RunData, ci_overlap, first_metric, load
 from lab.store.runs import find_run, open_root
 
 DEFAULT_THRESHOLD_PCT = 5.0
@@ -170,12 +170,44 @@ def compare_runs(a: RunData, b: RunData, threshold_pct: float = DEFAULT_THRESHOL
                         + ", ".join(f"{r['name']} {r['dtype']} {fmt_change(r['change_pct'])}" for r in drifted)
                         + f" in time, against B's own change of {fmt_change(ours)}")
 
+    disagreement = timing_against_kernels(a, b, threshold_pct)
+    if disagreement:
+        warnings.append(disagreement)
+
     ka, kb = a.primary_kernel, b.primary_kernel
     metrics = metric_rows(ka, kb)
     findings = {**finding_changes(_finding_classes(a), _finding_classes(b)),
                 "kernels": {"a": ka["kernel"] if ka else None, "b": kb["kernel"] if kb else None}}
     return Comparison(a, b, threshold_pct, a_tp, b_tp, change, overlap, regression, verdict, warnings,
                       baselines, metrics, findings)
+
+
+def kernels_ms(rd: RunData) -> float | None:
+    """The profiled call's kernel time: its kernels' Nsight Compute durations, summed (ms); None where a kernel
+    has none stored (or nothing was profiled)."""
+    durations = [k.get(DURATION) for k in rd.kernels]
+    if not durations or not all(isinstance(d, (int, float)) and d > 0 for d in durations):
+        return None
+    return sum(durations) / 1e6
+
+
+def timing_against_kernels(a: RunData, b: RunData, threshold_pct: float) -> str | None:
+    """A warning where the timed calls and their kernels tell different stories: B's time against A's moves by
+    more than the threshold beyond what the kernels' own durations (ncu) move. Then the difference is not in
+    the kernels but around them: host dispatch in a call-latency timing (a python rung's Python, torch's
+    dispatch), or kernels the profile did not see. None where they agree, or a run has no durations."""
+    ka_ms, kb_ms = kernels_ms(a), kernels_ms(b)
+    if ka_ms is None or kb_ms is None or not a.median_ms or not b.median_ms:
+        return None
+    timed, kernels = _pct_change(a.median_ms, b.median_ms), _pct_change(ka_ms, kb_ms)
+    if abs(timed - kernels) <= threshold_pct:
+        return None
+    method = lambda rd: rd.timing.get("method") or "events"  # noqa: E731
+    return (f"the timings and the kernels disagree: B's timed call is {fmt_change(timed)} against A's, its kernels' "
+            f"Nsight Compute duration {fmt_change(kernels)} ({fmt_num(ka_ms, 4)} -> {fmt_num(kb_ms, 4)} ms); A's "
+            f"timed call ({method(a)}) is {a.median_ms / ka_ms:.2f}x its kernels, B's ({method(b)}) "
+            f"{b.median_ms / kb_ms:.2f}x: the difference is around the kernels (host dispatch in a call-latency "
+            f"timing, or work the profile did not see), not in them")
 
 
 def check_threshold(threshold_pct: float) -> float:

@@ -1,0 +1,102 @@
+"""The SM clock while a rung's forward and cuDNN's run back to back (issue 28; benchmarks/v9_notes.md, "cuDNN under
+ncu"). At 16,32,1024,64 fp16 v9's kernel and cuDNN's take the same time under Nsight Compute (each launch from an
+idle GPU, equal SM active cycles) but differ by 1-2% when launched back to back (CUPTI's durations, the fa-grid's
+graph replay). If the difference is the clock the GPU holds under sustained load, the SM clock sampled through NVML
+while each one runs shows it; if the clocks are equal, the difference is in the kernels after all.
+
+Each implementation runs for --seconds in turns (A B A B: drift cancels), its calls queued back to back (a
+synchronize every --batch calls keeps the queue short), NVML's SM clock sampled every --every-ms on a thread
+(lab.nvml, in process). Printed per turn: calls, device time per call (CUDA events around the whole turn, divided),
+the clock's median, minimum and maximum and the samples' count.
+
+    python3 benchmarks/clock_probe.py --variant v9 --shape 16,32,1024,64 --causal --dtype float16
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import threading
+import time
+
+from lab import nvml
+from lab.environment import gpu_uuid
+from lab.ladder import build, registry
+from lab.measure import baselines
+from lab.measure.call import inputs, make_call, rung
+from lab.measure.problem import Problem
+
+
+def clock_samples(uuid: str, every_s: float, stop: threading.Event, out: list[int]) -> None:
+    while not stop.is_set():
+        mhz = nvml.read(uuid)["sm_clock_mhz"]
+        if mhz is not None:
+            out.append(mhz)
+        stop.wait(every_s)
+
+
+def turn(call, seconds: float, batch: int, uuid: str, every_s: float) -> dict:
+    """`call` back to back for `seconds`, the SM clock sampled meanwhile."""
+    import torch
+
+    samples: list[int] = []
+    stop = threading.Event()
+    sampler = threading.Thread(target=clock_samples, args=(uuid, every_s, stop, samples), daemon=True)
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    calls = 0
+    torch.cuda.synchronize()
+    sampler.start()
+    start.record()
+    t0 = time.perf_counter()
+    while time.perf_counter() - t0 < seconds:
+        for _ in range(batch):
+            call()
+        calls += batch
+        torch.cuda.synchronize()
+    end.record()
+    torch.cuda.synchronize()
+    stop.set()
+    sampler.join()
+    return {"calls": calls, "us_per_call": 1e3 * start.elapsed_time(end) / calls,
+            "clock_median": statistics.median(samples) if samples else None,
+            "clock_min": min(samples, default=None), "clock_max": max(samples, default=None), "samples": len(samples)}
+
+
+def main() -> None:
+    import torch
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--variant", default="v9")
+    ap.add_argument("--shape", default="16,32,1024,64", help="B,H,N,D")
+    ap.add_argument("--causal", action="store_true")
+    ap.add_argument("--dtype", default="float16")
+    ap.add_argument("--seconds", type=float, default=2.0)
+    ap.add_argument("--turns", type=int, default=2, help="turns of each implementation, alternating")
+    ap.add_argument("--batch", type=int, default=20)
+    ap.add_argument("--every-ms", type=float, default=5.0)
+    a = ap.parse_args()
+    b, h, n, d = (int(x) for x in a.shape.split(","))
+    problem = Problem(b, h, n, n, d, a.causal, a.dtype)
+    variant = registry.get(a.variant)
+    ours = rung(variant, build.load_cached(variant), problem)
+    cudnn = baselines.attention("sdpa-cudnn", problem)
+    q, k, v = inputs(problem, ours)
+    impls = {variant.id: ours, "sdpa-cudnn": cudnn}
+    uuid = gpu_uuid(torch.cuda.get_device_properties(0))
+    print(f"{torch.cuda.get_device_name(0)}, {problem.label()}: {a.turns} turns of {a.seconds:g} s each, "
+          f"SM clock every {a.every_ms:g} ms (NVML)")
+    print("| turn | implementation | calls | us/call | SM MHz median | min | max | samples |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
+    for t in range(a.turns):
+        for name, impl in impls.items():
+            call = make_call(impl, q, k, v, "fwd")
+            with impl.context():   # SDPA's backend pinned around the whole turn, as the lab's timer does
+                for _ in range(5):
+                    call()   # warm-up: the backend chosen, its plan built
+                r = turn(call, a.seconds, a.batch, uuid, a.every_ms / 1e3)
+            print(f"| {t + 1} | {name} | {r['calls']} | {r['us_per_call']:.1f} | {r['clock_median']} | {r['clock_min']} "
+                  f"| {r['clock_max']} | {r['samples']} |", flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -193,14 +193,15 @@ def kernels_ms(rd: RunData) -> float | None:
 
 def timing_against_kernels(a: RunData, b: RunData, threshold_pct: float) -> str | None:
     """A warning where the timed calls and their kernels tell different stories: B's time against A's moves by
-    more than the threshold beyond what the kernels' own durations (ncu) move. Then the difference is not in
-    the kernels but around them: host dispatch in a call-latency timing (a python rung's Python, torch's
-    dispatch), or kernels the profile did not see. None where they agree, or a run has no durations."""
+    more than the threshold (at least 1%: a threshold of 0 asks for a strict verdict, not for a warning on every
+    run) beyond what the kernels' own durations (ncu) move. Then the difference is not in the kernels but around
+    them: host dispatch in a call-latency timing (a python rung's Python, torch's dispatch), or kernels the
+    profile did not see. None where they agree, or a run has no durations."""
     ka_ms, kb_ms = kernels_ms(a), kernels_ms(b)
     if ka_ms is None or kb_ms is None or not a.median_ms or not b.median_ms:
         return None
     timed, kernels = _pct_change(a.median_ms, b.median_ms), _pct_change(ka_ms, kb_ms)
-    if abs(timed - kernels) <= threshold_pct:
+    if abs(timed - kernels) <= max(threshold_pct, 1.0):
         return None
     method = lambda rd: rd.timing.get("method") or "events"  # noqa: E731
     return (f"the timings and the kernels disagree: B's timed call is {fmt_change(timed)} against A's, its kernels' "

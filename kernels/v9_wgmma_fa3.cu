@@ -545,15 +545,10 @@ using Pair64OTmaQ2 = lab_hopper_fwd::TwoQBuffers<lab_hopper_fwd::OByTma<Config<6
 using Pair64OTmaQ2Lean =
     lab_hopper_fwd::TreeRowMax<lab_hopper_fwd::MasksByRowLimit<lab_hopper_fwd::HalfLastKeyTile<Pair64OTmaQ2>>>;
 static_assert(Pair64OTmaQ2::kSmemBytes + 1024 <= 228 * 1024, "D=64 pair q2: one CTA per SM");
-// Step 17, tuning candidates (seventeenth session, CPU; v9_notes "Step 17"): P's row sums by the tensor cores
-// (fwd_wgmma.cuh's RowSumByMma: P V as m64n72 over V and a tile of ones) on the three D=64 defaults from N = 1024:
-// causal below kLongCausal, non-causal below kLongRows, and three consumers non-causal from there.
-using Default64CausalSumMma = lab_hopper_fwd::RowSumByMma<Default64OTmaHalfTreeRowLimit>;
-using Default64OTmaQ2SumMma = lab_hopper_fwd::RowSumByMma<Default64OTmaQ2>;
-using Long64SumMma = lab_hopper_fwd::RowSumByMma<Long64>;  // the non-causal default from kLongRows (step 17 (b))
-// and on the causal default below kShortCausal (ping-pong, BM = 128: 128 KB a CTA, one per SM).
-using PingPong64LeanSumMma = lab_hopper_fwd::RowSumByMma<PingPong64OTmaQ2Lean>;
-static_assert(2 * (Default64OTmaQ2SumMma::kSmemBytes + 1024) <= 228 * 1024, "D=64 q2 sum-mma: two CTAs per SM");
+// Step 17 (seventeenth session; v9_notes "Step 17"): P's row sums by the tensor cores (fwd_wgmma.cuh's RowSumByMma:
+// P V as m64n72 over V and a tile of ones) on three consumers, the non-causal default from kLongRows since step 17 (b).
+// Its one-warpgroup twins lost and were retired with their types (567c2ab has them).
+using Long64SumMma = lab_hopper_fwd::RowSumByMma<Long64>;
 
 // The LSE only when asked (a second instantiation: the default forward stores nothing more).
 template <class C, bool CAUSAL, class Sched = Persistent>
@@ -576,7 +571,7 @@ const char* launch(const LabAttentionArgs* a, cudaStream_t stream) {
 // types are kept above for a one-line return) and step 16's software exp2 (its wrapper and helper removed with it: a
 // branch in the softmax's hot loop that no kernel takes; 22ee708 has them); step 17's row sums by the tensor cores on
 // one warpgroup (the causal default, its ping-pong twin and the non-causal default below 2048: 0.94-0.98x; 567c2ab has
-// their entries, their types are kept above).
+// their entries and types).
 template <class C, class Sched>
 const char* launch_any(const LabAttentionArgs* a, cudaStream_t stream) {
   return a->causal ? launch<C, true, Sched>(a, stream) : launch<C, false, Sched>(a, stream);

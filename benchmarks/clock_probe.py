@@ -6,8 +6,10 @@ while each one runs shows it; if the clocks are equal, the difference is in the 
 
 Each implementation runs for --seconds in turns (A B A B: drift cancels), its calls queued back to back (a
 synchronize every --batch calls keeps the queue short), NVML's SM clock sampled every --every-ms on a thread
-(lab.nvml, in process). Printed per turn: calls, device time per call (CUDA events around the whole turn, divided),
-the clock's median, minimum and maximum and the samples' count.
+(lab.nvml.load, in process). Printed per turn: calls, device time per call (CUDA events around the whole turn,
+divided), the clock's median and minimum, the power draw's median, the energy a call (NVML's energy counter over
+the turn, divided: the test of "draws more energy per unit of work"), the temperature at the end, and the reasons
+NVML gave for a clock below the maximum with the share of samples that gave each (sw_power_cap: the power limit).
 
     python3 benchmarks/clock_probe.py --variant v9 --shape 16,32,1024,64 --causal --dtype float16
 """
@@ -15,6 +17,7 @@ the clock's median, minimum and maximum and the samples' count.
 from __future__ import annotations
 
 import argparse
+import collections
 import statistics
 import threading
 import time
@@ -27,24 +30,23 @@ from lab.measure.call import inputs, make_call, rung
 from lab.measure.problem import Problem
 
 
-def clock_samples(uuid: str, every_s: float, stop: threading.Event, out: list[int]) -> None:
+def load_samples(uuid: str, every_s: float, stop: threading.Event, out: list[dict]) -> None:
     while not stop.is_set():
-        mhz = nvml.read(uuid)["sm_clock_mhz"]
-        if mhz is not None:
-            out.append(mhz)
+        out.append(nvml.load(uuid))
         stop.wait(every_s)
 
 
 def turn(call, seconds: float, batch: int, uuid: str, every_s: float) -> dict:
-    """`call` back to back for `seconds`, the SM clock sampled meanwhile."""
+    """`call` back to back for `seconds`, the GPU's load sampled meanwhile."""
     import torch
 
-    samples: list[int] = []
+    samples: list[dict] = []
     stop = threading.Event()
-    sampler = threading.Thread(target=clock_samples, args=(uuid, every_s, stop, samples), daemon=True)
+    sampler = threading.Thread(target=load_samples, args=(uuid, every_s, stop, samples), daemon=True)
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     calls = 0
     torch.cuda.synchronize()
+    energy_before = nvml.load(uuid)["energy_mj"]
     sampler.start()
     start.record()
     t0 = time.perf_counter()
@@ -57,9 +59,20 @@ def turn(call, seconds: float, batch: int, uuid: str, every_s: float) -> dict:
     torch.cuda.synchronize()
     stop.set()
     sampler.join()
+    after = nvml.load(uuid)
+
+    def values(field):
+        return [x[field] for x in samples if x[field] is not None]
+
+    clocks, watts = values("sm_clock_mhz"), values("power_draw_w")
+    reasons = collections.Counter(r for x in samples for r in (x["clock_event_reasons"] or ()))
+    energy = (after["energy_mj"] - energy_before) if None not in (after["energy_mj"], energy_before) else None
     return {"calls": calls, "us_per_call": 1e3 * start.elapsed_time(end) / calls,
-            "clock_median": statistics.median(samples) if samples else None,
-            "clock_min": min(samples, default=None), "clock_max": max(samples, default=None), "samples": len(samples)}
+            "clock_median": statistics.median(clocks) if clocks else None, "clock_min": min(clocks, default=None),
+            "watts_median": statistics.median(watts) if watts else None,
+            "mj_per_call": energy / calls if energy is not None else None,
+            "temperature_c": after["temperature_c"], "samples": len(samples),
+            "reasons": ", ".join(f"{r} {n / len(samples):.0%}" for r, n in reasons.most_common()) or "none"}
 
 
 def main() -> None:
@@ -70,8 +83,8 @@ def main() -> None:
     ap.add_argument("--shape", default="16,32,1024,64", help="B,H,N,D")
     ap.add_argument("--causal", action="store_true")
     ap.add_argument("--dtype", default="float16")
-    ap.add_argument("--seconds", type=float, default=2.0)
-    ap.add_argument("--turns", type=int, default=2, help="turns of each implementation, alternating")
+    ap.add_argument("--seconds", type=float, default=3.0)
+    ap.add_argument("--turns", type=int, default=3, help="turns of each implementation, alternating")
     ap.add_argument("--batch", type=int, default=20)
     ap.add_argument("--every-ms", type=float, default=5.0)
     a = ap.parse_args()
@@ -84,9 +97,10 @@ def main() -> None:
     impls = {variant.id: ours, "sdpa-cudnn": cudnn}
     uuid = gpu_uuid(torch.cuda.get_device_properties(0))
     print(f"{torch.cuda.get_device_name(0)}, {problem.label()}: {a.turns} turns of {a.seconds:g} s each, "
-          f"SM clock every {a.every_ms:g} ms (NVML)")
-    print("| turn | implementation | calls | us/call | SM MHz median | min | max | samples |")
-    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
+          f"the GPU's load every {a.every_ms:g} ms (NVML)")
+    print("| turn | implementation | calls | us/call | SM MHz median | min | W median | mJ/call | C at end | samples "
+          "| clock below max because |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for t in range(a.turns):
         for name, impl in impls.items():
             call = make_call(impl, q, k, v, "fwd")
@@ -94,8 +108,9 @@ def main() -> None:
                 for _ in range(5):
                     call()   # warm-up: the backend chosen, its plan built
                 r = turn(call, a.seconds, a.batch, uuid, a.every_ms / 1e3)
+            mj = f"{r['mj_per_call']:.3f}" if r["mj_per_call"] is not None else "n/a"
             print(f"| {t + 1} | {name} | {r['calls']} | {r['us_per_call']:.1f} | {r['clock_median']} | {r['clock_min']} "
-                  f"| {r['clock_max']} | {r['samples']} |", flush=True)
+                  f"| {r['watts_median']} | {mj} | {r['temperature_c']} | {r['samples']} | {r['reasons']} |", flush=True)
 
 
 if __name__ == "__main__":

@@ -1,5 +1,7 @@
 """NVML (libnvidia-ml.so.1, the library nvidia-smi is built on) read in this process through ctypes:
-one GPU's clocks, power limit, host index, name and UUID by its UUID, and the driver's version.
+one GPU's clocks, power limit, host index, name and UUID by its UUID, and the driver's version
+(`read`); and the GPU under work: its SM clock, power draw, temperature, energy used and why its clock
+is below the maximum (`load`).
 
 Why in process: every nvidia-smi is a new process that initialises NVML over every GPU of the host,
 taking the driver's locks as it does (tens to hundreds of milliseconds); a sweep worker started one
@@ -29,6 +31,16 @@ NVML_ERROR_NOT_SUPPORTED = 3
 NVML_CLOCK_SM = 1
 NVML_CLOCK_MEM = 2
 
+# nvmlTemperatureSensors_t
+NVML_TEMPERATURE_GPU = 0
+
+# nvmlClocksEventReasons (nvmlClocksThrottleReasons before r535): why the SM clock is below its maximum, a bit each
+CLOCK_EVENT_REASONS = {
+    0x1: "gpu_idle", 0x2: "applications_clocks_setting", 0x4: "sw_power_cap", 0x8: "hw_slowdown",
+    0x10: "sync_boost", 0x20: "sw_thermal_slowdown", 0x40: "hw_thermal_slowdown", 0x80: "hw_power_brake_slowdown",
+    0x100: "display_clock_setting",
+}
+
 # buffer sizes nvml.h names for the strings it writes (with their terminating NUL)
 NVML_DEVICE_NAME_V2_BUFFER_SIZE = 96
 NVML_DEVICE_UUID_V2_BUFFER_SIZE = 96
@@ -36,6 +48,7 @@ NVML_SYSTEM_DRIVER_VERSION_BUFFER_SIZE = 80
 
 _handle = ctypes.c_void_p          # nvmlDevice_t: an opaque struct nvmlDevice_st *
 _uint_p = ctypes.POINTER(ctypes.c_uint)
+_ulonglong_p = ctypes.POINTER(ctypes.c_ulonglong)
 
 # every function this module calls, with nvml.h's argument types (the return type is nvmlReturn_t,
 # an enum: int), so that ctypes passes each argument as the library reads it
@@ -49,11 +62,17 @@ SIGNATURES: dict[str, tuple] = {
     "nvmlDeviceGetClockInfo": (_handle, ctypes.c_int, _uint_p),
     "nvmlDeviceGetMaxClockInfo": (_handle, ctypes.c_int, _uint_p),
     "nvmlDeviceGetPowerManagementLimit": (_handle, _uint_p),
+    "nvmlDeviceGetPowerUsage": (_handle, _uint_p),
+    "nvmlDeviceGetTemperature": (_handle, ctypes.c_int, _uint_p),
+    "nvmlDeviceGetTotalEnergyConsumption": (_handle, _ulonglong_p),
+    "nvmlDeviceGetCurrentClocksThrottleReasons": (_handle, _ulonglong_p),
 }
 
 # what read() gives, in the lab's names (lab.environment's gpu_state and device_info)
 FIELDS = ("gpu_uuid", "gpu_name", "gpu_host_index", "sm_clock_mhz", "mem_clock_mhz", "max_sm_clock_mhz",
           "power_limit_w", "driver")
+# what load() gives: the GPU under work, cheap enough to sample every few milliseconds
+LOAD_FIELDS = ("sm_clock_mhz", "power_draw_w", "temperature_c", "energy_mj", "clock_event_reasons")
 
 
 class NvmlError(Exception):
@@ -102,8 +121,8 @@ class Nvml:
             return False
         raise NvmlError(f"{name} failed: {self.error_string(code)}")
 
-    def _uint(self, name: str, *args) -> int | None:
-        out = ctypes.c_uint()
+    def _uint(self, name: str, *args, kind=ctypes.c_uint) -> int | None:
+        out = kind()
         return out.value if self._checked(name, getattr(self._lib, name)(*args, ctypes.byref(out))) else None
 
     def _text(self, name: str, size: int, *args) -> str | None:
@@ -144,6 +163,28 @@ class Nvml:
             "driver": self.driver_version(),
         }
 
+    def load(self, uuid: str) -> dict:
+        """LOAD_FIELDS of the GPU with this UUID, read now: its SM clock (MHz), power draw (nvidia-smi's
+        power.draw: W, NVML gives mW), temperature (C), the energy it has used since the driver loaded (mJ:
+        the difference of two reads over a stretch of work is that work's energy), and the set bits of why
+        its clock is below the maximum (names from CLOCK_EVENT_REASONS; an unnamed bit as its hex value).
+        A field NVML does not support here is None."""
+        h = self.device(uuid)
+        milliwatts = self._uint("nvmlDeviceGetPowerUsage", h)
+        reasons = self._uint("nvmlDeviceGetCurrentClocksThrottleReasons", h, kind=ctypes.c_ulonglong)
+        return {
+            "sm_clock_mhz": self._uint("nvmlDeviceGetClockInfo", h, NVML_CLOCK_SM),
+            "power_draw_w": milliwatts / 1000 if milliwatts is not None else None,
+            "temperature_c": self._uint("nvmlDeviceGetTemperature", h, NVML_TEMPERATURE_GPU),
+            "energy_mj": self._uint("nvmlDeviceGetTotalEnergyConsumption", h, kind=ctypes.c_ulonglong),
+            "clock_event_reasons": None if reasons is None else reason_names(reasons),
+        }
+
+
+def reason_names(bits: int) -> tuple[str, ...]:
+    """The names of the set bits of an nvmlClocksEventReasons mask, lowest first; an unnamed bit as hex."""
+    return tuple(CLOCK_EVENT_REASONS.get(1 << i, hex(1 << i)) for i in range(bits.bit_length()) if bits >> i & 1)
+
 
 _lock = threading.Lock()        # the sampler's thread and the measuring thread may both ask first
 _shared: Nvml | None = None
@@ -168,3 +209,8 @@ def shared() -> Nvml:
 def read(uuid: str) -> dict:
     """shared().read(uuid): raises NvmlError (NvmlUnavailable included) where NVML cannot say."""
     return shared().read(uuid)
+
+
+def load(uuid: str) -> dict:
+    """shared().load(uuid): raises NvmlError (NvmlUnavailable included) where NVML cannot say."""
+    return shared().load(uuid)

@@ -16,15 +16,18 @@ typedef enum { NVML_CLOCK_GRAPHICS = 0, NVML_CLOCK_SM = 1, NVML_CLOCK_MEM = 2, N
 
 struct nvmlDevice_st {
     const char *uuid, *name;
-    unsigned int index, sm_mhz, mem_mhz, max_sm_mhz, power_mw;
+    unsigned int index, sm_mhz, mem_mhz, max_sm_mhz, power_mw, draw_mw, temperature_c;
+    unsigned long long energy_mj, reasons;
     int power_supported, max_clock_supported;
 };
 typedef struct nvmlDevice_st *nvmlDevice_t;
 
 /* host order: index 0 and 1; the second supports neither a power limit nor a max clock query */
 static struct nvmlDevice_st devices[] = {
-    {"GPU-5tand1n0-0000-0000-0000-000000000000", "Stand-in GPU (tests)", 0, 1755, 2619, 1980, 699999, 1, 1},
-    {"GPU-5tand1n1-1111-1111-1111-111111111111", "Stand-in GPU (tests)", 1, 1410, 2619, 1980, 0, 0, 0},
+    {"GPU-5tand1n0-0000-0000-0000-000000000000", "Stand-in GPU (tests)", 0, 1755, 2619, 1980, 699999, 512345, 61,
+     12345678901ULL, 0x4 | 0x200ULL | (1ULL << 40), 1, 1},
+    {"GPU-5tand1n1-1111-1111-1111-111111111111", "Stand-in GPU (tests)", 1, 1410, 2619, 1980, 0, 0, 30,
+     0, 0x1, 0, 0},
 };
 
 int standin_init_result = NVML_SUCCESS;   /* what nvmlInit_v2 returns */
@@ -118,4 +121,35 @@ nvmlReturn_t nvmlDeviceGetPowerManagementLimit(nvmlDevice_t device, unsigned int
     if (!device->power_supported) return NVML_ERROR_NOT_SUPPORTED;
     *limit = device->power_mw;
     return NVML_SUCCESS;
+}
+
+/* the draw is as unsupported as the limit on the second GPU; energy is 64-bit (mJ since the driver loaded) */
+nvmlReturn_t nvmlDeviceGetPowerUsage(nvmlDevice_t device, unsigned int *power) {
+    nvmlReturn_t r = check(device, power);
+    if (r != NVML_SUCCESS) return r;
+    if (!device->power_supported) return NVML_ERROR_NOT_SUPPORTED;
+    *power = device->draw_mw;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetTemperature(nvmlDevice_t device, int sensor, unsigned int *temp) {
+    nvmlReturn_t r = check(device, temp);
+    if (r != NVML_SUCCESS) return r;
+    if (sensor != 0) return NVML_ERROR_INVALID_ARGUMENT;   /* NVML_TEMPERATURE_GPU */
+    *temp = device->temperature_c;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetTotalEnergyConsumption(nvmlDevice_t device, unsigned long long *energy) {
+    nvmlReturn_t r = check(device, energy);
+    if (r != NVML_SUCCESS) return r;
+    if (!device->power_supported) return NVML_ERROR_NOT_SUPPORTED;
+    *energy = device->energy_mj;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetCurrentClocksThrottleReasons(nvmlDevice_t device, unsigned long long *reasons) {
+    nvmlReturn_t r = check(device, reasons);
+    if (r == NVML_SUCCESS) *reasons = device->reasons;
+    return r;
 }

@@ -146,6 +146,17 @@ def test_read_gives_each_field_through_handles_out_pointers_and_buffers(fresh):
     assert set(lib.read(GPU0)) == set(nvml.FIELDS)
 
 
+def test_load_gives_power_temperature_64_bit_energy_and_the_clock_event_reasons_by_name(fresh):
+    lib = nvml.Nvml(str(fresh["full"]))
+    assert lib.load(GPU0) == {"sm_clock_mhz": 1755, "power_draw_w": 512.345, "temperature_c": 61,
+                              "energy_mj": 12345678901,   # above 2^32: read as 64 bits, not cut
+                              "clock_event_reasons": ("sw_power_cap", "0x200", "0x10000000000")}
+    assert set(lib.load(GPU0)) == set(nvml.LOAD_FIELDS)
+    idle = lib.load(GPU1)   # neither the draw nor the energy supported there
+    assert idle["power_draw_w"] is None and idle["energy_mj"] is None
+    assert idle["clock_event_reasons"] == ("gpu_idle",) and idle["temperature_c"] == 30
+
+
 def test_a_field_nvml_does_not_support_is_none_not_a_guess(fresh):
     state = nvml.Nvml(str(fresh["full"])).read(GPU1)   # no power limit or max clock query on this one
     assert state["power_limit_w"] is None and state["max_sm_clock_mhz"] is None

@@ -12,6 +12,10 @@ the turn, divided: the test of "draws more energy per unit of work"), the temper
 NVML gave for a clock below the maximum with the share of samples that gave each (sw_power_cap: the power limit).
 
     python3 benchmarks/clock_probe.py --variant v9 --shape 16,32,1024,64 --causal --dtype float16
+    python3 benchmarks/clock_probe.py --candidates 'C2 BN128 S2 persistent tma-o q2;C3 BN128 S2 persistent (non-causal)'
+
+--candidates: tuning candidates of the rung (labels, or unique parts, as `lab tune --predict` names them; ';' between
+them) run in the turns too, from its tuning build (built beforehand: `lab build --variant v9 --tuning`).
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ import time
 
 from lab import nvml
 from lab.environment import gpu_uuid
-from lab.ladder import build, registry
+from lab.ladder import build, registry, tuning
 from lab.measure import baselines
 from lab.measure.call import inputs, make_call, rung
 from lab.measure.problem import Problem
@@ -87,6 +91,7 @@ def main() -> None:
     ap.add_argument("--turns", type=int, default=3, help="turns of each implementation, alternating")
     ap.add_argument("--batch", type=int, default=20)
     ap.add_argument("--every-ms", type=float, default=5.0)
+    ap.add_argument("--candidates", default="", help="tuning candidates, ';' between labels")
     a = ap.parse_args()
     b, h, n, d = (int(x) for x in a.shape.split(","))
     problem = Problem(b, h, n, n, d, a.causal, a.dtype)
@@ -94,7 +99,14 @@ def main() -> None:
     ours = rung(variant, build.load_cached(variant), problem)
     cudnn = baselines.attention("sdpa-cudnn", problem)
     q, k, v = inputs(problem, ours)
-    impls = {variant.id: ours, "sdpa-cudnn": cudnn}
+    impls = {variant.id: ours}
+    if a.candidates:
+        module = tuning.tuning_build(variant, allow_compile=False).module
+        declared = tuning.declared_candidates(module, d, a.dtype)
+        for given in a.candidates.split(";"):
+            i = tuning.resolve_label(given, declared, problem, "the tuning build's candidates", "--candidates")
+            impls[declared[i].label] = rung(variant, tuning.Candidate(module, i), problem)
+    impls["sdpa-cudnn"] = cudnn
     uuid = gpu_uuid(torch.cuda.get_device_properties(0))
     print(f"{torch.cuda.get_device_name(0)}, {problem.label()}: {a.turns} turns of {a.seconds:g} s each, "
           f"the GPU's load every {a.every_ms:g} ms (NVML)")

@@ -604,6 +604,9 @@ static const LabTuneCandidate kCandidates64[] = {
     {"C2 BN128 S2 persistent pp tma-o q2 half-softmax tree-max row-limit (causal)", launch_causal<PingPong64OTmaQ2Lean, Persistent>, LAB_SERVES_CAUSAL},
     // Step 17: P's row sums by the tensor cores on three consumers (without the LSE; one warpgroup's twins retired).
     {"C3 BN128 S2 persistent sum-mma (non-causal)", launch_non_causal<Long64SumMma, Persistent>, LAB_SERVES_NON_CAUSAL},
+    // Step 18: step 15's two consumers without turns (BM = 128) back, for the energy a call under the power cap.
+    {"C2 BN128 S2 persistent tma-o q2", launch_any<Pair64OTmaQ2, Persistent>},
+    {"C2 BN128 S2 persistent tma-o q2 half-softmax tree-max row-limit (causal)", launch_causal<Pair64OTmaQ2Lean, Persistent>, LAB_SERVES_CAUSAL},
 };
 static const LabTuneCandidate kCandidates128[] = {
     // Ping-pong on the persistent grid (steps 2-3), O by TMA (step 4), two Q buffers (step 6 (c)): the default.

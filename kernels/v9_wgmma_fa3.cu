@@ -393,6 +393,14 @@
 //   (events); D=64 non-causal 2048 1.008x / 1.014x (0.987x / 0.989x before).
 // Still to come (issue 28; that grid, graph, 42 of 48): D=64 non-causal N = 1024 (0.993x / 0.996x), D=64 causal 1024
 //   (0.986x / 0.984x), D=64 causal 512 bf16 (0.996x), D=128 causal 512 bf16 (0.996x).
+// Step 18 (nineteenth session; v9_notes "Step 18"): the D=64 causal ping-pong (step 13 (c)) below kShortCausal = 2048
+//   (was 1024), so at N = 1024 too. Bottleneck it attacks: energy, not cycles. Under ncu (each launch from an idle GPU)
+//   v9's one-warpgroup kernel and cuDNN's take the same SM cycles at 16,32,1024,64 (eighteenth session); run back to
+//   back for 3 s (benchmarks/clock_probe.py, one H200, 61a532e) both sit at the power cap (NVML: sw_power_cap in 93-100%
+//   of samples, 690 W) and v9 holds 1680-1725 MHz against cuDNN's 1770-1815, using 163 mJ a call against 157 (+4%),
+//   236 us against 226. The ping-pong (BM = 128) does the same work on 152 mJ at 1845-1860 MHz: 220 us, ahead of cuDNN
+//   (b6a7673; bf16 213 against 215, 39b9c56). Predicted (before the grid): the fa-grid's D=64 causal 1024 cells from
+//   0.986x / 0.984x (H100, graph) to 1.00-1.02x; 512 and 2048 unchanged. Measured: see v9_notes "Step 18 measured".
 #include "common.cuh"
 #include "hopper/fwd_wgmma.cuh"
 
@@ -449,8 +457,11 @@ constexpr int kLongRows = 2048;
 constexpr int kLongCausal = 8192;
 // Step 13 (c) (sixteenth session; v9_notes "Step 13 (c)"): ping-pong with two Q buffers and steps 11 (b)-12 is the
 // D=64 causal default below kShortCausal: 1.032x the step-12 default at 32,32,512,64 (CI95 1.015-1.047), 1.003x
-// at 16,32,1024,64 (below the rule's 1.005), 0.981x at 2048 (H100, ff95585).
-constexpr int kShortCausal = 1024;
+// at 16,32,1024,64 (below the rule's 1.005), 0.981x at 2048 (H100, ff95585). Step 18 (v9_notes "Step 18"): under the
+// power cap (3 s of calls back to back, NVML's sw_power_cap in 93-100% of samples, H200) it runs 1.049x / 1.048x the
+// one-warpgroup default at 16,32,1024,64 fp16 / bf16 and 1.03x at 8,32,2048,64 on 4.5% fewer joules a call; the rule
+// moves to 2048, where it is >= 1.0 with the clock shared too.
+constexpr int kShortCausal = 2048;
 // Step 5, tuning candidates only (tenth session): three consumer warpgroups (BM = 192) at D=64 with O
 // stored by TMA, both masks, and the same with each warpgroup computing only the key tiles its own
 // rows see (fwd_wgmma.cuh's OwnKeyTiles: causal, warpgroup 0 of a block skips the key tiles past its
@@ -607,6 +618,8 @@ static const LabTuneCandidate kCandidates64[] = {
     // Step 18: step 15's two consumers without turns (BM = 128) back, for the energy a call under the power cap.
     {"C2 BN128 S2 persistent tma-o q2", launch_any<Pair64OTmaQ2, Persistent>},
     {"C2 BN128 S2 persistent tma-o q2 half-softmax tree-max row-limit (causal)", launch_causal<Pair64OTmaQ2Lean, Persistent>, LAB_SERVES_CAUSAL},
+    // Step 18: ping-pong with two Q buffers non-causal (step 8's, 0.954x at 512 with the clock shared).
+    {"C2 BN128 S2 persistent pp tma-o q2 (non-causal)", launch_non_causal<PingPong64OTmaQ2, Persistent>, LAB_SERVES_NON_CAUSAL},
 };
 static const LabTuneCandidate kCandidates128[] = {
     // Ping-pong on the persistent grid (steps 2-3), O by TMA (step 4), two Q buffers (step 6 (c)): the default.

@@ -65,6 +65,7 @@ CASES = [
     (12, 2, 2048, 2300, 64, False, "float16", 1.0),
     (2, 12, 2200, 2048, 64, False, "bfloat16", LARGE_STD),
     (4, 33, 700, 300, 64, True, "float16", 1.0),        # Nq > Nk causal at D=64: rows past the keys
+    (1, 20, 2100, 2050, 64, True, "bfloat16", LARGE_STD),  # causal 2048 <= N < 8192: one warpgroup (step 18)
     (16, 16, 512, 512, 128, True, "float16", 1.0),      # the fa-grid's weakest cells, smaller
     (16, 32, 512, 512, 64, True, "bfloat16", 1.0),
     # D=128 runs ping-pong on the persistent grid (steps 2-3), O stored by TMA (step 4): the two
@@ -78,7 +79,7 @@ CASES = [
     # (a ragged last key tile), 8200 = 64 x 128 + 8 rows
     (1, 2, 8200, 8300, 128, False, "bfloat16", LARGE_STD),
 ]
-LSE_CASES = [CASES[0], CASES[3], CASES[5], CASES[9], CASES[15], CASES[12], CASES[18], CASES[-1]]
+LSE_CASES = [CASES[0], CASES[3], CASES[5], CASES[9], CASES[16], CASES[12], CASES[19], CASES[-1], CASES[14]]
 # The `lab tune` candidates that are not a default's (kernels/v9_wgmma_fa3.cu; step 13 retired those that lost),
 # by label, so the cases above do not reach them; checked here with the LSE on the cases of their head dim and
 # mask. D=128, non-causal only: step 13's 176-key tiles and step 14's with O staged in the tile's last V stage
@@ -90,18 +91,24 @@ D128_NON_CAUSAL_CANDIDATES = ["C2 BN176 S2 persistent pp (non-causal)",
 # D=64, both masks: two Q buffers on one warpgroup with O by TMA (the non-causal default below 2048 since step 6
 # (c), a candidate for causal problems) and step 7's 64-key tiles (BN = 64 beside BM = 64: ragged key tiles at
 # 300, 1023, 2300, 8200).
-D64_CANDIDATES = ["C1 BN128 S2 persistent tma-o q2", "C1 BN64 S2 persistent tma-o"]
+D64_CANDIDATES = ["C1 BN128 S2 persistent tma-o q2", "C1 BN64 S2 persistent tma-o",
+                  # step 15, back at step 18: two consumer warpgroups without turns (BM = 128)
+                  "C2 BN128 S2 persistent tma-o q2"]
 D64_CASES = [c for c in CASES if c[4] == 64]
 # D=64, non-causal only: step 7 (c), two Q buffers on three consumers (Long64).
 D64_NON_CAUSAL_CANDIDATES = ["C3 BN128 S2 persistent q2 (non-causal)",
                              # step 17: P's row sums by the tensor cores (the ones tile beside V)
-                             "C3 BN128 S2 persistent sum-mma (non-causal)"]
+                             "C3 BN128 S2 persistent sum-mma (non-causal)",
+                             # step 18: ping-pong with two Q buffers (BM = 128) non-causal
+                             "C2 BN128 S2 persistent pp tma-o q2 (non-causal)"]
 # D=64, causal only: step 10, three consumers causal (the default from Nq, Nk >= 8192), and step 13 (c), the causal
 # default's changes with two Q buffers, one warpgroup and in ping-pong (BM = 128; ragged Nk = 300, 2300, 8200,
 # Nq != Nk).
 D64_CAUSAL_CANDIDATES = ["C3 BN128 S2 persistent (causal)",
                          "C1 BN128 S2 persistent tma-o q2 half-softmax tree-max row-limit (causal)",
-                         "C2 BN128 S2 persistent pp tma-o q2 half-softmax tree-max row-limit (causal)"]
+                         "C2 BN128 S2 persistent pp tma-o q2 half-softmax tree-max row-limit (causal)",
+                         # step 15, back at step 18: the two consumers without turns with the causal changes
+                         "C2 BN128 S2 persistent tma-o q2 half-softmax tree-max row-limit (causal)"]
 CANDIDATE_CASES = [(label, c) for label in D64_CANDIDATES for c in D64_CASES] + \
                   [(label, c) for label in D64_NON_CAUSAL_CANDIDATES for c in D64_CASES if not c[5]] + \
                   [(label, c) for label in D64_CAUSAL_CANDIDATES for c in D64_CASES if c[5]] + \

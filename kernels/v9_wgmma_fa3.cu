@@ -400,7 +400,11 @@
 //   of samples, 690 W) and v9 holds 1680-1725 MHz against cuDNN's 1770-1815, using 163 mJ a call against 157 (+4%),
 //   236 us against 226. The ping-pong (BM = 128) does the same work on 152 mJ at 1845-1860 MHz: 220 us, ahead of cuDNN
 //   (b6a7673; bf16 213 against 215, 39b9c56). Predicted (before the grid): the fa-grid's D=64 causal 1024 cells from
-//   0.986x / 0.984x (H100, graph) to 1.00-1.02x; 512 and 2048 unchanged. Measured: see v9_notes "Step 18 measured".
+//   0.986x / 0.984x (H100, graph) to 1.00-1.02x; 512 and 2048 unchanged. Measured (one H200, 6b06dcd; gate 65 passed,
+//   racecheck/synccheck 2, GQA 10): the H200 fa-grid `20261128-101754-sweep-v9-fa-grid-h200`, graph 45 of 48 >= cuDNN,
+//   events 48 of 48; D=64 causal 1024 0.991x / 0.991x (missed: the grid's graph timer ran these cells at 1980 MHz, not
+//   at the cap, where the two shapes are level), D=64 non-causal 1024 fp16 0.998x. Still to come (issue 28): those
+//   three cells, and the H100 grid.
 #include "common.cuh"
 #include "hopper/fwd_wgmma.cuh"
 

@@ -74,6 +74,13 @@ MAX_CHECK_SHAPES = 1_000    # seeded shapes `lab check` may be asked for: each i
 reps_option = click.option("--reps", type=click.IntRange(2, MAX_REPS), default=DEFAULT_REPS, show_default=True,
                            help="timed repetitions (>= 30 for a CI95 worth reading)")
 warmup_option = click.option("--warmup", type=click.IntRange(0, MAX_REPS), default=DEFAULT_WARMUP, show_default=True)
+MAX_UNDER_LOAD_MS = 10_000.0   # ten seconds of calls before every repetition: past it, a typo
+under_load_option = click.option(
+    "--under-load", "under_load_ms", type=click.FloatRange(0, MAX_UNDER_LOAD_MS), default=0, metavar="MS",
+    help="time each repetition behind MS ms of the same call back to back (untimed; the timed call is checked "
+         "as always), so it runs at the clock the GPU holds under sustained load, its power limit as in a training "
+         "step, instead of an idle GPU's boost clock; NVML's clock after each repetition is reported. 50 reaches "
+         "the limit on an H100/H200. 0: off")
 mode_option = click.option("--mode", type=click.Choice(["fwd", "bwd", "fwd+bwd"]), default="fwd", show_default=True,
                            help="the forward, the backward (dQ, dK, dV from O, dO and the LSE), or both in one call")
 deterministic_option = click.option(
@@ -552,11 +559,12 @@ def _repeat_text(s) -> str:
                    "and device time per call, share, sum (torch.profiler's CUPTI records of the timed calls; no Nsight)")
 @click.option("--kernel-calls", type=click.IntRange(1, MAX_KERNEL_CALLS), default=None, metavar="N",
               help=f"calls traced for --kernels, after the timing (default {KERNEL_CALLS})")
+@under_load_option
 @click.option("--markdown", "markdown_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="also append the table as Markdown (device, date, commit) to this file")
 @json_option
 def bench(variant_spec, shape, causal, dtype, reps, warmup, mode, deterministic, no_baselines, backends_spec,
-          kernels, kernel_calls, markdown_path, as_json):
+          kernels, kernel_calls, under_load_ms, markdown_path, as_json):
     """Time rungs beside the SDPA backends (cudnn, flash, efficient, math) in the rung's 16-bit dtype (fp16
     for an fp32 rung) and fp32; --mode bwd or fwd+bwd times the backward (the rung's own launcher; the
     backends' through autograd). --deterministic: the rungs' deterministic backward (its problem label
@@ -570,7 +578,7 @@ def bench(variant_spec, shape, causal, dtype, reps, warmup, mode, deterministic,
     problems = [_problem(v, shape, causal, dtype, deterministic=deterministic) for v in chosen]
     backends = select_backends(backends_spec)
     result = bench_ladder(chosen, problems, reps, warmup, baselines=not no_baselines, backends=backends, mode=mode,
-                          kernel_calls=(kernel_calls or KERNEL_CALLS) if kernels else 0)
+                          kernel_calls=(kernel_calls or KERNEL_CALLS) if kernels else 0, under_load_ms=under_load_ms)
     if markdown_path:
 
         with open(markdown_path, "a") as fh:
@@ -579,7 +587,8 @@ def bench(variant_spec, shape, causal, dtype, reps, warmup, mode, deterministic,
                                              f"{f' --mode {mode}' if mode != 'fwd' else ''}"
                                              f"{' --deterministic' if deterministic else ''}"
                                              f"{' --kernels' if kernels else ''}"
-                                             f"{f' --kernel-calls {kernel_calls}' if kernel_calls else ''}") + "\n")
+                                             f"{f' --kernel-calls {kernel_calls}' if kernel_calls else ''}"
+                                             f"{f' --under-load {under_load_ms:g}' if under_load_ms else ''}") + "\n")
     if as_json:
         click.echo(json.dumps(result, indent=2))
     else:
@@ -1150,10 +1159,12 @@ def sweep_merge(partials, name, allow_mismatch, profiles_dir):
                    "LO-HI: default time / its time, e.g. 1.04-1.14), recorded before any timing and judged by "
                    "`lab ledger` (repeatable)")
 @mode_option
+@under_load_option
 @click.option("--profiles", "profiles_dir", type=click.Path(path_type=Path), default=None, envvar="LAB_PROFILES",
               help="the run store the tune is stored in (default: profiles/; env LAB_PROFILES)")
 @json_option
-def tune(variant_id, shape, causal, dtype, reps, warmup, check_shapes, predictions, mode, profiles_dir, as_json):
+def tune(variant_id, shape, causal, dtype, reps, warmup, check_shapes, predictions, mode, under_load_ms, profiles_dir,
+         as_json):
     """Check and time a rung's candidate configurations (declared in its own file) round-robin; the
     tune is stored (with its predictions, judged by `lab ledger`) where anything was timed."""
 
@@ -1167,7 +1178,7 @@ def tune(variant_id, shape, causal, dtype, reps, warmup, check_shapes, predictio
     if profiles_dir is not None and profiles_dir.exists() and not profiles_dir.is_dir():
         raise LabError(f"--profiles {profiles_dir} is a file, not a run store directory")
     result = run_tune(variant, problem, reps=reps, warmup=warmup, check_shapes=check_shapes, mode=mode,
-                      predictions=parsed)
+                      predictions=parsed, under_load_ms=under_load_ms)
     stored = tune_store.store_tune(result, reps, warmup, check_shapes, origin=variant.origin, root=profiles_dir)
     if as_json:
         click.echo(json.dumps({**result.to_dict(), "stored": str(stored.path) if stored else None}, indent=2))
@@ -1182,18 +1193,32 @@ def tune(variant_id, shape, causal, dtype, reps, warmup, check_shapes, predictio
         raise CheckFailed(f"no configuration of {variant.id} passed its check on {problem.label()}; nothing stored")
 
 
+def _under_load_cell(timing: dict) -> str:
+    """A tuned row's clock under load: NVML's SM clock after its repetitions and the share power-capped."""
+    c = timing.get("checks") or {}
+    if c.get("load_sm_clock_mhz") is None:
+        return "n/a (no NVML)"
+    return f"{c['load_sm_clock_mhz']:g} ({c['load_power_capped_share']:.0%} capped)"
+
+
 def _print_tune(result) -> None:
     best = result.fastest()
+    loaded = next(((r.timing.get("checks") or {}).get("under_load_ms") for r in result.rows
+                   if r.timing and (r.timing.get("checks") or {}).get("under_load_ms")), None)
     table = Table(title=f"lab tune {result.variant_id}{'' if result.mode == 'fwd' else ' ' + result.mode} on {result.problem.label()}"
                         f"{' causal' if result.problem.causal else ''} (median of {best.timing['reps'] if best else 0},"
-                        " interleaved, L2 flushed)")
-    for col in ("#", "configuration", "median ms", "CI95 ms", "TFLOP/s", "vs default", "check"):
+                        " interleaved, L2 flushed"
+                        + (f"; under load: each repetition behind {loaded:g} ms of its own calls" if loaded else "") + ")")
+    columns = ["#", "configuration", "median ms", "CI95 ms", "TFLOP/s", "vs default"]
+    columns += ["SM MHz under load"] if loaded else []
+    for col in (*columns, "check"):
         table.add_column(col, justify="left" if col in ("configuration", "check") else "right")
     for r in result.rows:
         t = r.timing
-        cells = (["-"] * 4 if not t else
+        cells = (["-"] * (len(columns) - 2) if not t else
                  [f"{t['median']:.4f}", f"{t['ci95_low']:.4f}-{t['ci95_high']:.4f}", f"{t['tflops']:.1f}",
-                  f"{r.vs_default['ratio']:.3f}x" if r.vs_default and r.vs_default.get("ratio") else "-"])
+                  f"{r.vs_default['ratio']:.3f}x" if r.vs_default and r.vs_default.get("ratio") else "-"]
+                 + ([_under_load_cell(t)] if loaded else []))
         mark = (f"[yellow]not applicable[/] ({r.not_applicable})" if r.not_applicable
                 else f"[red]no time[/] ({r.refused})" if r.refused else "[green]pass[/]" if r.passed
                 else f"[red]FAIL[/] {r.error or ''}")

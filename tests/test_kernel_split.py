@@ -340,7 +340,7 @@ def test_bench_splits_the_measurement_it_timed_and_never_a_rung_that_failed_or_w
 
     seen_calls = []
 
-    def run_baseline(problem, backend, dtype, reps, warmup, mode="fwd", kernel_calls=0):
+    def run_baseline(problem, backend, dtype, reps, warmup, mode="fwd", kernel_calls=0, under_load_ms=0.0):
         seen_calls.append(kernel_calls)
         return baselines.Baseline(f"sdpa-{backend}", backend, dtype, "ok", "",
                                   Timing("ms", 1.0, 1.0, 0.01, 1.0, 1.0, 1.0, 1.0, 30, 5, True), 1.0,

@@ -285,3 +285,23 @@ def test_a_pinned_process_reads_its_gpu_s_host_index_through_nvml(tmp_path):
     assert got["device"]["probe_source"] == "nvml" and got["device"]["driver"] == want["driver_version"]
     assert got["device"]["max_sm_clock_mhz"] == int(want["clocks.max.sm"])
     assert got["record"]["sm_clock_mhz"] > 0 and got["device"]["sm_clock_mhz"] > 0
+
+
+@pytest.mark.gpu
+def test_under_load_on_the_gpu_reads_the_clock_after_every_repetition_and_is_never_faster():
+    """The timer under load (lab.measure.timed, UNDER LOAD) on a real GPU: an 8192^3 fp16 GEMM behind 100 ms of
+    itself, NVML read after each of its repetitions (the SM clock at most the GPU's maximum, the reasons by
+    name), and its median not under the same call's timed alone (the stretch can only lower the clock)."""
+    torch = _needs_cuda()
+    from lab.measure.timed import time_checked
+
+    a = torch.randn(8192, 8192, device="cuda", dtype=torch.float16)
+    alone = time_checked(lambda: a @ a, reps=10, warmup=3)
+    loaded = time_checked(lambda: a @ a, reps=10, warmup=3, under_load_ms=100)
+    c = loaded.checks
+    assert c["under_load_ms"] == 100 and c["under_load_calls"] >= 10 and c["load_states_read"] == 10
+    top = nvml.read(environment.gpu_uuid(torch.cuda.get_device_properties(0)))["max_sm_clock_mhz"]
+    assert 0 < c["load_sm_clock_mhz"] <= (top or 10**6)
+    assert 0.0 <= c["load_power_capped_share"] <= 1.0
+    assert all(isinstance(r, str) for r in c["load_clock_event_reasons"])
+    assert loaded.median >= 0.98 * alone.median, (loaded.median, alone.median, c)

@@ -123,7 +123,7 @@ def test_bench_times_the_baselines_in_the_rungs_own_dtype(monkeypatch, capsys):
 
     timed = []
 
-    def run_baseline(problem, backend, dtype, reps, warmup, mode="fwd", kernel_calls=0):
+    def run_baseline(problem, backend, dtype, reps, warmup, mode="fwd", kernel_calls=0, under_load_ms=0.0):
         timed.append((problem.label().rsplit("-", 1)[0], backend, dtype))
         return baselines.Baseline(f"sdpa-{backend}", backend, dtype, "ok", "", timing(1.0), 1.0)
 
@@ -165,3 +165,48 @@ def test_the_baselines_dtypes_follow_the_rungs():
     assert baseline_dtypes("bfloat16") == ("bfloat16", "float32")
     assert baseline_dtypes("float16") == ("float16", "float32")
     assert baseline_dtypes("float32") == ("float16", "float32")
+
+
+def test_bench_under_load_times_rungs_and_baselines_behind_the_stretch_and_prints_the_clock(monkeypatch, capsys):
+    """`lab bench --under-load MS` hands MS to every timing, the rung's and each baseline's, and the table and
+    its Markdown say the clock NVML read after the repetitions and the share the power limit held down."""
+    from types import SimpleNamespace
+
+    from lab.measure import baselines, benchtable
+    from lab.measure.bench import Timing
+
+    asked = []
+
+    def timing(ms, under_load_ms, mhz):
+        asked.append(under_load_ms)
+        t = Timing("ms", ms, ms, 0.01, ms, ms, ms, ms, 30, 5, True)
+        t.checks = {"under_load_ms": under_load_ms, "under_load_calls": 200, "load_states_read": 30,
+                    "load_sm_clock_mhz": mhz, "load_power_capped_share": 0.9}
+        return t
+
+    def run_baseline(problem, backend, dtype, reps, warmup, mode="fwd", kernel_calls=0, under_load_ms=0.0):
+        return baselines.Baseline(f"sdpa-{backend}", backend, dtype, "ok", "", timing(1.0, under_load_ms, 1770), 1.0)
+
+    monkeypatch.setattr(baselines, "run_baseline", run_baseline)
+    for name in ("require_gpu", "require_compute_capability"):
+        monkeypatch.setattr(benchtable, name, lambda *a, **k: None)
+    monkeypatch.setattr(benchtable, "gated", lambda v, p, mode: SimpleNamespace(passed=True, verdict={"passed": True},
+                                                                                module=None))
+    monkeypatch.setattr(benchtable, "rung_measurement", lambda *a, **k: SimpleNamespace(
+        time=lambda reps, warmup, under_load_ms=0.0: timing(1.1, under_load_ms, 1680)))
+    monkeypatch.setattr(benchtable, "device_info", lambda: {"name": "GPU", "compute_capability": "9.0", "sm_count": 132})
+    monkeypatch.setattr(benchtable, "software_info", lambda: {"torch": "2.11"})
+    monkeypatch.setattr(benchtable, "git_info", lambda: {"commit": "abc", "dirty": False})
+
+    rung = next(v for v in builtin() if "float16" in v.dtypes)
+    result = benchtable.bench_ladder([rung], [parse_shape("1,2,256,64", dtype="float16")], reps=30, warmup=5,
+                                     backends=("cudnn",), under_load_ms=50)
+    assert asked == [50, 50, 50]   # cuDNN fp16 and fp32, then the rung
+    assert result["under_load_ms"] == 50 and result["rows"][0]["under_load"]["load_sm_clock_mhz"] == 1680
+    assert [b["under_load"]["load_sm_clock_mhz"] for b in result["rows"][0]["baselines"]] == [1770, 1770]
+    md = benchtable.markdown_ladder(result)
+    assert "behind 50 ms of its own calls" in md and f"| {rung.id} | B1-H2-N256-D64-float16 | 1.1 | 1680 | 90% of 30 |" in md
+    monkeypatch.setenv("COLUMNS", "300")
+    benchtable.print_ladder(result)
+    out = capsys.readouterr().out
+    assert "under load" in out and "1680" in out and "1770" in out and "90% of 30" in out

@@ -461,6 +461,100 @@ def test_interleaved_candidates_get_a_timing_or_their_refusal():
     assert isinstance(out["cheat"], TimingRefused) and out["cheat"].status == OUTSIDE_STREAM
 
 
+class PowerCappedDevice(SimDevice):
+    """A GPU whose clock the power limit pulls down once its stream has been busy for CAP_AFTER ms without
+    a break longer than BREAK ms: then a kernel of `ms` at the boost clock takes ms x BOOST / CAPPED, and
+    NVML (gpu_load) reads CAPPED MHz and sw_power_cap."""
+    BOOST, CAPPED, CAP_AFTER, BREAK = 1980, 1700, 5.0, 0.2
+
+    def __init__(self, **kw):
+        super().__init__(**kw)
+        self.busy_since, self.capped = 0.0, False
+
+    def kernel(self, ms):
+        start = max(self.host + self.dispatch, self.stream)
+        if start - self.stream > self.BREAK:   # idle long enough: the clock recovers
+            self.busy_since = start
+        self.capped = start - self.busy_since >= self.CAP_AFTER
+        self.launch(ms * self.BOOST / self.CAPPED if self.capped else ms)
+
+    def gpu_load(self):
+        return {"sm_clock_mhz": self.CAPPED if self.capped else self.BOOST, "power_draw_w": 690.0 if self.capped else 300.0,
+                "temperature_c": 60, "energy_mj": None,
+                "clock_event_reasons": ("sw_power_cap",) if self.capped else ()}
+
+
+def test_under_load_each_repetition_runs_behind_a_stretch_of_the_call_at_the_clock_it_leaves():
+    """Alone, every repetition starts on an idle GPU at the boost clock; behind a 20 ms stretch of the same
+    call the GPU is at its power limit, and the timed call takes the capped clock's time. The checks say
+    the stretch and what NVML read after each repetition."""
+    for method in ("events", "graph"):
+        dev = PowerCappedDevice()
+        alone = time_checked(lambda: dev.kernel(0.2), method=method, reps=8, warmup=3, device=dev)
+        assert alone.median == pytest.approx(0.2 + (0.002 if method == "events" else 0), abs=1e-9)
+        assert alone.checks["under_load_ms"] is None and alone.checks["load_sm_clock_mhz"] is None
+        loaded = time_checked(lambda: dev.kernel(0.2), method=method, reps=8, warmup=3, device=dev, under_load_ms=20)
+        capped = 0.2 * dev.BOOST / dev.CAPPED
+        assert loaded.median == pytest.approx(capped + (0.002 if method == "events" else 0), abs=1e-9), method
+        c = loaded.checks
+        assert c["under_load_ms"] == 20 and 20 <= c["under_load_calls"] * 0.2 * dev.BOOST / dev.CAPPED + 5
+        assert c["load_states_read"] == 8 and c["load_sm_clock_mhz"] == dev.CAPPED
+        assert c["load_power_capped_share"] == 1.0 and c["load_clock_event_reasons"] == {"sw_power_cap": 1.0}
+
+
+def test_under_load_the_stretch_is_never_judged_and_the_timed_calls_always_are():
+    """The stretch's outputs are dropped (it runs on whatever the slots hold); every timed call is loaded
+    and verified as without it, so a kept result is refused the same."""
+    dev = PowerCappedDevice()
+    state = {"set": None, "calls": 0}
+
+    def prepare(rep):
+        state["set"] = rep % 3
+        return rep % 3
+
+    def verify(token, out):
+        return None if out == token else f"got {out!r} for set {token}"
+
+    def honest():
+        dev.kernel(0.2)
+        return state["set"]
+    t = time_checked(honest, prepare=prepare, verify=verify, reps=6, warmup=2, device=dev, under_load_ms=10)
+    assert t.checks["outputs_verified"] == 2 + 6 and t.checks["under_load_calls"] >= 10
+
+    def kept():   # right on its first three calls, then what it kept
+        state["calls"] += 1
+        dev.kernel(0.2)
+        return state["set"] if state["calls"] <= 3 else "kept"
+    with pytest.raises(TimingRefused) as refused:
+        time_checked(kept, prepare=prepare, verify=verify, reps=6, warmup=2, device=dev, under_load_ms=10)
+    assert refused.value.status == WRONG_OUTPUT
+
+
+def test_under_load_where_nvml_cannot_say_the_time_stands_and_the_reading_is_none():
+    dev = SimDevice()   # no gpu_load: a device the timer cannot read the state of
+    t = time_checked(lambda: dev.launch(0.2), reps=4, warmup=2, device=dev, under_load_ms=2)
+    assert t.checks["under_load_calls"] >= 2 and t.checks["load_states_read"] == 0
+    assert t.checks["load_sm_clock_mhz"] is None and t.checks["load_power_capped_share"] is None
+
+
+def test_interleaved_candidates_under_load_each_run_behind_their_own_stretch():
+    dev = PowerCappedDevice()
+    calls = {"a": 0, "b": 0}
+
+    def call(name, ms):
+        def run():
+            calls[name] += 1
+            dev.kernel(ms)
+        return run
+    out = time_checked_interleaved({"a": Checked(call("a", 0.2)), "b": Checked(call("b", 0.4))},
+                                   reps=5, warmup=2, device=dev, under_load_ms=10)
+    assert out["a"].median == pytest.approx(0.2 * dev.BOOST / dev.CAPPED + 0.002, abs=1e-9)
+    assert out["b"].median == pytest.approx(0.4 * dev.BOOST / dev.CAPPED + 0.002, abs=1e-9)
+    # each stretch sized from its own call: about twice as many of a's as of b's
+    assert out["a"].checks["under_load_calls"] > 1.5 * out["b"].checks["under_load_calls"]
+    assert calls["a"] > 5 * out["a"].checks["under_load_calls"] and calls["b"] > 5 * out["b"].checks["under_load_calls"]
+
+
 # ------------------------------------------------------------------------------ where verdicts show
 
 def test_the_cheats_workspace_declares_every_planted_rung(monkeypatch):

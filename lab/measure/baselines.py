@@ -59,7 +59,16 @@ class Baseline:
                  ci95_low=t.ci95_low if t else None, ci95_high=t.ci95_high if t else None,
                  reps=t.reps if t else None)
         d["ratio"] = rates.ratio(t.median if t else None, ours_median_ms)
+        if t is not None and (t.checks or {}).get("under_load_ms"):   # only under load: stored runs keep their fields
+            d["under_load"] = under_load_reading(t)
         return d
+
+
+def under_load_reading(timing: Timing) -> dict:
+    """What NVML read after the repetitions of a timing under load (lab.measure.timed, UNDER LOAD)."""
+    c = timing.checks or {}
+    return {k: c.get(k) for k in ("under_load_ms", "under_load_calls", "load_states_read", "load_sm_clock_mhz",
+                                  "load_power_capped_share")}
 
 
 _TRIGGERED = re.compile(r"\s*\(Triggered internally at [^)]*\)\.?")
@@ -136,11 +145,12 @@ def unavailable_reason(messages: list[str], error: BaseException) -> str:
 
 
 def run_baseline(problem: Problem, backend: str, dtype: str, reps: int = DEFAULT_REPS, warmup: int = DEFAULT_WARMUP,
-                 seed: int = 0, mode: str = "fwd", kernel_calls: int = 0) -> Baseline:
+                 seed: int = 0, mode: str = "fwd", kernel_calls: int = 0, under_load_ms: float = 0.0) -> Baseline:
     """One SDPA backend timed in `mode` through the one measurement (lab.measure.checked.Measurement):
     its inputs rotating like a rung's (so that both are timed alike), held to the same floor; its
     outputs are the reference, not checked. `kernel_calls`: then that many of its calls traced for
-    the kernel split (Measurement.kernel_split), where it was timed."""
+    the kernel split (Measurement.kernel_split), where it was timed. `under_load_ms`: each repetition behind
+    that long a stretch of its own calls (lab.measure.timed, UNDER LOAD)."""
     import torch
 
     name = f"sdpa-{backend}"
@@ -153,7 +163,7 @@ def run_baseline(problem: Problem, backend: str, dtype: str, reps: int = DEFAULT
             workload = Workload(p, impl.layout, seed=seed)
             measurement = Measurement(impl, workload, mode, verify=False, floor=device_floor(p, mode),
                                       what=describe(f"{name} {dtype}", p, mode))
-            timing = measurement.time(reps=reps, warmup=warmup)
+            timing = measurement.time(reps=reps, warmup=warmup, under_load_ms=under_load_ms)
             kernels = kernel_split_of(measurement, kernel_calls) if kernel_calls else None
     except torch.OutOfMemoryError:
         torch.cuda.empty_cache()
@@ -189,7 +199,8 @@ def select_backends(spec: str) -> tuple[str, ...]:
 
 
 def run_baselines(problem: Problem, reps: int = DEFAULT_REPS, warmup: int = DEFAULT_WARMUP, backends=BACKENDS,
-                  dtypes=None, progress=None, mode: str = "fwd", kernel_calls: int = 0) -> list[Baseline]:
+                  dtypes=None, progress=None, mode: str = "fwd", kernel_calls: int = 0,
+                  under_load_ms: float = 0.0) -> list[Baseline]:
     """Each backend in each of `dtypes` (default: `baseline_dtypes` of the problem's dtype); with
     `kernel_calls`, each one's kernel split too (run_baseline)."""
     out = []
@@ -197,5 +208,6 @@ def run_baselines(problem: Problem, reps: int = DEFAULT_REPS, warmup: int = DEFA
         for backend in backends:
             if progress:
                 progress(f"baseline sdpa-{backend} {dtype}" + (f" {mode}" if mode != "fwd" else ""))
-            out.append(run_baseline(problem, backend, dtype, reps, warmup, mode=mode, kernel_calls=kernel_calls))
+            out.append(run_baseline(problem, backend, dtype, reps, warmup, mode=mode, kernel_calls=kernel_calls,
+                                    under_load_ms=under_load_ms))
     return out

@@ -15,7 +15,7 @@ from lab.console import rich_console, say
 from lab.errors import LabError
 from lab.environment import device_info, git_info, require_compute_capability, require_gpu, software_info
 from lab.measure import rates
-from lab.measure.baselines import baseline_dtypes, kernel_split_of, run_baselines
+from lab.measure.baselines import baseline_dtypes, kernel_split_of, run_baselines, under_load_reading
 from lab.measure.bench import DEFAULT_REPS, DEFAULT_WARMUP
 from lab.measure.call import require_mode
 from lab.measure.checked import rung_measurement
@@ -26,11 +26,12 @@ from lab.measure.timed import TimingRefused
 
 
 def bench_ladder(chosen, problems, reps: int = DEFAULT_REPS, warmup: int = DEFAULT_WARMUP, baselines: bool = True,
-                 backends=None, mode: str = "fwd", kernel_calls: int = 0) -> dict:
+                 backends=None, mode: str = "fwd", kernel_calls: int = 0, under_load_ms: float = 0.0) -> dict:
     """Each rung built, gated in a child and timed in `mode` (lab.measure.gate), beside the SDPA
     backends timed in the same mode once per shape. `kernel_calls`: each timed rung and baseline then
     traced for its kernel split (lab.measure.kernelsplit), on the calls it was timed with; a rung that
-    failed its check, or was given no time, has none."""
+    failed its check, or was given no time, has none. `under_load_ms`: every rung's and baseline's
+    repetitions each behind that long a stretch of its own calls (lab.measure.timed, UNDER LOAD)."""
     for variant, problem in zip(chosen, problems):   # every refusal (exit 2) before any GPU work
         check_supported(variant, problem)
         require_mode(variant, mode)
@@ -48,7 +49,7 @@ def bench_ladder(chosen, problems, reps: int = DEFAULT_REPS, warmup: int = DEFAU
             say(f"baselines for {problem.with_dtype(missing[0]).label()}"
                 + "".join(f", {d}" for d in missing[1:]) + ("" if mode == "fwd" else f" ({mode})"))
             timed = run_baselines(problem, reps, warmup, mode=mode, dtypes=missing, kernel_calls=kernel_calls,
-                                  **({"backends": backends} if backends else {}))
+                                  under_load_ms=under_load_ms, **({"backends": backends} if backends else {}))
             for d in missing:
                 base[(shape_key, d)] = [b for b in timed if b.dtype == d]
         # correctness gates timing: built, then checked in a child on the benched shape and a few
@@ -63,7 +64,7 @@ def bench_ladder(chosen, problems, reps: int = DEFAULT_REPS, warmup: int = DEFAU
         say(f"bench {variant.id} {problem.label()}" + ("" if mode == "fwd" else f" {mode}"))
         measurement = rung_measurement(variant, rung.module, problem, mode=mode)
         try:
-            timing = measurement.time(reps=reps, warmup=warmup)
+            timing = measurement.time(reps=reps, warmup=warmup, under_load_ms=under_load_ms)
         except TimingRefused as refused:   # measured, but not a time the lab will print
             row["refused"] = refused.to_dict()
             refusals.append(str(refused))
@@ -72,6 +73,8 @@ def bench_ladder(chosen, problems, reps: int = DEFAULT_REPS, warmup: int = DEFAU
         row.update(timing=timing.to_dict(), tflops=rates.tflops(rates.flops(problem, mode), timing.median),
                    peak_memory_bytes=timing.peak_memory_bytes,
                    baselines=[b.to_dict(timing.median) for d in wanted for b in base.get((shape_key, d), [])])
+        if under_load_ms:
+            row["under_load"] = under_load_reading(timing)
         if kernel_calls:   # after the timing, on its measurement: the calls the table's time is of
             say(f"kernel split {variant.id} {problem.label()}: {kernel_calls} calls under torch.profiler")
             row["kernel_split"] = kernel_split_of(measurement, kernel_calls)
@@ -85,6 +88,8 @@ def bench_ladder(chosen, problems, reps: int = DEFAULT_REPS, warmup: int = DEFAU
            "warmup": warmup, "mode": mode, "rows": rows}
     # the caller prints and stores the table first, then exits 1 on these (lab.cli bench)
     out["failures"] = ([f"wrong results from {', '.join(failed)}: not timed"] if failed else []) + refusals
+    if under_load_ms:
+        out["under_load_ms"] = under_load_ms
     if kernel_calls:
         out["kernel_calls"] = kernel_calls
         out["failures"] += [f"no kernel split for {who} on {label}: {split['error']}"
@@ -99,6 +104,42 @@ def require_kernel_trace() -> None:
     if ProfilerActivity.CUDA not in supported_activities():
         raise LabError("--kernels needs torch.profiler's CUDA activity (Kineto with CUPTI), which this build of "
                        "torch does not have", hint="a CUDA build of torch from pytorch.org has it; or drop --kernels")
+
+
+def under_load_rows(rows: list[dict]) -> list[tuple[str, str, float | None, dict]]:
+    """(who, problem label, median ms, under_load reading) of each timed rung and baseline of `rows` timed
+    under load, in table order, each baseline once per shape and dtype (as kernel_splits names them)."""
+    out, seen = [], set()
+    for row in rows:
+        if "under_load" in row:
+            out.append((row["variant"], row["problem"]["label"], row["timing"]["median"], row["under_load"]))
+        for b in row.get("baselines", []):
+            key = (_shape_key(row["problem"]), b["backend"], b["dtype"])
+            if "under_load" in b and key not in seen:
+                seen.add(key)
+                label = Problem.from_dict(row["problem"]).plain().with_dtype(b["dtype"]).label()
+                out.append((f"sdpa-{b['backend']}", label, b["median_ms"], b["under_load"]))
+    return out
+
+
+def print_under_load(result: dict, console) -> None:
+    """Under load: the clock each implementation's timed calls ran at, as NVML read it after each."""
+    found = under_load_rows(result["rows"]) if result.get("under_load_ms") else []
+    if not found:
+        return
+    t = Table(title=f"under load: each repetition behind {result['under_load_ms']:g} ms of its own calls back to "
+                    "back; NVML read after each repetition")
+    for col in ("implementation", "problem", "median ms", "calls a stretch", "SM MHz (median)", "power-capped"):
+        t.add_column(col, justify="left" if col in ("implementation", "problem") else "right")
+    for who, label, median, r in found:
+        share = r.get("load_power_capped_share")
+        t.add_row(who, label, f"{median:.4g}" if median is not None else "", str(r.get("under_load_calls") or ""),
+                  f"{r['load_sm_clock_mhz']:g}" if r.get("load_sm_clock_mhz") is not None else "n/a (no NVML)",
+                  f"{share:.0%} of {r['load_states_read']}" if share is not None else "n/a (no NVML)")
+    console.print(t)
+    console.print("power-capped: the share of repetitions after which NVML said the power limit held the clock "
+                  "down (sw_power_cap, hw_power_brake_slowdown). Where it is 0%, the stretch did not reach the limit: "
+                  "lengthen --under-load.")
 
 
 def kernel_splits(rows: list[dict]) -> list[tuple[str, str, dict]]:
@@ -132,7 +173,9 @@ def print_ladder(result: dict) -> None:
     dev = result["device"]
     console.print(f"{dev['name']} (cc {dev['compute_capability']}, {dev['sm_count']} SMs), "
                   f"commit {(result['git']['commit'] or '?')[:10]}{' (dirty)' if result['git']['dirty'] else ''}, "
-                  f"{result.get('mode', 'fwd')}, median of {result['reps']} reps, L2 flushed")
+                  f"{result.get('mode', 'fwd')}, median of {result['reps']} reps, L2 flushed"
+                  + (f", each behind {result['under_load_ms']:g} ms of its own calls back to back (under load)"
+                     if result.get("under_load_ms") else ""))
     t = Table()
     for col in ("rung", "problem", "ok", "median ms", "± std", "TFLOP/s", "vs prev"):
         t.add_column(col, justify="right" if col not in ("rung", "problem") else "left")
@@ -165,6 +208,7 @@ def print_ladder(result: dict) -> None:
         if "refused" in row:
             console.print(f"{row['variant']}: no time ({row['refused']['status']}): {row['refused']['reason']}",
                           markup=False, highlight=False)
+    print_under_load(result, console)
     print_kernel_splits(result, console)
 
 
@@ -239,7 +283,9 @@ def markdown_ladder(result: dict, title: str | None = None) -> str:
              f"Mode {result.get('mode', 'fwd')}. Median of {result['reps']} repetitions after {result['warmup']} warm-up, L2 flushed before each; "
              "every rung passed its float64 check on this shape first, and the timer's checks (lab.measure.timed: "
              "no work outside the stream, every timed output right with inputs rotating, no time under the "
-             "device's floor).", ""]
+             "device's floor)."
+             + (f" Under load: each repetition behind {result['under_load_ms']:g} ms of its own calls back to back "
+                "(lab.measure.timed, UNDER LOAD)." if result.get("under_load_ms") else ""), ""]
     backends = []
     for row in result["rows"]:
         for b in row.get("baselines", []):
@@ -265,6 +311,16 @@ def markdown_ladder(result: dict, title: str | None = None) -> str:
         lines.append("| " + " | ".join(cells) + " |")
     lines += ["", "speed-up = the backend's median time / the rung's (above 1: the rung is faster); "
               "n/a = the backend cannot run this shape or dtype.", ""]
+    loaded = under_load_rows(result["rows"]) if result.get("under_load_ms") else []
+    if loaded:
+        lines += ["Under load, what NVML read after each repetition:", "",
+                  "| implementation | problem | median ms | SM MHz (median) | power-capped repetitions |",
+                  "| --- | --- | --- | --- | --- |"]
+        for who, label, median, r in loaded:
+            share = r.get("load_power_capped_share")
+            lines.append(f"| {who} | {label} | {median:.4g} | {r.get('load_sm_clock_mhz') or 'n/a'} | "
+                         + (f"{share:.0%} of {r['load_states_read']} |" if share is not None else "n/a (no NVML) |"))
+        lines.append("")
     for shape, entries in _split_groups(result):
         lines += [f"Kernel split, {result.get('mode', 'fwd')}, {shape}: device time per call, mean of "
                   f"{result['kernel_calls']} calls traced by torch.profiler (CUPTI) after the timing.", "",

@@ -125,10 +125,11 @@ class Measurement:
         return Checked(self.call(), self.prepare, self.verify, self.floor, what or self.what)
 
     def time(self, method: str = EVENTS, reps: int = DEFAULT_REPS, warmup: int = DEFAULT_WARMUP,
-             l2_flush: bool = True, budget_s: float | None = None, device=None) -> Timing:
+             l2_flush: bool = True, budget_s: float | None = None, device=None, under_load_ms: float = 0.0) -> Timing:
         """Timed and checked (raises lab.measure.timed.TimingRefused); inside the implementation's
         context (SDPA's backend pin), a graph's call made and captured on a stream of its own.
-        `device`: the timer's device (tests hand in a simulated one; then no CUDA stream is made)."""
+        `device`: the timer's device (tests hand in a simulated one; then no CUDA stream is made).
+        `under_load_ms`: each repetition behind that long a stretch of the call (lab.measure.timed, UNDER LOAD)."""
         stream = None
         if method == GRAPH and device is None:
             import torch
@@ -138,7 +139,7 @@ class Measurement:
             call = self.call()
             timing = time_checked(call, prepare=self.prepare, verify=self.verify, floor=self.floor, method=method,
                                   reps=reps, warmup=warmup, l2_flush=l2_flush, budget_s=budget_s, stream=stream,
-                                  what=self.what, device=device)
+                                  what=self.what, device=device, under_load_ms=under_load_ms)
             del call
         return timing
 

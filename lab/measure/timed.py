@@ -57,14 +57,31 @@ host_enqueue_max_us (of the kept repetitions), hold_margin_min_us (the least tim
 host finished before its hold ended), hold_retries. The events method starts on an idle GPU,
 unheld: call latency, the host's dispatch included, is what it measures (held_start False).
 
+UNDER LOAD (`under_load_ms` > 0; `lab bench --under-load`, `lab tune --under-load`): each repetition, of
+either method, behind a stretch of the same call back to back for about that many ms (the call count sized
+from the warm-up), untimed, on whatever the slots hold, its outputs dropped unjudged, then a synchronize.
+Why: a repetition alone starts from an idle GPU, which runs at its boost clock; in a training step the
+GPU has been busy for seconds and holds the clock its power limit allows (NVML's sw_power_cap), which
+differs between kernels that take the same cycles (v9's notes, "Step 18": 1680 against 1770 MHz). The
+stretch brings the GPU to that state; the timed call after it is the one the checks judge, loaded,
+flushed and verified as without the stretch, so the stretch cannot make a wrong or kept result pass: a
+call that did less work in it only leaves the GPU cooler, at a higher clock, as without the stretch.
+After each timed repetition NVML's reading (lab.nvml.load) is kept; the Timing's checks say the
+stretch (under_load_ms, under_load_calls), how many readings there were (load_states_read), the SM
+clock's median (load_sm_clock_mhz), the share of repetitions NVML said were held down by the power
+limit (load_power_capped_share: POWER_CAP_REASONS) and every reason's share (load_clock_event_reasons).
+
 `time_checked_interleaved` is the same timer over several candidates, repetition by repetition in
-rotated order so that drift hits them alike (`lab tune`); a refused candidate gets its refusal.
+rotated order so that drift hits them alike (`lab tune`); a refused candidate gets its refusal. Under
+load each candidate's repetition is behind a stretch of its own calls, so each runs at its own clock.
 """
 
 from __future__ import annotations
 
+import math
 import statistics
 import time
+from collections import Counter
 from dataclasses import dataclass
 from typing import Callable
 
@@ -98,6 +115,10 @@ HOLD_SLACK_MS = 0.002
 """What the host has queued reaches the GPU's front end about a microsecond after the launch call
 returns: the proof asks the host to have finished this much before the hold ended."""
 HOLD_CALIBRATION_CYCLES = 1_000_000   # about 0.5 ms of torch.cuda._sleep at Hopper's clocks
+UNDER_LOAD_MAX_CALLS = 100_000
+"""The most calls in one stretch under load (a call of a few microseconds would otherwise ask for millions)."""
+POWER_CAP_REASONS = frozenset({"sw_power_cap", "hw_power_brake_slowdown"})
+"""lab.nvml's names of the clock-event reasons that say the power limit held the clock down."""
 CAPTURE_JOIN_ERRORS = ("unjoined", "captureisolation", "capture isolation", "captureimplicit")
 """Fragments of the CUDA errors a capture raises when work forks to a stream it never joins."""
 
@@ -157,6 +178,19 @@ class CudaDevice:
 
     def event(self):
         return self.torch.cuda.Event(enable_timing=True)
+
+    def gpu_load(self) -> dict | None:
+        """lab.nvml.load of the current device, read now (its SM clock, power draw and why its clock is below
+        the maximum); None where NVML cannot say (no driver library, an NVML error)."""
+        from lab import nvml
+        from lab.environment import gpu_uuid
+
+        try:
+            if getattr(self, "_uuid", None) is None:
+                self._uuid = gpu_uuid(self.torch.cuda.get_device_properties(self.torch.cuda.current_device()))
+            return nvml.load(self._uuid)
+        except nvml.NvmlError:
+            return None
 
     def flush_buffer(self, nbytes: int):
         return self.torch.empty(nbytes // 4, dtype=self.torch.int32, device="cuda")
@@ -299,8 +333,12 @@ def floor_verdict(samples_ms: list[float], floor, l2_flush: bool) -> str | None:
 class _Run:
     """The timer's state for one Checked: its events, probes and verdicts."""
 
-    def __init__(self, spec: Checked, device, method: str, l2_flush: bool, noop_gaps: list[float]):
+    def __init__(self, spec: Checked, device, method: str, l2_flush: bool, noop_gaps: list[float],
+                 under_load_ms: float = 0.0):
         self.spec, self.dev, self.method, self.l2_flush, self.noop_gaps = spec, device, method, l2_flush, noop_gaps
+        self.under_load_ms = under_load_ms    # the stretch of calls back to back before each repetition (UNDER_LOAD)
+        self.load_calls = 0                   # calls in each stretch, sized from the warm-up's per-call time
+        self.load_states: list[dict | None] = []   # lab.nvml.load read after each timed repetition under load
         self.timed: list[tuple] = []      # (start, end, after) of the timed repetitions
         self.probes: list[tuple] = []     # (start, end, after) of eager warm-up calls
         self.verified = 0
@@ -403,7 +441,32 @@ class _Run:
         self.dev.hold(self.hold_ms)   # the hold's kernel loaded and its length calibrated, outside any repetition
         self.dev.synchronize()
 
+    def size_load(self, per_call_ms: float) -> None:
+        """How many calls make a stretch of under_load_ms: from the warm-up's probed calls' time between
+        their events (the host's time of one call where none was probed)."""
+        if self.under_load_ms > 0:
+            probed = [s.elapsed_time(e) for s, e, _ in self.probes]
+            call_ms = max(statistics.median(probed) if probed else per_call_ms, 1e-3)
+            self.load_calls = max(1, min(UNDER_LOAD_MAX_CALLS, math.ceil(self.under_load_ms / call_ms)))
+
+    def under_load(self) -> None:
+        """The stretch before a repetition (UNDER_LOAD): load_calls calls back to back on what the slots hold,
+        untimed, their outputs dropped unjudged; then a synchronize, so the repetition starts as it would
+        without the stretch (its loading, flush and hold, its host dispatch) and only the GPU's state differs."""
+        for _ in range(self.load_calls):
+            self.spec.call()
+        self.dev.synchronize()
+
     def rep(self, i: int, flush) -> None:
+        if self.load_calls:
+            self.under_load()
+            self.timed_rep(flush)
+            reader = getattr(self.dev, "gpu_load", None)
+            self.load_states.append(reader() if reader is not None else None)
+            return
+        self.timed_rep(flush)
+
+    def timed_rep(self, flush) -> None:
         if self.method == EVENTS and self.spec.prepare is not None:
             # events time the host's dispatch too, and a host that spent milliseconds checking the last
             # output (or asleep: the same +10% on an H100) dispatches the next call slower than a model's
@@ -493,6 +556,22 @@ class _Run:
                 "hold_margin_min_us": min(h - e for h, e in self.held) * 1e3,
                 "hold_retries": self.hold_retries}
 
+    def load_checks(self) -> dict:
+        """Under load (UNDER_LOAD): the stretch's length and calls, and what NVML read after the timed
+        repetitions (their number, the SM clock's median, the share naming the power cap); all None without."""
+        if not self.load_calls:
+            return dict.fromkeys(("under_load_ms", "under_load_calls", "load_states_read", "load_sm_clock_mhz",
+                                  "load_power_capped_share", "load_clock_event_reasons"))
+        read = [x for x in self.load_states if x is not None]
+        clocks = [x["sm_clock_mhz"] for x in read if x.get("sm_clock_mhz") is not None]
+        reasons = Counter(r for x in read for r in (x.get("clock_event_reasons") or ()))
+        return {"under_load_ms": self.under_load_ms, "under_load_calls": self.load_calls, "load_states_read": len(read),
+                "load_sm_clock_mhz": statistics.median(clocks) if clocks else None,
+                "load_power_capped_share": (sum(1 for x in read if POWER_CAP_REASONS & set(x.get("clock_event_reasons")
+                                                                                         or ())) / len(read)
+                                            if read else None),
+                "load_clock_event_reasons": {r: n / len(read) for r, n in reasons.most_common()} if read else None}
+
     def finish(self) -> Timing:
         self.dev.synchronize()
         samples = [s.elapsed_time(e) for s, e, _ in self.timed]
@@ -519,6 +598,7 @@ class _Run:
             timing.checks["outside_stream_evidence"] = self.evidence
         timing.checks["inputs_loaded"] = self.loads if self.spec.prepare is not None else None   # traced calls too
         timing.checks.update(self.hold_checks())
+        timing.checks.update(self.load_checks())
         reason = floor_verdict(samples, floor, self.l2_flush)
         if reason:
             self.refuse(IMPOSSIBLE, reason, timing)
@@ -569,9 +649,11 @@ def sync_latency(dev, probes: int = NOOP_PROBES) -> list[float]:
 def time_checked(call: Callable[[], object], *, prepare: Callable[[int], object] | None = None,
                  verify: Callable[[object, object], str | None] | None = None, floor=None, method: str = EVENTS,
                  reps: int = DEFAULT_REPS, warmup: int = DEFAULT_WARMUP, l2_flush: bool = True,
-                 budget_s: float | None = None, stream=None, what: str = "the call", device=None) -> Timing:
+                 budget_s: float | None = None, stream=None, what: str = "the call", device=None,
+                 under_load_ms: float = 0.0) -> Timing:
     """Time `call` by `method` (events or graph) and return its Timing (peak_memory_bytes and checks
-    filled), or raise TimingRefused. `prepare(rep)` runs before every call outside the timed region
+    filled), or raise TimingRefused. `under_load_ms` > 0: each repetition behind that long a stretch of
+    the call back to back (UNDER_LOAD). `prepare(rep)` runs before every call outside the timed region
     and returns the token `verify(token, output)` receives with that call's output (None: passes;
     else the reason it is wrong); `floor` is a lab.measure.floor.Floor or None (unknown device).
     `budget_s`: size the repetitions to about this many seconds (lab.measure.bench.budget_reps);
@@ -580,9 +662,10 @@ def time_checked(call: Callable[[], object], *, prepare: Callable[[int], object]
     if method not in TIMING_METHODS:
         raise ValueError(f"unknown timing method {method!r}")
     dev = device or CudaDevice()
-    run = _Run(Checked(call, prepare, verify, floor, what), dev, method, l2_flush, sync_latency(dev))
+    run = _Run(Checked(call, prepare, verify, floor, what), dev, method, l2_flush, sync_latency(dev), under_load_ms)
     flush = dev.flush_buffer(L2_FLUSH_BYTES) if l2_flush else None
     per_call_ms = run.warm(warmup, budget_s)
+    run.size_load(per_call_ms)
     run.prepare_method(stream)
     for i in range(budget_reps(per_call_ms, reps, budget_s)):
         run.rep(i, flush)
@@ -590,18 +673,20 @@ def time_checked(call: Callable[[], object], *, prepare: Callable[[int], object]
 
 
 def time_checked_interleaved(specs: dict[str, Checked], reps: int = DEFAULT_REPS, warmup: int = DEFAULT_WARMUP,
-                             l2_flush: bool = True, device=None) -> dict[str, Timing | TimingRefused]:
+                             l2_flush: bool = True, device=None,
+                             under_load_ms: float = 0.0) -> dict[str, Timing | TimingRefused]:
     """Several candidates by events, repetition i running each once in an order rotated by i, so
-    clock or thermal drift hits every candidate alike. Each gets its Timing or its TimingRefused."""
+    clock or thermal drift hits every candidate alike. Each gets its Timing or its TimingRefused.
+    `under_load_ms`: each candidate's repetition behind a stretch of its own calls (UNDER_LOAD)."""
     dev = device or CudaDevice()
     noop = sync_latency(dev)
     flush = dev.flush_buffer(L2_FLUSH_BYTES) if l2_flush else None
     runs: dict[str, _Run] = {}
     results: dict[str, Timing | TimingRefused] = {}
     for name, spec in specs.items():
-        runs[name] = _Run(spec, dev, EVENTS, l2_flush, noop)
+        runs[name] = _Run(spec, dev, EVENTS, l2_flush, noop, under_load_ms)
         try:
-            runs[name].warm(warmup, None)
+            runs[name].size_load(runs[name].warm(warmup, None))
         except TimingRefused as refused:
             results[name] = refused
     names = [n for n in specs if n not in results]

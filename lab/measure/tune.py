@@ -233,8 +233,11 @@ def serialized_note(ptxas: list[dict], what: str, command: str) -> str | None:
 
 
 def tune(variant, problem: Problem, reps: int = DEFAULT_REPS, warmup: int = DEFAULT_WARMUP,
-         check_shapes: int = GATE_SHAPES, mode: str = "fwd", predictions: list[Prediction] | None = None) -> TuneResult:
-    """mode bwd / fwd+bwd: the backward's candidates (lab_backward_<id>_configs), each checked on
+         check_shapes: int = GATE_SHAPES, mode: str = "fwd", predictions: list[Prediction] | None = None,
+         under_load_ms: float = 0.0) -> TuneResult:
+    """`under_load_ms`: each candidate's repetition behind that long a stretch of its own calls
+    (lab.measure.timed, UNDER LOAD): each runs at the clock its own sustained load leaves the GPU at.
+    mode bwd / fwd+bwd: the backward's candidates (lab_backward_<id>_configs), each checked on
     the backward's gate and timed in that mode behind the rung's own forward. `predictions`
     (parse_prediction) are resolved against the declared candidates before any check or timing: one
     that names no candidate, or several, is refused (exit 2) with nothing run; where the rung's file
@@ -320,14 +323,15 @@ def tune(variant, problem: Problem, reps: int = DEFAULT_REPS, warmup: int = DEFA
     if passing:
         _say(f"time {len(passing)} configurations round-robin: {reps} reps each after {warmup} warm-up, L2 flushed, "
              "inputs rotated and every output checked")
-        timings = time_checked_interleaved(passing, reps=reps, warmup=warmup)
+        timings = time_checked_interleaved(passing, reps=reps, warmup=warmup, under_load_ms=under_load_ms)
         result.device, result.software = device_info(), software_info()
         for row in result.rows:
             t = timings.get(row.label)
             if isinstance(t, TimingRefused):   # measured, but not a time the lab prints
                 row.refused, row.error = t.status, t.row_reason()
             elif t is not None:
-                row.timing = {**t.to_dict(), "method": "cuda-events, interleaved round-robin",
+                row.timing = {**t.to_dict(), "method": "cuda-events, interleaved round-robin"
+                              + (f", each behind {under_load_ms:g} ms of its own calls (under load)" if under_load_ms else ""),
                               "tflops": rates.tflops(rates.flops(problem, mode), t.median)}
         reference = timings.get(DEFAULT_LABEL)
         if reference is not None and not isinstance(reference, TimingRefused):

@@ -290,7 +290,7 @@ def test_a_pinned_process_reads_its_gpu_s_host_index_through_nvml(tmp_path):
 @pytest.mark.gpu
 def test_under_load_on_the_gpu_reads_the_clock_after_every_repetition_and_is_never_faster():
     """The timer under load (lab.measure.timed, UNDER LOAD) on a real GPU: an 8192^3 fp16 GEMM behind 100 ms of
-    itself, NVML read after each of its repetitions (the SM clock at most the GPU's maximum, the reasons by
+    itself, NVML read at the end of each stretch (the SM clock at most the GPU's maximum, the reasons by
     name), and its median not under the same call's timed alone (the stretch can only lower the clock)."""
     torch = _needs_cuda()
     from lab.measure.timed import time_checked

@@ -123,12 +123,13 @@ def under_load_rows(rows: list[dict]) -> list[tuple[str, str, float | None, dict
 
 
 def print_under_load(result: dict, console) -> None:
-    """Under load: the clock each implementation's timed calls ran at, as NVML read it after each."""
+    """Under load: the clock each implementation's stretches left the GPU at, as NVML read it at each one's end,
+    just before the timed call."""
     found = under_load_rows(result["rows"]) if result.get("under_load_ms") else []
     if not found:
         return
     t = Table(title=f"under load: each repetition behind {result['under_load_ms']:g} ms of its own calls back to "
-                    "back; NVML read after each repetition")
+                    "back; NVML read at each stretch's end")
     for col in ("implementation", "problem", "median ms", "calls a stretch", "SM MHz (median)", "power-capped"):
         t.add_column(col, justify="left" if col in ("implementation", "problem") else "right")
     for who, label, median, r in found:
@@ -137,7 +138,7 @@ def print_under_load(result: dict, console) -> None:
                   f"{r['load_sm_clock_mhz']:g}" if r.get("load_sm_clock_mhz") is not None else "n/a (no NVML)",
                   f"{share:.0%} of {r['load_states_read']}" if share is not None else "n/a (no NVML)")
     console.print(t)
-    console.print("power-capped: the share of repetitions after which NVML said the power limit held the clock "
+    console.print("power-capped: the share of stretches at whose end NVML said the power limit held the clock "
                   "down (sw_power_cap, hw_power_brake_slowdown). Where it is 0%, the stretch did not reach the limit: "
                   "lengthen --under-load.")
 
@@ -313,7 +314,7 @@ def markdown_ladder(result: dict, title: str | None = None) -> str:
               "n/a = the backend cannot run this shape or dtype.", ""]
     loaded = under_load_rows(result["rows"]) if result.get("under_load_ms") else []
     if loaded:
-        lines += ["Under load, what NVML read after each repetition:", "",
+        lines += ["Under load, what NVML read at the end of each stretch, just before the timed call:", "",
                   "| implementation | problem | median ms | SM MHz (median) | power-capped repetitions |",
                   "| --- | --- | --- | --- | --- |"]
         for who, label, median, r in loaded:

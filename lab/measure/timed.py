@@ -66,10 +66,11 @@ differs between kernels that take the same cycles (v9's notes, "Step 18": 1680 a
 stretch brings the GPU to that state; the timed call after it is the one the checks judge, loaded,
 flushed and verified as without the stretch, so the stretch cannot make a wrong or kept result pass: a
 call that did less work in it only leaves the GPU cooler, at a higher clock, as without the stretch.
-After each timed repetition NVML's reading (lab.nvml.load) is kept; the Timing's checks say the
-stretch (under_load_ms, under_load_calls), how many readings there were (load_states_read), the SM
-clock's median (load_sm_clock_mhz), the share of repetitions NVML said were held down by the power
-limit (load_power_capped_share: POWER_CAP_REASONS) and every reason's share (load_clock_event_reasons).
+At the end of each stretch, just before the timed call, NVML's reading (lab.nvml.load) is kept; the
+Timing's checks say the stretch (under_load_ms, under_load_calls), how many readings there were
+(load_states_read), the SM clock's median (load_sm_clock_mhz), the share of stretches NVML said ended
+held down by the power limit (load_power_capped_share: POWER_CAP_REASONS) and every reason's share
+(load_clock_event_reasons).
 
 `time_checked_interleaved` is the same timer over several candidates, repetition by repetition in
 rotated order so that drift hits them alike (`lab tune`); a refused candidate gets its refusal. Under
@@ -338,7 +339,7 @@ class _Run:
         self.spec, self.dev, self.method, self.l2_flush, self.noop_gaps = spec, device, method, l2_flush, noop_gaps
         self.under_load_ms = under_load_ms    # the stretch of calls back to back before each repetition (UNDER_LOAD)
         self.load_calls = 0                   # calls in each stretch, sized from the warm-up's per-call time
-        self.load_states: list[dict | None] = []   # lab.nvml.load read after each timed repetition under load
+        self.load_states: list[dict | None] = []   # lab.nvml.load read at each stretch's end, before its timed call
         self.timed: list[tuple] = []      # (start, end, after) of the timed repetitions
         self.probes: list[tuple] = []     # (start, end, after) of eager warm-up calls
         self.verified = 0
@@ -460,10 +461,10 @@ class _Run:
     def rep(self, i: int, flush) -> None:
         if self.load_calls:
             self.under_load()
-            self.timed_rep(flush)
+            # read at the stretch's end, the state the timed call starts from: read after the call, NVML's
+            # clock is already climbing back (an H200: 1905 MHz after, where 1740 held during 3 s of calls)
             reader = getattr(self.dev, "gpu_load", None)
             self.load_states.append(reader() if reader is not None else None)
-            return
         self.timed_rep(flush)
 
     def timed_rep(self, flush) -> None:
@@ -557,8 +558,8 @@ class _Run:
                 "hold_retries": self.hold_retries}
 
     def load_checks(self) -> dict:
-        """Under load (UNDER_LOAD): the stretch's length and calls, and what NVML read after the timed
-        repetitions (their number, the SM clock's median, the share naming the power cap); all None without."""
+        """Under load (UNDER_LOAD): the stretch's length and calls, and what NVML read at each stretch's end
+        (the readings' number, the SM clock's median, the share naming the power cap); all None without."""
         if not self.load_calls:
             return dict.fromkeys(("under_load_ms", "under_load_calls", "load_states_read", "load_sm_clock_mhz",
                                   "load_power_capped_share", "load_clock_event_reasons"))

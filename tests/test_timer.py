@@ -238,6 +238,9 @@ class SimDevice:
         def elapsed_time(self, other):
             return other.t - self.t
 
+        def synchronize(self):   # the host waits until the stream reaches the event
+            self.dev.host = max(self.dev.host, self.t)
+
     def event(self):
         return SimDevice.Event(self)
 
@@ -464,7 +467,8 @@ def test_interleaved_candidates_get_a_timing_or_their_refusal():
 class PowerCappedDevice(SimDevice):
     """A GPU whose clock the power limit pulls down once its stream has been busy for CAP_AFTER ms without
     a break longer than BREAK ms: then a kernel of `ms` at the boost clock takes ms x BOOST / CAPPED, and
-    NVML (gpu_load) reads CAPPED MHz and sw_power_cap."""
+    NVML (gpu_load) reads CAPPED MHz and sw_power_cap while such kernels still run; on an idle GPU it reads
+    the boost clock at once (as a real one does: the timer must read before its synchronize)."""
     BOOST, CAPPED, CAP_AFTER, BREAK = 1980, 1700, 5.0, 0.2
 
     def __init__(self, **kw):
@@ -479,9 +483,9 @@ class PowerCappedDevice(SimDevice):
         self.launch(ms * self.BOOST / self.CAPPED if self.capped else ms)
 
     def gpu_load(self):
-        return {"sm_clock_mhz": self.CAPPED if self.capped else self.BOOST, "power_draw_w": 690.0 if self.capped else 300.0,
-                "temperature_c": 60, "energy_mj": None,
-                "clock_event_reasons": ("sw_power_cap",) if self.capped else ()}
+        capped = self.capped and self.host < self.stream   # still running the capped kernels
+        return {"sm_clock_mhz": self.CAPPED if capped else self.BOOST, "power_draw_w": 690.0 if capped else 300.0,
+                "temperature_c": 60, "energy_mj": None, "clock_event_reasons": ("sw_power_cap",) if capped else ()}
 
 
 def test_under_load_each_repetition_runs_behind_a_stretch_of_the_call_at_the_clock_it_leaves():

@@ -66,7 +66,8 @@ differs between kernels that take the same cycles (v9's notes, "Step 18": 1680 a
 stretch brings the GPU to that state; the timed call after it is the one the checks judge, loaded,
 flushed and verified as without the stretch, so the stretch cannot make a wrong or kept result pass: a
 call that did less work in it only leaves the GPU cooler, at a higher clock, as without the stretch.
-At the end of each stretch, just before the timed call, NVML's reading (lab.nvml.load) is kept; the
+At the end of each stretch, while its last calls still run (an idle GPU's clock climbs back at once),
+NVML's reading (lab.nvml.load) is kept; the
 Timing's checks say the stretch (under_load_ms, under_load_calls), how many readings there were
 (load_states_read), the SM clock's median (load_sm_clock_mhz), the share of stretches NVML said ended
 held down by the power limit (load_power_capped_share: POWER_CAP_REASONS) and every reason's share
@@ -116,6 +117,8 @@ HOLD_SLACK_MS = 0.002
 """What the host has queued reaches the GPU's front end about a microsecond after the launch call
 returns: the proof asks the host to have finished this much before the hold ended."""
 HOLD_CALIBRATION_CYCLES = 1_000_000   # about 0.5 ms of torch.cuda._sleep at Hopper's clocks
+UNDER_LOAD_READ_MS = 1.0
+"""How long the stretch's last calls run while NVML is read (a read takes tens of microseconds)."""
 UNDER_LOAD_MAX_CALLS = 100_000
 """The most calls in one stretch under load (a call of a few microseconds would otherwise ask for millions)."""
 POWER_CAP_REASONS = frozenset({"sw_power_cap", "hw_power_brake_slowdown"})
@@ -339,6 +342,7 @@ class _Run:
         self.spec, self.dev, self.method, self.l2_flush, self.noop_gaps = spec, device, method, l2_flush, noop_gaps
         self.under_load_ms = under_load_ms    # the stretch of calls back to back before each repetition (UNDER_LOAD)
         self.load_calls = 0                   # calls in each stretch, sized from the warm-up's per-call time
+        self.read_calls = 0                   # of them, those still running when NVML is read
         self.load_states: list[dict | None] = []   # lab.nvml.load read at each stretch's end, before its timed call
         self.timed: list[tuple] = []      # (start, end, after) of the timed repetitions
         self.probes: list[tuple] = []     # (start, end, after) of eager warm-up calls
@@ -449,22 +453,32 @@ class _Run:
             probed = [s.elapsed_time(e) for s, e, _ in self.probes]
             call_ms = max(statistics.median(probed) if probed else per_call_ms, 1e-3)
             self.load_calls = max(1, min(UNDER_LOAD_MAX_CALLS, math.ceil(self.under_load_ms / call_ms)))
+            # the calls left running while NVML is read: about UNDER_LOAD_READ_MS of them, at least one
+            self.read_calls = min(self.load_calls - 1, max(1, math.ceil(UNDER_LOAD_READ_MS / call_ms)))
 
-    def under_load(self) -> None:
+    def under_load(self) -> dict | None:
         """The stretch before a repetition (UNDER_LOAD): load_calls calls back to back on what the slots hold,
         untimed, their outputs dropped unjudged; then a synchronize, so the repetition starts as it would
-        without the stretch (its loading, flush and hold, its host dispatch) and only the GPU's state differs."""
-        for _ in range(self.load_calls):
+        without the stretch (its loading, flush and hold, its host dispatch) and only the GPU's state differs.
+        Returns NVML's reading (None where it cannot say) taken while the stretch's last read_calls still run:
+        read on an idle GPU, even right after the synchronize, the clock has already climbed back (an H200: 1950
+        MHz there, where 1740 held during 3 s of calls)."""
+        marker = None
+        for i in range(self.load_calls):
+            if i == self.load_calls - self.read_calls:
+                marker = self.dev.event()
+                marker.record()
             self.spec.call()
+        reader = getattr(self.dev, "gpu_load", None)
+        if marker is not None:
+            marker.synchronize()   # the host waits until the GPU reaches the last calls, then reads
+        state = reader() if reader is not None else None
         self.dev.synchronize()
+        return state
 
     def rep(self, i: int, flush) -> None:
         if self.load_calls:
-            self.under_load()
-            # read at the stretch's end, the state the timed call starts from: read after the call, NVML's
-            # clock is already climbing back (an H200: 1905 MHz after, where 1740 held during 3 s of calls)
-            reader = getattr(self.dev, "gpu_load", None)
-            self.load_states.append(reader() if reader is not None else None)
+            self.load_states.append(self.under_load())
         self.timed_rep(flush)
 
     def timed_rep(self, flush) -> None:

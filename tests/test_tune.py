@@ -364,7 +364,7 @@ def stand_in_tune(monkeypatch):
                  "failure": f"O on {problem.label()}: max_abs_err 0.5 > tolerance 0.002"}
         return {c: (wrong if c == 2 else {"passed": True}) for c in configs}
 
-    def interleaved(passing, reps, warmup):
+    def interleaved(passing, reps, warmup, under_load_ms=0.0):
         seen["timed"] = list(passing)
         return {label: Timing("ms", 1.0, 1.0, 0.01, 0.99, 1.01, 0.99, 1.01, reps, warmup, True) for label in passing}
 

@@ -66,7 +66,8 @@ def simulated_tune(monkeypatch, tmp_path):
     monkeypatch.setattr(tune, "rung", lambda variant, impl, problem: impl)
     monkeypatch.setattr(tune, "Measurement", measurement)
     monkeypatch.setattr(tune, "time_checked_interleaved",
-                        lambda specs, reps, warmup: timed.time_checked_interleaved(specs, reps=reps, warmup=warmup, device=dev))
+                        lambda specs, reps, warmup, under_load_ms=0.0: timed.time_checked_interleaved(
+                            specs, reps=reps, warmup=warmup, device=dev, under_load_ms=under_load_ms))
     monkeypatch.setattr(tune, "device_info", lambda: {"name": "simulated device", "compute_capability": "9.0"})
     monkeypatch.setattr(tune, "software_info", lambda: {"torch": "simulated"})
     monkeypatch.setattr("torch.cuda.get_device_name", lambda *a: "simulated device")
@@ -310,3 +311,23 @@ def test_without_the_rounds_the_ledger_shows_the_medians_ci95s(stand_in_tune, tm
     text = lab_here("ledger", "--profiles", store).stdout
     assert ("C1: predicted 0.95-1.05x the default, measured 1.000x (ratio of the medians, no paired rounds kept; "
             "medians' CI95: default 0.99-1.01 ms, candidate 0.99-1.01 ms): inside the range") in text
+
+
+def test_the_ledger_says_which_tunes_ran_under_load(tmp_path):
+    """The shipped pair of tunes of one candidate on one shape (one H200), alone and under load
+    (benchmarks/under_load_gpu.sh): the ledger says which was under load, so two measurements of one
+    prediction's candidate are never read as the same experiment."""
+    import shutil
+
+    from lab.report.ledgerpage import tune_prediction_phrase
+    from lab.store import ledger
+
+    examples = Path(__file__).resolve().parent.parent / "profiles" / "examples"
+    for name in ("20261128-102936-tune-v9-B16-H32-N1024-D64-causal-float16",
+                 "20261128-103006-tune-v9-B16-H32-N1024-D64-causal-float16"):
+        shutil.copytree(examples / name, tmp_path / name)
+    alone, loaded = ledger.build(tmp_path).tune_predictions
+    assert alone["under_load_ms"] is None and loaded["under_load_ms"] == 50
+    assert alone["candidate"] == loaded["candidate"] and alone["verdict"] == loaded["verdict"] == "inside"
+    assert "under load" not in tune_prediction_phrase(alone)
+    assert "the default under load (50 ms of calls before each repetition), measured 0.948x" in tune_prediction_phrase(loaded)

@@ -124,7 +124,8 @@ def tune_prediction_phrase(p: dict, with_label: bool = False) -> str:
     """One tuning prediction and its outcome: a stored entry (lab.store.ledger.tune_predictions) or a
     fresh tune's (lab.measure.tune.judged); both judged by lab.measure.tune.judge_ratio."""
     lo, hi = p["predicted"] if "predicted" in p else (p["low"], p["high"])
-    head = (f"prediction {p['label']}: " if with_label else "") + f"predicted {lo:g}-{hi:g}x the default"
+    head = (f"prediction {p['label']}: " if with_label else "") + f"predicted {lo:g}-{hi:g}x the default" \
+        + (f" under load ({p['under_load_ms']:g} ms of calls before each repetition)" if p.get("under_load_ms") else "")
     if p.get("measured") is None or not p.get("verdict"):
         return f"{head}, not measured: {p.get('not_measured') or 'its candidate was not timed'}"
     spread = tune_spread(p)

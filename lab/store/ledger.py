@@ -662,7 +662,9 @@ def tune_predictions(tunes: list) -> list[dict]:
                      "problem": problem.get("label"), "mode": m.get("mode") or "fwd",
                      "device": device.get("name"), "commit": git.get("commit"),
                      "candidate": p.get("label"), "given": p.get("given"), "predicted": [lo, hi],
-                     **j, "medians_ci95": None, "not_measured": None}
+                     **j, "medians_ci95": None, "not_measured": None,
+                     # timed under load (lab.measure.timed, UNDER LOAD): each repetition behind that many ms
+                     "under_load_ms": _num(((default.get("timing") or {}).get("checks") or {}).get("under_load_ms"))}
             if j["estimator"] == MEDIANS:   # no paired rounds kept: the two medians' own CI95s
                 ct, dt = (row or {}).get("timing") or {}, default.get("timing") or {}
                 entry["medians_ci95"] = {"default": [dt.get("ci95_low"), dt.get("ci95_high")],

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import errno
 import json
+import math
 import re
 import shlex
 import sys
@@ -75,8 +76,18 @@ reps_option = click.option("--reps", type=click.IntRange(2, MAX_REPS), default=D
                            help="timed repetitions (>= 30 for a CI95 worth reading)")
 warmup_option = click.option("--warmup", type=click.IntRange(0, MAX_REPS), default=DEFAULT_WARMUP, show_default=True)
 MAX_UNDER_LOAD_MS = 10_000.0   # ten seconds of calls before every repetition: past it, a typo
+
+
+def _finite_ms(ctx, param, value):
+    """click's FloatRange lets nan through (no comparison with nan is true): refuse it as click refuses a range."""
+    if value is not None and not math.isfinite(value):
+        raise click.BadParameter(f"{value} is not a number of milliseconds")
+    return value
+
+
 under_load_option = click.option(
     "--under-load", "under_load_ms", type=click.FloatRange(0, MAX_UNDER_LOAD_MS), default=0, metavar="MS",
+    callback=_finite_ms,
     help="time each repetition behind MS ms of the same call back to back (untimed; the timed call is checked "
          "as always), so it runs at the clock the GPU holds under sustained load, its power limit as in a training "
          "step, instead of an idle GPU's boost clock; NVML's clock at each stretch's end is reported. 50 reaches "

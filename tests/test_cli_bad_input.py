@@ -36,6 +36,9 @@ def lab(*args, env=None):
      "--causal/--no-causal and --dtype describe the problem of --shape"),
     (["sweep", "--resume", "x", "--mode", "bwd"], "drop --mode"),
     (["sweep", "--resume", "x", "--causal", "no", "--reps", "5"], "drop --causal, --reps"),
+    (["bench", "--variant", FP32, "--under-load", "nan"], "nan is not a number of milliseconds"),
+    (["tune", "--variant", FP32, "--under-load", "-5"], "'--under-load'"),
+    (["bench", "--variant", FP32, "--under-load", "1e9"], "'--under-load'"),
 ])
 def test_bad_usage_exits_2_with_message(args, message, tmp_path):
     import os

@@ -586,7 +586,8 @@ const char* launch(const LabAttentionArgs* a, cudaStream_t stream) {
 // types are kept above for a one-line return) and step 16's software exp2 (its wrapper and helper removed with it: a
 // branch in the softmax's hot loop that no kernel takes; 22ee708 has them); step 17's row sums by the tensor cores on
 // one warpgroup (the causal default, its ping-pong twin and the non-causal default below 2048: 0.94-0.98x; 567c2ab has
-// their entries and types).
+// their entries and types); step 18's two consumers without turns (back for the step: 0.97-1.00x under load) and
+// non-causal ping-pong (0.98x under load; 99cc13d has the three entries).
 template <class C, class Sched>
 const char* launch_any(const LabAttentionArgs* a, cudaStream_t stream) {
   return a->causal ? launch<C, true, Sched>(a, stream) : launch<C, false, Sched>(a, stream);
@@ -619,11 +620,6 @@ static const LabTuneCandidate kCandidates64[] = {
     {"C2 BN128 S2 persistent pp tma-o q2 half-softmax tree-max row-limit (causal)", launch_causal<PingPong64OTmaQ2Lean, Persistent>, LAB_SERVES_CAUSAL},
     // Step 17: P's row sums by the tensor cores on three consumers (without the LSE; one warpgroup's twins retired).
     {"C3 BN128 S2 persistent sum-mma (non-causal)", launch_non_causal<Long64SumMma, Persistent>, LAB_SERVES_NON_CAUSAL},
-    // Step 18: step 15's two consumers without turns (BM = 128) back, for the energy a call under the power cap.
-    {"C2 BN128 S2 persistent tma-o q2", launch_any<Pair64OTmaQ2, Persistent>},
-    {"C2 BN128 S2 persistent tma-o q2 half-softmax tree-max row-limit (causal)", launch_causal<Pair64OTmaQ2Lean, Persistent>, LAB_SERVES_CAUSAL},
-    // Step 18: ping-pong with two Q buffers non-causal (step 8's, 0.954x at 512 with the clock shared).
-    {"C2 BN128 S2 persistent pp tma-o q2 (non-causal)", launch_non_causal<PingPong64OTmaQ2, Persistent>, LAB_SERVES_NON_CAUSAL},
 };
 static const LabTuneCandidate kCandidates128[] = {
     // Ping-pong on the persistent grid (steps 2-3), O by TMA (step 4), two Q buffers (step 6 (c)): the default.

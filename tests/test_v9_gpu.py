@@ -91,24 +91,18 @@ D128_NON_CAUSAL_CANDIDATES = ["C2 BN176 S2 persistent pp (non-causal)",
 # D=64, both masks: two Q buffers on one warpgroup with O by TMA (the non-causal default below 2048 since step 6
 # (c), a candidate for causal problems) and step 7's 64-key tiles (BN = 64 beside BM = 64: ragged key tiles at
 # 300, 1023, 2300, 8200).
-D64_CANDIDATES = ["C1 BN128 S2 persistent tma-o q2", "C1 BN64 S2 persistent tma-o",
-                  # step 15, back at step 18: two consumer warpgroups without turns (BM = 128)
-                  "C2 BN128 S2 persistent tma-o q2"]
+D64_CANDIDATES = ["C1 BN128 S2 persistent tma-o q2", "C1 BN64 S2 persistent tma-o"]
 D64_CASES = [c for c in CASES if c[4] == 64]
 # D=64, non-causal only: step 7 (c), two Q buffers on three consumers (Long64).
 D64_NON_CAUSAL_CANDIDATES = ["C3 BN128 S2 persistent q2 (non-causal)",
                              # step 17: P's row sums by the tensor cores (the ones tile beside V)
-                             "C3 BN128 S2 persistent sum-mma (non-causal)",
-                             # step 18: ping-pong with two Q buffers (BM = 128) non-causal
-                             "C2 BN128 S2 persistent pp tma-o q2 (non-causal)"]
+                             "C3 BN128 S2 persistent sum-mma (non-causal)"]
 # D=64, causal only: step 10, three consumers causal (the default from Nq, Nk >= 8192), and step 13 (c), the causal
 # default's changes with two Q buffers, one warpgroup and in ping-pong (BM = 128; ragged Nk = 300, 2300, 8200,
 # Nq != Nk).
 D64_CAUSAL_CANDIDATES = ["C3 BN128 S2 persistent (causal)",
                          "C1 BN128 S2 persistent tma-o q2 half-softmax tree-max row-limit (causal)",
-                         "C2 BN128 S2 persistent pp tma-o q2 half-softmax tree-max row-limit (causal)",
-                         # step 15, back at step 18: the two consumers without turns with the causal changes
-                         "C2 BN128 S2 persistent tma-o q2 half-softmax tree-max row-limit (causal)"]
+                         "C2 BN128 S2 persistent pp tma-o q2 half-softmax tree-max row-limit (causal)"]
 CANDIDATE_CASES = [(label, c) for label in D64_CANDIDATES for c in D64_CASES] + \
                   [(label, c) for label in D64_NON_CAUSAL_CANDIDATES for c in D64_CASES if not c[5]] + \
                   [(label, c) for label in D64_CAUSAL_CANDIDATES for c in D64_CASES if c[5]] + \

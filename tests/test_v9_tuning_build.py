@@ -45,12 +45,6 @@ CANDIDATE_KERNELS = {
         ("lab_hopper_fwd::fwd_kernel_o_tma<lab_hopper_fwd::TreeRowMax<lab_hopper_fwd::MasksByRowLimit<lab_hopper_fwd::HalfLastKeyTile<lab_hopper_fwd::TwoQBuffers<lab_hopper_fwd::OByTma<lab_hopper_fwd::Config<64, 128, 2, false, 1>", 8, 0),
     "step 13 (c): the same in ping-pong (BM = 128, causal only), the D = 64 causal default below 1024 since step 13":
         ("lab_hopper_fwd::fwd_kernel_o_tma<lab_hopper_fwd::TreeRowMax<lab_hopper_fwd::MasksByRowLimit<lab_hopper_fwd::HalfLastKeyTile<lab_hopper_fwd::TwoQBuffers<lab_hopper_fwd::OByTma<lab_hopper_fwd::Config<64, 128, 2, true, 2>", 8, 8),
-    "step 15, back at step 18: two consumers without turns at D = 64 (BM = 128) by TMA, two Q buffers":
-        ("lab_hopper_fwd::fwd_kernel_o_tma<lab_hopper_fwd::TwoQBuffers<lab_hopper_fwd::OByTma<lab_hopper_fwd::Config<64, 128, 2, false, 2>", 16, 0),
-    "step 18: ping-pong with two Q buffers at D = 64 by TMA (non-causal only)":
-        ("lab_hopper_fwd::fwd_kernel_o_tma<lab_hopper_fwd::TwoQBuffers<lab_hopper_fwd::OByTma<lab_hopper_fwd::Config<64, 128, 2, true, 2>", 8, 0),
-    "step 15, back at step 18: the same with the D = 64 causal default's changes (causal only)":
-        ("lab_hopper_fwd::fwd_kernel_o_tma<lab_hopper_fwd::TreeRowMax<lab_hopper_fwd::MasksByRowLimit<lab_hopper_fwd::HalfLastKeyTile<lab_hopper_fwd::TwoQBuffers<lab_hopper_fwd::OByTma<lab_hopper_fwd::Config<64, 128, 2, false, 2>", 8, 0),
     "step 17: P's row sums by the tensor cores on three consumers (non-causal only; its LSE instantiation sums in fp32), the D = 64 non-causal default from 2048 since step 17 (b)":
         ("lab_hopper_fwd::fwd_kernel<lab_hopper_fwd::RowSumByMma<lab_hopper_fwd::Config<64, 128, 2, false, 3>", 8, 8),
 }

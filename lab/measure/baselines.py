@@ -65,7 +65,7 @@ class Baseline:
 
 
 def under_load_reading(timing: Timing) -> dict:
-    """What NVML read after the repetitions of a timing under load (lab.measure.timed, UNDER LOAD)."""
+    """What NVML read at the end of each stretch of a timing under load (lab.measure.timed, UNDER LOAD)."""
     c = timing.checks or {}
     return {k: c.get(k) for k in ("under_load_ms", "under_load_calls", "load_states_read", "load_sm_clock_mhz",
                                   "load_power_capped_share")}

@@ -11,6 +11,10 @@ divided), the clock's median and minimum, the power draw's median, the energy a 
 the turn, divided: the test of "draws more energy per unit of work"), the temperature at the end, and the reasons
 NVML gave for a clock below the maximum with the share of samples that gave each (sw_power_cap: the power limit).
 
+Its us/call is not a checked time: the calls run back to back on one input set, nothing verified (a kept result
+would look fast). The lab's checked form is `lab tune --under-load MS` / `lab bench --under-load MS`
+(lab.measure.timed, UNDER LOAD). This probe says what the GPU does while the calls run.
+
     python3 benchmarks/clock_probe.py --variant v9 --shape 16,32,1024,64 --causal --dtype float16
     python3 benchmarks/clock_probe.py --candidates 'C2 BN128 S2 persistent tma-o q2;C3 BN128 S2 persistent (non-causal)'
 

@@ -919,6 +919,7 @@ RESUME_KEEPS = {"resume_id", "gpus_spec", "in_process", "allow_mismatch", "profi
               help=f"time each cell in N passes over its problem's cells, seconds apart, each with 1/N of --reps and "
                    f"--cell-budget; the row pools them, its CI95 spanning every pass's median (default "
                    f"{sweepplan.DEFAULT_PASSES}: one burst's CI95 misses the drift of short calls over seconds)")
+@under_load_option
 @click.option("--gpus", "gpus_spec", default=None, metavar="0,1",
               help="one worker process per GPU (pinned by UUID), fed whole problems, largest first, as each finishes one "
                    "(default: one worker on GPU 0, the code path of every multi-GPU sweep)")
@@ -934,8 +935,8 @@ RESUME_KEEPS = {"resume_id", "gpus_spec", "in_process", "allow_mismatch", "profi
 @json_option
 @click.pass_context
 def sweep(ctx, variant_spec, shapes, preset, batch_spec, heads_kv_spec, causal, dtype_spec, mode_spec, deterministic,
-          timing, baseline_spec, no_baselines, reps, warmup, cell_budget_s, passes, gpus_spec, in_process, shard_spec, resume_id,
-          name, yes, allow_mismatch, profiles_dir, as_json):
+          timing, baseline_spec, no_baselines, reps, warmup, cell_budget_s, passes, under_load_ms, gpus_spec, in_process,
+          shard_spec, resume_id, name, yes, allow_mismatch, profiles_dir, as_json):
     """Time rungs and baselines over many shapes, modes and timing methods into ONE stored table
     (profiles/<sweep-id>/): each cell in --passes passes over its problem's cells, pooled into a row
     whose CI95 spans every pass; Ctrl-C keeps finished rows, --resume finishes, `lab report` draws it."""
@@ -969,7 +970,7 @@ def sweep(ctx, variant_spec, shapes, preset, batch_spec, heads_kv_spec, causal, 
             deterministic=deterministic, timing=timing,
             baseline_spec=baseline_spec, no_baselines=no_baselines, reps=reps, warmup=warmup,
             cell_budget_s=cell_budget_s, shard_spec=shard_spec, yes=yes, command=_command_line("sweep"), name=name,
-            passes=sweepplan.DEFAULT_PASSES if passes is None else passes)
+            passes=sweepplan.DEFAULT_PASSES if passes is None else passes, under_load_ms=under_load_ms)
     if measuring.on_gpu:
         require_gpus("sweep", gpus)
     if not resume_id:

@@ -220,7 +220,8 @@ def gate_problems(plan: Plan, cells: list[Cell]) -> dict[str, Problem]:
 
 def plan_from_specs(*, variant_spec, shapes, preset, batch_spec, heads_kv_spec, causal, dtype_spec, mode_spec,
                     timing, baseline_spec, no_baselines, reps, warmup, cell_budget_s, shard_spec, yes, command,
-                    name, passes: int = sweepplan.DEFAULT_PASSES, deterministic: bool = False) -> Plan:
+                    name, passes: int = sweepplan.DEFAULT_PASSES, deterministic: bool = False,
+                    under_load_ms: float = 0.0) -> Plan:
     """`lab sweep`'s options, as typed, into its plan: the rungs from the registry (with the dtypes
     each accepts), the baselines, the shapes; bad input is refused (LabError) before anything runs."""
     chosen = registry.select(variant_spec) if variant_spec and variant_spec != "none" else []
@@ -239,7 +240,7 @@ def plan_from_specs(*, variant_spec, shapes, preset, batch_spec, heads_kv_spec, 
         causal=causal, dtypes=sweepplan.parse_list(dtype_spec, "--dtype") if dtype_spec else [],
         modes=sweepplan.parse_list(mode_spec, "--mode"), timing=timing, reps=reps, warmup=warmup,
         cell_budget_s=cell_budget_s, shard=sweepplan.parse_shard(shard_spec), yes=yes, command=command, name=name,
-        passes=passes)
+        passes=passes, under_load_ms=under_load_ms)
 
 
 def create(plan: Plan, root: Path | None = None) -> Sweep:

@@ -223,3 +223,56 @@ def test_compare_with_drift_inside_the_pooled_interval(tmp_path):
     assert result["pass_spread_b"]["max_pass_spread"] == pytest.approx(1.08)
     r = lab("sweep", "compare", a.id, b.id, root=tmp_path)
     assert f"B: {n} of {n} rows timed in passes had passes more than 3% apart (the widest 8.0%)" in r.stdout
+
+
+def _loaded_row(samples, mhz, share):
+    t = summarize(samples, 2, True)
+    t.checks = {"under_load_ms": 50.0, "load_sm_clock_mhz": mhz, "load_power_capped_share": share}
+    return [timed_row(CELL, t, 100, None)]
+
+
+def test_rows_under_load_carry_what_nvml_read_and_pool_it_over_passes():
+    """A row timed under load (lab.measure.timed, UNDER LOAD) says the stretch and NVML's reading; pooled, the
+    clock is the passes' median and the capped share their mean. A row timed without has none of the columns."""
+    plain = timed_row(CELL, summarize([1.0, 1.1, 0.9, 1.0, 1.05, 0.95], 2, True), 100, None)
+    assert not {"under_load_ms", "load_sm_clock_mhz", "load_power_capped_share"} & set(plain)
+    (row,) = combine_passes([_loaded_row([1.0, 1.1, 0.9, 1.0, 1.05, 0.95], 1740, 1.0),
+                             _loaded_row([1.2, 1.3, 1.1, 1.2, 1.25, 1.15], 1760, 0.5)])
+    assert row["under_load_ms"] == 50.0 and row["load_sm_clock_mhz"] == 1750 and row["load_power_capped_share"] == 0.75
+
+
+def test_a_sweep_under_load_keeps_the_stretch_in_its_plan_and_says_so(tmp_path):
+    """`lab sweep --under-load MS`: the plan stores it (so --resume and the shards measure alike), it keys the plan
+    apart from one without (shards of the two never merge), a plan without it keys as before it existed, the
+    Markdown export says it, and --resume refuses it as any option of the plan."""
+    import hashlib
+
+    r = lab("sweep", *SHAPES, "--under-load", "50", root=tmp_path)
+    assert r.returncode == 0, r.stderr
+    (sw,) = store.list_sweeps(tmp_path)
+    plan = sweepplan.Plan.from_dict(sw.plan_dict)
+    assert plan.under_load_ms == 50
+    plain = sweepplan.Plan.from_dict({**sw.plan_dict, "under_load_ms": 0.0})
+    assert plan.key() != plain.key()
+    old = plain.to_dict()   # the key as computed before the field existed
+    for k in ("shard", "command", "extra", "under_load_ms"):
+        old.pop(k)
+    assert plain.key() == hashlib.sha256(json.dumps(old, sort_keys=True).encode()).hexdigest()[:16]
+    shipped = store.Sweep(REPO / "profiles" / "examples" / "20261126-191233-sweep-scale-1")
+    assert sweepplan.Plan.from_dict(shipped.plan_dict).under_load_ms == 0.0
+    md = lab("export", sw.id, "--format", "markdown", root=tmp_path).stdout
+    assert "each behind 50 ms of its own calls back to back (under load" in md
+    resumed = lab("sweep", "--resume", sw.id, "--under-load", "50", root=tmp_path)
+    assert resumed.returncode == 2 and "drop --under-load" in resumed.stderr
+    bad = lab("sweep", *SHAPES, "--under-load", "nan", root=tmp_path)
+    assert bad.returncode == 2 and "not a number of milliseconds" in bad.stderr
+
+
+def test_the_sweep_page_says_a_sweep_ran_under_load(tmp_path):
+    from lab.report.pages import render
+
+    assert lab("sweep", *SHAPES, "--under-load", "50", root=tmp_path).returncode == 0
+    (sw,) = store.list_sweeps(tmp_path)
+    render(tmp_path / "reports", root=tmp_path)
+    page = next((tmp_path / "reports").rglob(f"*{sw.id}*.html")).read_text()
+    assert "each repetition behind 50.0 ms of its own calls back to back" in page

@@ -71,6 +71,8 @@ def timed_row(cell: Cell, timing, peak_bytes: int | None, peaks: dict | None) ->
            "passes": 1, "pass_medians_ms": [timing.median],
            # how its start was taken (lab.measure.timed's hold); None from a measurer whose timings have no checks
            "held_start": (timing.checks or {}).get("held_start"), "hold_retries": (timing.checks or {}).get("hold_retries")}
+    if (timing.checks or {}).get("under_load_ms"):   # under load only: other sweeps' rows keep their columns
+        row.update({k: timing.checks.get(k) for k in LOAD_COLUMNS})
     row["tflops"] = rates.tflops(row["flops"], timing.median)
     row["pct_of_peak"] = rates.pct_of_peak(row["tflops"], peaks, p.dtype)
     _rates(row, timing.median, peak_bytes)
@@ -80,6 +82,9 @@ def timed_row(cell: Cell, timing, peak_bytes: int | None, peaks: dict | None) ->
 
 
 SAMPLES = "samples_ms"   # a pass's repetitions, carried from the measurer to combine_passes, never stored
+LOAD_COLUMNS = ("under_load_ms", "load_sm_clock_mhz", "load_power_capped_share")
+"""A row timed under load (lab.measure.timed, UNDER LOAD): the stretch, NVML's SM clock at the stretches' ends
+(median) and the share of them the power limit held down; pooled over passes as the median and the mean."""
 
 
 def _rates(row: dict, median_ms: float, peak_bytes: int | None) -> None:
@@ -145,6 +150,12 @@ def _pooled(rows: list[dict]) -> dict:
     row["passes"], row["pass_medians_ms"] = len(rows), medians
     retries = [r.get("hold_retries") for r in rows]
     row["hold_retries"] = sum(retries) if all(x is not None for x in retries) else None
+    clocks = [r["load_sm_clock_mhz"] for r in rows if r.get("load_sm_clock_mhz") is not None]
+    if clocks:
+        row["load_sm_clock_mhz"] = statistics.median(clocks)
+    capped = [r["load_power_capped_share"] for r in rows if r.get("load_power_capped_share") is not None]
+    if capped:
+        row["load_power_capped_share"] = sum(capped) / len(capped)
     tflops = rates.tflops(row["flops"], row["median_ms"])
     if row.get("pct_of_peak") is not None and first.get("tflops"):
         row["pct_of_peak"] = row["pct_of_peak"] * tflops / first["tflops"]
@@ -270,7 +281,8 @@ class GpuMeasurer:
                     measurement = Measurement(impl, self.workload(p, impl.layout), cell.mode, verify=is_rung,
                                               floor=floor, what=describe(cell.impl, p, cell.mode))
                     timing = measurement.time(method, reps=self.plan.reps, warmup=self.plan.warmup,
-                                              l2_flush=self.plan.l2_flush, budget_s=self.plan.cell_budget_s)
+                                              l2_flush=self.plan.l2_flush, budget_s=self.plan.cell_budget_s,
+                                              under_load_ms=self.plan.under_load_ms)
                     del measurement
                 rows.append(timed_row(cell, timing, timing.peak_memory_bytes, self.peaks))
             except TimingRefused as refused:   # measured, but not a time the lab prints: a failed row, its reason

@@ -18,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
+import math
 import re
 from dataclasses import asdict, dataclass, field, replace
 
@@ -272,6 +273,7 @@ class Plan:
     preset: str | None = None
     shard: tuple[int, int] | None = None
     extra: dict = field(default_factory=dict)
+    under_load_ms: float = 0.0         # each repetition behind this many ms of its own calls (lab.measure.timed, UNDER LOAD)
 
     @property
     def implementations(self) -> list[str]:
@@ -307,6 +309,8 @@ class Plan:
         d = self.to_dict()
         for k in ("shard", "command", "extra"):
             d.pop(k, None)
+        if not d.get("under_load_ms"):   # a plan without it keys as plans stored before it existed did
+            d.pop("under_load_ms", None)
         return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()[:16]
 
     def to_dict(self) -> dict:
@@ -328,7 +332,7 @@ def build_plan(*, rungs: dict[str, list[str]], baselines: list[str], shapes: lis
                batches: list[int] | None, heads_kv: list[int] | None, causal: str | None, dtypes: list[str],
                modes: list[str], timing: str, reps: int, warmup: int, cell_budget_s: float,
                shard: tuple[int, int] | None, yes: bool, command: str = "", name: str | None = None,
-               passes: int = DEFAULT_PASSES, deterministic: bool = False) -> Plan:
+               passes: int = DEFAULT_PASSES, deterministic: bool = False, under_load_ms: float = 0.0) -> Plan:
     """Validate everything a sweep was asked for and expand it; LabError (exit 2) on bad input."""
     if not rungs and not baselines:
         raise LabError("nothing to sweep: no rung (--variant) and no baseline (--no-baselines was given)")
@@ -346,6 +350,8 @@ def build_plan(*, rungs: dict[str, list[str]], baselines: list[str], shapes: lis
         raise LabError("--warmup must be >= 0")
     if cell_budget_s <= 0:
         raise LabError("--cell-budget must be > 0 seconds")
+    if not (math.isfinite(under_load_ms) and under_load_ms >= 0):
+        raise LabError(f"--under-load must be a number of milliseconds >= 0; got {under_load_ms}")
     if not 1 <= passes <= reps // 2:
         raise LabError(f"--passes must be between 1 and {max(1, reps // 2)} (--reps {reps} split over the passes, "
                        f"at least 2 repetitions each); got {passes}")
@@ -391,7 +397,7 @@ def build_plan(*, rungs: dict[str, list[str]], baselines: list[str], shapes: lis
     plan = Plan(name=name or preset or ("batch" if batches else "custom"), rungs=dict(rungs), baselines=list(baselines),
                 problems=problems, modes=list(modes), timing=timing, reps=reps, warmup=warmup,
                 cell_budget_s=cell_budget_s, passes=passes, axis="batch" if batches else "seqlen", command=command,
-                preset=preset, shard=shard)
+                preset=preset, shard=shard, under_load_ms=float(under_load_ms))
     if not plan.cells():
         raise LabError("no cell to measure: no rung runs the sweep's dtypes and there are no baselines")
     return plan

@@ -83,7 +83,10 @@ def markdown_sweep(sweep, metric: str = "tflops") -> str:
              f"(fewer where a cell's {plan.get('cell_budget_s')} s budget ran out; the table stores the count)"
              + (f" in {plan['passes']} passes over each problem's cells, seconds apart, pooled (the CI95 spans every "
                 "pass's median; the table stores each pass's)" if (plan.get("passes") or 1) > 1 else "") + ", "
-             "L2 flushed before each. Cells: median ms (TFLOP/s). Timing `events` = call latency (host dispatch "
+             "L2 flushed before each"
+             + (f", each behind {plan['under_load_ms']:g} ms of its own calls back to back (under load: the GPU at "
+                "its power limit; rows' load_sm_clock_mhz and load_power_capped_share say what NVML read)"
+                if plan.get("under_load_ms") else "") + ". Cells: median ms (TFLOP/s). Timing `events` = call latency (host dispatch "
              "included), `graph` = CUDA-graph replay (device time). Backward FLOPs = 2.5x forward, forward+backward "
              "= 3.5x (FlashAttention's convention); causal FLOPs are halved.", ""]
     for g in group_rows(rows, plan.get("axis", "seqlen")):

@@ -1072,6 +1072,11 @@ def sweep_compare(sweep_a, sweep_b, threshold_pct, profiles_dir, as_json):
         click.echo(json.dumps(result, indent=2))
     else:
         t = result["threshold_pct"]
+        if result["under_load_ms_a"] != result["under_load_ms_b"]:
+            loads = [f"{side} {'under load (' + format(ms, 'g') + ' ms before each repetition)' if ms else 'on an idle GPU'}"
+                     for side, ms in (("A", result["under_load_ms_a"]), ("B", result["under_load_ms_b"]))]
+            click.secho(f"warning: {', '.join(loads)}: the two timed the GPU in different states, and a difference "
+                        "includes the clock its power limit allows, not only the kernels", fg="yellow", err=True)
         click.echo(f"{result['rows_compared']} rows in both ({result['only_in_a']} only in A, {result['only_in_b']} only "
                    f"in B): {len(result['differing'])} differ (beyond CI95 and {t:g}%), "
                    f"{len(result['beyond_ci95_within_threshold'])} beyond CI95 within {t:g}%, "

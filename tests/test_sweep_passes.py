@@ -276,3 +276,15 @@ def test_the_sweep_page_says_a_sweep_ran_under_load(tmp_path):
     render(tmp_path / "reports", root=tmp_path)
     page = next((tmp_path / "reports").rglob(f"*{sw.id}*.html")).read_text()
     assert "each repetition behind 50.0 ms of its own calls back to back" in page
+
+
+def test_sweep_compare_warns_when_one_sweep_ran_under_load_and_the_other_did_not(tmp_path):
+    assert lab("sweep", *SHAPES, root=tmp_path).returncode == 0
+    assert lab("sweep", *SHAPES, "--under-load", "50", root=tmp_path).returncode == 0
+    idle, loaded = store.list_sweeps(tmp_path)
+    result = store.compare_sweeps(idle, loaded)
+    assert (result["under_load_ms_a"], result["under_load_ms_b"]) == (0.0, 50.0)
+    r = lab("sweep", "compare", idle.id, loaded.id, root=tmp_path)
+    assert "A on an idle GPU, B under load (50 ms before each repetition)" in r.stderr
+    same = lab("sweep", "compare", idle.id, idle.id, root=tmp_path)
+    assert "under load" not in same.stderr

@@ -643,7 +643,11 @@ def compare_sweeps(a: Sweep, b: Sweep, threshold_pct: float = PRACTICAL_THRESHOL
         p["changed_with_problem"] = sum(1 for d in mine if d["finding"] == "with_problem")
         p["changed_against_problem"] = sum(1 for d in mine if d["finding"] == "against_problem")
     ratios = sorted(p[2] for p in pairs)
+    loads = [float(s.plan_dict.get("under_load_ms") or 0.0) for s in (a, b)]
     return {"a": a.id, "b": b.id, "threshold_pct": threshold_pct, "rows_compared": len(common),
+            # each sweep's stretch before a repetition (lab.measure.timed, UNDER LOAD); where they differ, the
+            # two measured the GPU in different states and a change includes the clock at the power limit
+            "under_load_ms_a": loads[0], "under_load_ms_b": loads[1],
             "only_in_a": len(set(ra) - set(rb)), "only_in_b": len(set(rb) - set(ra)),
             "overlapping": len(common) - len(differ) - len(within_threshold), "differing": differ,
             "beyond_ci95_within_threshold": within_threshold,

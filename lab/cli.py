@@ -90,8 +90,8 @@ under_load_option = click.option(
     callback=_finite_ms,
     help="time each repetition behind MS ms of the same call back to back (untimed; the timed call is checked "
          "as always), so it runs at the clock the GPU holds under sustained load, its power limit as in a training "
-         "step, instead of an idle GPU's boost clock; NVML's clock at each stretch's end is reported. 50 reaches "
-         "the limit on an H100/H200. 0: off")
+         "step, instead of an idle GPU's boost clock; NVML's clock while each stretch's last calls run is "
+         "reported. 50 reached the limit on an H200. 0: off")
 mode_option = click.option("--mode", type=click.Choice(["fwd", "bwd", "fwd+bwd"]), default="fwd", show_default=True,
                            help="the forward, the backward (dQ, dK, dV from O, dO and the LSE), or both in one call")
 deterministic_option = click.option(

@@ -123,13 +123,13 @@ def under_load_rows(rows: list[dict]) -> list[tuple[str, str, float | None, dict
 
 
 def print_under_load(result: dict, console) -> None:
-    """Under load: the clock each implementation's stretches left the GPU at, as NVML read it at each one's end,
-    just before the timed call."""
+    """Under load: the clock each implementation's stretches held the GPU at, as NVML read it while each one's
+    last calls ran, just before the timed call."""
     found = under_load_rows(result["rows"]) if result.get("under_load_ms") else []
     if not found:
         return
     t = Table(title=f"under load: each repetition behind {result['under_load_ms']:g} ms of its own calls back to "
-                    "back; NVML read at each stretch's end")
+                    "back; NVML read while each stretch's last calls ran")
     for col in ("implementation", "problem", "median ms", "calls a stretch", "SM MHz (median)", "power-capped"):
         t.add_column(col, justify="left" if col in ("implementation", "problem") else "right")
     for who, label, median, r in found:
@@ -314,7 +314,7 @@ def markdown_ladder(result: dict, title: str | None = None) -> str:
               "n/a = the backend cannot run this shape or dtype.", ""]
     loaded = under_load_rows(result["rows"]) if result.get("under_load_ms") else []
     if loaded:
-        lines += ["Under load, what NVML read at the end of each stretch, just before the timed call:", "",
+        lines += ["Under load, what NVML read while each stretch's last calls ran, just before the timed call:", "",
                   "| implementation | problem | median ms | SM MHz (median) | power-capped repetitions |",
                   "| --- | --- | --- | --- | --- |"]
         for who, label, median, r in loaded:

@@ -343,7 +343,7 @@ class _Run:
         self.under_load_ms = under_load_ms    # the stretch of calls back to back before each repetition (UNDER_LOAD)
         self.load_calls = 0                   # calls in each stretch, sized from the warm-up's per-call time
         self.read_calls = 0                   # of them, those still running when NVML is read
-        self.load_states: list[dict | None] = []   # lab.nvml.load read at each stretch's end, before its timed call
+        self.load_states: list[dict | None] = []   # lab.nvml.load read as each stretch's last calls run
         self.timed: list[tuple] = []      # (start, end, after) of the timed repetitions
         self.probes: list[tuple] = []     # (start, end, after) of eager warm-up calls
         self.verified = 0
@@ -572,7 +572,7 @@ class _Run:
                 "hold_retries": self.hold_retries}
 
     def load_checks(self) -> dict:
-        """Under load (UNDER_LOAD): the stretch's length and calls, and what NVML read at each stretch's end
+        """Under load (UNDER_LOAD): the stretch's length and calls, and what NVML read as each stretch's last calls ran
         (the readings' number, the SM clock's median, the share naming the power cap); all None without."""
         if not self.load_calls:
             return dict.fromkeys(("under_load_ms", "under_load_calls", "load_states_read", "load_sm_clock_mhz",

@@ -13,6 +13,7 @@
 gpu_call_begin v9ulgrid
 GPU=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1 | grep -oE 'H100|H200' | tr 'A-Z' 'a-z')
 step check 120 python3 benchmarks/under_load_check.py
+step gpu-tests 300 python3 -m pytest -m gpu -v -rfE --tb=short -p no:randomly -p no:cacheprovider tests/test_sweep_gpu.py tests/test_nvml.py -k under_load
 step build 200 python3 -m lab.cli build --variant v9
 step sweep-loaded 500 python3 -m lab.cli sweep --variant v9 --preset fa-grid --mode fwd --dtype float16,bfloat16 \
   --baselines sdpa-cudnn --timing graph --under-load 50 --name "v9-fa-grid-under-load-${GPU:-gpu}" --profiles "$W/sweeps"
@@ -22,4 +23,4 @@ if [ "$GPU" = h100 ]; then
 fi
 cat "$L/check.log"
 tail -40 "$L/sweep-loaded.log"
-gpu_call_end
+gpu_call_end gpu-tests

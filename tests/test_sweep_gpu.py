@@ -101,3 +101,18 @@ def test_each_row_names_the_gpu_its_worker_was_pinned_to(tmp_path):
     assert set(df.gpu_host_index) == {host[uuid][0]} and set(df.power_limit_w) == {host[uuid][1]}
     assert (df.sm_clock_mhz > 0).all() and (df.mem_clock_mhz > 0).all()
     assert set(df.gpu_probe_source) == {"nvml"}   # read in the worker's process, no nvidia-smi started
+
+
+def test_a_sweep_under_load_times_every_cell_behind_its_stretch_and_keeps_nvml_s_reading(tmp_path):
+    """`lab sweep --under-load` through the real worker: every timed row says the stretch and what NVML read
+    (a clock at most the GPU's maximum, a share in [0, 1]); the plan keeps the stretch."""
+    r = sweep(tmp_path, "--variant", F16, "--shape", "2,8,512,64", "--baselines", "sdpa-flash", "--timing", "both",
+              "--reps", "6", "--under-load", "20", "--json")
+    assert r.exit_code == 0, r.output + r.stderr
+    (sw,) = store.list_sweeps(tmp_path)
+    assert sw.plan_dict["under_load_ms"] == 20
+    ok = sw.table()
+    ok = ok[ok.status == "ok"]
+    assert len(ok) >= 4 and (ok.under_load_ms == 20).all()
+    assert ok.load_sm_clock_mhz.notna().all() and (ok.load_sm_clock_mhz > 0).all()
+    assert ((ok.load_power_capped_share >= 0) & (ok.load_power_capped_share <= 1)).all()

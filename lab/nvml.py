@@ -62,6 +62,10 @@ SIGNATURES: dict[str, tuple] = {
     "nvmlDeviceGetClockInfo": (_handle, ctypes.c_int, _uint_p),
     "nvmlDeviceGetMaxClockInfo": (_handle, ctypes.c_int, _uint_p),
     "nvmlDeviceGetPowerManagementLimit": (_handle, _uint_p),
+}
+# the functions only load() calls: a library without one still reads the state (read()), and load() gives None
+# for that field (nvmlDeviceGetCurrentClocksThrottleReasons is deprecated for ...ClocksEventReasons since r535)
+LOAD_SIGNATURES: dict[str, tuple] = {
     "nvmlDeviceGetPowerUsage": (_handle, _uint_p),
     "nvmlDeviceGetTemperature": (_handle, ctypes.c_int, _uint_p),
     "nvmlDeviceGetTotalEnergyConsumption": (_handle, _ulonglong_p),
@@ -98,6 +102,13 @@ class Nvml:
             except AttributeError:   # a driver older than the function
                 raise NvmlUnavailable(f"{library} has no {name}") from None
             function.argtypes, function.restype = argtypes, ctypes.c_int
+        self._missing: set[str] = set()   # LOAD_SIGNATURES' functions this library does not have
+        for name, argtypes in LOAD_SIGNATURES.items():
+            function = getattr(self._lib, name, None)
+            if function is None:
+                self._missing.add(name)
+            else:
+                function.argtypes, function.restype = argtypes, ctypes.c_int
         try:
             self._error_string = self._lib.nvmlErrorString
             self._error_string.argtypes, self._error_string.restype = (ctypes.c_int,), ctypes.c_char_p
@@ -122,6 +133,8 @@ class Nvml:
         raise NvmlError(f"{name} failed: {self.error_string(code)}")
 
     def _uint(self, name: str, *args, kind=ctypes.c_uint) -> int | None:
+        if name in self._missing:   # a load() field this library cannot give: not given, as not supported
+            return None
         out = kind()
         return out.value if self._checked(name, getattr(self._lib, name)(*args, ctypes.byref(out))) else None
 
@@ -168,7 +181,7 @@ class Nvml:
         power.draw: W, NVML gives mW), temperature (C), the energy it has used since the driver loaded (mJ:
         the difference of two reads over a stretch of work is that work's energy), and the set bits of why
         its clock is below the maximum (names from CLOCK_EVENT_REASONS; an unnamed bit as its hex value).
-        A field NVML does not support here is None."""
+        A field NVML does not support here, or whose function this library lacks, is None."""
         h = self.device(uuid)
         milliwatts = self._uint("nvmlDeviceGetPowerUsage", h)
         reasons = self._uint("nvmlDeviceGetCurrentClocksThrottleReasons", h, kind=ctypes.c_ulonglong)

@@ -4,7 +4,7 @@
  * pointers, string buffers and their lengths), not what a GPU reads: that is tests/test_nvml.py's GPU
  * test, against nvidia-smi. The test sets the knobs (standin_*) through ctypes.
  *
- * Built by the test: cc -shared -fPIC -o libnvml-standin.so nvml_standin.c [-DSTANDIN_NO_MAX_CLOCK] */
+ * Built by the test: cc -shared -fPIC -o libnvml-standin.so nvml_standin.c [-DSTANDIN_NO_MAX_CLOCK] [-DSTANDIN_NO_LOAD] */
 
 #include <stdio.h>
 #include <string.h>
@@ -123,6 +123,7 @@ nvmlReturn_t nvmlDeviceGetPowerManagementLimit(nvmlDevice_t device, unsigned int
     return NVML_SUCCESS;
 }
 
+#ifndef STANDIN_NO_LOAD   /* a library without load()'s functions: read() must still work, load() give None */
 /* the draw is as unsupported as the limit on the second GPU; energy is 64-bit (mJ since the driver loaded) */
 nvmlReturn_t nvmlDeviceGetPowerUsage(nvmlDevice_t device, unsigned int *power) {
     nvmlReturn_t r = check(device, power);
@@ -153,3 +154,4 @@ nvmlReturn_t nvmlDeviceGetCurrentClocksThrottleReasons(nvmlDevice_t device, unsi
     if (r == NVML_SUCCESS) *reasons = device->reasons;
     return r;
 }
+#endif

@@ -30,13 +30,13 @@ GPU1 = "GPU-5tand1n1-1111-1111-1111-111111111111"
 
 @pytest.fixture(scope="module")
 def standin(tmp_path_factory):
-    """The stand-in library built, and one built without nvmlDeviceGetMaxClockInfo: {name: path}."""
+    """The stand-in library built, one without nvmlDeviceGetMaxClockInfo and one without load()'s functions."""
     cc = shutil.which("cc") or shutil.which("gcc")
     if cc is None:
         pytest.skip("no C compiler (cc, gcc) to build tests/nvml_standin.c")
     folder = tmp_path_factory.mktemp("nvml")
     built = {}
-    for name, flags in (("full", []), ("no-max-clock", ["-DSTANDIN_NO_MAX_CLOCK"])):
+    for name, flags in (("full", []), ("no-max-clock", ["-DSTANDIN_NO_MAX_CLOCK"]), ("no-load", ["-DSTANDIN_NO_LOAD"])):
         built[name] = folder / f"libnvml-standin-{name}.so"
         subprocess.run([cc, "-shared", "-fPIC", "-O1", "-Wall", "-Werror", *flags, "-o", str(built[name]),
                         str(STANDIN)], check=True, capture_output=True, text=True)
@@ -155,6 +155,13 @@ def test_load_gives_power_temperature_64_bit_energy_and_the_clock_event_reasons_
     idle = lib.load(GPU1)   # neither the draw nor the energy supported there
     assert idle["power_draw_w"] is None and idle["energy_mj"] is None
     assert idle["clock_event_reasons"] == ("gpu_idle",) and idle["temperature_c"] == 30
+
+
+def test_a_library_without_load_s_functions_still_reads_the_state_and_loads_none(fresh):
+    lib = nvml.Nvml(str(fresh["no-load"]))
+    assert lib.read(GPU0)["sm_clock_mhz"] == 1755 and lib.read(GPU0)["power_limit_w"] == 699.999
+    assert lib.load(GPU0) == {"sm_clock_mhz": 1755, "power_draw_w": None, "temperature_c": None, "energy_mj": None,
+                              "clock_event_reasons": None}
 
 
 def test_a_field_nvml_does_not_support_is_none_not_a_guess(fresh):

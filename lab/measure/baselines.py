@@ -18,7 +18,7 @@ from lab.measure.call import Attention
 from lab.measure.checked import Measurement, Workload, describe, device_floor
 from lab.measure.kernelsplit import KernelSplitFailed
 from lab.measure.problem import Problem, softmax_scale
-from lab.measure.timed import TimingRefused
+from lab.measure.timed import LOAD_CHECKS, TimingRefused
 
 BACKENDS = ("cudnn", "flash", "efficient", "math")
 LOW_PRECISION = ("float16", "bfloat16")
@@ -67,8 +67,7 @@ class Baseline:
 def under_load_reading(timing: Timing) -> dict:
     """What NVML read at the end of each stretch of a timing under load (lab.measure.timed, UNDER LOAD)."""
     c = timing.checks or {}
-    return {k: c.get(k) for k in ("under_load_ms", "under_load_calls", "load_states_read", "load_sm_clock_mhz",
-                                  "load_power_capped_share")}
+    return {k: c.get(k) for k in LOAD_CHECKS if k != "load_clock_event_reasons"}
 
 
 _TRIGGERED = re.compile(r"\s*\(Triggered internally at [^)]*\)\.?")

@@ -106,20 +106,26 @@ def require_kernel_trace() -> None:
                        "torch does not have", hint="a CUDA build of torch from pytorch.org has it; or drop --kernels")
 
 
-def under_load_rows(rows: list[dict]) -> list[tuple[str, str, float | None, dict]]:
-    """(who, problem label, median ms, under_load reading) of each timed rung and baseline of `rows` timed
-    under load, in table order, each baseline once per shape and dtype (as kernel_splits names them)."""
+def implementations_with(rows: list[dict], field: str) -> list[tuple[str, str, float | None, object]]:
+    """(who, problem label, median ms, the entry's `field`) for each rung and baseline of `rows` that has
+    `field`, in table order, each baseline once per shape and dtype: a rung by its id, a baseline as
+    `sdpa-<backend>` on its own problem (its dtype, SDPA's default backward)."""
     out, seen = [], set()
     for row in rows:
-        if "under_load" in row:
-            out.append((row["variant"], row["problem"]["label"], row["timing"]["median"], row["under_load"]))
+        if field in row:
+            out.append((row["variant"], row["problem"]["label"], (row.get("timing") or {}).get("median"), row[field]))
         for b in row.get("baselines", []):
             key = (_shape_key(row["problem"]), b["backend"], b["dtype"])
-            if "under_load" in b and key not in seen:
+            if field in b and key not in seen:
                 seen.add(key)
                 label = Problem.from_dict(row["problem"]).plain().with_dtype(b["dtype"]).label()
-                out.append((f"sdpa-{b['backend']}", label, b["median_ms"], b["under_load"]))
+                out.append((f"sdpa-{b['backend']}", label, b.get("median_ms"), b[field]))
     return out
+
+
+def under_load_rows(rows: list[dict]) -> list[tuple[str, str, float | None, dict]]:
+    """(who, problem label, median ms, under_load reading) of each rung and baseline timed under load."""
+    return implementations_with(rows, "under_load")
 
 
 def print_under_load(result: dict, console) -> None:
@@ -145,19 +151,8 @@ def print_under_load(result: dict, console) -> None:
 
 def kernel_splits(rows: list[dict]) -> list[tuple[str, str, dict]]:
     """(who, problem label, split) for each rung and baseline of `rows` with a kernel split (or its
-    error), in table order, each baseline once per shape and dtype: a rung by its id, a baseline as
-    `sdpa-<backend>` on its own problem (its dtype, SDPA's default backward)."""
-    out, seen = [], set()
-    for row in rows:
-        if "kernel_split" in row:
-            out.append((row["variant"], row["problem"]["label"], row["kernel_split"]))
-        for b in row.get("baselines", []):
-            key = (_shape_key(row["problem"]), b["backend"], b["dtype"])
-            if "kernel_split" in b and key not in seen:
-                seen.add(key)
-                label = Problem.from_dict(row["problem"]).plain().with_dtype(b["dtype"]).label()
-                out.append((f"sdpa-{b['backend']}", label, b["kernel_split"]))
-    return out
+    error), as implementations_with orders and names them."""
+    return [(who, label, split) for who, label, _, split in implementations_with(rows, "kernel_split")]
 
 
 def _shape_key(problem: dict) -> tuple:

@@ -121,6 +121,9 @@ UNDER_LOAD_READ_MS = 1.0
 """How long the stretch's last calls run while NVML is read (a read takes tens of microseconds)."""
 UNDER_LOAD_MAX_CALLS = 100_000
 """The most calls in one stretch under load (a call of a few microseconds would otherwise ask for millions)."""
+LOAD_CHECKS = ("under_load_ms", "under_load_calls", "load_states_read", "load_sm_clock_mhz", "load_power_capped_share",
+               "load_clock_event_reasons")
+"""The keys a Timing's checks have for UNDER LOAD (None where it was timed without)."""
 POWER_CAP_REASONS = frozenset({"sw_power_cap", "hw_power_brake_slowdown"})
 """lab.nvml's names of the clock-event reasons that say the power limit held the clock down."""
 CAPTURE_JOIN_ERRORS = ("unjoined", "captureisolation", "capture isolation", "captureimplicit")
@@ -575,8 +578,7 @@ class _Run:
         """Under load (UNDER_LOAD): the stretch's length and calls, and what NVML read as each stretch's last calls ran
         (the readings' number, the SM clock's median, the share naming the power cap); all None without."""
         if not self.load_calls:
-            return dict.fromkeys(("under_load_ms", "under_load_calls", "load_states_read", "load_sm_clock_mhz",
-                                  "load_power_capped_share", "load_clock_event_reasons"))
+            return dict.fromkeys(LOAD_CHECKS)
         read = [x for x in self.load_states if x is not None]
         clocks = [x["sm_clock_mhz"] for x in read if x.get("sm_clock_mhz") is not None]
         reasons = Counter(r for x in read for r in (x.get("clock_event_reasons") or ()))

@@ -3,7 +3,8 @@
 // build (-DLAB_TUNING, `lab tune`) also exposes configs(head_dim, dtype) and forward_config(..., config, lse=None).
 // A rung with a backward (-DLAB_BACKWARD_LAUNCHER=lab_backward_<id>, common.cuh's backward contract)
 // also exposes backward(q, k, v, o, dout, lse, dq, dk, dv, causal, softmax_scale, deterministic=False), which allocates the
-// rung's workspace from torch's allocator on the current stream.
+// rung's workspace from torch's allocator on the current stream. A forward that exports lab_forward_<id>_workspace
+// (common.cuh's forward workspace contract; -DLAB_FORWARD_WORKSPACE names it) gets its scratch the same way.
 // The output is passed in (not allocated here) so the correctness gate can poison it first.
 // A rung that declares `gqa = true` is compiled with -DLAB_GQA: its K and V (dK and dV) may have
 // heads_kv heads, a divisor of Q's (common.cuh's GQA contract); without it they must have Q's.
@@ -67,7 +68,7 @@ static LabAttentionArgs make_args(const at::Tensor& q, const at::Tensor& k, cons
   return LabAttentionArgs{q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr(),
                           (int)q.size(0), (int)q.size(1), (int)q.size(2), (int)k.size(2),
                           (int)q.size(3), causal ? 1 : 0, (float)softmax_scale,
-                          to_lab_dtype(q.scalar_type()), lse, (int)k.size(1)};
+                          to_lab_dtype(q.scalar_type()), lse, (int)k.size(1), nullptr, 0};
 }
 
 // The forward's arguments, lse included, for forward and for every tuning candidate (forward_config):
@@ -81,12 +82,44 @@ static LabAttentionArgs forward_args(const at::Tensor& q, const at::Tensor& k, c
   return make_args(q, k, v, o, causal, softmax_scale, lse_ptr(lse, q));
 }
 
+// Scratch for a launch (common.cuh's workspace contracts, forward and backward): `bytes` from torch's caching
+// allocator on the current stream (stream-ordered, counted in torch.cuda.max_memory_allocated, released when `scratch`
+// goes out of scope after the launch), 256-byte aligned; none when bytes is 0.
+template <typename Args, typename Launch>
+static void launch_with_scratch(Args& args, size_t bytes, const at::Tensor& like, Launch launch) {
+  at::Tensor scratch;
+  if (bytes > 0) {
+    scratch = at::empty({(int64_t)bytes + 256}, like.options().dtype(at::kByte));
+    const uintptr_t base = reinterpret_cast<uintptr_t>(scratch.data_ptr());
+    args.workspace = reinterpret_cast<void*>((base + 255) & ~uintptr_t(255));
+    args.workspace_bytes = bytes;
+  }
+  const char* err = launch(args);
+  TORCH_CHECK(err == nullptr, err ? err : "");
+}
+
+// The forward workspace contract (the lab builds with -DLAB_FORWARD_WORKSPACE=lab_forward_<id>_workspace): weak, so a
+// rung that exports no such function links with it null and gets no scratch.
+#ifdef LAB_FORWARD_WORKSPACE
+LAB_EXPORT __attribute__((weak)) size_t LAB_FORWARD_WORKSPACE(const LabAttentionArgs* args);
+static size_t forward_workspace_bytes(const LabAttentionArgs* args) {
+  return LAB_FORWARD_WORKSPACE != nullptr ? LAB_FORWARD_WORKSPACE(args) : 0;
+}
+#else
+static size_t forward_workspace_bytes(const LabAttentionArgs*) { return 0; }
+#endif
+
+template <typename Launch>
+static void forward_with_workspace(LabAttentionArgs& args, const at::Tensor& like, Launch launch) {
+  launch_with_scratch(args, forward_workspace_bytes(&args), like, launch);
+}
+
 void forward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, at::Tensor& o,
              bool causal, double softmax_scale, const c10::optional<at::Tensor>& lse) {
   c10::cuda::CUDAGuard guard(q.device());
-  const LabAttentionArgs args = forward_args(q, k, v, o, causal, softmax_scale, lse);
-  const char* err = LAB_LAUNCHER(&args, c10::cuda::getCurrentCUDAStream().stream());
-  TORCH_CHECK(err == nullptr, err ? err : "");
+  LabAttentionArgs args = forward_args(q, k, v, o, causal, softmax_scale, lse);
+  cudaStream_t stream = c10::cuda::getCurrentCUDAStream().stream();
+  forward_with_workspace(args, q, [&](const LabAttentionArgs& a) { return LAB_LAUNCHER(&a, stream); });
 }
 
 #ifdef LAB_BACKWARD_LAUNCHER
@@ -118,20 +151,9 @@ static LabBackwardArgs make_backward_args(const at::Tensor& q, const at::Tensor&
                          deterministic ? 1 : 0};
 }
 
-// The workspace comes from torch's caching allocator on the current stream: stream-ordered, counted
-// in torch.cuda.max_memory_allocated, released when `scratch` goes out of scope after the launch.
 template <typename Launch>
 static void with_workspace(LabBackwardArgs& args, const at::Tensor& like, Launch launch) {
-  const size_t bytes = LAB_BACKWARD_WORKSPACE(&args);
-  at::Tensor scratch;
-  if (bytes > 0) {
-    scratch = at::empty({(int64_t)bytes + 256}, like.options().dtype(at::kByte));
-    const uintptr_t base = reinterpret_cast<uintptr_t>(scratch.data_ptr());
-    args.workspace = reinterpret_cast<void*>((base + 255) & ~uintptr_t(255));
-    args.workspace_bytes = bytes;
-  }
-  const char* err = launch(args);
-  TORCH_CHECK(err == nullptr, err ? err : "");
+  launch_with_scratch(args, LAB_BACKWARD_WORKSPACE(&args), like, launch);
 }
 
 void backward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& o,
@@ -184,9 +206,9 @@ std::vector<std::string> configs(int64_t head_dim, const std::string& dtype) {
 void forward_config(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, at::Tensor& o,
                     bool causal, double softmax_scale, int64_t config, const c10::optional<at::Tensor>& lse) {
   c10::cuda::CUDAGuard guard(q.device());
-  const LabAttentionArgs args = forward_args(q, k, v, o, causal, softmax_scale, lse);
-  const char* err = LAB_TUNE_LAUNCHER(&args, c10::cuda::getCurrentCUDAStream().stream(), (int)config);
-  TORCH_CHECK(err == nullptr, err ? err : "");
+  LabAttentionArgs args = forward_args(q, k, v, o, causal, softmax_scale, lse);
+  cudaStream_t stream = c10::cuda::getCurrentCUDAStream().stream();
+  forward_with_workspace(args, q, [&](const LabAttentionArgs& a) { return LAB_TUNE_LAUNCHER(&a, stream, (int)config); });
 }
 
 #ifdef LAB_BACKWARD_LAUNCHER

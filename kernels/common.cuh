@@ -68,6 +68,20 @@
 // `lab check --deterministic` runs the backward twice on the same inputs and requires dQ, dK and dV
 // bitwise equal, besides the float64 check. The field sits last in LabBackwardArgs.
 //
+// The forward workspace contract (optional; any cuda rung). A forward that needs scratch exports
+//
+//     extern "C" size_t lab_forward_<id>_workspace(const LabAttentionArgs* args);
+//         // bytes of scratch this problem's forward needs (0 for none)
+//
+// and the lab gives it args->workspace as it gives the backward its own: workspace_bytes of it,
+// 256-byte aligned, uninitialised, from torch's stream-ordered allocator, before each call (the
+// tuning candidates' calls too, so the function covers every candidate). The rung owns its layout
+// and initialises it on `stream`: v9's dynamic tile scheduler zeroes its tile counter there, as
+// FlashAttention-3 and cuDNN zero theirs. Scratch that lives across calls would be shared by calls
+// on other streams and by every replay of a captured graph; scratch per call is not. A rung that
+// exports no such function gets args->workspace = nullptr and workspace_bytes = 0 (the binding's
+// reference to it is weak), and pays nothing: the lab allocates only when the function asks.
+//
 // Tuning a backward (`lab tune --mode bwd`, optional): built with -DLAB_TUNING a rung may also
 // export lab_backward_<id>_configs(int head_dim, LabDtype dtype) and
 // lab_backward_<id>_config(const LabBackwardArgs*, cudaStream_t, int config), as for the forward;
@@ -94,6 +108,8 @@ struct LabAttentionArgs {
   LabDtype dtype;
   float* lse;           // [batch, heads, seqlen_q] fp32 row log-sum-exp to write, or nullptr (backward contract)
   int heads_kv;         // K and V heads: = heads, or (gqa = true) a divisor of it (the GQA contract)
+  void* workspace;        // the forward workspace contract: workspace_bytes of scratch, or nullptr
+  size_t workspace_bytes;
 };
 
 // The backward's arguments (the backward contract above). Every tensor is contiguous (B, H, N, D)

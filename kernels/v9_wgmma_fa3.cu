@@ -414,6 +414,7 @@ template <int D_, int BN_, int STAGES_, bool PINGPONG_ = false, int CONSUMERS_ =
 using Config = lab_hopper_fwd::Config<D_, BN_, STAGES_, PINGPONG_, CONSUMERS_>;
 using lab_hopper_sched::OneTilePerCta;
 using lab_hopper_sched::Persistent;
+using lab_hopper_sched::LongestFirst;
 // v6's configurations (benchmarks/v6_notes.md run 5), now persistent:
 //                       D   BN  stages ping-pong consumer warpgroups
 using Default64 = Config<64, 128, 2, false, 1>;     // BM = 64, two CTAs per SM
@@ -620,6 +621,10 @@ static const LabTuneCandidate kCandidates64[] = {
     {"C2 BN128 S2 persistent pp tma-o q2 half-softmax tree-max row-limit (causal)", launch_causal<PingPong64OTmaQ2Lean, Persistent>, LAB_SERVES_CAUSAL},
     // Step 17: P's row sums by the tensor cores on three consumers (without the LSE; one warpgroup's twins retired).
     {"C3 BN128 S2 persistent sum-mma (non-causal)", launch_non_causal<Long64SumMma, Persistent>, LAB_SERVES_NON_CAUSAL},
+    // Step 19: the causal defaults' kernels on the dynamic, longest-first walk (tile_scheduler.cuh's LongestFirst).
+    {"C2 BN128 S2 longest-first pp tma-o q2 half-softmax tree-max row-limit (causal)", launch_causal<PingPong64OTmaQ2Lean, LongestFirst>, LAB_SERVES_CAUSAL},
+    {"C1 BN128 S2 longest-first tma-o half-softmax tree-max row-limit (causal)", launch_causal<Default64OTmaHalfTreeRowLimit, LongestFirst>, LAB_SERVES_CAUSAL},
+    {"C3 BN128 S2 longest-first (causal)", launch_causal<Long64, LongestFirst>, LAB_SERVES_CAUSAL},
 };
 static const LabTuneCandidate kCandidates128[] = {
     // Ping-pong on the persistent grid (steps 2-3), O by TMA (step 4), two Q buffers (step 6 (c)): the default.
@@ -628,6 +633,8 @@ static const LabTuneCandidate kCandidates128[] = {
     {"C2 BN176 S2 persistent pp (non-causal)", launch_non_causal<PingPong128Keys176, Persistent>, LAB_SERVES_NON_CAUSAL},
     // Step 14: the same with O by TMA through the tile's last V stage.
     {"C2 BN176 S2 persistent pp o-in-v (non-causal)", launch_non_causal<PingPong128Keys176OInV, Persistent>, LAB_SERVES_NON_CAUSAL},
+    // Step 19: the default's kernel on the dynamic, longest-first walk (causal).
+    {"C2 BN128 S2 longest-first pp tma-o q2 (causal)", launch_causal<PingPong128OTmaQ2, LongestFirst>, LAB_SERVES_CAUSAL},
 };
 static LabTuneList candidates(int head_dim) {
   switch (head_dim) {
@@ -681,6 +688,16 @@ LAB_EXPORT const char* lab_forward_v9(const LabAttentionArgs* args, cudaStream_t
   const bool long_176 = args->seqlen_q >= v9::kLong176 && args->seqlen_k >= v9::kLong176;
   return long_176 ? v9::launch<v9::PingPong128Keys176OInV, false>(args, stream)
                   : v9::launch<v9::PingPong128OTmaQ2, false>(args, stream);
+}
+
+// The forward workspace (common.cuh): a dynamic scheduler's tile counter. No default launches one yet; a tuning
+// build's candidates may, so there every call gets one.
+LAB_EXPORT size_t lab_forward_v9_workspace(const LabAttentionArgs*) {
+#ifdef LAB_TUNING
+  return lab_hopper_fwd::workspace_bytes<v9::LongestFirst>();
+#else
+  return 0;
+#endif
 }
 
 #ifdef LAB_TUNING

@@ -77,19 +77,20 @@ def test_the_binding_refuses_kv_heads_unless_built_for_gqa():
     assert "q.size(1) == k.size(1)" in without and "gqa = true" in without
 
 
-@pytest.mark.parametrize("struct, tail", [("LabAttentionArgs", ["heads_kv"]),
+@pytest.mark.parametrize("struct, tail", [("LabAttentionArgs", ["heads_kv", "workspace", "workspace_bytes"]),
                                           ("LabBackwardArgs", ["heads_kv", "deterministic"])])
 def test_heads_kv_is_the_last_field_of_each_argument_struct(struct, tail):
     """Appended, never inserted: a rung built against an older common.cuh (a workspace copy) reads the
-    same offsets for every field it knows (the backward's deterministic flag came after heads_kv)."""
+    same offsets for every field it knows (the backward's deterministic flag came after heads_kv, the forward's
+    workspace after it)."""
     text = (KERNELS / "common.cuh").read_text()
     body = re.search(rf"struct {struct} \{{(.*?)\n\}};", text, re.S).group(1)
     fields = [re.match(r"\s*[\w\s\*]+?\b(\w+);", line).group(1) for line in body.splitlines()
               if re.match(r"\s*[\w\s\*]+?\b\w+;", line)]
     assert fields[-len(tail):] == tail, fields
     binding = (KERNELS / "binding.cpp").read_text()
-    # the binding's aggregate initialisers put K's heads in that field: last in the forward's, then the flag
-    assert len(re.findall(r"\(int\)k\.size\(1\)\};", binding)) == 1
+    # the binding's aggregate initialisers put K's heads in that field: then the forward's workspace, the backward's flag
+    assert len(re.findall(r"\(int\)k\.size\(1\), nullptr, 0\};", binding)) == 1
     assert len(re.findall(r"\(int\)k\.size\(1\),\s*deterministic \? 1 : 0\};", binding)) == 1
 
 

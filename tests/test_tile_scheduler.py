@@ -21,6 +21,7 @@ from conftest import host_program
 DRIVER = textwrap.dedent(r"""
     #include "hopper/tile_scheduler.cuh"
     #include <cstdio>
+    #include <algorithm>
     #include <cstdlib>
     #include <vector>
     using namespace lab_hopper_sched;
@@ -29,9 +30,45 @@ DRIVER = textwrap.dedent(r"""
     // steps taken without a tile. Work of a tile: its key tiles (key_tiles(), the kernel's count).
     // order = 1: the persistent walk; order = 0: a plain stride over one longest-first list of all
     // heads (causal_lpt with one group), for comparison.
+    // order = 2: the dynamic longest-first list (LongestFirst), each CTA starting on its own index and
+    // then taking the counter's next whenever it is the first to finish (a tile lasting its key tiles plus
+    // one for its start and epilogue), for head dim argv[9].
+    int dynamic(int nq, int nk, int bm, int bn, int bh, int grid_asked, int causal, int d) {
+      const int m_blocks = (nq + bm - 1) / bm;
+      const long long total = LongestFirst::tiles(m_blocks, bh);
+      const int grid = grid_asked < total ? grid_asked : (int)total;  // the launcher's clamp
+      const int section = std::min(LongestFirst::section_heads(nk, d), bh);
+      std::vector<int> seen(total, 0);
+      std::vector<long long> busy(grid, 0), work(grid, 0);  // when each CTA is next free; its key tiles
+      long long longest = 0, next = grid;
+      auto take = [&](int b, long long index) {
+        const Tile t = LongestFirst::tile_of(index, m_blocks, bh, causal, section);
+        if (t.m_block == kWalkDone) return false;
+        if (t.m_block < 0 || t.m_block >= m_blocks || t.bh < 0 || t.bh >= bh) { printf("out of range\n"); exit(1); }
+        ++seen[(long long)t.bh * m_blocks + t.m_block];
+        const int w = key_tiles(t.m_block * bm, bm, bn, nq, nk, causal);
+        work[b] += w;
+        busy[b] += w + 1;
+        longest = w > longest ? w : longest;
+        return true;
+      };
+      for (int b = 0; b < grid; ++b) take(b, b);
+      for (;;) {
+        const int b = (int)(std::min_element(busy.begin(), busy.end()) - busy.begin());
+        if (!take(b, next++)) break;
+      }
+      long long max_work = 0, sum_work = 0;
+      for (int b = 0; b < grid; ++b) { max_work = std::max(max_work, work[b]); sum_work += work[b]; }
+      int missing = 0, twice = 0;
+      for (int s : seen) { missing += s == 0; twice += s > 1; }
+      printf("%d %d %lld %lld %lld %d\n", missing, twice, max_work, sum_work, longest, grid);
+      return 0;
+    }
+
     int main(int argc, char** argv) {
       const int nq = atoi(argv[1]), nk = atoi(argv[2]), bm = atoi(argv[3]), bn = atoi(argv[4]);
       const int bh = atoi(argv[5]), grid_asked = atoi(argv[6]), causal = atoi(argv[7]), order = atoi(argv[8]);
+      if (order == 2) return dynamic(nq, nk, bm, bn, bh, grid_asked, causal, atoi(argv[9]));
       const int m_blocks = (nq + bm - 1) / bm, total = m_blocks * bh;
       const int units = order ? persistent_units_per_head(m_blocks, causal) * bh : total;
       const int grid = grid_asked < units ? grid_asked : units;  // the launcher's clamp
@@ -94,8 +131,9 @@ def walker(tmp_path_factory):
     return host_program(tmp_path_factory, DRIVER, "the scheduler is walked by a host program compiled from its header")
 
 
-def _walk(exe, case, order=1):
-    out = subprocess.run([str(exe), *map(str, case), str(order)], capture_output=True, text=True, timeout=60)
+def _walk(exe, case, order=1, head_dim=64):
+    out = subprocess.run([str(exe), *map(str, case), str(order), str(head_dim)], capture_output=True, text=True,
+                         timeout=60)
     assert out.returncode == 0, out.stdout + out.stderr
     return tuple(map(int, out.stdout.split()))  # missing, twice, max work, total work, longest unit, grid
 
@@ -123,3 +161,28 @@ def test_the_walk_is_balanced_where_a_static_stride_over_grouped_ranks_is_not(wa
     _, _, walk_max, total, _, grid = _walk(walker, CASES[1], order=1)
     _, _, list_max, _, _, _ = _walk(walker, CASES[1], order=0)
     assert walk_max <= list_max and walk_max <= 1.04 * total / grid, (walk_max, list_max, total / grid)
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: "nq{}-nk{}-BM{}-BN{}-bh{}-grid{}-{}".format(
+    *c[:6], "causal" if c[6] else "full"))
+@pytest.mark.parametrize("head_dim", [64, 128])
+def test_the_dynamic_longest_first_list_computes_every_tile_once_and_ends_balanced(walker, case, head_dim):
+    """LongestFirst (step 19): each CTA's first tile is its own index, then the counter's next as it frees up;
+    list scheduling ends within one tile of the mean, and the list ends on the shortest tiles."""
+    missing, twice, max_work, sum_work, longest, grid = _walk(walker, case, order=2, head_dim=head_dim)
+    assert (missing, twice) == (0, 0)
+    assert max_work <= sum_work / grid + longest, (max_work, sum_work / grid, longest)
+
+
+@pytest.mark.parametrize("case, static_excess", [
+    ((1024, 1024, 128, 128, 16 * 32, 132, 1), 1.03),   # the fa-grid's D=64 causal 1024 on the ping-pong (2,048 pairs)
+    ((2048, 2048, 64, 128, 8 * 32, 264, 1), 1.03),     # D=64 causal 2048, one warpgroup, two CTAs an SM
+    ((1024, 1024, 128, 128, 8 * 16, 132, 1), 1.03),    # D=128 causal 1024 (the 32-head half of step 19's probe)
+])
+def test_longest_first_ends_where_the_static_walk_leaves_its_last_round_part_empty(walker, case, static_excess):
+    """Step 19's premise on the CPU: units of equal work whose count is not a multiple of the grid leave the
+    static walk's busiest CTA about 3% over the mean; the longest-first list ends within 1% of it."""
+    _, _, static_max, total, _, grid = _walk(walker, case, order=1)
+    assert static_max >= static_excess * total / grid, (static_max, total / grid)
+    _, _, dynamic_max, total_d, _, _ = _walk(walker, case, order=2)
+    assert total_d == total and dynamic_max <= 1.01 * total / grid, (dynamic_max, total / grid)

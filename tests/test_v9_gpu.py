@@ -102,11 +102,18 @@ D64_NON_CAUSAL_CANDIDATES = ["C3 BN128 S2 persistent q2 (non-causal)",
 # Nq != Nk).
 D64_CAUSAL_CANDIDATES = ["C3 BN128 S2 persistent (causal)",
                          "C1 BN128 S2 persistent tma-o q2 half-softmax tree-max row-limit (causal)",
-                         "C2 BN128 S2 persistent pp tma-o q2 half-softmax tree-max row-limit (causal)"]
+                         "C2 BN128 S2 persistent pp tma-o q2 half-softmax tree-max row-limit (causal)",
+                         # step 19: the causal defaults' kernels on the dynamic, longest-first walk (a tile counter in
+                         # the forward workspace; the consumers learn each tile from the producer)
+                         "C2 BN128 S2 longest-first pp tma-o q2 half-softmax tree-max row-limit (causal)",
+                         "C1 BN128 S2 longest-first tma-o half-softmax tree-max row-limit (causal)",
+                         "C3 BN128 S2 longest-first (causal)"]
+D128_CAUSAL_CANDIDATES = ["C2 BN128 S2 longest-first pp tma-o q2 (causal)"]
 CANDIDATE_CASES = [(label, c) for label in D64_CANDIDATES for c in D64_CASES] + \
                   [(label, c) for label in D64_NON_CAUSAL_CANDIDATES for c in D64_CASES if not c[5]] + \
                   [(label, c) for label in D64_CAUSAL_CANDIDATES for c in D64_CASES if c[5]] + \
-                  [(label, c) for label in D128_NON_CAUSAL_CANDIDATES for c in D128_CASES if not c[5]]
+                  [(label, c) for label in D128_NON_CAUSAL_CANDIDATES for c in D128_CASES if not c[5]] + \
+                  [(label, c) for label in D128_CAUSAL_CANDIDATES for c in D128_CASES if c[5]]
 
 
 def _ids(c) -> str:
@@ -300,7 +307,8 @@ def test_v9_compute_sanitizer_is_clean(tool, v9, tmp_path):
 @pytest.mark.parametrize("label,head_dim,launches,masks", [(lb, 64, 5, "both") for lb in D64_CANDIDATES] +
                          [(lb, 64, 4, "non-causal") for lb in D64_NON_CAUSAL_CANDIDATES] +
                          [(lb, 64, 1, "causal") for lb in D64_CAUSAL_CANDIDATES] +
-                         [(lb, 128, 2, "non-causal") for lb in D128_NON_CAUSAL_CANDIDATES])
+                         [(lb, 128, 2, "non-causal") for lb in D128_NON_CAUSAL_CANDIDATES] +
+                         [(lb, 128, 2, "causal") for lb in D128_CAUSAL_CANDIDATES])
 @pytest.mark.parametrize("tool", SANITIZERS)
 def test_v9_step4_candidate_is_sanitizer_clean(tool, label, head_dim, launches, masks, v9_tuning, tmp_path):
     """The launches of the sanitizer script at the candidate's head dim (several tiles per CTA, ragged,

@@ -253,8 +253,9 @@ constexpr int q1_offset() {
 }
 
 
-// The kernel's body, inlined into its two entries below (fwd_kernel; fwd_kernel_o_tma, which also
-// takes O's tensor map): the maps are the entries' __grid_constant__ parameters, passed by address.
+// The kernel's body, inlined into its entries below (fwd_kernel; fwd_kernel_o_tma, which also takes O's tensor
+// map; fwd_kernel_dynamic, which also takes the tile counter): the maps are the entries' __grid_constant__
+// parameters, passed by address.
 template <class C, typename T, bool CAUSAL, bool WRITE_LSE, class Sched, bool GQA>
 __device__ __forceinline__ void
 fwd_body(const CUtensorMap* tm_q,  // [B*H, nq, D] in boxes of [BM rows, 64 cols]
@@ -264,10 +265,15 @@ fwd_body(const CUtensorMap* tm_q,  // [B*H, nq, D] in boxes of [BM rows, 64 cols
          T* __restrict__ o,        // [B*H, nq, D]
          int nq, int nk, int bh_total, float scale_log2,
          float* __restrict__ lse,  // [B*H, nq] natural-log row log-sum-exp (WRITE_LSE only)
-         int kv_group) {           // GQA: query heads per K/V head; K/V maps are [B*H/kv_group, nk, D]
+         int kv_group,             // GQA: query heads per K/V head; K/V maps are [B*H/kv_group, nk, D]
+         int* tile_counter = nullptr) {  // a dynamic scheduler's (Sched::kDynamic): zero at the launch
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   constexpr int D = C::D, BN = C::BN, BM = C::BM, S = C::kStages;
   constexpr bool kPersistent = Sched::kPersistent;
+  // A dynamic scheduler (tile_scheduler.cuh's LongestFirst): the producer thread takes each next tile from the
+  // counter and hands its index to the consumers in a shared word per Q buffer, written before the arrival on that
+  // buffer's Q barrier (a release) that the consumers wait on (an acquire) anyway; index -1: no tile left.
+  constexpr bool kDynamic = Sched::kDynamic;
   constexpr bool kOTma = StoresOByTma<C>::value;
   constexpr bool kOInV = StagesOInLastV<C>::value;
   constexpr bool kOwn = ComputesOwnKeyTiles<C>::value;
@@ -293,8 +299,10 @@ fwd_body(const CUtensorMap* tm_q,  // [B*H, nq, D] in boxes of [BM rows, 64 cols
   extern __shared__ uint8_t smem_raw[];
   // Barriers: [0] Q landed; per stage s: K full, K empty, V full, V empty; persistent: [1 + 4S] Q
   // free again (every consumer thread done with the tile's last S = Q K^T); TwoQBuffers: [2 + 4S],
-  // [3 + 4S] the same two for the second Q buffer.
-  __shared__ __align__(8) uint64_t bars[1 + 4 * S + (kPersistent ? 1 : 0) + (kQ2 ? 2 : 0)];
+  // [3 + 4S] the same two for the second Q buffer. Dynamic: then one word per Q buffer, its tile's index.
+  constexpr int kBars = 1 + 4 * S + (kPersistent ? 1 : 0) + (kQ2 ? 2 : 0);
+  __shared__ __align__(8) uint64_t bars[kBars + (kDynamic ? 2 : 0)];
+  [[maybe_unused]] auto tile_slot = [&](int qb) { return reinterpret_cast<volatile long long*>(&bars[kBars + qb]); };
 
   const int tid = threadIdx.x;
   // Which tiles, in what order (hopper/tile_scheduler.cuh): one CTA per tile, causal longest-
@@ -305,7 +313,15 @@ fwd_body(const CUtensorMap* tm_q,  // [B*H, nq, D] in boxes of [BM rows, 64 cols
   // The current tile: its first query row, its batch*head, its key tiles (the keys any row of
   // the block sees). A persistent CTA moves them on with next_tile().
   int m0, bh_index;
-  if constexpr (kPersistent) {
+  // Dynamic: heads per section of the longest-first list (no more than there are), and the producer's next index.
+  [[maybe_unused]] int section = 0;
+  [[maybe_unused]] long long fetched = 0;
+  if constexpr (kDynamic) {
+    section = min(Sched::section_heads(nk, D), bh_total);
+    const lab_hopper_sched::Tile t = Sched::tile_of(blockIdx.x, m_blocks_total, bh_total, CAUSAL, section);
+    m0 = t.m_block * BM;  // grid <= tiles: every CTA's first tile is its own index
+    bh_index = t.bh;
+  } else if constexpr (kPersistent) {
     const lab_hopper_sched::Tile t = Sched::step_tile(0, m_blocks_total, bh_total, CAUSAL);  // grid <= units
     m0 = t.m_block * BM;
     bh_index = t.bh;
@@ -329,30 +345,6 @@ fwd_body(const CUtensorMap* tm_q,  // [B*H, nq, D] in boxes of [BM rows, 64 cols
   }
   auto tile_key_tiles = [&]() { return lab_hopper_sched::key_tiles(m0, BM, BN, nq, nk, CAUSAL); };
   int n_tiles = tile_key_tiles();
-  // After each tile, the producer thread and every consumer thread call this one function on their
-  // own copies of the walk (round, it0 and the state above, from the same start): so both sides
-  // visit the same tiles with the same key-tile counts, and agree on every K/V stage and parity.
-  // Returns false when the CTA has no tile left (at once for one tile per CTA). round: tiles done
-  // (Q's parity); it0: the K/V ring's running tile count at the next tile's start.
-  int step = 0;
-  auto advance = [&](int& round, int& it0) {
-    if constexpr (!kPersistent) {
-      return false;
-    } else {
-      it0 += n_tiles;
-      ++round;
-      for (;;) {  // hopper/tile_scheduler.cuh's walk: skip the steps without a tile
-        const lab_hopper_sched::Tile t = Sched::step_tile(++step, m_blocks_total, bh_total, CAUSAL);
-        if (t.m_block == lab_hopper_sched::kWalkDone) return false;
-        if (t.m_block == lab_hopper_sched::kWalkSkip) continue;
-        m0 = t.m_block * BM;
-        bh_index = t.bh;
-        n_tiles = tile_key_tiles();
-        return true;
-      }
-    }
-  };
-
   // The 128-byte swizzle repeats every 1024 bytes: tiles start on a 1024-byte boundary.
   const uint32_t s_base = (lab_smem_addr(smem_raw) + 1023u) & ~1023u;
   const uint32_t s_q = s_base;
@@ -369,6 +361,60 @@ fwd_body(const CUtensorMap* tm_q,  // [B*H, nq, D] in boxes of [BM rows, 64 cols
   [[maybe_unused]] auto bar_q_of = [&](int b) { return b ? lab_smem_addr(&bars[2 + 4 * S]) : bar_q; };
   [[maybe_unused]] auto q_empty_of = [&](int b) { return b ? lab_smem_addr(&bars[3 + 4 * S]) : q_empty(); };
   constexpr int kConsumerThreads = 128 * C::kConsumers;
+
+  // After each tile, the producer thread and every consumer thread call this one function on their
+  // own copies of the walk (round, it0 and the state above, from the same start): so both sides
+  // visit the same tiles with the same key-tile counts, and agree on every K/V stage and parity
+  // (a dynamic scheduler's consumers read the index the producer took, so they agree by construction).
+  // Returns false when the CTA has no tile left (at once for one tile per CTA). round: tiles done
+  // (Q's parity); it0: the K/V ring's running tile count at the next tile's start.
+  int step = 0;
+  auto advance = [&](int& round, int& it0) {
+    if constexpr (!kPersistent) {
+      return false;
+    } else {
+      it0 += n_tiles;
+      ++round;
+      if constexpr (kDynamic) {
+        // The producer thread has the index from its atomicAdd; a consumer reads it from the word of the Q buffer
+        // the next tile uses, once that buffer's barrier says the producer wrote it (the tile loop's wait on the
+        // same phase then passes at once).
+        long long index = fetched;
+        if (tid >= 128) {
+          const int qb = kQ2 ? (round & 1) : 0;
+          lab_mbar_wait(bar_q_of(qb), (kQ2 ? (round >> 1) : round) & 1);
+          index = *tile_slot(qb);
+        }
+        const lab_hopper_sched::Tile t = Sched::tile_of(index, m_blocks_total, bh_total, CAUSAL, section);
+        if (t.m_block == lab_hopper_sched::kWalkDone) {
+          if (tid < 128) {
+            // The producer: the consumers wait for a tile on this Q buffer's barrier. Its word says -1, written
+            // once they are done with the buffer (as for a tile), and a plain arrival (no bytes) ends the phase.
+            const int qb = kQ2 ? (round & 1) : 0;
+            lab_mbar_wait(q_empty_of(qb), (((kQ2 ? (round >> 1) : round)) & 1) ^ 1);
+            *tile_slot(qb) = -1;
+            lab_mbar_arrive(bar_q_of(qb));
+          }
+          return false;
+        }
+        m0 = t.m_block * BM;
+        bh_index = t.bh;
+        n_tiles = tile_key_tiles();
+        return true;
+      } else {
+        for (;;) {  // hopper/tile_scheduler.cuh's walk: skip the steps without a tile
+          const lab_hopper_sched::Tile t = Sched::step_tile(++step, m_blocks_total, bh_total, CAUSAL);
+          if (t.m_block == lab_hopper_sched::kWalkDone) return false;
+          if (t.m_block == lab_hopper_sched::kWalkSkip) continue;
+          m0 = t.m_block * BM;
+          bh_index = t.bh;
+          n_tiles = tile_key_tiles();
+          return true;
+        }
+      }
+    }
+  };
+
 
   if (tid == 0) {
     lab_mbar_init(bar_q, 1);
@@ -408,10 +454,13 @@ fwd_body(const CUtensorMap* tm_q,  // [B*H, nq, D] in boxes of [BM rows, 64 cols
         const int qb = kQ2 ? (round & 1) : 0;
         const int q_use = kQ2 ? (round >> 1) : round;
         if constexpr (kPersistent) lab_mbar_wait(q_empty_of(qb), (q_use & 1) ^ 1);
+        if constexpr (kDynamic) *tile_slot(qb) = round == 0 ? (long long)blockIdx.x : fetched;
         lab_mbar_arrive_expect_tx(bar_q_of(qb), C::kQBytes);
 #pragma unroll
         for (int h = 0; h < C::kHalves; ++h)
           lab_tma_load_3d(s_q_of(qb) + h * BM * 128, tm_q, bar_q_of(qb), h * 64, m0, bh_index);
+        // Dynamic: the next tile's index, its atomic in flight under this tile's K/V loads.
+        if constexpr (kDynamic) fetched = (long long)atomicAdd(tile_counter, 1) + gridDim.x;
         const int kv_index = GQA ? bh_index / kv_group : bh_index;  // this query head's K/V head
         for (int j = 0; j < n_tiles; ++j) {
           const int s = (it0 + j) % S;
@@ -946,14 +995,38 @@ fwd_kernel_o_tma(const __grid_constant__ CUtensorMap tm_q, const __grid_constant
                                                 kv_group);
 }
 
+// A dynamic scheduler (Sched::kDynamic): the same body with O's tensor map (when StoresOByTma<C>) and the tile counter.
+template <class C, typename T, bool CAUSAL, bool WRITE_LSE, class Sched, bool GQA>
+__global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
+fwd_kernel_dynamic(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_k,
+                   const __grid_constant__ CUtensorMap tm_v, const __grid_constant__ CUtensorMap tm_o,
+                   T* __restrict__ o, int nq, int nk, int bh_total, float scale_log2, float* __restrict__ lse,
+                   int kv_group, int* tile_counter) {
+  fwd_body<C, T, CAUSAL, WRITE_LSE, Sched, GQA>(&tm_q, &tm_k, &tm_v, StoresOByTma<C>::value ? &tm_o : nullptr, o, nq, nk,
+                                                bh_total, scale_log2, lse, kv_group, tile_counter);
+}
+
+// The bytes of the forward workspace a launch of scheduler Sched needs (common.cuh's forward workspace contract):
+// a dynamic scheduler's tile counter.
+template <class Sched>
+constexpr size_t workspace_bytes() {
+  return Sched::kDynamic ? sizeof(int) : 0;
+}
+
 // The launch: tensor maps (TMA descriptors) for Q, K, V, then the kernel on `stream`.
 template <class C, typename T, bool CAUSAL, bool WRITE_LSE, class Sched, bool GQA>
 const char* launch_kernel(const LabAttentionArgs* a, cudaStream_t stream) {
   constexpr bool kOTma = StoresOByTma<C>::value;
   auto kernel = [] {
-    if constexpr (kOTma) return fwd_kernel_o_tma<C, T, CAUSAL, WRITE_LSE, Sched, GQA>;
+    if constexpr (Sched::kDynamic) return fwd_kernel_dynamic<C, T, CAUSAL, WRITE_LSE, Sched, GQA>;
+    else if constexpr (kOTma) return fwd_kernel_o_tma<C, T, CAUSAL, WRITE_LSE, Sched, GQA>;
     else return fwd_kernel<C, T, CAUSAL, WRITE_LSE, Sched, GQA>;
   }();
+  if constexpr (Sched::kDynamic) {
+    if (a->workspace == nullptr || a->workspace_bytes < workspace_bytes<Sched>())
+      return "a dynamic tile scheduler needs the forward workspace (common.cuh): its lab_forward_<id>_workspace "
+             "must ask for lab_hopper_fwd::workspace_bytes<Sched>() bytes";
+  }
   static const cudaError_t attr = lab_set_smem(kernel, C::kSmemBytes);  // once per instantiation
   if (attr != cudaSuccess) return cudaGetErrorString(attr);
   const int bh = a->batch * a->heads;
@@ -969,7 +1042,7 @@ const char* launch_kernel(const LabAttentionArgs* a, cudaStream_t stream) {
     // A flat grid of the CTAs the GPU holds at once, each looping over the tile list.
     if ((long long)m_blocks * bh > 0x7fffffffLL) return "too many query blocks for one launch";
     static int ctas_by_device[64] = {};  // once per instantiation and device
-    const int units = lab_hopper_sched::persistent_units_per_head(m_blocks, CAUSAL) * bh;
+    const int units = Sched::kDynamic ? m_blocks * bh : lab_hopper_sched::persistent_units_per_head(m_blocks, CAUSAL) * bh;
     const int ctas = lab_hopper_sched::persistent_ctas(kernel, C::kThreads, C::kSmemBytes, units, ctas_by_device);
     if (ctas <= 0) return "the persistent kernel fits no CTA on an SM of this GPU (occupancy 0)";
     grid = dim3(ctas);
@@ -980,7 +1053,17 @@ const char* launch_kernel(const LabAttentionArgs* a, cudaStream_t stream) {
     return "batch*heads must be <= 65535 (grid y limit)";
   }
   const float scale_log2 = a->softmax_scale * 1.4426950408889634f;  // exp(x) = 2^(x log2 e)
-  if constexpr (kOTma) {
+  if constexpr (Sched::kDynamic) {
+    CUtensorMap tm_o = tm_q;  // unused unless StoresOByTma<C>
+    if (kOTma && !lab_tma_map_3d<T>(&tm_o, a->o, C::D, a->seqlen_q, bh, 64))
+      return "cuTensorMapEncodeTiled refused O's tensor map (o must be contiguous and 16-byte aligned)";
+    // The counter starts at zero each launch, on the launch's stream (a memset node in a captured graph).
+    int* counter = static_cast<int*>(a->workspace);
+    const cudaError_t zeroed = cudaMemsetAsync(counter, 0, sizeof(int), stream);
+    if (zeroed != cudaSuccess) return cudaGetErrorString(zeroed);
+    kernel<<<grid, C::kThreads, C::kSmemBytes, stream>>>(tm_q, tm_k, tm_v, tm_o, static_cast<T*>(a->o), a->seqlen_q,
+                                                         a->seqlen_k, bh, scale_log2, a->lse, kv_group, counter);
+  } else if constexpr (kOTma) {
     CUtensorMap tm_o;  // a consumer warpgroup's 64 rows, in boxes of 64 columns
     if (!lab_tma_map_3d<T>(&tm_o, a->o, C::D, a->seqlen_q, bh, 64))
       return "cuTensorMapEncodeTiled refused O's tensor map (o must be contiguous and 16-byte aligned)";

@@ -67,6 +67,7 @@ static __host__ __device__ __forceinline__ int key_tiles(int m0, int bm, int bn,
 // non-causal ones are [query blocks, batch*heads].
 struct OneTilePerCta {
   static constexpr bool kPersistent = false;
+  static constexpr bool kDynamic = false;
   // The tile is the CTA's own (blockIdx); there is no later step.
   static __device__ __forceinline__ Tile step_tile(int, int, int, bool) { return {kWalkDone, 0}; }
 };
@@ -75,6 +76,7 @@ struct OneTilePerCta {
 // steps: causal, two per unit (its heavy block, then its light one), else one.
 struct Persistent {
   static constexpr bool kPersistent = true;
+  static constexpr bool kDynamic = false;
   // The unit of round `round` for CTA b of g, or -1 when there is none (and none later: every unit
   // of round r+1 is above every unit of round r).
   static __host__ __device__ __forceinline__ int unit_of(int round, int units, int g, int b) {
@@ -96,6 +98,42 @@ struct Persistent {
   }
   static __device__ __forceinline__ Tile step_tile(int step, int m_blocks, int bh_total, bool causal) {
     return step_tile(step, m_blocks, bh_total, causal, gridDim.x, blockIdx.x);
+  }
+};
+
+// v9 step 19's: a persistent grid handing tiles out in order of a counter, longest first. The static walk above
+// leaves the last round partly empty: its units are equal, but their count is rarely a multiple of the grid (the
+// fa-grid's 16,32,1024,64 causal: 2,048 pairs on 132 CTAs, 15.5 rounds, so the busiest CTA has 3.1% more work than
+// the mean; with 33 heads, whole rounds, v9 took 1.003x the time of 32 heads where cuDNN took 1.028x: v9_notes,
+// "Step 19"). Here every CTA starts on tile blockIdx.x and then takes the next index of a counter in global memory
+// (the producer thread's atomicAdd; fwd_wgmma.cuh hands it to the consumers with the tile's Q), so a CTA that
+// finishes early takes more, and the list ends on the shortest tiles: the CTAs finish within about one short tile
+// of each other. The list (FlashAttention-3's longest-processing-time order in sections sized for L2): heads in
+// sections whose K and V fit in kL2SectionBytes, each section's tiles longest first (causal_lpt over the section's
+// heads: every head's last query block, then the one before, ...), so a section's K and V are read from HBM about
+// once; non-causal tiles are equal, query block fastest. The counter lives in the launch's workspace (common.cuh's
+// forward workspace contract), zeroed on the stream before the launch: per call, so calls on other streams and
+// replays of a captured graph never share it.
+struct LongestFirst {
+  static constexpr bool kPersistent = true;
+  static constexpr bool kDynamic = true;
+  static constexpr long long kL2SectionBytes = 32ll << 20;  // FlashAttention-3's budget: under the H100's 50 MB L2
+  // Heads per section: as many as have K and V (16-bit) in the budget, at least one.
+  static __host__ __device__ __forceinline__ int section_heads(int nk, int d) {
+    const long long per_head = 4ll * nk * d;
+    const long long heads = kL2SectionBytes / (per_head > 0 ? per_head : 1);
+    return heads < 1 ? 1 : heads > (1 << 30) ? (1 << 30) : (int)heads;
+  }
+  static __host__ __device__ __forceinline__ long long tiles(int m_blocks, int bh_total) {
+    return (long long)m_blocks * bh_total;
+  }
+  // The tile at list position `index` (kWalkDone past the end).
+  static __host__ __device__ __forceinline__ Tile tile_of(long long index, int m_blocks, int bh_total, bool causal,
+                                                          int section) {
+    if (index < 0 || index >= tiles(m_blocks, bh_total)) return {kWalkDone, 0};
+    const unsigned i = (unsigned)index;  // < 2^31: the launcher refuses more tiles
+    if (!causal) return {(int)(i % m_blocks), (int)(i / m_blocks)};
+    return causal_lpt(i, m_blocks, bh_total, section);
   }
 };
 

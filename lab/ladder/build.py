@@ -274,7 +274,8 @@ def cache_key(sources: Sequence[Path], flags: Sequence[str], versions_: dict) ->
 
 
 def _cxx_flags(variant: Variant, tuning: bool) -> list[str]:
-    flags = [*BASE_CXX_FLAGS, f"-DLAB_LAUNCHER={variant.launcher}"]
+    # The forward workspace function is optional (common.cuh): the binding's reference to it is weak.
+    flags = [*BASE_CXX_FLAGS, f"-DLAB_LAUNCHER={variant.launcher}", f"-DLAB_FORWARD_WORKSPACE={variant.launcher}_workspace"]
     if variant.gqa:   # common.cuh's GQA contract: the binding lets K and V have fewer heads than Q
         flags.append(GQA_DEFINE)
     if variant.writes_lse:   # writes_lse = true, or backward = true (whose contract includes it)

@@ -13,6 +13,11 @@
 #   1,32,16384,64 causal, LF three consumers: 1.015-1.050x (the static walk's 5.5% by the model)
 #   16,16,1024,128 causal, LF ping-pong:     1.010-1.030x
 #   1,16,16384,128 causal, LF ping-pong:     1.005-1.030x
+# First run (4eadda9, one H200): correct (gate 25, memcheck and racecheck 6), and every prediction missed, 0.91-0.98x:
+# the tile read by the consumers from shared memory under a branch on tid made ptxas hold the tile, and the key loop's
+# descriptor arithmetic after it, in per-thread registers (+46-81 R2UR a kernel). The role is now a type (fwd_wgmma.cuh's
+# advance), the key loops match the static walk's but for a few HGMMA/UMOV swaps (cuobjdump, nvcc 13.0); same
+# predictions for the second run.
 #
 #   OUT=$OUT bash benchmarks/v9_step19_gpu.sh   # on the kind lent; carry .carry/wheels
 . "$(dirname "$0")/gpu_call.sh"

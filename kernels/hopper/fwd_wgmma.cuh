@@ -368,8 +368,15 @@ fwd_body(const CUtensorMap* tm_q,  // [B*H, nq, D] in boxes of [BM rows, 64 cols
   // (a dynamic scheduler's consumers read the index the producer took, so they agree by construction).
   // Returns false when the CTA has no tile left (at once for one tile per CTA). round: tiles done
   // (Q's parity); it0: the K/V ring's running tile count at the next tile's start.
+  // The role is a type (kProducer, kConsumer), so that each call site's branch on it folds away: a branch on tid
+  // made the tile, and every value that follows from it, look per-thread to ptxas (the first build of step 19).
   int step = 0;
-  auto advance = [&](int& round, int& it0) {
+  using Producer = std::true_type;
+  using Consumer = std::false_type;
+  [[maybe_unused]] constexpr Producer kProducer{};
+  [[maybe_unused]] constexpr Consumer kConsumer{};
+  auto advance = [&](int& round, int& it0, auto role) {
+    [[maybe_unused]] constexpr bool kIsProducer = decltype(role)::value;
     if constexpr (!kPersistent) {
       return false;
     } else {
@@ -380,14 +387,14 @@ fwd_body(const CUtensorMap* tm_q,  // [B*H, nq, D] in boxes of [BM rows, 64 cols
         // the next tile uses, once that buffer's barrier says the producer wrote it (the tile loop's wait on the
         // same phase then passes at once).
         long long index = fetched;
-        if (tid >= 128) {
+        if constexpr (!kIsProducer) {
           const int qb = kQ2 ? (round & 1) : 0;
           lab_mbar_wait(bar_q_of(qb), (kQ2 ? (round >> 1) : round) & 1);
           index = *tile_slot(qb);
         }
         const lab_hopper_sched::Tile t = Sched::tile_of(index, m_blocks_total, bh_total, CAUSAL, section);
         if (t.m_block == lab_hopper_sched::kWalkDone) {
-          if (tid < 128) {
+          if constexpr (kIsProducer) {
             // The producer: the consumers wait for a tile on this Q buffer's barrier. Its word says -1, written
             // once they are done with the buffer (as for a tile), and a plain arrival (no bytes) ends the phase.
             const int qb = kQ2 ? (round & 1) : 0;
@@ -476,7 +483,7 @@ fwd_body(const CUtensorMap* tm_q,  // [B*H, nq, D] in boxes of [BM rows, 64 cols
           for (int h = 0; h < C::kHalves; ++h)
             lab_tma_load_3d(s_v(s) + h * BN * 128, tm_v, v_full(s), h * 64, j * BN, kv_index);
         }
-        if (!advance(round, it0)) break;
+        if (!advance(round, it0, kProducer)) break;
       }
     }
     return;
@@ -825,7 +832,7 @@ fwd_body(const CUtensorMap* tm_q,  // [B*H, nq, D] in boxes of [BM rows, 64 cols
         // The next tile's S_0 behind the last P V, once its Q and first K are in; after the CTA's
         // last tile, the same product on the buffers as they are (its result unused), so that every
         // tile runs one code path with one wgmma group left in flight.
-        more = advance(round, it0);
+        more = advance(round, it0, kConsumer);
         if (more) {
           const int qn = kQ2 ? (round & 1) : 0;
           if constexpr (kQ2) s_q_tile = s_q_of(qn);
@@ -956,7 +963,7 @@ fwd_body(const CUtensorMap* tm_q,  // [B*H, nq, D] in boxes of [BM rows, 64 cols
         lab_wgmma_wait<0>();  // the unused product
         break;
       }
-    } else if (!advance(round, it0)) {
+    } else if (!advance(round, it0, kConsumer)) {
       break;
     }
   }

@@ -405,6 +405,15 @@
 //   events 48 of 48; D=64 causal 1024 0.991x / 0.991x (missed: the grid's graph timer ran these cells at 1980 MHz, not
 //   at the cap, where the two shapes are level), D=64 non-causal 1024 fp16 0.998x. Still to come (issue 28): those
 //   three cells, and the H100 grid.
+// Step 19 (twentieth session; v9_notes "Step 19"): D=64 causal from kLongCausal on the dynamic, longest-first walk
+//   (tile_scheduler.cuh's LongestFirst; its tile counter in the forward workspace, common.cuh). Bottleneck it attacks:
+//   the static walk's last round. Its units are equal, but their count is rarely a multiple of the grid, so the
+//   busiest CTA has up to 5.5% more work than the mean (the CPU walk: 1.056x at 2,32,8192,64 causal on Long64's 132
+//   CTAs). Evidence: with 33 heads instead of 32 (whole rounds) v9 took 1.001-1.008x the time of 32 heads at causal
+//   1024-2048 where cuDNN took 1.025-1.029x (sweep `20261128-115643-sweep-v9-quantization`, one H200, graph).
+//   Predicted (written before the tunes): 1.015-1.05x at 1,32,16384,64 causal. Measured (`lab tune`, one H200,
+//   e7600e3): 1.040x (CI95 1.037-1.042); the same walk under the short causal kernels lost (0.95-0.99x: a fixed cost
+//   a call, not yet found) and stays a candidate there.
 #include "common.cuh"
 #include "hopper/fwd_wgmma.cuh"
 
@@ -645,6 +654,12 @@ static LabTuneList candidates(int head_dim) {
 }
 #endif
 
+// Whether lab_forward_v9 launches the dynamic, longest-first walk for this problem (step 19): D=64 causal from
+// kLongCausal, as its dispatch below.
+static bool uses_longest_first(const LabAttentionArgs* a) {
+  return a->head_dim == 64 && a->causal && a->seqlen_q >= kLongCausal && a->seqlen_k >= kLongCausal;
+}
+
 }  // namespace v9
 
 static const char* refuse(const LabAttentionArgs* args) {
@@ -668,13 +683,13 @@ LAB_EXPORT const char* lab_forward_v9(const LabAttentionArgs* args, cudaStream_t
   // a per-row limit (step 12), in ping-pong with two Q buffers below kShortCausal (step 13 (c)); non-causal with
   // long queries and keys, three
   // consumers (v6's choice, step 5 (c) from 2048), O from the accumulators, and without the LSE the row sums by the
-  // tensor cores (step 17 (b)); causal three consumers from 8192 (step 10).
+  // tensor cores (step 17 (b)); causal three consumers from 8192 (step 10) on the dynamic, longest-first walk (step 19;
+  // v9::uses_longest_first says where, for the workspace too).
   if (args->head_dim == 64) {
     if (args->causal) {
-      const bool long_causal = args->seqlen_q >= v9::kLongCausal && args->seqlen_k >= v9::kLongCausal;
       const bool short_causal = args->seqlen_q < v9::kShortCausal && args->seqlen_k < v9::kShortCausal;
       if (short_causal) return v9::launch<v9::PingPong64OTmaQ2Lean, true>(args, stream);
-      return long_causal ? v9::launch<v9::Long64, true>(args, stream)
+      return v9::uses_longest_first(args) ? v9::launch<v9::Long64, true, v9::LongestFirst>(args, stream)
                          : v9::launch<v9::Default64OTmaHalfTreeRowLimit, true>(args, stream);
     }
     const bool long_rows = args->seqlen_q >= v9::kLongRows && args->seqlen_k >= v9::kLongKeys;
@@ -690,13 +705,14 @@ LAB_EXPORT const char* lab_forward_v9(const LabAttentionArgs* args, cudaStream_t
                   : v9::launch<v9::PingPong128OTmaQ2, false>(args, stream);
 }
 
-// The forward workspace (common.cuh): a dynamic scheduler's tile counter. No default launches one yet; a tuning
-// build's candidates may, so there every call gets one.
-LAB_EXPORT size_t lab_forward_v9_workspace(const LabAttentionArgs*) {
+// The forward workspace (common.cuh): a dynamic scheduler's tile counter, for the defaults that launch one (a call
+// of any other problem gets none, so it pays no allocation) and, in a tuning build, for every call (its candidates).
+LAB_EXPORT size_t lab_forward_v9_workspace(const LabAttentionArgs* args) {
 #ifdef LAB_TUNING
+  (void)args;
   return lab_hopper_fwd::workspace_bytes<v9::LongestFirst>();
 #else
-  return 0;
+  return v9::uses_longest_first(args) ? lab_hopper_fwd::workspace_bytes<v9::LongestFirst>() : 0;
 #endif
 }
 

@@ -25,8 +25,8 @@ V9 = next((v for v in builtin() if v.kind == "cuda" and v.min_cc >= (9, 0) and v
 # GQA or not; 8 for a candidate of one mask): how many the tuning build has, how many the plain build. Together
 # they are the whole tuning build, so a candidate added to the table without its line here fails.
 CANDIDATE_KERNELS = {
-    "three consumers at D = 64, the non-causal default from Nq, Nk >= 2048 (step 5 (c)) until step 17 (b), the causal one from 8192 (step 10)":
-        ("lab_hopper_fwd::fwd_kernel<lab_hopper_fwd::Config<64, 128, 2, false, 3>,", 16, 8),
+    "three consumers at D = 64, the non-causal default from Nq, Nk >= 2048 (step 5 (c)) until step 17 (b), the causal one from 8192 (step 10) until step 19":
+        ("lab_hopper_fwd::fwd_kernel<lab_hopper_fwd::Config<64, 128, 2, false, 3>,", 16, 0),
     "step 6 (b): two Q buffers on PingPong128 by TMA, the D = 128 default since step 6 (c)":
         ("lab_hopper_fwd::fwd_kernel_o_tma<lab_hopper_fwd::TwoQBuffers<lab_hopper_fwd::OByTma<lab_hopper_fwd::Config<128, 128, 2, true, 2>", 16, 16),
     "step 6 (b): two Q buffers on Default64 by TMA, the D = 64 non-causal default below 2048 since step 6 (c)":
@@ -51,8 +51,8 @@ CANDIDATE_KERNELS = {
         ("lab_hopper_fwd::fwd_kernel_dynamic<lab_hopper_fwd::TreeRowMax<lab_hopper_fwd::MasksByRowLimit<lab_hopper_fwd::HalfLastKeyTile<lab_hopper_fwd::TwoQBuffers<lab_hopper_fwd::OByTma<lab_hopper_fwd::Config<64, 128, 2, true, 2>", 8, 0),
     "step 19: the D = 64 causal one-warpgroup kernel on the dynamic walk (causal only)":
         ("lab_hopper_fwd::fwd_kernel_dynamic<lab_hopper_fwd::TreeRowMax<lab_hopper_fwd::MasksByRowLimit<lab_hopper_fwd::HalfLastKeyTile<lab_hopper_fwd::OByTma<lab_hopper_fwd::Config<64, 128, 2, false, 1>", 8, 0),
-    "step 19: three consumers at D = 64 on the dynamic walk (causal only)":
-        ("lab_hopper_fwd::fwd_kernel_dynamic<lab_hopper_fwd::Config<64, 128, 2, false, 3>,", 8, 0),
+    "step 19: three consumers at D = 64 on the dynamic walk (causal only), the D = 64 causal default from 8192 since step 19":
+        ("lab_hopper_fwd::fwd_kernel_dynamic<lab_hopper_fwd::Config<64, 128, 2, false, 3>,", 8, 8),
     "step 19: the D = 128 default's kernel on the dynamic walk (causal only)":
         ("lab_hopper_fwd::fwd_kernel_dynamic<lab_hopper_fwd::TwoQBuffers<lab_hopper_fwd::OByTma<lab_hopper_fwd::Config<128, 128, 2, true, 2>", 8, 0),
 }

@@ -1029,14 +1029,22 @@ def _command_line(command: str, argv: list[str] | None = None) -> str:
     return "lab " + " ".join(shlex.quote(a) for a in kept)
 
 
-def _print_sweep_summary(target) -> None:
-    """TFLOP/s of the call-latency (events) rows, a line per problem and mode; the page and
-    `lab export` have everything else (graph rows, memory, ratios, reasons)."""
+# The summary's timing, the first a sweep has: its title says what the time is.
+SUMMARY_TIMINGS = (("events", "events timing: call latency"), ("graph", "graph timing: device time, CUDA-graph replay"))
 
-    df = target.table()
-    df = df[df["timing"] == "events"]
+
+def _print_sweep_summary(target) -> None:
+    """TFLOP/s of the call-latency (events) rows, or of the graph rows in a sweep timed by graph replay only, a line
+    per problem and mode; the page and `lab export` have everything else (the other timing, memory, ratios, reasons).
+    A sweep under load says so in the title."""
+
+    table = target.table()
+    timing, what = next(((t, w) for t, w in SUMMARY_TIMINGS if (table["timing"] == t).any()), SUMMARY_TIMINGS[0])
+    df = table[table["timing"] == timing]
     impls = list(dict.fromkeys(df["impl"]))
-    t = Table(title=f"{target.id}: TFLOP/s (events timing: call latency)", title_justify="left")
+    load_ms = float(target.plan_dict.get("under_load_ms") or 0.0)
+    loaded = f", each repetition behind {load_ms:g} ms of its own calls" if load_ms > 0 else ""
+    t = Table(title=f"{target.id}: TFLOP/s ({what}{loaded})", title_justify="left")
     for col in ("problem", "mode", *impls):
         t.add_column(col, justify="left" if col in ("problem", "mode") else "right")
     for (label, mode), g in df.groupby(["label", "mode"], sort=False):

@@ -288,3 +288,17 @@ def test_sweep_compare_warns_when_one_sweep_ran_under_load_and_the_other_did_not
     assert "A on an idle GPU, B under load (50 ms before each repetition)" in r.stderr
     same = lab("sweep", "compare", idle.id, idle.id, root=tmp_path)
     assert "under load" not in same.stderr
+
+
+def test_the_printed_summary_of_a_graph_timed_sweep_under_load_tabulates_its_graph_rows(capsys):
+    """`lab sweep --timing graph` has no events rows: the summary tabulates the graph rows and says so (it printed an
+    empty table titled "events timing" on the GPU, 20261128-114627), and a sweep under load says it in the title."""
+    from lab.cli import _print_sweep_summary
+
+    _print_sweep_summary(store.Sweep(REPO / "profiles" / "examples" / "20261128-114627-sweep-v9-fa-grid-under-load-h200"))
+    err = " ".join(capsys.readouterr().err.split())
+    assert "graph timing: device time" in err and "behind 50 ms of its own calls" in err
+    assert "events timing" not in err and "B16-H32-N1024-D64-causal-float16" in err
+    _print_sweep_summary(store.Sweep(REPO / "profiles" / "examples" / "20261128-123359-sweep-v9-fa-grid-h200"))
+    err = " ".join(capsys.readouterr().err.split())
+    assert "events timing: call latency" in err and "behind" not in err

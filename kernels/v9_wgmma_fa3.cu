@@ -412,8 +412,12 @@
 //   CTAs). Evidence: with 33 heads instead of 32 (whole rounds) v9 took 1.001-1.008x the time of 32 heads at causal
 //   1024-2048 where cuDNN took 1.025-1.029x (sweep `20261128-115643-sweep-v9-quantization`, one H200, graph).
 //   Predicted (written before the tunes): 1.015-1.05x at 1,32,16384,64 causal. Measured (`lab tune`, one H200,
-//   e7600e3): 1.040x (CI95 1.037-1.042); the same walk under the short causal kernels lost (0.95-0.99x: a fixed cost
-//   a call, not yet found) and stays a candidate there.
+//   e7600e3): 1.040x (CI95 1.037-1.042). On the H200 fa-grid (`20261128-123359-sweep-v9-fa-grid-h200`, 66f759a;
+//   gate 32 passed) the D=64 causal cells at 8192 and 16384 went from 1.021-1.064x cuDNN to 1.056-1.109x (graph;
+//   predicted 1.05-1.10x), graph 45 of 48 >= cuDNN, events 48 of 48. Under the short causal kernels the walk lost in
+//   `lab tune` (0.95-0.99x) and stays a candidate: there it won in CUDA-graph replay at 1024 (1.033x D=64, 1.042x
+//   D=128; benchmarks/graph_probe.py, not a checked time) and lost at 512 (0.948x). The counter's memset and the
+//   workspace's allocation cost a call a few microseconds that call latency shows (v9_notes "Step 19").
 #include "common.cuh"
 #include "hopper/fwd_wgmma.cuh"
 

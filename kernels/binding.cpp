@@ -17,6 +17,9 @@
 #include <c10/cuda/CUDAStream.h>
 #include <c10/cuda/CUDAGuard.h>
 
+#include <map>
+#include <mutex>
+
 #include "common.cuh"
 
 #ifndef LAB_LAUNCHER
@@ -68,7 +71,7 @@ static LabAttentionArgs make_args(const at::Tensor& q, const at::Tensor& k, cons
   return LabAttentionArgs{q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr(),
                           (int)q.size(0), (int)q.size(1), (int)q.size(2), (int)k.size(2),
                           (int)q.size(3), causal ? 1 : 0, (float)softmax_scale,
-                          to_lab_dtype(q.scalar_type()), lse, (int)k.size(1), nullptr, 0};
+                          to_lab_dtype(q.scalar_type()), lse, (int)k.size(1), nullptr, 0, nullptr};
 }
 
 // The forward's arguments, lse included, for forward and for every tuning candidate (forward_config):
@@ -102,15 +105,35 @@ static void launch_with_scratch(Args& args, size_t bytes, const at::Tensor& like
 // rung that exports no such function links with it null and gets no scratch.
 #ifdef LAB_FORWARD_WORKSPACE
 LAB_EXPORT __attribute__((weak)) size_t LAB_FORWARD_WORKSPACE(const LabAttentionArgs* args);
+static bool forward_takes_scratch() { return LAB_FORWARD_WORKSPACE != nullptr; }
 static size_t forward_workspace_bytes(const LabAttentionArgs* args) {
   return LAB_FORWARD_WORKSPACE != nullptr ? LAB_FORWARD_WORKSPACE(args) : 0;
 }
 #else
+static bool forward_takes_scratch() { return false; }
 static size_t forward_workspace_bytes(const LabAttentionArgs*) { return 0; }
 #endif
 
+// common.cuh's zeroed counters: kLabCounterBytes per device and stream, zeroed once, kept for the process (a
+// deliberate leak: no tensor is freed after the CUDA runtime shuts down at exit). None while `stream` is being
+// captured into a graph: the capture allocates nothing outside its pool, and every replay would share them.
+static void* stream_counters(cudaStream_t stream, const at::Tensor& like) {
+  cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
+  if (cudaStreamIsCapturing(stream, &capturing) != cudaSuccess || capturing != cudaStreamCaptureStatusNone) return nullptr;
+  static std::mutex mutex;
+  static auto* kept = new std::map<std::pair<int, cudaStream_t>, at::Tensor>();
+  std::lock_guard<std::mutex> lock(mutex);
+  const auto key = std::make_pair((int)like.get_device(), stream);
+  auto it = kept->find(key);
+  if (it == kept->end()) it = kept->emplace(key, at::zeros({(int64_t)kLabCounterBytes}, like.options().dtype(at::kByte))).first;
+  return it->second.data_ptr();
+}
+
 template <typename Launch>
 static void forward_with_workspace(LabAttentionArgs& args, const at::Tensor& like, Launch launch) {
+  // The counters go to a rung that takes scratch (it exports the workspace function) and to no other, so no other
+  // rung's first call on a stream zeroes them.
+  if (forward_takes_scratch()) args.counters = stream_counters(c10::cuda::getCurrentCUDAStream().stream(), like);
   launch_with_scratch(args, forward_workspace_bytes(&args), like, launch);
 }
 

@@ -82,6 +82,13 @@
 // exports no such function gets args->workspace = nullptr and workspace_bytes = 0 (the binding's
 // reference to it is weak), and pays nothing: the lab allocates only when the function asks.
 //
+// The zeroed counters contract (a cuda rung that exports lab_forward_<id>_workspace; every other gets nullptr).
+// args->counters is kLabCounterBytes of device memory the lab keeps for each device and stream: zero when the launch
+// starts, and the rung must leave it zero when its launch ends (the last CTA of v9's dynamic walk resets its tile counter). So a counter costs no memset a call, and no
+// two launches that might overlap share it: calls on one stream run in order, each stream has its own. During a CUDA
+// graph capture it is nullptr (the capture must not allocate outside its pool, and every replay of the graph would
+// share it): a rung then uses its forward workspace and initialises it, as above.
+//
 // Tuning a backward (`lab tune --mode bwd`, optional): built with -DLAB_TUNING a rung may also
 // export lab_backward_<id>_configs(int head_dim, LabDtype dtype) and
 // lab_backward_<id>_config(const LabBackwardArgs*, cudaStream_t, int config), as for the forward;
@@ -92,6 +99,9 @@
 #include <stdint.h>
 
 enum LabDtype : int { LAB_FLOAT32 = 0, LAB_FLOAT16 = 1, LAB_BFLOAT16 = 2 };
+
+// The zeroed counters contract (above): the bytes of args->counters.
+constexpr size_t kLabCounterBytes = 256;
 
 struct LabAttentionArgs {
   const void* q;  // [batch, heads, seqlen_q, head_dim], contiguous
@@ -110,6 +120,7 @@ struct LabAttentionArgs {
   int heads_kv;         // K and V heads: = heads, or (gqa = true) a divisor of it (the GQA contract)
   void* workspace;        // the forward workspace contract: workspace_bytes of scratch, or nullptr
   size_t workspace_bytes;
+  void* counters;         // the zeroed counters contract: kLabCounterBytes, zero at the launch, left zero; or nullptr
 };
 
 // The backward's arguments (the backward contract above). Every tensor is contiguous (B, H, N, D)

@@ -679,8 +679,15 @@ static const char* refuse(const LabAttentionArgs* args) {
   return nullptr;
 }
 
-LAB_EXPORT const char* lab_forward_v9(const LabAttentionArgs* args, cudaStream_t stream) {
-  if (const char* why = refuse(args)) return why;
+LAB_EXPORT const char* lab_forward_v9(const LabAttentionArgs* args_in, cudaStream_t stream) {
+  if (const char* why = refuse(args_in)) return why;
+  // Step 19 (b), staged: the plain build's dynamic walk keeps its workspace and memset (lab_forward_v9_workspace says
+  // why); the tuning build's takes the lab's zeroed counters, as its candidates do.
+  LabAttentionArgs staged = *args_in;
+#ifndef LAB_TUNING
+  staged.counters = nullptr;
+#endif
+  const LabAttentionArgs* args = &staged;
   // D = 64: one consumer warpgroup, two CTAs per SM, O stored by TMA (step 4 at D = 64), non-causal
   // with two Q buffers (step 6 (c)), causal with the last key tile's softmax and P V at half width
   // where its second half is masked whole (step 11 (b)), the row max as a tree and the mask against
@@ -709,12 +716,13 @@ LAB_EXPORT const char* lab_forward_v9(const LabAttentionArgs* args, cudaStream_t
                   : v9::launch<v9::PingPong128OTmaQ2, false>(args, stream);
 }
 
-// The forward workspace (common.cuh): a dynamic scheduler's tile counter, for the defaults that launch one (a call
-// of any other problem gets none, so it pays no allocation) and, in a tuning build, for every call (its candidates).
+// The forward workspace (common.cuh): a dynamic scheduler's tile counter where the lab's zeroed counters are not
+// used. Step 19 (b) stages them: the tuning build's candidates take them (and a workspace only during a graph capture,
+// where there are none); the plain build's default keeps the workspace and its memset until a GPU run confirms them
+// (benchmarks/v9_step19c_gpu.sh), so only its longest-first calls get one.
 LAB_EXPORT size_t lab_forward_v9_workspace(const LabAttentionArgs* args) {
 #ifdef LAB_TUNING
-  (void)args;
-  return lab_hopper_fwd::workspace_bytes<v9::LongestFirst>();
+  return args->counters != nullptr ? 0 : lab_hopper_fwd::workspace_bytes<v9::LongestFirst>();
 #else
   return v9::uses_longest_first(args) ? lab_hopper_fwd::workspace_bytes<v9::LongestFirst>() : 0;
 #endif

@@ -77,7 +77,7 @@ def test_the_binding_refuses_kv_heads_unless_built_for_gqa():
     assert "q.size(1) == k.size(1)" in without and "gqa = true" in without
 
 
-@pytest.mark.parametrize("struct, tail", [("LabAttentionArgs", ["heads_kv", "workspace", "workspace_bytes"]),
+@pytest.mark.parametrize("struct, tail", [("LabAttentionArgs", ["heads_kv", "workspace", "workspace_bytes", "counters"]),
                                           ("LabBackwardArgs", ["heads_kv", "deterministic"])])
 def test_heads_kv_is_the_last_field_of_each_argument_struct(struct, tail):
     """Appended, never inserted: a rung built against an older common.cuh (a workspace copy) reads the
@@ -89,8 +89,9 @@ def test_heads_kv_is_the_last_field_of_each_argument_struct(struct, tail):
               if re.match(r"\s*[\w\s\*]+?\b\w+;", line)]
     assert fields[-len(tail):] == tail, fields
     binding = (KERNELS / "binding.cpp").read_text()
-    # the binding's aggregate initialisers put K's heads in that field: then the forward's workspace, the backward's flag
-    assert len(re.findall(r"\(int\)k\.size\(1\), nullptr, 0\};", binding)) == 1
+    # the binding's aggregate initialisers put K's heads in that field: then the forward's workspace and counters, the
+    # backward's flag
+    assert len(re.findall(r"\(int\)k\.size\(1\), nullptr, 0, nullptr\};", binding)) == 1
     assert len(re.findall(r"\(int\)k\.size\(1\),\s*deterministic \? 1 : 0\};", binding)) == 1
 
 

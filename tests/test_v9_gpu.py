@@ -215,6 +215,48 @@ def test_v9_step4_candidate_matches_float64(v9_tuning, label, case):
 
 @pytest.mark.gpu
 @needs_hopper
+@pytest.mark.parametrize("label,d", [(D64_CAUSAL_CANDIDATES[3], 64), (D128_CAUSAL_CANDIDATES[0], 128)])
+def test_v9_longest_first_walk_leaves_its_counters_zero(v9_tuning, label, d):
+    """Step 19 (b): the dynamic walk takes its tile counter from the lab's zeroed counters (common.cuh; one set a
+    stream) and its last CTA returns them to zero, with no memset a call. Calls of different shapes back to back on one
+    stream (each would skip tiles, its output left NaN, if the one before left the counter above zero), one on another
+    stream, and a captured graph (which falls back to a workspace zeroed by a memset node) replayed three times: every
+    output matches float64."""
+    shapes = [(3, 40, 700, 700, d, True, "float16"), (2, 17, 1000, 777, d, True, "bfloat16"), (1, 33, 300, 300, d, True, "float16")]
+    index = _candidate_index(v9_tuning, label, d)
+    side = torch.cuda.Stream()
+    for i, shape in enumerate(shapes * 2):
+        problem = Problem(*shape)
+        scale = softmax_scale(problem)
+        q, k, v = _inputs(problem, 1.0, 40 + i)
+        o = torch.full_like(q, float("nan"))
+        stream = side if i == len(shapes) else torch.cuda.current_stream()
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream):
+            v9_tuning.forward_config(q, k, v, o, True, scale, index, None)
+        torch.cuda.current_stream().wait_stream(stream)
+        torch.cuda.synchronize()
+        _assert_o_matches_float64(problem, q, k, v, o, scale)
+    problem = Problem(*shapes[0])
+    scale = softmax_scale(problem)
+    q, k, v = _inputs(problem, 1.0, 50)
+    o = torch.full_like(q, float("nan"))
+    graph = torch.cuda.CUDAGraph()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        v9_tuning.forward_config(q, k, v, o, True, scale, index, None)   # warm-up outside the capture
+    torch.cuda.current_stream().wait_stream(side)
+    with torch.cuda.graph(graph):
+        v9_tuning.forward_config(q, k, v, o, True, scale, index, None)
+    for _ in range(3):
+        o.fill_(float("nan"))
+        graph.replay()
+        torch.cuda.synchronize()
+        _assert_o_matches_float64(problem, q, k, v, o, scale)
+
+
+@pytest.mark.gpu
+@needs_hopper
 def test_v9_refuses_unsupported_input(v9):
     q = torch.randn(1, 1, 8, 32, device="cuda", dtype=torch.float16)
     with pytest.raises(RuntimeError, match="head_dim"):

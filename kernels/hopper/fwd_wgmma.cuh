@@ -395,8 +395,17 @@ fwd_body(const CUtensorMap* tm_q,  // [B*H, nq, D] in boxes of [BM rows, 64 cols
         const lab_hopper_sched::Tile t = Sched::tile_of(index, m_blocks_total, bh_total, CAUSAL, section);
         if (t.m_block == lab_hopper_sched::kWalkDone) {
           if constexpr (kIsProducer) {
-            // The producer: the consumers wait for a tile on this Q buffer's barrier. Its word says -1, written
-            // once they are done with the buffer (as for a tile), and a plain arrival (no bytes) ends the phase.
+            // This CTA's last look at the counter is done. The last CTA to get here returns the counter and this
+            // tally to zero (common.cuh's zeroed counters: the next launch on the stream finds them so, and needs no
+            // memset): every CTA's fetches come before its tally (the fence), so once the tally reaches the grid no
+            // fetch of this launch is left.
+            __threadfence();
+            if (atomicAdd(tile_counter + 1, 1) == (int)gridDim.x - 1) {
+              atomicExch(tile_counter, 0);
+              atomicExch(tile_counter + 1, 0);
+            }
+            // The consumers wait for a tile on this Q buffer's barrier. Its word says -1, written once they are done
+            // with the buffer (as for a tile), and a plain arrival (no bytes) ends the phase.
             const int qb = kQ2 ? (round & 1) : 0;
             lab_mbar_wait(q_empty_of(qb), (((kQ2 ? (round >> 1) : round)) & 1) ^ 1);
             *tile_slot(qb) = -1;
@@ -1014,10 +1023,11 @@ fwd_kernel_dynamic(const __grid_constant__ CUtensorMap tm_q, const __grid_consta
 }
 
 // The bytes of the forward workspace a launch of scheduler Sched needs (common.cuh's forward workspace contract):
-// a dynamic scheduler's tile counter.
+// a dynamic scheduler's tile counter and the tally of CTAs done with it (its last CTA zeroes both), used where the
+// lab gives no zeroed counters (a graph capture).
 template <class Sched>
 constexpr size_t workspace_bytes() {
-  return Sched::kDynamic ? sizeof(int) : 0;
+  return Sched::kDynamic ? 2 * sizeof(int) : 0;
 }
 
 // The launch: tensor maps (TMA descriptors) for Q, K, V, then the kernel on `stream`.
@@ -1030,9 +1040,11 @@ const char* launch_kernel(const LabAttentionArgs* a, cudaStream_t stream) {
     else return fwd_kernel<C, T, CAUSAL, WRITE_LSE, Sched, GQA>;
   }();
   if constexpr (Sched::kDynamic) {
-    if (a->workspace == nullptr || a->workspace_bytes < workspace_bytes<Sched>())
-      return "a dynamic tile scheduler needs the forward workspace (common.cuh): its lab_forward_<id>_workspace "
-             "must ask for lab_hopper_fwd::workspace_bytes<Sched>() bytes";
+    static_assert(workspace_bytes<Sched>() <= kLabCounterBytes, "the dynamic walk's counters exceed common.cuh's");
+    if (a->counters == nullptr && (a->workspace == nullptr || a->workspace_bytes < workspace_bytes<Sched>()))
+      return "a dynamic tile scheduler needs the lab's zeroed counters or, where there are none (a graph capture), the "
+             "forward workspace (common.cuh): its lab_forward_<id>_workspace must ask for "
+             "lab_hopper_fwd::workspace_bytes<Sched>() bytes";
   }
   static const cudaError_t attr = lab_set_smem(kernel, C::kSmemBytes);  // once per instantiation
   if (attr != cudaSuccess) return cudaGetErrorString(attr);
@@ -1064,10 +1076,14 @@ const char* launch_kernel(const LabAttentionArgs* a, cudaStream_t stream) {
     CUtensorMap tm_o = tm_q;  // unused unless StoresOByTma<C>
     if (kOTma && !lab_tma_map_3d<T>(&tm_o, a->o, C::D, a->seqlen_q, bh, 64))
       return "cuTensorMapEncodeTiled refused O's tensor map (o must be contiguous and 16-byte aligned)";
-    // The counter starts at zero each launch, on the launch's stream (a memset node in a captured graph).
-    int* counter = static_cast<int*>(a->workspace);
-    const cudaError_t zeroed = cudaMemsetAsync(counter, 0, sizeof(int), stream);
-    if (zeroed != cudaSuccess) return cudaGetErrorString(zeroed);
+    // The counter starts at zero each launch: the lab's zeroed counters for the stream (common.cuh; the kernel's last
+    // CTA leaves them zero), or else the call's workspace, zeroed on the stream (a memset node in a captured graph).
+    int* counter = static_cast<int*>(a->counters);
+    if (counter == nullptr) {
+      counter = static_cast<int*>(a->workspace);
+      const cudaError_t zeroed = cudaMemsetAsync(counter, 0, workspace_bytes<Sched>(), stream);
+      if (zeroed != cudaSuccess) return cudaGetErrorString(zeroed);
+    }
     kernel<<<grid, C::kThreads, C::kSmemBytes, stream>>>(tm_q, tm_k, tm_v, tm_o, static_cast<T*>(a->o), a->seqlen_q,
                                                          a->seqlen_k, bh, scale_log2, a->lse, kv_group, counter);
   } else if constexpr (kOTma) {

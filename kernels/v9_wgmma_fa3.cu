@@ -418,6 +418,11 @@
 //   `lab tune` (0.95-0.99x) and stays a candidate: there it won in CUDA-graph replay at 1024 (1.033x D=64, 1.042x
 //   D=128; benchmarks/graph_probe.py, not a checked time) and lost at 512 (0.948x). The counter's memset and the
 //   workspace's allocation cost a call a few microseconds that call latency shows (v9_notes "Step 19").
+// Step 19 (b) (twentieth session, CPU only, not yet run on a GPU): the walk's counter from common.cuh's zeroed counters
+//   (kept by the lab per stream; the kernel's last CTA returns them to zero), so no memset and no workspace a call;
+//   the tuning build takes them, the plain default keeps its memset until benchmarks/v9_step19c_gpu.sh confirms them.
+//   Predicted (before any GPU run): the walk under the short causal kernels from 0.95-0.99x to 1.01-1.035x the static
+//   walk at 16,32,1024,64 and 1.01-1.045x at 16,16,1024,128 in `lab tune`; still below at 512 (0.94-0.99x).
 #include "common.cuh"
 #include "hopper/fwd_wgmma.cuh"
 

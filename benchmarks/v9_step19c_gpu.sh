@@ -15,6 +15,8 @@
 #   8,16,2048,128 causal, LF ping-pong:     1.005-1.035x
 #   graph_probe, back to back (stream order, no host in it): LF at 1024 now >= 1.01x the static walk (0.984-0.997x with
 #   the memset).
+#   `lab tune --timing graph` (device time, checked; in a graph the walk takes its workspace and memset node):
+#   16,32,1024,64 1.015-1.04x, 16,16,1024,128 1.02-1.05x (graph_probe's 1.033x and 1.042x, unchecked).
 #
 #   OUT=$OUT bash benchmarks/v9_step19c_gpu.sh   # on the kind lent; carry .carry/wheels
 . "$(dirname "$0")/gpu_call.sh"
@@ -37,5 +39,7 @@ tune 2048-c-64 --dtype float16 --causal --shape 8,32,2048,64 --predict "$C1=1.00
 tune 4096-c-64 --dtype float16 --causal --shape 4,32,4096,64 --predict "$C1=1.00-1.025"
 tune 1024-c-128 --dtype float16 --causal --shape 16,16,1024,128 --predict "$P128=1.01-1.045"
 tune 2048-c-128 --dtype float16 --causal --shape 8,16,2048,128 --predict "$P128=1.005-1.035"
+tune 1024-c-64-graph --dtype float16 --causal --shape 16,32,1024,64 --timing graph --predict "$PP=1.015-1.04"
+tune 1024-c-128-graph --dtype float16 --causal --shape 16,16,1024,128 --timing graph --predict "$P128=1.02-1.05"
 for f in probe-512 probe-1024 probe-1024-128; do tail -6 "$L/$f.log"; done
 gpu_call_end gate gate-lf sanitizers

@@ -1185,11 +1185,15 @@ def sweep_merge(partials, name, allow_mismatch, profiles_dir):
                    "`lab ledger` (repeatable)")
 @mode_option
 @under_load_option
+@click.option("--timing", type=click.Choice(["events", "graph"]), default="events", show_default=True,
+              help="events: call latency (host dispatch included, what an eager caller waits); graph: device time, "
+                   "each configuration's call replayed from a CUDA graph behind a held start (a configuration's host "
+                   "cost, its workspace's allocation say, left out)")
 @click.option("--profiles", "profiles_dir", type=click.Path(path_type=Path), default=None, envvar="LAB_PROFILES",
               help="the run store the tune is stored in (default: profiles/; env LAB_PROFILES)")
 @json_option
-def tune(variant_id, shape, causal, dtype, reps, warmup, check_shapes, predictions, mode, under_load_ms, profiles_dir,
-         as_json):
+def tune(variant_id, shape, causal, dtype, reps, warmup, check_shapes, predictions, mode, under_load_ms, timing,
+         profiles_dir, as_json):
     """Check and time a rung's candidate configurations (declared in its own file) round-robin; the
     tune is stored (with its predictions, judged by `lab ledger`) where anything was timed."""
 
@@ -1203,7 +1207,7 @@ def tune(variant_id, shape, causal, dtype, reps, warmup, check_shapes, predictio
     if profiles_dir is not None and profiles_dir.exists() and not profiles_dir.is_dir():
         raise LabError(f"--profiles {profiles_dir} is a file, not a run store directory")
     result = run_tune(variant, problem, reps=reps, warmup=warmup, check_shapes=check_shapes, mode=mode,
-                      predictions=parsed, under_load_ms=under_load_ms)
+                      predictions=parsed, under_load_ms=under_load_ms, timing=timing)
     stored = tune_store.store_tune(result, reps, warmup, check_shapes, origin=variant.origin, root=profiles_dir)
     if as_json:
         click.echo(json.dumps({**result.to_dict(), "stored": str(stored.path) if stored else None}, indent=2))
@@ -1230,9 +1234,10 @@ def _print_tune(result) -> None:
     best = result.fastest()
     loaded = next(((r.timing.get("checks") or {}).get("under_load_ms") for r in result.rows
                    if r.timing and (r.timing.get("checks") or {}).get("under_load_ms")), None)
+    graph = best is not None and best.timing.get("timing") == "graph"
     table = Table(title=f"lab tune {result.variant_id}{'' if result.mode == 'fwd' else ' ' + result.mode} on {result.problem.label()}"
                         f"{' causal' if result.problem.causal else ''} (median of {best.timing['reps'] if best else 0},"
-                        " interleaved, L2 flushed"
+                        " interleaved, L2 flushed" + ("; graph replay: device time" if graph else "")
                         + (f"; under load: each repetition behind {loaded:g} ms of its own calls" if loaded else "") + ")")
     columns = ["#", "configuration", "median ms", "CI95 ms", "TFLOP/s", "vs default"]
     columns += ["SM MHz under load"] if loaded else []

@@ -464,6 +464,23 @@ def test_interleaved_candidates_get_a_timing_or_their_refusal():
     assert isinstance(out["cheat"], TimingRefused) and out["cheat"].status == OUTSIDE_STREAM
 
 
+def test_interleaved_candidates_by_graph_get_device_time_or_their_refusal():
+    """`lab tune --timing graph`: each candidate replayed from its own graph behind a held start, so its time is the
+    device's (no dispatch in it, unlike events); a candidate whose call forks to a stream it never joins is
+    refused at its capture, and the others are still timed."""
+    dev = SimDevice(dispatch=0.03)
+    out = time_checked_interleaved({"a": Checked(lambda: dev.launch(0.2)), "b": Checked(lambda: dev.launch(0.4)),
+                                    "cheat": Checked(lambda: dev.launch(0.2, side=True))},
+                                   reps=6, warmup=3, device=dev, method="graph")
+    assert out["a"].median == pytest.approx(0.2, abs=1e-9) and out["b"].median == pytest.approx(0.4, abs=1e-9)
+    assert out["a"].checks["held_start"] is True and out["b"].checks["held_start"] is True
+    assert isinstance(out["cheat"], TimingRefused) and out["cheat"].status == OUTSIDE_STREAM
+    events = time_checked_interleaved({"a": Checked(lambda: dev.launch(0.2))}, reps=6, warmup=3, device=dev)
+    assert events["a"].median > 0.2   # the host's dispatch is in call latency
+    with pytest.raises(ValueError):
+        time_checked_interleaved({"a": Checked(lambda: dev.launch(0.2))}, device=dev, method="both")
+
+
 class PowerCappedDevice(SimDevice):
     """A GPU whose clock the power limit pulls down once its stream has been busy for CAP_AFTER ms without
     a break longer than BREAK ms: then a kernel of `ms` at the boost clock takes ms x BOOST / CAPPED, and

@@ -364,8 +364,8 @@ def stand_in_tune(monkeypatch):
                  "failure": f"O on {problem.label()}: max_abs_err 0.5 > tolerance 0.002"}
         return {c: (wrong if c == 2 else {"passed": True}) for c in configs}
 
-    def interleaved(passing, reps, warmup, under_load_ms=0.0):
-        seen["timed"] = list(passing)
+    def interleaved(passing, reps, warmup, under_load_ms=0.0, method="events"):
+        seen["timed"], seen["method"] = list(passing), method
         return {label: Timing("ms", 1.0, 1.0, 0.01, 0.99, 1.01, 0.99, 1.01, reps, warmup, True) for label in passing}
 
     tuning = StandInTuning(["C1", "C3 (non-causal)|non-causal", "C2 wrong"])
@@ -496,3 +496,37 @@ def test_a_rung_without_candidates_is_refused_before_any_work():
         pytest.skip("every rung declares tuning candidates")
     res = lab_here("tune", "--variant", plain.id)
     assert res.returncode == 2 and "declares no tuning candidates" in res.stderr and "Traceback" not in res.stderr
+
+
+def test_lab_tune_by_graph_replay_times_device_time_and_says_so(stand_in_tune, tmp_path):
+    """`lab tune --timing graph`: the interleaved timer replays each configuration from a graph; the rows, the
+    table and the stored prediction say the tune timed device time (a workspace's allocation left out), so
+    `lab ledger` never reads it as the same experiment as a tune by call latency."""
+    import json
+
+    from lab.store import ledger
+
+    res = lab_here("tune", "--variant", RUNG.id, "--shape", "1,2,130,64", "--dtype", RUNG.default_dtype, "--reps", "3",
+                   "--check-shapes", "1", "--timing", "graph", "--predict", "C1=0.9-1.1", "--profiles", tmp_path,
+                   env={"COLUMNS": "250"})
+    assert res.returncode == 0, res.stderr
+    assert "graph replay: device time" in res.stdout
+    assert "predicted 0.9-1.1x the default by graph replay (device time), measured" in res.stdout
+    (stored,) = [json.loads(f.read_text()) for f in tmp_path.rglob("tune.json")]
+    assert {r["timing"]["timing"] for r in stored["rows"] if r.get("timing")} == {"graph"}
+    from lab.store import tunes as tune_store
+
+    (entry,) = [e for e in ledger.tune_predictions(tune_store.scan_tunes(tmp_path)[0]) if e["candidate"] == "C1"]
+    assert entry["timing"] == "graph"
+    bad = lab_here("tune", "--variant", RUNG.id, "--shape", "1,2,130,64", "--timing", "both", "--profiles", tmp_path)
+    assert bad.returncode == 2 and "--timing" in bad.stderr
+
+
+def test_tunes_stored_before_the_timing_option_read_as_call_latency():
+    from conftest import REPO
+    from lab.store import ledger
+    from lab.store import tunes as tune_store
+
+    shipped = tune_store.scan_tunes(REPO / "profiles" / "examples")[0]
+    entries = [e for e in ledger.tune_predictions(shipped) if e["tune"].startswith("20261128-12")]
+    assert entries and {e["timing"] for e in entries} == {"events"}

@@ -66,8 +66,8 @@ def simulated_tune(monkeypatch, tmp_path):
     monkeypatch.setattr(tune, "rung", lambda variant, impl, problem: impl)
     monkeypatch.setattr(tune, "Measurement", measurement)
     monkeypatch.setattr(tune, "time_checked_interleaved",
-                        lambda specs, reps, warmup, under_load_ms=0.0: timed.time_checked_interleaved(
-                            specs, reps=reps, warmup=warmup, device=dev, under_load_ms=under_load_ms))
+                        lambda specs, reps, warmup, under_load_ms=0.0, method="events": timed.time_checked_interleaved(
+                            specs, reps=reps, warmup=warmup, device=dev, under_load_ms=under_load_ms, method=method))
     monkeypatch.setattr(tune, "device_info", lambda: {"name": "simulated device", "compute_capability": "9.0"})
     monkeypatch.setattr(tune, "software_info", lambda: {"torch": "simulated"})
     monkeypatch.setattr("torch.cuda.get_device_name", lambda *a: "simulated device")

@@ -690,20 +690,25 @@ def time_checked(call: Callable[[], object], *, prepare: Callable[[int], object]
 
 
 def time_checked_interleaved(specs: dict[str, Checked], reps: int = DEFAULT_REPS, warmup: int = DEFAULT_WARMUP,
-                             l2_flush: bool = True, device=None,
-                             under_load_ms: float = 0.0) -> dict[str, Timing | TimingRefused]:
-    """Several candidates by events, repetition i running each once in an order rotated by i, so
-    clock or thermal drift hits every candidate alike. Each gets its Timing or its TimingRefused.
-    `under_load_ms`: each candidate's repetition behind a stretch of its own calls (UNDER_LOAD)."""
+                             l2_flush: bool = True, device=None, under_load_ms: float = 0.0,
+                             method: str = EVENTS) -> dict[str, Timing | TimingRefused]:
+    """Several candidates by `method` (events: call latency; graph: device time, each candidate's call
+    captured in its own graph and replayed behind a held start), repetition i running each once in an
+    order rotated by i, so clock or thermal drift hits every candidate alike. Each gets its Timing or its
+    TimingRefused. `under_load_ms`: each candidate's repetition behind a stretch of its own calls
+    (UNDER_LOAD)."""
+    if method not in TIMING_METHODS:
+        raise ValueError(f"unknown timing method {method!r}")
     dev = device or CudaDevice()
     noop = sync_latency(dev)
     flush = dev.flush_buffer(L2_FLUSH_BYTES) if l2_flush else None
     runs: dict[str, _Run] = {}
     results: dict[str, Timing | TimingRefused] = {}
     for name, spec in specs.items():
-        runs[name] = _Run(spec, dev, EVENTS, l2_flush, noop, under_load_ms)
+        runs[name] = _Run(spec, dev, method, l2_flush, noop, under_load_ms)
         try:
             runs[name].size_load(runs[name].warm(warmup, None))
+            runs[name].prepare_method()
         except TimingRefused as refused:
             results[name] = refused
     names = [n for n in specs if n not in results]

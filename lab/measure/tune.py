@@ -197,8 +197,10 @@ class TuneResult:
 def judged(p: Prediction, result: TuneResult) -> dict:
     """A prediction with what was measured for its candidate (judge_ratio: the ratio, the estimator it
     comes from, its CI95 and the verdict), or why none."""
-    row = result.row(p.label)
-    out = {**p.to_dict(), **judge_ratio(p.low, p.high, row.vs_default if row else None), "not_measured": None}
+    row, default_row = result.row(p.label), result.row(DEFAULT_LABEL)
+    how = (default_row.timing if default_row else None) or {}
+    out = {**p.to_dict(), **judge_ratio(p.low, p.high, row.vs_default if row else None), "not_measured": None,
+           "timing": how.get("timing", "events"), "under_load_ms": (how.get("checks") or {}).get("under_load_ms")}
     if out["verdict"] is None:
         default = result.row(DEFAULT_LABEL)
         out["not_measured"] = (row.error or row.refused or "not timed") if row and not row.timing else \
@@ -232,11 +234,18 @@ def serialized_note(ptxas: list[dict], what: str, command: str) -> str | None:
             f"a configuration launching one waits after every product; `{command}` lists them")
 
 
+# How a tune's rows were timed (`lab tune --timing`), as each row's timing says it.
+TUNE_METHODS = {"events": "cuda-events", "graph": "cuda-graph replay, its start held"}
+
+
 def tune(variant, problem: Problem, reps: int = DEFAULT_REPS, warmup: int = DEFAULT_WARMUP,
          check_shapes: int = GATE_SHAPES, mode: str = "fwd", predictions: list[Prediction] | None = None,
-         under_load_ms: float = 0.0) -> TuneResult:
+         under_load_ms: float = 0.0, timing: str = "events") -> TuneResult:
     """`under_load_ms`: each candidate's repetition behind that long a stretch of its own calls
     (lab.measure.timed, UNDER LOAD): each runs at the clock its own sustained load leaves the GPU at.
+    `timing`: "events" (call latency, host dispatch included: what an eager caller waits) or "graph"
+    (device time: each candidate's call captured in a CUDA graph and replayed behind a held start, so a
+    candidate's host-side cost, a workspace's allocation say, is not in it).
     mode bwd / fwd+bwd: the backward's candidates (lab_backward_<id>_configs), each checked on
     the backward's gate and timed in that mode behind the rung's own forward. `predictions`
     (parse_prediction) are resolved against the declared candidates before any check or timing: one
@@ -322,15 +331,16 @@ def tune(variant, problem: Problem, reps: int = DEFAULT_REPS, warmup: int = DEFA
     passing = {r.label: measured(r) for r in result.rows if r.passed}
     if passing:
         _say(f"time {len(passing)} configurations round-robin: {reps} reps each after {warmup} warm-up, L2 flushed, "
-             "inputs rotated and every output checked")
-        timings = time_checked_interleaved(passing, reps=reps, warmup=warmup, under_load_ms=under_load_ms)
+             "inputs rotated and every output checked" + (", by CUDA-graph replay (device time)" if timing == "graph" else ""))
+        timings = time_checked_interleaved(passing, reps=reps, warmup=warmup, under_load_ms=under_load_ms,
+                                           method=timing)
         result.device, result.software = device_info(), software_info()
         for row in result.rows:
             t = timings.get(row.label)
             if isinstance(t, TimingRefused):   # measured, but not a time the lab prints
                 row.refused, row.error = t.status, t.row_reason()
             elif t is not None:
-                row.timing = {**t.to_dict(), "method": "cuda-events, interleaved round-robin"
+                row.timing = {**t.to_dict(), "timing": timing, "method": TUNE_METHODS[timing] + ", interleaved round-robin"
                               + (f", each behind {under_load_ms:g} ms of its own calls (under load)" if under_load_ms else ""),
                               "tflops": rates.tflops(rates.flops(problem, mode), t.median)}
         reference = timings.get(DEFAULT_LABEL)

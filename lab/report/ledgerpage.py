@@ -125,6 +125,7 @@ def tune_prediction_phrase(p: dict, with_label: bool = False) -> str:
     fresh tune's (lab.measure.tune.judged); both judged by lab.measure.tune.judge_ratio."""
     lo, hi = p["predicted"] if "predicted" in p else (p["low"], p["high"])
     head = (f"prediction {p['label']}: " if with_label else "") + f"predicted {lo:g}-{hi:g}x the default" \
+        + (" by graph replay (device time)" if p.get("timing") == "graph" else "") \
         + (f" under load ({p['under_load_ms']:g} ms of calls before each repetition)" if p.get("under_load_ms") else "")
     if p.get("measured") is None or not p.get("verdict"):
         return f"{head}, not measured: {p.get('not_measured') or 'its candidate was not timed'}"

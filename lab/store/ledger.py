@@ -664,7 +664,9 @@ def tune_predictions(tunes: list) -> list[dict]:
                      "candidate": p.get("label"), "given": p.get("given"), "predicted": [lo, hi],
                      **j, "medians_ci95": None, "not_measured": None,
                      # timed under load (lab.measure.timed, UNDER LOAD): each repetition behind that many ms
-                     "under_load_ms": _num(((default.get("timing") or {}).get("checks") or {}).get("under_load_ms"))}
+                     "under_load_ms": _num(((default.get("timing") or {}).get("checks") or {}).get("under_load_ms")),
+                     # `lab tune --timing`: events (call latency; every tune before the option) or graph (device time)
+                     "timing": (default.get("timing") or {}).get("timing") or "events"}
             if j["estimator"] == MEDIANS:   # no paired rounds kept: the two medians' own CI95s
                 ct, dt = (row or {}).get("timing") or {}, default.get("timing") or {}
                 entry["medians_ci95"] = {"default": [dt.get("ci95_low"), dt.get("ci95_high")],

@@ -32,10 +32,10 @@ import time
 
 from lab import nvml
 from lab.environment import gpu_uuid
-from lab.ladder import build, registry, tuning
+from lab.ladder import build
 from lab.measure import baselines
 from lab.measure.call import inputs, make_call, rung
-from lab.measure.problem import Problem
+from probe_args import add_problem_args, candidates, problem_of
 
 
 def load_samples(uuid: str, every_s: float, stop: threading.Event, out: list[dict]) -> None:
@@ -87,29 +87,20 @@ def main() -> None:
     import torch
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--variant", default="v9")
-    ap.add_argument("--shape", default="16,32,1024,64", help="B,H,N,D")
-    ap.add_argument("--causal", action="store_true")
-    ap.add_argument("--dtype", default="float16")
+    add_problem_args(ap)
     ap.add_argument("--seconds", type=float, default=3.0)
     ap.add_argument("--turns", type=int, default=3, help="turns of each implementation, alternating")
     ap.add_argument("--batch", type=int, default=20)
     ap.add_argument("--every-ms", type=float, default=5.0)
     ap.add_argument("--candidates", default="", help="tuning candidates, ';' between labels")
     a = ap.parse_args()
-    b, h, n, d = (int(x) for x in a.shape.split(","))
-    problem = Problem(b, h, n, n, d, a.causal, a.dtype)
-    variant = registry.get(a.variant)
+    variant, problem = problem_of(a)
     ours = rung(variant, build.load_cached(variant), problem)
     cudnn = baselines.attention("sdpa-cudnn", problem)
     q, k, v = inputs(problem, ours)
     impls = {variant.id: ours}
     if a.candidates:
-        module = tuning.tuning_build(variant, allow_compile=False).module
-        declared = tuning.declared_candidates(module, d, a.dtype)
-        for given in a.candidates.split(";"):
-            i = tuning.resolve_label(given, declared, problem, "the tuning build's candidates", "--candidates")
-            impls[declared[i].label] = rung(variant, tuning.Candidate(module, i), problem)
+        impls.update(candidates(variant, problem, a.candidates))
     impls["sdpa-cudnn"] = cudnn
     uuid = gpu_uuid(torch.cuda.get_device_properties(0))
     print(f"{torch.cuda.get_device_name(0)}, {problem.label()}: {a.turns} turns of {a.seconds:g} s each, "

@@ -15,9 +15,9 @@ from __future__ import annotations
 import argparse
 import statistics
 
-from lab.ladder import build, registry, tuning
+from lab.ladder import build
 from lab.measure.call import inputs, make_call, rung
-from lab.measure.problem import Problem
+from probe_args import add_problem_args, candidates, problem_of
 
 
 def per_call_us(call, calls: int, graph: bool) -> float:
@@ -53,23 +53,14 @@ def main() -> None:
     import torch
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--variant", default="v9")
-    ap.add_argument("--shape", default="16,32,1024,64", help="B,H,N,D")
-    ap.add_argument("--causal", action="store_true")
-    ap.add_argument("--dtype", default="float16")
+    add_problem_args(ap)
     ap.add_argument("--calls", type=int, default=50, help="calls a graph (and a back-to-back run)")
     ap.add_argument("--turns", type=int, default=5)
     ap.add_argument("--candidates", required=True, help="tuning candidates, ';' between labels (or unique parts)")
     a = ap.parse_args()
-    b, h, n, d = (int(x) for x in a.shape.split(","))
-    problem = Problem(b, h, n, n, d, a.causal, a.dtype)
-    variant = registry.get(a.variant)
-    impls = {f"{variant.id} default": rung(variant, build.load_cached(variant), problem)}
-    module = tuning.tuning_build(variant, allow_compile=False).module
-    declared = tuning.declared_candidates(module, d, a.dtype)
-    for given in a.candidates.split(";"):
-        i = tuning.resolve_label(given, declared, problem, "the tuning build's candidates", "--candidates")
-        impls[declared[i].label] = rung(variant, tuning.Candidate(module, i), problem)
+    variant, problem = problem_of(a)
+    impls = {f"{variant.id} default": rung(variant, build.load_cached(variant), problem),
+             **candidates(variant, problem, a.candidates)}
     q, k, v = inputs(problem, next(iter(impls.values())))
     times: dict[tuple[str, bool], list[float]] = {}
     for _ in range(a.turns):

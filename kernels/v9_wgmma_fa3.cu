@@ -418,11 +418,20 @@
 //   `lab tune` (0.95-0.99x) and stays a candidate: there it won in CUDA-graph replay at 1024 (1.033x D=64, 1.042x
 //   D=128; benchmarks/graph_probe.py, not a checked time) and lost at 512 (0.948x). The counter's memset and the
 //   workspace's allocation cost a call a few microseconds that call latency shows (v9_notes "Step 19").
-// Step 19 (b) (twentieth session, CPU only, not yet run on a GPU): the walk's counter from common.cuh's zeroed counters
-//   (kept by the lab per stream; the kernel's last CTA returns them to zero), so no memset and no workspace a call;
-//   the tuning build takes them, the plain default keeps its memset until benchmarks/v9_step19c_gpu.sh confirms them.
-//   Predicted (before any GPU run): the walk under the short causal kernels from 0.95-0.99x to 1.01-1.035x the static
-//   walk at 16,32,1024,64 and 1.01-1.045x at 16,16,1024,128 in `lab tune`; still below at 512 (0.94-0.99x).
+// Step 19 (b) (twentieth session): the walk's counter from common.cuh's zeroed counters (kept by the lab per stream;
+//   the kernel's last CTA returns them to zero), so no memset and no workspace a call (a graph capture, where the lab
+//   gives none, keeps them). Predicted (before any GPU run): the walk under the short causal kernels from 0.95-0.99x
+//   to 1.01-1.035x the static walk at 16,32,1024,64 and 1.01-1.045x at 16,16,1024,128 in `lab tune`; still below at
+//   512 (0.94-0.99x). Measured (`lab tune`, one H200, e45f135, benchmarks/v9_step19c_gpu.sh; the counters' test, 27
+//   float64 cases and memcheck/racecheck passed): D=64 1.011x fp16 and bf16 at 1024 (CI95 0.998-1.017, 1.004-1.019),
+//   0.971x at 512, 1.000x at 2048 and 1.002x at 4096 (one warpgroup); D=128 0.983x at 1024 and 0.989x at 2048,
+//   missed. By graph replay (`lab tune --timing graph`, checked, its memset node kept): 1.012x at D=64 1024, 0.972x
+//   at D=128 1024 (graph_probe's unchecked 1.042x did not hold with L2 flushed and inputs rotated).
+// Step 19 (c) (twenty-first session): the D=64 causal default on the longest-first walk from kLongestFirstCausal =
+//   1024 (was 8192), under each range's kernel (the ping-pong below 2048, one warpgroup to 8192), with step 19 (b)'s
+//   zeroed counters. Bottleneck it attacks: step 19's last round at 1024-8192. Evidence: step 19 (b)'s tunes above.
+//   Predicted (before the grid): the H200 fa-grid's D=64 causal 1024 cells from 0.989x / 0.995x cuDNN (graph) to
+//   1.00-1.02x; 2048 and 4096 within 1% of the last grid; 512 and D=128 unchanged (their kernels are).
 #include "common.cuh"
 #include "hopper/fwd_wgmma.cuh"
 
@@ -663,10 +672,12 @@ static LabTuneList candidates(int head_dim) {
 }
 #endif
 
-// Whether lab_forward_v9 launches the dynamic, longest-first walk for this problem (step 19): D=64 causal from
-// kLongCausal, as its dispatch below.
+// Whether lab_forward_v9 launches the dynamic, longest-first walk for this problem: D=64 causal from
+// kLongestFirstCausal (step 19 from kLongCausal, step 19 (c) from 1024), under each range's kernel (dispatch below).
+// At 512 the walk lost on the device too (0.948x in graph replay, 0.971x in `lab tune`; v9_notes "Step 19 (c)").
+constexpr int kLongestFirstCausal = 1024;
 static bool uses_longest_first(const LabAttentionArgs* a) {
-  return a->head_dim == 64 && a->causal && a->seqlen_q >= kLongCausal && a->seqlen_k >= kLongCausal;
+  return a->head_dim == 64 && a->causal && a->seqlen_q >= kLongestFirstCausal && a->seqlen_k >= kLongestFirstCausal;
 }
 
 }  // namespace v9
@@ -684,29 +695,26 @@ static const char* refuse(const LabAttentionArgs* args) {
   return nullptr;
 }
 
-LAB_EXPORT const char* lab_forward_v9(const LabAttentionArgs* args_in, cudaStream_t stream) {
-  if (const char* why = refuse(args_in)) return why;
-  // Step 19 (b), staged: the plain build's dynamic walk keeps its workspace and memset (lab_forward_v9_workspace says
-  // why); the tuning build's takes the lab's zeroed counters, as its candidates do.
-  LabAttentionArgs staged = *args_in;
-#ifndef LAB_TUNING
-  staged.counters = nullptr;
-#endif
-  const LabAttentionArgs* args = &staged;
+LAB_EXPORT const char* lab_forward_v9(const LabAttentionArgs* args, cudaStream_t stream) {
+  if (const char* why = refuse(args)) return why;
   // D = 64: one consumer warpgroup, two CTAs per SM, O stored by TMA (step 4 at D = 64), non-causal
   // with two Q buffers (step 6 (c)), causal with the last key tile's softmax and P V at half width
   // where its second half is masked whole (step 11 (b)), the row max as a tree and the mask against
   // a per-row limit (step 12), in ping-pong with two Q buffers below kShortCausal (step 13 (c)); non-causal with
   // long queries and keys, three
   // consumers (v6's choice, step 5 (c) from 2048), O from the accumulators, and without the LSE the row sums by the
-  // tensor cores (step 17 (b)); causal three consumers from 8192 (step 10) on the dynamic, longest-first walk (step 19;
-  // v9::uses_longest_first says where, for the workspace too).
+  // tensor cores (step 17 (b)); causal three consumers from 8192 (step 10); causal from 1024 on the dynamic,
+  // longest-first walk (steps 19 and 19 (c); v9::uses_longest_first says where, for the workspace too).
   if (args->head_dim == 64) {
     if (args->causal) {
       const bool short_causal = args->seqlen_q < v9::kShortCausal && args->seqlen_k < v9::kShortCausal;
-      if (short_causal) return v9::launch<v9::PingPong64OTmaQ2Lean, true>(args, stream);
-      return v9::uses_longest_first(args) ? v9::launch<v9::Long64, true, v9::LongestFirst>(args, stream)
-                         : v9::launch<v9::Default64OTmaHalfTreeRowLimit, true>(args, stream);
+      const bool long_causal = args->seqlen_q >= v9::kLongCausal && args->seqlen_k >= v9::kLongCausal;
+      if (long_causal) return v9::launch<v9::Long64, true, v9::LongestFirst>(args, stream);
+      if (v9::uses_longest_first(args))
+        return short_causal ? v9::launch<v9::PingPong64OTmaQ2Lean, true, v9::LongestFirst>(args, stream)
+                            : v9::launch<v9::Default64OTmaHalfTreeRowLimit, true, v9::LongestFirst>(args, stream);
+      return short_causal ? v9::launch<v9::PingPong64OTmaQ2Lean, true>(args, stream)
+                          : v9::launch<v9::Default64OTmaHalfTreeRowLimit, true>(args, stream);
     }
     const bool long_rows = args->seqlen_q >= v9::kLongRows && args->seqlen_k >= v9::kLongKeys;
     return long_rows ? v9::launch<v9::Long64SumMma, false>(args, stream)
@@ -721,13 +729,13 @@ LAB_EXPORT const char* lab_forward_v9(const LabAttentionArgs* args_in, cudaStrea
                   : v9::launch<v9::PingPong128OTmaQ2, false>(args, stream);
 }
 
-// The forward workspace (common.cuh): a dynamic scheduler's tile counter where the lab's zeroed counters are not
-// used. Step 19 (b) stages them: the tuning build's candidates take them (and a workspace only during a graph capture,
-// where there are none); the plain build's default keeps the workspace and its memset until a GPU run confirms them
-// (benchmarks/v9_step19c_gpu.sh), so only its longest-first calls get one.
+// The forward workspace (common.cuh): a dynamic scheduler's tile counter where the lab gives no zeroed counters (a
+// graph capture; step 19 (b)). The tuning build asks for it on every such call (any candidate may walk dynamically),
+// the plain build only for the calls its default walks dynamically.
 LAB_EXPORT size_t lab_forward_v9_workspace(const LabAttentionArgs* args) {
+  if (args->counters != nullptr) return 0;
 #ifdef LAB_TUNING
-  return args->counters != nullptr ? 0 : lab_hopper_fwd::workspace_bytes<v9::LongestFirst>();
+  return lab_hopper_fwd::workspace_bytes<v9::LongestFirst>();
 #else
   return v9::uses_longest_first(args) ? lab_hopper_fwd::workspace_bytes<v9::LongestFirst>() : 0;
 #endif

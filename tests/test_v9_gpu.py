@@ -65,7 +65,7 @@ CASES = [
     (12, 2, 2048, 2300, 64, False, "float16", 1.0),
     (2, 12, 2200, 2048, 64, False, "bfloat16", LARGE_STD),
     (4, 33, 700, 300, 64, True, "float16", 1.0),        # Nq > Nk causal at D=64: rows past the keys
-    (1, 20, 2100, 2050, 64, True, "bfloat16", LARGE_STD),  # causal 2048 <= N < 8192: one warpgroup (step 18)
+    (1, 20, 2100, 2050, 64, True, "bfloat16", LARGE_STD),  # causal 2048 <= N < 8192: one warpgroup (step 18), dynamic walk (19 (c))
     (16, 16, 512, 512, 128, True, "float16", 1.0),      # the fa-grid's weakest cells, smaller
     (16, 32, 512, 512, 64, True, "bfloat16", 1.0),
     # D=128 runs ping-pong on the persistent grid (steps 2-3), O stored by TMA (step 4): the two
@@ -78,8 +78,10 @@ CASES = [
     # D=128 non-causal from Nq, Nk >= 8192 runs 176-key tiles with O over V (step 14): 8300 = 47 x 176 + 28 keys
     # (a ragged last key tile), 8200 = 64 x 128 + 8 rows
     (1, 2, 8200, 8300, 128, False, "bfloat16", LARGE_STD),
+    # causal 1024 <= N < 2048 runs the ping-pong on the dynamic, longest-first walk (step 19 (c)): Nq != Nk, ragged
+    (2, 9, 1100, 1030, 64, True, "float16", 1.0),
 ]
-LSE_CASES = [CASES[0], CASES[3], CASES[5], CASES[9], CASES[16], CASES[12], CASES[19], CASES[-1], CASES[14]]
+LSE_CASES = [CASES[0], CASES[3], CASES[5], CASES[9], CASES[16], CASES[12], CASES[19], CASES[-2], CASES[14], CASES[-1]]
 # The `lab tune` candidates that are not a default's (kernels/v9_wgmma_fa3.cu; step 13 retired those that lost),
 # by label, so the cases above do not reach them; checked here with the LSE on the cases of their head dim and
 # mask. D=128, non-causal only: step 13's 176-key tiles and step 14's with O staged in the tile's last V stage
@@ -279,7 +281,8 @@ SANITIZER_SCRIPT = textwrap.dedent("""
     # three-consumer default (non-causal Nq, Nk >= 2048: a ragged last block with warpgroups past nq),
     # O by TMA at D=64 and under D=128's ping-pong, the LSE store, and D=128 non-causal from 8192 (176-key tiles, O
     # staged over the tile's last V stage, step 14: 47 full key tiles and a ragged one on 65 tiles), and the
-    # three-consumer default without the LSE (step 17 (b): P V reads the ones tile after the V stages).
+    # three-consumer default without the LSE (step 17 (b): P V reads the ones tile after the V stages), and the causal
+    # ping-pong on the dynamic walk with the lab's zeroed counters (step 19 (c)).
     # (The grid: 264 CTAs at D=64, 132 at D=128 and for the three consumers, on an H100 or H200.)
     # (problem, with the LSE)
     shapes = [(Problem(1, 70, 200, 300, 128, True, "float16"), False),
@@ -290,7 +293,8 @@ SANITIZER_SCRIPT = textwrap.dedent("""
               (Problem(1, 140, 200, 300, 128, False, "bfloat16"), True),
               (Problem(1, 24, 2200, 2100, 64, False, "bfloat16"), True),
               (Problem(1, 1, 8200, 8300, 128, False, "float16"), True),
-              (Problem(1, 24, 2100, 2200, 64, False, "float16"), False)]
+              (Problem(1, 24, 2100, 2200, 64, False, "float16"), False),
+              (Problem(1, 6, 1100, 1040, 64, True, "bfloat16"), True)]
     # argv: the rung, then optionally a tuning candidate's label and head dim (its shapes only) and
     # "non-causal" (a candidate that refuses causal problems: the non-causal shapes only).
     variant = variants.get(sys.argv[1])

@@ -43,14 +43,14 @@ CANDIDATE_KERNELS = {
         ("lab_hopper_fwd::fwd_kernel_o_tma<lab_hopper_fwd::OInLastV<lab_hopper_fwd::Config<128, 176, 2, true, 2>", 8, 8),
     "step 13 (c): the D = 64 causal default's changes with two Q buffers (causal only)":
         ("lab_hopper_fwd::fwd_kernel_o_tma<lab_hopper_fwd::TreeRowMax<lab_hopper_fwd::MasksByRowLimit<lab_hopper_fwd::HalfLastKeyTile<lab_hopper_fwd::TwoQBuffers<lab_hopper_fwd::OByTma<lab_hopper_fwd::Config<64, 128, 2, false, 1>", 8, 0),
-    "step 13 (c): the same in ping-pong (BM = 128, causal only), the D = 64 causal default below 1024 since step 13":
+    "step 13 (c): the same in ping-pong (BM = 128, causal only), the D = 64 causal default below 2048 since step 18 (static walk below 1024 since step 19 (c))":
         ("lab_hopper_fwd::fwd_kernel_o_tma<lab_hopper_fwd::TreeRowMax<lab_hopper_fwd::MasksByRowLimit<lab_hopper_fwd::HalfLastKeyTile<lab_hopper_fwd::TwoQBuffers<lab_hopper_fwd::OByTma<lab_hopper_fwd::Config<64, 128, 2, true, 2>", 8, 8),
     "step 17: P's row sums by the tensor cores on three consumers (non-causal only; its LSE instantiation sums in fp32), the D = 64 non-causal default from 2048 since step 17 (b)":
         ("lab_hopper_fwd::fwd_kernel<lab_hopper_fwd::RowSumByMma<lab_hopper_fwd::Config<64, 128, 2, false, 3>", 8, 8),
-    "step 19: the D = 64 causal ping-pong on the dynamic, longest-first walk (causal only)":
-        ("lab_hopper_fwd::fwd_kernel_dynamic<lab_hopper_fwd::TreeRowMax<lab_hopper_fwd::MasksByRowLimit<lab_hopper_fwd::HalfLastKeyTile<lab_hopper_fwd::TwoQBuffers<lab_hopper_fwd::OByTma<lab_hopper_fwd::Config<64, 128, 2, true, 2>", 8, 0),
-    "step 19: the D = 64 causal one-warpgroup kernel on the dynamic walk (causal only)":
-        ("lab_hopper_fwd::fwd_kernel_dynamic<lab_hopper_fwd::TreeRowMax<lab_hopper_fwd::MasksByRowLimit<lab_hopper_fwd::HalfLastKeyTile<lab_hopper_fwd::OByTma<lab_hopper_fwd::Config<64, 128, 2, false, 1>", 8, 0),
+    "step 19: the D = 64 causal ping-pong on the dynamic, longest-first walk (causal only), the D = 64 causal default in [1024, 2048) since step 19 (c)":
+        ("lab_hopper_fwd::fwd_kernel_dynamic<lab_hopper_fwd::TreeRowMax<lab_hopper_fwd::MasksByRowLimit<lab_hopper_fwd::HalfLastKeyTile<lab_hopper_fwd::TwoQBuffers<lab_hopper_fwd::OByTma<lab_hopper_fwd::Config<64, 128, 2, true, 2>", 8, 8),
+    "step 19: the D = 64 causal one-warpgroup kernel on the dynamic walk (causal only), the D = 64 causal default in [2048, 8192) since step 19 (c)":
+        ("lab_hopper_fwd::fwd_kernel_dynamic<lab_hopper_fwd::TreeRowMax<lab_hopper_fwd::MasksByRowLimit<lab_hopper_fwd::HalfLastKeyTile<lab_hopper_fwd::OByTma<lab_hopper_fwd::Config<64, 128, 2, false, 1>", 8, 8),
     "step 19: three consumers at D = 64 on the dynamic walk (causal only), the D = 64 causal default from 8192 since step 19":
         ("lab_hopper_fwd::fwd_kernel_dynamic<lab_hopper_fwd::Config<64, 128, 2, false, 3>,", 8, 8),
     "step 19: the D = 128 default's kernel on the dynamic walk (causal only)":

@@ -431,7 +431,20 @@
 //   1024 (was 8192), under each range's kernel (the ping-pong below 2048, one warpgroup to 8192), with step 19 (b)'s
 //   zeroed counters. Bottleneck it attacks: step 19's last round at 1024-8192. Evidence: step 19 (b)'s tunes above.
 //   Predicted (before the grid): the H200 fa-grid's D=64 causal 1024 cells from 0.989x / 0.995x cuDNN (graph) to
-//   1.00-1.02x; 2048 and 4096 within 1% of the last grid; 512 and D=128 unchanged (their kernels are).
+//   1.00-1.02x; 2048 and 4096 within 1% of the last grid; 512 and D=128 unchanged (their kernels are). Measured
+//   (one H200, f83cb15; gate 36 passed, memcheck and racecheck clean on 10 launches, GQA checked; the H200 fa-grid
+//   `20261128-141950-sweep-v9-fa-grid-h200`): D=64 causal 1024 0.993x / 0.992x (fp16 / bf16, graph): v9 0.3% faster
+//   than in the last grid, inside the spread between grids, missed; 2048 0.996x / 1.007x; graph 44 of 48 >= cuDNN,
+//   events 47 of 48.
+// Step 20 (twenty-first session; v9_notes "Step 20"): when the dynamic walk takes its next index. Bottleneck it
+//   attacks: step 19's index is taken a tile ahead, as the tile's Q loads, and needed once the tile's K/V loads are
+//   issued, so on short tiles the atomic's round trip delays the next Q (512 causal 0.97x the static walk back to
+//   back, no memset), while a CTA holding its next index for a whole tile holds work an idle CTA would take (the CPU
+//   walk, tests/test_tile_scheduler.py: 16,32,1024,64 causal ends 1.0% over the mean a tile ahead, 0.3% taken as the
+//   CTA frees up; 16,16,1024,128 3.1% and 1.7%). Candidates: two tiles ahead (LongestFirstAhead) and late, with the
+//   tile's third last K/V stage (LongestFirstLate), on both ping-pongs. Predicted (before the run; against the
+//   one-ahead walk): late 1.00-1.015x at 16,32,1024,64, 1.00-1.02x at 16,16,1024,128; two ahead 1.00-1.03x at 512,
+//   0.97-1.00x at 16,16,1024,128 (benchmarks/v9_step20_gpu.sh has them all).
 #include "common.cuh"
 #include "hopper/fwd_wgmma.cuh"
 
@@ -442,6 +455,8 @@ using Config = lab_hopper_fwd::Config<D_, BN_, STAGES_, PINGPONG_, CONSUMERS_>;
 using lab_hopper_sched::OneTilePerCta;
 using lab_hopper_sched::Persistent;
 using lab_hopper_sched::LongestFirst;
+using lab_hopper_sched::LongestFirstAhead;
+using lab_hopper_sched::LongestFirstLate;
 // v6's configurations (benchmarks/v6_notes.md run 5), now persistent:
 //                       D   BN  stages ping-pong consumer warpgroups
 using Default64 = Config<64, 128, 2, false, 1>;     // BM = 64, two CTAs per SM
@@ -652,6 +667,10 @@ static const LabTuneCandidate kCandidates64[] = {
     {"C2 BN128 S2 longest-first pp tma-o q2 half-softmax tree-max row-limit (causal)", launch_causal<PingPong64OTmaQ2Lean, LongestFirst>, LAB_SERVES_CAUSAL},
     {"C1 BN128 S2 longest-first tma-o half-softmax tree-max row-limit (causal)", launch_causal<Default64OTmaHalfTreeRowLimit, LongestFirst>, LAB_SERVES_CAUSAL},
     {"C3 BN128 S2 longest-first (causal)", launch_causal<Long64, LongestFirst>, LAB_SERVES_CAUSAL},
+    // Step 20: the same list, each next index taken two tiles ahead (tile_scheduler.cuh's LongestFirstAhead).
+    {"C2 BN128 S2 longest-first ahead2 pp tma-o q2 half-softmax tree-max row-limit (causal)", launch_causal<PingPong64OTmaQ2Lean, LongestFirstAhead>, LAB_SERVES_CAUSAL},
+    // Step 20 (b): the same list, each next index taken late, with the tile's third last K/V stage (LongestFirstLate).
+    {"C2 BN128 S2 longest-first late pp tma-o q2 half-softmax tree-max row-limit (causal)", launch_causal<PingPong64OTmaQ2Lean, LongestFirstLate>, LAB_SERVES_CAUSAL},
 };
 static const LabTuneCandidate kCandidates128[] = {
     // Ping-pong on the persistent grid (steps 2-3), O by TMA (step 4), two Q buffers (step 6 (c)): the default.
@@ -662,6 +681,10 @@ static const LabTuneCandidate kCandidates128[] = {
     {"C2 BN176 S2 persistent pp o-in-v (non-causal)", launch_non_causal<PingPong128Keys176OInV, Persistent>, LAB_SERVES_NON_CAUSAL},
     // Step 19: the default's kernel on the dynamic, longest-first walk (causal).
     {"C2 BN128 S2 longest-first pp tma-o q2 (causal)", launch_causal<PingPong128OTmaQ2, LongestFirst>, LAB_SERVES_CAUSAL},
+    // Step 20: the same, each next index taken two tiles ahead.
+    {"C2 BN128 S2 longest-first ahead2 pp tma-o q2 (causal)", launch_causal<PingPong128OTmaQ2, LongestFirstAhead>, LAB_SERVES_CAUSAL},
+    // Step 20 (b): the same, each next index taken late.
+    {"C2 BN128 S2 longest-first late pp tma-o q2 (causal)", launch_causal<PingPong128OTmaQ2, LongestFirstLate>, LAB_SERVES_CAUSAL},
 };
 static LabTuneList candidates(int head_dim) {
   switch (head_dim) {

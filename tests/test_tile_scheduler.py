@@ -31,16 +31,17 @@ DRIVER = textwrap.dedent(r"""
     // order = 1: the persistent walk; order = 0: a plain stride over one longest-first list of all
     // heads (causal_lpt with one group), for comparison.
     // order = 2: the dynamic longest-first list (LongestFirst), each CTA starting on its own index and
-    // then taking the counter's next whenever it is the first to finish (a tile lasting its key tiles plus
-    // one for its start and epilogue), for head dim argv[9].
-    int dynamic(int nq, int nk, int bm, int bn, int bh, int grid_asked, int causal, int d) {
+    // taking the counter's next each time it starts a tile (a tile lasting its key tiles plus one for its start and
+    // epilogue), for head dim argv[9], so that it holds argv[10] taken indices beyond the tile it computes
+    // (fwd_wgmma.cuh's producer: kFetchAhead; its first ones are its own index plus multiples of the grid).
+    int dynamic(int nq, int nk, int bm, int bn, int bh, int grid_asked, int causal, int d, int ahead) {
       const int m_blocks = (nq + bm - 1) / bm;
       const long long total = LongestFirst::tiles(m_blocks, bh);
       const int grid = grid_asked < total ? grid_asked : (int)total;  // the launcher's clamp
       const int section = std::min(LongestFirst::section_heads(nk, d), bh);
       std::vector<int> seen(total, 0);
       std::vector<long long> busy(grid, 0), work(grid, 0);  // when each CTA is next free; its key tiles
-      long long longest = 0, next = grid;
+      long long longest = 0, next = (long long)(ahead + 1) * grid;
       auto take = [&](int b, long long index) {
         const Tile t = LongestFirst::tile_of(index, m_blocks, bh, causal, section);
         if (t.m_block == kWalkDone) return false;
@@ -52,10 +53,23 @@ DRIVER = textwrap.dedent(r"""
         longest = w > longest ? w : longest;
         return true;
       };
-      for (int b = 0; b < grid; ++b) take(b, b);
+      std::vector<std::vector<long long>> held(grid);  // each CTA's taken indices, in order
+      for (int b = 0; b < grid; ++b) {
+        take(b, b);
+        for (int a = 1; a <= ahead; ++a) held[b].push_back(b + (long long)a * grid);
+      }
+      const long long kDone = 1ll << 62;
       for (;;) {
         const int b = (int)(std::min_element(busy.begin(), busy.end()) - busy.begin());
-        if (!take(b, next++)) break;
+        if (busy[b] == kDone) break;
+        long long index = next;  // ahead 0 (a model only): the index taken as the CTA frees up
+        if (ahead > 0) {
+          index = held[b].front();
+          held[b].erase(held[b].begin());
+        }
+        if (!take(b, index)) { busy[b] = kDone; continue; }
+        if (ahead > 0) held[b].push_back(next);
+        ++next;
       }
       long long max_work = 0, sum_work = 0;
       for (int b = 0; b < grid; ++b) { max_work = std::max(max_work, work[b]); sum_work += work[b]; }
@@ -68,7 +82,7 @@ DRIVER = textwrap.dedent(r"""
     int main(int argc, char** argv) {
       const int nq = atoi(argv[1]), nk = atoi(argv[2]), bm = atoi(argv[3]), bn = atoi(argv[4]);
       const int bh = atoi(argv[5]), grid_asked = atoi(argv[6]), causal = atoi(argv[7]), order = atoi(argv[8]);
-      if (order == 2) return dynamic(nq, nk, bm, bn, bh, grid_asked, causal, atoi(argv[9]));
+      if (order == 2) return dynamic(nq, nk, bm, bn, bh, grid_asked, causal, atoi(argv[9]), atoi(argv[10]));
       const int m_blocks = (nq + bm - 1) / bm, total = m_blocks * bh;
       const int units = order ? persistent_units_per_head(m_blocks, causal) * bh : total;
       const int grid = grid_asked < units ? grid_asked : units;  // the launcher's clamp
@@ -131,9 +145,9 @@ def walker(tmp_path_factory):
     return host_program(tmp_path_factory, DRIVER, "the scheduler is walked by a host program compiled from its header")
 
 
-def _walk(exe, case, order=1, head_dim=64):
-    out = subprocess.run([str(exe), *map(str, case), str(order), str(head_dim)], capture_output=True, text=True,
-                         timeout=60)
+def _walk(exe, case, order=1, head_dim=64, ahead=1):
+    out = subprocess.run([str(exe), *map(str, case), str(order), str(head_dim), str(ahead)], capture_output=True,
+                         text=True, timeout=60)
     assert out.returncode == 0, out.stdout + out.stderr
     return tuple(map(int, out.stdout.split()))  # missing, twice, max work, total work, longest unit, grid
 
@@ -166,23 +180,40 @@ def test_the_walk_is_balanced_where_a_static_stride_over_grouped_ranks_is_not(wa
 @pytest.mark.parametrize("case", CASES, ids=lambda c: "nq{}-nk{}-BM{}-BN{}-bh{}-grid{}-{}".format(
     *c[:6], "causal" if c[6] else "full"))
 @pytest.mark.parametrize("head_dim", [64, 128])
-def test_the_dynamic_longest_first_list_computes_every_tile_once_and_ends_balanced(walker, case, head_dim):
-    """LongestFirst (step 19): each CTA's first tile is its own index, then the counter's next as it frees up;
-    list scheduling ends within one tile of the mean, and the list ends on the shortest tiles."""
-    missing, twice, max_work, sum_work, longest, grid = _walk(walker, case, order=2, head_dim=head_dim)
+@pytest.mark.parametrize("ahead", [1, 2])
+def test_the_dynamic_longest_first_list_computes_every_tile_once_and_ends_balanced(walker, case, head_dim, ahead):
+    """LongestFirst (step 19) and LongestFirstAhead (step 20): each CTA's first tile is its own index, then the
+    counter's next, taken one or two tiles ahead; list scheduling ends within one tile of the mean per index held
+    ahead (a CTA may hold tiles another, idle, would have taken), and the list ends on the shortest tiles."""
+    missing, twice, max_work, sum_work, longest, grid = _walk(walker, case, order=2, head_dim=head_dim, ahead=ahead)
     assert (missing, twice) == (0, 0)
-    assert max_work <= sum_work / grid + longest, (max_work, sum_work / grid, longest)
+    assert max_work <= sum_work / grid + ahead * longest, (max_work, sum_work / grid, longest)
 
 
 @pytest.mark.parametrize("case, static_excess", [
     ((1024, 1024, 128, 128, 16 * 32, 132, 1), 1.03),   # the fa-grid's D=64 causal 1024 on the ping-pong (2,048 pairs)
     ((2048, 2048, 64, 128, 8 * 32, 264, 1), 1.03),     # D=64 causal 2048, one warpgroup, two CTAs an SM
-    ((1024, 1024, 128, 128, 8 * 16, 132, 1), 1.03),    # D=128 causal 1024 (the 32-head half of step 19's probe)
 ])
 def test_longest_first_ends_where_the_static_walk_leaves_its_last_round_part_empty(walker, case, static_excess):
     """Step 19's premise on the CPU: units of equal work whose count is not a multiple of the grid leave the
-    static walk's busiest CTA about 3% over the mean; the longest-first list ends within 1% of it."""
+    static walk's busiest CTA about 3% over the mean; the longest-first list, each index taken a tile ahead, ends
+    within 1% of it where a CTA has 16 or more tiles."""
     _, _, static_max, total, _, grid = _walk(walker, case, order=1)
     assert static_max >= static_excess * total / grid, (static_max, total / grid)
-    _, _, dynamic_max, total_d, _, _ = _walk(walker, case, order=2)
+    _, _, dynamic_max, total_d, _, _ = _walk(walker, case, order=2, ahead=1)
     assert total_d == total and dynamic_max <= 1.01 * total / grid, (dynamic_max, total / grid)
+
+
+@pytest.mark.parametrize("case, head_dim", [
+    ((1024, 1024, 128, 128, 8 * 16, 132, 1), 128),    # D=128 causal 1024 (the 32-head half of step 19's probe): 7.8 tiles a CTA
+    ((1024, 1024, 128, 128, 16 * 16, 132, 1), 128),   # the fa-grid's D=128 causal 1024: 15.5
+    ((1024, 1024, 128, 128, 16 * 32, 132, 1), 64),    # the fa-grid's D=64 causal 1024 on the ping-pong: 31
+])
+def test_the_longer_a_cta_holds_its_next_index_the_less_balanced_the_walk_ends(walker, case, head_dim):
+    """Step 20's premise: a CTA holding the index of its next tile holds work a CTA idle sooner would have taken. With
+    few tiles a CTA (D=128 causal 1024), a tile ahead (step 19) ends no better than the static walk, two ahead worse,
+    and taking it as the CTA frees up (ahead 0, a model only) best: the late walk (LongestFirstLate) aims between."""
+    _, _, static_max, total, _, grid = _walk(walker, case, order=1)
+    ends = [_walk(walker, case, order=2, head_dim=head_dim, ahead=a)[2] for a in (0, 1, 2)]
+    assert ends[0] <= ends[1] <= ends[2] and ends[0] < ends[2], ends
+    assert ends[0] < static_max or case[4] < 16 * 16, (ends, static_max)

@@ -109,8 +109,14 @@ D64_CAUSAL_CANDIDATES = ["C3 BN128 S2 persistent (causal)",
                          # the forward workspace; the consumers learn each tile from the producer)
                          "C2 BN128 S2 longest-first pp tma-o q2 half-softmax tree-max row-limit (causal)",
                          "C1 BN128 S2 longest-first tma-o half-softmax tree-max row-limit (causal)",
-                         "C3 BN128 S2 longest-first (causal)"]
-D128_CAUSAL_CANDIDATES = ["C2 BN128 S2 longest-first pp tma-o q2 (causal)"]
+                         "C3 BN128 S2 longest-first (causal)",
+                         # step 20: the same list, each next index taken two tiles ahead
+                         "C2 BN128 S2 longest-first ahead2 pp tma-o q2 half-softmax tree-max row-limit (causal)",
+                         # step 20 (b): taken late, with the tile's third last K/V stage
+                         "C2 BN128 S2 longest-first late pp tma-o q2 half-softmax tree-max row-limit (causal)"]
+D128_CAUSAL_CANDIDATES = ["C2 BN128 S2 longest-first pp tma-o q2 (causal)",
+                          "C2 BN128 S2 longest-first ahead2 pp tma-o q2 (causal)",
+                          "C2 BN128 S2 longest-first late pp tma-o q2 (causal)"]
 CANDIDATE_CASES = [(label, c) for label in D64_CANDIDATES for c in D64_CASES] + \
                   [(label, c) for label in D64_NON_CAUSAL_CANDIDATES for c in D64_CASES if not c[5]] + \
                   [(label, c) for label in D64_CAUSAL_CANDIDATES for c in D64_CASES if c[5]] + \
@@ -217,7 +223,9 @@ def test_v9_step4_candidate_matches_float64(v9_tuning, label, case):
 
 @pytest.mark.gpu
 @needs_hopper
-@pytest.mark.parametrize("label,d", [(D64_CAUSAL_CANDIDATES[3], 64), (D128_CAUSAL_CANDIDATES[0], 128)])
+@pytest.mark.parametrize("label,d", [(D64_CAUSAL_CANDIDATES[3], 64), (D128_CAUSAL_CANDIDATES[0], 128),
+                                     (D64_CAUSAL_CANDIDATES[6], 64), (D128_CAUSAL_CANDIDATES[1], 128),
+                                     (D64_CAUSAL_CANDIDATES[7], 64), (D128_CAUSAL_CANDIDATES[2], 128)])
 def test_v9_longest_first_walk_leaves_its_counters_zero(v9_tuning, label, d):
     """Step 19 (b): the dynamic walk takes its tile counter from the lab's zeroed counters (common.cuh; one set a
     stream) and its last CTA returns them to zero, with no memset a call. Calls of different shapes back to back on one
@@ -345,14 +353,14 @@ SANITIZERS = ["memcheck", pytest.param("racecheck", marks=pytest.mark.slow), pyt
 @needs_hopper
 @pytest.mark.parametrize("tool", SANITIZERS)
 def test_v9_compute_sanitizer_is_clean(tool, v9, tmp_path):
-    assert "sanitized launches: 9" in _sanitize(tool, tmp_path)
+    assert "sanitized launches: 10" in _sanitize(tool, tmp_path)
 
 
 @pytest.mark.gpu
 @needs_hopper
-@pytest.mark.parametrize("label,head_dim,launches,masks", [(lb, 64, 5, "both") for lb in D64_CANDIDATES] +
+@pytest.mark.parametrize("label,head_dim,launches,masks", [(lb, 64, 6, "both") for lb in D64_CANDIDATES] +
                          [(lb, 64, 4, "non-causal") for lb in D64_NON_CAUSAL_CANDIDATES] +
-                         [(lb, 64, 1, "causal") for lb in D64_CAUSAL_CANDIDATES] +
+                         [(lb, 64, 2, "causal") for lb in D64_CAUSAL_CANDIDATES] +
                          [(lb, 128, 2, "non-causal") for lb in D128_NON_CAUSAL_CANDIDATES] +
                          [(lb, 128, 2, "causal") for lb in D128_CAUSAL_CANDIDATES])
 @pytest.mark.parametrize("tool", SANITIZERS)

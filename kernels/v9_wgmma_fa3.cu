@@ -444,7 +444,12 @@
 //   CTA frees up; 16,16,1024,128 3.1% and 1.7%). Candidates: two tiles ahead (LongestFirstAhead) and late, with the
 //   tile's third last K/V stage (LongestFirstLate), on both ping-pongs. Predicted (before the run; against the
 //   one-ahead walk): late 1.00-1.015x at 16,32,1024,64, 1.00-1.02x at 16,16,1024,128; two ahead 1.00-1.03x at 512,
-//   0.97-1.00x at 16,16,1024,128 (benchmarks/v9_step20_gpu.sh has them all).
+//   0.97-1.00x at 16,16,1024,128 (benchmarks/v9_step20_gpu.sh has them all). Measured (`lab tune`, call latency, one
+//   H200, 4261339; gate 30 and memcheck/racecheck 8 passed), against the one-ahead walk from each tune's medians: two
+//   ahead 1.004x at 512 (inside), 0.997x / 1.000x at 16,32,1024,64 fp16 / bf16, 0.975x at 16,16,1024,128 (inside);
+//   late 0.992x at 512, 1.002x / 0.996x at 1024 D=64 (judged against the default, the one-ahead walk: 0.996x and
+//   0.997x, below 1.00-1.015), 0.995x at D=128 (below). Neither taken; both retired. The same tunes put step 19 (c)'s
+//   default 1.018x / 1.011x ahead of the static ping-pong at 16,32,1024,64 fp16 / bf16.
 #include "common.cuh"
 #include "hopper/fwd_wgmma.cuh"
 
@@ -455,8 +460,6 @@ using Config = lab_hopper_fwd::Config<D_, BN_, STAGES_, PINGPONG_, CONSUMERS_>;
 using lab_hopper_sched::OneTilePerCta;
 using lab_hopper_sched::Persistent;
 using lab_hopper_sched::LongestFirst;
-using lab_hopper_sched::LongestFirstAhead;
-using lab_hopper_sched::LongestFirstLate;
 // v6's configurations (benchmarks/v6_notes.md run 5), now persistent:
 //                       D   BN  stages ping-pong consumer warpgroups
 using Default64 = Config<64, 128, 2, false, 1>;     // BM = 64, two CTAs per SM
@@ -630,7 +633,8 @@ const char* launch(const LabAttentionArgs* a, cudaStream_t stream) {
 // branch in the softmax's hot loop that no kernel takes; 22ee708 has them); step 17's row sums by the tensor cores on
 // one warpgroup (the causal default, its ping-pong twin and the non-causal default below 2048: 0.94-0.98x; 567c2ab has
 // their entries and types); step 18's two consumers without turns (back for the step: 0.97-1.00x under load) and
-// non-causal ping-pong (0.98x under load; 99cc13d has the three entries).
+// non-causal ping-pong (0.98x under load; 99cc13d has the three entries); step 20's walks taking the next index two
+// tiles ahead and late (0.96-1.00x the one-ahead walk; 4261339 has their entries and tile_scheduler.cuh's types).
 template <class C, class Sched>
 const char* launch_any(const LabAttentionArgs* a, cudaStream_t stream) {
   return a->causal ? launch<C, true, Sched>(a, stream) : launch<C, false, Sched>(a, stream);
@@ -667,10 +671,6 @@ static const LabTuneCandidate kCandidates64[] = {
     {"C2 BN128 S2 longest-first pp tma-o q2 half-softmax tree-max row-limit (causal)", launch_causal<PingPong64OTmaQ2Lean, LongestFirst>, LAB_SERVES_CAUSAL},
     {"C1 BN128 S2 longest-first tma-o half-softmax tree-max row-limit (causal)", launch_causal<Default64OTmaHalfTreeRowLimit, LongestFirst>, LAB_SERVES_CAUSAL},
     {"C3 BN128 S2 longest-first (causal)", launch_causal<Long64, LongestFirst>, LAB_SERVES_CAUSAL},
-    // Step 20: the same list, each next index taken two tiles ahead (tile_scheduler.cuh's LongestFirstAhead).
-    {"C2 BN128 S2 longest-first ahead2 pp tma-o q2 half-softmax tree-max row-limit (causal)", launch_causal<PingPong64OTmaQ2Lean, LongestFirstAhead>, LAB_SERVES_CAUSAL},
-    // Step 20 (b): the same list, each next index taken late, with the tile's third last K/V stage (LongestFirstLate).
-    {"C2 BN128 S2 longest-first late pp tma-o q2 half-softmax tree-max row-limit (causal)", launch_causal<PingPong64OTmaQ2Lean, LongestFirstLate>, LAB_SERVES_CAUSAL},
 };
 static const LabTuneCandidate kCandidates128[] = {
     // Ping-pong on the persistent grid (steps 2-3), O by TMA (step 4), two Q buffers (step 6 (c)): the default.
@@ -681,10 +681,6 @@ static const LabTuneCandidate kCandidates128[] = {
     {"C2 BN176 S2 persistent pp o-in-v (non-causal)", launch_non_causal<PingPong128Keys176OInV, Persistent>, LAB_SERVES_NON_CAUSAL},
     // Step 19: the default's kernel on the dynamic, longest-first walk (causal).
     {"C2 BN128 S2 longest-first pp tma-o q2 (causal)", launch_causal<PingPong128OTmaQ2, LongestFirst>, LAB_SERVES_CAUSAL},
-    // Step 20: the same, each next index taken two tiles ahead.
-    {"C2 BN128 S2 longest-first ahead2 pp tma-o q2 (causal)", launch_causal<PingPong128OTmaQ2, LongestFirstAhead>, LAB_SERVES_CAUSAL},
-    // Step 20 (b): the same, each next index taken late.
-    {"C2 BN128 S2 longest-first late pp tma-o q2 (causal)", launch_causal<PingPong128OTmaQ2, LongestFirstLate>, LAB_SERVES_CAUSAL},
 };
 static LabTuneList candidates(int head_dim) {
   switch (head_dim) {

@@ -33,7 +33,8 @@ DRIVER = textwrap.dedent(r"""
     // order = 2: the dynamic longest-first list (LongestFirst), each CTA starting on its own index and
     // taking the counter's next each time it starts a tile (a tile lasting its key tiles plus one for its start and
     // epilogue), for head dim argv[9], so that it holds argv[10] taken indices beyond the tile it computes
-    // (fwd_wgmma.cuh's producer: kFetchAhead; its first ones are its own index plus multiples of the grid).
+    // (fwd_wgmma.cuh's producer holds one: it takes the next as it loads a tile's Q; step 20 tried two and a late
+    // one, 4261339). Its first ones are its own index plus multiples of the grid.
     int dynamic(int nq, int nk, int bm, int bn, int bh, int grid_asked, int causal, int d, int ahead) {
       const int m_blocks = (nq + bm - 1) / bm;
       const long long total = LongestFirst::tiles(m_blocks, bh);
@@ -182,7 +183,7 @@ def test_the_walk_is_balanced_where_a_static_stride_over_grouped_ranks_is_not(wa
 @pytest.mark.parametrize("head_dim", [64, 128])
 @pytest.mark.parametrize("ahead", [1, 2])
 def test_the_dynamic_longest_first_list_computes_every_tile_once_and_ends_balanced(walker, case, head_dim, ahead):
-    """LongestFirst (step 19) and LongestFirstAhead (step 20): each CTA's first tile is its own index, then the
+    """LongestFirst (step 19; and step 20's two ahead, retired): each CTA's first tile is its own index, then the
     counter's next, taken one or two tiles ahead; list scheduling ends within one tile of the mean per index held
     ahead (a CTA may hold tiles another, idle, would have taken), and the list ends on the shortest tiles."""
     missing, twice, max_work, sum_work, longest, grid = _walk(walker, case, order=2, head_dim=head_dim, ahead=ahead)
@@ -212,7 +213,9 @@ def test_longest_first_ends_where_the_static_walk_leaves_its_last_round_part_emp
 def test_the_longer_a_cta_holds_its_next_index_the_less_balanced_the_walk_ends(walker, case, head_dim):
     """Step 20's premise: a CTA holding the index of its next tile holds work a CTA idle sooner would have taken. With
     few tiles a CTA (D=128 causal 1024), a tile ahead (step 19) ends no better than the static walk, two ahead worse,
-    and taking it as the CTA frees up (ahead 0, a model only) best: the late walk (LongestFirstLate) aims between."""
+    and taking it as the CTA frees up (ahead 0, a model only) best. Step 20 measured the first two as predicted (two ahead
+    0.975x a tile ahead at 16,16,1024,128 causal); a walk taking it late (with a tile's third last K/V stage), aimed
+    between, did not win either (0.995x; v9_notes "Step 20")."""
     _, _, static_max, total, _, grid = _walk(walker, case, order=1)
     ends = [_walk(walker, case, order=2, head_dim=head_dim, ahead=a)[2] for a in (0, 1, 2)]
     assert ends[0] <= ends[1] <= ends[2] and ends[0] < ends[2], ends

@@ -316,10 +316,7 @@ fwd_body(const CUtensorMap* tm_q,  // [B*H, nq, D] in boxes of [BM rows, 64 cols
   // Dynamic: heads per section of the longest-first list (no more than there are), and the producer's next index.
   [[maybe_unused]] int section = 0;
   [[maybe_unused]] long long fetched = 0;
-  // kFetchAhead 2: the index after that one, its atomic in flight for a tile (round 1's: the grid's second stride).
-  [[maybe_unused]] long long pending = 0;
   if constexpr (kDynamic) {
-    if constexpr (Sched::kFetchAhead == 2) pending = (long long)blockIdx.x + gridDim.x;
     section = min(Sched::section_heads(nk, D), bh_total);
     const lab_hopper_sched::Tile t = Sched::tile_of(blockIdx.x, m_blocks_total, bh_total, CAUSAL, section);
     m0 = t.m_block * BM;  // grid <= tiles: every CTA's first tile is its own index
@@ -478,27 +475,10 @@ fwd_body(const CUtensorMap* tm_q,  // [B*H, nq, D] in boxes of [BM rows, 64 cols
 #pragma unroll
         for (int h = 0; h < C::kHalves; ++h)
           lab_tma_load_3d(s_q_of(qb) + h * BM * 128, tm_q, bar_q_of(qb), h * 64, m0, bh_index);
-        // Dynamic: the next tile's index, its atomic in flight under this tile's K/V loads; or, two ahead, the next
-        // tile's index from the atomic issued a tile ago and the one after it in flight under this whole tile.
-        if constexpr (kDynamic) {
-          static_assert(Sched::kFetchAhead == 1 || Sched::kFetchAhead == 2, "a dynamic walk fetches 1 or 2 tiles ahead");
-          static_assert(Sched::kFetchAhead == 1 || Sched::kClaimLead == 0, "a late index is the next tile's");
-          if constexpr (Sched::kFetchAhead == 2) {
-            fetched = pending;
-            pending = (long long)atomicAdd(tile_counter, 1) + 2ll * gridDim.x;
-          } else if constexpr (Sched::kClaimLead == 0) {
-            fetched = (long long)atomicAdd(tile_counter, 1) + gridDim.x;
-          }
-        }
+        // Dynamic: the next tile's index, its atomic in flight under this tile's K/V loads.
+        if constexpr (kDynamic) fetched = (long long)atomicAdd(tile_counter, 1) + gridDim.x;
         const int kv_index = GQA ? bh_index / kv_group : bh_index;  // this query head's K/V head
-        // kClaimLead > 0: the next index with the tile's kClaimLead-th last K/V stage (every tile has a key tile).
-        [[maybe_unused]] int claim_at = 0;
-        if constexpr (kDynamic) claim_at = max(n_tiles - Sched::kClaimLead, 0);
         for (int j = 0; j < n_tiles; ++j) {
-          if constexpr (kDynamic) {
-            if constexpr (Sched::kClaimLead > 0)
-              if (j == claim_at) fetched = (long long)atomicAdd(tile_counter, 1) + gridDim.x;
-          }
           const int s = (it0 + j) % S;
           const uint32_t parity = (((it0 + j) / S) & 1) ^ 1;  // first pass: the fresh slot counts as free
           lab_mbar_wait(k_empty(s), parity);

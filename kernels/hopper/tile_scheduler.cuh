@@ -117,12 +117,6 @@ struct Persistent {
 struct LongestFirst {
   static constexpr bool kPersistent = true;
   static constexpr bool kDynamic = true;
-  // How many tiles ahead the producer takes its next index (fwd_wgmma.cuh): 1, the tile after the one it loads, so
-  // the atomic's round trip must end before that next tile's Q can be loaded (LongestFirstAhead: 2).
-  static constexpr int kFetchAhead = 1;
-  // Where in the tile the producer takes it: 0, as it loads the tile's Q; k > 0, as it loads the tile's k-th last K/V
-  // stage (LongestFirstLate), so the index is taken nearer the moment the CTA frees up.
-  static constexpr int kClaimLead = 0;
   static constexpr long long kL2SectionBytes = 32ll << 20;  // FlashAttention-3's budget: under the H100's 50 MB L2
   // Heads per section: as many as have K and V (16-bit) in the budget, at least one.
   static __host__ __device__ __forceinline__ int section_heads(int nk, int d) {
@@ -141,22 +135,6 @@ struct LongestFirst {
     if (!causal) return {(int)(i % m_blocks), (int)(i / m_blocks)};
     return causal_lpt(i, m_blocks, bh_total, section);
   }
-};
-
-// v9 step 20's: the same list, each index taken two tiles ahead. With one, the producer needs the atomic's result as
-// soon as it has issued the current tile's K/V loads (two stages ahead of the consumers), so on tiles of a few key
-// tiles the round trip to L2 delays the next tile's Q (the walk lost 2-3% at 512 causal, back to back, step 19 (b)).
-// Each CTA's first two tiles are blockIdx.x and blockIdx.x + gridDim.x; the counter hands out from 2 x gridDim.x.
-struct LongestFirstAhead : LongestFirst {
-  static constexpr int kFetchAhead = 2;
-};
-// And the other way: taken late. A CTA that holds the index of its next tile for the whole of its current one holds
-// work another CTA, idle sooner, would have taken; on the CPU walk (tests/test_tile_scheduler.py, work = key tiles + 1
-// a tile) taking each index a tile ahead leaves 16,16,1024,128 causal's busiest CTA 3.1% over the mean (the static
-// walk's excess), taking it as the CTA frees up 1.7%; taking it two ahead, 6.0%. Here the index is taken with the
-// tile's third last K/V stage: two key tiles of the consumers' time (about 1 us at D=64) to cover the atomic.
-struct LongestFirstLate : LongestFirst {
-  static constexpr int kClaimLead = 3;
 };
 
 // Host: the persistent grid's size, the CTAs of `kernel` the current GPU holds at once (its SM

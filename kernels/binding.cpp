@@ -115,15 +115,30 @@ static size_t forward_workspace_bytes(const LabAttentionArgs*) { return 0; }
 #endif
 
 // common.cuh's zeroed counters: kLabCounterBytes per device and stream, zeroed once, kept for the process (a
-// deliberate leak: no tensor is freed after the CUDA runtime shuts down at exit). None while `stream` is being
-// captured into a graph: the capture allocates nothing outside its pool, and every replay would share them.
+// deliberate leak: no tensor is freed after the CUDA runtime shuts down at exit). While `stream` is being captured
+// into a graph: a set of the device's capture slab, each captured call its own (the capture allocates nothing: the
+// slab is made by the device's first call outside a capture), or none once the slab is spent.
+constexpr int64_t kCaptureCounterSets = 4096;  // 1 MB a device; a graph captured past them falls back to a memset
+struct CaptureSlab {
+  at::Tensor bytes;
+  int64_t handed = 0;
+};
 static void* stream_counters(cudaStream_t stream, const at::Tensor& like) {
   cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
-  if (cudaStreamIsCapturing(stream, &capturing) != cudaSuccess || capturing != cudaStreamCaptureStatusNone) return nullptr;
+  if (cudaStreamIsCapturing(stream, &capturing) != cudaSuccess) return nullptr;
   static std::mutex mutex;
   static auto* kept = new std::map<std::pair<int, cudaStream_t>, at::Tensor>();
+  static auto* slabs = new std::map<int, CaptureSlab>();
   std::lock_guard<std::mutex> lock(mutex);
-  const auto key = std::make_pair((int)like.get_device(), stream);
+  const int device = (int)like.get_device();
+  if (capturing != cudaStreamCaptureStatusNone) {
+    auto slab = slabs->find(device);
+    if (slab == slabs->end() || slab->second.handed == kCaptureCounterSets) return nullptr;
+    return static_cast<char*>(slab->second.bytes.data_ptr()) + kLabCounterBytes * slab->second.handed++;
+  }
+  if (slabs->find(device) == slabs->end())
+    slabs->emplace(device, CaptureSlab{at::zeros({kCaptureCounterSets * (int64_t)kLabCounterBytes}, like.options().dtype(at::kByte))});
+  const auto key = std::make_pair(device, stream);
   auto it = kept->find(key);
   if (it == kept->end()) it = kept->emplace(key, at::zeros({(int64_t)kLabCounterBytes}, like.options().dtype(at::kByte))).first;
   return it->second.data_ptr();

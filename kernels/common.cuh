@@ -85,9 +85,12 @@
 // The zeroed counters contract (a cuda rung that exports lab_forward_<id>_workspace; every other gets nullptr).
 // args->counters is kLabCounterBytes of device memory the lab keeps for each device and stream: zero when the launch
 // starts, and the rung must leave it zero when its launch ends (the last CTA of v9's dynamic walk resets its tile counter). So a counter costs no memset a call, and no
-// two launches that might overlap share it: calls on one stream run in order, each stream has its own. During a CUDA
-// graph capture it is nullptr (the capture must not allocate outside its pool, and every replay of the graph would
-// share it): a rung then uses its forward workspace and initialises it, as above.
+// two launches that might overlap share it: calls on one stream run in order, each stream has its own. A call captured
+// into a CUDA graph gets a set of its own, never handed out again, from a slab the lab zeroed outside any capture: the
+// replays of one executable graph run one at a time (cudaGraphLaunch orders each behind the last), so they share it
+// in order. (One graph instantiated twice and the two launched at once would share it too: the lab's graphs, and
+// torch's, are instantiated once.) Where the slab is spent, or not yet made (no call outside a capture on the device),
+// it is nullptr: a rung then uses its forward workspace and initialises it, as above.
 //
 // Tuning a backward (`lab tune --mode bwd`, optional): built with -DLAB_TUNING a rung may also
 // export lab_backward_<id>_configs(int head_dim, LabDtype dtype) and

@@ -450,6 +450,13 @@
 //   late 0.992x at 512, 1.002x / 0.996x at 1024 D=64 (judged against the default, the one-ahead walk: 0.996x and
 //   0.997x, below 1.00-1.015), 0.995x at D=128 (below). Neither taken; both retired. The same tunes put step 19 (c)'s
 //   default 1.018x / 1.011x ahead of the static ping-pong at 16,32,1024,64 fp16 / bf16.
+// Step 19 (d) (twenty-first session; v9_notes "Step 19 (d)"): the walk only where it measured a gain: the causal
+//   ping-pong in [1024, 2048) and three consumers from 8192; the one-warpgroup kernel in [2048, 8192) back on the static
+//   walk (1.000x and 1.002x in `lab tune`; 2048 fp16 0.996x cuDNN in the grid after 19 (c), 1.002x before). And a call
+//   captured into a CUDA graph takes counters of its own from the lab's capture slab (kernels/binding.cpp), so the
+//   graph has no memset node before the kernel. Predicted (before the grid; graph timing, v9 / cuDNN): D=64 causal
+//   1024 from 0.993x / 0.992x to 0.997-1.01x (the memset node's microsecond or so of 210); causal 2048 and 4096
+//   within 1% of the grid before step 19 (c) (`20261128-123359`); 8192 and 16384 within 1% of the last grid.
 #include "common.cuh"
 #include "hopper/fwd_wgmma.cuh"
 
@@ -691,12 +698,18 @@ static LabTuneList candidates(int head_dim) {
 }
 #endif
 
-// Whether lab_forward_v9 launches the dynamic, longest-first walk for this problem: D=64 causal from
-// kLongestFirstCausal (step 19 from kLongCausal, step 19 (c) from 1024), under each range's kernel (dispatch below).
-// At 512 the walk lost on the device too (0.948x in graph replay, 0.971x in `lab tune`; v9_notes "Step 19 (c)").
+// Whether lab_forward_v9 launches the dynamic, longest-first walk for this problem: D=64 causal where it measured a
+// gain, the ping-pong from kLongestFirstCausal (below kShortCausal; step 19 (c)) and three consumers from kLongCausal
+// (step 19). Not at 512 (0.97x in `lab tune`; it lost on the device too), nor under the one-warpgroup kernel between
+// (1.000x at 2048, 1.002x at 4096: with two CTAs an SM, a CTA left alone on its SM in the static walk's last round runs
+// faster, which the CPU walk's 3.1% does not count; step 19 (d)).
 constexpr int kLongestFirstCausal = 1024;
 static bool uses_longest_first(const LabAttentionArgs* a) {
-  return a->head_dim == 64 && a->causal && a->seqlen_q >= kLongestFirstCausal && a->seqlen_k >= kLongestFirstCausal;
+  if (a->head_dim != 64 || !a->causal) return false;
+  const int n = a->seqlen_q < a->seqlen_k ? a->seqlen_q : a->seqlen_k;
+  const bool short_causal = a->seqlen_q < kShortCausal && a->seqlen_k < kShortCausal;
+  const bool long_causal = n >= kLongCausal;
+  return long_causal || (short_causal && n >= kLongestFirstCausal);
 }
 
 }  // namespace v9
@@ -722,18 +735,17 @@ LAB_EXPORT const char* lab_forward_v9(const LabAttentionArgs* args, cudaStream_t
   // a per-row limit (step 12), in ping-pong with two Q buffers below kShortCausal (step 13 (c)); non-causal with
   // long queries and keys, three
   // consumers (v6's choice, step 5 (c) from 2048), O from the accumulators, and without the LSE the row sums by the
-  // tensor cores (step 17 (b)); causal three consumers from 8192 (step 10); causal from 1024 on the dynamic,
-  // longest-first walk (steps 19 and 19 (c); v9::uses_longest_first says where, for the workspace too).
+  // tensor cores (step 17 (b)); causal three consumers from 8192 (step 10); the causal ping-pong from 1024 and three
+  // consumers on the dynamic, longest-first walk (steps 19, 19 (c) and (d); v9::uses_longest_first says where, for the
+  // workspace too).
   if (args->head_dim == 64) {
     if (args->causal) {
       const bool short_causal = args->seqlen_q < v9::kShortCausal && args->seqlen_k < v9::kShortCausal;
       const bool long_causal = args->seqlen_q >= v9::kLongCausal && args->seqlen_k >= v9::kLongCausal;
       if (long_causal) return v9::launch<v9::Long64, true, v9::LongestFirst>(args, stream);
-      if (v9::uses_longest_first(args))
-        return short_causal ? v9::launch<v9::PingPong64OTmaQ2Lean, true, v9::LongestFirst>(args, stream)
-                            : v9::launch<v9::Default64OTmaHalfTreeRowLimit, true, v9::LongestFirst>(args, stream);
-      return short_causal ? v9::launch<v9::PingPong64OTmaQ2Lean, true>(args, stream)
-                          : v9::launch<v9::Default64OTmaHalfTreeRowLimit, true>(args, stream);
+      if (!short_causal) return v9::launch<v9::Default64OTmaHalfTreeRowLimit, true>(args, stream);
+      return v9::uses_longest_first(args) ? v9::launch<v9::PingPong64OTmaQ2Lean, true, v9::LongestFirst>(args, stream)
+                                          : v9::launch<v9::PingPong64OTmaQ2Lean, true>(args, stream);
     }
     const bool long_rows = args->seqlen_q >= v9::kLongRows && args->seqlen_k >= v9::kLongKeys;
     return long_rows ? v9::launch<v9::Long64SumMma, false>(args, stream)
@@ -749,7 +761,7 @@ LAB_EXPORT const char* lab_forward_v9(const LabAttentionArgs* args, cudaStream_t
 }
 
 // The forward workspace (common.cuh): a dynamic scheduler's tile counter where the lab gives no zeroed counters (a
-// graph capture; step 19 (b)). The tuning build asks for it on every such call (any candidate may walk dynamically),
+// graph capture past the lab's capture slab; step 19 (b)). The tuning build asks for it on every such call (any candidate may walk dynamically),
 // the plain build only for the calls its default walks dynamically.
 LAB_EXPORT size_t lab_forward_v9_workspace(const LabAttentionArgs* args) {
   if (args->counters != nullptr) return 0;

@@ -65,7 +65,7 @@ CASES = [
     (12, 2, 2048, 2300, 64, False, "float16", 1.0),
     (2, 12, 2200, 2048, 64, False, "bfloat16", LARGE_STD),
     (4, 33, 700, 300, 64, True, "float16", 1.0),        # Nq > Nk causal at D=64: rows past the keys
-    (1, 20, 2100, 2050, 64, True, "bfloat16", LARGE_STD),  # causal 2048 <= N < 8192: one warpgroup (step 18), dynamic walk (19 (c))
+    (1, 20, 2100, 2050, 64, True, "bfloat16", LARGE_STD),  # causal 2048 <= N < 8192: one warpgroup (step 18)
     (16, 16, 512, 512, 128, True, "float16", 1.0),      # the fa-grid's weakest cells, smaller
     (16, 32, 512, 512, 64, True, "bfloat16", 1.0),
     # D=128 runs ping-pong on the persistent grid (steps 2-3), O stored by TMA (step 4): the two
@@ -218,12 +218,12 @@ def test_v9_step4_candidate_matches_float64(v9_tuning, label, case):
 @pytest.mark.gpu
 @needs_hopper
 @pytest.mark.parametrize("label,d", [(D64_CAUSAL_CANDIDATES[3], 64), (D128_CAUSAL_CANDIDATES[0], 128)])
-def test_v9_longest_first_walk_leaves_its_counters_zero(v9_tuning, label, d):
+def test_v9_longest_first_walk_leaves_its_counters_zero(v9_tuning, label, d, tmp_path):
     """Step 19 (b): the dynamic walk takes its tile counter from the lab's zeroed counters (common.cuh; one set a
     stream) and its last CTA returns them to zero, with no memset a call. Calls of different shapes back to back on one
     stream (each would skip tiles, its output left NaN, if the one before left the counter above zero), one on another
-    stream, and a captured graph (which falls back to a workspace zeroed by a memset node) replayed three times: every
-    output matches float64."""
+    stream, and two captured graphs (each call its own counters from the lab's capture slab) replayed in turn, three
+    times each: every output matches float64."""
     shapes = [(3, 40, 700, 700, d, True, "float16"), (2, 17, 1000, 777, d, True, "bfloat16"), (1, 33, 300, 300, d, True, "float16")]
     index = _candidate_index(v9_tuning, label, d)
     side = torch.cuda.Stream()
@@ -239,22 +239,31 @@ def test_v9_longest_first_walk_leaves_its_counters_zero(v9_tuning, label, d):
         torch.cuda.current_stream().wait_stream(stream)
         torch.cuda.synchronize()
         _assert_o_matches_float64(problem, q, k, v, o, scale)
-    problem = Problem(*shapes[0])
-    scale = softmax_scale(problem)
-    q, k, v = _inputs(problem, 1.0, 50)
-    o = torch.full_like(q, float("nan"))
-    graph = torch.cuda.CUDAGraph()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        v9_tuning.forward_config(q, k, v, o, True, scale, index, None)   # warm-up outside the capture
-    torch.cuda.current_stream().wait_stream(side)
-    with torch.cuda.graph(graph):
-        v9_tuning.forward_config(q, k, v, o, True, scale, index, None)
+    captured = []
+    for i, shape in enumerate(shapes[:2]):
+        problem = Problem(*shape)
+        scale = softmax_scale(problem)
+        q, k, v = _inputs(problem, 1.0, 50 + i)
+        o = torch.full_like(q, float("nan"))
+        graph = torch.cuda.CUDAGraph()
+        graph.enable_debug_mode()  # keeps the captured graph, for its dot file below
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            v9_tuning.forward_config(q, k, v, o, True, scale, index, None)   # warm-up outside the capture
+        torch.cuda.current_stream().wait_stream(side)
+        with torch.cuda.graph(graph):
+            v9_tuning.forward_config(q, k, v, o, True, scale, index, None)
+        # The call took counters of its own: the graph has its kernel and no memset node (the workspace's fallback).
+        graph.debug_dump(str(tmp_path / f"graph{i}.dot"))
+        dot = (tmp_path / f"graph{i}.dot").read_text()
+        assert "fwd_kernel_dynamic" in dot and "MEMSET" not in dot.upper(), dot[:2000]
+        captured.append((graph, problem, q, k, v, o, scale))
     for _ in range(3):
-        o.fill_(float("nan"))
-        graph.replay()
-        torch.cuda.synchronize()
-        _assert_o_matches_float64(problem, q, k, v, o, scale)
+        for graph, problem, q, k, v, o, scale in captured:
+            o.fill_(float("nan"))
+            graph.replay()
+            torch.cuda.synchronize()
+            _assert_o_matches_float64(problem, q, k, v, o, scale)
 
 
 @pytest.mark.gpu

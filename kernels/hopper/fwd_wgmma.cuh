@@ -1024,7 +1024,7 @@ fwd_kernel_dynamic(const __grid_constant__ CUtensorMap tm_q, const __grid_consta
 
 // The bytes of the forward workspace a launch of scheduler Sched needs (common.cuh's forward workspace contract):
 // a dynamic scheduler's tile counter and the tally of CTAs done with it (its last CTA zeroes both), used where the
-// lab gives no zeroed counters (a graph capture).
+// lab gives no zeroed counters (a graph capture once its capture slab is spent).
 template <class Sched>
 constexpr size_t workspace_bytes() {
   return Sched::kDynamic ? 2 * sizeof(int) : 0;
@@ -1042,7 +1042,7 @@ const char* launch_kernel(const LabAttentionArgs* a, cudaStream_t stream) {
   if constexpr (Sched::kDynamic) {
     static_assert(workspace_bytes<Sched>() <= kLabCounterBytes, "the dynamic walk's counters exceed common.cuh's");
     if (a->counters == nullptr && (a->workspace == nullptr || a->workspace_bytes < workspace_bytes<Sched>()))
-      return "a dynamic tile scheduler needs the lab's zeroed counters or, where there are none (a graph capture), the "
+      return "a dynamic tile scheduler needs the lab's zeroed counters or, where there are none, the "
              "forward workspace (common.cuh): its lab_forward_<id>_workspace must ask for "
              "lab_hopper_fwd::workspace_bytes<Sched>() bytes";
   }
@@ -1077,7 +1077,7 @@ const char* launch_kernel(const LabAttentionArgs* a, cudaStream_t stream) {
     if (kOTma && !lab_tma_map_3d<T>(&tm_o, a->o, C::D, a->seqlen_q, bh, 64))
       return "cuTensorMapEncodeTiled refused O's tensor map (o must be contiguous and 16-byte aligned)";
     // The counter starts at zero each launch: the lab's zeroed counters for the stream (common.cuh; the kernel's last
-    // CTA leaves them zero), or else the call's workspace, zeroed on the stream (a memset node in a captured graph).
+    // CTA leaves them zero; a captured call's own), or else the call's workspace, zeroed on the stream.
     int* counter = static_cast<int*>(a->counters);
     if (counter == nullptr) {
       counter = static_cast<int*>(a->workspace);

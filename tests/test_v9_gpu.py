@@ -215,17 +215,34 @@ def test_v9_step4_candidate_matches_float64(v9_tuning, label, case):
             _assert_lse_matches_float64(q, k, lse, causal, scale)
 
 
+# The dynamic walk's runs: two candidates on shapes of each head dim, and the plain default where it walks dynamically
+# (step 19 (c)-(d): the D=64 causal ping-pong with Nq, Nk in [1024, 2048)): (label or None for the default, shapes).
+_WALKS = [(D64_CAUSAL_CANDIDATES[3], [(3, 40, 700, 700, 64, True, "float16"), (2, 17, 1000, 777, 64, True, "bfloat16"),
+                                      (1, 33, 300, 300, 64, True, "float16")]),
+          (D128_CAUSAL_CANDIDATES[0], [(3, 40, 700, 700, 128, True, "float16"), (2, 17, 1000, 777, 128, True, "bfloat16"),
+                                       (1, 33, 300, 300, 128, True, "float16")]),
+          (None, [(3, 40, 1100, 1100, 64, True, "float16"), (2, 17, 1500, 1030, 64, True, "bfloat16"),
+                  (1, 33, 1024, 1024, 64, True, "float16")])]
+
+
 @pytest.mark.gpu
 @needs_hopper
-@pytest.mark.parametrize("label,d", [(D64_CAUSAL_CANDIDATES[3], 64), (D128_CAUSAL_CANDIDATES[0], 128)])
-def test_v9_longest_first_walk_leaves_its_counters_zero(v9_tuning, label, d, tmp_path):
+@pytest.mark.parametrize("label,shapes", _WALKS, ids=[label or "default" for label, _ in _WALKS])
+def test_v9_longest_first_walk_leaves_its_counters_zero(request, label, shapes, tmp_path):
     """Step 19 (b): the dynamic walk takes its tile counter from the lab's zeroed counters (common.cuh; one set a
     stream) and its last CTA returns them to zero, with no memset a call. Calls of different shapes back to back on one
     stream (each would skip tiles, its output left NaN, if the one before left the counter above zero), one on another
-    stream, and two captured graphs (each call its own counters from the lab's capture slab) replayed in turn, three
-    times each: every output matches float64."""
-    shapes = [(3, 40, 700, 700, d, True, "float16"), (2, 17, 1000, 777, d, True, "bfloat16"), (1, 33, 300, 300, d, True, "float16")]
-    index = _candidate_index(v9_tuning, label, d)
+    stream, and two captured graphs (each call its own counters from the lab's capture slab, step 19 (d)) replayed in
+    turn, three times each: every output matches float64, and the graphs hold no memset node."""
+    if label is None:
+        module = request.getfixturevalue("v9")
+        def call(q, k, v, o, scale):
+            module.forward(q, k, v, o, True, scale, None)
+    else:
+        module = request.getfixturevalue("v9_tuning")
+        index = _candidate_index(module, label, shapes[0][4])
+        def call(q, k, v, o, scale):
+            module.forward_config(q, k, v, o, True, scale, index, None)
     side = torch.cuda.Stream()
     for i, shape in enumerate(shapes * 2):
         problem = Problem(*shape)
@@ -235,7 +252,7 @@ def test_v9_longest_first_walk_leaves_its_counters_zero(v9_tuning, label, d, tmp
         stream = side if i == len(shapes) else torch.cuda.current_stream()
         stream.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(stream):
-            v9_tuning.forward_config(q, k, v, o, True, scale, index, None)
+            call(q, k, v, o, scale)
         torch.cuda.current_stream().wait_stream(stream)
         torch.cuda.synchronize()
         _assert_o_matches_float64(problem, q, k, v, o, scale)
@@ -245,18 +262,23 @@ def test_v9_longest_first_walk_leaves_its_counters_zero(v9_tuning, label, d, tmp
         scale = softmax_scale(problem)
         q, k, v = _inputs(problem, 1.0, 50 + i)
         o = torch.full_like(q, float("nan"))
-        graph = torch.cuda.CUDAGraph()
-        graph.enable_debug_mode()  # keeps the captured graph, for its dot file below
+        try:  # keep_graph (torch >= 2.8): the captured graph is kept for its dot file below
+            graph, kept = torch.cuda.CUDAGraph(keep_graph=True), True
+        except TypeError:
+            graph, kept = torch.cuda.CUDAGraph(), False
         side.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(side):
-            v9_tuning.forward_config(q, k, v, o, True, scale, index, None)   # warm-up outside the capture
+            call(q, k, v, o, scale)   # warm-up outside the capture
         torch.cuda.current_stream().wait_stream(side)
         with torch.cuda.graph(graph):
-            v9_tuning.forward_config(q, k, v, o, True, scale, index, None)
-        # The call took counters of its own: the graph has its kernel and no memset node (the workspace's fallback).
-        graph.debug_dump(str(tmp_path / f"graph{i}.dot"))
-        dot = (tmp_path / f"graph{i}.dot").read_text()
-        assert "fwd_kernel_dynamic" in dot and "MEMSET" not in dot.upper(), dot[:2000]
+            call(q, k, v, o, scale)
+        dot = tmp_path / f"graph{i}.dot"
+        if kept:
+            # The call took counters of its own: the graph has its kernel and no memset node (the workspace's fallback).
+            graph.debug_dump(str(dot))
+            text = dot.read_text()
+            assert "fwd_kernel_dynamic" in text and "MEMSET" not in text.upper(), text[:2000]
+            graph.instantiate()
         captured.append((graph, problem, q, k, v, o, scale))
     for _ in range(3):
         for graph, problem, q, k, v, o, scale in captured:

@@ -228,16 +228,15 @@ _WALKS = [(D64_CAUSAL_CANDIDATES[3], [(3, 40, 700, 700, 64, True, "float16"), (2
 @pytest.mark.gpu
 @needs_hopper
 @pytest.mark.parametrize("label,shapes", _WALKS, ids=[label or "default" for label, _ in _WALKS])
-def test_v9_longest_first_walk_leaves_its_counters_zero(request, label, shapes, tmp_path):
+def test_v9_longest_first_walk_leaves_its_counters_zero(v9, request, label, shapes, tmp_path):
     """Step 19 (b): the dynamic walk takes its tile counter from the lab's zeroed counters (common.cuh; one set a
     stream) and its last CTA returns them to zero, with no memset a call. Calls of different shapes back to back on one
     stream (each would skip tiles, its output left NaN, if the one before left the counter above zero), one on another
     stream, and two captured graphs (each call its own counters from the lab's capture slab, step 19 (d)) replayed in
     turn, three times each: every output matches float64, and the graphs hold no memset node."""
     if label is None:
-        module = request.getfixturevalue("v9")
         def call(q, k, v, o, scale):
-            module.forward(q, k, v, o, True, scale, None)
+            v9.forward(q, k, v, o, True, scale, None)
     else:
         module = request.getfixturevalue("v9_tuning")
         index = _candidate_index(module, label, shapes[0][4])

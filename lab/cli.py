@@ -36,7 +36,7 @@ from lab.ladder import build as builder
 from lab.ladder import registry, scaffold, workspace
 from lab.measure import check as gate
 from lab.measure import sweepplan
-from lab.measure.baselines import select_backends
+from lab.measure.baselines import BACKENDS, select_backends
 from lab.measure.bench import DEFAULT_REPS, DEFAULT_WARMUP
 from lab.measure.call import require_mode
 from lab.measure.benchtable import bench_ladder, markdown_ladder, print_ladder
@@ -1189,11 +1189,14 @@ def sweep_merge(partials, name, allow_mismatch, profiles_dir):
               help="events: call latency (host dispatch included, what an eager caller waits); graph: device time, "
                    "each configuration's call replayed from a CUDA graph behind a held start (a configuration's host "
                    "cost, its workspace's allocation say, left out)")
+@click.option("--against", type=click.Choice(BACKENDS), default=None, metavar="BACKEND",
+              help=f"also time SDPA's BACKEND ({', '.join(BACKENDS)}) in the same rounds, its output the reference (not "
+                   "checked), and print the default's paired ratio against it with its CI95")
 @click.option("--profiles", "profiles_dir", type=click.Path(path_type=Path), default=None, envvar="LAB_PROFILES",
               help="the run store the tune is stored in (default: profiles/; env LAB_PROFILES)")
 @json_option
 def tune(variant_id, shape, causal, dtype, reps, warmup, check_shapes, predictions, mode, under_load_ms, timing,
-         profiles_dir, as_json):
+         against, profiles_dir, as_json):
     """Check and time a rung's candidate configurations (declared in its own file) round-robin; the
     tune is stored (with its predictions, judged by `lab ledger`) where anything was timed."""
 
@@ -1207,7 +1210,7 @@ def tune(variant_id, shape, causal, dtype, reps, warmup, check_shapes, predictio
     if profiles_dir is not None and profiles_dir.exists() and not profiles_dir.is_dir():
         raise LabError(f"--profiles {profiles_dir} is a file, not a run store directory")
     result = run_tune(variant, problem, reps=reps, warmup=warmup, check_shapes=check_shapes, mode=mode,
-                      predictions=parsed, under_load_ms=under_load_ms, timing=timing)
+                      predictions=parsed, under_load_ms=under_load_ms, timing=timing, against=against)
     stored = tune_store.store_tune(result, reps, warmup, check_shapes, origin=variant.origin, root=profiles_dir)
     if as_json:
         click.echo(json.dumps({**result.to_dict(), "stored": str(stored.path) if stored else None}, indent=2))
@@ -1215,7 +1218,7 @@ def tune(variant_id, shape, causal, dtype, reps, warmup, check_shapes, predictio
         _print_tune(result)
         if stored:
             click.echo(f"stored: {stored.id} -> {stored.path}")
-    refused = [r for r in result.rows if r.refused]
+    refused = [r for r in result.rows if r.refused and not r.baseline]
     if refused:   # the timer measured them and would not give a time: a failed check, not a slow config
         raise CheckFailed("; ".join(f"{variant.id} {r.label}: {r.error}" for r in refused))
     if not any(r.timing for r in result.rows):
@@ -1228,6 +1231,18 @@ def _under_load_cell(timing: dict) -> str:
     if c.get("load_sm_clock_mhz") is None:
         return "n/a (no NVML)"
     return f"{c['load_sm_clock_mhz']:g} ({c['load_power_capped_share']:.0%} capped)"
+
+
+def _against_line(label: str, vs: dict | None) -> str:
+    """`lab tune --against`: the default against the baseline, paired round by round."""
+    if not vs or not vs.get("ratio"):
+        return f"the default against {label}: not measured (one of the two was not timed)"
+    if vs.get("paired_median") is None:
+        return f"the default against {label}: {vs['ratio']:.3f}x its speed (ratio of medians; no paired rounds)"
+    lo, hi = vs["paired_ci95_low"], vs["paired_ci95_high"]
+    where = ("ahead" if lo > 1 else "behind" if hi < 1 else "level (its CI95 spans 1)")
+    return (f"the default against {label}: {vs['paired_median']:.3f}x its speed (median of {vs['rounds']} paired "
+            f"rounds, CI95 {lo:.3f}-{hi:.3f}): {where}")
 
 
 def _print_tune(result) -> None:
@@ -1250,13 +1265,16 @@ def _print_tune(result) -> None:
                   f"{r.vs_default['ratio']:.3f}x" if r.vs_default and r.vs_default.get("ratio") else "-"]
                  + ([_under_load_cell(t)] if loaded else []))
         mark = (f"[yellow]not applicable[/] ({r.not_applicable})" if r.not_applicable
-                else f"[red]no time[/] ({r.refused})" if r.refused else "[green]pass[/]" if r.passed
-                else f"[red]FAIL[/] {r.error or ''}")
+                else f"[red]no time[/] ({r.refused})" if r.refused
+                else ("[cyan]reference[/] (not checked)" if r.passed else f"[yellow]{r.error}[/]") if r.baseline
+                else "[green]pass[/]" if r.passed else f"[red]FAIL[/] {r.error or ''}")
         label = f"[bold]{r.label}[/]" if r is best else r.label
-        table.add_row("" if r.index is None else str(r.index), label, *cells, mark)
+        table.add_row("ref" if r.baseline else "" if r.index is None else str(r.index), label, *cells, mark)
     rich_console().print(table)
     if best:
         rich_console().print(f"fastest: {best.label}; a difference inside the CI95 columns is noise")
+    if (base := result.against()) is not None:
+        rich_console().print(_against_line(base.label, result.default_against()), highlight=False, markup=False)
     for p in result.to_dict()["predictions"]:
         rich_console().print(ledgerpage.tune_prediction_phrase(p, with_label=True), highlight=False, markup=False)
 

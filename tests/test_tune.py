@@ -15,6 +15,7 @@ import json
 import os
 import shutil
 import stat
+import statistics
 import subprocess
 import threading
 import time
@@ -409,6 +410,97 @@ def test_a_candidate_that_does_not_serve_the_problem_is_not_applicable_never_wro
     assert not any(r.not_applicable for r in result.rows)
 
 
+@pytest.fixture
+def against_tune(stand_in_tune, monkeypatch):
+    """stand_in_tune with `--against`: the baseline's spec a stand-in (or a backend that refuses the shape), and a
+    timer whose rounds put the baseline 2% behind the default, round by round, and ahead of every configuration."""
+    from lab.measure import tune
+    from lab.measure.bench import Timing
+
+    entered = []
+
+    def against_spec(backend, problem, mode, workload, layout, floor):
+        if backend == "math":
+            return f"sdpa-{backend}", None, None, "No available kernel (stand-in refusal)"
+        return f"sdpa-{backend}", "baseline spec", lambda: _Pinned(entered), None
+
+    def interleaved(passing, reps, warmup, under_load_ms=0.0, method="events"):
+        stand_in_tune["timed"], stand_in_tune["pinned"] = list(passing), list(entered)
+        rounds = {"default": [1.0 + 0.001 * i for i in range(reps)]}
+        rounds["C1"] = [t * 1.01 for t in rounds["default"]]
+        rounds["C3 (non-causal)"] = rounds["C1"]
+        rounds["sdpa-cudnn"] = [t * 1.02 for t in rounds["default"]]
+        out = {}
+        for label in passing:
+            xs = sorted(rounds[label])
+            med = statistics.median(xs)
+            out[label] = Timing("ms", med, med, 0.01, xs[0], xs[-1], xs[0], xs[-1], reps, warmup, True,
+                                samples=list(rounds[label]))
+        return out
+
+    monkeypatch.setattr(tune, "against_spec", against_spec)
+    monkeypatch.setattr(tune, "time_checked_interleaved", interleaved)
+    return stand_in_tune
+
+
+class _Pinned:
+    """A backend pin's stand-in: records that it was entered around the timing."""
+
+    def __init__(self, entered):
+        self.entered = entered
+
+    def __enter__(self):
+        self.entered.append("pinned")
+
+    def __exit__(self, *exc):
+        return False
+
+
+def test_tune_against_times_the_baseline_in_the_same_rounds_as_a_reference(against_tune):
+    """`--against cudnn`: SDPA's cuDNN is timed in the configurations' rounds with its backend pinned around the
+    whole timing; its row is the reference (not checked, never the fastest configuration), and the default's ratio
+    against it is paired round by round (the baseline 2% slower in every round: 1.020x, CI95 on it)."""
+    from lab.measure.tune import tune
+
+    problem = parse_shape("1,2,130,64", dtype=RUNG.default_dtype)
+    result = tune(RUNG, problem, reps=12, warmup=1, check_shapes=1, against="cudnn")
+    assert against_tune["timed"][-1] == "sdpa-cudnn" and against_tune["pinned"] == ["pinned"]
+    base = result.against()
+    assert base.baseline and base.passed and base.correctness["reference"] and base.error is None
+    assert result.fastest().label == "default"
+    vs = result.default_against()
+    assert vs["rounds"] == 12 and vs["paired_median"] == pytest.approx(1.02)
+    assert vs["paired_ci95_low"] == pytest.approx(1.02) and vs["paired_ci95_high"] == pytest.approx(1.02)
+    stored = result.to_dict()
+    assert stored["against"] == "sdpa-cudnn" and stored["default_against"]["paired_median"] == pytest.approx(1.02)
+    assert [r["baseline"] for r in stored["rows"]].count(True) == 1
+
+
+def test_tune_against_a_backend_that_refuses_the_shape_says_why_and_times_the_rest(against_tune):
+    from lab.measure.tune import tune
+
+    result = tune(RUNG, parse_shape("1,2,130,64", dtype=RUNG.default_dtype), reps=4, warmup=1, check_shapes=1,
+                  against="math")
+    base = result.against()
+    assert base.timing is None and base.error == "unavailable: No available kernel (stand-in refusal)"
+    assert "sdpa-math" not in against_tune["timed"] and result.default_against() is None
+    assert result.fastest() is not None
+
+
+def test_lab_tune_against_prints_the_default_against_the_baseline(against_tune, tmp_path):
+    res = lab_here("tune", "--variant", RUNG.id, "--shape", "1,2,130,64", "--dtype", RUNG.default_dtype,
+                   "--reps", "12", "--check-shapes", "1", "--against", "cudnn", "--profiles", tmp_path,
+                   env={"COLUMNS": "250"})
+    assert res.returncode == 0, res.stderr
+    row = next(ln for ln in res.stdout.splitlines() if "sdpa-cudnn" in ln and "ref" in ln)
+    assert "reference (not checked)" in row and "FAIL" not in row
+    assert "the default against sdpa-cudnn: 1.020x its speed (median of 12 paired rounds, CI95 1.020-1.020): ahead" \
+        in res.stdout
+    assert "fastest: default" in res.stdout
+    bad = lab_here("tune", "--variant", RUNG.id, "--against", "cudann", "--profiles", tmp_path)
+    assert bad.returncode == 2 and "Traceback" not in bad.stderr
+
+
 def test_lab_tune_prints_not_applicable_with_the_reason(stand_in_tune, tmp_path):
     res = lab_here("tune", "--variant", RUNG.id, "--shape", "1,2,130,64", "--causal", "--dtype", RUNG.default_dtype,
                    "--reps", "3", "--check-shapes", "1", "--profiles", tmp_path, env={"COLUMNS": "250"})
@@ -487,6 +579,26 @@ def test_lab_tune_checks_and_times_every_candidate(variant, mode, causal, tuning
     assert not unfinished, unfinished   # (label, passed, reps, the timer's refusal, error): pytest cuts a long repr
     assert out["fastest"] in {r["label"] for r in out["rows"]}
     assert "in one child process" in res.stderr and "each in a child of its own" not in res.stderr, res.stderr
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not _has_gpu(), reason="needs a CUDA GPU (torch.cuda.is_available() is False)")
+@pytest.mark.parametrize("timing", ["events", "graph"])
+def test_lab_tune_against_cudnn_times_it_in_the_same_rounds(timing, tuning_builds, tmp_path):
+    """`lab tune --against cudnn` on the GPU, by each timing: SDPA's cuDNN (its backend pinned around the timing, and
+    captured so for graph replay) is timed in every round beside the checked configurations, not checked itself, and
+    the default's paired ratio against it has every round."""
+    variant = next(v for v in TUNABLE if "float16" in v.dtypes and 64 in v.head_dims)
+    res = lab_here("tune", "--variant", variant.id, "--shape", "2,4,300,64", "--causal", "--dtype", "float16",
+                   "--reps", "8", "--check-shapes", "1", "--timing", timing, "--against", "cudnn", "--json",
+                   "--profiles", tmp_path / "store", env=_cache_env())
+    assert res.returncode == 0, res.stderr[-2000:]
+    out = json.loads(res.stdout)
+    (base,) = [r for r in out["rows"] if r["baseline"]]
+    assert base["label"] == "sdpa-cudnn" and base["error"] is None and base["timing"]["reps"] == 8
+    assert base["timing"]["timing"] == timing and out["fastest"] != "sdpa-cudnn"
+    assert out["against"] == "sdpa-cudnn" and out["default_against"]["rounds"] == 8
+    assert out["default_against"]["paired_ci95_low"] <= out["default_against"]["paired_median"]
 
 
 def test_a_rung_without_candidates_is_refused_before_any_work():

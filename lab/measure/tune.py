@@ -18,12 +18,19 @@ in the result before any candidate is checked or timed, so it cannot be fitted t
 it with the measured ratio, and the ledger (lab.store.ledger) judges it. Judged on the median of the
 paired rounds' ratios (each round times the default and the candidate once), with that median's CI95;
 the ratio of the two medians only where the rounds were not kept (judge_ratio).
+
+`--against BACKEND` times one SDPA backend in the same rounds (its output the reference, not checked, as a baseline's
+always is), so the default's ratio against it is paired round by round too: the question "is my kernel ahead of cuDNN
+on this shape" answered side by side in one run, not across two timings seconds apart. It is a row of the table, never
+"the fastest configuration", and predictions cannot name it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import re
 import statistics
+import warnings
 from dataclasses import dataclass, field
 
 from lab.console import say as _say
@@ -35,6 +42,8 @@ from lab.ladder.tuning import (DEFAULT_LABEL, Candidate, candidates_what, config
                                source_declared, tuning_build)
 from lab.measure import rates
 from lab.measure.bench import DEFAULT_REPS, DEFAULT_WARMUP, median_ci95
+from lab.measure.baselines import attention as baseline_attention
+from lab.measure.baselines import unavailable_reason
 from lab.measure.call import require_mode, rung
 from lab.measure.checked import Measurement, Workload, describe
 from lab.measure.floor import attention_floor
@@ -53,6 +62,7 @@ class TuneRow:
     refused: str | None = None    # the timer's verdict (lab.measure.timed.STATUSES) when it gave no time
     not_applicable: str | None = None   # why the candidate does not serve this problem (its declaration)
     vs_default: dict | None = None      # paired_ratio(): the default's time over this row's, with its CI95
+    baseline: bool = False              # `--against`: an SDPA backend timed in the same rounds, not a configuration
 
     @property
     def passed(self) -> bool:
@@ -61,7 +71,7 @@ class TuneRow:
     def to_dict(self) -> dict:
         return {"label": self.label, "index": self.index, "passed": self.passed, "correctness": self.correctness,
                 "timing": self.timing, "error": self.error, "refused": self.refused,
-                "not_applicable": self.not_applicable, "vs_default": self.vs_default}
+                "not_applicable": self.not_applicable, "vs_default": self.vs_default, "baseline": self.baseline}
 
 
 # ----------------------------------------------------------------------------- predictions
@@ -181,14 +191,26 @@ class TuneResult:
     source_sha256: str | None = None     # the rung's source file(s), as a run records them
 
     def fastest(self) -> TuneRow | None:
-        timed = [r for r in self.rows if r.timing]
+        """The fastest configuration of the rung (a baseline row, `--against`, is none)."""
+        timed = [r for r in self.rows if r.timing and not r.baseline]
         return min(timed, key=lambda r: r.timing["median"]) if timed else None
+
+    def against(self) -> TuneRow | None:
+        return next((r for r in self.rows if r.baseline), None)
+
+    def default_against(self) -> dict | None:
+        """`--against`: the baseline's time over the default's (> 1: the default is ahead), as paired_ratio() gives
+        it (the per-round ratios' median and CI95); None where either was not timed."""
+        base = self.against()
+        return base.timing.get("default_against") if base and base.timing else None
 
     def to_dict(self) -> dict:
         best = self.fastest()
+        base = self.against()
         return {"variant": self.variant_id, "problem": self.problem.to_dict(), "mode": self.mode,
                 "fastest": best.label if best else None, "rows": [r.to_dict() for r in self.rows],
-                "predictions": [judged(p, self) for p in self.predictions]}
+                "predictions": [judged(p, self) for p in self.predictions],
+                "against": base.label if base else None, "default_against": self.default_against()}
 
     def row(self, label: str) -> TuneRow | None:
         return next((r for r in self.rows if r.label == label), None)
@@ -238,9 +260,32 @@ def serialized_note(ptxas: list[dict], what: str, command: str) -> str | None:
 TUNE_METHODS = {"events": "cuda-events", "graph": "cuda-graph replay, its start held"}
 
 
+def against_spec(backend: str, problem: Problem, mode: str, workload, layout: str, floor):
+    """`--against BACKEND`: SDPA's BACKEND on the tuned problem as the timer's spec, its output not checked (the
+    reference), its inputs the configurations' own where the layouts agree, and the context that pins the backend
+    (entered around the whole interleaved timing, so no call pays for entering it); or the reason it cannot run,
+    after one call outside the timing (a backend that refuses the shape, say)."""
+    import torch
+
+    name = f"sdpa-{backend}"
+    plain = problem.plain()   # SDPA has no deterministic mode: its default backward
+    impl = baseline_attention(name, plain)
+    own = workload if impl.layout == layout and plain == problem else Workload(plain, impl.layout)
+    measurement = Measurement(impl, own, mode, verify=False, floor=floor, what=describe(name, plain, mode))
+    caught: list = []
+    try:
+        with warnings.catch_warnings(record=True) as caught, impl.context():
+            warnings.simplefilter("always")
+            measurement.call()()
+            torch.cuda.synchronize()
+    except RuntimeError as e:
+        return name, None, None, unavailable_reason([str(w.message) for w in caught], e)
+    return name, measurement.checked(), impl.context, None
+
+
 def tune(variant, problem: Problem, reps: int = DEFAULT_REPS, warmup: int = DEFAULT_WARMUP,
          check_shapes: int = GATE_SHAPES, mode: str = "fwd", predictions: list[Prediction] | None = None,
-         under_load_ms: float = 0.0, timing: str = "events") -> TuneResult:
+         under_load_ms: float = 0.0, timing: str = "events", against: str | None = None) -> TuneResult:
     """`under_load_ms`: each candidate's repetition behind that long a stretch of its own calls
     (lab.measure.timed, UNDER LOAD): each runs at the clock its own sustained load leaves the GPU at.
     `timing`: "events" (call latency, host dispatch included: what an eager caller waits) or "graph"
@@ -329,11 +374,20 @@ def tune(variant, problem: Problem, reps: int = DEFAULT_REPS, warmup: int = DEFA
                            what=describe(f"{variant.id} {row.label}", problem, mode)).checked()
 
     passing = {r.label: measured(r) for r in result.rows if r.passed}
+    pinned = contextlib.nullcontext
+    if passing and against:
+        name, spec, context, why = against_spec(against, problem, mode, workload, variant.layout, floor)
+        result.rows.append(TuneRow(name, None, {"passed": why is None, "reference": "not checked: the baseline"},
+                                   error=f"unavailable: {why}" if why else None, baseline=True))
+        if spec is not None:
+            passing[name], pinned = spec, context
     if passing:
         _say(f"time {len(passing)} configurations round-robin: {reps} reps each after {warmup} warm-up, L2 flushed, "
-             "inputs rotated and every output checked" + (", by CUDA-graph replay (device time)" if timing == "graph" else ""))
-        timings = time_checked_interleaved(passing, reps=reps, warmup=warmup, under_load_ms=under_load_ms,
-                                           method=timing)
+             "inputs rotated and every output checked" + (", by CUDA-graph replay (device time)" if timing == "graph" else "")
+             + (f"; {against_name(against)} in the same rounds, its output the reference" if against else ""))
+        with pinned():
+            timings = time_checked_interleaved(passing, reps=reps, warmup=warmup, under_load_ms=under_load_ms,
+                                               method=timing)
         result.device, result.software = device_info(), software_info()
         for row in result.rows:
             t = timings.get(row.label)
@@ -349,7 +403,13 @@ def tune(variant, problem: Problem, reps: int = DEFAULT_REPS, warmup: int = DEFA
                 t = timings.get(row.label)
                 if row.timing and t is not None:
                     row.vs_default = paired_ratio(reference, t)
+                    if row.baseline:   # the other way round: the baseline's time over the default's
+                        row.timing["default_against"] = paired_ratio(t, reference)
     return result
+
+
+def against_name(backend: str | None) -> str | None:
+    return f"sdpa-{backend}" if backend else None
 
 
 def _failure(correctness: dict) -> str:

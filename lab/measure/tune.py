@@ -374,6 +374,7 @@ def tune(variant, problem: Problem, reps: int = DEFAULT_REPS, warmup: int = DEFA
                            what=describe(f"{variant.id} {row.label}", problem, mode)).checked()
 
     passing = {r.label: measured(r) for r in result.rows if r.passed}
+    configurations = len(passing)
     pinned = contextlib.nullcontext
     if passing and against:
         name, spec, context, why = against_spec(against, problem, mode, workload, variant.layout, floor)
@@ -382,9 +383,9 @@ def tune(variant, problem: Problem, reps: int = DEFAULT_REPS, warmup: int = DEFA
         if spec is not None:
             passing[name], pinned = spec, context
     if passing:
-        _say(f"time {len(passing)} configurations round-robin: {reps} reps each after {warmup} warm-up, L2 flushed, "
+        _say(f"time {configurations} configurations round-robin: {reps} reps each after {warmup} warm-up, L2 flushed, "
              "inputs rotated and every output checked" + (", by CUDA-graph replay (device time)" if timing == "graph" else "")
-             + (f"; {against_name(against)} in the same rounds, its output the reference" if against else ""))
+             + (f"; sdpa-{against} in the same rounds, its output the reference" if len(passing) > configurations else ""))
         with pinned():
             timings = time_checked_interleaved(passing, reps=reps, warmup=warmup, under_load_ms=under_load_ms,
                                                method=timing)
@@ -407,9 +408,6 @@ def tune(variant, problem: Problem, reps: int = DEFAULT_REPS, warmup: int = DEFA
                         row.timing["default_against"] = paired_ratio(t, reference)
     return result
 
-
-def against_name(backend: str | None) -> str | None:
-    return f"sdpa-{backend}" if backend else None
 
 
 def _failure(correctness: dict) -> str:

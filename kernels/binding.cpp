@@ -136,8 +136,10 @@ static void* stream_counters(cudaStream_t stream, const at::Tensor& like) {
     if (slab == slabs->end() || slab->second.handed == kCaptureCounterSets) return nullptr;
     return static_cast<char*>(slab->second.bytes.data_ptr()) + kLabCounterBytes * slab->second.handed++;
   }
-  if (slabs->find(device) == slabs->end())
-    slabs->emplace(device, CaptureSlab{at::zeros({kCaptureCounterSets * (int64_t)kLabCounterBytes}, like.options().dtype(at::kByte))});
+  if (slabs->find(device) == slabs->end()) {
+    const int64_t bytes = kCaptureCounterSets * (int64_t)kLabCounterBytes;
+    slabs->emplace(device, CaptureSlab{at::zeros({bytes}, like.options().dtype(at::kByte))});
+  }
   const auto key = std::make_pair(device, stream);
   auto it = kept->find(key);
   if (it == kept->end()) it = kept->emplace(key, at::zeros({(int64_t)kLabCounterBytes}, like.options().dtype(at::kByte))).first;

@@ -432,7 +432,7 @@
 //   zeroed counters. Bottleneck it attacks: step 19's last round at 1024-8192. Evidence: step 19 (b)'s tunes above.
 //   Predicted (before the grid): the H200 fa-grid's D=64 causal 1024 cells from 0.989x / 0.995x cuDNN (graph) to
 //   1.00-1.02x; 2048 and 4096 within 1% of the last grid; 512 and D=128 unchanged (their kernels are). Measured
-//   (one H200, f83cb15; gate 36 passed, memcheck and racecheck clean on 10 launches, GQA checked; the H200 fa-grid
+//   (one H200, f83cb15; gate 35 passed, memcheck and racecheck clean on 10 launches, GQA checked; the H200 fa-grid
 //   `20261128-141950-sweep-v9-fa-grid-h200`): D=64 causal 1024 0.993x / 0.992x (fp16 / bf16, graph): v9 0.3% faster
 //   than in the last grid, inside the spread between grids, missed; 2048 0.996x / 1.007x; graph 44 of 48 >= cuDNN,
 //   events 47 of 48.
@@ -451,10 +451,10 @@
 //   0.997x, below 1.00-1.015), 0.995x at D=128 (below). Neither taken; both retired. The same tunes put step 19 (c)'s
 //   default 1.018x / 1.011x ahead of the static ping-pong at 16,32,1024,64 fp16 / bf16.
 // Step 19 (d) (twenty-first session; v9_notes "Step 19 (d)"): the walk only where it measured a gain: the causal
-//   ping-pong in [1024, 2048) and three consumers from 8192; the one-warpgroup kernel in [2048, 8192) back on the static
-//   walk (1.000x and 1.002x in `lab tune`; 2048 fp16 0.996x cuDNN in the grid after 19 (c), 1.002x before). And a call
-//   captured into a CUDA graph takes counters of its own from the lab's capture slab (kernels/binding.cpp), so the
-//   graph has no memset node before the kernel. Predicted (before the grid; graph timing, v9 / cuDNN): D=64 causal
+//   ping-pong in [1024, 2048) and three consumers from 8192; the one-warpgroup kernel in [2048, 8192) back on the
+//   static walk (1.000x and 1.002x in `lab tune`; 2048 fp16 0.996x cuDNN in the grid after 19 (c), 1.002x before).
+//   And a call captured into a CUDA graph takes counters of its own from the lab's capture slab (kernels/binding.cpp),
+//   so the graph has no memset node before the kernel. Predicted (before the grid; graph timing, v9 / cuDNN): D=64 causal
 //   1024 from 0.993x / 0.992x to 0.997-1.01x (the memset node's microsecond or so of 210); causal 2048 and 4096
 //   within 1% of the grid before step 19 (c) (`20261128-123359`); 8192 and 16384 within 1% of the last grid.
 //   Measured (one H200, 1b2bca5 and c9bf861; gate 62 passed; the counters' test with two captured graphs of the
@@ -768,8 +768,8 @@ LAB_EXPORT const char* lab_forward_v9(const LabAttentionArgs* args, cudaStream_t
 }
 
 // The forward workspace (common.cuh): a dynamic scheduler's tile counter where the lab gives no zeroed counters (a
-// graph capture past the lab's capture slab; step 19 (b)). The tuning build asks for it on every such call (any candidate may walk dynamically),
-// the plain build only for the calls its default walks dynamically.
+// graph capture past the lab's capture slab; steps 19 (b) and (d)). The tuning build asks for it on every such call
+// (any candidate may walk dynamically), the plain build only for the calls its default walks dynamically.
 LAB_EXPORT size_t lab_forward_v9_workspace(const LabAttentionArgs* args) {
   if (args->counters != nullptr) return 0;
 #ifdef LAB_TUNING

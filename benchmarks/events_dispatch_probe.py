@@ -64,32 +64,45 @@ def main() -> None:
     rows = []
 
     baseline = run_baseline(problem, args.backend, problem.dtype, reps=args.reps)
-    rows.append(("alone (grid)", baseline.timing.median if baseline.timing else None, None, None))
+    rows.append(("alone (grid)", baseline.timing.median if baseline.timing else None, None, None, None))
 
-    def interleaved(label: str, defaults: int, record_warnings: bool = False):
+    def interleaved(label: str, defaults: int, record_warnings: bool = False, trace: bool = False):
         host: list[float] = []
         specs = {f"default {i}": Measurement(rung(variant, plain, problem), workload, "fwd", floor=floor).checked()
                  for i in range(defaults)}
         specs[name] = host_timed(Measurement(sdpa, workload, "fwd", verify=False, floor=floor).checked(), host)
+        reps = 20 if trace else args.reps
         with warnings.catch_warnings(record=record_warnings), sdpa.context():
             if record_warnings:
                 warnings.simplefilter("always")
-            timings = time_checked_interleaved(specs, reps=args.reps)
+            if trace:   # the host's side of every call: which runtime calls SDPA's dispatch makes, and how long
+                from torch.profiler import ProfilerActivity, profile
+                with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+                    time_checked_interleaved(specs, reps=reps)
+                print(f"== {label}, traced ({reps} reps): host events by total CPU time")
+                print(prof.key_averages().table(sort_by="cpu_time_total", row_limit=25, max_name_column_width=60))
+                return
+            timings = time_checked_interleaved(specs, reps=reps)
         t = timings[name]
         ours = timings.get("default 0")
+        # after the warm-up, each repetition makes an untimed call (the host's warm-up) and then the timed one
+        warm, timed = host[-2 * reps::2], host[-2 * reps + 1::2]
         rows.append((label, None if isinstance(t, TimingRefused) else t.median,
                      None if ours is None or isinstance(ours, TimingRefused) else ours.median,
-                     statistics.median(host[-args.reps:]) if host else None))
+                     statistics.median(warm), statistics.median(timed)))
 
+    interleaved("beside 6 defaults", 6)
+    interleaved("beside default", 1)
     interleaved("alone", 0)
     interleaved("alone, warnings kept", 0, record_warnings=True)
     interleaved("beside default", 1)
-    interleaved("beside 6 defaults", 6)
+    interleaved("alone", 0, trace=True)
+    interleaved("beside default", 1, trace=True)
     print(f"{name} on {problem.label()}, events, {args.reps} reps, {torch.cuda.get_device_name()}")
-    print(f"{'setting':<20} {'sdpa ms':>9} {'default ms':>11} {'sdpa host ms':>13}")
-    for label, ms, ours, host in rows:
+    print(f"{'setting':<22} {'sdpa ms':>9} {'default ms':>11} {'sdpa host ms (warm call)':>25} {'(timed call)':>13}")
+    for label, ms, ours, warm, timed in rows:
         fmt = (lambda x: f"{x:.4f}" if x is not None else "-")
-        print(f"{label:<20} {fmt(ms):>9} {fmt(ours):>11} {fmt(host):>13}")
+        print(f"{label:<22} {fmt(ms):>9} {fmt(ours):>11} {fmt(warm):>25} {fmt(timed):>13}")
 
 
 if __name__ == "__main__":

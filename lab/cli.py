@@ -1233,8 +1233,14 @@ def _under_load_cell(timing: dict) -> str:
     return f"{c['load_sm_clock_mhz']:g} ({c['load_power_capped_share']:.0%} capped)"
 
 
-def _against_line(label: str, vs: dict | None) -> str:
-    """`lab tune --against`: the default against the baseline, paired round by round."""
+# Why an events ratio against SDPA is not its kernel's: benchmarks/v9_notes.md, "`lab tune --against` measured".
+EVENTS_AGAINST_CAVEAT = ("by events, call latency: each side's host dispatch is in it, and SDPA's (Python, then ATen) "
+                         "slows after the host's other work, here the configurations' output checks, more than a "
+                         "lean binding's does; `--timing graph` compares the kernels' device time")
+
+
+def _against_line(label: str, vs: dict | None, timing: str | None = None) -> str:
+    """`lab tune --against`: the default against the baseline, paired round by round; by events, the caveat."""
     if not vs or not vs.get("ratio"):
         return f"the default against {label}: not measured (one of the two was not timed)"
     if vs.get("paired_median") is None:
@@ -1242,7 +1248,7 @@ def _against_line(label: str, vs: dict | None) -> str:
     lo, hi = vs["paired_ci95_low"], vs["paired_ci95_high"]
     where = ("ahead" if lo > 1 else "behind" if hi < 1 else "level (its CI95 spans 1)")
     return (f"the default against {label}: {vs['paired_median']:.3f}x its speed (median of {vs['rounds']} paired "
-            f"rounds, CI95 {lo:.3f}-{hi:.3f}): {where}")
+            f"rounds, CI95 {lo:.3f}-{hi:.3f}): {where}" + (f"\n  {EVENTS_AGAINST_CAVEAT}" if timing == "events" else ""))
 
 
 def _print_tune(result) -> None:
@@ -1274,7 +1280,8 @@ def _print_tune(result) -> None:
     if best:
         rich_console().print(f"fastest: {best.label}; a difference inside the CI95 columns is noise")
     if (base := result.against()) is not None:
-        rich_console().print(_against_line(base.label, result.default_against()), highlight=False, markup=False)
+        timing = base.timing.get("timing") if base.timing else None
+        rich_console().print(_against_line(base.label, result.default_against(), timing), highlight=False, markup=False)
     for p in result.to_dict()["predictions"]:
         rich_console().print(ledgerpage.tune_prediction_phrase(p, with_label=True), highlight=False, markup=False)
 

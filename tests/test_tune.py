@@ -496,9 +496,20 @@ def test_lab_tune_against_prints_the_default_against_the_baseline(against_tune, 
     assert "reference (not checked)" in row and "FAIL" not in row
     assert "the default against sdpa-cudnn: 1.020x its speed (median of 12 paired rounds, CI95 1.020-1.020): ahead" \
         in res.stdout
+    # by events (the default timing) the line says what call latency holds beside the kernels: both dispatches
+    assert "by events, call latency: each side's host dispatch is in it" in " ".join(res.stdout.split())
     assert "fastest: default" in res.stdout
     bad = lab_here("tune", "--variant", RUNG.id, "--against", "cudann", "--profiles", tmp_path)
     assert bad.returncode == 2 and "Traceback" not in bad.stderr
+
+
+def test_the_against_line_says_what_an_events_ratio_holds_and_a_graph_ratio_does_not():
+    from lab.cli import EVENTS_AGAINST_CAVEAT, _against_line
+
+    vs = {"ratio": 1.1, "paired_median": 1.14, "paired_ci95_low": 1.13, "paired_ci95_high": 1.15, "rounds": 100}
+    events, graph = _against_line("sdpa-cudnn", vs, "events"), _against_line("sdpa-cudnn", vs, "graph")
+    assert events.startswith(graph) and EVENTS_AGAINST_CAVEAT in events and EVENTS_AGAINST_CAVEAT not in graph
+    assert graph.endswith("1.140x its speed (median of 100 paired rounds, CI95 1.130-1.150): ahead")
 
 
 def test_lab_tune_prints_not_applicable_with_the_reason(stand_in_tune, tmp_path):

@@ -464,6 +464,12 @@
 //   faster too): bf16 inside, fp16 0.001 below. Causal 2048 1.005x / 1.004x and 4096 inside. At 8192 and 16384 v9's
 //   times held within 0.5% while cuDNN's came 1-2.6% faster: three of four cells' ratios fell 1.5-3%, outside the 1%.
 //   Still to come (issue 28): D=64 causal 1024, by 0.2-0.4%; the H100 grid.
+// Step 21 (twenty-second session; v9_notes "Step 21"): the one-warpgroup kernel in [2048, 8192) back on the walk.
+//   Evidence: `lab tune --against cudnn --timing graph` at 8,32,2048,64 causal (bffff09): the walk's candidate ran
+//   1.005x (fp16, CI95 1.003-1.006) and 1.0085x (bf16, 1.007-1.010) the static default by device time; by call latency
+//   step 19 (b) had it level. The default against cuDNN there: 1.000x, level. Predicted (before the run; graph timing):
+//   the static walk's candidate 0.990-0.997x the new default at 8,32,2048,64 and 0.99-1.00x at 4,32,4096,64; against
+//   cuDNN 1.002-1.01x at 2048, the grid's 2048 and 4096 causal cells up by 0.3-0.9%, every other cell within the spread.
 #include "common.cuh"
 #include "hopper/fwd_wgmma.cuh"
 
@@ -705,18 +711,15 @@ static LabTuneList candidates(int head_dim) {
 }
 #endif
 
-// Whether lab_forward_v9 launches the dynamic, longest-first walk for this problem: D=64 causal where it measured a
-// gain, the ping-pong from kLongestFirstCausal (below kShortCausal; step 19 (c)) and three consumers from kLongCausal
-// (step 19). Not at 512 (0.97x in `lab tune`; it lost on the device too), nor under the one-warpgroup kernel between
-// (1.000x at 2048, 1.002x at 4096: with two CTAs an SM, a CTA left alone on its SM in the static walk's last round runs
-// faster, which the CPU walk's 3.1% does not count; step 19 (d)).
+// Whether lab_forward_v9 launches the dynamic, longest-first walk for this problem: D=64 causal from
+// kLongestFirstCausal (the shorter of Nq and Nk), on every kernel there: the ping-pong below kShortCausal (step 19 (c)), the one-warpgroup
+// kernel up to kLongCausal (step 21: by device time it ran 1.005x fp16 and 1.0085x bf16 the static walk at
+// 8,32,2048,64, where call latency had it level, 1.000x in step 19 (b)), three consumers from there (step 19). Not at
+// 512 (0.97x in `lab tune`; it lost on the device too).
 constexpr int kLongestFirstCausal = 1024;
 static bool uses_longest_first(const LabAttentionArgs* a) {
   if (a->head_dim != 64 || !a->causal) return false;
-  const int n = a->seqlen_q < a->seqlen_k ? a->seqlen_q : a->seqlen_k;
-  const bool short_causal = a->seqlen_q < kShortCausal && a->seqlen_k < kShortCausal;
-  const bool long_causal = n >= kLongCausal;
-  return long_causal || (short_causal && n >= kLongestFirstCausal);
+  return (a->seqlen_q < a->seqlen_k ? a->seqlen_q : a->seqlen_k) >= kLongestFirstCausal;
 }
 
 }  // namespace v9
@@ -742,15 +745,16 @@ LAB_EXPORT const char* lab_forward_v9(const LabAttentionArgs* args, cudaStream_t
   // a per-row limit (step 12), in ping-pong with two Q buffers below kShortCausal (step 13 (c)); non-causal with
   // long queries and keys, three
   // consumers (v6's choice, step 5 (c) from 2048), O from the accumulators, and without the LSE the row sums by the
-  // tensor cores (step 17 (b)); causal three consumers from 8192 (step 10); the causal ping-pong from 1024 and three
-  // consumers on the dynamic, longest-first walk (steps 19, 19 (c) and (d); v9::uses_longest_first says where, for the
-  // workspace too).
+  // tensor cores (step 17 (b)); causal three consumers from 8192 (step 10); every causal kernel from 1024 on the
+  // dynamic, longest-first walk (steps 19, 19 (c) and 21; v9::uses_longest_first says where, for the workspace too).
   if (args->head_dim == 64) {
     if (args->causal) {
       const bool short_causal = args->seqlen_q < v9::kShortCausal && args->seqlen_k < v9::kShortCausal;
       const bool long_causal = args->seqlen_q >= v9::kLongCausal && args->seqlen_k >= v9::kLongCausal;
       if (long_causal) return v9::launch<v9::Long64, true, v9::LongestFirst>(args, stream);
-      if (!short_causal) return v9::launch<v9::Default64OTmaHalfTreeRowLimit, true>(args, stream);
+      if (!short_causal)
+        return v9::uses_longest_first(args) ? v9::launch<v9::Default64OTmaHalfTreeRowLimit, true, v9::LongestFirst>(args, stream)
+                                            : v9::launch<v9::Default64OTmaHalfTreeRowLimit, true>(args, stream);
       return v9::uses_longest_first(args) ? v9::launch<v9::PingPong64OTmaQ2Lean, true, v9::LongestFirst>(args, stream)
                                           : v9::launch<v9::PingPong64OTmaQ2Lean, true>(args, stream);
     }

@@ -65,7 +65,7 @@ CASES = [
     (12, 2, 2048, 2300, 64, False, "float16", 1.0),
     (2, 12, 2200, 2048, 64, False, "bfloat16", LARGE_STD),
     (4, 33, 700, 300, 64, True, "float16", 1.0),        # Nq > Nk causal at D=64: rows past the keys
-    (1, 20, 2100, 2050, 64, True, "bfloat16", LARGE_STD),  # causal 2048 <= N < 8192: one warpgroup (step 18)
+    (1, 20, 2100, 2050, 64, True, "bfloat16", LARGE_STD),  # causal 2048 <= N < 8192: one warpgroup (step 18), walk (21)
     (16, 16, 512, 512, 128, True, "float16", 1.0),      # the fa-grid's weakest cells, smaller
     (16, 32, 512, 512, 64, True, "bfloat16", 1.0),
     # D=128 runs ping-pong on the persistent grid (steps 2-3), O stored by TMA (step 4): the two
@@ -221,8 +221,9 @@ _WALKS = [(D64_CAUSAL_CANDIDATES[3], [(3, 40, 700, 700, 64, True, "float16"), (2
                                       (1, 33, 300, 300, 64, True, "float16")]),
           (D128_CAUSAL_CANDIDATES[0], [(3, 40, 700, 700, 128, True, "float16"), (2, 17, 1000, 777, 128, True, "bfloat16"),
                                        (1, 33, 300, 300, 128, True, "float16")]),
-          (None, [(3, 40, 1100, 1100, 64, True, "float16"), (2, 17, 1500, 1030, 64, True, "bfloat16"),
-                  (1, 33, 1024, 1024, 64, True, "float16")])]
+          # the default's two kernels on the walk share a stream's counters: the ping-pong below 2048, one warpgroup above
+          (None, [(3, 40, 1100, 1100, 64, True, "float16"), (1, 9, 2100, 2050, 64, True, "bfloat16"),
+                  (2, 17, 1500, 1030, 64, True, "bfloat16"), (1, 33, 1024, 1024, 64, True, "float16")])]
 
 
 @pytest.mark.gpu
@@ -312,7 +313,7 @@ SANITIZER_SCRIPT = textwrap.dedent("""
     # O by TMA at D=64 and under D=128's ping-pong, the LSE store, and D=128 non-causal from 8192 (176-key tiles, O
     # staged over the tile's last V stage, step 14: 47 full key tiles and a ragged one on 65 tiles), and the
     # three-consumer default without the LSE (step 17 (b): P V reads the ones tile after the V stages), and the causal
-    # ping-pong on the dynamic walk with the lab's zeroed counters (step 19 (c)).
+    # ping-pong on the dynamic walk with the lab's zeroed counters (step 19 (c)), and the one-warpgroup kernel's (step 21).
     # (The grid: 264 CTAs at D=64, 132 at D=128 and for the three consumers, on an H100 or H200.)
     # (problem, with the LSE)
     shapes = [(Problem(1, 70, 200, 300, 128, True, "float16"), False),
@@ -324,7 +325,8 @@ SANITIZER_SCRIPT = textwrap.dedent("""
               (Problem(1, 24, 2200, 2100, 64, False, "bfloat16"), True),
               (Problem(1, 1, 8200, 8300, 128, False, "float16"), True),
               (Problem(1, 24, 2100, 2200, 64, False, "float16"), False),
-              (Problem(1, 6, 1100, 1040, 64, True, "bfloat16"), True)]
+              (Problem(1, 6, 1100, 1040, 64, True, "bfloat16"), True),
+              (Problem(1, 4, 2100, 2050, 64, True, "float16"), True)]
     # argv: the rung, then optionally a tuning candidate's label and head dim (its shapes only) and
     # "non-causal" (a candidate that refuses causal problems: the non-causal shapes only).
     variant = variants.get(sys.argv[1])
@@ -375,14 +377,14 @@ SANITIZERS = ["memcheck", pytest.param("racecheck", marks=pytest.mark.slow), pyt
 @needs_hopper
 @pytest.mark.parametrize("tool", SANITIZERS)
 def test_v9_compute_sanitizer_is_clean(tool, v9, tmp_path):
-    assert "sanitized launches: 10" in _sanitize(tool, tmp_path)
+    assert "sanitized launches: 11" in _sanitize(tool, tmp_path)
 
 
 @pytest.mark.gpu
 @needs_hopper
-@pytest.mark.parametrize("label,head_dim,launches,masks", [(lb, 64, 6, "both") for lb in D64_CANDIDATES] +
+@pytest.mark.parametrize("label,head_dim,launches,masks", [(lb, 64, 7, "both") for lb in D64_CANDIDATES] +
                          [(lb, 64, 4, "non-causal") for lb in D64_NON_CAUSAL_CANDIDATES] +
-                         [(lb, 64, 2, "causal") for lb in D64_CAUSAL_CANDIDATES] +
+                         [(lb, 64, 3, "causal") for lb in D64_CAUSAL_CANDIDATES] +
                          [(lb, 128, 2, "non-causal") for lb in D128_NON_CAUSAL_CANDIDATES] +
                          [(lb, 128, 2, "causal") for lb in D128_CAUSAL_CANDIDATES])
 @pytest.mark.parametrize("tool", SANITIZERS)

@@ -35,7 +35,7 @@ CANDIDATE_KERNELS = {
         ("lab_hopper_fwd::fwd_kernel_o_tma<lab_hopper_fwd::OByTma<lab_hopper_fwd::Config<64, 64,", 16, 0),
     "step 7 (c): two Q buffers on three consumers at D = 64 (non-causal only)":
         ("lab_hopper_fwd::fwd_kernel<lab_hopper_fwd::TwoQBuffers<lab_hopper_fwd::Config<64, 128, 2, false, 3>", 8, 0),
-    "steps 11 (b) and 12 on Default64 by TMA (causal only), the D = 64 causal default in [2048, 8192) since step 18":
+    "steps 11 (b) and 12 on Default64 by TMA (causal only), the D = 64 causal default in [2048, 8192) since step 18 (on the static walk where Nq or Nk < 1024 since step 21)":
         ("lab_hopper_fwd::fwd_kernel_o_tma<lab_hopper_fwd::TreeRowMax<lab_hopper_fwd::MasksByRowLimit<lab_hopper_fwd::HalfLastKeyTile<lab_hopper_fwd::OByTma<lab_hopper_fwd::Config<64, 128, 2, false, 1>", 8, 8),
     "step 13: 176-key tiles at D = 128 with ping-pong, O from the accumulators (non-causal only)":
         ("lab_hopper_fwd::fwd_kernel<lab_hopper_fwd::Config<128, 176, 2, true, 2>,", 8, 0),
@@ -49,8 +49,8 @@ CANDIDATE_KERNELS = {
         ("lab_hopper_fwd::fwd_kernel<lab_hopper_fwd::RowSumByMma<lab_hopper_fwd::Config<64, 128, 2, false, 3>", 8, 8),
     "step 19: the D = 64 causal ping-pong on the dynamic, longest-first walk (causal only), the D = 64 causal default in [1024, 2048) since step 19 (c)":
         ("lab_hopper_fwd::fwd_kernel_dynamic<lab_hopper_fwd::TreeRowMax<lab_hopper_fwd::MasksByRowLimit<lab_hopper_fwd::HalfLastKeyTile<lab_hopper_fwd::TwoQBuffers<lab_hopper_fwd::OByTma<lab_hopper_fwd::Config<64, 128, 2, true, 2>", 8, 8),
-    "step 19: the D = 64 causal one-warpgroup kernel on the dynamic walk (causal only), the D = 64 causal default in [2048, 8192) for step 19 (c) only":
-        ("lab_hopper_fwd::fwd_kernel_dynamic<lab_hopper_fwd::TreeRowMax<lab_hopper_fwd::MasksByRowLimit<lab_hopper_fwd::HalfLastKeyTile<lab_hopper_fwd::OByTma<lab_hopper_fwd::Config<64, 128, 2, false, 1>", 8, 0),
+    "step 19: the D = 64 causal one-warpgroup kernel on the dynamic walk (causal only), the D = 64 causal default in [2048, 8192) for step 19 (c) and since step 21":
+        ("lab_hopper_fwd::fwd_kernel_dynamic<lab_hopper_fwd::TreeRowMax<lab_hopper_fwd::MasksByRowLimit<lab_hopper_fwd::HalfLastKeyTile<lab_hopper_fwd::OByTma<lab_hopper_fwd::Config<64, 128, 2, false, 1>", 8, 8),
     "step 19: three consumers at D = 64 on the dynamic walk (causal only), the D = 64 causal default from 8192 since step 19":
         ("lab_hopper_fwd::fwd_kernel_dynamic<lab_hopper_fwd::Config<64, 128, 2, false, 3>,", 8, 8),
     "step 19: the D = 128 default's kernel on the dynamic walk (causal only)":

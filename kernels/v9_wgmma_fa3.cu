@@ -469,7 +469,13 @@
 //   1.005x (fp16, CI95 1.003-1.006) and 1.0085x (bf16, 1.007-1.010) the static default by device time; by call latency
 //   step 19 (b) had it level. The default against cuDNN there: 1.000x, level. Predicted (before the run; graph timing):
 //   the static walk's candidate 0.990-0.997x the new default at 8,32,2048,64 and 0.99-1.00x at 4,32,4096,64; against
-//   cuDNN 1.002-1.01x at 2048, the grid's 2048 and 4096 causal cells up by 0.3-0.9%, every other cell within the spread.
+//   cuDNN 1.002-1.01x at 2048, the grid's 2048 and 4096 causal cells up by 0.3-0.9%, the other cells within the spread.
+//   Measured (one H200, 57630a4; gate 37 passed with the counters' test and memcheck): the static candidate 0.998x
+//   (fp16, above) and 0.995x (bf16, inside) the new default at 2048, 0.995x at 4096 (inside); against cuDNN 1.003x /
+//   1.008x at 2048 (inside) and 1.021x at 4096. The H200 fa-grid
+//   `20261128-164557-sweep-v9-fa-grid-h200`: graph 47 of 48, events 48 of 48; causal 2048 +0.6% / +0.5% and 4096
+//   +1.0% / +1.1% (fp16 / bf16) against `20261128-162949` (4096 bf16 above the 0.9%). Below: D=64 causal 1024 bf16,
+//   0.9972x, where v9 and cuDNN are level (benchmarks/pairing_probe.py: 1.0001x interleaved, block pairs 0.997-1.002x).
 #include "common.cuh"
 #include "hopper/fwd_wgmma.cuh"
 
@@ -712,10 +718,10 @@ static LabTuneList candidates(int head_dim) {
 #endif
 
 // Whether lab_forward_v9 launches the dynamic, longest-first walk for this problem: D=64 causal from
-// kLongestFirstCausal (the shorter of Nq and Nk), on every kernel there: the ping-pong below kShortCausal (step 19 (c)), the one-warpgroup
-// kernel up to kLongCausal (step 21: by device time it ran 1.005x fp16 and 1.0085x bf16 the static walk at
-// 8,32,2048,64, where call latency had it level, 1.000x in step 19 (b)), three consumers from there (step 19). Not at
-// 512 (0.97x in `lab tune`; it lost on the device too).
+// kLongestFirstCausal (the shorter of Nq and Nk), on every kernel: the ping-pong below kShortCausal (step 19 (c)),
+// the one-warpgroup kernel up to kLongCausal (step 21: by device time it ran 1.005x fp16 and 1.0085x bf16 the static
+// walk at 8,32,2048,64, where call latency had it level, 1.000x in step 19 (b)), three consumers from there (step 19).
+// Not at 512 (0.97x in `lab tune`; it lost on the device too).
 constexpr int kLongestFirstCausal = 1024;
 static bool uses_longest_first(const LabAttentionArgs* a) {
   if (a->head_dim != 64 || !a->causal) return false;

@@ -221,7 +221,7 @@ _WALKS = [(D64_CAUSAL_CANDIDATES[3], [(3, 40, 700, 700, 64, True, "float16"), (2
                                       (1, 33, 300, 300, 64, True, "float16")]),
           (D128_CAUSAL_CANDIDATES[0], [(3, 40, 700, 700, 128, True, "float16"), (2, 17, 1000, 777, 128, True, "bfloat16"),
                                        (1, 33, 300, 300, 128, True, "float16")]),
-          # the default's two kernels on the walk share a stream's counters: the ping-pong below 2048, one warpgroup above
+          # the default's two walking kernels share a stream's counters: the ping-pong below 2048, one warpgroup above
           (None, [(3, 40, 1100, 1100, 64, True, "float16"), (1, 9, 2100, 2050, 64, True, "bfloat16"),
                   (2, 17, 1500, 1030, 64, True, "bfloat16"), (1, 33, 1024, 1024, 64, True, "float16")])]
 
@@ -313,7 +313,7 @@ SANITIZER_SCRIPT = textwrap.dedent("""
     # O by TMA at D=64 and under D=128's ping-pong, the LSE store, and D=128 non-causal from 8192 (176-key tiles, O
     # staged over the tile's last V stage, step 14: 47 full key tiles and a ragged one on 65 tiles), and the
     # three-consumer default without the LSE (step 17 (b): P V reads the ones tile after the V stages), and the causal
-    # ping-pong on the dynamic walk with the lab's zeroed counters (step 19 (c)), and the one-warpgroup kernel's (step 21).
+    # ping-pong on the dynamic walk with the lab's zeroed counters (step 19 (c)), and the one-warpgroup one (step 21).
     # (The grid: 264 CTAs at D=64, 132 at D=128 and for the three consumers, on an H100 or H200.)
     # (problem, with the LSE)
     shapes = [(Problem(1, 70, 200, 300, 128, True, "float16"), False),

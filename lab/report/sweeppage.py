@@ -7,7 +7,7 @@ Reads only the sweep store (lab.store.sweeps); every sentence is built from stor
 from __future__ import annotations
 
 from lab.report import charts
-from lab.store.sweeps import add_ratios, group_rows, oom_points
+from lab.store.sweeps import add_ratios, group_rows, oom_points, versus_fastest, versus_rungs
 
 FLOP_NOTE = ("TFLOP/s = the mode's FLOPs / median time. Forward FLOPs = 4·B·H·Nq·Nk·D (two matrix products), halved "
              "for causal; backward = 2.5x forward and forward+backward = 3.5x (FlashAttention's convention: the "
@@ -96,6 +96,7 @@ def sweep_context(sweep) -> dict:
                     if any((impl, x) in eff for x in g["xs"])]
             figs.append(charts.line_svg(effs, xtitle, "efficiency (1 = linear)", "batch-scaling efficiency",
                                         log_y=False))
+        ours, bases = versus_rungs(g, rungs)
         table = []
         for x in g["xs"]:
             cells = []
@@ -103,10 +104,12 @@ def sweep_context(sweep) -> dict:
                 r = g["cells"].get((impl, x))
                 cells.append({"row": r, "eff": eff.get((impl, x))})
             label = next(r["label"] for (i, xx), r in g["cells"].items() if xx == x)
-            table.append({"x": x, "label": label, "cells": cells})
+            table.append({"x": x, "label": label, "cells": cells,
+                          "versus": [versus_fastest(g, r, x, bases) for r in ours]})
         r0 = next(iter(g["cells"].values()))
         short = f"{g['mode']} {g['timing']} {r0['dtype']} D{r0['head_dim']}{' causal' if r0['causal'] else ''}"
-        groups.append({**g, "short": short, "figs": [f for f in figs if f], "table": table,
+        groups.append({**g, "short": short, "figs": [f for f in figs if f], "table": table, "versus_rungs": ours,
+                       "versus_named": len(bases) > 1,
                        "anchor": "g-" + "".join(c if c.isalnum() else "-" for c in g["key"])})
     shorts = [g["short"] for g in groups]
     for g in groups:   # groups that differ in more than these (batch, heads): the contents name them whole

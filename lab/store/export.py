@@ -9,7 +9,7 @@ from lab.errors import LabError
 from lab.files import write_text_atomic
 from lab.measure.problem import label_without_dtype
 from lab.store.runs import Run, find_run
-from lab.store.sweeps import add_ratios, find_sweep, group_rows, is_sweep, oom_points
+from lab.store.sweeps import add_ratios, find_sweep, group_rows, is_sweep, oom_points, versus_fastest, versus_rungs, versus_text
 
 FORMATS = ("csv", "json")
 DEFAULT_OUT = Path("reports") / "export"   # beside `lab report`'s pages: one place for what the lab writes out
@@ -88,10 +88,15 @@ def markdown_sweep(sweep, metric: str = "tflops") -> str:
                 "its power limit; rows' load_sm_clock_mhz and load_power_capped_share say what NVML read)"
                 if plan.get("under_load_ms") else "") + ". Cells: median ms (TFLOP/s). Timing `events` = call latency (host dispatch "
              "included), `graph` = CUDA-graph replay (device time). Backward FLOPs = 2.5x forward, forward+backward "
-             "= 3.5x (FlashAttention's convention); causal FLOPs are halved.", ""]
+             "= 3.5x (FlashAttention's convention); causal FLOPs are halved."
+             + (" A rung's `vs fastest SDPA` column: the fastest baseline's median there over the rung's (above 1: the "
+                "rung is faster), `ahead` or `behind` where the two rows' CI95s do not overlap, `level` where they do."
+                if plan.get("rungs") and plan.get("baselines") else ""), ""]
     for g in group_rows(rows, plan.get("axis", "seqlen")):
         xname = "B" if g["axis"] == "batch" else "N"
         head = [xname, "shape"] + g["impls"]
+        ours, bases = versus_rungs(g, plan.get("rungs"))
+        head += [f"{r} vs fastest SDPA" for r in ours]
         eff = g["axis"] == "batch"
         if eff:
             head += [f"{i} scaling eff." for i in g["impls"]]
@@ -116,6 +121,7 @@ def markdown_sweep(sweep, metric: str = "tflops") -> str:
                         effs.append(f"{t0 / x0 * x / r['median_ms']:.2f}")
                     else:
                         effs.append("")
+            cells += [versus_text(versus_fastest(g, r, x, bases), named=len(bases) > 1) for r in ours]
             lines.append("| " + " | ".join(cells + effs) + " |")
         lines.append("")
     reasons = {}

@@ -211,6 +211,56 @@ def add_ratios(rows: list[dict], baselines: list[str]) -> list[dict]:
     return out
 
 
+def versus(row: dict | None, base: dict | None) -> dict | None:
+    """A rung's row against a baseline's (same problem, mode and timing): the ratio of medians (the baseline's over
+    the row's: > 1, the row is faster) and a verdict from the two rows' CI95s, which span their passes (so drift
+    between passes seconds apart is in them): "ahead" where the row's interval lies wholly below the baseline's,
+    "behind" where wholly above, "level" where they overlap, the difference inside what the timer resolves (the
+    interval tells a grid's block of repetitions from the next: a paired comparison, `lab tune --against`, resolves
+    finer). No verdict where either row lacks its CI95; None where either has no time."""
+    if not row or not base or row.get("status") != "ok" or base.get("status") != "ok":
+        return None
+    ours, theirs = row.get("median_ms"), base.get("median_ms")
+    if not ours or not theirs:
+        return None
+    lo, hi = row.get("ci95_low_ms"), row.get("ci95_high_ms")
+    base_lo, base_hi = base.get("ci95_low_ms"), base.get("ci95_high_ms")
+    verdict = None
+    if None not in (lo, hi, base_lo, base_hi) and all(v == v for v in (lo, hi, base_lo, base_hi)):
+        verdict = "ahead" if hi < base_lo else "behind" if lo > base_hi else "level"
+    return {"ratio": theirs / ours, "verdict": verdict}
+
+
+def versus_rungs(group: dict, rungs) -> tuple[list[str], list[str]]:
+    """(the sweep's rungs in the group, the SDPA baselines in it), in the group's order: a rung is compared where the
+    group timed at least one baseline."""
+    impls, ours = group["impls"], set(rungs or ())
+    bases = [i for i in impls if i.startswith("sdpa-")]
+    return ([i for i in impls if i in ours] if bases else []), bases
+
+
+def versus_fastest(group: dict, rung: str, x, bases: list[str]) -> dict | None:
+    """versus() of the rung's row at x against the fastest baseline there (the smallest median among those with a
+    time), with that baseline's name: the question a kernel engineer asks of a grid is whether the rung beats the best
+    PyTorch has on that shape."""
+    timed = [(r["median_ms"], b, r) for b in bases if (r := group["cells"].get((b, x))) is not None
+             and r.get("status") == "ok" and r.get("median_ms")]
+    if not timed:
+        return None
+    _, name, best = min(timed, key=lambda t: t[0])
+    v = versus(group["cells"].get((rung, x)), best)
+    return {**v, "baseline": name} if v else None
+
+
+def versus_text(v: dict | None, named: bool = False) -> str:
+    """A versus cell as the tables print it: `1.021x ahead`, `0.997x level`, with the baseline's name where the group
+    has several (`1.021x ahead (sdpa-cudnn)`), or `n/a`."""
+    if v is None:
+        return "n/a"
+    return (f"{v['ratio']:.3f}x" + (f" {v['verdict']}" if v["verdict"] else "")
+            + (f" ({v['baseline']})" if named and v.get("baseline") else ""))
+
+
 def create_sweep(sweep_id: str, manifest: dict, root: Path | None = None) -> Sweep:
     """The sweep directory with its manifest (status running). Call after validating everything."""
     root = Path(root or store_root())

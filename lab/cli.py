@@ -1035,8 +1035,9 @@ SUMMARY_TIMINGS = (("events", "events timing: call latency"), ("graph", "graph t
 
 def _print_sweep_summary(target) -> None:
     """TFLOP/s of the call-latency (events) rows, or of the graph rows in a sweep timed by graph replay only, a line
-    per problem and mode; the page and `lab export` have everything else (the other timing, memory, ratios, reasons).
-    A sweep under load says so in the title."""
+    per problem and mode, and each rung against the fastest SDPA baseline there (lab.store.sweeps.versus); the page
+    and `lab export` have everything else (the other timing, memory, reasons). A sweep under load says so in the
+    title."""
 
     table = target.table()
     timing, what = next(((t, w) for t, w in SUMMARY_TIMINGS if (table["timing"] == t).any()), SUMMARY_TIMINGS[0])
@@ -1044,17 +1045,21 @@ def _print_sweep_summary(target) -> None:
     impls = list(dict.fromkeys(df["impl"]))
     load_ms = float(target.plan_dict.get("under_load_ms") or 0.0)
     loaded = f", each repetition behind {load_ms:g} ms of its own calls" if load_ms > 0 else ""
+    bases = [i for i in impls if i.startswith("sdpa-")]
+    ours = [i for i in impls if i in set(target.plan_dict.get("rungs") or ())] if bases else []
     t = Table(title=f"{target.id}: TFLOP/s ({what}{loaded})", title_justify="left")
-    for col in ("problem", "mode", *impls):
+    for col in ("problem", "mode", *impls, *(f"{r} vs fastest SDPA" for r in ours)):
         t.add_column(col, justify="left" if col in ("problem", "mode") else "right")
     for (label, mode), g in df.groupby(["label", "mode"], sort=False):
         by = {r["impl"]: r for r in g.to_dict("records")}
         cells = [("" if r is None else f"{r['tflops']:.3g}" if r["status"] == "ok" else str(r["status"]))
                  for r in (by.get(i) for i in impls)]
+        cells += [sweep_store.versus_text(sweep_store.versus_best(by.get(r), {b: by.get(b) for b in bases}),
+                                          named=len(bases) > 1) for r in ours]
         t.add_row(str(label), str(mode), *cells)
     console = rich_console(stderr=True)
     if not console.is_terminal:
-        console.width = max(console.width, 60 + 16 * len(impls))
+        console.width = max(console.width, 60 + 16 * len(impls) + 28 * len(ours))
     console.print(t)
 
 

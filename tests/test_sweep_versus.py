@@ -61,3 +61,13 @@ def test_the_tables_carry_the_column_where_a_sweep_has_rungs_and_baselines():
     page = sweep_context(sweep)
     group = next(g for g in page["groups"] if g["versus_rungs"])
     assert group["versus_rungs"] == ["v9"] and all(len(t["versus"]) == 1 for t in group["table"])
+
+
+def test_lab_sweep_s_summary_gives_each_rung_its_verdict(capsys):
+    from lab.cli import _print_sweep_summary
+
+    _print_sweep_summary(find_sweep(V9_GRID, REPO / "profiles"))
+    err = " ".join(capsys.readouterr().err.split())
+    assert "v9 vs fastest SDPA" in err and "(events timing: call latency)" in err
+    # by call latency the fa-grid's D=64 causal 1024 bf16 cell is ahead (SDPA's dispatch is in its time)
+    assert "B16-H32-N1024-D64-causal-bfloat16 │ fwd │ 308 │ 294 │ 1.047x ahead" in err

@@ -240,15 +240,20 @@ def versus_rungs(group: dict, rungs) -> tuple[list[str], list[str]]:
 
 
 def versus_fastest(group: dict, rung: str, x, bases: list[str]) -> dict | None:
-    """versus() of the rung's row at x against the fastest baseline there (the smallest median among those with a
-    time), with that baseline's name: the question a kernel engineer asks of a grid is whether the rung beats the best
-    PyTorch has on that shape."""
-    timed = [(r["median_ms"], b, r) for b in bases if (r := group["cells"].get((b, x))) is not None
-             and r.get("status") == "ok" and r.get("median_ms")]
+    """versus_best() of the rung's row at x in a group (group_rows) against the group's baselines there."""
+    return versus_best(group["cells"].get((rung, x)), {b: group["cells"].get((b, x)) for b in bases})
+
+
+def versus_best(row: dict | None, bases: dict[str, dict | None]) -> dict | None:
+    """versus() of a rung's row against the fastest of the baselines' rows of its problem (the smallest median among
+    those with a time), with that baseline's name: the question a kernel engineer asks of a grid is whether the rung
+    beats the best PyTorch has on that shape."""
+    timed = [(r["median_ms"], name, r) for name, r in bases.items()
+             if r is not None and r.get("status") == "ok" and r.get("median_ms")]
     if not timed:
         return None
     _, name, best = min(timed, key=lambda t: t[0])
-    v = versus(group["cells"].get((rung, x)), best)
+    v = versus(row, best)
     return {**v, "baseline": name} if v else None
 
 

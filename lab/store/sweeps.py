@@ -223,12 +223,19 @@ def versus(row: dict | None, base: dict | None) -> dict | None:
     ours, theirs = row.get("median_ms"), base.get("median_ms")
     if not ours or not theirs:
         return None
-    lo, hi = row.get("ci95_low_ms"), row.get("ci95_high_ms")
-    base_lo, base_hi = base.get("ci95_low_ms"), base.get("ci95_high_ms")
-    verdict = None
-    if None not in (lo, hi, base_lo, base_hi) and all(v == v for v in (lo, hi, base_lo, base_hi)):
-        verdict = "ahead" if hi < base_lo else "behind" if lo > base_hi else "level"
+    order = ci95_order(row, base)
+    verdict = None if order is None else ("ahead", "level", "behind")[order + 1]
     return {"ratio": theirs / ours, "verdict": verdict}
+
+
+def ci95_order(x: dict, y: dict) -> int | None:
+    """Where row x's CI95 lies against row y's: -1 wholly below (x is faster), 1 wholly above, 0 where they overlap;
+    None where either lacks its interval. The rule `lab sweep compare` and the rung-against-baseline verdict share."""
+    bounds = (x.get("ci95_low_ms"), x.get("ci95_high_ms"), y.get("ci95_low_ms"), y.get("ci95_high_ms"))
+    if any(b is None or b != b for b in bounds):
+        return None
+    lo, hi, y_lo, y_hi = bounds
+    return -1 if hi < y_lo else 1 if lo > y_hi else 0
 
 
 def versus_rungs(group: dict, rungs) -> tuple[list[str], list[str]]:
@@ -660,8 +667,7 @@ def compare_sweeps(a: Sweep, b: Sweep, threshold_pct: float = PRACTICAL_THRESHOL
         x, y = ra[k], rb[k]
         ratio = y["median_ms"] / x["median_ms"]
         pairs.append((_gpu_of(x, a), _gpu_of(y, b), ratio))
-        beyond_ci = x["ci95_high_ms"] < y["ci95_low_ms"] or y["ci95_high_ms"] < x["ci95_low_ms"]
-        if not beyond_ci:
+        if not ci95_order(x, y):   # the intervals overlap (0), or a row lacks its interval (None)
             continue
         entry = {"impl": k[0], "label": k[1], "mode": k[2], "timing": k[3], "a_ms": x["median_ms"],
                  "b_ms": y["median_ms"], "ratio": ratio, "a_gpu": _gpu_of(x, a), "b_gpu": _gpu_of(y, b),

@@ -215,9 +215,9 @@ def versus(row: dict | None, base: dict | None) -> dict | None:
     """A rung's row against a baseline's (same problem, mode and timing): the ratio of medians (the baseline's over
     the row's: > 1, the row is faster) and a verdict from the two rows' CI95s, which span their passes (so drift
     between passes seconds apart is in them): "ahead" where the row's interval lies wholly below the baseline's,
-    "behind" where wholly above, "level" where they overlap, the difference inside what the timer resolves (the
-    interval tells a grid's block of repetitions from the next: a paired comparison, `lab tune --against`, resolves
-    finer). No verdict where either row lacks its CI95; None where either has no time."""
+    "behind" where wholly above, "level" where they overlap: a difference the sweep does not resolve (a paired
+    comparison, `lab tune --against`, resolves finer). No verdict where either row lacks its CI95; None where either
+    has no time."""
     if not row or not base or row.get("status") != "ok" or base.get("status") != "ok":
         return None
     ours, theirs = row.get("median_ms"), base.get("median_ms")

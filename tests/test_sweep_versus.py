@@ -26,19 +26,21 @@ def _group(sweep_id: str, **where):
 
 def test_a_level_cell_reads_level_and_a_clear_lead_reads_ahead():
     sweep, g = _group(V9_GRID, head_dim=64, causal=True, dtype="bfloat16", timing="graph", mode="fwd")
+    (rung,) = sweep.plan_dict["rungs"]   # the sweep's one rung, named by its plan
     ours, bases = versus_rungs(g, sweep.plan_dict["rungs"])
-    assert (ours, bases) == (["v9"], ["sdpa-cudnn"])
-    level = versus_fastest(g, "v9", 1024, bases)
+    assert (ours, bases) == ([rung], ["sdpa-cudnn"])
+    level = versus_fastest(g, rung, 1024, bases)
     assert level["verdict"] == "level" and level["baseline"] == "sdpa-cudnn" and level["ratio"] == pytest.approx(0.997, abs=0.002)
-    lead = versus_fastest(g, "v9", 16384, bases)
+    lead = versus_fastest(g, rung, 16384, bases)
     assert lead["verdict"] == "ahead" and lead["ratio"] > 1.05
 
 
 def test_the_fastest_baseline_is_the_one_compared_and_a_clear_loss_reads_behind():
     sweep, g = _group(LADDER_GRID, head_dim=64, causal=False, dtype="float16", timing="events", mode="fwd")
+    (rung,) = sweep.plan_dict["rungs"]
     ours, bases = versus_rungs(g, sweep.plan_dict["rungs"])
-    assert ours == ["v5"] and "sdpa-flash" in bases and "sdpa-math" in bases
-    v = versus_fastest(g, "v5", 1024, bases)
+    assert ours == [rung] and "sdpa-flash" in bases and "sdpa-math" in bases
+    v = versus_fastest(g, rung, 1024, bases)
     fastest = min(bases, key=lambda b: g["cells"][(b, 1024)]["median_ms"])
     assert v["baseline"] == fastest and v["verdict"] == "behind" and v["ratio"] < 0.9
     assert versus_text(v, named=True).endswith(f"behind ({fastest})")
@@ -56,18 +58,21 @@ def test_no_verdict_without_both_intervals_and_no_cell_without_both_times():
 
 def test_the_tables_carry_the_column_where_a_sweep_has_rungs_and_baselines():
     sweep = find_sweep(V9_GRID, REPO / "profiles")
+    (rung,) = sweep.plan_dict["rungs"]
     md = markdown_sweep(sweep)
-    assert "| v9 vs fastest SDPA |" in md and "| 0.997x level |" in md
+    assert f"| {rung} vs fastest SDPA |" in md and "| 0.997x level |" in md
     page = sweep_context(sweep)
     group = next(g for g in page["groups"] if g["versus_rungs"])
-    assert group["versus_rungs"] == ["v9"] and all(len(t["versus"]) == 1 for t in group["table"])
+    assert group["versus_rungs"] == [rung] and all(len(t["versus"]) == 1 for t in group["table"])
 
 
 def test_lab_sweep_s_summary_gives_each_rung_its_verdict(capsys):
     from lab.cli import _print_sweep_summary
 
-    _print_sweep_summary(find_sweep(V9_GRID, REPO / "profiles"))
+    sweep = find_sweep(V9_GRID, REPO / "profiles")
+    (rung,) = sweep.plan_dict["rungs"]
+    _print_sweep_summary(sweep)
     err = " ".join(capsys.readouterr().err.split())
-    assert "v9 vs fastest SDPA" in err and "(events timing: call latency)" in err
+    assert f"{rung} vs fastest SDPA" in err and "(events timing: call latency)" in err
     # by call latency the fa-grid's D=64 causal 1024 bf16 cell is ahead (SDPA's dispatch is in its time)
     assert "B16-H32-N1024-D64-causal-bfloat16 │ fwd │ 308 │ 294 │ 1.047x ahead" in err

@@ -1045,8 +1045,7 @@ def _print_sweep_summary(target) -> None:
     impls = list(dict.fromkeys(df["impl"]))
     load_ms = float(target.plan_dict.get("under_load_ms") or 0.0)
     loaded = f", each repetition behind {load_ms:g} ms of its own calls" if load_ms > 0 else ""
-    bases = [i for i in impls if i.startswith("sdpa-")]
-    ours = [i for i in impls if i in set(target.plan_dict.get("rungs") or ())] if bases else []
+    ours, bases = sweep_store.versus_rungs(impls, target.plan_dict.get("rungs"))
     t = Table(title=f"{target.id}: TFLOP/s ({what}{loaded})", title_justify="left")
     for col in ("problem", "mode", *impls, *(f"{r} vs fastest SDPA" for r in ours)):
         t.add_column(col, justify="left" if col in ("problem", "mode") else "right")

@@ -27,7 +27,7 @@ def _group(sweep_id: str, **where):
 def test_a_level_cell_reads_level_and_a_clear_lead_reads_ahead():
     sweep, g = _group(V9_GRID, head_dim=64, causal=True, dtype="bfloat16", timing="graph", mode="fwd")
     (rung,) = sweep.plan_dict["rungs"]   # the sweep's one rung, named by its plan
-    ours, bases = versus_rungs(g, sweep.plan_dict["rungs"])
+    ours, bases = versus_rungs(g["impls"], sweep.plan_dict["rungs"])
     assert (ours, bases) == ([rung], ["sdpa-cudnn"])
     level = versus_fastest(g, rung, 1024, bases)
     assert level["verdict"] == "level" and level["baseline"] == "sdpa-cudnn" and level["ratio"] == pytest.approx(0.997, abs=0.002)
@@ -38,7 +38,7 @@ def test_a_level_cell_reads_level_and_a_clear_lead_reads_ahead():
 def test_the_fastest_baseline_is_the_one_compared_and_a_clear_loss_reads_behind():
     sweep, g = _group(LADDER_GRID, head_dim=64, causal=False, dtype="float16", timing="events", mode="fwd")
     (rung,) = sweep.plan_dict["rungs"]
-    ours, bases = versus_rungs(g, sweep.plan_dict["rungs"])
+    ours, bases = versus_rungs(g["impls"], sweep.plan_dict["rungs"])
     assert ours == [rung] and "sdpa-flash" in bases and "sdpa-math" in bases
     v = versus_fastest(g, rung, 1024, bases)
     fastest = min(bases, key=lambda b: g["cells"][(b, 1024)]["median_ms"])

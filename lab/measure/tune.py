@@ -409,7 +409,6 @@ def tune(variant, problem: Problem, reps: int = DEFAULT_REPS, warmup: int = DEFA
     return result
 
 
-
 def _failure(correctness: dict) -> str:
     """Why a configuration failed its check: the child's error, else the first failed shape and what
     failed there (a launcher's refusal reads as itself, never as a wrong output)."""

@@ -96,7 +96,7 @@ def sweep_context(sweep) -> dict:
                     if any((impl, x) in eff for x in g["xs"])]
             figs.append(charts.line_svg(effs, xtitle, "efficiency (1 = linear)", "batch-scaling efficiency",
                                         log_y=False))
-        ours, bases = versus_rungs(g, rungs)
+        ours, bases = versus_rungs(g["impls"], rungs)
         table = []
         for x in g["xs"]:
             cells = []

@@ -95,7 +95,7 @@ def markdown_sweep(sweep, metric: str = "tflops") -> str:
     for g in group_rows(rows, plan.get("axis", "seqlen")):
         xname = "B" if g["axis"] == "batch" else "N"
         head = [xname, "shape"] + g["impls"]
-        ours, bases = versus_rungs(g, plan.get("rungs"))
+        ours, bases = versus_rungs(g["impls"], plan.get("rungs"))
         head += [f"{r} vs fastest SDPA" for r in ours]
         eff = g["axis"] == "batch"
         if eff:

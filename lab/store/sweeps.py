@@ -238,10 +238,10 @@ def ci95_order(x: dict, y: dict) -> int | None:
     return -1 if hi < y_lo else 1 if lo > y_hi else 0
 
 
-def versus_rungs(group: dict, rungs) -> tuple[list[str], list[str]]:
-    """(the sweep's rungs in the group, the SDPA baselines in it), in the group's order: a rung is compared where the
-    group timed at least one baseline."""
-    impls, ours = group["impls"], set(rungs or ())
+def versus_rungs(impls: list[str], rungs) -> tuple[list[str], list[str]]:
+    """(the sweep's rungs among `impls`, the SDPA baselines among them), in their order: a rung is compared where
+    at least one baseline was timed beside it (a group of group_rows, a problem of the summary)."""
+    ours = set(rungs or ())
     bases = [i for i in impls if i.startswith("sdpa-")]
     return ([i for i in impls if i in ours] if bases else []), bases
 

@@ -636,6 +636,13 @@ static_assert(Pair64OTmaQ2::kSmemBytes + 1024 <= 228 * 1024, "D=64 pair q2: one 
 // P V as m64n72 over V and a tile of ones) on three consumers, the non-causal default from kLongRows since step 17 (b).
 // Its one-warpgroup twins lost and were retired with their types (567c2ab has them).
 using Long64SumMma = lab_hopper_fwd::RowSumByMma<Long64>;
+// Step 22, tuning candidates (twenty-third session; v9_notes "Step 22"): the D=64 causal walking kernels with L2
+// eviction priorities (K and V evict-last, Q and O evict-first) and with the tile handed to the consumers as its
+// coordinates, apart and together (fwd_wgmma.cuh's L2EvictionHints and HandsTile).
+using PingPong64LeanL2 = lab_hopper_fwd::L2EvictionHints<PingPong64OTmaQ2Lean>;
+using PingPong64LeanHanded = lab_hopper_fwd::HandsTile<PingPong64OTmaQ2Lean>;
+using PingPong64LeanL2Handed = lab_hopper_fwd::HandsTile<PingPong64LeanL2>;
+using Default64LeanL2Handed = lab_hopper_fwd::HandsTile<lab_hopper_fwd::L2EvictionHints<Default64OTmaHalfTreeRowLimit>>;
 
 // The LSE only when asked (a second instantiation: the default forward stores nothing more).
 template <class C, bool CAUSAL, class Sched = Persistent>
@@ -697,6 +704,12 @@ static const LabTuneCandidate kCandidates64[] = {
     {"C2 BN128 S2 longest-first pp tma-o q2 half-softmax tree-max row-limit (causal)", launch_causal<PingPong64OTmaQ2Lean, LongestFirst>, LAB_SERVES_CAUSAL},
     {"C1 BN128 S2 longest-first tma-o half-softmax tree-max row-limit (causal)", launch_causal<Default64OTmaHalfTreeRowLimit, LongestFirst>, LAB_SERVES_CAUSAL},
     {"C3 BN128 S2 longest-first (causal)", launch_causal<Long64, LongestFirst>, LAB_SERVES_CAUSAL},
+    // Step 22: L2 eviction priorities and the tile handed to the consumers, on the walking ping-pong (apart and
+    // together) and on the walking one-warpgroup kernel (together).
+    {"C2 BN128 S2 longest-first pp tma-o q2 half-softmax tree-max row-limit l2-hints (causal)", launch_causal<PingPong64LeanL2, LongestFirst>, LAB_SERVES_CAUSAL},
+    {"C2 BN128 S2 longest-first pp tma-o q2 half-softmax tree-max row-limit tile-handed (causal)", launch_causal<PingPong64LeanHanded, LongestFirst>, LAB_SERVES_CAUSAL},
+    {"C2 BN128 S2 longest-first pp tma-o q2 half-softmax tree-max row-limit l2-hints tile-handed (causal)", launch_causal<PingPong64LeanL2Handed, LongestFirst>, LAB_SERVES_CAUSAL},
+    {"C1 BN128 S2 longest-first tma-o half-softmax tree-max row-limit l2-hints tile-handed (causal)", launch_causal<Default64LeanL2Handed, LongestFirst>, LAB_SERVES_CAUSAL},
 };
 static const LabTuneCandidate kCandidates128[] = {
     // Ping-pong on the persistent grid (steps 2-3), O by TMA (step 4), two Q buffers (step 6 (c)): the default.

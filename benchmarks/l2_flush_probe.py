@@ -1,19 +1,23 @@
-"""Does the timer's L2 flush evict what a kernel loaded evict-last? (issue 28; benchmarks/v9_notes.md, "Step 22")
+"""Does the timer's L2 flush evict lines loaded with an evict-last priority? (issue 28; v9_notes.md, "Step 22")
 
-Step 22's candidates load K and V with an L2 evict-last priority (fwd_wgmma.cuh's L2EvictionHints). The lab's timer
-flushes the L2 before every repetition by zeroing a 256 MiB buffer of normal priority (lab.measure.timed.probe_call).
-If evict-last lines outlived those writes, a repetition could find its inputs in L2 and time a warm call: a timer
-fooled by the kernel it times. This runs one implementation on one input set: a call, the timer's flush (or none),
-the same call again inside an NVTX range that Nsight Compute profiles alone, with its cache control off (ncu neither
-flushes nor invalidates): the profiled call's DRAM bytes read are what the flush left out of the L2.
+A kernel may load data it reads again with an L2 evict-last policy (PTX `createpolicy` and `.L2::cache_hint`;
+FlashAttention-3 loads K and V so). Such a line outlives normal-priority lines in the L2. The lab's timer flushes the
+L2 before every repetition by zeroing a 256 MiB buffer of normal priority (lab.measure.timed.probe_call); where
+evict-last lines outlive those writes, a repetition finds its inputs partly in L2 and is timed warm: a timer fooled by
+the kernel it times. Step 22's first run found it so with v9's hinted candidate (9.9 MB read from DRAM after the
+flush where the default read all of Q, K and V, 12.6 MB).
+
+This measures it on a kernel of its own (compiled here, torch's load_inline): it reads a buffer with a given L2
+policy, the buffer is flushed one way or another, and a plain read of the same buffer runs in an NVTX range that
+Nsight Compute profiles alone, its cache control off (ncu neither flushes nor invalidates): that read's DRAM bytes
+are what the flush left out of the L2.
 
     ncu --cache-control none --nvtx --nvtx-include 'l2probe/' --metrics dram__bytes_read.sum -o R \\
-        python3 benchmarks/l2_flush_probe.py --shape 1,32,1024,64 --causal --which candidate --flush 1
+        python3 benchmarks/l2_flush_probe.py --policy evict_last --flush zero
     python3 benchmarks/l2_flush_probe.py --read R1.ncu-rep R2.ncu-rep ...   # the table
 
-Q, K and V are read once a call (3 x B x H x N x D x 2 bytes): a flushed call reads about that from DRAM, an
-unflushed one much less where they fit in the L2. A hinted kernel that reads much less than the default after the
-flush means the flush does not hold for it.
+Flushes: none; zero (the timer's); zero-reset (the same, then cudaCtxResetPersistingL2Cache, which returns
+persisting lines to normal).
 """
 
 from __future__ import annotations
@@ -22,31 +26,63 @@ import argparse
 import sys
 from pathlib import Path
 
-from lab.ladder import build
 from lab.measure.bench import L2_FLUSH_BYTES
-from lab.measure.call import inputs, make_call, rung
-from probe_args import add_problem_args, candidates, problem_of
 
 RANGE = "l2probe"
+POLICIES = ("evict_normal", "evict_last", "evict_first")
+FLUSHES = ("none", "zero", "zero-reset")
+
+CUDA = r"""
+#include <torch/extension.h>
+#include <cuda_runtime.h>
+#include <cstdint>
+
+// Reads the buffer (16-byte loads, grid-stride) with the L2 policy `policy` (0 evict_normal, 1 evict_last,
+// 2 evict_first); the xor of what it read goes to `sink` only if it is a value no test buffer gives, so the loads stay.
+__global__ void read_with_policy(const int4* p, long long n, int* sink, int policy) {
+  uint64_t pol;
+  if (policy == 1) asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(pol));
+  else if (policy == 2) asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(pol));
+  else asm volatile("createpolicy.fractional.L2::evict_normal.b64 %0, 1.0;" : "=l"(pol));
+  int acc = 0;
+  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {
+    int a, b, c, d;
+    asm volatile("ld.global.L2::cache_hint.v4.s32 {%0, %1, %2, %3}, [%4], %5;"
+                 : "=r"(a), "=r"(b), "=r"(c), "=r"(d) : "l"(p + i), "l"(pol));
+    acc ^= a ^ b ^ c ^ d;
+  }
+  if (acc == 0x5eed1234) *sink = acc;
+}
+
+void read_buffer(torch::Tensor buf, torch::Tensor sink, int64_t policy) {
+  const long long n = buf.numel() * buf.element_size() / 16;
+  read_with_policy<<<1024, 256>>>(reinterpret_cast<const int4*>(buf.data_ptr()), n, sink.data_ptr<int>(), (int)policy);
+}
+
+void reset_persisting() { cudaCtxResetPersistingL2Cache(); }
+"""
+CPP = "void read_buffer(torch::Tensor buf, torch::Tensor sink, int64_t policy);\nvoid reset_persisting();"
 
 
 def run(a: argparse.Namespace) -> None:
     import nvtx
     import torch
+    from torch.utils.cpp_extension import load_inline
 
-    variant, problem = problem_of(a)
-    impl = rung(variant, build.load_cached(variant), problem) if a.which == "default" else \
-        next(iter(candidates(variant, problem, a.candidate).values()))
-    q, k, v = inputs(problem, impl)
-    call = make_call(impl, q, k, v, "fwd")
+    mod = load_inline("l2_flush_probe", CPP, cuda_sources=CUDA, functions=["read_buffer", "reset_persisting"],
+                      extra_cuda_cflags=["-gencode=arch=compute_90a,code=sm_90a"], verbose=False)
+    buf = torch.randint(0, 1 << 30, (a.mib << 18,), dtype=torch.int32, device="cuda")   # a.mib MiB
+    sink = torch.zeros(1, dtype=torch.int32, device="cuda")
     flush = torch.empty(L2_FLUSH_BYTES // 4, dtype=torch.int32, device="cuda")
-    call()
+    mod.read_buffer(buf, sink, POLICIES.index(a.policy))
     torch.cuda.synchronize()
-    if a.flush:
+    if a.flush != "none":
         flush.zero_()   # the timer's flush (lab.measure.timed.probe_call)
+        if a.flush == "zero-reset":
+            mod.reset_persisting()
         torch.cuda.synchronize()
     with nvtx.annotate(RANGE):
-        call()
+        mod.read_buffer(buf, sink, 0)
     torch.cuda.synchronize()
 
 
@@ -54,21 +90,20 @@ def read(paths: list[str]) -> None:
     from lab.profilers.ncu import load_report
 
     metric = "dram__bytes_read.sum"
-    print("| report | kernel | DRAM read |")
-    print("| --- | --- | --- |")
+    print("| report | DRAM read by the second read |")
+    print("| --- | --- |")
     for p in paths:
         frame = load_report(p)
         unit = frame.attrs["units"].get(metric, "")
         for _, row in frame.iterrows():
-            print(f"| {Path(p).name} | {str(row['kernel'])[:70]} | {row[metric]:,.0f} {unit} |")
+            print(f"| {Path(p).name} | {row[metric]:,.0f} {unit} |")
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    add_problem_args(ap)
-    ap.add_argument("--which", choices=["default", "candidate"], default="default")
-    ap.add_argument("--candidate", default="l2-hints tile-handed", help="a tuning candidate's label or unique part")
-    ap.add_argument("--flush", type=int, default=1)
+    ap.add_argument("--policy", choices=POLICIES, default="evict_last", help="the first read's L2 policy")
+    ap.add_argument("--flush", choices=FLUSHES, default="zero")
+    ap.add_argument("--mib", type=int, default=16, help="the buffer's size (fits in the L2)")
     ap.add_argument("--read", nargs="+", help="print the DRAM bytes of these reports instead")
     a = ap.parse_args()
     if a.read:

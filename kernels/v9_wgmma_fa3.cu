@@ -476,6 +476,20 @@
 //   `20261128-164557-sweep-v9-fa-grid-h200`: graph 47 of 48, events 48 of 48; causal 2048 +0.6% / +0.5% and 4096
 //   +1.0% / +1.1% (fp16 / bf16) against `20261128-162949` (4096 bf16 above the 0.9%). Below: D=64 causal 1024 bf16,
 //   0.9972x, where v9 and cuDNN are level (benchmarks/pairing_probe.py: 1.0001x interleaved, block pairs 0.997-1.002x).
+// Step 22 (twenty-third session; v9_notes "Step 22"): the walk hands the consumers their tile. What changed: the
+//   producer thread writes the tile it loads (head << 32 | query block) into the Q buffer's word, where it wrote the
+//   list index, and the consumers read it instead of computing causal_lpt (fwd_wgmma.cuh's advance()). Bottleneck it
+//   attacks, with evidence: ncu of the default at 16,32,1024,64 causal fp16 (H200, run 20261128-180404, shipped) puts
+//   2.8% of all warp samples on causal_lpt's divisions by run-time values in the consumers, at each tile's start, the
+//   kernel level with cuDNN's (206.2 us both, run 20261128-180429). Measured as a candidate (one H200, 3ca115f; gate 32
+//   passed, memcheck and racecheck clean; `lab tune --timing graph`, 60 paired rounds, against the index-reading
+//   default): 1.029x fp16 (CI95 1.027-1.030) and 1.030x bf16 at 16,32,1024,64 causal (predicted 1.000-1.008x: above);
+//   with L2 priorities too, 1.006x on the one-warpgroup kernel at 8,32,2048,64. The same call's other candidate, L2
+//   eviction priorities (K and V evict-last, Q and O evict-first): 1.002x / 1.001x, level, and the lab's L2 flush does
+//   not evict all evict-last lines (benchmarks/l2_flush_probe.py: 9.9 MB read after the flush against the default's
+//   12.6 MB), so a hinted kernel is timed partly warm: retired (3ca115f has it). Predicted for the default (graph
+//   timing): against cuDNN at D=64 causal 1024 from level to 1.02-1.035x; 2048 +0.3-0.8% and 4096 +0.2-0.6% against
+//   the last grid; 8192 and 16384 (three consumers, 8-16 times the key tiles a tile) within the spread.
 #include "common.cuh"
 #include "hopper/fwd_wgmma.cuh"
 
@@ -636,13 +650,6 @@ static_assert(Pair64OTmaQ2::kSmemBytes + 1024 <= 228 * 1024, "D=64 pair q2: one 
 // P V as m64n72 over V and a tile of ones) on three consumers, the non-causal default from kLongRows since step 17 (b).
 // Its one-warpgroup twins lost and were retired with their types (567c2ab has them).
 using Long64SumMma = lab_hopper_fwd::RowSumByMma<Long64>;
-// Step 22, tuning candidates (twenty-third session; v9_notes "Step 22"): the D=64 causal walking kernels with L2
-// eviction priorities (K and V evict-last, Q and O evict-first) and with the tile handed to the consumers as its
-// coordinates, apart and together (fwd_wgmma.cuh's L2EvictionHints and HandsTile).
-using PingPong64LeanL2 = lab_hopper_fwd::L2EvictionHints<PingPong64OTmaQ2Lean>;
-using PingPong64LeanHanded = lab_hopper_fwd::HandsTile<PingPong64OTmaQ2Lean>;
-using PingPong64LeanL2Handed = lab_hopper_fwd::HandsTile<PingPong64LeanL2>;
-using Default64LeanL2Handed = lab_hopper_fwd::HandsTile<lab_hopper_fwd::L2EvictionHints<Default64OTmaHalfTreeRowLimit>>;
 
 // The LSE only when asked (a second instantiation: the default forward stores nothing more).
 template <class C, bool CAUSAL, class Sched = Persistent>
@@ -704,12 +711,6 @@ static const LabTuneCandidate kCandidates64[] = {
     {"C2 BN128 S2 longest-first pp tma-o q2 half-softmax tree-max row-limit (causal)", launch_causal<PingPong64OTmaQ2Lean, LongestFirst>, LAB_SERVES_CAUSAL},
     {"C1 BN128 S2 longest-first tma-o half-softmax tree-max row-limit (causal)", launch_causal<Default64OTmaHalfTreeRowLimit, LongestFirst>, LAB_SERVES_CAUSAL},
     {"C3 BN128 S2 longest-first (causal)", launch_causal<Long64, LongestFirst>, LAB_SERVES_CAUSAL},
-    // Step 22: L2 eviction priorities and the tile handed to the consumers, on the walking ping-pong (apart and
-    // together) and on the walking one-warpgroup kernel (together).
-    {"C2 BN128 S2 longest-first pp tma-o q2 half-softmax tree-max row-limit l2-hints (causal)", launch_causal<PingPong64LeanL2, LongestFirst>, LAB_SERVES_CAUSAL},
-    {"C2 BN128 S2 longest-first pp tma-o q2 half-softmax tree-max row-limit tile-handed (causal)", launch_causal<PingPong64LeanHanded, LongestFirst>, LAB_SERVES_CAUSAL},
-    {"C2 BN128 S2 longest-first pp tma-o q2 half-softmax tree-max row-limit l2-hints tile-handed (causal)", launch_causal<PingPong64LeanL2Handed, LongestFirst>, LAB_SERVES_CAUSAL},
-    {"C1 BN128 S2 longest-first tma-o half-softmax tree-max row-limit l2-hints tile-handed (causal)", launch_causal<Default64LeanL2Handed, LongestFirst>, LAB_SERVES_CAUSAL},
 };
 static const LabTuneCandidate kCandidates128[] = {
     // Ping-pong on the persistent grid (steps 2-3), O by TMA (step 4), two Q buffers (step 6 (c)): the default.

@@ -109,13 +109,7 @@ D64_CAUSAL_CANDIDATES = ["C3 BN128 S2 persistent (causal)",
                          # the forward workspace; the consumers learn each tile from the producer)
                          "C2 BN128 S2 longest-first pp tma-o q2 half-softmax tree-max row-limit (causal)",
                          "C1 BN128 S2 longest-first tma-o half-softmax tree-max row-limit (causal)",
-                         "C3 BN128 S2 longest-first (causal)",
-                         # step 22: L2 eviction priorities (K and V evict-last, Q and O evict-first) and the tile
-                         # handed to the consumers as its coordinates
-                         "C2 BN128 S2 longest-first pp tma-o q2 half-softmax tree-max row-limit l2-hints (causal)",
-                         "C2 BN128 S2 longest-first pp tma-o q2 half-softmax tree-max row-limit tile-handed (causal)",
-                         "C2 BN128 S2 longest-first pp tma-o q2 half-softmax tree-max row-limit l2-hints tile-handed (causal)",
-                         "C1 BN128 S2 longest-first tma-o half-softmax tree-max row-limit l2-hints tile-handed (causal)"]
+                         "C3 BN128 S2 longest-first (causal)"]
 D128_CAUSAL_CANDIDATES = ["C2 BN128 S2 longest-first pp tma-o q2 (causal)"]
 CANDIDATE_CASES = [(label, c) for label in D64_CANDIDATES for c in D64_CASES] + \
                   [(label, c) for label in D64_NON_CAUSAL_CANDIDATES for c in D64_CASES if not c[5]] + \

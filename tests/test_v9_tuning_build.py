@@ -55,14 +55,6 @@ CANDIDATE_KERNELS = {
         ("lab_hopper_fwd::fwd_kernel_dynamic<lab_hopper_fwd::Config<64, 128, 2, false, 3>,", 8, 8),
     "step 19: the D = 128 default's kernel on the dynamic walk (causal only)":
         ("lab_hopper_fwd::fwd_kernel_dynamic<lab_hopper_fwd::TwoQBuffers<lab_hopper_fwd::OByTma<lab_hopper_fwd::Config<128, 128, 2, true, 2>", 8, 0),
-    "step 22: the walking D = 64 causal ping-pong with L2 eviction priorities (causal only)":
-        ("lab_hopper_fwd::fwd_kernel_dynamic<lab_hopper_fwd::L2EvictionHints<lab_hopper_fwd::TreeRowMax<lab_hopper_fwd::MasksByRowLimit<lab_hopper_fwd::HalfLastKeyTile<lab_hopper_fwd::TwoQBuffers<lab_hopper_fwd::OByTma<lab_hopper_fwd::Config<64, 128, 2, true, 2>", 8, 0),
-    "step 22: the same with the tile handed to the consumers instead":
-        ("lab_hopper_fwd::fwd_kernel_dynamic<lab_hopper_fwd::HandsTile<lab_hopper_fwd::TreeRowMax<lab_hopper_fwd::MasksByRowLimit<lab_hopper_fwd::HalfLastKeyTile<lab_hopper_fwd::TwoQBuffers<lab_hopper_fwd::OByTma<lab_hopper_fwd::Config<64, 128, 2, true, 2>", 8, 0),
-    "step 22: the same with both":
-        ("lab_hopper_fwd::fwd_kernel_dynamic<lab_hopper_fwd::HandsTile<lab_hopper_fwd::L2EvictionHints<lab_hopper_fwd::TreeRowMax<lab_hopper_fwd::MasksByRowLimit<lab_hopper_fwd::HalfLastKeyTile<lab_hopper_fwd::TwoQBuffers<lab_hopper_fwd::OByTma<lab_hopper_fwd::Config<64, 128, 2, true, 2>", 8, 0),
-    "step 22: the walking D = 64 causal one-warpgroup kernel with both":
-        ("lab_hopper_fwd::fwd_kernel_dynamic<lab_hopper_fwd::HandsTile<lab_hopper_fwd::L2EvictionHints<lab_hopper_fwd::TreeRowMax<lab_hopper_fwd::MasksByRowLimit<lab_hopper_fwd::HalfLastKeyTile<lab_hopper_fwd::OByTma<lab_hopper_fwd::Config<64, 128, 2, false, 1>", 8, 0),
 }
 
 

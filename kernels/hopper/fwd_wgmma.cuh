@@ -240,29 +240,6 @@ struct RowSumByMma : Base {
   static_assert(kSmemBytes <= 227 * 1024, "shared memory over the 227 KB per-block limit");
 };
 LAB_CONFIG_FLAG(SumsRowsByMma, kRowSumByMma);
-// L2 eviction priorities on the TMA copies (v9 step 22, a tuning candidate): K and V loaded evict-last, Q loaded and O
-// stored evict-first. The longest-first walk keeps a section's K and V (32 MiB of heads) in use for the section's whole
-// span (each head's query blocks come a rank apart), while each tile's Q and O (16 MiB each a section at D = 64) pass
-// through the same L2 once; with equal priority they evict K and V lines that a later block of the head reads again.
-// Evidence: ncu at 16,32,1024,64 causal fp16 (H200, runs 20261128-180404 and -180429): the default read 243 MB from
-// DRAM where cuDNN's kernel read 201 MB (Q, K and V once: 192 MiB), at the same duration.
-template <class Base>
-struct L2EvictionHints : Base {
-  static constexpr bool kL2Hints = true;
-};
-LAB_CONFIG_FLAG(HintsL2Eviction, kL2Hints);
-
-// The dynamic walk's tile handed to the consumers as its coordinates (v9 step 22, a tuning candidate): the producer
-// thread writes the tile's query block and head into the Q buffer's word, where it wrote the list index, so that the
-// consumers no longer compute causal_lpt's divisions by run-time values (heads per section, blocks per head) once a
-// tile each. Evidence: the same run's source view puts 2.8% of the kernel's warp samples on those divisions (the
-// consumers' advance(), tile_scheduler.cuh:45-49), at every tile's start, on the consumers' critical path.
-template <class Base>
-struct HandsTile : Base {
-  static constexpr bool kHandsTile = true;
-};
-LAB_CONFIG_FLAG(HandsConsumersTheTile, kHandsTile);
-
 template <class C>
 constexpr int ones_offset() {
   if constexpr (SumsRowsByMma<C>::value) return C::kOnesOffset;
@@ -294,13 +271,12 @@ fwd_body(const CUtensorMap* tm_q,  // [B*H, nq, D] in boxes of [BM rows, 64 cols
   constexpr int D = C::D, BN = C::BN, BM = C::BM, S = C::kStages;
   constexpr bool kPersistent = Sched::kPersistent;
   // A dynamic scheduler (tile_scheduler.cuh's LongestFirst): the producer thread takes each next tile from the
-  // counter and hands its index to the consumers in a shared word per Q buffer, written before the arrival on that
-  // buffer's Q barrier (a release) that the consumers wait on (an acquire) anyway; index -1: no tile left.
+  // counter and hands the tile it loads to the consumers in a shared word per Q buffer (its head << 32 | its query
+  // block; -1: no tile left), written before the arrival on that buffer's Q barrier (a release) that the consumers
+  // wait on (an acquire) anyway. The consumers read their tile rather than compute it from the list index: causal_lpt
+  // divides by run-time values (heads per section, blocks per head), and at each tile's start, in both consumer
+  // warpgroups, that was 2.8% of the warp samples at 16,32,1024,64 causal; handing the tile ran 1.029x (v9 step 22).
   constexpr bool kDynamic = Sched::kDynamic;
-  // HandsTile: the word holds the tile (head << 32 | query block), not its index; -1 still says no tile is left.
-  constexpr bool kHandsTile = HandsConsumersTheTile<C>::value;
-  static_assert(!kHandsTile || kDynamic, "HandsTile: the dynamic walk's hand-off");
-  constexpr bool kL2Hints = HintsL2Eviction<C>::value;
   constexpr bool kOTma = StoresOByTma<C>::value;
   constexpr bool kOInV = StagesOInLastV<C>::value;
   constexpr bool kOwn = ComputesOwnKeyTiles<C>::value;
@@ -326,7 +302,8 @@ fwd_body(const CUtensorMap* tm_q,  // [B*H, nq, D] in boxes of [BM rows, 64 cols
   extern __shared__ uint8_t smem_raw[];
   // Barriers: [0] Q landed; per stage s: K full, K empty, V full, V empty; persistent: [1 + 4S] Q
   // free again (every consumer thread done with the tile's last S = Q K^T); TwoQBuffers: [2 + 4S],
-  // [3 + 4S] the same two for the second Q buffer. Dynamic: then one word per Q buffer, its tile's index.
+  // [3 + 4S] the same two for the second Q buffer. Dynamic: then one word per Q buffer, its tile (head << 32 |
+  // query block).
   constexpr int kBars = 1 + 4 * S + (kPersistent ? 1 : 0) + (kQ2 ? 2 : 0);
   __shared__ __align__(8) uint64_t bars[kBars + (kDynamic ? 2 : 0)];
   [[maybe_unused]] auto tile_slot = [&](int qb) { return reinterpret_cast<volatile long long*>(&bars[kBars + qb]); };
@@ -410,21 +387,18 @@ fwd_body(const CUtensorMap* tm_q,  // [B*H, nq, D] in boxes of [BM rows, 64 cols
       it0 += n_tiles;
       ++round;
       if constexpr (kDynamic) {
-        // The producer thread has the index from its atomicAdd; a consumer reads it from the word of the Q buffer
-        // the next tile uses, once that buffer's barrier says the producer wrote it (the tile loop's wait on the
-        // same phase then passes at once).
-        long long index = fetched;
-        if constexpr (!kIsProducer) {
+        // The producer thread has the index from its atomicAdd and finds its tile; a consumer reads the tile from
+        // the word of the Q buffer the next tile uses, once that buffer's barrier says the producer wrote it (the
+        // tile loop's wait on the same phase then passes at once).
+        lab_hopper_sched::Tile t;
+        if constexpr (kIsProducer) {
+          t = Sched::tile_of(fetched, m_blocks_total, bh_total, CAUSAL, section);
+        } else {
           const int qb = kQ2 ? (round & 1) : 0;
           lab_mbar_wait(bar_q_of(qb), (kQ2 ? (round >> 1) : round) & 1);
-          index = *tile_slot(qb);
-        }
-        lab_hopper_sched::Tile t;
-        if constexpr (kHandsTile && !kIsProducer) {
-          t = index < 0 ? lab_hopper_sched::Tile{lab_hopper_sched::kWalkDone, 0}
-                        : lab_hopper_sched::Tile{(int)(index & 0x7fffffff), (int)(index >> 32)};
-        } else {
-          t = Sched::tile_of(index, m_blocks_total, bh_total, CAUSAL, section);
+          const long long word = *tile_slot(qb);
+          t = word < 0 ? lab_hopper_sched::Tile{lab_hopper_sched::kWalkDone, 0}
+                       : lab_hopper_sched::Tile{(int)(word & 0x7fffffff), (int)(word >> 32)};
         }
         if (t.m_block == lab_hopper_sched::kWalkDone) {
           if constexpr (kIsProducer) {
@@ -496,12 +470,6 @@ fwd_body(const CUtensorMap* tm_q,  // [B*H, nq, D] in boxes of [BM rows, 64 cols
       lab_tma_prefetch_map(tm_q);
       lab_tma_prefetch_map(tm_k);
       lab_tma_prefetch_map(tm_v);
-      // L2EvictionHints: the producer's two policies, made once.
-      [[maybe_unused]] uint64_t evict_first = 0, evict_last = 0;
-      if constexpr (kL2Hints) {
-        evict_first = lab_l2_policy_evict_first();
-        evict_last = lab_l2_policy_evict_last();
-      }
       // it0: the K/V ring's running tile count at this tile's start (0 for one tile per CTA).
       for (int round = 0, it0 = 0;;) {
         // The consumers still read Q until the previous tile's last S = Q K^T is done (TwoQBuffers:
@@ -509,16 +477,11 @@ fwd_body(const CUtensorMap* tm_q,  // [B*H, nq, D] in boxes of [BM rows, 64 cols
         const int qb = kQ2 ? (round & 1) : 0;
         const int q_use = kQ2 ? (round >> 1) : round;
         if constexpr (kPersistent) lab_mbar_wait(q_empty_of(qb), (q_use & 1) ^ 1);
-        if constexpr (kHandsTile) *tile_slot(qb) = (long long)bh_index << 32 | (m0 / BM);
-        else if constexpr (kDynamic) *tile_slot(qb) = round == 0 ? (long long)blockIdx.x : fetched;
+        if constexpr (kDynamic) *tile_slot(qb) = (long long)bh_index << 32 | (m0 / BM);
         lab_mbar_arrive_expect_tx(bar_q_of(qb), C::kQBytes);
 #pragma unroll
-        for (int h = 0; h < C::kHalves; ++h) {
-          if constexpr (kL2Hints)
-            lab_tma_load_3d_hint(s_q_of(qb) + h * BM * 128, tm_q, bar_q_of(qb), h * 64, m0, bh_index, evict_first);
-          else
-            lab_tma_load_3d(s_q_of(qb) + h * BM * 128, tm_q, bar_q_of(qb), h * 64, m0, bh_index);
-        }
+        for (int h = 0; h < C::kHalves; ++h)
+          lab_tma_load_3d(s_q_of(qb) + h * BM * 128, tm_q, bar_q_of(qb), h * 64, m0, bh_index);
         // Dynamic: the next tile's index, its atomic in flight under this tile's K/V loads.
         if constexpr (kDynamic) fetched = (long long)atomicAdd(tile_counter, 1) + gridDim.x;
         const int kv_index = GQA ? bh_index / kv_group : bh_index;  // this query head's K/V head
@@ -528,21 +491,13 @@ fwd_body(const CUtensorMap* tm_q,  // [B*H, nq, D] in boxes of [BM rows, 64 cols
           lab_mbar_wait(k_empty(s), parity);
           lab_mbar_arrive_expect_tx(k_full(s), C::kKVBytes);
 #pragma unroll
-          for (int h = 0; h < C::kHalves; ++h) {
-            if constexpr (kL2Hints)
-              lab_tma_load_3d_hint(s_k(s) + h * BN * 128, tm_k, k_full(s), h * 64, j * BN, kv_index, evict_last);
-            else
-              lab_tma_load_3d(s_k(s) + h * BN * 128, tm_k, k_full(s), h * 64, j * BN, kv_index);
-          }
+          for (int h = 0; h < C::kHalves; ++h)
+            lab_tma_load_3d(s_k(s) + h * BN * 128, tm_k, k_full(s), h * 64, j * BN, kv_index);
           lab_mbar_wait(v_empty(s), parity);
           lab_mbar_arrive_expect_tx(v_full(s), C::kKVBytes);
 #pragma unroll
-          for (int h = 0; h < C::kHalves; ++h) {
-            if constexpr (kL2Hints)
-              lab_tma_load_3d_hint(s_v(s) + h * BN * 128, tm_v, v_full(s), h * 64, j * BN, kv_index, evict_last);
-            else
-              lab_tma_load_3d(s_v(s) + h * BN * 128, tm_v, v_full(s), h * 64, j * BN, kv_index);
-          }
+          for (int h = 0; h < C::kHalves; ++h)
+            lab_tma_load_3d(s_v(s) + h * BN * 128, tm_v, v_full(s), h * 64, j * BN, kv_index);
         }
         if (!advance(round, it0, kProducer)) break;
       }
@@ -1011,12 +966,7 @@ fwd_body(const CUtensorMap* tm_q,  // [B*H, nq, D] in boxes of [BM rows, 64 cols
       lab_named_sync(kBarO + cw, 128);
       if (storer) {
 #pragma unroll
-        for (int hh = 0; hh < C::kHalves; ++hh) {
-          if constexpr (kL2Hints)
-            lab_tma_store_3d_hint(tm_o, s_o + hh * C::kOBoxBytes, hh * 64, wg_row0, tile_bh, lab_l2_policy_evict_first());
-          else
-            lab_tma_store_3d(tm_o, s_o + hh * C::kOBoxBytes, hh * 64, wg_row0, tile_bh);
-        }
+        for (int hh = 0; hh < C::kHalves; ++hh) lab_tma_store_3d(tm_o, s_o + hh * C::kOBoxBytes, hh * 64, wg_row0, tile_bh);
         lab_bulk_commit();
       }
       if constexpr (kOInV) {

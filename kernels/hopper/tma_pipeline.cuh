@@ -50,27 +50,6 @@ static __device__ __forceinline__ void lab_tma_load_3d(uint32_t dst, const CUten
       "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4, %5}], [%2];\n"
       ::"r"(dst), "l"(reinterpret_cast<uint64_t>(map)), "r"(bar), "r"(c0), "r"(c1), "r"(c2) : "memory");
 }
-// The same load with an L2 eviction priority (a policy from lab_l2_policy_*: PTX's createpolicy), so that data read
-// again later (K and V, by every query block of a head) outlives data read once (Q) in the L2.
-static __device__ __forceinline__ void lab_tma_load_3d_hint(uint32_t dst, const CUtensorMap* map, uint32_t bar,
-                                                            int c0, int c1, int c2, uint64_t policy) {
-  asm volatile(
-      "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint"
-      " [%0], [%1, {%3, %4, %5}], [%2], %6;\n"
-      ::"r"(dst), "l"(reinterpret_cast<uint64_t>(map)), "r"(bar), "r"(c0), "r"(c1), "r"(c2), "l"(policy) : "memory");
-}
-// L2 eviction policies for the whole of an access (fraction 1.0): evict-last lines leave the L2 after every other
-// kind, evict-first lines before.
-static __device__ __forceinline__ uint64_t lab_l2_policy_evict_last() {
-  uint64_t policy;
-  asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;\n" : "=l"(policy));
-  return policy;
-}
-static __device__ __forceinline__ uint64_t lab_l2_policy_evict_first() {
-  uint64_t policy;
-  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(policy));
-  return policy;
-}
 static __device__ __forceinline__ void lab_tma_prefetch_map(const CUtensorMap* map) {
   asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(map)) : "memory");
 }
@@ -154,12 +133,6 @@ static __device__ __forceinline__ void lab_tma_reduce_add_3d(const CUtensorMap* 
 static __device__ __forceinline__ void lab_tma_store_3d(const CUtensorMap* map, uint32_t src, int c0, int c1, int c2) {
   asm volatile("cp.async.bulk.tensor.3d.global.shared::cta.tile.bulk_group [%0, {%2, %3, %4}], [%1];\n"
                ::"l"(reinterpret_cast<uint64_t>(map)), "r"(src), "r"(c0), "r"(c1), "r"(c2) : "memory");
-}
-// The same store with an L2 eviction priority (written once, not read again by this kernel: evict-first).
-static __device__ __forceinline__ void lab_tma_store_3d_hint(const CUtensorMap* map, uint32_t src, int c0, int c1,
-                                                             int c2, uint64_t policy) {
-  asm volatile("cp.async.bulk.tensor.3d.global.shared::cta.tile.bulk_group.L2::cache_hint [%0, {%2, %3, %4}], [%1], %5;\n"
-               ::"l"(reinterpret_cast<uint64_t>(map)), "r"(src), "r"(c0), "r"(c1), "r"(c2), "l"(policy) : "memory");
 }
 static __device__ __forceinline__ void lab_st_shared_b32(uint32_t addr, uint32_t value) {
   asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(addr), "r"(value) : "memory");

@@ -476,20 +476,28 @@
 //   `20261128-164557-sweep-v9-fa-grid-h200`: graph 47 of 48, events 48 of 48; causal 2048 +0.6% / +0.5% and 4096
 //   +1.0% / +1.1% (fp16 / bf16) against `20261128-162949` (4096 bf16 above the 0.9%). Below: D=64 causal 1024 bf16,
 //   0.9972x, where v9 and cuDNN are level (benchmarks/pairing_probe.py: 1.0001x interleaved, block pairs 0.997-1.002x).
-// Step 22 (twenty-third session; v9_notes "Step 22"): the walk hands the consumers their tile. What changed: the
-//   producer thread writes the tile it loads (head << 32 | query block) into the Q buffer's word, where it wrote the
-//   list index, and the consumers read it instead of computing causal_lpt (fwd_wgmma.cuh's advance()). Bottleneck it
-//   attacks, with evidence: ncu of the default at 16,32,1024,64 causal fp16 (H200, run 20261128-180404, shipped) puts
-//   2.8% of all warp samples on causal_lpt's divisions by run-time values in the consumers, at each tile's start, the
-//   kernel level with cuDNN's (206.2 us both, run 20261128-180429). Measured as a candidate (one H200, 3ca115f; gate 32
-//   passed, memcheck and racecheck clean; `lab tune --timing graph`, 60 paired rounds, against the index-reading
-//   default): 1.029x fp16 (CI95 1.027-1.030) and 1.030x bf16 at 16,32,1024,64 causal (predicted 1.000-1.008x: above);
-//   with L2 priorities too, 1.006x on the one-warpgroup kernel at 8,32,2048,64. The same call's other candidate, L2
-//   eviction priorities (K and V evict-last, Q and O evict-first): 1.002x / 1.001x, level, and the lab's L2 flush does
-//   not evict all evict-last lines (benchmarks/l2_flush_probe.py: 9.9 MB read after the flush against the default's
-//   12.6 MB), so a hinted kernel is timed partly warm: retired (3ca115f has it). Predicted for the default (graph
-//   timing): against cuDNN at D=64 causal 1024 from level to 1.02-1.035x; 2048 +0.3-0.8% and 4096 +0.2-0.6% against
-//   the last grid; 8192 and 16384 (three consumers, 8-16 times the key tiles a tile) within the spread.
+// Step 22 (twenty-third session; v9_notes "Step 22"): the walk hands the consumers their tile. What changed: on the
+//   walking ping-pong and one-warpgroup kernels (the D=64 causal defaults from 1024 below kLongCausal), the producer
+//   thread writes the tile it loads (head << 32 | query block) into the Q buffer's word, where it wrote the list index,
+//   and the consumers read it instead of computing causal_lpt (fwd_wgmma.cuh's HandsTile). Bottleneck it attacks, with
+//   evidence: ncu of the default at 16,32,1024,64 causal fp16 (H200, run 20261128-180404, shipped) puts 2.8% of all
+//   warp samples on causal_lpt's divisions by run-time values in the consumers, at each tile's start, the kernel level
+//   with cuDNN's (206.2 us both, run 20261128-180429). Measured as a candidate (one H200, 3ca115f; gate 32 passed,
+//   memcheck and racecheck clean; `lab tune --timing graph`, 60 paired rounds, against the index-reading default):
+//   1.029x fp16 (CI95 1.027-1.030) and 1.030x bf16 at 16,32,1024,64 causal (predicted 1.000-1.008x: above); 1.006x on
+//   the one-warpgroup kernel at 8,32,2048,64 (with L2 priorities, level on their own). The same call's other candidate,
+//   L2 eviction priorities (K and V evict-last, Q and O evict-first), ran 1.002x / 1.001x, and the lab's L2 flush does
+//   not evict all evict-last lines (benchmarks/l2_flush_probe.py): retired (3ca115f has it). Taken first on every
+//   walking kernel (260f22d; gate 65, memcheck and racecheck, GQA 10 passed): `lab tune --against cudnn --timing graph`
+//   1.029x / 1.030x cuDNN at 16,32,1024,64 causal, the static ping-pong 0.964x / 0.962x the default (predicted
+//   0.950-0.975x: inside); the H200 fa-grid `20261128-182637` graph 48 of 48 >= cuDNN, events 48 of 48, but D=64 causal
+//   8192 and 16384 2.0-2.5% slower than the grid before, beyond the machine's drift (unchanged kernels 0.2-1.2%). Side
+//   by side with the walk it replaced (a workspace rung of 6e522e3's kernel, `20261128-183531`, graph, three passes,
+//   fp16 / bf16): 1.028x / 1.030x at 1024, 1.004x / 1.005x at 2048, 1.001x / 1.000x at 4096, but 0.979x / 0.981x at
+//   8192 and 0.976x / 0.972x at 16384, on three consumers. So three consumers read the index again (8192 and 16384:
+//   predicted 0.995-1.005x, missed; why the hand-off costs there is not measured yet). Predicted for this default
+//   (before its grid): D=64 causal 8192 and 16384 1.015-1.03x faster than in `20261128-182637`, every other cell within
+//   the spread between grids (about 0.5% on one machine, 1% between machines), graph 48 of 48 >= cuDNN.
 #include "common.cuh"
 #include "hopper/fwd_wgmma.cuh"
 
@@ -650,6 +658,10 @@ static_assert(Pair64OTmaQ2::kSmemBytes + 1024 <= 228 * 1024, "D=64 pair q2: one 
 // P V as m64n72 over V and a tile of ones) on three consumers, the non-causal default from kLongRows since step 17 (b).
 // Its one-warpgroup twins lost and were retired with their types (567c2ab has them).
 using Long64SumMma = lab_hopper_fwd::RowSumByMma<Long64>;
+// Step 22: the walking ping-pong and one-warpgroup kernels with the tile handed to the consumers (fwd_wgmma.cuh's
+// HandsTile): the D=64 causal defaults from 1024 below kLongCausal.
+using PingPong64Handed = lab_hopper_fwd::HandsTile<PingPong64OTmaQ2Lean>;
+using Default64Handed = lab_hopper_fwd::HandsTile<Default64OTmaHalfTreeRowLimit>;
 
 // The LSE only when asked (a second instantiation: the default forward stores nothing more).
 template <class C, bool CAUSAL, class Sched = Persistent>
@@ -711,6 +723,9 @@ static const LabTuneCandidate kCandidates64[] = {
     {"C2 BN128 S2 longest-first pp tma-o q2 half-softmax tree-max row-limit (causal)", launch_causal<PingPong64OTmaQ2Lean, LongestFirst>, LAB_SERVES_CAUSAL},
     {"C1 BN128 S2 longest-first tma-o half-softmax tree-max row-limit (causal)", launch_causal<Default64OTmaHalfTreeRowLimit, LongestFirst>, LAB_SERVES_CAUSAL},
     {"C3 BN128 S2 longest-first (causal)", launch_causal<Long64, LongestFirst>, LAB_SERVES_CAUSAL},
+    // Step 22: the two walking kernels with the tile handed to the consumers, the defaults from 1024 below kLongCausal.
+    {"C2 BN128 S2 longest-first pp tma-o q2 half-softmax tree-max row-limit tile-handed (causal)", launch_causal<PingPong64Handed, LongestFirst>, LAB_SERVES_CAUSAL},
+    {"C1 BN128 S2 longest-first tma-o half-softmax tree-max row-limit tile-handed (causal)", launch_causal<Default64Handed, LongestFirst>, LAB_SERVES_CAUSAL},
 };
 static const LabTuneCandidate kCandidates128[] = {
     // Ping-pong on the persistent grid (steps 2-3), O by TMA (step 4), two Q buffers (step 6 (c)): the default.
@@ -766,16 +781,17 @@ LAB_EXPORT const char* lab_forward_v9(const LabAttentionArgs* args, cudaStream_t
   // long queries and keys, three
   // consumers (v6's choice, step 5 (c) from 2048), O from the accumulators, and without the LSE the row sums by the
   // tensor cores (step 17 (b)); causal three consumers from 8192 (step 10); every causal kernel from 1024 on the
-  // dynamic, longest-first walk (steps 19, 19 (c) and 21; v9::uses_longest_first says where, for the workspace too).
+  // dynamic, longest-first walk (steps 19, 19 (c) and 21; v9::uses_longest_first says where, for the workspace too),
+  // the tile handed to the consumers below 8192 (step 22).
   if (args->head_dim == 64) {
     if (args->causal) {
       const bool short_causal = args->seqlen_q < v9::kShortCausal && args->seqlen_k < v9::kShortCausal;
       const bool long_causal = args->seqlen_q >= v9::kLongCausal && args->seqlen_k >= v9::kLongCausal;
       if (long_causal) return v9::launch<v9::Long64, true, v9::LongestFirst>(args, stream);
       if (!short_causal)
-        return v9::uses_longest_first(args) ? v9::launch<v9::Default64OTmaHalfTreeRowLimit, true, v9::LongestFirst>(args, stream)
+        return v9::uses_longest_first(args) ? v9::launch<v9::Default64Handed, true, v9::LongestFirst>(args, stream)
                                             : v9::launch<v9::Default64OTmaHalfTreeRowLimit, true>(args, stream);
-      return v9::uses_longest_first(args) ? v9::launch<v9::PingPong64OTmaQ2Lean, true, v9::LongestFirst>(args, stream)
+      return v9::uses_longest_first(args) ? v9::launch<v9::PingPong64Handed, true, v9::LongestFirst>(args, stream)
                                           : v9::launch<v9::PingPong64OTmaQ2Lean, true>(args, stream);
     }
     const bool long_rows = args->seqlen_q >= v9::kLongRows && args->seqlen_k >= v9::kLongKeys;

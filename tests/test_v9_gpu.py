@@ -109,7 +109,10 @@ D64_CAUSAL_CANDIDATES = ["C3 BN128 S2 persistent (causal)",
                          # the forward workspace; the consumers learn each tile from the producer)
                          "C2 BN128 S2 longest-first pp tma-o q2 half-softmax tree-max row-limit (causal)",
                          "C1 BN128 S2 longest-first tma-o half-softmax tree-max row-limit (causal)",
-                         "C3 BN128 S2 longest-first (causal)"]
+                         "C3 BN128 S2 longest-first (causal)",
+                         # step 22: the tile handed to the consumers (the defaults from 1024 below 8192)
+                         "C2 BN128 S2 longest-first pp tma-o q2 half-softmax tree-max row-limit tile-handed (causal)",
+                         "C1 BN128 S2 longest-first tma-o half-softmax tree-max row-limit tile-handed (causal)"]
 D128_CAUSAL_CANDIDATES = ["C2 BN128 S2 longest-first pp tma-o q2 (causal)"]
 CANDIDATE_CASES = [(label, c) for label in D64_CANDIDATES for c in D64_CASES] + \
                   [(label, c) for label in D64_NON_CAUSAL_CANDIDATES for c in D64_CASES if not c[5]] + \

@@ -47,10 +47,14 @@ CANDIDATE_KERNELS = {
         ("lab_hopper_fwd::fwd_kernel_o_tma<lab_hopper_fwd::TreeRowMax<lab_hopper_fwd::MasksByRowLimit<lab_hopper_fwd::HalfLastKeyTile<lab_hopper_fwd::TwoQBuffers<lab_hopper_fwd::OByTma<lab_hopper_fwd::Config<64, 128, 2, true, 2>", 8, 8),
     "step 17: P's row sums by the tensor cores on three consumers (non-causal only; its LSE instantiation sums in fp32), the D = 64 non-causal default from 2048 since step 17 (b)":
         ("lab_hopper_fwd::fwd_kernel<lab_hopper_fwd::RowSumByMma<lab_hopper_fwd::Config<64, 128, 2, false, 3>", 8, 8),
-    "step 19: the D = 64 causal ping-pong on the dynamic, longest-first walk (causal only), the D = 64 causal default in [1024, 2048) since step 19 (c)":
-        ("lab_hopper_fwd::fwd_kernel_dynamic<lab_hopper_fwd::TreeRowMax<lab_hopper_fwd::MasksByRowLimit<lab_hopper_fwd::HalfLastKeyTile<lab_hopper_fwd::TwoQBuffers<lab_hopper_fwd::OByTma<lab_hopper_fwd::Config<64, 128, 2, true, 2>", 8, 8),
-    "step 19: the D = 64 causal one-warpgroup kernel on the dynamic walk (causal only), the D = 64 causal default in [2048, 8192) for step 19 (c) and since step 21":
-        ("lab_hopper_fwd::fwd_kernel_dynamic<lab_hopper_fwd::TreeRowMax<lab_hopper_fwd::MasksByRowLimit<lab_hopper_fwd::HalfLastKeyTile<lab_hopper_fwd::OByTma<lab_hopper_fwd::Config<64, 128, 2, false, 1>", 8, 8),
+    "step 19: the D = 64 causal ping-pong on the dynamic, longest-first walk (causal only), the D = 64 causal default in [1024, 2048) from step 19 (c) to step 22":
+        ("lab_hopper_fwd::fwd_kernel_dynamic<lab_hopper_fwd::TreeRowMax<lab_hopper_fwd::MasksByRowLimit<lab_hopper_fwd::HalfLastKeyTile<lab_hopper_fwd::TwoQBuffers<lab_hopper_fwd::OByTma<lab_hopper_fwd::Config<64, 128, 2, true, 2>", 8, 0),
+    "step 19: the D = 64 causal one-warpgroup kernel on the dynamic walk (causal only), the D = 64 causal default in [2048, 8192) for step 19 (c) and from step 21 to step 22":
+        ("lab_hopper_fwd::fwd_kernel_dynamic<lab_hopper_fwd::TreeRowMax<lab_hopper_fwd::MasksByRowLimit<lab_hopper_fwd::HalfLastKeyTile<lab_hopper_fwd::OByTma<lab_hopper_fwd::Config<64, 128, 2, false, 1>", 8, 0),
+    "step 22: the walking ping-pong with the tile handed to the consumers, the D = 64 causal default in [1024, 2048)":
+        ("lab_hopper_fwd::fwd_kernel_dynamic<lab_hopper_fwd::HandsTile<lab_hopper_fwd::TreeRowMax<lab_hopper_fwd::MasksByRowLimit<lab_hopper_fwd::HalfLastKeyTile<lab_hopper_fwd::TwoQBuffers<lab_hopper_fwd::OByTma<lab_hopper_fwd::Config<64, 128, 2, true, 2>", 8, 8),
+    "step 22: the walking one-warpgroup kernel with the tile handed to the consumers, the D = 64 causal default in [2048, 8192)":
+        ("lab_hopper_fwd::fwd_kernel_dynamic<lab_hopper_fwd::HandsTile<lab_hopper_fwd::TreeRowMax<lab_hopper_fwd::MasksByRowLimit<lab_hopper_fwd::HalfLastKeyTile<lab_hopper_fwd::OByTma<lab_hopper_fwd::Config<64, 128, 2, false, 1>", 8, 8),
     "step 19: three consumers at D = 64 on the dynamic walk (causal only), the D = 64 causal default from 8192 since step 19":
         ("lab_hopper_fwd::fwd_kernel_dynamic<lab_hopper_fwd::Config<64, 128, 2, false, 3>,", 8, 8),
     "step 19: the D = 128 default's kernel on the dynamic walk (causal only)":

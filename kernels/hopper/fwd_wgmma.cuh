@@ -240,6 +240,18 @@ struct RowSumByMma : Base {
   static_assert(kSmemBytes <= 227 * 1024, "shared memory over the 227 KB per-block limit");
 };
 LAB_CONFIG_FLAG(SumsRowsByMma, kRowSumByMma);
+// The dynamic walk's tile handed to the consumers as its coordinates (v9 step 22): the producer thread writes the tile
+// it loads (head << 32 | query block) into the Q buffer's word, where it writes the list index otherwise, so that the
+// consumers read their tile rather than compute it. causal_lpt divides by run-time values (heads per section, blocks
+// per head); at 16,32,1024,64 causal that was 2.8% of the warp samples, at each tile's start, in both consumer
+// warpgroups of the ping-pong (ncu, run 20261128-180404), and handing the tile ran 1.029x there. On three consumers
+// at 8192 and 16384 causal it ran 0.97-0.98x (v9_notes, "Step 22 taken"), so it is a wrapper, not the walk's protocol.
+template <class Base>
+struct HandsTile : Base {
+  static constexpr bool kHandsTile = true;
+};
+LAB_CONFIG_FLAG(HandsConsumersTheTile, kHandsTile);
+
 template <class C>
 constexpr int ones_offset() {
   if constexpr (SumsRowsByMma<C>::value) return C::kOnesOffset;
@@ -271,12 +283,12 @@ fwd_body(const CUtensorMap* tm_q,  // [B*H, nq, D] in boxes of [BM rows, 64 cols
   constexpr int D = C::D, BN = C::BN, BM = C::BM, S = C::kStages;
   constexpr bool kPersistent = Sched::kPersistent;
   // A dynamic scheduler (tile_scheduler.cuh's LongestFirst): the producer thread takes each next tile from the
-  // counter and hands the tile it loads to the consumers in a shared word per Q buffer (its head << 32 | its query
-  // block; -1: no tile left), written before the arrival on that buffer's Q barrier (a release) that the consumers
-  // wait on (an acquire) anyway. The consumers read their tile rather than compute it from the list index: causal_lpt
-  // divides by run-time values (heads per section, blocks per head), and at each tile's start, in both consumer
-  // warpgroups, that was 2.8% of the warp samples at 16,32,1024,64 causal; handing the tile ran 1.029x (v9 step 22).
+  // counter and hands its index to the consumers in a shared word per Q buffer (HandsTile: the tile itself, its head
+  // << 32 | its query block), written before the arrival on that buffer's Q barrier (a release) that the consumers
+  // wait on (an acquire) anyway; -1: no tile left.
   constexpr bool kDynamic = Sched::kDynamic;
+  constexpr bool kHandsTile = HandsConsumersTheTile<C>::value;
+  static_assert(!kHandsTile || kDynamic, "HandsTile: the dynamic walk's hand-off");
   constexpr bool kOTma = StoresOByTma<C>::value;
   constexpr bool kOInV = StagesOInLastV<C>::value;
   constexpr bool kOwn = ComputesOwnKeyTiles<C>::value;
@@ -302,8 +314,8 @@ fwd_body(const CUtensorMap* tm_q,  // [B*H, nq, D] in boxes of [BM rows, 64 cols
   extern __shared__ uint8_t smem_raw[];
   // Barriers: [0] Q landed; per stage s: K full, K empty, V full, V empty; persistent: [1 + 4S] Q
   // free again (every consumer thread done with the tile's last S = Q K^T); TwoQBuffers: [2 + 4S],
-  // [3 + 4S] the same two for the second Q buffer. Dynamic: then one word per Q buffer, its tile (head << 32 |
-  // query block).
+  // [3 + 4S] the same two for the second Q buffer. Dynamic: then one word per Q buffer, its tile's index (HandsTile:
+  // the tile).
   constexpr int kBars = 1 + 4 * S + (kPersistent ? 1 : 0) + (kQ2 ? 2 : 0);
   __shared__ __align__(8) uint64_t bars[kBars + (kDynamic ? 2 : 0)];
   [[maybe_unused]] auto tile_slot = [&](int qb) { return reinterpret_cast<volatile long long*>(&bars[kBars + qb]); };
@@ -387,18 +399,21 @@ fwd_body(const CUtensorMap* tm_q,  // [B*H, nq, D] in boxes of [BM rows, 64 cols
       it0 += n_tiles;
       ++round;
       if constexpr (kDynamic) {
-        // The producer thread has the index from its atomicAdd and finds its tile; a consumer reads the tile from
-        // the word of the Q buffer the next tile uses, once that buffer's barrier says the producer wrote it (the
-        // tile loop's wait on the same phase then passes at once).
-        lab_hopper_sched::Tile t;
-        if constexpr (kIsProducer) {
-          t = Sched::tile_of(fetched, m_blocks_total, bh_total, CAUSAL, section);
-        } else {
+        // The producer thread has the index from its atomicAdd; a consumer reads it (HandsTile: the tile) from the
+        // word of the Q buffer the next tile uses, once that buffer's barrier says the producer wrote it (the tile
+        // loop's wait on the same phase then passes at once).
+        long long index = fetched;
+        if constexpr (!kIsProducer) {
           const int qb = kQ2 ? (round & 1) : 0;
           lab_mbar_wait(bar_q_of(qb), (kQ2 ? (round >> 1) : round) & 1);
-          const long long word = *tile_slot(qb);
-          t = word < 0 ? lab_hopper_sched::Tile{lab_hopper_sched::kWalkDone, 0}
-                       : lab_hopper_sched::Tile{(int)(word & 0x7fffffff), (int)(word >> 32)};
+          index = *tile_slot(qb);
+        }
+        lab_hopper_sched::Tile t;
+        if constexpr (kHandsTile && !kIsProducer) {
+          t = index < 0 ? lab_hopper_sched::Tile{lab_hopper_sched::kWalkDone, 0}
+                        : lab_hopper_sched::Tile{(int)(index & 0x7fffffff), (int)(index >> 32)};
+        } else {
+          t = Sched::tile_of(index, m_blocks_total, bh_total, CAUSAL, section);
         }
         if (t.m_block == lab_hopper_sched::kWalkDone) {
           if constexpr (kIsProducer) {
@@ -477,7 +492,8 @@ fwd_body(const CUtensorMap* tm_q,  // [B*H, nq, D] in boxes of [BM rows, 64 cols
         const int qb = kQ2 ? (round & 1) : 0;
         const int q_use = kQ2 ? (round >> 1) : round;
         if constexpr (kPersistent) lab_mbar_wait(q_empty_of(qb), (q_use & 1) ^ 1);
-        if constexpr (kDynamic) *tile_slot(qb) = (long long)bh_index << 32 | (m0 / BM);
+        if constexpr (kHandsTile) *tile_slot(qb) = (long long)bh_index << 32 | (m0 / BM);
+        else if constexpr (kDynamic) *tile_slot(qb) = round == 0 ? (long long)blockIdx.x : fetched;
         lab_mbar_arrive_expect_tx(bar_q_of(qb), C::kQBytes);
 #pragma unroll
         for (int h = 0; h < C::kHalves; ++h)

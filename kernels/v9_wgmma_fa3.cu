@@ -686,7 +686,8 @@ const char* launch(const LabAttentionArgs* a, cudaStream_t stream) {
 // one warpgroup (the causal default, its ping-pong twin and the non-causal default below 2048: 0.94-0.98x; 567c2ab has
 // their entries and types); step 18's two consumers without turns (back for the step: 0.97-1.00x under load) and
 // non-causal ping-pong (0.98x under load; 99cc13d has the three entries); step 20's walks taking the next index two
-// tiles ahead and late (0.96-1.00x the one-ahead walk; 4261339 has their entries and tile_scheduler.cuh's types).
+// tiles ahead and late (0.96-1.00x the one-ahead walk; 4261339 has their entries and tile_scheduler.cuh's types);
+// step 22's L2 eviction priorities (level, and the lab's L2 flush leaves evict-last lines: 3ca115f has their wrapper).
 template <class C, class Sched>
 const char* launch_any(const LabAttentionArgs* a, cudaStream_t stream) {
   return a->causal ? launch<C, true, Sched>(a, stream) : launch<C, false, Sched>(a, stream);

@@ -106,17 +106,17 @@ struct Persistent {
 // 16,32,1024,64 causal: 2,048 pairs on 132 CTAs, 15.5 rounds, so the busiest CTA has 3.1% more work than the mean; with
 // 33 heads, whole rounds, v9 took 1.003x the time of 32 heads where cuDNN took 1.028x: v9_notes, "Step 19"). Here every
 // CTA starts on tile blockIdx.x and then takes the next index of a counter in global memory (the producer thread's
-// atomicAdd as it loads a tile's Q; fwd_wgmma.cuh hands the consumers its index, or its HandsTile the tile, with its
-// Q), so a CTA that finishes early takes more, and the list ends on the shortest tiles. A CTA holds its next index for
-// a whole tile, which costs balance where a CTA has few tiles: the CPU walk (tests/test_tile_scheduler.py) ends
-// 16,16,1024,128 causal 3.1% over the mean, as the static walk (v9_notes, "Step 20"). The list (FlashAttention-3's
-// longest-processing-time order in sections sized for L2): heads in sections whose K and V fit in kL2SectionBytes, each
-// section's tiles longest first (causal_lpt over the section's heads: every head's last query block, then the one
-// before, ...), so a section's K and V are read from HBM about once (at 16,32,1024,64 causal ncu saw 243 MB read for Q,
-// K and V's 201 MB: Q and O pass through the same L2; v9 step 22); non-causal tiles are equal, query block fastest. The
-// counter is common.cuh's zeroed counters (one set a stream, or a captured call's own; the launch's last CTA leaves it
-// zero), or else the launch's workspace, zeroed on the stream before it: so calls on other streams and other captured
-// graphs never share it.
+// atomicAdd as it loads a tile's Q; fwd_wgmma.cuh hands the consumers its index, or for a HandsTile kernel the tile
+// itself, with its Q), so a CTA that finishes early takes more, and the list ends on the shortest tiles. A CTA holds
+// its next index for a whole tile, which costs balance where a CTA has few tiles: the CPU walk
+// (tests/test_tile_scheduler.py) ends 16,16,1024,128 causal 3.1% over the mean, as the static walk (v9_notes, "Step
+// 20"). The list (FlashAttention-3's longest-processing-time order in sections sized for L2): heads in sections whose K
+// and V fit in kL2SectionBytes, each section's tiles longest first (causal_lpt over the section's heads: every head's
+// last query block, then the one before, ...), so a section's K and V are read from HBM about once (at 16,32,1024,64
+// causal ncu saw 243 MB read for Q, K and V's 201 MB: Q and O pass through the same L2; v9 step 22); non-causal tiles
+// are equal, query block fastest. The counter is common.cuh's zeroed counters (one set a stream, or a captured call's
+// own; the launch's last CTA leaves it zero), or else the launch's workspace, zeroed on the stream before it: so calls
+// on other streams and other captured graphs never share it.
 struct LongestFirst {
   static constexpr bool kPersistent = true;
   static constexpr bool kDynamic = true;

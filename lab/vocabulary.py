@@ -9,4 +9,7 @@ CLASSES = ("small-grid", "occupancy-limited", "latency-bound", "memory-bound", "
            "reduction-traffic", "register-pressure",
            # a kernel whose hot code the SMs' instruction caches do not hold (Stall No Instruction): a cause of
            # latency no other class names (v9's HalfLastKeyTile candidate, tests/fixtures/ncu/README.md)
-           "instruction-fetch")
+           "instruction-fetch",
+           # index arithmetic that divides by run-time values on the path of the work it indexes (v9 step 22's tile
+           # scheduler: the consumers' causal_lpt); latency names the symptom, not this cause
+           "integer-division")

@@ -59,7 +59,8 @@ def test_one_rule_per_class_each_with_its_doc():
 
 
 BACKWARD_TESTED = ("reduction-traffic", "register-pressure")   # tests/test_backward_rules.py
-OWN_TESTS = ("instruction-fetch",)   # tests/test_instruction_fetch.py: its case and its control are two reports
+OWN_TESTS = ("instruction-fetch",    # tests/test_instruction_fetch.py: its case and its control are two reports
+             "integer-division")     # tests/test_integer_division.py: a shipped v9 run, cuDNN's beside it
 
 
 @pytest.mark.parametrize("cls", sorted(CASES))

@@ -478,11 +478,34 @@ def sass_listing(k: dict | None) -> list[tuple[int, str, float, float, str | Non
     return out
 
 
+def divides_at_run_time(ops: list[str]) -> bool:
+    """Whether a line's SASS (its instructions' mnemonics) holds an integer division by a value known only at run
+    time: ptxas seeds the quotient with the divisor's float reciprocal (I2F.RP or I2F.U32.RP, then MUFU.RCP), then
+    refines it with IMAD.HI and corrections. A float division's reciprocal has no I2F.RP before it, and a division by
+    a constant compiles to a multiply and a shift."""
+    return any(o.startswith("I2F") and ".RP" in o for o in ops) and any(o.startswith("MUFU.RCP") for o in ops)
+
+
+def _line_ops(k: dict, r: dict) -> list[str]:
+    """Every instruction mnemonic of line `r` (its stored top opcodes where the table has no instructions)."""
+    ins = (k.get("instructions") or {}).get(_key_text(r))
+    return [opcode(sass) for _, sass, _, _ in ins] if ins else list(r.get("sass") or [])
+
+
+def division_lines(k: dict | None) -> dict | None:
+    """`k` with only its lines that divide integers by run-time values (divides_at_run_time), for `cite`."""
+    if not k or not k.get("lines"):
+        return None
+    return {**k, "lines": [r for r in k["lines"] if divides_at_run_time(_line_ops(k, r))]}
+
+
 def source_summary(k: dict | None) -> dict | None:
     """One kernel's per-line counters summed: shared-memory wavefronts by kind, their excessive part,
     global L2 sectors, all samples and those of pipeline waits (mbarrier, issuer), the samples of each
     stall reason and an issuer's waits' share of them, and the function's code (`code`: its SASS size and
-    hot part, lab.analysis.code.footprint; None in a table stored without it). None without lines."""
+    hot part, lab.analysis.code.footprint; None in a table stored without it), and the samples and count of the
+    lines that divide integers by run-time values (`integer_division_samples`, `integer_division_lines`). None
+    without lines."""
     if not k or not k.get("lines"):
         return None
     kinds: dict = defaultdict(float)
@@ -505,6 +528,11 @@ def source_summary(k: dict | None) -> dict | None:
     out["shared_wavefronts_by_kind"] = dict(sorted(kinds.items(), key=lambda kv: (-kv[1], kv[0])))
     out["stall_samples"], out["issuer_wait_stalls"] = dict(stalls), dict(issuer)
     out["code"] = k.get("code")   # the function's SASS size and hot part (lab.analysis.code.footprint)
+    # the lines that divide integers by run-time values (divides_at_run_time): their samples, an issuer's waits left out
+    dividing = division_lines(k)["lines"]
+    out["integer_division_samples"] = sum((r.get("samples") or 0.0) - sum((r.get("issuer_wait_stalls") or {}).values())
+                                          for r in dividing)
+    out["integer_division_lines"] = len(dividing)
     return out
 
 

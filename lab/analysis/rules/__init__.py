@@ -14,6 +14,7 @@ from lab.analysis.rules.base import BOUND_PCT, Context, Finding, Rule, context
 from lab.analysis.rules.compute_bound import ComputeBound
 from lab.analysis.rules.divergence import Divergence
 from lab.analysis.rules.instruction_fetch import InstructionFetch
+from lab.analysis.rules.integer_division import IntegerDivision
 from lab.analysis.rules.latency_bound import LatencyBound
 from lab.analysis.rules.launch_bound import LaunchBound
 from lab.analysis.rules.local_memory import LocalMemory
@@ -25,8 +26,8 @@ from lab.analysis.rules.small_grid import SmallGrid
 from lab.analysis.rules.uncoalesced_global import UncoalescedGlobal
 
 RULES: tuple[Rule, ...] = (SmallGrid(), UncoalescedGlobal(), BankConflicts(), ReductionTraffic(), RegisterPressure(),
-                           LocalMemory(), Divergence(), OccupancyLimited(), InstructionFetch(), LaunchBound(), MemoryBound(),
-                           ComputeBound(), LatencyBound())
+                           LocalMemory(), Divergence(), OccupancyLimited(), InstructionFetch(), IntegerDivision(),
+                           LaunchBound(), MemoryBound(), ComputeBound(), LatencyBound())
 BY_CLASS: dict[str, Rule] = {r.cls: r for r in RULES}
 TIE_ORDER: tuple[str, ...] = tuple(r.cls for r in RULES)
 # symptom -> the causes that explain it

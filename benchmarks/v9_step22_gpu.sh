@@ -12,6 +12,10 @@
 #   the probe: after the flush the hinted candidate reads Q, K and V from DRAM as the default does (within 5%);
 #   ncu of the combined candidate at 16,32,1024,64 causal: DRAM bytes read 200-215 MB (243 MB for the default).
 #
+# Ran once, at 3ca115f (results: benchmarks/v9_notes.md, "Step 22 measured"). Its candidates were taken (the hand-off,
+# relabelled) or retired (the L2 priorities), and benchmarks/l2_flush_probe.py took another interface after it: run it
+# from that commit.
+#
 #   OUT=$OUT bash benchmarks/v9_step22_gpu.sh   # carry .carry/wheels and .carry/ncu0
 . "$(dirname "$0")/gpu_call.sh"
 gpu_call_begin v9s22

@@ -3,6 +3,8 @@
 #   step NAME LIMIT CMD... one step: its log under $L, its exit status and seconds printed and in steps.log
 #   build_v9               the plain and the tuning build side by side, and the tuning build's C75xx notices
 #   tune NAME ARGS...      `lab tune --variant v9` into $W/tunes
+#   fa_grid [LIMIT]        the fa-grid of v9's default against SDPA cuDNN, both timings, both dtypes, into $W/sweeps,
+#                          named for the GPU's kind (v9-fa-grid-h200)
 #   gpu_call_end LOGS...   each named log's failures and summary line, every prediction's verdict, and one
 #                          archive $OUT/NAME.tgz (the device tool brings back only a few files)
 #   ncu_report_parts       NVIDIA's ncu_report module carried in parts (.carry/ncu0, .carry/ncu1: the wheel's
@@ -43,6 +45,13 @@ build_v9() {
 tune() {
   local name=$1; shift
   step "tune-$name" 100 python3 -m lab.cli tune --variant v9 --profiles "$W/tunes" "$@"
+}
+
+fa_grid() {
+  local gpu
+  gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1 | grep -oE 'H100|H200' | tr 'A-Z' 'a-z')
+  step sweep "${1:-300}" python3 -m lab.cli sweep --variant v9 --preset fa-grid --mode fwd --dtype float16,bfloat16 \
+    --baselines sdpa-cudnn --timing both --name "v9-fa-grid-${gpu:-gpu}" --profiles "$W/sweeps"
 }
 
 gpu_call_end() {

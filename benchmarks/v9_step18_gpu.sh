@@ -12,15 +12,13 @@
 . "$(dirname "$0")/gpu_call.sh"
 gpu_call_begin v9s18
 build_v9 300
-GPU=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1 | grep -oE 'H100|H200' | tr 'A-Z' 'a-z')
 step gate 300 "${PYTEST[@]}" -k 'not candidate or (candidate_matches and D64 and C2)'
 step sanitizers 240 "${PYTEST[@]}" -m 'gpu and slow' -k 'test_v9_compute_sanitizer_is_clean'
 step gqa 200 python3 -m pytest -m gpu -v -rfE --tb=short -p no:randomly -p no:cacheprovider tests/test_gqa_gpu.py \
   -k 'forwards and v9'
 step energy-pp 120 python3 benchmarks/clock_probe.py --shape 16,32,1024,64 \
   --candidates 'C2 BN128 S2 persistent pp tma-o q2 (non-causal)'
-step sweep 400 python3 -m lab.cli sweep --variant v9 --preset fa-grid --mode fwd --dtype float16,bfloat16 \
-  --baselines sdpa-cudnn --timing both --name "v9-fa-grid-${GPU:-gpu}" --profiles "$W/sweeps"
+fa_grid 400
 grep "^| [0-9]" "$L/energy-pp.log"
 tail -60 "$L/sweep.log"
 gpu_call_end gate sanitizers gqa

@@ -13,7 +13,6 @@
 #   OUT=$OUT bash benchmarks/v9_step19b_gpu.sh   # on the kind lent; carry .carry/wheels
 . "$(dirname "$0")/gpu_call.sh"
 gpu_call_begin v9s19b
-GPU=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1 | grep -oE 'H100|H200' | tr 'A-Z' 'a-z')
 build_v9 300
 step gate 200 "${PYTEST[@]}" -k 'not candidate and not racecheck and not synccheck'
 PP64='C2 BN128 S2 persistent pp tma-o q2 half-softmax tree-max row-limit (causal);C2 BN128 S2 longest-first pp tma-o q2 half-softmax tree-max row-limit (causal)'
@@ -21,7 +20,6 @@ PP128='C2 BN128 S2 persistent pp tma-o q2;C2 BN128 S2 longest-first pp tma-o q2 
 step probe-512 60 python3 benchmarks/graph_probe.py --shape 32,32,512,64 --causal --candidates "$PP64"
 step probe-1024 60 python3 benchmarks/graph_probe.py --shape 16,32,1024,64 --causal --candidates "$PP64"
 step probe-1024-128 60 python3 benchmarks/graph_probe.py --shape 16,16,1024,128 --causal --candidates "$PP128"
-step sweep 300 python3 -m lab.cli sweep --variant v9 --preset fa-grid --mode fwd --dtype float16,bfloat16 \
-  --baselines sdpa-cudnn --timing both --name "v9-fa-grid-${GPU:-gpu}" --profiles "$W/sweeps"
+fa_grid
 for f in probe-512 probe-1024 probe-1024-128; do tail -6 "$L/$f.log"; done
 gpu_call_end gate

@@ -13,13 +13,11 @@
 #   OUT=$OUT bash benchmarks/v9_step19c_taken_gpu.sh   # on the kind lent; carry .carry/wheels
 . "$(dirname "$0")/gpu_call.sh"
 gpu_call_begin v9s19ct
-GPU=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1 | grep -oE 'H100|H200' | tr 'A-Z' 'a-z')
 build_v9 300
 step gate 200 "${PYTEST[@]}" -k '(not candidate and not racecheck and not synccheck) or counters'
 step sanitizers 240 "${PYTEST[@]}" -m 'gpu and slow or gpu' -k 'test_v9_compute_sanitizer_is_clean and (memcheck or racecheck)'
 step check-gqa 200 bash -c 'python3 -m lab.cli check --variant v9 --dtype float16 --shape 2,16:2,1100,1030,64 --causal &&
   python3 -m lab.cli check --variant v9 --dtype bfloat16 --shape 1,8:1,2100,2050,64 --causal'
-step sweep 300 python3 -m lab.cli sweep --variant v9 --preset fa-grid --mode fwd --dtype float16,bfloat16 \
-  --baselines sdpa-cudnn --timing both --name "v9-fa-grid-${GPU:-gpu}" --profiles "$W/sweeps"
+fa_grid
 tail -4 "$L/check-gqa.log"
 gpu_call_end gate sanitizers

@@ -13,10 +13,8 @@
 #   OUT=$OUT bash benchmarks/v9_step19d_gpu.sh   # on the kind lent; carry .carry/wheels
 . "$(dirname "$0")/gpu_call.sh"
 gpu_call_begin v9s19d
-GPU=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1 | grep -oE 'H100|H200' | tr 'A-Z' 'a-z')
 build_v9 300
 step gate 200 "${PYTEST[@]}" -k '(not candidate and not racecheck and not synccheck) or counters or (longest and matches_float64)'
-step sweep 300 python3 -m lab.cli sweep --variant v9 --preset fa-grid --mode fwd --dtype float16,bfloat16 \
-  --baselines sdpa-cudnn --timing both --name "v9-fa-grid-${GPU:-gpu}" --profiles "$W/sweeps"
+fa_grid
 grep -E "^(FAILED|ERROR)|passed|failed" "$L/gate.log" | tail -8
 gpu_call_end gate

@@ -13,7 +13,6 @@
 #   OUT=$OUT bash benchmarks/v9_step21_gpu.sh   # on the kind lent; carry .carry/wheels
 . "$(dirname "$0")/gpu_call.sh"
 gpu_call_begin v9s21
-GPU=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1 | grep -oE 'H100|H200' | tr 'A-Z' 'a-z')
 build_v9 300
 step gate 200 "${PYTEST[@]}" -k '(not candidate and not racecheck and not synccheck) or counters'
 STATIC="C1 BN128 S2 persistent tma-o half-softmax tree-max row-limit (causal)"
@@ -23,8 +22,7 @@ tune c2048-bf16 --dtype bfloat16 --causal --shape 8,32,2048,64 --timing graph --
   --predict "$STATIC=0.990-0.997"
 tune c4096-fp16 --dtype float16 --causal --shape 4,32,4096,64 --timing graph --reps 60 --against cudnn \
   --predict "$STATIC=0.99-1.00"
-step sweep 300 python3 -m lab.cli sweep --variant v9 --preset fa-grid --mode fwd --dtype float16,bfloat16 \
-  --baselines sdpa-cudnn --timing both --name "v9-fa-grid-${GPU:-gpu}" --profiles "$W/sweeps"
+fa_grid
 grep -h "the default against" "$L"/tune-*.log
 grep -E "^(FAILED|ERROR)|passed|failed" "$L/gate.log" | tail -6
 gpu_call_end gate

@@ -9,10 +9,8 @@
 #   OUT=$OUT bash benchmarks/v9_step22_final_gpu.sh   # carry .carry/wheels
 . "$(dirname "$0")/gpu_call.sh"
 gpu_call_begin v9s22f
-GPU=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1 | grep -oE 'H100|H200' | tr 'A-Z' 'a-z')
 step build 200 python3 -m lab.cli build --variant v9
 step gate 200 "${PYTEST[@]}" -k '(not candidate and not racecheck and not synccheck and not counters) or (counters and default)'
-step sweep 300 python3 -m lab.cli sweep --variant v9 --preset fa-grid --mode fwd --dtype float16,bfloat16 \
-  --baselines sdpa-cudnn --timing both --name "v9-fa-grid-${GPU:-gpu}" --profiles "$W/sweeps"
+fa_grid
 grep -E "^(FAILED|ERROR)|passed|failed" "$L/gate.log" | tail -4
 gpu_call_end gate

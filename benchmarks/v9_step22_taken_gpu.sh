@@ -19,7 +19,6 @@
 . "$(dirname "$0")/gpu_call.sh"
 gpu_call_begin v9s22t
 ncu_report_parts
-GPU=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1 | grep -oE 'H100|H200' | tr 'A-Z' 'a-z')
 build_v9 300
 step gate 200 "${PYTEST[@]}" -k '(not candidate and not racecheck and not synccheck) or counters or (candidate_matches_float64 and longest)'
 step sanitizers 200 "${PYTEST[@]}" -m 'gpu and slow or gpu' -k 'test_v9_compute_sanitizer_is_clean and (memcheck or racecheck)'
@@ -30,8 +29,7 @@ tune c1024-fp16 --dtype float16 --causal --shape 16,32,1024,64 --timing graph --
   --predict "$STATIC=0.950-0.975"
 tune c1024-bf16 --dtype bfloat16 --causal --shape 16,32,1024,64 --timing graph --reps 60 --against cudnn \
   --predict "$STATIC=0.950-0.975"
-step sweep 300 python3 -m lab.cli sweep --variant v9 --preset fa-grid --mode fwd --dtype float16,bfloat16 \
-  --baselines sdpa-cudnn --timing both --name "v9-fa-grid-${GPU:-gpu}" --profiles "$W/sweeps"
+fa_grid
 P=/tmp/l2probe; mkdir -p $P
 for policy in evict_normal evict_last; do
   for flush in none zero zero-reset; do

@@ -16,8 +16,16 @@ are what the flush left out of the L2.
         python3 benchmarks/l2_flush_probe.py --policy evict_last --flush zero
     python3 benchmarks/l2_flush_probe.py --read R1.ncu-rep R2.ncu-rep ...   # the table
 
-Flushes: none; zero (the timer's); zero-reset (the same, then cudaCtxResetPersistingL2Cache, which returns
-persisting lines to normal).
+Flushes: none; zero (the timer's until the twenty-fourth session); zero-reset (the same, then
+cudaCtxResetPersistingL2Cache, which returns persisting lines to normal); lab (the timer's now, lab.measure.l2flush:
+the buffer written evict-last, discarded, zeroed); swept (written evict-last, then zeroed: without the discard).
+
+After the probed read, the flush runs again and a second buffer of --cap-mib (normal priority) is read twice, the
+second read in the range 'l2cap': its DRAM bytes are what the flush itself left occupying the L2 (none: the whole
+buffer hits). --time prints each flush's time instead (CUDA events, median of 20).
+
+    ncu --cache-control none --nvtx --nvtx-include 'l2probe/' --nvtx-include 'l2cap/' \\
+        --metrics dram__bytes_read.sum -o R python3 benchmarks/l2_flush_probe.py --policy evict_last --flush lab
 """
 
 from __future__ import annotations
@@ -27,10 +35,11 @@ import sys
 from pathlib import Path
 
 from lab.measure.bench import L2_FLUSH_BYTES
+from lab.measure.l2flush import BLOCK, GRID, L2Flush
 
-RANGE = "l2probe"
+RANGE, CAP_RANGE = "l2probe", "l2cap"
 POLICIES = ("evict_normal", "evict_last", "evict_first")
-FLUSHES = ("none", "zero", "zero-reset")
+FLUSHES = ("none", "zero", "zero-reset", "lab", "swept")
 
 CUDA = r"""
 #include <torch/extension.h>
@@ -72,17 +81,48 @@ def run(a: argparse.Namespace) -> None:
     mod = load_inline("l2_flush_probe", CPP, cuda_sources=CUDA, functions=["read_buffer", "reset_persisting"],
                       extra_cuda_cflags=["-gencode=arch=compute_90a,code=sm_90a"], verbose=False)
     buf = torch.randint(0, 1 << 30, (a.mib << 18,), dtype=torch.int32, device="cuda")   # a.mib MiB
+    cap = torch.randint(0, 1 << 30, (a.cap_mib << 18,), dtype=torch.int32, device="cuda")
     sink = torch.zeros(1, dtype=torch.int32, device="cuda")
-    flush = torch.empty(L2_FLUSH_BYTES // 4, dtype=torch.int32, device="cuda")
+    flush = L2Flush(torch, L2_FLUSH_BYTES)
+    print(f"the lab's flush here: {flush.describe()}")
+
+    def flush_l2():
+        if a.flush in ("zero", "zero-reset"):
+            flush.buffer.zero_()   # the timer's flush until now
+            if a.flush == "zero-reset":
+                mod.reset_persisting()
+        elif a.flush == "lab":
+            flush.evict()
+        elif a.flush == "swept":
+            flush.kernels["lab_l2_write_evict_last"](GRID, BLOCK, [flush.buffer, L2_FLUSH_BYTES // 16])
+            flush.buffer.zero_()
+
+    if a.time:
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        times = []
+        for _ in range(21):
+            mod.read_buffer(buf, sink, POLICIES.index(a.policy))
+            torch.cuda.synchronize()
+            start.record()
+            flush_l2()
+            end.record()
+            torch.cuda.synchronize()
+            times.append(start.elapsed_time(end))
+        print(f"flush {a.flush}: median {sorted(times[1:])[10]:.3f} ms")
+        return
     mod.read_buffer(buf, sink, POLICIES.index(a.policy))
     torch.cuda.synchronize()
-    if a.flush != "none":
-        flush.zero_()   # the timer's flush (lab.measure.timed.probe_call)
-        if a.flush == "zero-reset":
-            mod.reset_persisting()
-        torch.cuda.synchronize()
+    flush_l2()
+    torch.cuda.synchronize()
     with nvtx.annotate(RANGE):
         mod.read_buffer(buf, sink, 0)
+    torch.cuda.synchronize()
+    flush_l2()
+    torch.cuda.synchronize()
+    mod.read_buffer(cap, sink, 0)
+    torch.cuda.synchronize()
+    with nvtx.annotate(CAP_RANGE):
+        mod.read_buffer(cap, sink, 0)
     torch.cuda.synchronize()
 
 
@@ -90,13 +130,12 @@ def read(paths: list[str]) -> None:
     from lab.profilers.ncu import load_report
 
     metric = "dram__bytes_read.sum"
-    print("| report | DRAM read by the second read |")
+    print("| report | DRAM read: the probed buffer's second read (l2probe), then the capacity read (l2cap) |")
     print("| --- | --- |")
     for p in paths:
         frame = load_report(p)
         unit = frame.attrs["units"].get(metric, "")
-        for _, row in frame.iterrows():
-            print(f"| {Path(p).name} | {row[metric]:,.0f} {unit} |")
+        print(f"| {Path(p).name} | " + " ; ".join(f"{v:,.0f} {unit}" for v in frame[metric]) + " |")
 
 
 def main() -> None:
@@ -104,6 +143,8 @@ def main() -> None:
     ap.add_argument("--policy", choices=POLICIES, default="evict_last", help="the first read's L2 policy")
     ap.add_argument("--flush", choices=FLUSHES, default="zero")
     ap.add_argument("--mib", type=int, default=16, help="the buffer's size (fits in the L2)")
+    ap.add_argument("--cap-mib", type=int, default=24, help="the second buffer's size (fits in the L2)")
+    ap.add_argument("--time", action="store_true", help="time each flush instead")
     ap.add_argument("--read", nargs="+", help="print the DRAM bytes of these reports instead")
     a = ap.parse_args()
     if a.read:

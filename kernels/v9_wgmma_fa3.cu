@@ -662,6 +662,10 @@ using Long64SumMma = lab_hopper_fwd::RowSumByMma<Long64>;
 // HandsTile): the D=64 causal defaults from 1024 below kLongCausal.
 using PingPong64Handed = lab_hopper_fwd::HandsTile<PingPong64OTmaQ2Lean>;
 using Default64Handed = lab_hopper_fwd::HandsTile<Default64OTmaHalfTreeRowLimit>;
+// Step 23: the static walk's defaults with the tile handed to the consumers (HandsTile on tile_scheduler.cuh's
+// Persistent): D=64 non-causal below kLongRows, D=64 causal in ping-pong below 1024, D=128.
+using Default64OTmaQ2Handed = lab_hopper_fwd::HandsTile<Default64OTmaQ2>;
+using PingPong128OTmaQ2Handed = lab_hopper_fwd::HandsTile<PingPong128OTmaQ2>;
 
 // The LSE only when asked (a second instantiation: the default forward stores nothing more).
 template <class C, bool CAUSAL, class Sched = Persistent>
@@ -727,6 +731,9 @@ static const LabTuneCandidate kCandidates64[] = {
     // Step 22: the two walking kernels with the tile handed to the consumers, the defaults from 1024 below kLongCausal.
     {"C2 BN128 S2 longest-first pp tma-o q2 half-softmax tree-max row-limit tile-handed (causal)", launch_causal<PingPong64Handed, LongestFirst>, LAB_SERVES_CAUSAL},
     {"C1 BN128 S2 longest-first tma-o half-softmax tree-max row-limit tile-handed (causal)", launch_causal<Default64Handed, LongestFirst>, LAB_SERVES_CAUSAL},
+    // Step 23: the static walk's defaults with the tile handed to the consumers.
+    {"C1 BN128 S2 persistent tma-o q2 tile-handed", launch_any<Default64OTmaQ2Handed, Persistent>},
+    {"C2 BN128 S2 persistent pp tma-o q2 half-softmax tree-max row-limit tile-handed (causal)", launch_causal<PingPong64Handed, Persistent>, LAB_SERVES_CAUSAL},
 };
 static const LabTuneCandidate kCandidates128[] = {
     // Ping-pong on the persistent grid (steps 2-3), O by TMA (step 4), two Q buffers (step 6 (c)): the default.
@@ -737,6 +744,8 @@ static const LabTuneCandidate kCandidates128[] = {
     {"C2 BN176 S2 persistent pp o-in-v (non-causal)", launch_non_causal<PingPong128Keys176OInV, Persistent>, LAB_SERVES_NON_CAUSAL},
     // Step 19: the default's kernel on the dynamic, longest-first walk (causal).
     {"C2 BN128 S2 longest-first pp tma-o q2 (causal)", launch_causal<PingPong128OTmaQ2, LongestFirst>, LAB_SERVES_CAUSAL},
+    // Step 23: the default with the tile handed to the consumers (the static walk's hand-off).
+    {"C2 BN128 S2 persistent pp tma-o q2 tile-handed", launch_any<PingPong128OTmaQ2Handed, Persistent>},
 };
 static LabTuneList candidates(int head_dim) {
   switch (head_dim) {

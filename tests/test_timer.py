@@ -278,7 +278,7 @@ class SimDevice:
             for i in range(calls):
                 token = prepare(i) if prepare is not None else None
                 if flush is not None:
-                    flush.zero_()
+                    flush.evict()
                     self.synchronize()
                 self.launch(0.001, nbytes=timed.MARKER_BYTES, name="[CUDA memcpy Device-to-Device]")
                 out = run()
@@ -297,8 +297,11 @@ class SimDevice:
         dev = self
 
         class Flush:
-            def zero_(self):
+            def evict(self):
                 dev.launch(0.05, name="the L2 flush")
+
+            def describe(self):
+                return "the fake device's flush"
         return Flush()
 
     def memory_allocated(self):

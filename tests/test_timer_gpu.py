@@ -22,7 +22,7 @@ from click.testing import CliRunner  # noqa: E402
 from lab.measure.bench import EVENTS, GRAPH, L2_FLUSH_BYTES  # noqa: E402
 from lab.measure.call import launch as launch_fn  # noqa: E402
 from lab.measure.problem import Problem, make_inputs  # noqa: E402
-from lab.measure.timed import NOT_CAPTURABLE, OUTSIDE_STREAM, WRONG_OUTPUT, TimingRefused  # noqa: E402
+from lab.measure.timed import NOT_CAPTURABLE, OUTSIDE_STREAM, WRONG_OUTPUT, CudaDevice, TimingRefused  # noqa: E402
 
 CHEATS = Path(__file__).resolve().parent / "cheats"
 PROBLEM = Problem(8, 16, 2048, 2048, 64, dtype="float16")
@@ -69,13 +69,13 @@ def rung(rung_id):
 def bare_events_median(call, reps=30, warmup=5) -> float:
     """The lab's events protocol before the checks: warm-up, then per repetition an L2 flush, a
     synchronize, and an event pair around the call on the current stream."""
-    flush = torch.empty(L2_FLUSH_BYTES // 4, dtype=torch.int32, device="cuda")
+    flush = CudaDevice().flush_buffer(L2_FLUSH_BYTES)   # the timer's own flush
     for _ in range(warmup):
         call()
     torch.cuda.synchronize()
     pairs = []
     for _ in range(reps):
-        flush.zero_()
+        flush.evict()
         torch.cuda.synchronize()
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()

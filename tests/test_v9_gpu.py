@@ -89,11 +89,15 @@ LSE_CASES = [CASES[0], CASES[3], CASES[5], CASES[9], CASES[16], CASES[12], CASES
 D128_CASES = [c for c in CASES if c[4] == 128]
 D128_NON_CAUSAL_CANDIDATES = ["C2 BN176 S2 persistent pp (non-causal)",
                               # step 14: the same with O by TMA through the tile's last V stage
-                              "C2 BN176 S2 persistent pp o-in-v (non-causal)"]
+                              "C2 BN176 S2 persistent pp o-in-v (non-causal)",
+                              # step 23: the default with the tile handed to the consumers (static walk; both masks)
+                              "C2 BN128 S2 persistent pp tma-o q2 tile-handed"]
 # D=64, both masks: two Q buffers on one warpgroup with O by TMA (the non-causal default below 2048 since step 6
 # (c), a candidate for causal problems) and step 7's 64-key tiles (BN = 64 beside BM = 64: ragged key tiles at
 # 300, 1023, 2300, 8200).
-D64_CANDIDATES = ["C1 BN128 S2 persistent tma-o q2", "C1 BN64 S2 persistent tma-o"]
+D64_CANDIDATES = ["C1 BN128 S2 persistent tma-o q2", "C1 BN64 S2 persistent tma-o",
+                  # step 23: the first with the tile handed to the consumers, on the static walk
+                  "C1 BN128 S2 persistent tma-o q2 tile-handed"]
 D64_CASES = [c for c in CASES if c[4] == 64]
 # D=64, non-causal only: step 7 (c), two Q buffers on three consumers (Long64).
 D64_NON_CAUSAL_CANDIDATES = ["C3 BN128 S2 persistent q2 (non-causal)",
@@ -112,8 +116,11 @@ D64_CAUSAL_CANDIDATES = ["C3 BN128 S2 persistent (causal)",
                          "C3 BN128 S2 longest-first (causal)",
                          # step 22: the tile handed to the consumers (the defaults from 1024 below 8192)
                          "C2 BN128 S2 longest-first pp tma-o q2 half-softmax tree-max row-limit tile-handed (causal)",
-                         "C1 BN128 S2 longest-first tma-o half-softmax tree-max row-limit tile-handed (causal)"]
-D128_CAUSAL_CANDIDATES = ["C2 BN128 S2 longest-first pp tma-o q2 (causal)"]
+                         "C1 BN128 S2 longest-first tma-o half-softmax tree-max row-limit tile-handed (causal)",
+                         # step 23: the static walk's ping-pong with the tile handed (the default below 1024)
+                         "C2 BN128 S2 persistent pp tma-o q2 half-softmax tree-max row-limit tile-handed (causal)"]
+D128_CAUSAL_CANDIDATES = ["C2 BN128 S2 longest-first pp tma-o q2 (causal)",
+                          "C2 BN128 S2 persistent pp tma-o q2 tile-handed"]
 CANDIDATE_CASES = [(label, c) for label in D64_CANDIDATES for c in D64_CASES] + \
                   [(label, c) for label in D64_NON_CAUSAL_CANDIDATES for c in D64_CASES if not c[5]] + \
                   [(label, c) for label in D64_CAUSAL_CANDIDATES for c in D64_CASES if c[5]] + \

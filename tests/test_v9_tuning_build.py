@@ -57,6 +57,12 @@ CANDIDATE_KERNELS = {
         ("lab_hopper_fwd::fwd_kernel_dynamic<lab_hopper_fwd::HandsTile<lab_hopper_fwd::TreeRowMax<lab_hopper_fwd::MasksByRowLimit<lab_hopper_fwd::HalfLastKeyTile<lab_hopper_fwd::OByTma<lab_hopper_fwd::Config<64, 128, 2, false, 1>", 8, 8),
     "step 19: three consumers at D = 64 on the dynamic walk (causal only), the D = 64 causal default from 8192 since step 19":
         ("lab_hopper_fwd::fwd_kernel_dynamic<lab_hopper_fwd::Config<64, 128, 2, false, 3>,", 8, 8),
+    "step 23: two Q buffers on Default64 by TMA with the tile handed to the consumers, on the static walk":
+        ("lab_hopper_fwd::fwd_kernel_o_tma<lab_hopper_fwd::HandsTile<lab_hopper_fwd::TwoQBuffers<lab_hopper_fwd::OByTma<lab_hopper_fwd::Config<64, 128, 2, false, 1>", 16, 0),
+    "step 23: the D = 64 causal ping-pong with the tile handed to the consumers, on the static walk (causal only)":
+        ("lab_hopper_fwd::fwd_kernel_o_tma<lab_hopper_fwd::HandsTile<lab_hopper_fwd::TreeRowMax<lab_hopper_fwd::MasksByRowLimit<lab_hopper_fwd::HalfLastKeyTile<lab_hopper_fwd::TwoQBuffers<lab_hopper_fwd::OByTma<lab_hopper_fwd::Config<64, 128, 2, true, 2>", 8, 0),
+    "step 23: the D = 128 default with the tile handed to the consumers, on the static walk":
+        ("lab_hopper_fwd::fwd_kernel_o_tma<lab_hopper_fwd::HandsTile<lab_hopper_fwd::TwoQBuffers<lab_hopper_fwd::OByTma<lab_hopper_fwd::Config<128, 128, 2, true, 2>", 16, 0),
     "step 19: the D = 128 default's kernel on the dynamic walk (causal only)":
         ("lab_hopper_fwd::fwd_kernel_dynamic<lab_hopper_fwd::TwoQBuffers<lab_hopper_fwd::OByTma<lab_hopper_fwd::Config<128, 128, 2, true, 2>", 8, 0),
 }

@@ -288,7 +288,9 @@ fwd_body(const CUtensorMap* tm_q,  // [B*H, nq, D] in boxes of [BM rows, 64 cols
   // wait on (an acquire) anyway; -1: no tile left.
   constexpr bool kDynamic = Sched::kDynamic;
   constexpr bool kHandsTile = HandsConsumersTheTile<C>::value;
-  static_assert(!kHandsTile || kDynamic, "HandsTile: the dynamic walk's hand-off");
+  static_assert(!kHandsTile || kPersistent, "HandsTile: a persistent walk's hand-off");
+  // A word per Q buffer: the dynamic walk's index, or the handed tile (a static walk's too).
+  constexpr bool kTileSlots = kDynamic || kHandsTile;
   constexpr bool kOTma = StoresOByTma<C>::value;
   constexpr bool kOInV = StagesOInLastV<C>::value;
   constexpr bool kOwn = ComputesOwnKeyTiles<C>::value;
@@ -317,7 +319,7 @@ fwd_body(const CUtensorMap* tm_q,  // [B*H, nq, D] in boxes of [BM rows, 64 cols
   // [3 + 4S] the same two for the second Q buffer. Dynamic: then one word per Q buffer, its tile's index (HandsTile:
   // the tile).
   constexpr int kBars = 1 + 4 * S + (kPersistent ? 1 : 0) + (kQ2 ? 2 : 0);
-  __shared__ __align__(8) uint64_t bars[kBars + (kDynamic ? 2 : 0)];
+  __shared__ __align__(8) uint64_t bars[kBars + (kTileSlots ? 2 : 0)];
   [[maybe_unused]] auto tile_slot = [&](int qb) { return reinterpret_cast<volatile long long*>(&bars[kBars + qb]); };
 
   const int tid = threadIdx.x;
@@ -391,6 +393,15 @@ fwd_body(const CUtensorMap* tm_q,  // [B*H, nq, D] in boxes of [BM rows, 64 cols
   using Consumer = std::false_type;
   [[maybe_unused]] constexpr Producer kProducer{};
   [[maybe_unused]] constexpr Consumer kConsumer{};
+  // A static walk's next tile (hopper/tile_scheduler.cuh's), for a HandsTile producer: its next step that has one, or
+  // kWalkDone. Called as static_step(Sched{}): generic, so that a scheduler without steps (LongestFirst) never
+  // instantiates it.
+  [[maybe_unused]] auto static_step = [&](auto sched) {
+    for (;;) {
+      const lab_hopper_sched::Tile t = decltype(sched)::step_tile(++step, m_blocks_total, bh_total, CAUSAL);
+      if (t.m_block != lab_hopper_sched::kWalkSkip) return t;
+    }
+  };
   auto advance = [&](int& round, int& it0, auto role) {
     [[maybe_unused]] constexpr bool kIsProducer = decltype(role)::value;
     if constexpr (!kPersistent) {
@@ -398,11 +409,11 @@ fwd_body(const CUtensorMap* tm_q,  // [B*H, nq, D] in boxes of [BM rows, 64 cols
     } else {
       it0 += n_tiles;
       ++round;
-      if constexpr (kDynamic) {
-        // The producer thread has the index from its atomicAdd; a consumer reads it (HandsTile: the tile) from the
-        // word of the Q buffer the next tile uses, once that buffer's barrier says the producer wrote it (the tile
-        // loop's wait on the same phase then passes at once).
-        long long index = fetched;
+      if constexpr (kTileSlots) {
+        // The producer thread has the index from its atomicAdd (a static walk: it takes the walk's next step); a
+        // consumer reads the index (HandsTile: the tile) from the word of the Q buffer the next tile uses, once that
+        // buffer's barrier says the producer wrote it (the tile loop's wait on the same phase then passes at once).
+        [[maybe_unused]] long long index = fetched;
         if constexpr (!kIsProducer) {
           const int qb = kQ2 ? (round & 1) : 0;
           lab_mbar_wait(bar_q_of(qb), (kQ2 ? (round >> 1) : round) & 1);
@@ -412,19 +423,23 @@ fwd_body(const CUtensorMap* tm_q,  // [B*H, nq, D] in boxes of [BM rows, 64 cols
         if constexpr (kHandsTile && !kIsProducer) {
           t = index < 0 ? lab_hopper_sched::Tile{lab_hopper_sched::kWalkDone, 0}
                         : lab_hopper_sched::Tile{(int)(index & 0x7fffffff), (int)(index >> 32)};
-        } else {
+        } else if constexpr (kDynamic) {
           t = Sched::tile_of(index, m_blocks_total, bh_total, CAUSAL, section);
+        } else {
+          t = static_step(Sched{});
         }
         if (t.m_block == lab_hopper_sched::kWalkDone) {
           if constexpr (kIsProducer) {
-            // This CTA's last look at the counter is done. The last CTA to get here returns the counter and this
-            // tally to zero (common.cuh's zeroed counters: the next launch on the stream finds them so, and needs no
-            // memset): every CTA's fetches come before its tally (the fence), so once the tally reaches the grid no
-            // fetch of this launch is left.
-            __threadfence();
-            if (atomicAdd(tile_counter + 1, 1) == (int)gridDim.x - 1) {
-              atomicExch(tile_counter, 0);
-              atomicExch(tile_counter + 1, 0);
+            if constexpr (kDynamic) {
+              // This CTA's last look at the counter is done. The last CTA to get here returns the counter and this
+              // tally to zero (common.cuh's zeroed counters: the next launch on the stream finds them so, and needs
+              // no memset): every CTA's fetches come before its tally (the fence), so once the tally reaches the
+              // grid no fetch of this launch is left.
+              __threadfence();
+              if (atomicAdd(tile_counter + 1, 1) == (int)gridDim.x - 1) {
+                atomicExch(tile_counter, 0);
+                atomicExch(tile_counter + 1, 0);
+              }
             }
             // The consumers wait for a tile on this Q buffer's barrier. Its word says -1, written once they are done
             // with the buffer (as for a tile), and a plain arrival (no bytes) ends the phase.
@@ -440,7 +455,8 @@ fwd_body(const CUtensorMap* tm_q,  // [B*H, nq, D] in boxes of [BM rows, 64 cols
         n_tiles = tile_key_tiles();
         return true;
       } else {
-        for (;;) {  // hopper/tile_scheduler.cuh's walk: skip the steps without a tile
+        // The static walk's own loop (not static_step): the defaults' machine code as before step 23's hand-off.
+        for (;;) {
           const lab_hopper_sched::Tile t = Sched::step_tile(++step, m_blocks_total, bh_total, CAUSAL);
           if (t.m_block == lab_hopper_sched::kWalkDone) return false;
           if (t.m_block == lab_hopper_sched::kWalkSkip) continue;

@@ -200,7 +200,10 @@ class CudaDevice:
             return None
 
     def flush_buffer(self, nbytes: int):
-        return self.torch.empty(nbytes // 4, dtype=self.torch.int32, device="cuda")
+        """The L2 flush a repetition starts behind (lab.measure.l2flush): its evict() before each."""
+        from lab.measure.l2flush import L2Flush
+
+        return L2Flush(self.torch, nbytes)
 
     def memory_allocated(self) -> int:
         return self.torch.cuda.memory_allocated()
@@ -242,7 +245,7 @@ class CudaDevice:
             for i in range(calls):
                 token = prepare(i) if prepare is not None else None
                 if flush is not None:
-                    flush.zero_()
+                    flush.evict()
                     self.synchronize()
                 dst.copy_(src)    # the call starts after this on the calling stream
                 out = run()
@@ -622,9 +625,16 @@ class _Run:
         return timing
 
 
+def flushed_by(timing: Timing, flush) -> Timing:
+    """`timing` with its checks saying how each repetition's L2 was flushed (lab.measure.l2flush: where the
+    evict-last sweep could not be built, the zeroing alone, and why)."""
+    timing.checks["l2_flush"] = flush.describe() if flush is not None else "not flushed"
+    return timing
+
+
 def probe_call(dev, run: Callable[[], object], flush=None):
     if flush is not None:
-        flush.zero_()   # evict the inputs from L2 so every repetition reads them from DRAM
+        flush.evict()   # evict the inputs from L2 so every repetition reads them from DRAM
     dev.synchronize()   # start on an idle GPU: the host's dispatch is not hidden under earlier work
     start, end, after = dev.event(), dev.event(), dev.event()
     start.record()
@@ -641,7 +651,7 @@ def held_probe(dev, replay: Callable[[], object], hold_ms: float, flush=None):
     device-wide synchronize and `after`. Returns (opened, (start, end, after), host enqueue ms: the host's
     clock from before `opened` was queued to after `end` was)."""
     if flush is not None:
-        flush.zero_()   # evict the inputs from L2 so every repetition reads them from DRAM
+        flush.evict()   # evict the inputs from L2 so every repetition reads them from DRAM
     dev.synchronize()
     opened, start, end, after = dev.event(), dev.event(), dev.event(), dev.event()
     t0 = dev.host_ms()
@@ -686,7 +696,7 @@ def time_checked(call: Callable[[], object], *, prepare: Callable[[int], object]
     run.prepare_method(stream)
     for i in range(budget_reps(per_call_ms, reps, budget_s)):
         run.rep(i, flush)
-    return run.finish()
+    return flushed_by(run.finish(), flush)
 
 
 def time_checked_interleaved(specs: dict[str, Checked], reps: int = DEFAULT_REPS, warmup: int = DEFAULT_WARMUP,
@@ -724,7 +734,7 @@ def time_checked_interleaved(specs: dict[str, Checked], reps: int = DEFAULT_REPS
     for name in names:
         if name not in results:
             try:
-                results[name] = runs[name].finish()
+                results[name] = flushed_by(runs[name].finish(), flush)
             except TimingRefused as refused:
                 results[name] = refused
     return {name: results[name] for name in specs}

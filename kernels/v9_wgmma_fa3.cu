@@ -498,6 +498,22 @@
 //   predicted 0.995-1.005x, missed; why the hand-off costs there is not measured yet). Predicted for this default
 //   (before its grid): D=64 causal 8192 and 16384 1.015-1.03x faster than in `20261128-182637`, every other cell within
 //   the spread between grids (about 0.5% on one machine, 1% between machines), graph 48 of 48 >= cuDNN.
+// Step 23 (twenty-fourth session; v9_notes "Step 23"): the static walk hands the consumers their tile too. What
+//   changed: HandsTile (step 22) on tile_scheduler.cuh's Persistent walk: its producer thread takes each next step of
+//   the walk and writes the tile into the Q buffer's word (a word per Q buffer, as the dynamic walk has, and its end
+//   protocol: -1 and a plain arrival); the consumers read it instead of computing step_tile. Taken on the one-warpgroup
+//   non-causal kernel below kLongRows, the causal ping-pong below 1024 and the D=128 ping-pong (both masks, non-causal
+//   below kLong176); not on three consumers (step 22's loss there) nor on the 176-key kernel (no candidate yet).
+//   Bottleneck it attacks, with evidence: `integer-division` (the lab's new analysis) names the static walk's
+//   step_tile division (tile_scheduler.cuh:91, inlined into the consumers' advance()) in five shipped static-walk runs,
+//   1.6-2.7% of all warp samples. Measured as candidates (one H200, d14e606; gate 30 passed, memcheck 4 clean; `lab
+//   tune --timing graph`, 60 paired rounds, against the index-computing default): 1.014x at 16,32,1024,64 non-causal
+//   fp16 (predicted 1.003-1.020x: inside), 1.027x at 32,32,512,64 causal fp16 (1.000-1.020x: above), 1.021x at
+//   16,16,1024,128 causal fp16 (1.000-1.015x: above), 1.003x at 8,16,2048,128 non-causal bf16 (0.995-1.010x: inside).
+//   The same tunes put the defaults against cuDNN at 0.998x (16,32,1024,64 non-causal, behind by its CI95), 1.019x,
+//   1.097x and 1.013x. Predicted for the taken default: D=64 non-causal 512 and 1024 1.005-1.02x faster than in the
+//   grid before (`20261128-184249`), D=64 causal 512 1.01-1.03x, D=128 below 8192 1.000-1.025x, D=128 causal 8192 and
+//   16384 0.995-1.01x; the cells of unchanged kernels within the spread between grids; graph 48 of 48 >= cuDNN.
 #include "common.cuh"
 #include "hopper/fwd_wgmma.cuh"
 
@@ -792,7 +808,8 @@ LAB_EXPORT const char* lab_forward_v9(const LabAttentionArgs* args, cudaStream_t
   // consumers (v6's choice, step 5 (c) from 2048), O from the accumulators, and without the LSE the row sums by the
   // tensor cores (step 17 (b)); causal three consumers from 8192 (step 10); every causal kernel from 1024 on the
   // dynamic, longest-first walk (steps 19, 19 (c) and 21; v9::uses_longest_first says where, for the workspace too),
-  // the tile handed to the consumers below 8192 (step 22).
+  // the tile handed to the consumers below 8192 (step 22) and on the static walk's one-warpgroup and ping-pong
+  // kernels (step 23).
   if (args->head_dim == 64) {
     if (args->causal) {
       const bool short_causal = args->seqlen_q < v9::kShortCausal && args->seqlen_k < v9::kShortCausal;
@@ -802,19 +819,19 @@ LAB_EXPORT const char* lab_forward_v9(const LabAttentionArgs* args, cudaStream_t
         return v9::uses_longest_first(args) ? v9::launch<v9::Default64Handed, true, v9::LongestFirst>(args, stream)
                                             : v9::launch<v9::Default64OTmaHalfTreeRowLimit, true>(args, stream);
       return v9::uses_longest_first(args) ? v9::launch<v9::PingPong64Handed, true, v9::LongestFirst>(args, stream)
-                                          : v9::launch<v9::PingPong64OTmaQ2Lean, true>(args, stream);
+                                          : v9::launch<v9::PingPong64Handed, true>(args, stream);
     }
     const bool long_rows = args->seqlen_q >= v9::kLongRows && args->seqlen_k >= v9::kLongKeys;
     return long_rows ? v9::launch<v9::Long64SumMma, false>(args, stream)
-                     : v9::launch<v9::Default64OTmaQ2, false>(args, stream);
+                     : v9::launch<v9::Default64OTmaQ2Handed, false>(args, stream);
   }
   // D = 128, both masks: ping-pong on the persistent grid (steps 2 and 3), O stored by TMA (step 4),
-  // two Q buffers (step 6 (c)); non-causal with long queries and keys, 176-key tiles with O stored by TMA through
+  // two Q buffers (step 6 (c)), the tile handed to the consumers (step 23); non-causal with long queries and keys, 176-key tiles with O stored by TMA through
   // the tile's last V stage (step 14).
-  if (args->causal) return v9::launch<v9::PingPong128OTmaQ2, true>(args, stream);
+  if (args->causal) return v9::launch<v9::PingPong128OTmaQ2Handed, true>(args, stream);
   const bool long_176 = args->seqlen_q >= v9::kLong176 && args->seqlen_k >= v9::kLong176;
   return long_176 ? v9::launch<v9::PingPong128Keys176OInV, false>(args, stream)
-                  : v9::launch<v9::PingPong128OTmaQ2, false>(args, stream);
+                  : v9::launch<v9::PingPong128OTmaQ2Handed, false>(args, stream);
 }
 
 // The forward workspace (common.cuh): a dynamic scheduler's tile counter where the lab gives no zeroed counters (a

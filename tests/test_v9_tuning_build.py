@@ -27,10 +27,10 @@ V9 = next((v for v in builtin() if v.kind == "cuda" and v.min_cc >= (9, 0) and v
 CANDIDATE_KERNELS = {
     "three consumers at D = 64, the non-causal default from Nq, Nk >= 2048 (step 5 (c)) until step 17 (b), the causal one from 8192 (step 10) until step 19":
         ("lab_hopper_fwd::fwd_kernel<lab_hopper_fwd::Config<64, 128, 2, false, 3>,", 16, 0),
-    "step 6 (b): two Q buffers on PingPong128 by TMA, the D = 128 default since step 6 (c)":
-        ("lab_hopper_fwd::fwd_kernel_o_tma<lab_hopper_fwd::TwoQBuffers<lab_hopper_fwd::OByTma<lab_hopper_fwd::Config<128, 128, 2, true, 2>", 16, 16),
-    "step 6 (b): two Q buffers on Default64 by TMA, the D = 64 non-causal default below 2048 since step 6 (c)":
-        ("lab_hopper_fwd::fwd_kernel_o_tma<lab_hopper_fwd::TwoQBuffers<lab_hopper_fwd::OByTma<lab_hopper_fwd::Config<64, 128, 2, false, 1>", 16, 8),
+    "step 6 (b): two Q buffers on PingPong128 by TMA, the D = 128 default from step 6 (c) to step 23":
+        ("lab_hopper_fwd::fwd_kernel_o_tma<lab_hopper_fwd::TwoQBuffers<lab_hopper_fwd::OByTma<lab_hopper_fwd::Config<128, 128, 2, true, 2>", 16, 0),
+    "step 6 (b): two Q buffers on Default64 by TMA, the D = 64 non-causal default below 2048 from step 6 (c) to step 23":
+        ("lab_hopper_fwd::fwd_kernel_o_tma<lab_hopper_fwd::TwoQBuffers<lab_hopper_fwd::OByTma<lab_hopper_fwd::Config<64, 128, 2, false, 1>", 16, 0),
     "step 7: 64-key tiles at D = 64 by TMA, two stages":
         ("lab_hopper_fwd::fwd_kernel_o_tma<lab_hopper_fwd::OByTma<lab_hopper_fwd::Config<64, 64,", 16, 0),
     "step 7 (c): two Q buffers on three consumers at D = 64 (non-causal only)":
@@ -43,8 +43,8 @@ CANDIDATE_KERNELS = {
         ("lab_hopper_fwd::fwd_kernel_o_tma<lab_hopper_fwd::OInLastV<lab_hopper_fwd::Config<128, 176, 2, true, 2>", 8, 8),
     "step 13 (c): the D = 64 causal default's changes with two Q buffers (causal only)":
         ("lab_hopper_fwd::fwd_kernel_o_tma<lab_hopper_fwd::TreeRowMax<lab_hopper_fwd::MasksByRowLimit<lab_hopper_fwd::HalfLastKeyTile<lab_hopper_fwd::TwoQBuffers<lab_hopper_fwd::OByTma<lab_hopper_fwd::Config<64, 128, 2, false, 1>", 8, 0),
-    "step 13 (c): the same in ping-pong (BM = 128, causal only), the D = 64 causal default below 2048 since step 18 (static walk below 1024 since step 19 (c))":
-        ("lab_hopper_fwd::fwd_kernel_o_tma<lab_hopper_fwd::TreeRowMax<lab_hopper_fwd::MasksByRowLimit<lab_hopper_fwd::HalfLastKeyTile<lab_hopper_fwd::TwoQBuffers<lab_hopper_fwd::OByTma<lab_hopper_fwd::Config<64, 128, 2, true, 2>", 8, 8),
+    "step 13 (c): the same in ping-pong (BM = 128, causal only), the D = 64 causal default below 2048 from step 18 (static walk below 1024 from step 19 (c)) to step 23":
+        ("lab_hopper_fwd::fwd_kernel_o_tma<lab_hopper_fwd::TreeRowMax<lab_hopper_fwd::MasksByRowLimit<lab_hopper_fwd::HalfLastKeyTile<lab_hopper_fwd::TwoQBuffers<lab_hopper_fwd::OByTma<lab_hopper_fwd::Config<64, 128, 2, true, 2>", 8, 0),
     "step 17: P's row sums by the tensor cores on three consumers (non-causal only; its LSE instantiation sums in fp32), the D = 64 non-causal default from 2048 since step 17 (b)":
         ("lab_hopper_fwd::fwd_kernel<lab_hopper_fwd::RowSumByMma<lab_hopper_fwd::Config<64, 128, 2, false, 3>", 8, 8),
     "step 19: the D = 64 causal ping-pong on the dynamic, longest-first walk (causal only), the D = 64 causal default in [1024, 2048) from step 19 (c) to step 22":
@@ -57,12 +57,12 @@ CANDIDATE_KERNELS = {
         ("lab_hopper_fwd::fwd_kernel_dynamic<lab_hopper_fwd::HandsTile<lab_hopper_fwd::TreeRowMax<lab_hopper_fwd::MasksByRowLimit<lab_hopper_fwd::HalfLastKeyTile<lab_hopper_fwd::OByTma<lab_hopper_fwd::Config<64, 128, 2, false, 1>", 8, 8),
     "step 19: three consumers at D = 64 on the dynamic walk (causal only), the D = 64 causal default from 8192 since step 19":
         ("lab_hopper_fwd::fwd_kernel_dynamic<lab_hopper_fwd::Config<64, 128, 2, false, 3>,", 8, 8),
-    "step 23: two Q buffers on Default64 by TMA with the tile handed to the consumers, on the static walk":
-        ("lab_hopper_fwd::fwd_kernel_o_tma<lab_hopper_fwd::HandsTile<lab_hopper_fwd::TwoQBuffers<lab_hopper_fwd::OByTma<lab_hopper_fwd::Config<64, 128, 2, false, 1>", 16, 0),
-    "step 23: the D = 64 causal ping-pong with the tile handed to the consumers, on the static walk (causal only)":
-        ("lab_hopper_fwd::fwd_kernel_o_tma<lab_hopper_fwd::HandsTile<lab_hopper_fwd::TreeRowMax<lab_hopper_fwd::MasksByRowLimit<lab_hopper_fwd::HalfLastKeyTile<lab_hopper_fwd::TwoQBuffers<lab_hopper_fwd::OByTma<lab_hopper_fwd::Config<64, 128, 2, true, 2>", 8, 0),
-    "step 23: the D = 128 default with the tile handed to the consumers, on the static walk":
-        ("lab_hopper_fwd::fwd_kernel_o_tma<lab_hopper_fwd::HandsTile<lab_hopper_fwd::TwoQBuffers<lab_hopper_fwd::OByTma<lab_hopper_fwd::Config<128, 128, 2, true, 2>", 16, 0),
+    "step 23: two Q buffers on Default64 by TMA with the tile handed to the consumers, on the static walk, the D = 64 non-causal default below 2048":
+        ("lab_hopper_fwd::fwd_kernel_o_tma<lab_hopper_fwd::HandsTile<lab_hopper_fwd::TwoQBuffers<lab_hopper_fwd::OByTma<lab_hopper_fwd::Config<64, 128, 2, false, 1>", 16, 8),
+    "step 23: the D = 64 causal ping-pong with the tile handed to the consumers, on the static walk (causal only), the D = 64 causal default below 1024":
+        ("lab_hopper_fwd::fwd_kernel_o_tma<lab_hopper_fwd::HandsTile<lab_hopper_fwd::TreeRowMax<lab_hopper_fwd::MasksByRowLimit<lab_hopper_fwd::HalfLastKeyTile<lab_hopper_fwd::TwoQBuffers<lab_hopper_fwd::OByTma<lab_hopper_fwd::Config<64, 128, 2, true, 2>", 8, 8),
+    "step 23: PingPong128 by TMA with two Q buffers and the tile handed to the consumers, on the static walk, the D = 128 default (non-causal below 8192)":
+        ("lab_hopper_fwd::fwd_kernel_o_tma<lab_hopper_fwd::HandsTile<lab_hopper_fwd::TwoQBuffers<lab_hopper_fwd::OByTma<lab_hopper_fwd::Config<128, 128, 2, true, 2>", 16, 16),
     "step 19: the D = 128 default's kernel on the dynamic walk (causal only)":
         ("lab_hopper_fwd::fwd_kernel_dynamic<lab_hopper_fwd::TwoQBuffers<lab_hopper_fwd::OByTma<lab_hopper_fwd::Config<128, 128, 2, true, 2>", 8, 0),
 }

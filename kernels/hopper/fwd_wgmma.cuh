@@ -240,12 +240,14 @@ struct RowSumByMma : Base {
   static_assert(kSmemBytes <= 227 * 1024, "shared memory over the 227 KB per-block limit");
 };
 LAB_CONFIG_FLAG(SumsRowsByMma, kRowSumByMma);
-// The dynamic walk's tile handed to the consumers as its coordinates (v9 step 22): the producer thread writes the tile
-// it loads (head << 32 | query block) into the Q buffer's word, where it writes the list index otherwise, so that the
-// consumers read their tile rather than compute it. causal_lpt divides by run-time values (heads per section, blocks
-// per head); at 16,32,1024,64 causal that was 2.8% of the warp samples, at each tile's start, in both consumer
-// warpgroups of the ping-pong (ncu, run 20261128-180404), and handing the tile ran 1.029x there. On three consumers
-// at 8192 and 16384 causal it ran 0.97-0.98x (v9_notes, "Step 22 taken"), so it is a wrapper, not the walk's protocol.
+// A persistent walk's tile handed to the consumers as its coordinates (v9 steps 22 and 23): the producer thread writes
+// the tile it loads (head << 32 | query block) into the Q buffer's word, where the dynamic walk writes the list index
+// otherwise, so that the consumers read their tile rather than compute it. Both walks divide by run-time values:
+// causal_lpt by heads per section and blocks per head, the static walk's step_tile by units per head. At
+// 16,32,1024,64 causal that was 2.8% of the warp samples, at each tile's start, in both consumer warpgroups of the
+// ping-pong (ncu, run 20261128-180404), and handing the tile ran 1.029x there; on the static walk 1.014-1.027x at
+// 512-1024 and 1.003x at 8,16,2048,128 (v9_notes, "Step 23"). On three consumers at 8192 and 16384 causal it ran
+// 0.97-0.98x (v9_notes, "Step 22 taken"), so it is a wrapper, not the walks' protocol.
 template <class Base>
 struct HandsTile : Base {
   static constexpr bool kHandsTile = true;

@@ -682,6 +682,8 @@ using Default64Handed = lab_hopper_fwd::HandsTile<Default64OTmaHalfTreeRowLimit>
 // Persistent): D=64 non-causal below kLongRows, D=64 causal in ping-pong below 1024, D=128.
 using Default64OTmaQ2Handed = lab_hopper_fwd::HandsTile<Default64OTmaQ2>;
 using PingPong128OTmaQ2Handed = lab_hopper_fwd::HandsTile<PingPong128OTmaQ2>;
+// Step 23, a candidate: the D=128 non-causal default from kLong176 with the tile handed.
+using PingPong128Keys176OInVHanded = lab_hopper_fwd::HandsTile<PingPong128Keys176OInV>;
 
 // The LSE only when asked (a second instantiation: the default forward stores nothing more).
 template <class C, bool CAUSAL, class Sched = Persistent>
@@ -762,6 +764,7 @@ static const LabTuneCandidate kCandidates128[] = {
     {"C2 BN128 S2 longest-first pp tma-o q2 (causal)", launch_causal<PingPong128OTmaQ2, LongestFirst>, LAB_SERVES_CAUSAL},
     // Step 23: the default with the tile handed to the consumers (the static walk's hand-off).
     {"C2 BN128 S2 persistent pp tma-o q2 tile-handed", launch_any<PingPong128OTmaQ2Handed, Persistent>},
+    {"C2 BN176 S2 persistent pp o-in-v tile-handed (non-causal)", launch_non_causal<PingPong128Keys176OInVHanded, Persistent>, LAB_SERVES_NON_CAUSAL},
 };
 static LabTuneList candidates(int head_dim) {
   switch (head_dim) {

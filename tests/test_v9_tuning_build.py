@@ -63,6 +63,8 @@ CANDIDATE_KERNELS = {
         ("lab_hopper_fwd::fwd_kernel_o_tma<lab_hopper_fwd::HandsTile<lab_hopper_fwd::TreeRowMax<lab_hopper_fwd::MasksByRowLimit<lab_hopper_fwd::HalfLastKeyTile<lab_hopper_fwd::TwoQBuffers<lab_hopper_fwd::OByTma<lab_hopper_fwd::Config<64, 128, 2, true, 2>", 8, 8),
     "step 23: PingPong128 by TMA with two Q buffers and the tile handed to the consumers, on the static walk, the D = 128 default (non-causal below 8192)":
         ("lab_hopper_fwd::fwd_kernel_o_tma<lab_hopper_fwd::HandsTile<lab_hopper_fwd::TwoQBuffers<lab_hopper_fwd::OByTma<lab_hopper_fwd::Config<128, 128, 2, true, 2>", 16, 16),
+    "step 23: the 176-key kernel with O through the last V stage and the tile handed to the consumers (non-causal only)":
+        ("lab_hopper_fwd::fwd_kernel_o_tma<lab_hopper_fwd::HandsTile<lab_hopper_fwd::OInLastV<lab_hopper_fwd::Config<128, 176, 2, true, 2>", 8, 0),
     "step 19: the D = 128 default's kernel on the dynamic walk (causal only)":
         ("lab_hopper_fwd::fwd_kernel_dynamic<lab_hopper_fwd::TwoQBuffers<lab_hopper_fwd::OByTma<lab_hopper_fwd::Config<128, 128, 2, true, 2>", 8, 0),
 }

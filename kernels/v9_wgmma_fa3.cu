@@ -574,8 +574,10 @@ constexpr int kLongCausal = 8192;
 // at 16,32,1024,64 (below the rule's 1.005), 0.981x at 2048 (H100, ff95585). Step 18 (v9_notes "Step 18"): under the
 // power cap (3 s of calls back to back, NVML's sw_power_cap in 93-100% of samples, H200) it runs 1.049x / 1.048x the
 // one-warpgroup default at 16,32,1024,64 fp16 / bf16 and 1.03x at 8,32,2048,64 on 4.5% fewer joules a call; the rule
-// moves to 2048, where it is >= 1.0 with the clock shared too.
-constexpr int kShortCausal = 2048;
+// moves to 2048, where it is >= 1.0 with the clock shared too. Step 23 (v9_notes "Step 23 taken"): with the tile
+// handed to both kernels, the walking ping-pong ran 1.008x / 1.006x the one-warpgroup default at 8,32,2048,64 fp16 /
+// bf16 (graph, H200); the rule moves to 4096.
+constexpr int kShortCausal = 4096;
 // Step 5, tuning candidates only (tenth session): three consumer warpgroups (BM = 192) at D=64 with O
 // stored by TMA, both masks, and the same with each warpgroup computing only the key tiles its own
 // rows see (fwd_wgmma.cuh's OwnKeyTiles: causal, warpgroup 0 of a block skips the key tiles past its
@@ -682,8 +684,6 @@ using Default64Handed = lab_hopper_fwd::HandsTile<Default64OTmaHalfTreeRowLimit>
 // Persistent): D=64 non-causal below kLongRows, D=64 causal in ping-pong below 1024, D=128.
 using Default64OTmaQ2Handed = lab_hopper_fwd::HandsTile<Default64OTmaQ2>;
 using PingPong128OTmaQ2Handed = lab_hopper_fwd::HandsTile<PingPong128OTmaQ2>;
-// Step 23, a candidate: the D=128 non-causal default from kLong176 with the tile handed.
-using PingPong128Keys176OInVHanded = lab_hopper_fwd::HandsTile<PingPong128Keys176OInV>;
 
 // The LSE only when asked (a second instantiation: the default forward stores nothing more).
 template <class C, bool CAUSAL, class Sched = Persistent>
@@ -709,7 +709,8 @@ const char* launch(const LabAttentionArgs* a, cudaStream_t stream) {
 // their entries and types); step 18's two consumers without turns (back for the step: 0.97-1.00x under load) and
 // non-causal ping-pong (0.98x under load; 99cc13d has the three entries); step 20's walks taking the next index two
 // tiles ahead and late (0.96-1.00x the one-ahead walk; 4261339 has their entries and tile_scheduler.cuh's types);
-// step 22's L2 eviction priorities (level, and the lab's L2 flush leaves evict-last lines: 3ca115f has their wrapper).
+// step 22's L2 eviction priorities (level, and the lab's L2 flush leaves evict-last lines: 3ca115f has their wrapper);
+// step 23's 176-key kernel with the tile handed (0.999x at 2,16,8192,128: be7d3c3 has its entry).
 template <class C, class Sched>
 const char* launch_any(const LabAttentionArgs* a, cudaStream_t stream) {
   return a->causal ? launch<C, true, Sched>(a, stream) : launch<C, false, Sched>(a, stream);
@@ -764,7 +765,6 @@ static const LabTuneCandidate kCandidates128[] = {
     {"C2 BN128 S2 longest-first pp tma-o q2 (causal)", launch_causal<PingPong128OTmaQ2, LongestFirst>, LAB_SERVES_CAUSAL},
     // Step 23: the default with the tile handed to the consumers (the static walk's hand-off).
     {"C2 BN128 S2 persistent pp tma-o q2 tile-handed", launch_any<PingPong128OTmaQ2Handed, Persistent>},
-    {"C2 BN176 S2 persistent pp o-in-v tile-handed (non-causal)", launch_non_causal<PingPong128Keys176OInVHanded, Persistent>, LAB_SERVES_NON_CAUSAL},
 };
 static LabTuneList candidates(int head_dim) {
   switch (head_dim) {

@@ -91,8 +91,7 @@ D128_NON_CAUSAL_CANDIDATES = ["C2 BN176 S2 persistent pp (non-causal)",
                               # step 14: the same with O by TMA through the tile's last V stage
                               "C2 BN176 S2 persistent pp o-in-v (non-causal)",
                               # step 23: the default with the tile handed to the consumers (static walk; both masks)
-                              "C2 BN128 S2 persistent pp tma-o q2 tile-handed",
-                              "C2 BN176 S2 persistent pp o-in-v tile-handed (non-causal)"]
+                              "C2 BN128 S2 persistent pp tma-o q2 tile-handed"]
 # D=64, both masks: two Q buffers on one warpgroup with O by TMA (the non-causal default below 2048 since step 6
 # (c), a candidate for causal problems) and step 7's 64-key tiles (BN = 64 beside BM = 64: ragged key tiles at
 # 300, 1023, 2300, 8200).

@@ -576,8 +576,9 @@ constexpr int kLongCausal = 8192;
 // one-warpgroup default at 16,32,1024,64 fp16 / bf16 and 1.03x at 8,32,2048,64 on 4.5% fewer joules a call; the rule
 // moves to 2048, where it is >= 1.0 with the clock shared too. Step 23 (v9_notes "Step 23 taken"): with the tile
 // handed to both kernels, the walking ping-pong ran 1.008x / 1.006x the one-warpgroup default at 8,32,2048,64 fp16 /
-// bf16 (graph, H200); the rule moves to 4096.
-constexpr int kShortCausal = 4096;
+// bf16 (graph, H200); but the one-warpgroup kernel ran 1.010x the ping-pong at 5,32,3072,64 and the ping-pong 0.985x
+// it at 4,32,4096,64 (fp16): the rule moves to 2560, between the two measured sides (not measured there).
+constexpr int kShortCausal = 2560;
 // Step 5, tuning candidates only (tenth session): three consumer warpgroups (BM = 192) at D=64 with O
 // stored by TMA, both masks, and the same with each warpgroup computing only the key tiles its own
 // rows see (fwd_wgmma.cuh's OwnKeyTiles: causal, warpgroup 0 of a block skips the key tiles past its

@@ -51,9 +51,9 @@ CANDIDATE_KERNELS = {
         ("lab_hopper_fwd::fwd_kernel_dynamic<lab_hopper_fwd::TreeRowMax<lab_hopper_fwd::MasksByRowLimit<lab_hopper_fwd::HalfLastKeyTile<lab_hopper_fwd::TwoQBuffers<lab_hopper_fwd::OByTma<lab_hopper_fwd::Config<64, 128, 2, true, 2>", 8, 0),
     "step 19: the D = 64 causal one-warpgroup kernel on the dynamic walk (causal only), the D = 64 causal default in [2048, 8192) for step 19 (c) and from step 21 to step 22":
         ("lab_hopper_fwd::fwd_kernel_dynamic<lab_hopper_fwd::TreeRowMax<lab_hopper_fwd::MasksByRowLimit<lab_hopper_fwd::HalfLastKeyTile<lab_hopper_fwd::OByTma<lab_hopper_fwd::Config<64, 128, 2, false, 1>", 8, 0),
-    "step 22: the walking ping-pong with the tile handed to the consumers, the D = 64 causal default in [1024, 2048) until step 23, in [1024, 4096) since":
+    "step 22: the walking ping-pong with the tile handed to the consumers, the D = 64 causal default in [1024, 2048) until step 23, in [1024, 2560) since":
         ("lab_hopper_fwd::fwd_kernel_dynamic<lab_hopper_fwd::HandsTile<lab_hopper_fwd::TreeRowMax<lab_hopper_fwd::MasksByRowLimit<lab_hopper_fwd::HalfLastKeyTile<lab_hopper_fwd::TwoQBuffers<lab_hopper_fwd::OByTma<lab_hopper_fwd::Config<64, 128, 2, true, 2>", 8, 8),
-    "step 22: the walking one-warpgroup kernel with the tile handed to the consumers, the D = 64 causal default in [2048, 8192) until step 23, in [4096, 8192) since":
+    "step 22: the walking one-warpgroup kernel with the tile handed to the consumers, the D = 64 causal default in [2048, 8192) until step 23, in [2560, 8192) since":
         ("lab_hopper_fwd::fwd_kernel_dynamic<lab_hopper_fwd::HandsTile<lab_hopper_fwd::TreeRowMax<lab_hopper_fwd::MasksByRowLimit<lab_hopper_fwd::HalfLastKeyTile<lab_hopper_fwd::OByTma<lab_hopper_fwd::Config<64, 128, 2, false, 1>", 8, 8),
     "step 19: three consumers at D = 64 on the dynamic walk (causal only), the D = 64 causal default from 8192 since step 19":
         ("lab_hopper_fwd::fwd_kernel_dynamic<lab_hopper_fwd::Config<64, 128, 2, false, 3>,", 8, 8),

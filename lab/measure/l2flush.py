@@ -9,7 +9,7 @@ Zeroing alone does not evict every line. A kernel may load data it reads again w
 `createpolicy` and `.L2::cache_hint`; FlashAttention-3 loads K and V so), and such a line outlives lines of normal
 priority: measured on an H200, a 16 MiB buffer read with evict-last, then the 256 MiB zero flush, then read again,
 read 14.54 of its 16.78 MB from DRAM: 13% of it was still in the L2 (benchmarks/l2_flush_probe.py; v9_notes, "Step
-22"). A kernel with such loads was timed partly warm, by a timer it had fooled.
+22"); 1.3% on another H200 ("Step 23"). A kernel with such loads was timed partly warm, by a timer it had fooled.
 
 So before the zeroing, the flush writes its buffer once with an evict-last policy of its own (lines of the same
 priority replace each other, as normal ones do), then discards those lines from the L2 (PTX `discard.global.L2`:
@@ -54,6 +54,11 @@ def compile_flush_kernels(torch) -> tuple[dict | None, str | None]:
     device = torch.cuda.current_device()
     if device not in _built:
         _built[device] = _compile(torch)
+        if _built[device][0] is None:   # said once a process: every timing of it is flushed so
+            from lab.console import say
+
+            say(f"warning: the L2 flush is the zeroing alone ({_built[device][1]}): a kernel that loads with an "
+                "evict-last policy is timed partly warm")
     return _built[device]
 
 

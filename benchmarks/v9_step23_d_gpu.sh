@@ -6,8 +6,8 @@
 # (the ping-pong) at 5,32,3072,64 causal fp16, and the ping-pong against the default (the one-warpgroup kernel) at
 # 4,32,4096,64 (graph); the fa-grid.
 # Predicted (written before the run; candidate time against the default's): the one-warpgroup kernel 0.990-1.002x at
-# 3072 (the ping-pong ahead or level); the ping-pong 0.990-1.010x at 4096; the grid: D=64 causal 2048 1.004-1.010x faster than in `20261128-201334`, the other cells
-# within the spread between grids; graph 48 of 48 >= cuDNN.
+# 3072 (the ping-pong ahead or level); the ping-pong 0.990-1.010x at 4096; the grid: D=64 causal 2048 1.004-1.010x
+# faster than in `20261128-201334`, the other cells within the spread between grids; graph 48 of 48 >= cuDNN.
 #
 #   OUT=$OUT bash benchmarks/v9_step23_d_gpu.sh   # carry .carry/wheels
 . "$(dirname "$0")/gpu_call.sh"

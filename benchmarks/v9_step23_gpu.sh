@@ -18,20 +18,9 @@
 . "$(dirname "$0")/gpu_call.sh"
 gpu_call_begin v9s23
 ncu_report_parts
-PROBE=(python3 benchmarks/l2_flush_probe.py)
-NCU=(ncu --cache-control none --nvtx --nvtx-include 'l2probe/' --nvtx-include 'l2cap/' --metrics dram__bytes_read.sum -f)
-probes() {
-  local policy flush
-  for policy in evict_last evict_normal; do
-    for flush in zero lab swept; do
-      [ "$policy" = evict_normal ] && [ "$flush" = swept ] && continue
-      "${NCU[@]}" -o "$W/l2-$policy-$flush" "${PROBE[@]}" --policy "$policy" --flush "$flush" || echo "probe $policy $flush failed"
-    done
-  done
-  for flush in zero lab; do "${PROBE[@]}" --policy evict_last --flush "$flush" --time; done
-  "${PROBE[@]}" --read "$W"/l2-*.ncu-rep
-}
-step probes 240 probes &
+# The probe step ran as a shell function under `timeout` in call A and did not start (exit 127); call B
+# (v9_step23_taken_gpu.sh) ran the table through benchmarks/l2_flush_probes.sh, as this one does now.
+step probes 240 bash benchmarks/l2_flush_probes.sh "$W/l2" &
 build_v9 420
 wait
 step flush-tests 200 python3 -m pytest -m gpu -v -rfE --tb=short -p no:randomly -p no:cacheprovider \
@@ -49,6 +38,7 @@ tune c1024-d128-fp16 --dtype float16 --causal --shape 16,16,1024,128 --timing gr
   --predict "$D128=1.000-1.015"
 tune nc2048-d128-bf16 --dtype bfloat16 --no-causal --shape 8,16,2048,128 --timing graph --reps 60 --against cudnn \
   --predict "$D128=0.995-1.010"
+rm -f "$W"/l2/*.ncu-rep
 grep -h "the default against" "$L"/tune-*.log
 tail -12 "$L/probes.log"
 grep -E "^(FAILED|ERROR)|passed|failed" "$L/flush-tests.log" "$L/gate.log" "$L/sanitizers.log" | tail -12

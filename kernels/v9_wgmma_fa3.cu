@@ -514,6 +514,14 @@
 //   1.097x and 1.013x. Predicted for the taken default: D=64 non-causal 512 and 1024 1.005-1.02x faster than in the
 //   grid before (`20261128-184249`), D=64 causal 512 1.01-1.03x, D=128 below 8192 1.000-1.025x, D=128 causal 8192 and
 //   16384 0.995-1.01x; the cells of unchanged kernels within the spread between grids; graph 48 of 48 >= cuDNN.
+//   Measured (365249a; gate 35, racecheck and synccheck of the default, GQA 10 passed): the fa-grid `20261128-201334`
+//   D=64 non-causal 512-1024 1.013-1.021x, D=64 causal 512 1.028x / 1.035x, D=128 causal 512-4096 1.011-1.027x faster
+//   (inside or just above); D=128 non-causal 2048-4096 0.989-1.000x, missed low, but the unchanged 176-key kernel moved
+//   as much (machine spread; a tune at 4,16,4096,128 had the index-computing kernel at 0.999x the handed one); graph
+//   47 of 48 (D=64 causal 2048 fp16 0.9989x, level). There the walking ping-pong, handed, ran 1.008x / 1.006x the
+//   one-warpgroup kernel, which ran 1.010x the ping-pong at 3072: kShortCausal moved to 2560. The 176-key kernel
+//   handed ran 0.999x (retired). Final H200 fa-grid `20261128-203036` (d5e98fb): graph 48 of 48 >= cuDNN (min
+//   1.0085x), events 48 of 48 (min 1.0138x), by CI95 89 of 96 rows ahead, 7 level, none behind.
 #include "common.cuh"
 #include "hopper/fwd_wgmma.cuh"
 
@@ -829,9 +837,9 @@ LAB_EXPORT const char* lab_forward_v9(const LabAttentionArgs* args, cudaStream_t
     return long_rows ? v9::launch<v9::Long64SumMma, false>(args, stream)
                      : v9::launch<v9::Default64OTmaQ2Handed, false>(args, stream);
   }
-  // D = 128, both masks: ping-pong on the persistent grid (steps 2 and 3), O stored by TMA (step 4),
-  // two Q buffers (step 6 (c)), the tile handed to the consumers (step 23); non-causal with long queries and keys, 176-key tiles with O stored by TMA through
-  // the tile's last V stage (step 14).
+  // D = 128, both masks: ping-pong on the persistent grid (steps 2 and 3), O stored by TMA (step 4), two Q buffers (step
+  // 6 (c)), the tile handed to the consumers (step 23); non-causal with long queries and keys, 176-key tiles with O
+  // stored by TMA through the tile's last V stage (step 14).
   if (args->causal) return v9::launch<v9::PingPong128OTmaQ2Handed, true>(args, stream);
   const bool long_176 = args->seqlen_q >= v9::kLong176 && args->seqlen_k >= v9::kLong176;
   return long_176 ? v9::launch<v9::PingPong128Keys176OInV, false>(args, stream)

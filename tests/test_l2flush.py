@@ -1,5 +1,6 @@
 """The timer's L2 flush without a GPU (lab.measure.l2flush): what it launches, in what order, and what it says when
-NVRTC cannot build its kernels. Whether it evicts evict-last lines is measured on the GPU (tests/test_l2flush_gpu.py)."""
+NVRTC cannot build its kernels. Whether it evicts evict-last lines is measured on the GPU
+(tests/test_l2flush_gpu.py)."""
 
 from __future__ import annotations
 

@@ -318,8 +318,8 @@ fwd_body(const CUtensorMap* tm_q,  // [B*H, nq, D] in boxes of [BM rows, 64 cols
   extern __shared__ uint8_t smem_raw[];
   // Barriers: [0] Q landed; per stage s: K full, K empty, V full, V empty; persistent: [1 + 4S] Q
   // free again (every consumer thread done with the tile's last S = Q K^T); TwoQBuffers: [2 + 4S],
-  // [3 + 4S] the same two for the second Q buffer. Dynamic: then one word per Q buffer, its tile's index (HandsTile:
-  // the tile).
+  // [3 + 4S] the same two for the second Q buffer. Dynamic or HandsTile: then one word per Q buffer, its tile's index
+  // (HandsTile: the tile).
   constexpr int kBars = 1 + 4 * S + (kPersistent ? 1 : 0) + (kQ2 ? 2 : 0);
   __shared__ __align__(8) uint64_t bars[kBars + (kTileSlots ? 2 : 0)];
   [[maybe_unused]] auto tile_slot = [&](int qb) { return reinterpret_cast<volatile long long*>(&bars[kBars + qb]); };
@@ -457,7 +457,7 @@ fwd_body(const CUtensorMap* tm_q,  // [B*H, nq, D] in boxes of [BM rows, 64 cols
         n_tiles = tile_key_tiles();
         return true;
       } else {
-        // The static walk's own loop (not static_step): the defaults' machine code as before step 23's hand-off.
+        // The static walk's own loop, not static_step: the index-computing kernels' machine code as before step 23.
         for (;;) {
           const lab_hopper_sched::Tile t = Sched::step_tile(++step, m_blocks_total, bh_total, CAUSAL);
           if (t.m_block == lab_hopper_sched::kWalkDone) return false;

@@ -691,7 +691,7 @@ using PingPong64Handed = lab_hopper_fwd::HandsTile<PingPong64OTmaQ2Lean>;
 using Default64Handed = lab_hopper_fwd::HandsTile<Default64OTmaHalfTreeRowLimit>;
 // Step 23: the static walk's defaults with the tile handed to the consumers (HandsTile on tile_scheduler.cuh's
 // Persistent): D=64 non-causal below kLongRows, D=64 causal below 1024 (PingPong64Handed on the static walk), D=128
-// below kLong176.
+// (non-causal below kLong176).
 using Default64OTmaQ2Handed = lab_hopper_fwd::HandsTile<Default64OTmaQ2>;
 using PingPong128OTmaQ2Handed = lab_hopper_fwd::HandsTile<PingPong128OTmaQ2>;
 
